@@ -1,0 +1,90 @@
+// guard.h -- what every C entry point does around its body.
+//
+// guard() runs the body, catches everything, and turns it into a status and
+// the thread's last-error message ("<function>: <what went wrong>"). Nothing
+// escapes into C. The argument helpers validate handles and pointers with
+// messages that name the argument.
+#pragma once
+
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "ampx/ampx.h"
+#include "core/context.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace ampx {
+
+void set_last_error(ampx_status status, const std::string& message) noexcept;
+
+template <class Body>
+ampx_status guard(const char* function, Body&& body) noexcept {
+  try {
+    body();
+    return AMPX_OK;
+  } catch (const Error& e) {
+    set_last_error(e.status(), std::string(function) + ": " + e.what());
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    set_last_error(AMPX_ERR_OUT_OF_MEMORY, std::string(function) + ": out of host memory");
+    return AMPX_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    set_last_error(AMPX_ERR_INTERNAL, std::string(function) + ": internal error: " + e.what());
+    return AMPX_ERR_INTERNAL;
+  } catch (...) {
+    set_last_error(AMPX_ERR_INTERNAL, std::string(function) + ": internal error (unknown exception)");
+    return AMPX_ERR_INTERNAL;
+  }
+}
+
+template <class T>
+T* require_pointer(T* ptr, const char* arg) {
+  if (!ptr) fail(AMPX_ERR_INVALID_ARGUMENT, "argument '", arg, "' is NULL");
+  return ptr;
+}
+
+inline Context& context_arg(ampx_context handle, const char* arg) {
+  auto* ctx = reinterpret_cast<Context*>(require_pointer(handle, arg));
+  if (ctx->is_live() && ctx->is_open()) return *ctx;
+  if (ctx->is_live())
+    fail(AMPX_ERR_STALE_HANDLE, "argument '", arg,
+         "' is a context the program already released with ampx_context_release");
+  if (ctx->is_dead()) fail(AMPX_ERR_STALE_HANDLE, "argument '", arg, "' is a context that was destroyed");
+  fail(AMPX_ERR_STALE_HANDLE, "argument '", arg, "' is not an ampx_context");
+}
+
+inline Tensor& tensor_arg(ampx_tensor handle, const char* arg) {
+  auto* tensor = reinterpret_cast<Tensor*>(require_pointer(handle, arg));
+  if (tensor->magic == Tensor::kLiveMagic) return *tensor;
+  if (tensor->magic == Tensor::kDeadMagic)
+    fail(AMPX_ERR_STALE_HANDLE, "argument '", arg, "' is a tensor that was already released");
+  fail(AMPX_ERR_STALE_HANDLE, "argument '", arg, "' is not an ampx_tensor");
+}
+
+inline DType dtype_arg(ampx_dtype value, const char* arg) {
+  if (!is_valid_dtype(static_cast<int32_t>(value)))
+    fail(AMPX_ERR_DTYPE, "argument '", arg, "' is ", static_cast<int>(value),
+         ", which is not an ampx_dtype (AMPX_F32=1 .. AMPX_I64=5)");
+  return static_cast<DType>(value);
+}
+
+inline ampx_tensor to_handle(Tensor* t) { return reinterpret_cast<ampx_tensor>(t); }
+inline ampx_context to_handle(Context* c) { return reinterpret_cast<ampx_context>(c); }
+
+// Reads a caller's options struct: fields beyond its struct_size keep the
+// defaults, so older callers keep working as fields are appended.
+template <class Options>
+Options read_options(const Options* given, Options defaults, const char* arg) {
+  if (!given) return defaults;
+  if (given->struct_size < sizeof(size_t))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "argument '", arg, "' has struct_size ", given->struct_size,
+         "; set it to sizeof the struct (or use the INIT macro)");
+  const size_t known = given->struct_size < sizeof(Options) ? given->struct_size : sizeof(Options);
+  std::memcpy(static_cast<void*>(&defaults), given, known);
+  defaults.struct_size = sizeof(Options);
+  return defaults;
+}
+
+}  // namespace ampx

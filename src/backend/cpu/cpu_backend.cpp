@@ -1,0 +1,108 @@
+// cpu_backend.cpp -- Backend on the host: aligned heap memory, memcpy, and
+// element loops split over the context's thread pool.
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "backend/cpu/thread_pool.h"
+#include "core/convert_bulk.h"
+#include "core/error.h"
+
+namespace ampx {
+namespace {
+
+// 64 bytes: a cache line, and what AVX-512 loads like.
+constexpr size_t kCpuAlignment = 64;
+
+// Below this many elements a loop runs on the calling thread only.
+constexpr int64_t kElementGrain = 1 << 15;
+
+class CpuAllocator final : public Allocator {
+ public:
+  void* allocate(size_t bytes) override {
+    const size_t rounded = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+    void* ptr = std::aligned_alloc(kCpuAlignment, rounded);
+    if (ptr) reserved_ += bytes;
+    return ptr;
+  }
+  void deallocate(void* ptr, size_t bytes) override {
+    std::free(ptr);
+    reserved_ -= bytes;
+  }
+  uint64_t reserved_bytes() const override { return reserved_; }
+
+ private:
+  uint64_t reserved_ = 0;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) : pool_(threads) {}
+
+  ampx_device_type device_type() const override { return AMPX_DEVICE_CPU; }
+  int32_t device_index() const override { return 0; }
+  size_t alignment() const override { return kCpuAlignment; }
+
+  std::unique_ptr<Allocator> make_default_allocator() override {
+    return std::make_unique<CpuAllocator>();
+  }
+
+  // Any host address is usable; there is nothing to verify.
+  void check_device_pointer(const void*, const char*) override {}
+
+  void copy_from_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
+
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0 || dst == src) return;
+    auto* d = static_cast<char*>(dst);
+    const auto* s = static_cast<const char*>(src);
+    pool_.parallel_for(static_cast<int64_t>(bytes), kElementGrain * 8, [&](int64_t b, int64_t e) {
+      std::memcpy(d + b, s + b, static_cast<size_t>(e - b));
+    });
+  }
+
+  void fill(void* dst, size_t elem_size, uint64_t pattern, int64_t count) override {
+    pool_.parallel_for(count, kElementGrain, [&](int64_t b, int64_t e) {
+      switch (elem_size) {
+        case 1: fill_range(static_cast<uint8_t*>(dst), static_cast<uint8_t>(pattern), b, e); break;
+        case 2: fill_range(static_cast<uint16_t*>(dst), static_cast<uint16_t>(pattern), b, e); break;
+        case 4: fill_range(static_cast<uint32_t*>(dst), static_cast<uint32_t>(pattern), b, e); break;
+        case 8: fill_range(static_cast<uint64_t*>(dst), pattern, b, e); break;
+        default: fail(AMPX_ERR_INTERNAL, "fill: element size ", elem_size, " is not 1, 2, 4 or 8");
+      }
+    });
+  }
+
+  void convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t count) override {
+    const size_t dst_size = dtype_size(dst_type);
+    const size_t src_size = dtype_size(src_type);
+    pool_.parallel_for(count, kElementGrain, [&](int64_t b, int64_t e) {
+      convert_bulk(static_cast<char*>(dst) + b * dst_size, dst_type,
+                   static_cast<const char*>(src) + b * src_size, src_type, e - b);
+    });
+  }
+
+  void synchronize() override {}
+
+ private:
+  template <class T>
+  static void fill_range(T* dst, T value, int64_t begin, int64_t end) {
+    std::fill(dst + begin, dst + end, value);
+  }
+
+  ThreadPool pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int32_t num_threads) {
+  int threads = num_threads;
+  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::make_unique<CpuBackend>(threads);
+}
+
+}  // namespace ampx

@@ -1,0 +1,84 @@
+#include "backend/cpu/thread_pool.h"
+
+#include <algorithm>
+
+namespace ampx {
+
+ThreadPool::ThreadPool(int threads) {
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (auto& worker : workers_) worker.join();
+}
+
+void ThreadPool::run_parts() {
+  for (;;) {
+    const int64_t part = next_part_.fetch_add(1);
+    if (part >= job_parts_) return;
+    const int64_t begin = part * job_part_size_;
+    const int64_t end = std::min(job_count_, begin + job_part_size_);
+    try {
+      (*job_)(begin, end);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!job_error_) job_error_ = std::current_exception();
+    }
+  }
+}
+
+void ThreadPool::worker_loop() {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+    }
+    run_parts();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--busy_workers_ == 0) done_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::parallel_for(int64_t count, int64_t grain, const RangeFn& fn) {
+  if (count <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t max_parts = (count + grain - 1) / grain;
+  const int64_t parts = std::min<int64_t>(max_parts, size());
+  if (parts <= 1) {
+    fn(0, count);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = &fn;
+    job_count_ = count;
+    job_part_size_ = (count + parts - 1) / parts;
+    job_parts_ = (count + job_part_size_ - 1) / job_part_size_;
+    next_part_.store(0);
+    job_error_ = nullptr;
+    busy_workers_ = static_cast<int>(workers_.size());
+    ++generation_;
+  }
+  wake_.notify_all();
+  run_parts();
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return busy_workers_ == 0; });
+    job_ = nullptr;
+    error = job_error_;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace ampx

@@ -1,0 +1,153 @@
+#include "core/context.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace ampx {
+namespace {
+
+// Released tensor shells kept per context for use-after-release detection.
+// A shell is ~200 bytes, so this bounds the cost at under 1 MiB.
+constexpr size_t kQuarantineShells = 4096;
+
+// Memory from the host program's hooks.
+class HookAllocator final : public Allocator {
+ public:
+  HookAllocator(const ampx_allocator& hooks, size_t alignment)
+      : hooks_(hooks), alignment_(alignment) {}
+
+  void* allocate(size_t bytes) override {
+    void* ptr = hooks_.alloc(hooks_.user_data, bytes, alignment_);
+    if (ptr && reinterpret_cast<uintptr_t>(ptr) % alignment_ != 0) {
+      hooks_.free(hooks_.user_data, ptr, bytes);
+      fail(AMPX_ERR_INVALID_ARGUMENT, "the allocator hook returned ", ptr,
+           ", which is not aligned to the requested ", alignment_, " bytes");
+    }
+    if (ptr) held_ += bytes;
+    return ptr;
+  }
+  void deallocate(void* ptr, size_t bytes) override {
+    hooks_.free(hooks_.user_data, ptr, bytes);
+    held_ -= bytes;
+  }
+  uint64_t reserved_bytes() const override { return held_; }
+
+ private:
+  ampx_allocator hooks_;
+  size_t alignment_;
+  uint64_t held_ = 0;
+};
+
+}  // namespace
+
+Context* Context::create(const ampx_context_options& options) {
+  if (options.device_type != AMPX_DEVICE_CPU && options.device_type != AMPX_DEVICE_CUDA)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "options.device_type is ", static_cast<int>(options.device_type),
+         "; expected AMPX_DEVICE_CPU (1) or AMPX_DEVICE_CUDA (2)");
+  if (options.device_index < 0)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "options.device_index is ", options.device_index,
+         "; it must be >= 0");
+  if (options.device_type == AMPX_DEVICE_CPU && options.device_index != 0)
+    fail(AMPX_ERR_NO_DEVICE, "options.device_index is ", options.device_index,
+         " but there is only one CPU device (index 0)");
+  if (options.num_threads < 0)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "options.num_threads is ", options.num_threads,
+         "; use 0 for one thread per core or a positive count");
+  if ((options.allocator.alloc == nullptr) != (options.allocator.free == nullptr))
+    fail(AMPX_ERR_INVALID_ARGUMENT,
+         "options.allocator must set both alloc and free, or neither (alloc is ",
+         options.allocator.alloc ? "set" : "NULL", ", free is ",
+         options.allocator.free ? "set" : "NULL", ")");
+  if (options.device_type == AMPX_DEVICE_CPU && options.cuda_stream != nullptr)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "options.cuda_stream must be NULL for a CPU context");
+
+  BackendOptions backend_options;
+  backend_options.device_type = options.device_type;
+  backend_options.device_index = options.device_index;
+  backend_options.num_threads = options.num_threads;
+  backend_options.cuda_stream = options.cuda_stream;
+
+  auto* ctx = new Context();
+  try {
+    ctx->backend_ = create_backend(backend_options);
+    if (options.allocator.alloc)
+      ctx->allocator_ = std::make_unique<HookAllocator>(options.allocator, ctx->backend_->alignment());
+    else
+      ctx->allocator_ = ctx->backend_->make_default_allocator();
+  } catch (...) {
+    delete ctx;
+    throw;
+  }
+  ctx->seed_ = options.seed;
+  return ctx;
+}
+
+Context::~Context() {
+  magic_ = kDeadMagic;
+  for (Tensor* shell : quarantine_) delete shell;
+  // The allocator may hold cached device memory that the backend frees.
+  allocator_.reset();
+  backend_.reset();
+}
+
+void Context::release() {
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
+
+bool Context::release_handle() {
+  int64_t refs = handle_refs_.load(std::memory_order_acquire);
+  do {
+    if (refs <= 0) return false;
+  } while (!handle_refs_.compare_exchange_weak(refs, refs - 1, std::memory_order_acq_rel));
+  if (refs == 1) release();
+  return true;
+}
+
+void* Context::allocate(size_t bytes) {
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  void* ptr = allocator_->allocate(bytes);
+  if (!ptr)
+    fail(AMPX_ERR_OUT_OF_MEMORY, "could not allocate ", bytes, " bytes of ",
+         backend_->device_type() == AMPX_DEVICE_CPU ? "host" : "device", " memory (",
+         stats_.current_bytes, " bytes in use by this context)");
+  stats_.current_bytes += bytes;
+  stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
+  ++stats_.allocation_count;
+  return ptr;
+}
+
+void Context::deallocate(void* ptr, size_t bytes) {
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  allocator_->deallocate(ptr, bytes);
+  stats_.current_bytes -= bytes;
+}
+
+MemoryStats Context::memory_stats() {
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  MemoryStats stats = stats_;
+  stats.reserved_bytes = std::max(allocator_->reserved_bytes(), stats.current_bytes);
+  return stats;
+}
+
+void Context::reset_peak() {
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  stats_.peak_bytes = stats_.current_bytes;
+}
+
+void Context::quarantine(Tensor* shell) {
+  Tensor* evicted = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(memory_mutex_);
+    quarantine_.push_back(shell);
+    if (quarantine_.size() > kQuarantineShells) {
+      evicted = quarantine_.front();
+      quarantine_.pop_front();
+    }
+  }
+  delete evicted;
+}
+
+}  // namespace ampx

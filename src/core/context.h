@@ -1,0 +1,85 @@
+// context.h -- a device, its allocator and its memory statistics.
+//
+// Contexts and tensors are reference counted: every tensor holds a reference
+// to its context, so a host language's finalizers may release them in any
+// order. Memory bookkeeping is under a mutex because the last release of a
+// tensor may come from another thread (a garbage collector's finalizer);
+// everything else follows the one-thread-at-a-time rule of the C API.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "ampx/ampx.h"
+#include "core/backend.h"
+
+namespace ampx {
+
+struct Tensor;
+
+struct MemoryStats {
+  uint64_t current_bytes = 0;
+  uint64_t peak_bytes = 0;
+  uint64_t allocation_count = 0;
+  uint64_t reserved_bytes = 0;
+};
+
+class Context {
+ public:
+  static constexpr uint64_t kLiveMagic = 0x414d50582d435458ull;  // "AMPX-CTX"
+  static constexpr uint64_t kDeadMagic = 0x646561642d637478ull;  // "dead-ctx"
+
+  // Validates options (already merged with defaults) and creates the backend.
+  static Context* create(const ampx_context_options& options);
+
+  bool is_live() const { return magic_ == kLiveMagic; }
+  bool is_dead() const { return magic_ == kDeadMagic; }
+
+  // References held inside the library (one per tensor, one for all handle
+  // references together).
+  void retain() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void release();
+
+  // References the host program holds through ampx_context_retain/release.
+  // Once they reach zero the handle is closed: it can no longer be used to
+  // make objects, while existing tensors keep the context itself alive.
+  bool is_open() const { return handle_refs_.load(std::memory_order_acquire) > 0; }
+  void retain_handle() { handle_refs_.fetch_add(1, std::memory_order_relaxed); }
+  // Returns false when the handle was already closed (a double release).
+  bool release_handle();
+
+  Backend& backend() { return *backend_; }
+  uint64_t seed() const { return seed_; }
+
+  // Device memory for tensor storage; throws AMPX_ERR_OUT_OF_MEMORY (with the
+  // request and the current usage in the message) when it cannot be had.
+  void* allocate(size_t bytes);
+  void deallocate(void* ptr, size_t bytes);
+
+  MemoryStats memory_stats();
+  void reset_peak();
+
+  // Keeps a released tensor's shell (marked dead) for a while so that a use
+  // after release is reported instead of reading freed memory.
+  void quarantine(Tensor* shell);
+
+ private:
+  Context() = default;
+  ~Context();
+
+  uint64_t magic_ = kLiveMagic;
+  std::atomic<int64_t> refs_{1};
+  std::atomic<int64_t> handle_refs_{1};
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Allocator> allocator_;
+  uint64_t seed_ = 0;
+
+  std::mutex memory_mutex_;
+  MemoryStats stats_;
+  std::deque<Tensor*> quarantine_;
+};
+
+}  // namespace ampx

@@ -1,0 +1,57 @@
+// convert_bulk.h -- converting arrays of elements between ampx's types on the
+// CPU.
+//
+// Every element is converted with the rules of kernels/math/convert.h, and
+// the vectorised paths are bit-identical to those scalar functions for every
+// input (NaN payloads, subnormals, infinities and signed zeros included), so
+// the choice of instruction set never changes a result, only its speed.
+//
+// One binary serves every x86-64 CPU: the AVX2 and AVX-512 code is compiled
+// for those targets function by function and chosen when the program runs.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace ampx {
+
+enum class CpuIsa { Scalar, Avx2, Avx512 };
+
+// Avx2 needs AVX2 + F16C + FMA; Avx512 needs AVX512F + AVX512BW + AVX512VL
+// (and the operating system's support for the wider registers, which
+// __builtin_cpu_supports checks).
+bool cpu_isa_supported(CpuIsa isa);
+
+// "scalar", "avx2", "avx512".
+const char* cpu_isa_name(CpuIsa isa);
+
+// The best instruction set the running CPU supports, lowered by the
+// environment variable AMPX_CPU_ISA=scalar|avx2|avx512 if it is set (it can
+// never raise it above what the CPU supports; an unknown value is ignored).
+// Decided once, on the first call; thread-safe.
+CpuIsa detected_cpu_isa();
+
+// The rule detected_cpu_isa applies, as a pure function so it can be tested:
+// `request` is the value of AMPX_CPU_ISA (nullptr when unset) and `best` what
+// the hardware supports.
+CpuIsa resolve_cpu_isa(CpuIsa best, const char* request);
+
+// Converts `count` elements from `src` (of type src_type) to `dst` (of type
+// dst_type). Pointers need no alignment beyond one byte; the two arrays must
+// not overlap unless the types are equal (then it is a memmove).
+// count < 0 throws ampx::Error(AMPX_ERR_INVALID_ARGUMENT).
+void convert_bulk(void* dst, DType dst_type, const void* src, DType src_type, int64_t count);
+
+// The same with a chosen instruction set, for tests and benchmarks; throws
+// ampx::Error(AMPX_ERR_NOT_SUPPORTED) when the CPU does not support `isa`.
+void convert_bulk_with(CpuIsa isa, void* dst, DType dst_type, const void* src,
+                       DType src_type, int64_t count);
+
+// The bit pattern of `value` converted to `type` by convert.h's store_double
+// (round to nearest even once; integers truncate, saturate, NaN -> 0), in the
+// low dtype_size(type) bytes of the result, the rest zero. Copying those low
+// bytes of the (little-endian) result gives one element; fill uses it.
+uint64_t element_bits_from_double(DType type, double value);
+
+}  // namespace ampx

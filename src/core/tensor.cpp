@@ -1,0 +1,111 @@
+#include "core/tensor.h"
+
+#include <limits>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ampx {
+
+bool Shape::operator==(const Shape& other) const {
+  if (ndim != other.ndim) return false;
+  for (int32_t i = 0; i < ndim; ++i)
+    if (dims[i] != other.dims[i]) return false;
+  return true;
+}
+
+std::string Shape::str() const {
+  std::ostringstream out;
+  out << '[';
+  for (int32_t i = 0; i < ndim; ++i) out << (i ? ", " : "") << dims[i];
+  out << ']';
+  return out.str();
+}
+
+Shape make_shape(int32_t ndim, const int64_t* dims, DType dtype) {
+  if (ndim < 0 || ndim > kMaxDims)
+    fail(AMPX_ERR_SHAPE, "ndim is ", ndim, "; it must be in [0, ", kMaxDims, "]");
+  if (ndim > 0 && dims == nullptr)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "shape is NULL but ndim is ", ndim);
+  Shape shape;
+  shape.ndim = ndim;
+  // Keep numel * element size representable in both int64 and size_t.
+  const uint64_t limit = static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / dtype_size(dtype);
+  uint64_t numel = 1;
+  for (int32_t i = 0; i < ndim; ++i) {
+    if (dims[i] < 0) fail(AMPX_ERR_SHAPE, "shape[", i, "] is ", dims[i], "; extents must be >= 0");
+    shape.dims[i] = dims[i];
+  }
+  for (int32_t i = 0; i < ndim; ++i) {
+    if (dims[i] == 0) return shape;
+    if (numel > limit / static_cast<uint64_t>(dims[i]))
+      fail(AMPX_ERR_SHAPE, "shape ", shape.str(), " of ", dtype_name(dtype),
+           " is too large: its byte size overflows");
+    numel *= static_cast<uint64_t>(dims[i]);
+  }
+  return shape;
+}
+
+std::shared_ptr<Storage> Storage::allocate(Context& ctx, size_t bytes) {
+  std::shared_ptr<Storage> storage(new Storage());
+  if (bytes > 0) {
+    storage->data_ = ctx.allocate(bytes);
+    storage->owner_ = &ctx;
+    storage->bytes_ = bytes;
+  }
+  return storage;
+}
+
+std::shared_ptr<Storage> Storage::external(void* data, size_t bytes) {
+  std::shared_ptr<Storage> storage(new Storage());
+  storage->data_ = data;
+  storage->bytes_ = bytes;
+  return storage;
+}
+
+Storage::~Storage() {
+  if (owner_) owner_->deallocate(data_, bytes_);
+  else if (release_) release_(release_arg_, data_);
+}
+
+Tensor* Tensor::create(Context& ctx, DType dtype, const Shape& shape,
+                       std::shared_ptr<Storage> storage) {
+  auto* tensor = new Tensor();
+  tensor->ctx = &ctx;
+  tensor->dtype = dtype;
+  tensor->shape = shape;
+  tensor->storage = std::move(storage);
+  ctx.retain();
+  return tensor;
+}
+
+Tensor* Tensor::empty(Context& ctx, DType dtype, const Shape& shape) {
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  return create(ctx, dtype, shape, Storage::allocate(ctx, bytes));
+}
+
+void Tensor::release() {
+  if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  Context* owner = ctx;
+  magic = kDeadMagic;
+  storage.reset();
+  name.clear();
+  name.shrink_to_fit();
+  owner->quarantine(this);
+  owner->release();
+}
+
+std::string Tensor::describe() const { return cat(dtype_name(dtype), shape.str()); }
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    case DType::I32: return "i32";
+    case DType::I64: return "i64";
+  }
+  return "invalid";
+}
+
+}  // namespace ampx

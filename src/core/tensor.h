@@ -1,0 +1,88 @@
+// tensor.h -- dense, contiguous, row-major arrays on a context's device.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ampx/ampx.h"
+#include "core/context.h"
+#include "core/dtype.h"
+
+namespace ampx {
+
+constexpr int kMaxDims = AMPX_MAX_DIMS;
+
+struct Shape {
+  int32_t ndim = 0;
+  int64_t dims[kMaxDims] = {};
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int32_t i = 0; i < ndim; ++i) n *= dims[i];
+    return n;
+  }
+  bool operator==(const Shape& other) const;
+  std::string str() const;  // "[2, 3]"
+};
+
+// Validates a shape from the C API (ndim range, non-negative extents, a byte
+// size for `dtype` that fits in size_t and int64).
+Shape make_shape(int32_t ndim, const int64_t* dims, DType dtype);
+
+// The memory behind a tensor: either from the context's allocator, or
+// external memory with an optional release callback.
+class Storage {
+ public:
+  using ReleaseFn = void (*)(void* arg, void* data);
+
+  static std::shared_ptr<Storage> allocate(Context& ctx, size_t bytes);
+  // External memory; nothing is released until set_release is called, so a
+  // creation that fails half-way never calls the caller's deleter.
+  static std::shared_ptr<Storage> external(void* data, size_t bytes);
+  void set_release(ReleaseFn release, void* release_arg) {
+    release_ = release;
+    release_arg_ = release_arg;
+  }
+  ~Storage();
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Storage() = default;
+  Context* owner_ = nullptr;  // set when the context's allocator owns data_
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  ReleaseFn release_ = nullptr;
+  void* release_arg_ = nullptr;
+};
+
+struct Tensor {
+  static constexpr uint64_t kLiveMagic = 0x414d50582d54534eull;  // "AMPX-TSN"
+  static constexpr uint64_t kDeadMagic = 0x646561642d74736eull;  // "dead-tsn"
+
+  // Takes over one reference to ctx's caller: the tensor retains `ctx`.
+  static Tensor* create(Context& ctx, DType dtype, const Shape& shape,
+                        std::shared_ptr<Storage> storage);
+  static Tensor* empty(Context& ctx, DType dtype, const Shape& shape);
+
+  void retain() { refs.fetch_add(1, std::memory_order_relaxed); }
+  void release();
+
+  int64_t numel() const { return shape.numel(); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  void* data() const { return storage->data(); }
+  std::string describe() const;  // "f16[2, 3]"
+
+  uint64_t magic = kLiveMagic;
+  std::atomic<int64_t> refs{1};
+  Context* ctx = nullptr;
+  DType dtype = DType::F32;
+  Shape shape;
+  std::shared_ptr<Storage> storage;
+  std::string name;
+};
+
+}  // namespace ampx

@@ -1,0 +1,62 @@
+// support.h -- shared helpers for the unit tests.
+//
+// The same test cases run against every backend: AMPX_TEST_DEVICE=cpu (the
+// default) or cuda selects the device test_context() creates.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "ampx/ampx.h"
+
+namespace ampx_test {
+
+// The device the suite runs against.
+ampx_device_type test_device();
+
+// A new context on the test device; the caller releases it.
+ampx_context test_context(int32_t num_threads = 0);
+
+// RAII owner for handles in tests.
+struct Ctx {
+  ampx_context handle;
+  explicit Ctx(int32_t num_threads = 0) : handle(test_context(num_threads)) {}
+  ~Ctx() { ampx_context_release(handle); }
+  Ctx(const Ctx&) = delete;
+  Ctx& operator=(const Ctx&) = delete;
+  operator ampx_context() const { return handle; }
+};
+
+struct Tensor {
+  ampx_tensor handle = nullptr;
+  Tensor() = default;
+  explicit Tensor(ampx_tensor t) : handle(t) {}
+  ~Tensor() { ampx_tensor_release(handle); }
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+  operator ampx_tensor() const { return handle; }
+  ampx_tensor* out() {
+    ampx_tensor_release(handle);
+    handle = nullptr;
+    return &handle;
+  }
+};
+
+// The last error message as a std::string, for CHECK(contains(...)).
+inline std::string last_error() { return ampx_last_error(); }
+
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace ampx_test
+
+// Checks that `call` fails with `status` and that the message names `part`.
+#define CHECK_FAILS_WITH(call, status, part)                                 \
+  do {                                                                       \
+    ampx_status check_status_ = (call);                                      \
+    CHECK_MESSAGE(check_status_ == (status), ampx_test::last_error());       \
+    CHECK_MESSAGE(ampx_test::contains(ampx_test::last_error(), (part)),      \
+                  ampx_test::last_error());                                  \
+  } while (0)
