@@ -34,6 +34,6 @@ std::unique_ptr<Backend> make_cuda_backend(int32_t device_index, void* cuda_stre
 
 // Number of CUDA devices; 0 when there is no driver or no device. Never
 // throws and prints nothing.
-int32_t cuda_device_count_impl();
+int32_t cuda_device_count_impl() noexcept;
 
 }  // namespace ampx
