@@ -34,10 +34,9 @@ cudaError_t convert_pair(void* dst, const void* src, int64_t count, const Launch
     return cudaMemcpyAsync(dst, src, static_cast<size_t>(count) * sizeof(math::storage_t<Src>),
                            cudaMemcpyDeviceToDevice, launch.stream);
   } else {
-    convert_kernel<Dst, Src><<<grid_blocks(count, launch), kBlockThreads, 0, launch.stream>>>(
-        static_cast<math::storage_t<Dst>*>(dst), static_cast<const math::storage_t<Src>*>(src),
-        count);
-    return cudaGetLastError();
+    return enqueue(convert_kernel<Dst, Src>, grid_blocks(count, launch), launch,
+                   static_cast<math::storage_t<Dst>*>(dst),
+                   static_cast<const math::storage_t<Src>*>(src), count);
   }
 }
 

@@ -54,10 +54,9 @@ cudaError_t fill_typed(void* dst, uint64_t pattern, int64_t count, const Launch&
   const int64_t vectors = (count - head) / per_vector;
   const int64_t scalars = count - vectors * per_vector;
 
-  fill_kernel<T><<<grid_blocks(vectors > scalars ? vectors : scalars, launch), kBlockThreads, 0,
-                   launch.stream>>>(static_cast<T*>(dst), static_cast<T>(pattern),
-                                    make_uint4(low, high, low, high), head, vectors, count);
-  return cudaGetLastError();
+  return enqueue(fill_kernel<T>, grid_blocks(vectors > scalars ? vectors : scalars, launch), launch,
+                 static_cast<T*>(dst), static_cast<T>(pattern), make_uint4(low, high, low, high),
+                 head, vectors, count);
 }
 
 }  // namespace

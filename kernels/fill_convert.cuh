@@ -1,15 +1,16 @@
 // fill_convert.cuh -- host-side launchers of kernels/fill.cu and kernels/convert.cu.
 //
-// Plain C++ (no kernel syntax), so the CUDA backend, which the host compiler
-// builds, can call them. Launchers only enqueue: they return the launch
-// status and never wait for the kernel. Translating a status into an
-// ampx::Error is the backend's job, so kernels stay free of library types.
+// Plain C++ outside the __CUDACC__ section, so the CUDA backend, which the
+// host compiler builds, can include it. Launchers only enqueue: they return
+// the launch status and never wait for the kernel. Translating a status into
+// an ampx::Error is the backend's job, so kernels stay free of library types.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "core/dtype.h"
 
@@ -31,6 +32,23 @@ inline unsigned int grid_blocks(int64_t work, const Launch& launch) {
   if (wanted < 1) return 1;
   return static_cast<unsigned int>(wanted < launch.max_blocks ? wanted : launch.max_blocks);
 }
+
+#if defined(__CUDACC__)
+// Enqueues `kernel` on launch.stream with `blocks` blocks of kBlockThreads
+// and returns the status of this launch. It is taken from the launch call
+// itself: cudaGetLastError after a <<<>>> launch would also report a failure
+// left behind by an unrelated earlier runtime call -- for example the
+// cudaErrorNotReady of a cudaStreamQuery in the host program.
+template <class... Params, class... Args>
+cudaError_t enqueue(void (*kernel)(Params...), unsigned int blocks, const Launch& launch,
+                    Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(kBlockThreads);
+  config.stream = launch.stream;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+#endif
 
 // Writes `count` elements of `elem_size` (1, 2, 4 or 8) bytes, each the low
 // elem_size bytes of `pattern`. `dst` must be aligned to elem_size.

@@ -11,7 +11,10 @@
  *   2. Status codes and errors
  *   3. Data types and devices
  *   4. Contexts (device, threads, allocator hooks, memory statistics)
- *   5. Tensors (create, wrap, copy, cast, fill, query, DLPack)
+ *   5. Tensors (create, wrap, copy, cast, fill, query, gradients, DLPack)
+ *   6. Optimizers (SGD, Adam, AdamW; fp32 master weights; param groups)
+ *   7. Loss scaling (dynamic loss scaler, after torch.amp.GradScaler)
+ *   8. Gradient clipping and diagnostics
  *
  * General rules (they hold for every function unless its comment says
  * otherwise):
@@ -384,6 +387,21 @@ AMPX_API ampx_status ampx_tensor_data(ampx_tensor tensor, void **data);
 /** The context a tensor belongs to (borrowed: no reference is added). */
 AMPX_API ampx_status ampx_tensor_context(ampx_tensor tensor, ampx_context *ctx);
 
+/** Attaches `grad` as the gradient of `tensor` (the tensor retains it,
+ *  replacing -- and releasing -- any previous one; NULL detaches). The
+ *  gradient must belong to the same context, have the same number of
+ *  elements and a floating type (F32, F16 or BF16; it need not be the
+ *  tensor's type). This is how a program that computes its own gradients
+ *  (an engine with its own backward pass) hands them to optimizers: attach
+ *  once, then write new values into the gradient's memory every step.
+ *  Errors: DEVICE (other context), SHAPE, DTYPE. */
+AMPX_API ampx_status ampx_tensor_set_grad(ampx_tensor tensor, ampx_tensor grad);
+
+/** *grad receives the gradient attached to `tensor`, or NULL if none. The
+ *  handle is borrowed (no reference is added): it stays valid while it is
+ *  attached; retain it to keep it longer. */
+AMPX_API ampx_status ampx_tensor_grad(ampx_tensor tensor, ampx_tensor *grad);
+
 /* DLPack interop (DLPack 0.6+ `DLManagedTensor`; include <dlpack/dlpack.h>
  * to use the struct). */
 struct DLManagedTensor;
@@ -405,6 +423,360 @@ AMPX_API ampx_status ampx_tensor_to_dlpack(ampx_tensor tensor,
 AMPX_API ampx_status ampx_tensor_from_dlpack(ampx_context ctx,
                                              struct DLManagedTensor *src,
                                              ampx_tensor *out);
+
+/* ========================================================================== */
+/* 6. Optimizers                                                              */
+/* ========================================================================== */
+
+/* An optimizer updates a fixed list of parameters, organised in groups that
+ * each have their own learning rate and weight decay, from the gradients
+ * attached to them (ampx_tensor_set_grad). A parameter without a gradient is
+ * left alone in that step, as in torch.optim.
+ *
+ * Parameters may be F32, F16 or BF16. An F16/BF16 parameter gets an fp32
+ * master copy owned by the optimizer: the update runs on the master in fp32
+ * and the parameter is rewritten from it, rounded to nearest even, after
+ * every step. Moments are fp32. The update order follows torch.optim
+ * exactly (see the options below). The optimizer retains its parameters.
+ *
+ * Everything the step needs (learning rates, step counts, the scaler's
+ * found-inf flag) lives in device memory: a step never waits for the device.
+ */
+typedef struct ampx_optimizer_s *ampx_optimizer;
+
+/** SGD: g = maximize ? -g : g; g += weight_decay * p; with momentum:
+ *  buf = (first step taken) ? g : momentum * buf + (1 - dampening) * g,
+ *  g = nesterov ? g + momentum * buf : buf; then p -= lr * g. */
+typedef struct ampx_sgd_options {
+  size_t struct_size;  /**< sizeof(ampx_sgd_options) */
+  double lr;           /**< default 1e-3; >= 0 */
+  double momentum;     /**< default 0; >= 0 */
+  double dampening;    /**< default 0 */
+  double weight_decay; /**< default 0; >= 0 */
+  int32_t nesterov;    /**< default 0; needs momentum > 0 and dampening 0 */
+  int32_t maximize;    /**< default 0 */
+} ampx_sgd_options;
+
+#define AMPX_SGD_OPTIONS_INIT { sizeof(ampx_sgd_options), 1e-3, 0.0, 0.0, 0.0, 0, 0 }
+
+/** Adam / AdamW: t += 1; g = maximize ? -g : g; Adam: g += weight_decay * p;
+ *  AdamW: p *= 1 - lr * weight_decay; m = b1 m + (1 - b1) g;
+ *  v = b2 v + (1 - b2) g^2; vhat = amsgrad ? (vmax = max(vmax, v)) : v;
+ *  p -= lr / (1 - b1^t) * m / (sqrt(vhat) / sqrt(1 - b2^t) + eps). */
+typedef struct ampx_adam_options {
+  size_t struct_size;              /**< sizeof(ampx_adam_options) */
+  double lr;                       /**< default 1e-3; >= 0 */
+  double beta1;                    /**< default 0.9; in [0, 1) */
+  double beta2;                    /**< default 0.999; in [0, 1) */
+  double eps;                      /**< default 1e-8; >= 0 */
+  double weight_decay;             /**< default 0 (Adam), 1e-2 (AdamW); >= 0 */
+  int32_t amsgrad;                 /**< default 0 */
+  int32_t maximize;                /**< default 0 */
+  int32_t decoupled_weight_decay;  /**< 0: Adam (L2 in the gradient);
+                                        1: AdamW (decoupled decay) */
+} ampx_adam_options;
+
+#define AMPX_ADAM_OPTIONS_INIT \
+  { sizeof(ampx_adam_options), 1e-3, 0.9, 0.999, 1e-8, 0.0, 0, 0, 0 }
+#define AMPX_ADAMW_OPTIONS_INIT \
+  { sizeof(ampx_adam_options), 1e-3, 0.9, 0.999, 1e-8, 1e-2, 0, 0, 1 }
+
+/** Default options (same as the INIT macros), for languages without macros. */
+AMPX_API ampx_sgd_options ampx_sgd_options_default(void);
+AMPX_API ampx_adam_options ampx_adam_options_default(void);
+AMPX_API ampx_adam_options ampx_adamw_options_default(void);
+
+/** Creates an SGD optimizer over `params[0..count-1]` (param group 0, with
+ *  options->lr and options->weight_decay). `options` NULL = defaults.
+ *  Parameters: F32/F16/BF16 tensors of `ctx`, each listed once across all
+ *  groups; count may be 0. Masters and state are allocated here (fp32
+ *  masters start as exact copies of the parameters).
+ *  Errors: INVALID_ARGUMENT (bad option values, with the option named;
+ *  NULL params with count > 0; a duplicate parameter), DTYPE, DEVICE,
+ *  OUT_OF_MEMORY, STALE_HANDLE. */
+AMPX_API ampx_status ampx_optimizer_create_sgd(ampx_context ctx, const ampx_tensor *params,
+                                               size_t count, const ampx_sgd_options *options,
+                                               ampx_optimizer *out);
+
+/** Creates an Adam or AdamW optimizer (see ampx_adam_options); otherwise as
+ *  ampx_optimizer_create_sgd. */
+AMPX_API ampx_status ampx_optimizer_create_adam(ampx_context ctx, const ampx_tensor *params,
+                                                size_t count,
+                                                const ampx_adam_options *options,
+                                                ampx_optimizer *out);
+
+/** Releases the caller's reference. The optimizer (and its masters and
+ *  state) is destroyed when no scaler step is pending on it. NULL is a
+ *  no-op. Any thread (see the rules at the top). */
+AMPX_API void ampx_optimizer_release(ampx_optimizer optimizer);
+
+/** Adds a param group with its own lr and weight decay; *group_index (may
+ *  be NULL) receives its index (groups are numbered from 0 in order). */
+AMPX_API ampx_status ampx_optimizer_add_group(ampx_optimizer optimizer,
+                                              const ampx_tensor *params, size_t count,
+                                              double lr, double weight_decay,
+                                              int32_t *group_index);
+
+/** Number of param groups. */
+AMPX_API ampx_status ampx_optimizer_group_count(ampx_optimizer optimizer, int32_t *count);
+
+/** Sets a group's learning rate (>= 0) for the following steps. Does not
+ *  wait for the device: the value is written in stream order, so a step
+ *  already enqueued keeps the old rate. Learning-rate schedules live in the
+ *  host program and call this every step. */
+AMPX_API ampx_status ampx_optimizer_set_lr(ampx_optimizer optimizer, int32_t group, double lr);
+
+/** A group's learning rate as last set (no device access). */
+AMPX_API ampx_status ampx_optimizer_get_lr(ampx_optimizer optimizer, int32_t group, double *lr);
+
+/** One optimizer step over every parameter that has a gradient, using the
+ *  gradients as they are. Errors: AMPX_ERR_ORDER when the optimizer is used
+ *  with an enabled loss scaler and its gradients are still scaled (use
+ *  ampx_scaler_step instead); SHAPE/DTYPE/DEVICE for a bad gradient. */
+AMPX_API ampx_status ampx_optimizer_step(ampx_optimizer optimizer);
+
+/** Sets every attached gradient of the optimizer's parameters to zero (the
+ *  gradients stay attached, so an engine's buffers keep their identity). */
+AMPX_API ampx_status ampx_optimizer_zero_grad(ampx_optimizer optimizer);
+
+/** Kinds of per-parameter optimizer state, for ampx_optimizer_state_tensor. */
+typedef enum ampx_optimizer_state {
+  AMPX_STATE_MASTER = 1,         /**< fp32 master weights (the parameter
+                                      itself when it is F32) */
+  AMPX_STATE_MOMENTUM = 2,       /**< SGD momentum buffer / Adam exp_avg */
+  AMPX_STATE_EXP_AVG_SQ = 3,     /**< Adam exp_avg_sq */
+  AMPX_STATE_MAX_EXP_AVG_SQ = 4  /**< Adam max_exp_avg_sq (amsgrad) */
+} ampx_optimizer_state;
+
+/** *out receives a new reference to one state tensor of `param` (same
+ *  shape as the parameter, F32). Writing to it changes the optimizer's
+ *  state. Errors: INVALID_ARGUMENT when `param` is not a parameter of this
+ *  optimizer; NOT_SUPPORTED when this optimizer has no such state (SGD
+ *  without momentum has no momentum buffer). */
+AMPX_API ampx_status ampx_optimizer_state_tensor(ampx_optimizer optimizer, ampx_tensor param,
+                                                 ampx_optimizer_state kind, ampx_tensor *out);
+
+/** Number of steps `param` has taken (skipped steps do not count).
+ *  Synchronizes with the device. */
+AMPX_API ampx_status ampx_optimizer_param_steps(ampx_optimizer optimizer, ampx_tensor param,
+                                                int64_t *steps);
+
+/** Size in bytes of the optimizer's serialised state (hyperparameters,
+ *  groups and learning rates, step counts, masters, moments). */
+AMPX_API ampx_status ampx_optimizer_state_size(ampx_optimizer optimizer, size_t *bytes);
+
+/** Serialises the optimizer's state into `buffer` of exactly `bytes` bytes
+ *  (ampx_optimizer_state_size). Synchronizes with the device. The format is
+ *  versioned and checksummed. */
+AMPX_API ampx_status ampx_optimizer_save_state(ampx_optimizer optimizer, void *buffer,
+                                               size_t bytes);
+
+/** Restores state saved by ampx_optimizer_save_state into an optimizer of
+ *  the same kind over parameters of the same shapes and types, in the same
+ *  groups. Everything is validated before anything changes: a corrupt,
+ *  truncated or mismatching buffer gives AMPX_ERR_CORRUPT (or SHAPE/DTYPE
+ *  naming the parameter) and leaves the optimizer as it was. F16/BF16
+ *  parameters are rewritten from the restored masters. */
+AMPX_API ampx_status ampx_optimizer_load_state(ampx_optimizer optimizer, const void *buffer,
+                                               size_t bytes);
+
+/* ========================================================================== */
+/* 7. Loss scaling                                                            */
+/* ========================================================================== */
+
+/* A dynamic loss scaler, after torch.amp.GradScaler. The loop is:
+ *   loss' = loss * scale  (ampx_scaler_scale_loss, or seed your own backward
+ *                          with ampx_scaler_scale_tensor)
+ *   backward -> scaled gradients
+ *   ampx_scaler_unscale(s, opt)   optional: needed before clipping
+ *   ampx_scaler_step(s, opt)      unscales if needed, skips the step on the
+ *                                 device when a gradient is inf/NaN
+ *   ampx_scaler_update(s)         grows or backs off the scale
+ * Per optimizer the scaler tracks READY -> UNSCALED -> STEPPED; update
+ * returns all to READY. Calls out of this order fail with AMPX_ERR_ORDER and
+ * a message that says what to call instead. The scale, growth tracker,
+ * found-inf flags and counters live in device memory: nothing here waits for
+ * the device except the calls that say they synchronize.
+ *
+ * Beyond torch: F16 and BF16 gradients are unscaled into fp32 (kept by the
+ * optimizer; the low-precision gradient tensor is left as it was, since
+ * unscaling in place would underflow); optional hysteresis and scale bounds;
+ * counters. A disabled scaler is a transparent pass-through: scale 1, step =
+ * ampx_optimizer_step, update does nothing.
+ *
+ * An optimizer is attached to the first scaler it is used with (or
+ * explicitly with ampx_scaler_attach) and cannot change scalers. */
+typedef struct ampx_scaler_s *ampx_scaler;
+
+typedef struct ampx_scaler_options {
+  size_t struct_size;      /**< sizeof(ampx_scaler_options) */
+  double init_scale;       /**< default 65536; finite, > 0 */
+  double growth_factor;    /**< default 2; > 1 */
+  double backoff_factor;   /**< default 0.5; in (0, 1) */
+  int32_t growth_interval; /**< default 2000; >= 1 */
+  int32_t enabled;         /**< default 1 */
+  int32_t hysteresis;      /**< default 1 (back off on every overflow, as
+                                torch); N: back off only at the Nth
+                                consecutive overflowing update, then at every
+                                further consecutive one; a clean update
+                                restores the allowance */
+  double min_scale;        /**< default 0 (none): backoff never goes below */
+  double max_scale;        /**< default 0 (none): growth never goes above */
+} ampx_scaler_options;
+
+#define AMPX_SCALER_OPTIONS_INIT \
+  { sizeof(ampx_scaler_options), 65536.0, 2.0, 0.5, 2000, 1, 1, 0.0, 0.0 }
+
+/** Default options (same as AMPX_SCALER_OPTIONS_INIT). */
+AMPX_API ampx_scaler_options ampx_scaler_options_default(void);
+
+/** Creates a scaler on `ctx` (`options` NULL = defaults).
+ *  Errors: INVALID_ARGUMENT naming the bad option (growth <= 1, backoff
+ *  outside (0,1), interval < 1, scale not finite or <= 0, hysteresis < 1,
+ *  min/max negative or min > max, init outside [min, max]). */
+AMPX_API ampx_status ampx_scaler_create(ampx_context ctx, const ampx_scaler_options *options,
+                                        ampx_scaler *out);
+
+/** Releases the caller's reference (optimizers attached to the scaler keep
+ *  it alive). NULL is a no-op. Any thread (see the rules at the top). */
+AMPX_API void ampx_scaler_release(ampx_scaler scaler);
+
+/** Attaches `optimizer` to `scaler` before its first use, so that misuse in
+ *  the very first iteration (clipping or stepping still-scaled gradients) is
+ *  detected too. Attaching again to the same scaler is a no-op; to another
+ *  scaler is AMPX_ERR_INVALID_ARGUMENT. */
+AMPX_API ampx_status ampx_scaler_attach(ampx_scaler scaler, ampx_optimizer optimizer);
+
+/** *out receives a new tensor holding loss * scale (F32, loss's shape).
+ *  `loss` must be a floating tensor of the scaler's context. Disabled
+ *  scaler: a copy of loss in F32. */
+AMPX_API ampx_status ampx_scaler_scale_loss(ampx_scaler scaler, ampx_tensor loss,
+                                            ampx_tensor *out);
+
+/** *out receives a new reference to the one-element F32 tensor on the
+ *  device that holds the current scale, for programs that seed their own
+ *  backward pass with it. Treat it as read-only; it changes at each update. */
+AMPX_API ampx_status ampx_scaler_scale_tensor(ampx_scaler scaler, ampx_tensor *out);
+
+/** The current scale. Synchronizes with the device. 1 when disabled. */
+AMPX_API ampx_status ampx_scaler_get_scale(ampx_scaler scaler, double *scale);
+
+/** Divides the gradients of `optimizer`'s parameters by the scale: F32
+ *  gradients in place; F16/BF16 gradients into fp32 buffers that the
+ *  optimizer's next step and clipping use. Records whether any unscaled
+ *  value is inf/NaN (the gradients are unscaled even then).
+ *  Errors: ORDER when already unscaled or stepped since the last update.
+ *  Disabled scaler: does nothing. */
+AMPX_API ampx_status ampx_scaler_unscale(ampx_scaler scaler, ampx_optimizer optimizer);
+
+/** Unscales first if that has not been done since the last update, then
+ *  takes the optimizer step unless an inf/NaN was found -- decided on the
+ *  device: a skipped step changes no parameter, master, moment or step
+ *  count. Errors: ORDER when already stepped since the last update.
+ *  Disabled scaler: exactly ampx_optimizer_step. */
+AMPX_API ampx_status ampx_scaler_step(ampx_scaler scaler, ampx_optimizer optimizer);
+
+/** Ends the iteration: combines the found-inf flags of every optimizer
+ *  stepped since the last update (logical OR), then backs off or grows the
+ *  scale (see ampx_scaler_options), and returns every optimizer to READY.
+ *  Errors: ORDER when no optimizer was stepped since the last update. */
+AMPX_API ampx_status ampx_scaler_update(ampx_scaler scaler);
+
+/** As ampx_scaler_update, but sets the scale to `new_scale` (finite, > 0)
+ *  instead of applying the growth/backoff rule; the growth tracker is left
+ *  as it is (torch's update(new_scale)). */
+AMPX_API ampx_status ampx_scaler_update_to(ampx_scaler scaler, double new_scale);
+
+/** *found receives 1 when the last unscale of `optimizer`'s gradients since
+ *  the last update found an inf/NaN, else 0. Synchronizes.
+ *  Errors: ORDER when the optimizer was not unscaled since the last update. */
+AMPX_API ampx_status ampx_scaler_found_inf(ampx_scaler scaler, ampx_optimizer optimizer,
+                                           int32_t *found);
+
+/** *taken receives 1 if the optimizer's most recent step (through a scaler
+ *  or not) was taken, 0 if it was skipped for inf/NaN gradients.
+ *  Synchronizes. Errors: ORDER before any step. */
+AMPX_API ampx_status ampx_optimizer_last_step_taken(ampx_optimizer optimizer, int32_t *taken);
+
+/** Counters since creation (or since they were restored). */
+typedef struct ampx_scaler_counters {
+  size_t struct_size; /**< set by the caller */
+  int64_t updates;    /**< update calls */
+  int64_t skipped;    /**< updates whose iteration had inf/NaN gradients */
+  int64_t backoffs;   /**< times the scale was lowered */
+  int64_t growths;    /**< times the scale was raised */
+} ampx_scaler_counters;
+
+#define AMPX_SCALER_COUNTERS_INIT { sizeof(ampx_scaler_counters), 0, 0, 0, 0 }
+
+/** Fills *counters (fields up to its struct_size). Synchronizes. */
+AMPX_API ampx_status ampx_scaler_get_counters(ampx_scaler scaler,
+                                              ampx_scaler_counters *counters);
+
+/** The scaler's persistent state (torch's GradScaler.state_dict() plus
+ *  ampx's extras). */
+typedef struct ampx_scaler_state {
+  size_t struct_size; /**< set by the caller */
+  double scale;
+  double growth_factor;
+  double backoff_factor;
+  int32_t growth_interval;
+  int32_t growth_tracker;
+  int32_t hysteresis;
+  int32_t hysteresis_left;
+  double min_scale;
+  double max_scale;
+  ampx_scaler_counters counters;
+} ampx_scaler_state;
+
+/** Reads the whole state (synchronizes). Typically saved with a checkpoint. */
+AMPX_API ampx_status ampx_scaler_get_state(ampx_scaler scaler, ampx_scaler_state *state);
+
+/** Restores a state from ampx_scaler_get_state; validated like the options
+ *  (nothing changes on error). Only allowed between iterations (every
+ *  optimizer READY), else AMPX_ERR_ORDER. */
+AMPX_API ampx_status ampx_scaler_set_state(ampx_scaler scaler, const ampx_scaler_state *state);
+
+/* ========================================================================== */
+/* 8. Gradient clipping and diagnostics                                       */
+/* ========================================================================== */
+
+/** Clips the gradients of `optimizer`'s parameters by their total norm
+ *  (torch.nn.utils.clip_grad_norm_): total = norm of all gradients together
+ *  (norm_type 2, or INFINITY for the max norm); every gradient is multiplied
+ *  by min(max_norm / (total + 1e-6), 1) -- computed on the device, no sync.
+ *  `total_norm` (may be NULL) receives a new one-element F32 tensor holding
+ *  the total. With error_if_nonfinite, a non-finite total fails with
+ *  AMPX_ERR_INVALID_ARGUMENT and clips nothing (this synchronizes).
+ *  Refused with AMPX_ERR_ORDER while the gradients are still multiplied by
+ *  a loss scale (call ampx_scaler_unscale first): clipping scaled gradients
+ *  silently clips far too hard. */
+AMPX_API ampx_status ampx_clip_grad_norm(ampx_optimizer optimizer, double max_norm,
+                                         double norm_type, int32_t error_if_nonfinite,
+                                         ampx_tensor *total_norm);
+
+/** Clamps every gradient element to [-clip_value, clip_value]
+ *  (torch.nn.utils.clip_grad_value_). Refused like ampx_clip_grad_norm while
+ *  the gradients are scaled. */
+AMPX_API ampx_status ampx_clip_grad_value(ampx_optimizer optimizer, double clip_value);
+
+/** One parameter whose gradient holds non-finite values. */
+typedef struct ampx_nonfinite_grad {
+  ampx_tensor param; /**< borrowed */
+  const char *name;  /**< the parameter's name, borrowed ("" if unnamed) */
+  int64_t nan_count;
+  int64_t inf_count;
+} ampx_nonfinite_grad;
+
+/** Finds the parameters of `optimizer` whose gradients (as the next step
+ *  would use them: unscaled copies where they exist) hold NaN or inf, in
+ *  parameter order. Writes up to `capacity` entries to `entries` (may be
+ *  NULL when capacity is 0) and the total number of such parameters to
+ *  *found. Synchronizes. Borrowed pointers stay valid until the next call
+ *  that changes the optimizer or the names. */
+AMPX_API ampx_status ampx_find_nonfinite_grads(ampx_optimizer optimizer,
+                                               ampx_nonfinite_grad *entries, size_t capacity,
+                                               size_t *found);
 
 #ifdef __cplusplus
 } /* extern "C" */

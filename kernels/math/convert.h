@@ -10,6 +10,8 @@
 //    and the vectorised paths agree bit for bit;
 //  - double -> f16/bf16 rounds once (via round-to-odd to float, which is
 //    exact for targets of at most 22 significant bits);
+//  - i64 -> f32/f16/bf16 rounds once too (via round-to-odd to double), and
+//    i32 -> anything is exact in double before its single rounding;
 //  - floating -> integer truncates toward zero, saturates, and maps NaN to 0.
 #pragma once
 
@@ -122,6 +124,25 @@ AMPX_HD float double_to_float_round_odd(double d) {
 AMPX_HD uint16_t double_to_half(double d) { return float_to_half(double_to_float_round_odd(d)); }
 AMPX_HD uint16_t double_to_bf16(double d) { return float_to_bf16(double_to_float_round_odd(d)); }
 
+// An int64 can have 64 significant bits, a double 53. Converting it to double
+// rounds once, and rounding that double again to float could land on a tie
+// the integer was not on: 2^60 + 2^36 + 1 becomes the double 2^60 + 2^36, a
+// float tie that goes down to even, though the integer is above it. Rounding
+// to odd (truncate, then set the lowest bit if anything was lost) keeps what
+// the second rounding needs; at most 11 bits are ever dropped.
+AMPX_HD double int64_to_double_round_odd(int64_t v) {
+  uint64_t magnitude = v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+  uint64_t lost = 0;
+  double scale = 1.0;
+  while (magnitude >> 53) {
+    lost |= magnitude & 1u;
+    magnitude >>= 1;
+    scale *= 2.0;
+  }
+  const double m = static_cast<double>(magnitude | lost) * scale;
+  return v < 0 ? -m : m;
+}
+
 AMPX_HD int32_t double_to_i32(double d) {
   if (d != d) return 0;
   if (d >= 2147483647.0) return INT32_MAX;
@@ -186,6 +207,8 @@ template <int Dst, int Src>
 AMPX_HD storage_t<Dst> convert_value(storage_t<Src> v) {
   if constexpr (Dst == Src) return v;
   else if constexpr (is_floating_dtype<Src>) return store_float<Dst>(load_float<Src>(v));
+  else if constexpr (Src == AMPX_I64 && is_floating_dtype<Dst>)
+    return store_double<Dst>(int64_to_double_round_odd(v));
   else return store_double<Dst>(static_cast<double>(v));
 }
 

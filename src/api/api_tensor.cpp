@@ -254,3 +254,36 @@ ampx_status ampx_tensor_context(ampx_tensor tensor, ampx_context* ctx) {
 }
 
 }  // extern "C"
+
+extern "C" {
+
+ampx_status ampx_tensor_set_grad(ampx_tensor tensor, ampx_tensor grad) {
+  return guard(__func__, [&] {
+    Tensor& t = tensor_arg(tensor, "tensor");
+    Tensor* g = grad ? &tensor_arg(grad, "grad") : nullptr;
+    if (g) {
+      if (g == &t) fail(AMPX_ERR_INVALID_ARGUMENT, "a tensor cannot be its own gradient");
+      if (g->ctx != t.ctx)
+        fail(AMPX_ERR_DEVICE, "'grad' belongs to a different context than 'tensor'");
+      if (g->numel() != t.numel())
+        fail(AMPX_ERR_SHAPE, "'grad' is ", g->describe(), " but 'tensor' is ", t.describe(),
+             "; a gradient has the tensor's number of elements");
+      if (!is_floating(g->dtype))
+        fail(AMPX_ERR_DTYPE, "'grad' is ", g->describe(), "; gradients are f32, f16 or bf16");
+      g->retain();
+    }
+    Tensor* old = t.grad;
+    t.grad = g;
+    if (old) old->release();
+  });
+}
+
+ampx_status ampx_tensor_grad(ampx_tensor tensor, ampx_tensor* grad) {
+  return guard(__func__, [&] {
+    Tensor& t = tensor_arg(tensor, "tensor");
+    require_pointer(grad, "grad");
+    *grad = t.grad ? to_handle(t.grad) : nullptr;
+  });
+}
+
+}  // extern "C"

@@ -55,12 +55,19 @@ inline Context& context_arg(ampx_context handle, const char* arg) {
   fail(AMPX_ERR_STALE_HANDLE, "argument '", arg, "' is not an ampx_context");
 }
 
+// Checks a handle of an Object type T (with kLiveMagic/kDeadMagic).
+template <class T, class Handle>
+T& object_arg(Handle handle, const char* arg, const char* type_name) {
+  auto* object = reinterpret_cast<Object*>(require_pointer(handle, arg));
+  if (object->magic == T::kLiveMagic) return *static_cast<T*>(object);
+  if (object->magic == T::kDeadMagic)
+    fail(AMPX_ERR_STALE_HANDLE, "argument '", arg, "' is ", type_name,
+         " that was already released");
+  fail(AMPX_ERR_STALE_HANDLE, "argument '", arg, "' is not ", type_name);
+}
+
 inline Tensor& tensor_arg(ampx_tensor handle, const char* arg) {
-  auto* tensor = reinterpret_cast<Tensor*>(require_pointer(handle, arg));
-  if (tensor->magic == Tensor::kLiveMagic) return *tensor;
-  if (tensor->magic == Tensor::kDeadMagic)
-    fail(AMPX_ERR_STALE_HANDLE, "argument '", arg, "' is a tensor that was already released");
-  fail(AMPX_ERR_STALE_HANDLE, "argument '", arg, "' is not an ampx_tensor");
+  return object_arg<Tensor>(handle, arg, "an ampx_tensor");
 }
 
 inline DType dtype_arg(ampx_dtype value, const char* arg) {

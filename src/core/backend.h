@@ -15,8 +15,12 @@
 #include <cstdint>
 #include <memory>
 
+#include <vector>
+
 #include "ampx/ampx.h"
 #include "core/dtype.h"
+#include "math/amp.h"
+#include "math/optim.h"
 
 namespace ampx {
 
@@ -30,6 +34,39 @@ class Allocator {
   virtual void deallocate(void* ptr, size_t bytes) = 0;
   // Bytes held from the system, including any cache.
   virtual uint64_t reserved_bytes() const = 0;
+};
+
+// One tensor of a multi-tensor operation: `count` elements of `dtype` at
+// `data` (device memory). Multi-tensor primitives process a whole list in
+// one pass (one launch on a GPU), never one call per tensor.
+struct TensorSpan {
+  void* data;
+  DType dtype;
+  int64_t count;
+};
+
+enum class NormType { L2, Inf };
+
+// One parameter of an optimizer step, with its fp32 state.
+struct OptimParam {
+  void* param;             // the model's weights, of param_dtype
+  DType param_dtype;
+  float* master;           // fp32 master copy; nullptr when param_dtype is F32
+  const void* grad;        // gradient (already unscaled), of grad_dtype
+  DType grad_dtype;
+  float* state0;           // SGD momentum buffer / Adam exp_avg; nullptr if unused
+  float* state1;           // Adam exp_avg_sq
+  float* state2;           // Adam max_exp_avg_sq (amsgrad); nullptr otherwise
+  const int64_t* step;     // device: steps taken by this parameter, this one included
+  int64_t count;
+  int32_t group;
+};
+
+// Device scalars an optimizer step reads; none is read back to the host.
+struct StepScalars {
+  const float* found_inf;     // skip the whole step when *found_inf != 0; may be nullptr
+  const float* lr;            // per param group
+  const float* weight_decay;  // per param group
 };
 
 class Backend {
@@ -64,6 +101,51 @@ class Backend {
 
   // Waits for all enqueued work; reports asynchronous device failures.
   virtual void synchronize() = 0;
+
+  // ---- multi-tensor primitives of mixed-precision training --------------
+  // Scalars passed by pointer live in this backend's device memory.
+
+  // outs[i] = ins[i] * m with m = reciprocal ? reciprocal_scale(*factor)
+  // : *factor, converted to outs[i].dtype (outs[i] may be ins[i] itself).
+  // `outs` may be empty: then nothing is written except found_inf. When
+  // found_inf is not null, *found_inf is set to 1 if any ins[i] * m is not
+  // finite (and never cleared).
+  virtual void multi_tensor_scale(const std::vector<TensorSpan>& ins,
+                                  const std::vector<TensorSpan>& outs, const float* factor,
+                                  bool reciprocal, float* found_inf) = 0;
+
+  // *out = the norm of all elements of all tensors taken together (L2:
+  // sqrt of the sum of squares, accumulated in at least fp32 with fp32
+  // inputs; Inf: max |x|). NaN/inf elements make the result NaN/inf.
+  virtual void multi_tensor_norm(const std::vector<TensorSpan>& tensors, NormType type,
+                                 float* out) = 0;
+
+  // *coef = clip_coefficient(*total_norm, max_norm) (math/amp.h).
+  virtual void clip_coefficient(const float* total_norm, float max_norm, float* coef) = 0;
+
+  // Every element x of every tensor becomes min(max(x, -limit), limit).
+  virtual void multi_tensor_clamp(const std::vector<TensorSpan>& tensors, float limit) = 0;
+
+  // counts[2*i] = NaN elements of tensors[i], counts[2*i+1] = infinities.
+  virtual void multi_tensor_count_nonfinite(const std::vector<TensorSpan>& tensors,
+                                            int64_t* counts) = 0;
+
+  // One scaler update (math::scaler_update, or math::scaler_force when
+  // `force`), with found_inf the OR of *found_infs[i] != 0.
+  virtual void scaler_update(math::ScalerState* state, const std::vector<const float*>& found_infs,
+                             const math::ScalerConfig& config, bool force, float forced_scale) = 0;
+
+  // steps[i] += 1 for i < count, unless *found_inf != 0 (found_inf may be
+  // nullptr: always).
+  virtual void increment_steps(int64_t* steps, int64_t count, const float* found_inf) = 0;
+
+  // One optimizer step over every parameter (math/optim.h), skipped entirely
+  // when *scalars.found_inf != 0. Reads param->step after increment_steps.
+  // F16/BF16 parameters are rewritten from their updated master.
+  virtual void sgd_step(const std::vector<OptimParam>& params, const math::SgdConfig& config,
+                        const StepScalars& scalars) = 0;
+  virtual void adam_step(const std::vector<OptimParam>& params, const math::AdamConfig& config,
+                         const StepScalars& scalars) = 0;
 };
 
 struct BackendOptions {

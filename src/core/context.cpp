@@ -4,7 +4,6 @@
 #include <cstdint>
 
 #include "core/error.h"
-#include "core/tensor.h"
 
 namespace ampx {
 namespace {
@@ -87,7 +86,7 @@ Context* Context::create(const ampx_context_options& options) {
 
 Context::~Context() {
   magic_ = kDeadMagic;
-  for (Tensor* shell : quarantine_) delete shell;
+  for (Object* shell : quarantine_) delete shell;
   // The allocator may hold cached device memory that the backend frees.
   allocator_.reset();
   backend_.reset();
@@ -137,8 +136,8 @@ void Context::reset_peak() {
   stats_.peak_bytes = stats_.current_bytes;
 }
 
-void Context::quarantine(Tensor* shell) {
-  Tensor* evicted = nullptr;
+void Context::quarantine(Object* shell) {
+  Object* evicted = nullptr;
   {
     std::lock_guard<std::mutex> lock(memory_mutex_);
     quarantine_.push_back(shell);

@@ -18,7 +18,17 @@
 
 namespace ampx {
 
-struct Tensor;
+// The base of every object a handle points to (tensors, optimizers,
+// scalers): a type tag checked on every API call, and a reference count.
+struct Object {
+  explicit Object(uint64_t live_magic) : magic(live_magic) {}
+  virtual ~Object() = default;
+  Object(const Object&) = delete;
+  Object& operator=(const Object&) = delete;
+
+  uint64_t magic;
+  std::atomic<int64_t> refs{1};
+};
 
 struct MemoryStats {
   uint64_t current_bytes = 0;
@@ -62,9 +72,10 @@ class Context {
   MemoryStats memory_stats();
   void reset_peak();
 
-  // Keeps a released tensor's shell (marked dead) for a while so that a use
-  // after release is reported instead of reading freed memory.
-  void quarantine(Tensor* shell);
+  // Keeps a released object's shell (its magic already marked dead) for a
+  // while, so that a use after release is reported instead of reading freed
+  // memory. The shell is deleted later, or with the context.
+  void quarantine(Object* shell);
 
  private:
   Context() = default;
@@ -79,7 +90,7 @@ class Context {
 
   std::mutex memory_mutex_;
   MemoryStats stats_;
-  std::deque<Tensor*> quarantine_;
+  std::deque<Object*> quarantine_;
 };
 
 }  // namespace ampx

@@ -49,9 +49,10 @@ void convert_bulk_with(CpuIsa isa, void* dst, DType dst_type, const void* src,
                        DType src_type, int64_t count);
 
 // The bit pattern of `value` converted to `type` by convert.h's store_double
-// (round to nearest even once; integers truncate, saturate, NaN -> 0), in the
-// low dtype_size(type) bytes of the result, the rest zero. Copying those low
-// bytes of the (little-endian) result gives one element; fill uses it.
+// (round to nearest even once; integers truncate, saturate, NaN -> 0), as an
+// unsigned integer zero-extended from dtype_size(type) bytes (an i32 of -1 is
+// 0xffffffff). On a little-endian host its first dtype_size(type) bytes are
+// the element, which is how fill uses it.
 uint64_t element_bits_from_double(DType type, double value);
 
 }  // namespace ampx

@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <cstring>
 #include <limits>
 #include <sstream>
 
@@ -91,11 +92,31 @@ void Tensor::release() {
   storage.reset();
   name.clear();
   name.shrink_to_fit();
+  Tensor* old_grad = grad;
+  grad = nullptr;
+  if (old_grad) old_grad->release();
   owner->quarantine(this);
   owner->release();
 }
 
+Tensor::~Tensor() = default;
+
 std::string Tensor::describe() const { return cat(dtype_name(dtype), shape.str()); }
+
+Shape vector_shape(int64_t count) {
+  Shape shape;
+  shape.ndim = 1;
+  shape.dims[0] = count;
+  return shape;
+}
+
+Tensor* make_filled_f32(Context& ctx, const Shape& shape, float value) {
+  TensorRef t(Tensor::empty(ctx, DType::F32, shape));
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  if (t->numel() > 0) ctx.backend().fill(t->data(), 4, bits, t->numel());
+  return t.take();
+}
 
 const char* dtype_name(DType t) {
   switch (t) {

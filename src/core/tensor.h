@@ -59,9 +59,12 @@ class Storage {
   void* release_arg_ = nullptr;
 };
 
-struct Tensor {
+struct Tensor : Object {
   static constexpr uint64_t kLiveMagic = 0x414d50582d54534eull;  // "AMPX-TSN"
   static constexpr uint64_t kDeadMagic = 0x646561642d74736eull;  // "dead-tsn"
+
+  Tensor() : Object(kLiveMagic) {}
+  ~Tensor() override;
 
   // Takes over one reference to ctx's caller: the tensor retains `ctx`.
   static Tensor* create(Context& ctx, DType dtype, const Shape& shape,
@@ -76,13 +79,56 @@ struct Tensor {
   void* data() const { return storage->data(); }
   std::string describe() const;  // "f16[2, 3]"
 
-  uint64_t magic = kLiveMagic;
-  std::atomic<int64_t> refs{1};
   Context* ctx = nullptr;
   DType dtype = DType::F32;
   Shape shape;
   std::shared_ptr<Storage> storage;
   std::string name;
+  Tensor* grad = nullptr;  // retained; see ampx_tensor_set_grad
 };
+
+// Owns one reference to a tensor: internal code builds new objects with
+// these so that a failure half-way releases everything it made.
+class TensorRef {
+ public:
+  TensorRef() = default;
+  explicit TensorRef(Tensor* t) : t_(t) {}
+  ~TensorRef() { reset(); }
+  TensorRef(TensorRef&& other) noexcept : t_(other.t_) { other.t_ = nullptr; }
+  TensorRef& operator=(TensorRef&& other) noexcept {
+    if (this != &other) {
+      reset();
+      t_ = other.t_;
+      other.t_ = nullptr;
+    }
+    return *this;
+  }
+  TensorRef(const TensorRef&) = delete;
+  TensorRef& operator=(const TensorRef&) = delete;
+
+  Tensor* get() const { return t_; }
+  Tensor* operator->() const { return t_; }
+  Tensor& operator*() const { return *t_; }
+  explicit operator bool() const { return t_ != nullptr; }
+  // Hands the reference to the caller.
+  Tensor* take() {
+    Tensor* t = t_;
+    t_ = nullptr;
+    return t;
+  }
+  void reset() {
+    if (t_) t_->release();
+    t_ = nullptr;
+  }
+
+ private:
+  Tensor* t_ = nullptr;
+};
+
+// A one-dimensional shape.
+Shape vector_shape(int64_t count);
+
+// A new F32 tensor of `shape` with every element `value`.
+Tensor* make_filled_f32(Context& ctx, const Shape& shape, float value);
 
 }  // namespace ampx

@@ -12,10 +12,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/convert_bulk.h"
@@ -33,6 +35,16 @@ using ampx::DType;
 constexpr DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64};
 constexpr CpuIsa kAllIsas[] = {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512};
 
+std::string hex(uint64_t v) {
+  static const char digits[] = "0123456789abcdef";
+  std::string s;
+  do {
+    s.insert(s.begin(), digits[v & 15]);
+    v >>= 4;
+  } while (v);
+  return "0x" + s;
+}
+
 uint32_t bits_of(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
@@ -44,6 +56,9 @@ float float_of(uint32_t u) {
   std::memcpy(&f, &u, sizeof f);
   return f;
 }
+
+// doctest would print a const char* as a pointer.
+std::string name(CpuIsa isa) { return ampx::cpu_isa_name(isa); }
 
 std::vector<CpuIsa> supported_isas() {
   std::vector<CpuIsa> isas;
@@ -317,7 +332,7 @@ TEST_CASE("convert: every f16 and bf16 bit pattern widens exactly and narrows ba
   for (CpuIsa isa : supported_isas()) {
     for (const Format* fmt : {&half_format(), &bf16_format()}) {
       const DType type = fmt == &half_format() ? DType::F16 : DType::BF16;
-      INFO(ampx::cpu_isa_name(isa), " ", fmt->name);
+      INFO(name(isa), " ", fmt->name);
       const std::vector<float> wide = convert<float>(isa, DType::F32, all, type);
       const std::vector<uint16_t> back = convert<uint16_t>(isa, type, wide, DType::F32);
       int64_t wrong_value = 0, wrong_nan = 0, wrong_round_trip = 0;
@@ -350,24 +365,25 @@ TEST_CASE("convert: f32 to f16 and bf16 rounds to nearest even on every boundary
                                       0x7fa5a5a5u, 0xffffffffu, 0x7f802000u, 0x7f810000u};
   for (uint32_t n : nans) values.push_back(float_of(n));
   for (CpuIsa isa : supported_isas()) {
-    INFO(ampx::cpu_isa_name(isa));
+    INFO(name(isa));
     const std::vector<uint16_t> h = convert<uint16_t>(isa, DType::F16, values, DType::F32);
     const std::vector<uint16_t> b = convert<uint16_t>(isa, DType::BF16, values, DType::F32);
     const std::vector<Boundary> cases = boundary_floats();
     for (size_t i = 0; i < cases.size(); ++i) {
-      INFO("value ", cases[i].value, " (float bits 0x", std::hex, bits_of(cases[i].value), ")");
+      INFO("value ", cases[i].value, " (float bits ", hex(bits_of(cases[i].value)), ")");
       CHECK(h[i] == cases[i].f16);
       CHECK(b[i] == cases[i].bf16);
     }
     for (size_t i = cases.size(); i < values.size(); ++i) {
-      INFO("NaN bits 0x", std::hex, bits_of(values[i]));
+      INFO("NaN bits ", hex(bits_of(values[i])));
       CHECK(h[i] == reference_narrow(half_format(), values[i]));
       CHECK(b[i] == reference_narrow(bf16_format(), values[i]));
     }
   }
   // Spot checks of the documented NaN rule itself.
   CHECK(reference_narrow(half_format(), float_of(0x7f800001u)) == 0x7e00);
-  CHECK(reference_narrow(half_format(), float_of(0xffa02000u)) == 0xfe01);
+  CHECK(reference_narrow(half_format(), float_of(0xff802000u)) == 0xfe01);
+  CHECK(reference_narrow(half_format(), float_of(0x7fa02000u)) == 0x7f01);
   CHECK(reference_narrow(bf16_format(), float_of(0x7f810000u)) == 0x7fc1);
 }
 
@@ -379,7 +395,7 @@ TEST_CASE("convert: one million random floats round like the reference") {
     want_b[i] = reference_narrow(bf16_format(), values[i]);
   }
   for (CpuIsa isa : supported_isas()) {
-    INFO(ampx::cpu_isa_name(isa));
+    INFO(name(isa));
     const std::vector<uint16_t> h = convert<uint16_t>(isa, DType::F16, values, DType::F32);
     const std::vector<uint16_t> b = convert<uint16_t>(isa, DType::BF16, values, DType::F32);
     int64_t wrong_h = 0, wrong_b = 0;
@@ -409,11 +425,11 @@ TEST_CASE("convert: doubles round once to f16 and bf16") {
   CHECK(f16(65520.0 - std::ldexp(1.0, -30)) == 0x7bff);
   CHECK(bf16(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40)) == 0x3f81);
   CHECK(bf16(1.0 + 3 * std::ldexp(1.0, -8) - std::ldexp(1.0, -40)) == 0x3f81);
-  CHECK(bf16(std::ldexp(1.0, -134) + std::ldexp(1.0, -200)) == 0x0001);
+  CHECK(bf16(std::ldexp(1.0, -134) + std::ldexp(1.0, -170)) == 0x0001);
   CHECK(bf16(std::ldexp(1.0, -134)) == 0x0000);
   CHECK(bf16(std::ldexp(1.0, -300)) == 0x0000);
   CHECK(bf16(-std::ldexp(1.0, -300)) == 0x8000);
-  CHECK(bf16(std::ldexp(255.5, 120) - std::ldexp(1.0, 60)) == 0x7f7f);  // just below overflow
+  CHECK(bf16(std::ldexp(255.5, 120) - std::ldexp(1.0, 80)) == 0x7f7f);  // just below overflow
   CHECK(bf16(std::ldexp(255.5, 120)) == 0x7f80);
   CHECK(bf16(1e300) == 0x7f80);
   CHECK(f16(-1e300) == 0xfc00);
@@ -502,7 +518,7 @@ TEST_CASE("convert: floating to integer truncates, saturates and maps NaN to 0")
   const std::vector<int32_t> want_b32 = {-1, 0, INT32_MAX, INT32_MIN, 0, 0};
   const std::vector<int64_t> want_b64 = {-1, 0, INT64_MAX, INT64_MIN, 0, 0};
   for (CpuIsa isa : supported_isas()) {
-    INFO(ampx::cpu_isa_name(isa));
+    INFO(name(isa));
     CHECK(convert<int32_t>(isa, DType::I32, f, DType::F32) == want32);
     CHECK(convert<int64_t>(isa, DType::I64, f, DType::F32) == want64);
     CHECK(convert<int32_t>(isa, DType::I32, h, DType::F16) == want_h32);
@@ -553,7 +569,7 @@ TEST_CASE("convert: integers between themselves and to floating types") {
   for (int64_t s : samples) samples32.push_back(static_cast<int32_t>(s));
 
   for (CpuIsa isa : supported_isas()) {
-    INFO(ampx::cpu_isa_name(isa));
+    INFO(name(isa));
     CHECK(convert<int32_t>(isa, DType::I32, wide, DType::I64) == narrow_want);
     CHECK(convert<int64_t>(isa, DType::I64, narrow, DType::I32) == widened_want);
 
@@ -610,7 +626,7 @@ TEST_CASE("convert: all 25 type pairs carry values every type can hold") {
   for (CpuIsa isa : supported_isas()) {
     for (DType src : kAllTypes) {
       for (DType dst : kAllTypes) {
-        INFO(ampx::cpu_isa_name(isa), " from type ", static_cast<int>(src), " to type ",
+        INFO(name(isa), " from type ", static_cast<int>(src), " to type ",
              static_cast<int>(dst));
         const std::vector<unsigned char> in = write(src);
         std::vector<unsigned char> out(values.size() * ampx::dtype_size(dst), 0xee);
@@ -647,7 +663,7 @@ TEST_CASE("convert: every supported ISA matches the scalar path bit for bit") {
 
   const std::vector<CpuIsa> isas = supported_isas();
   MESSAGE("vector paths checked on this CPU: ", isas.size() - 1, " (best: ",
-          ampx::cpu_isa_name(isas.back()), ")");
+          name(isas.back()), ")");
   const unsigned char guard = 0xa5;
   for (DType src : kAllTypes) {
     const std::vector<unsigned char> in = source_bytes(src);
@@ -670,21 +686,17 @@ TEST_CASE("convert: every supported ISA matches the scalar path bit for bit") {
               want = out;
               continue;
             }
-            if (out != want) {
-              size_t at = 0;
-              while (at < out.size() && out[at] == want[at]) ++at;
-              FAIL_CHECK(ampx::cpu_isa_name(isa), " differs from scalar converting type ",
-                         static_cast<int>(src), " to ", static_cast<int>(dst), ", n=", n,
-                         ", offsets ", off.first, "/", off.second, ", first at byte ", at);
-            }
+            size_t at = 0;
+            while (at < out.size() && out[at] == want[at]) ++at;
+            CHECK_MESSAGE(at == out.size(), name(isa), " differs from scalar converting type ",
+                          static_cast<int>(src), " to ", static_cast<int>(dst), ", n=", n,
+                          ", offsets ", off.first, "/", off.second, ", first at byte ", at);
           }
           // Nothing written outside [offset, offset + n * size).
+          const size_t end = static_cast<size_t>(off.second) + static_cast<size_t>(n) * ds;
           bool guards_intact = true;
-          for (size_t i = 0; i < want.size(); ++i) {
-            const bool inside = i >= static_cast<size_t>(off.second) &&
-                                i < static_cast<size_t>(off.second) + static_cast<size_t>(n) * ds;
-            if (!inside && want[i] != guard) guards_intact = false;
-          }
+          for (size_t i = 0; i < static_cast<size_t>(off.second); ++i) guards_intact &= want[i] == guard;
+          for (size_t i = end; i < want.size(); ++i) guards_intact &= want[i] == guard;
           CHECK(guards_intact);
         }
       }
@@ -710,7 +722,7 @@ TEST_CASE("convert: flush-to-zero and denormals-are-zero modes change nothing") 
   } guard;
   _mm_setcsr(guard.saved | 0x8040u);  // FTZ (bit 15) and DAZ (bit 6)
   for (CpuIsa isa : supported_isas()) {
-    INFO(ampx::cpu_isa_name(isa));
+    INFO(name(isa));
     const std::vector<uint16_t> h = convert<uint16_t>(isa, DType::F16, floats, DType::F32);
     const std::vector<uint16_t> b = convert<uint16_t>(isa, DType::BF16, floats, DType::F32);
     const std::vector<float> w = convert<float>(isa, DType::F32, patterns, DType::F16);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "backend/cpu/cpu_amp.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/convert_bulk.h"
 #include "core/error.h"
@@ -87,6 +88,40 @@ class CpuBackend final : public Backend {
   }
 
   void synchronize() override {}
+
+  void multi_tensor_scale(const std::vector<TensorSpan>& ins, const std::vector<TensorSpan>& outs,
+                          const float* factor, bool reciprocal, float* found_inf) override {
+    cpu::multi_tensor_scale(pool_, ins, outs, factor, reciprocal, found_inf);
+  }
+  void multi_tensor_norm(const std::vector<TensorSpan>& tensors, NormType type,
+                         float* out) override {
+    cpu::multi_tensor_norm(pool_, tensors, type, out);
+  }
+  void clip_coefficient(const float* total_norm, float max_norm, float* coef) override {
+    cpu::clip_coefficient(total_norm, max_norm, coef);
+  }
+  void multi_tensor_clamp(const std::vector<TensorSpan>& tensors, float limit) override {
+    cpu::multi_tensor_clamp(pool_, tensors, limit);
+  }
+  void multi_tensor_count_nonfinite(const std::vector<TensorSpan>& tensors,
+                                    int64_t* counts) override {
+    cpu::multi_tensor_count_nonfinite(pool_, tensors, counts);
+  }
+  void scaler_update(math::ScalerState* state, const std::vector<const float*>& found_infs,
+                     const math::ScalerConfig& config, bool force, float forced_scale) override {
+    cpu::scaler_update(state, found_infs, config, force, forced_scale);
+  }
+  void increment_steps(int64_t* steps, int64_t count, const float* found_inf) override {
+    cpu::increment_steps(steps, count, found_inf);
+  }
+  void sgd_step(const std::vector<OptimParam>& params, const math::SgdConfig& config,
+                const StepScalars& scalars) override {
+    cpu::sgd_step(pool_, params, config, scalars);
+  }
+  void adam_step(const std::vector<OptimParam>& params, const math::AdamConfig& config,
+                 const StepScalars& scalars) override {
+    cpu::adam_step(pool_, params, config, scalars);
+  }
 
  private:
   template <class T>

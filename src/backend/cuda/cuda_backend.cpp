@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "fill_convert.cuh"
@@ -128,8 +129,8 @@ class CudaBackend final : public Backend {
       case cudaMemoryTypeUnregistered:
         break;
     }
-    fail(AMPX_ERR_DEVICE, what, " (", ptr, ") is host memory (not allocated by CUDA); a context on ",
-         "CUDA device ", device_->index, " needs memory of that device");
+    fail(AMPX_ERR_DEVICE, what, " (", ptr, ") is host memory (not allocated by CUDA); a context ",
+         "on CUDA device ", device_->index, " needs memory of that device");
   }
 
   // backend.h promises that the host copies have completed on return, so the
@@ -177,7 +178,42 @@ class CudaBackend final : public Backend {
     check(cudaStreamSynchronize(device_->stream), "cudaStreamSynchronize");
   }
 
+  // The multi-tensor kernels of mixed-precision training are not written for
+  // CUDA yet; until they are, these fail cleanly instead of falling back to
+  // a host round trip that would break the no-sync rule.
+  void multi_tensor_scale(const std::vector<TensorSpan>&, const std::vector<TensorSpan>&,
+                          const float*, bool, float*) override {
+    not_yet("multi_tensor_scale");
+  }
+  void multi_tensor_norm(const std::vector<TensorSpan>&, NormType, float*) override {
+    not_yet("multi_tensor_norm");
+  }
+  void clip_coefficient(const float*, float, float*) override { not_yet("clip_coefficient"); }
+  void multi_tensor_clamp(const std::vector<TensorSpan>&, float) override {
+    not_yet("multi_tensor_clamp");
+  }
+  void multi_tensor_count_nonfinite(const std::vector<TensorSpan>&, int64_t*) override {
+    not_yet("multi_tensor_count_nonfinite");
+  }
+  void scaler_update(math::ScalerState*, const std::vector<const float*>&,
+                     const math::ScalerConfig&, bool, float) override {
+    not_yet("scaler_update");
+  }
+  void increment_steps(int64_t*, int64_t, const float*) override { not_yet("increment_steps"); }
+  void sgd_step(const std::vector<OptimParam>&, const math::SgdConfig&,
+                const StepScalars&) override {
+    not_yet("sgd_step");
+  }
+  void adam_step(const std::vector<OptimParam>&, const math::AdamConfig&,
+                 const StepScalars&) override {
+    not_yet("adam_step");
+  }
+
  private:
+  [[noreturn]] static void not_yet(const char* primitive) {
+    fail(AMPX_ERR_NOT_SUPPORTED, primitive, " is not implemented on the CUDA backend yet");
+  }
+
   std::shared_ptr<const CudaDevice> device_;
 };
 
@@ -187,13 +223,19 @@ int device_attribute(cudaDeviceAttr attribute, int32_t device) {
   return value;
 }
 
-// Fails unless `stream` belongs to `device`: work enqueued on another
-// device's stream would not see this device's memory.
+// Fails when `stream` belongs to another device: work enqueued there would
+// not see this device's memory. Where the question cannot be asked safely the
+// caller is trusted: runtimes before 12.8 have no cudaStreamGetDevice, older
+// drivers do not implement it, and on a stream being captured into a graph
+// some drivers reject it and invalidate the host's capture.
 void check_stream_device(cudaStream_t stream, int32_t device) {
+#if CUDART_VERSION >= 12080
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing(cuda_stream)");
+  if (capture != cudaStreamCaptureStatusNone) return;
   int stream_device = -1;
   const cudaError_t status = cudaStreamGetDevice(stream, &stream_device);
   if (status == cudaErrorCallRequiresNewerDriver) {
-    // A driver older than the runtime cannot tell; trust the caller.
     cudaGetLastError();
     return;
   }
@@ -202,6 +244,10 @@ void check_stream_device(cudaStream_t stream, int32_t device) {
     fail(AMPX_ERR_DEVICE, "cuda_stream belongs to CUDA device ", stream_device,
          ", but the context is on CUDA device ", device);
   }
+#else
+  static_cast<void>(stream);
+  static_cast<void>(device);
+#endif
 }
 
 }  // namespace

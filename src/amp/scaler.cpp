@@ -1,0 +1,195 @@
+#include "amp/scaler.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+
+#include "core/error.h"
+#include "optim/optimizer.h"
+
+namespace ampx {
+namespace {
+
+static_assert(sizeof(math::ScalerState) % sizeof(int32_t) == 0, "ScalerState is whole int32s");
+static_assert(offsetof(math::ScalerState, scale) == 0, "the scale tensor aliases the first field");
+
+void check_scale_value(double value, const char* name) {
+  if (!(value > 0.0) || !(value <= FLT_MAX))
+    fail(AMPX_ERR_INVALID_ARGUMENT, name, " is ", value,
+         "; it must be finite and > 0 (and representable as float)");
+}
+
+}  // namespace
+
+void validate_scaler_options(const ScalerOptions& o) {
+  check_scale_value(o.init_scale, "init_scale");
+  if (!(o.growth_factor > 1.0) || !std::isfinite(o.growth_factor))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "growth_factor is ", o.growth_factor, "; it must be > 1");
+  if (!(o.backoff_factor > 0.0 && o.backoff_factor < 1.0))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "backoff_factor is ", o.backoff_factor,
+         "; it must be in (0, 1)");
+  if (o.growth_interval < 1)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "growth_interval is ", o.growth_interval, "; it must be >= 1");
+  if (o.hysteresis < 1)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "hysteresis is ", o.hysteresis, "; it must be >= 1");
+  if (!(o.min_scale >= 0.0) || !(o.min_scale <= FLT_MAX))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "min_scale is ", o.min_scale, "; use 0 for none or a finite value");
+  if (!(o.max_scale >= 0.0) || !(o.max_scale <= FLT_MAX))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "max_scale is ", o.max_scale, "; use 0 for none or a finite value");
+  if (o.max_scale > 0.0 && o.min_scale > o.max_scale)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "min_scale ", o.min_scale, " is above max_scale ", o.max_scale);
+  if (o.init_scale < o.min_scale || (o.max_scale > 0.0 && o.init_scale > o.max_scale))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "init_scale ", o.init_scale, " is outside [min_scale ",
+         o.min_scale, ", max_scale ", o.max_scale, "]");
+}
+
+Scaler::Scaler(Context& ctx, const ScalerOptions& options)
+    : Object(kLiveMagic), ctx_(&ctx), options_(options) {
+  ctx.retain();
+}
+
+Scaler::~Scaler() = default;
+
+Scaler* Scaler::create(Context& ctx, const ScalerOptions& options) {
+  validate_scaler_options(options);
+  TensorRef state(Tensor::empty(ctx, DType::I32,
+                                vector_shape(sizeof(math::ScalerState) / sizeof(int32_t))));
+  TensorRef scale(Tensor::create(ctx, DType::F32, vector_shape(1), state->storage));
+  math::ScalerState initial{};
+  initial.scale = options.enabled ? static_cast<float>(options.init_scale) : 1.0f;
+  initial.hysteresis_left = options.hysteresis;
+  ctx.backend().copy_from_host(state->data(), &initial, sizeof initial);
+  auto* scaler = new Scaler(ctx, options);
+  scaler->state_ = state.take();
+  scaler->scale_ = scale.take();
+  return scaler;
+}
+
+void Scaler::release() {
+  if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  magic = kDeadMagic;
+  release_tensor(state_);
+  release_tensor(scale_);
+  Context& ctx = *ctx_;
+  ctx.quarantine(this);
+  ctx.release();
+}
+
+math::ScalerConfig Scaler::config() const {
+  math::ScalerConfig c{};
+  c.growth_factor = options_.growth_factor;
+  c.backoff_factor = options_.backoff_factor;
+  c.growth_interval = options_.growth_interval;
+  c.hysteresis = options_.hysteresis;
+  c.min_scale = static_cast<float>(options_.min_scale);
+  c.max_scale = static_cast<float>(options_.max_scale);
+  return c;
+}
+
+void Scaler::attach(Optimizer& optimizer) {
+  if (optimizer.scaler == this) return;
+  if (optimizer.scaler)
+    fail(AMPX_ERR_INVALID_ARGUMENT,
+         "the optimizer is already attached to another scaler; an optimizer belongs to one scaler");
+  if (&optimizer.context() != ctx_)
+    fail(AMPX_ERR_DEVICE, "the optimizer belongs to a different context than the scaler");
+  retain();
+  optimizer.scaler = this;
+  optimizer.amp_state = AmpState::Ready;
+}
+
+Tensor* Scaler::scale_loss(const Tensor& loss) {
+  if (loss.ctx != ctx_) fail(AMPX_ERR_DEVICE, "'loss' belongs to a different context than the scaler");
+  if (!is_floating(loss.dtype))
+    fail(AMPX_ERR_DTYPE, "'loss' is ", loss.describe(), "; a loss is f32, f16 or bf16");
+  TensorRef out(Tensor::empty(*ctx_, DType::F32, loss.shape));
+  const TensorSpan in{loss.data(), loss.dtype, loss.numel()};
+  const TensorSpan result{out->data(), DType::F32, out->numel()};
+  // A disabled scaler's device scale is 1, so this is a plain f32 copy.
+  ctx_->backend().multi_tensor_scale({in}, {result}, static_cast<const float*>(scale_->data()),
+                                     false, nullptr);
+  return out.take();
+}
+
+void Scaler::unscale(Optimizer& optimizer) {
+  if (!options_.enabled) return;
+  attach(optimizer);
+  if (optimizer.amp_state == AmpState::Unscaled)
+    fail(AMPX_ERR_ORDER,
+         "this optimizer's gradients were already unscaled since the last update; unscale once "
+         "per iteration (unscale, [clip], step, update)");
+  if (optimizer.amp_state == AmpState::Stepped)
+    fail(AMPX_ERR_ORDER,
+         "unscale after step: this optimizer already stepped in this iteration; call "
+         "ampx_scaler_update before unscaling the next iteration's gradients");
+  std::vector<TensorSpan> ins, outs;
+  optimizer.prepare_unscale(ins, outs);
+  Backend& backend = ctx_->backend();
+  float* found_inf = static_cast<float*>(optimizer.found_inf().data());
+  backend.fill(found_inf, 4, 0, 1);
+  backend.multi_tensor_scale(ins, outs, static_cast<const float*>(scale_->data()), true, found_inf);
+  optimizer.mark_unscaled(true);
+  optimizer.amp_state = AmpState::Unscaled;
+  if (std::find(active_.begin(), active_.end(), &optimizer) == active_.end())
+    active_.push_back(&optimizer);
+}
+
+void Scaler::step(Optimizer& optimizer) {
+  if (!options_.enabled) {
+    optimizer.step(nullptr);
+    return;
+  }
+  attach(optimizer);
+  if (optimizer.amp_state == AmpState::Stepped)
+    fail(AMPX_ERR_ORDER,
+         "step was already called for this optimizer since the last update; call "
+         "ampx_scaler_update once per iteration, after every optimizer's step");
+  if (optimizer.amp_state == AmpState::Ready) unscale(optimizer);
+  optimizer.step(static_cast<const float*>(optimizer.found_inf().data()));
+  optimizer.amp_state = AmpState::Stepped;
+}
+
+void Scaler::update(bool force, double new_scale) {
+  if (!options_.enabled) return;
+  if (force) check_scale_value(new_scale, "new_scale");
+  if (active_.empty())
+    fail(AMPX_ERR_ORDER,
+         "no inf checks were recorded since the last update; call ampx_scaler_step (or "
+         "ampx_scaler_unscale) for at least one optimizer before ampx_scaler_update");
+  std::vector<const float*> found_infs;
+  for (Optimizer* o : active_) found_infs.push_back(static_cast<const float*>(o->found_inf().data()));
+  ctx_->backend().scaler_update(static_cast<math::ScalerState*>(state_->data()), found_infs,
+                                config(), force, static_cast<float>(new_scale));
+  for (Optimizer* o : active_) {
+    o->amp_state = AmpState::Ready;
+    o->mark_unscaled(false);
+  }
+  active_.clear();
+}
+
+bool Scaler::found_inf(Optimizer& optimizer) {
+  if (optimizer.scaler != this || optimizer.amp_state == AmpState::Ready)
+    fail(AMPX_ERR_ORDER,
+         "no inf check was recorded for this optimizer since the last update; call "
+         "ampx_scaler_unscale or ampx_scaler_step first");
+  float value = 0.0f;
+  ctx_->backend().copy_to_host(&value, optimizer.found_inf().data(), sizeof value);
+  return value != 0.0f;
+}
+
+math::ScalerState Scaler::read_state() {
+  math::ScalerState state{};
+  ctx_->backend().copy_to_host(&state, state_->data(), sizeof state);
+  return state;
+}
+
+void Scaler::restore(const ScalerOptions& options, const math::ScalerState& state) {
+  ctx_->backend().copy_from_host(state_->data(), &state, sizeof state);
+  options_ = options;
+}
+
+void Scaler::forget(const Optimizer& optimizer) {
+  active_.erase(std::remove(active_.begin(), active_.end(), &optimizer), active_.end());
+}
+
+}  // namespace ampx

@@ -1,0 +1,72 @@
+// scaler.h -- dynamic loss scaling (torch.amp.GradScaler semantics) with its
+// state -- scale, growth tracker, hysteresis, counters -- in device memory.
+#pragma once
+
+#include <vector>
+
+#include "core/backend.h"
+#include "core/context.h"
+#include "core/tensor.h"
+
+namespace ampx {
+
+class Optimizer;
+
+struct ScalerOptions {
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int32_t growth_interval = 2000;
+  bool enabled = true;
+  int32_t hysteresis = 1;
+  double min_scale = 0.0;
+  double max_scale = 0.0;
+};
+
+// Throws AMPX_ERR_INVALID_ARGUMENT naming the first bad option.
+void validate_scaler_options(const ScalerOptions& options);
+
+class Scaler : public Object {
+ public:
+  static constexpr uint64_t kLiveMagic = 0x414d50582d53434cull;  // "AMPX-SCL"
+  static constexpr uint64_t kDeadMagic = 0x646561642d73636cull;  // "dead-scl"
+
+  static Scaler* create(Context& ctx, const ScalerOptions& options);
+  void retain() { refs.fetch_add(1, std::memory_order_relaxed); }
+  void release();
+
+  Context& context() const { return *ctx_; }
+  bool enabled() const { return options_.enabled; }
+
+  void attach(Optimizer& optimizer);
+  Tensor* scale_loss(const Tensor& loss);
+  Tensor& scale_tensor() const { return *scale_; }
+  void unscale(Optimizer& optimizer);
+  void step(Optimizer& optimizer);
+  void update(bool force, double new_scale);
+  bool found_inf(Optimizer& optimizer);  // synchronizes
+
+  math::ScalerState read_state();  // synchronizes
+  const ScalerOptions& options() const { return options_; }
+  // Replaces options and device state together (validated by the caller).
+  void restore(const ScalerOptions& options, const math::ScalerState& state);
+  bool iteration_in_progress() const { return !active_.empty(); }
+
+  // An attached optimizer being destroyed.
+  void forget(const Optimizer& optimizer);
+
+ private:
+  Scaler(Context& ctx, const ScalerOptions& options);
+  ~Scaler() override;  // see Optimizer: release() frees, the shell owns nothing
+  math::ScalerConfig config() const;
+
+  Context* ctx_;
+  ScalerOptions options_;
+  Tensor* state_ = nullptr;  // the bytes of one math::ScalerState
+  Tensor* scale_ = nullptr;  // F32[1] sharing state_'s memory: ScalerState::scale
+  // Optimizers unscaled since the last update (attached ones; not retained:
+  // an optimizer removes itself when destroyed).
+  std::vector<Optimizer*> active_;
+};
+
+}  // namespace ampx

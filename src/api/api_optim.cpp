@@ -1,0 +1,466 @@
+// api_optim.cpp -- optimizers, loss scalers, clipping and diagnostics.
+#include <cmath>
+#include <cstring>
+
+#include "amp/scaler.h"
+#include "api/guard.h"
+#include "optim/clip.h"
+#include "optim/optimizer.h"
+
+using namespace ampx;
+
+namespace {
+
+Optimizer& optimizer_arg(ampx_optimizer handle, const char* arg) {
+  return object_arg<Optimizer>(handle, arg, "an ampx_optimizer");
+}
+
+Scaler& scaler_arg(ampx_scaler handle, const char* arg) {
+  return object_arg<Scaler>(handle, arg, "an ampx_scaler");
+}
+
+std::vector<Tensor*> param_list(const ampx_tensor* params, size_t count) {
+  if (count > 0) require_pointer(params, "params");
+  std::vector<Tensor*> list;
+  list.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    const std::string arg = cat("params[", i, "]");
+    list.push_back(&tensor_arg(params[i], arg.c_str()));
+  }
+  return list;
+}
+
+bool flag(int32_t value) { return value != 0; }
+
+ampx_optimizer to_handle(Optimizer* o) { return reinterpret_cast<ampx_optimizer>(o); }
+ampx_scaler to_handle(Scaler* s) { return reinterpret_cast<ampx_scaler>(s); }
+
+// Copies the first `struct_size` bytes of `full` into `dst`, keeping the
+// caller's struct_size (for output structs that may grow).
+template <class Struct>
+void write_struct(Struct* dst, Struct full, const char* arg) {
+  require_pointer(dst, arg);
+  const size_t given = dst->struct_size;
+  if (given < sizeof(size_t))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "argument '", arg, "' has struct_size ", given,
+         "; set it to sizeof the struct (or use its INIT macro)");
+  full.struct_size = given;
+  std::memcpy(static_cast<void*>(dst), &full, given < sizeof full ? given : sizeof full);
+}
+
+ScalerOptions scaler_options_from(const ampx_scaler_options& o) {
+  ScalerOptions options;
+  options.init_scale = o.init_scale;
+  options.growth_factor = o.growth_factor;
+  options.backoff_factor = o.backoff_factor;
+  options.growth_interval = o.growth_interval;
+  options.enabled = flag(o.enabled);
+  options.hysteresis = o.hysteresis;
+  options.min_scale = o.min_scale;
+  options.max_scale = o.max_scale;
+  return options;
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- optimizers --------------------------------------------------------------
+
+ampx_sgd_options ampx_sgd_options_default(void) {
+  ampx_sgd_options options = AMPX_SGD_OPTIONS_INIT;
+  return options;
+}
+
+ampx_adam_options ampx_adam_options_default(void) {
+  ampx_adam_options options = AMPX_ADAM_OPTIONS_INIT;
+  return options;
+}
+
+ampx_adam_options ampx_adamw_options_default(void) {
+  ampx_adam_options options = AMPX_ADAMW_OPTIONS_INIT;
+  return options;
+}
+
+ampx_status ampx_optimizer_create_sgd(ampx_context ctx, const ampx_tensor* params, size_t count,
+                                      const ampx_sgd_options* options, ampx_optimizer* out) {
+  return guard(__func__, [&] {
+    require_pointer(out, "out");
+    Context& c = context_arg(ctx, "ctx");
+    const ampx_sgd_options o = read_options(options, ampx_sgd_options_default(), "options");
+    OptimizerHyper hyper;
+    hyper.kind = OptimizerKind::Sgd;
+    hyper.lr = o.lr;
+    hyper.weight_decay = o.weight_decay;
+    hyper.sgd.momentum = static_cast<float>(o.momentum);
+    hyper.sgd.dampening = static_cast<float>(o.dampening);
+    hyper.sgd.nesterov = flag(o.nesterov);
+    hyper.sgd.maximize = flag(o.maximize);
+    if (!std::isfinite(o.momentum) || !std::isfinite(o.dampening))
+      fail(AMPX_ERR_INVALID_ARGUMENT, "momentum and dampening must be finite");
+    *out = to_handle(Optimizer::create(c, param_list(params, count), hyper));
+  });
+}
+
+ampx_status ampx_optimizer_create_adam(ampx_context ctx, const ampx_tensor* params, size_t count,
+                                       const ampx_adam_options* options, ampx_optimizer* out) {
+  return guard(__func__, [&] {
+    require_pointer(out, "out");
+    Context& c = context_arg(ctx, "ctx");
+    const ampx_adam_options o = read_options(options, ampx_adam_options_default(), "options");
+    if (!(o.beta1 >= 0.0 && o.beta1 < 1.0))
+      fail(AMPX_ERR_INVALID_ARGUMENT, "beta1 is ", o.beta1, "; it must be in [0, 1)");
+    if (!(o.beta2 >= 0.0 && o.beta2 < 1.0))
+      fail(AMPX_ERR_INVALID_ARGUMENT, "beta2 is ", o.beta2, "; it must be in [0, 1)");
+    OptimizerHyper hyper;
+    hyper.kind = OptimizerKind::Adam;
+    hyper.lr = o.lr;
+    hyper.weight_decay = o.weight_decay;
+    hyper.adam.beta1 = static_cast<float>(o.beta1);
+    hyper.adam.beta2 = static_cast<float>(o.beta2);
+    hyper.adam.eps = static_cast<float>(o.eps);
+    hyper.adam.amsgrad = flag(o.amsgrad);
+    hyper.adam.maximize = flag(o.maximize);
+    hyper.adam.decoupled_weight_decay = flag(o.decoupled_weight_decay);
+    if (!std::isfinite(o.eps) || o.eps < 0.0)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "eps is ", o.eps, "; it must be finite and >= 0");
+    *out = to_handle(Optimizer::create(c, param_list(params, count), hyper));
+  });
+}
+
+void ampx_optimizer_release(ampx_optimizer optimizer) {
+  if (!optimizer) return;
+  guard(__func__, [&] { optimizer_arg(optimizer, "optimizer").release(); });
+}
+
+ampx_status ampx_optimizer_add_group(ampx_optimizer optimizer, const ampx_tensor* params,
+                                     size_t count, double lr, double weight_decay,
+                                     int32_t* group_index) {
+  return guard(__func__, [&] {
+    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    if (o.amp_state != AmpState::Ready)
+      fail(AMPX_ERR_ORDER, "param groups can only be added between iterations (after "
+                           "ampx_scaler_update), not between unscale/step and update");
+    const int32_t group = o.add_group(param_list(params, count), lr, weight_decay);
+    if (group_index) *group_index = group;
+  });
+}
+
+ampx_status ampx_optimizer_group_count(ampx_optimizer optimizer, int32_t* count) {
+  return guard(__func__, [&] {
+    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    require_pointer(count, "count");
+    *count = o.group_count();
+  });
+}
+
+ampx_status ampx_optimizer_set_lr(ampx_optimizer optimizer, int32_t group, double lr) {
+  return guard(__func__, [&] { optimizer_arg(optimizer, "optimizer").set_lr(group, lr); });
+}
+
+ampx_status ampx_optimizer_get_lr(ampx_optimizer optimizer, int32_t group, double* lr) {
+  return guard(__func__, [&] {
+    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    require_pointer(lr, "lr");
+    *lr = o.lr(group);
+  });
+}
+
+ampx_status ampx_optimizer_step(ampx_optimizer optimizer) {
+  return guard(__func__, [&] {
+    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    if (o.scaler && o.scaler->enabled())
+      fail(AMPX_ERR_ORDER,
+           "this optimizer is used with a loss scaler, so its gradients are scaled; call "
+           "ampx_scaler_step(scaler, optimizer), which unscales them and skips steps with "
+           "inf/NaN gradients");
+    o.step(nullptr);
+  });
+}
+
+ampx_status ampx_optimizer_zero_grad(ampx_optimizer optimizer) {
+  return guard(__func__, [&] { optimizer_arg(optimizer, "optimizer").zero_grad(); });
+}
+
+ampx_status ampx_optimizer_state_tensor(ampx_optimizer optimizer, ampx_tensor param,
+                                        ampx_optimizer_state kind, ampx_tensor* out) {
+  return guard(__func__, [&] {
+    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    const Tensor& p = tensor_arg(param, "param");
+    require_pointer(out, "out");
+    const Optimizer::Param& entry = o.param_entry(p, "param");
+    Tensor* result = nullptr;
+    switch (kind) {
+      case AMPX_STATE_MASTER: result = &entry.master_or_param(); break;
+      case AMPX_STATE_MOMENTUM: result = entry.state[0]; break;
+      case AMPX_STATE_EXP_AVG_SQ:
+        result = o.hyper().kind == OptimizerKind::Adam ? entry.state[1] : nullptr;
+        break;
+      case AMPX_STATE_MAX_EXP_AVG_SQ:
+        result = o.hyper().kind == OptimizerKind::Adam ? entry.state[2] : nullptr;
+        break;
+      default:
+        fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'kind' is ", static_cast<int>(kind),
+             ", which is not an ampx_optimizer_state");
+    }
+    if (!result)
+      fail(AMPX_ERR_NOT_SUPPORTED, "this optimizer keeps no ",
+           kind == AMPX_STATE_MOMENTUM ? "momentum buffer (momentum is 0)"
+           : kind == AMPX_STATE_EXP_AVG_SQ ? "exp_avg_sq (it is not Adam)"
+                                           : "max_exp_avg_sq (amsgrad is off)");
+    result->retain();
+    *out = to_handle(result);
+  });
+}
+
+ampx_status ampx_optimizer_param_steps(ampx_optimizer optimizer, ampx_tensor param,
+                                       int64_t* steps) {
+  return guard(__func__, [&] {
+    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    const Tensor& p = tensor_arg(param, "param");
+    require_pointer(steps, "steps");
+    *steps = o.param_steps(p);
+  });
+}
+
+ampx_status ampx_optimizer_state_size(ampx_optimizer optimizer, size_t* bytes) {
+  return guard(__func__, [&] {
+    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    require_pointer(bytes, "bytes");
+    *bytes = o.state_size();
+  });
+}
+
+ampx_status ampx_optimizer_save_state(ampx_optimizer optimizer, void* buffer, size_t bytes) {
+  return guard(__func__, [&] {
+    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    require_pointer(buffer, "buffer");
+    o.save_state(buffer, bytes);
+  });
+}
+
+ampx_status ampx_optimizer_load_state(ampx_optimizer optimizer, const void* buffer, size_t bytes) {
+  return guard(__func__, [&] {
+    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    require_pointer(buffer, "buffer");
+    if (o.amp_state != AmpState::Ready)
+      fail(AMPX_ERR_ORDER, "optimizer state can only be loaded between iterations (after "
+                           "ampx_scaler_update)");
+    o.load_state(buffer, bytes);
+  });
+}
+
+ampx_status ampx_optimizer_last_step_taken(ampx_optimizer optimizer, int32_t* taken) {
+  return guard(__func__, [&] {
+    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    require_pointer(taken, "taken");
+    if (!o.has_stepped()) fail(AMPX_ERR_ORDER, "the optimizer has not stepped yet");
+    float skipped = 0.0f;
+    o.context().backend().copy_to_host(&skipped, o.last_step_skipped().data(), sizeof skipped);
+    *taken = skipped == 0.0f ? 1 : 0;
+  });
+}
+
+// ---- loss scaling ---------------------------------------------------------------
+
+ampx_scaler_options ampx_scaler_options_default(void) {
+  ampx_scaler_options options = AMPX_SCALER_OPTIONS_INIT;
+  return options;
+}
+
+ampx_status ampx_scaler_create(ampx_context ctx, const ampx_scaler_options* options,
+                               ampx_scaler* out) {
+  return guard(__func__, [&] {
+    require_pointer(out, "out");
+    Context& c = context_arg(ctx, "ctx");
+    const ampx_scaler_options o = read_options(options, ampx_scaler_options_default(), "options");
+    *out = to_handle(Scaler::create(c, scaler_options_from(o)));
+  });
+}
+
+void ampx_scaler_release(ampx_scaler scaler) {
+  if (!scaler) return;
+  guard(__func__, [&] { scaler_arg(scaler, "scaler").release(); });
+}
+
+ampx_status ampx_scaler_attach(ampx_scaler scaler, ampx_optimizer optimizer) {
+  return guard(__func__, [&] {
+    Scaler& s = scaler_arg(scaler, "scaler");
+    s.attach(optimizer_arg(optimizer, "optimizer"));
+  });
+}
+
+ampx_status ampx_scaler_scale_loss(ampx_scaler scaler, ampx_tensor loss, ampx_tensor* out) {
+  return guard(__func__, [&] {
+    Scaler& s = scaler_arg(scaler, "scaler");
+    const Tensor& l = tensor_arg(loss, "loss");
+    require_pointer(out, "out");
+    *out = to_handle(s.scale_loss(l));
+  });
+}
+
+ampx_status ampx_scaler_scale_tensor(ampx_scaler scaler, ampx_tensor* out) {
+  return guard(__func__, [&] {
+    Scaler& s = scaler_arg(scaler, "scaler");
+    require_pointer(out, "out");
+    s.scale_tensor().retain();
+    *out = to_handle(&s.scale_tensor());
+  });
+}
+
+ampx_status ampx_scaler_get_scale(ampx_scaler scaler, double* scale) {
+  return guard(__func__, [&] {
+    Scaler& s = scaler_arg(scaler, "scaler");
+    require_pointer(scale, "scale");
+    *scale = s.read_state().scale;
+  });
+}
+
+ampx_status ampx_scaler_unscale(ampx_scaler scaler, ampx_optimizer optimizer) {
+  return guard(__func__, [&] {
+    Scaler& s = scaler_arg(scaler, "scaler");
+    s.unscale(optimizer_arg(optimizer, "optimizer"));
+  });
+}
+
+ampx_status ampx_scaler_step(ampx_scaler scaler, ampx_optimizer optimizer) {
+  return guard(__func__, [&] {
+    Scaler& s = scaler_arg(scaler, "scaler");
+    s.step(optimizer_arg(optimizer, "optimizer"));
+  });
+}
+
+ampx_status ampx_scaler_update(ampx_scaler scaler) {
+  return guard(__func__, [&] { scaler_arg(scaler, "scaler").update(false, 0.0); });
+}
+
+ampx_status ampx_scaler_update_to(ampx_scaler scaler, double new_scale) {
+  return guard(__func__, [&] { scaler_arg(scaler, "scaler").update(true, new_scale); });
+}
+
+ampx_status ampx_scaler_found_inf(ampx_scaler scaler, ampx_optimizer optimizer, int32_t* found) {
+  return guard(__func__, [&] {
+    Scaler& s = scaler_arg(scaler, "scaler");
+    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    require_pointer(found, "found");
+    *found = s.found_inf(o) ? 1 : 0;
+  });
+}
+
+ampx_status ampx_scaler_get_counters(ampx_scaler scaler, ampx_scaler_counters* counters) {
+  return guard(__func__, [&] {
+    Scaler& s = scaler_arg(scaler, "scaler");
+    require_pointer(counters, "counters");
+    const math::ScalerState state = s.read_state();
+    ampx_scaler_counters full = AMPX_SCALER_COUNTERS_INIT;
+    full.updates = state.updates;
+    full.skipped = state.skipped;
+    full.backoffs = state.backoffs;
+    full.growths = state.growths;
+    write_struct(counters, full, "counters");
+  });
+}
+
+ampx_status ampx_scaler_get_state(ampx_scaler scaler, ampx_scaler_state* state) {
+  return guard(__func__, [&] {
+    Scaler& s = scaler_arg(scaler, "scaler");
+    require_pointer(state, "state");
+    const math::ScalerState d = s.read_state();
+    const ScalerOptions& o = s.options();
+    ampx_scaler_state full{};
+    full.struct_size = sizeof full;
+    full.scale = d.scale;
+    full.growth_factor = o.growth_factor;
+    full.backoff_factor = o.backoff_factor;
+    full.growth_interval = o.growth_interval;
+    full.growth_tracker = d.growth_tracker;
+    full.hysteresis = o.hysteresis;
+    full.hysteresis_left = d.hysteresis_left;
+    full.min_scale = o.min_scale;
+    full.max_scale = o.max_scale;
+    full.counters = {sizeof(ampx_scaler_counters), d.updates, d.skipped, d.backoffs, d.growths};
+    write_struct(state, full, "state");
+  });
+}
+
+ampx_status ampx_scaler_set_state(ampx_scaler scaler, const ampx_scaler_state* state) {
+  return guard(__func__, [&] {
+    Scaler& s = scaler_arg(scaler, "scaler");
+    require_pointer(state, "state");
+    if (state->struct_size < sizeof(ampx_scaler_state))
+      fail(AMPX_ERR_INVALID_ARGUMENT, "state->struct_size is ", state->struct_size,
+           "; a state to restore must be a complete ampx_scaler_state (from ampx_scaler_get_state)");
+    if (s.iteration_in_progress())
+      fail(AMPX_ERR_ORDER, "the scaler state can only be restored between iterations (after "
+                           "ampx_scaler_update)");
+    ScalerOptions options = s.options();
+    options.init_scale = state->scale;
+    options.growth_factor = state->growth_factor;
+    options.backoff_factor = state->backoff_factor;
+    options.growth_interval = state->growth_interval;
+    options.hysteresis = state->hysteresis;
+    options.min_scale = state->min_scale;
+    options.max_scale = state->max_scale;
+    validate_scaler_options(options);
+    if (state->growth_tracker < 0 || state->growth_tracker >= state->growth_interval)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "growth_tracker is ", state->growth_tracker,
+           "; it must be in [0, growth_interval)");
+    if (state->hysteresis_left < 0 || state->hysteresis_left > state->hysteresis)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "hysteresis_left is ", state->hysteresis_left,
+           "; it must be in [0, hysteresis]");
+    const ampx_scaler_counters& c = state->counters;
+    if (c.updates < 0 || c.skipped < 0 || c.backoffs < 0 || c.growths < 0 || c.skipped > c.updates)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "the counters are inconsistent (negative, or more skipped "
+                                      "than updates)");
+    math::ScalerState d{};
+    d.scale = options.enabled ? static_cast<float>(state->scale) : 1.0f;
+    d.growth_tracker = state->growth_tracker;
+    d.hysteresis_left = state->hysteresis_left;
+    d.updates = c.updates;
+    d.skipped = c.skipped;
+    d.backoffs = c.backoffs;
+    d.growths = c.growths;
+    s.restore(options, d);
+  });
+}
+
+// ---- clipping and diagnostics ---------------------------------------------------
+
+ampx_status ampx_clip_grad_norm(ampx_optimizer optimizer, double max_norm, double norm_type,
+                                int32_t error_if_nonfinite, ampx_tensor* total_norm) {
+  return guard(__func__, [&] {
+    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    NormType type;
+    if (norm_type == 2.0)
+      type = NormType::L2;
+    else if (std::isinf(norm_type) && norm_type > 0)
+      type = NormType::Inf;
+    else
+      fail(AMPX_ERR_NOT_SUPPORTED, "norm_type is ", norm_type, "; supported are 2 and INFINITY");
+    TensorRef total(clip_grad_norm(o, max_norm, type, flag(error_if_nonfinite)));
+    if (total_norm) *total_norm = to_handle(total.take());
+  });
+}
+
+ampx_status ampx_clip_grad_value(ampx_optimizer optimizer, double clip_value) {
+  return guard(__func__, [&] { clip_grad_value(optimizer_arg(optimizer, "optimizer"), clip_value); });
+}
+
+ampx_status ampx_find_nonfinite_grads(ampx_optimizer optimizer, ampx_nonfinite_grad* entries,
+                                      size_t capacity, size_t* found) {
+  return guard(__func__, [&] {
+    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    require_pointer(found, "found");
+    if (capacity > 0) require_pointer(entries, "entries");
+    const std::vector<NonfiniteGrad> list = find_nonfinite_grads(o);
+    for (size_t i = 0; i < list.size() && i < capacity; ++i) {
+      entries[i].param = to_handle(const_cast<Tensor*>(list[i].param));
+      entries[i].name = list[i].param->name.c_str();
+      entries[i].nan_count = list[i].nan_count;
+      entries[i].inf_count = list[i].inf_count;
+    }
+    *found = list.size();
+  });
+}
+
+}  // extern "C"

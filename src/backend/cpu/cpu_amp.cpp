@@ -1,0 +1,293 @@
+#include "backend/cpu/cpu_amp.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <type_traits>
+
+#include "core/error.h"
+#include "core/multi_tensor.h"
+#include "math/amp.h"
+#include "math/convert.h"
+#include "math/optim.h"
+
+namespace ampx {
+namespace cpu {
+namespace {
+
+// 64Ki elements (256 KiB of fp32) stay in a core's L2 cache while it works
+// on them, and a large model still has thousands of chunks to share out.
+constexpr int64_t kChunkSize = int64_t{1} << 16;
+
+// A list with fewer elements than this in all runs on the calling thread:
+// waking the workers would cost more than the work.
+constexpr int64_t kInlineElements = int64_t{1} << 15;
+
+template <int D>
+using DtypeTag = std::integral_constant<int, D>;
+
+// Calls fn(DtypeTag<D>{}) for the floating dtype t, so that element loops
+// are compiled once per dtype. The argument checks have excluded the others.
+template <class Fn>
+void with_float_dtype(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::F32: fn(DtypeTag<AMPX_F32>{}); return;
+    case DType::F16: fn(DtypeTag<AMPX_F16>{}); return;
+    case DType::BF16: fn(DtypeTag<AMPX_BF16>{}); return;
+    default: fail(AMPX_ERR_INTERNAL, "a multi-tensor primitive reached dtype ", dtype_name(t));
+  }
+}
+
+template <int D>
+math::storage_t<D>* typed(void* data) {
+  return static_cast<math::storage_t<D>*>(data);
+}
+
+template <int D>
+const math::storage_t<D>* typed(const void* data) {
+  return static_cast<const math::storage_t<D>*>(data);
+}
+
+struct Plan {
+  std::vector<Chunk> chunks;
+  int64_t elements = 0;
+
+  explicit Plan(const std::vector<int64_t>& counts) : chunks(plan_chunks(counts, kChunkSize)) {
+    for (int64_t count : counts) elements += count;
+  }
+
+  // Calls fn(i, chunks[i]) for every chunk. Each chunk is processed whole by
+  // one thread, so per-chunk results are the same whatever the pool's size.
+  template <class Fn>
+  void for_each_chunk(ThreadPool& pool, Fn&& fn) const {
+    const int64_t n = static_cast<int64_t>(chunks.size());
+    const int64_t grain = elements < kInlineElements ? n : 1;
+    pool.parallel_for(n, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) fn(i, chunks[static_cast<size_t>(i)]);
+    });
+  }
+};
+
+// max that keeps a NaN from either side: a NaN element must make the inf
+// norm NaN wherever it sits, and std::max(a, b) returns a NaN `a` only.
+double max_keeping_nan(double a, double b) { return (a != a || a > b) ? a : b; }
+
+bool skipped(const float* found_inf) { return found_inf != nullptr && *found_inf != 0.0f; }
+
+// Calls update(w, g, j) for each element j of the chunk of parameter p,
+// where w is the fp32 value the optimizer updates (the parameter itself when
+// it is fp32, else its master, from which the parameter is then rewritten)
+// and g is the gradient element read as float.
+template <class Update>
+void update_chunk(const OptimParam& p, const Chunk& c, Update&& update) {
+  with_float_dtype(p.grad_dtype, [&](auto grad_tag) {
+    constexpr int G = decltype(grad_tag)::value;
+    const auto* grad = typed<G>(p.grad);
+    with_float_dtype(p.param_dtype, [&](auto param_tag) {
+      constexpr int P = decltype(param_tag)::value;
+      auto* param = typed<P>(p.param);
+      for (int64_t j = c.begin; j < c.end; ++j) {
+        const float g = math::load_float<G>(grad[j]);
+        if constexpr (P == AMPX_F32) {
+          update(param[j], g, j);
+        } else {
+          update(p.master[j], g, j);
+          param[j] = math::store_float<P>(p.master[j]);
+        }
+      }
+    });
+  });
+}
+
+}  // namespace
+
+void multi_tensor_scale(ThreadPool& pool, const std::vector<TensorSpan>& ins,
+                        const std::vector<TensorSpan>& outs, const float* factor, bool reciprocal,
+                        float* found_inf) {
+  check_scale_args(ins, outs, factor);
+  if (outs.empty() && found_inf == nullptr) return;
+  const float m = reciprocal ? math::reciprocal_scale(*factor) : *factor;
+  std::atomic<bool> nonfinite{false};
+  Plan(element_counts(ins)).for_each_chunk(pool, [&](int64_t, const Chunk& c) {
+    const TensorSpan& in = ins[static_cast<size_t>(c.tensor)];
+    bool found = false;
+    with_float_dtype(in.dtype, [&](auto in_tag) {
+      constexpr int S = decltype(in_tag)::value;
+      const auto* x = typed<S>(static_cast<const void*>(in.data));
+      if (outs.empty()) {
+        for (int64_t j = c.begin; j < c.end; ++j)
+          found |= !math::is_finite(math::load_float<S>(x[j]) * m);
+        return;
+      }
+      const TensorSpan& out = outs[static_cast<size_t>(c.tensor)];
+      with_float_dtype(out.dtype, [&](auto out_tag) {
+        constexpr int D = decltype(out_tag)::value;
+        auto* y = typed<D>(out.data);
+        for (int64_t j = c.begin; j < c.end; ++j) {
+          const float v = math::load_float<S>(x[j]) * m;
+          found |= !math::is_finite(v);
+          y[j] = math::store_float<D>(v);
+        }
+      });
+    });
+    if (found) nonfinite.store(true, std::memory_order_relaxed);
+  });
+  if (found_inf != nullptr && nonfinite.load()) *found_inf = 1.0f;
+}
+
+void multi_tensor_norm(ThreadPool& pool, const std::vector<TensorSpan>& tensors, NormType type,
+                       float* out) {
+  check_float_tensors("multi_tensor_norm", tensors);
+  if (out == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "multi_tensor_norm: out is null");
+  const Plan plan(element_counts(tensors));
+  // Partials in double, one per chunk, combined in chunk order: the sum is
+  // then the same for any number of threads.
+  std::vector<double> partial(plan.chunks.size());
+  plan.for_each_chunk(pool, [&](int64_t i, const Chunk& c) {
+    const TensorSpan& t = tensors[static_cast<size_t>(c.tensor)];
+    with_float_dtype(t.dtype, [&](auto tag) {
+      constexpr int D = decltype(tag)::value;
+      const auto* x = typed<D>(static_cast<const void*>(t.data));
+      double acc = 0.0;
+      if (type == NormType::L2) {
+        for (int64_t j = c.begin; j < c.end; ++j) {
+          const double v = math::load_float<D>(x[j]);
+          acc += v * v;
+        }
+      } else {
+        for (int64_t j = c.begin; j < c.end; ++j)
+          acc = max_keeping_nan(acc, std::fabs(static_cast<double>(math::load_float<D>(x[j]))));
+      }
+      partial[static_cast<size_t>(i)] = acc;
+    });
+  });
+  double total = 0.0;
+  for (double p : partial) total = type == NormType::L2 ? total + p : max_keeping_nan(total, p);
+  *out = static_cast<float>(type == NormType::L2 ? std::sqrt(total) : total);
+}
+
+void clip_coefficient(const float* total_norm, float max_norm, float* coef) {
+  if (total_norm == nullptr || coef == nullptr)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "clip_coefficient: total_norm and coef must both be given");
+  *coef = math::clip_coefficient(*total_norm, max_norm);
+}
+
+void multi_tensor_clamp(ThreadPool& pool, const std::vector<TensorSpan>& tensors, float limit) {
+  check_float_tensors("multi_tensor_clamp", tensors);
+  if (!(limit >= 0.0f))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "multi_tensor_clamp: limit is ", limit, "; it must be >= 0");
+  Plan(element_counts(tensors)).for_each_chunk(pool, [&](int64_t, const Chunk& c) {
+    const TensorSpan& t = tensors[static_cast<size_t>(c.tensor)];
+    with_float_dtype(t.dtype, [&](auto tag) {
+      constexpr int D = decltype(tag)::value;
+      auto* x = typed<D>(t.data);
+      const auto low = math::store_float<D>(-limit);
+      const auto high = math::store_float<D>(limit);
+      // Elements within the limits, NaN included, are not rewritten: their
+      // bits stay exactly as they were.
+      for (int64_t j = c.begin; j < c.end; ++j) {
+        const float v = math::load_float<D>(x[j]);
+        if (v < -limit)
+          x[j] = low;
+        else if (v > limit)
+          x[j] = high;
+      }
+    });
+  });
+}
+
+void multi_tensor_count_nonfinite(ThreadPool& pool, const std::vector<TensorSpan>& tensors,
+                                  int64_t* counts) {
+  check_float_tensors("multi_tensor_count_nonfinite", tensors);
+  if (tensors.empty()) return;
+  if (counts == nullptr)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "multi_tensor_count_nonfinite: counts is null");
+  const Plan plan(element_counts(tensors));
+  std::vector<int64_t> partial(2 * plan.chunks.size());
+  plan.for_each_chunk(pool, [&](int64_t i, const Chunk& c) {
+    const TensorSpan& t = tensors[static_cast<size_t>(c.tensor)];
+    with_float_dtype(t.dtype, [&](auto tag) {
+      constexpr int D = decltype(tag)::value;
+      const auto* x = typed<D>(static_cast<const void*>(t.data));
+      int64_t nans = 0;
+      int64_t infs = 0;
+      for (int64_t j = c.begin; j < c.end; ++j) {
+        const float v = math::load_float<D>(x[j]);
+        nans += std::isnan(v);
+        infs += std::isinf(v);
+      }
+      partial[2 * static_cast<size_t>(i)] = nans;
+      partial[2 * static_cast<size_t>(i) + 1] = infs;
+    });
+  });
+  std::fill(counts, counts + 2 * tensors.size(), int64_t{0});
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const size_t t = static_cast<size_t>(plan.chunks[i].tensor);
+    counts[2 * t] += partial[2 * i];
+    counts[2 * t + 1] += partial[2 * i + 1];
+  }
+}
+
+void scaler_update(math::ScalerState* state, const std::vector<const float*>& found_infs,
+                   const math::ScalerConfig& config, bool force, float forced_scale) {
+  if (state == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "scaler_update: state is null");
+  bool found = false;
+  for (size_t i = 0; i < found_infs.size(); ++i) {
+    if (found_infs[i] == nullptr)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "scaler_update: found_infs[", i, "] is null");
+    found = found || *found_infs[i] != 0.0f;
+  }
+  if (force)
+    math::scaler_force(*state, found, forced_scale);
+  else
+    math::scaler_update(*state, found, config);
+}
+
+void increment_steps(int64_t* steps, int64_t count, const float* found_inf) {
+  if (count < 0 || (count > 0 && steps == nullptr))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "increment_steps: ", count, " counters at ",
+         static_cast<const void*>(steps));
+  if (skipped(found_inf)) return;
+  for (int64_t i = 0; i < count; ++i) ++steps[i];
+}
+
+void sgd_step(ThreadPool& pool, const std::vector<OptimParam>& params,
+              const math::SgdConfig& config, const StepScalars& scalars) {
+  check_sgd_args(params, config, scalars);
+  if (skipped(scalars.found_inf)) return;
+  Plan(element_counts(params)).for_each_chunk(pool, [&](int64_t, const Chunk& c) {
+    const OptimParam& p = params[static_cast<size_t>(c.tensor)];
+    const bool first = *p.step == 1;
+    const float lr = scalars.lr[p.group];
+    const float weight_decay = scalars.weight_decay[p.group];
+    float no_buffer = 0.0f;  // sgd_update leaves it alone without momentum
+    update_chunk(p, c, [&](float& w, float g, int64_t j) {
+      float& buf = p.state0 != nullptr ? p.state0[j] : no_buffer;
+      math::sgd_update(w, g, buf, first, lr, weight_decay, config);
+    });
+  });
+}
+
+void adam_step(ThreadPool& pool, const std::vector<OptimParam>& params,
+               const math::AdamConfig& config, const StepScalars& scalars) {
+  check_adam_args(params, config, scalars);
+  if (skipped(scalars.found_inf)) return;
+  std::vector<math::AdamStepFactors> factors(params.size());
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].count > 0)
+      factors[i] = math::adam_step_factors(*params[i].step, scalars.lr[params[i].group], config);
+  Plan(element_counts(params)).for_each_chunk(pool, [&](int64_t, const Chunk& c) {
+    const size_t i = static_cast<size_t>(c.tensor);
+    const OptimParam& p = params[i];
+    const float lr = scalars.lr[p.group];
+    const float weight_decay = scalars.weight_decay[p.group];
+    float no_max = 0.0f;  // adam_update leaves it alone without amsgrad
+    update_chunk(p, c, [&](float& w, float g, int64_t j) {
+      math::adam_update(w, g, p.state0[j], p.state1[j], p.state2 != nullptr ? p.state2[j] : no_max,
+                        lr, weight_decay, factors[i], config);
+    });
+  });
+}
+
+}  // namespace cpu
+}  // namespace ampx

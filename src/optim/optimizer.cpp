@@ -1,0 +1,562 @@
+#include "optim/optimizer.h"
+
+#include <cmath>
+#include <cstring>
+#include <unordered_set>
+
+#include "amp/scaler.h"
+#include "core/error.h"
+
+namespace ampx {
+namespace {
+
+uint32_t float_bits_of(double value) {
+  const float f = static_cast<float>(value);
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+void check_non_negative(double value, const char* name) {
+  if (!(value >= 0.0) || !std::isfinite(value))
+    fail(AMPX_ERR_INVALID_ARGUMENT, name, " is ", value, "; it must be finite and >= 0");
+}
+
+// ---- state serialisation ---------------------------------------------------
+
+constexpr char kStateMagic[8] = {'A', 'M', 'P', 'X', 'O', 'P', 'T', '\0'};
+constexpr uint32_t kStateVersion = 1;
+
+struct StateHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t kind;
+  uint32_t group_count;
+  uint32_t param_count;
+  uint32_t state_count;
+  uint32_t nesterov;
+  uint32_t maximize;
+  uint32_t amsgrad;
+  uint32_t decoupled_weight_decay;
+  uint32_t reserved;
+  double momentum;
+  double dampening;
+  double beta1;
+  double beta2;
+  double eps;
+};
+
+struct StateGroup {
+  double lr;
+  double weight_decay;
+};
+
+struct StateParam {
+  uint32_t group;
+  uint32_t dtype;
+  uint32_t ndim;
+  uint32_t reserved;
+  int64_t dims[kMaxDims];
+  int64_t steps;
+};
+
+uint64_t fnv1a(const unsigned char* data, size_t bytes) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < bytes; ++i) {
+    hash ^= data[i];
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+}  // namespace
+
+void validate_hyper(const OptimizerHyper& h) {
+  check_non_negative(h.lr, "lr");
+  check_non_negative(h.weight_decay, "weight_decay");
+  if (h.kind == OptimizerKind::Sgd) {
+    check_non_negative(h.sgd.momentum, "momentum");
+    if (!std::isfinite(h.sgd.dampening))
+      fail(AMPX_ERR_INVALID_ARGUMENT, "dampening is ", h.sgd.dampening, "; it must be finite");
+    if (h.sgd.nesterov && (h.sgd.momentum <= 0.0f || h.sgd.dampening != 0.0f))
+      fail(AMPX_ERR_INVALID_ARGUMENT, "nesterov needs momentum > 0 and dampening 0 (momentum is ",
+           h.sgd.momentum, ", dampening ", h.sgd.dampening, ")");
+  } else {
+    if (!(h.adam.beta1 >= 0.0f && h.adam.beta1 < 1.0f))
+      fail(AMPX_ERR_INVALID_ARGUMENT, "beta1 is ", h.adam.beta1, "; it must be in [0, 1)");
+    if (!(h.adam.beta2 >= 0.0f && h.adam.beta2 < 1.0f))
+      fail(AMPX_ERR_INVALID_ARGUMENT, "beta2 is ", h.adam.beta2, "; it must be in [0, 1)");
+    check_non_negative(h.adam.eps, "eps");
+  }
+}
+
+Optimizer::Optimizer(Context& ctx, const OptimizerHyper& hyper)
+    : Object(kLiveMagic), ctx_(&ctx), hyper_(hyper) {
+  ctx.retain();
+}
+
+Optimizer::~Optimizer() = default;
+
+void Optimizer::free_resources() {
+  for (Param& p : params_) {
+    release_tensor(p.param);
+    release_tensor(p.master);
+    for (Tensor*& s : p.state) release_tensor(s);
+    release_tensor(p.unscaled_grad);
+  }
+  params_.clear();
+  release_tensor(lr_);
+  release_tensor(weight_decay_);
+  release_tensor(steps_);
+  release_tensor(found_inf_);
+  release_tensor(last_step_skipped_);
+}
+
+Optimizer* Optimizer::create(Context& ctx, const std::vector<Tensor*>& params,
+                             const OptimizerHyper& hyper) {
+  validate_hyper(hyper);
+  auto* opt = new Optimizer(ctx, hyper);
+  try {
+    opt->found_inf_ = make_filled_f32(ctx, vector_shape(1), 0.0f);
+    opt->last_step_skipped_ = make_filled_f32(ctx, vector_shape(1), 0.0f);
+    opt->add_group(params, hyper.lr, hyper.weight_decay);
+  } catch (...) {
+    opt->free_resources();
+    ctx.release();
+    delete opt;
+    throw;
+  }
+  return opt;
+}
+
+void Optimizer::release() {
+  if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  magic = kDeadMagic;
+  if (scaler) {
+    scaler->forget(*this);
+    Scaler* s = scaler;
+    scaler = nullptr;
+    s->release();
+  }
+  free_resources();
+  Context& ctx = *ctx_;
+  ctx.quarantine(this);
+  ctx.release();
+}
+
+int Optimizer::state_count() const {
+  if (hyper_.kind == OptimizerKind::Sgd) return hyper_.sgd.momentum != 0.0f ? 1 : 0;
+  return hyper_.adam.amsgrad ? 3 : 2;
+}
+
+std::vector<Optimizer::Param> Optimizer::make_params(const std::vector<Tensor*>& params,
+                                                     int32_t group) const {
+  std::vector<Param> made;
+  auto release_made = [&made] {
+    for (Param& p : made) {
+      release_tensor(p.param);
+      release_tensor(p.master);
+      for (Tensor*& s : p.state) release_tensor(s);
+    }
+  };
+  try {
+    for (Tensor* t : params) {
+      Param p;
+      p.group = group;
+      t->retain();
+      p.param = t;
+      made.push_back(p);
+      Param& entry = made.back();
+      if (t->dtype != DType::F32) {
+        TensorRef master(Tensor::empty(*ctx_, DType::F32, t->shape));
+        if (t->numel() > 0)
+          ctx_->backend().convert(master->data(), DType::F32, t->data(), t->dtype, t->numel());
+        entry.master = master.take();
+      }
+      for (int k = 0; k < state_count(); ++k) entry.state[k] = make_filled_f32(*ctx_, t->shape, 0.0f);
+    }
+  } catch (...) {
+    release_made();
+    throw;
+  }
+  return made;
+}
+
+int32_t Optimizer::add_group(const std::vector<Tensor*>& params, double lr, double weight_decay) {
+  check_non_negative(lr, "lr");
+  check_non_negative(weight_decay, "weight_decay");
+  std::unordered_set<const Tensor*> seen;
+  for (const Param& p : params_) seen.insert(p.param);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor* t = params[i];
+    if (t->ctx != ctx_)
+      fail(AMPX_ERR_DEVICE, "params[", i, "] belongs to a different context than the optimizer");
+    if (!is_floating(t->dtype))
+      fail(AMPX_ERR_DTYPE, "params[", i, "] is ", t->describe(),
+           "; parameters must be f32, f16 or bf16");
+    if (!seen.insert(t).second)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "params[", i, "] (", t->describe(),
+           t->name.empty() ? "" : " '", t->name, t->name.empty() ? "" : "'",
+           ") appears more than once in the optimizer");
+  }
+  const int32_t group = group_count();
+  const int64_t old_params = static_cast<int64_t>(params_.size());
+  const int64_t new_params = old_params + static_cast<int64_t>(params.size());
+
+  std::vector<Param> made = make_params(params, group);
+  try {
+    Backend& backend = ctx_->backend();
+    TensorRef lr_new(Tensor::empty(*ctx_, DType::F32, vector_shape(group + 1)));
+    TensorRef wd_new(Tensor::empty(*ctx_, DType::F32, vector_shape(group + 1)));
+    TensorRef steps_new(Tensor::empty(*ctx_, DType::I64, vector_shape(new_params)));
+    if (group > 0) {
+      backend.copy(lr_new->data(), lr_->data(), lr_->nbytes());
+      backend.copy(wd_new->data(), weight_decay_->data(), weight_decay_->nbytes());
+    }
+    if (old_params > 0) backend.copy(steps_new->data(), steps_->data(), steps_->nbytes());
+    if (new_params > old_params)
+      backend.fill(static_cast<int64_t*>(steps_new->data()) + old_params, 8, 0,
+                   new_params - old_params);
+    backend.fill(static_cast<float*>(lr_new->data()) + group, 4, float_bits_of(lr), 1);
+    backend.fill(static_cast<float*>(wd_new->data()) + group, 4, float_bits_of(weight_decay), 1);
+    lr_host_.reserve(lr_host_.size() + 1);
+    weight_decay_host_.reserve(weight_decay_host_.size() + 1);
+    params_.reserve(params_.size() + made.size());
+    // Nothing below can fail: commit.
+    release_tensor(lr_);
+    release_tensor(weight_decay_);
+    release_tensor(steps_);
+    lr_ = lr_new.take();
+    weight_decay_ = wd_new.take();
+    steps_ = steps_new.take();
+  } catch (...) {
+    for (Param& p : made) {
+      release_tensor(p.param);
+      release_tensor(p.master);
+      for (Tensor*& s : p.state) release_tensor(s);
+    }
+    throw;
+  }
+  lr_host_.push_back(lr);
+  weight_decay_host_.push_back(weight_decay);
+  for (Param& p : made) params_.push_back(p);
+  return group;
+}
+
+void Optimizer::set_lr(int32_t group, double lr) {
+  if (group < 0 || group >= group_count())
+    fail(AMPX_ERR_INVALID_ARGUMENT, "group is ", group, " but the optimizer has ", group_count(),
+         " group(s)");
+  check_non_negative(lr, "lr");
+  ctx_->backend().fill(static_cast<float*>(lr_->data()) + group, 4, float_bits_of(lr), 1);
+  lr_host_[static_cast<size_t>(group)] = lr;
+}
+
+double Optimizer::lr(int32_t group) const {
+  if (group < 0 || group >= group_count())
+    fail(AMPX_ERR_INVALID_ARGUMENT, "group is ", group, " but the optimizer has ", group_count(),
+         " group(s)");
+  return lr_host_[static_cast<size_t>(group)];
+}
+
+std::vector<TensorSpan> Optimizer::effective_grads(std::vector<const Param*>* owners) const {
+  std::vector<TensorSpan> spans;
+  for (const Param& p : params_) {
+    const Tensor* g = p.param->grad;
+    if (!g) continue;
+    if (p.use_unscaled)
+      spans.push_back({p.unscaled_grad->data(), DType::F32, p.unscaled_grad->numel()});
+    else
+      spans.push_back({g->data(), g->dtype, g->numel()});
+    if (owners) owners->push_back(&p);
+  }
+  return spans;
+}
+
+void Optimizer::step(const float* found_inf) {
+  Backend& backend = ctx_->backend();
+  std::vector<OptimParam> list;
+  auto* steps = static_cast<int64_t*>(steps_->data());
+  // Step counters advance in runs of consecutive parameters that have a
+  // gradient (usually one run: all of them).
+  int64_t run_begin = -1;
+  auto flush_run = [&](int64_t end) {
+    if (run_begin >= 0) backend.increment_steps(steps + run_begin, end - run_begin, found_inf);
+    run_begin = -1;
+  };
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
+    const Tensor* g = p.param->grad;
+    if (!g) {
+      flush_run(static_cast<int64_t>(i));
+      continue;
+    }
+    if (run_begin < 0) run_begin = static_cast<int64_t>(i);
+    OptimParam op{};
+    op.param = p.param->data();
+    op.param_dtype = p.param->dtype;
+    op.master = p.master ? static_cast<float*>(p.master->data()) : nullptr;
+    if (p.use_unscaled) {
+      op.grad = p.unscaled_grad->data();
+      op.grad_dtype = DType::F32;
+    } else {
+      op.grad = g->data();
+      op.grad_dtype = g->dtype;
+    }
+    float* state[3] = {};
+    for (int k = 0; k < 3; ++k)
+      if (p.state[k]) state[k] = static_cast<float*>(p.state[k]->data());
+    op.state0 = state[0];
+    op.state1 = state[1];
+    op.state2 = state[2];
+    op.step = steps + i;
+    op.count = p.param->numel();
+    op.group = p.group;
+    list.push_back(op);
+  }
+  flush_run(static_cast<int64_t>(params_.size()));
+
+  StepScalars scalars{found_inf, static_cast<const float*>(lr_->data()),
+                      static_cast<const float*>(weight_decay_->data())};
+  if (hyper_.kind == OptimizerKind::Sgd)
+    backend.sgd_step(list, hyper_.sgd, scalars);
+  else
+    backend.adam_step(list, hyper_.adam, scalars);
+  if (found_inf)
+    backend.copy(last_step_skipped_->data(), found_inf, sizeof(float));
+  else
+    backend.fill(last_step_skipped_->data(), 4, 0, 1);
+  has_stepped_ = true;
+}
+
+void Optimizer::zero_grad() {
+  for (const Param& p : params_) {
+    Tensor* g = p.param->grad;
+    if (g && g->numel() > 0) ctx_->backend().fill(g->data(), dtype_size(g->dtype), 0, g->numel());
+  }
+}
+
+void Optimizer::prepare_unscale(std::vector<TensorSpan>& ins, std::vector<TensorSpan>& outs) {
+  // Allocate every missing fp32 buffer first, so running out of memory
+  // changes nothing.
+  std::vector<std::pair<Param*, TensorRef>> allocated;
+  for (Param& p : params_) {
+    const Tensor* g = p.param->grad;
+    if (!g || g->dtype == DType::F32) continue;
+    if (p.unscaled_grad && p.unscaled_grad->numel() == g->numel()) continue;
+    allocated.emplace_back(&p, TensorRef(Tensor::empty(*ctx_, DType::F32, p.param->shape)));
+  }
+  for (auto& [p, buffer] : allocated) {
+    release_tensor(p->unscaled_grad);
+    p->unscaled_grad = buffer.take();
+  }
+  for (Param& p : params_) {
+    Tensor* g = p.param->grad;
+    if (!g) continue;
+    ins.push_back({g->data(), g->dtype, g->numel()});
+    if (g->dtype == DType::F32)
+      outs.push_back({g->data(), DType::F32, g->numel()});
+    else
+      outs.push_back({p.unscaled_grad->data(), DType::F32, g->numel()});
+  }
+}
+
+void Optimizer::mark_unscaled(bool unscaled) {
+  for (Param& p : params_) {
+    const Tensor* g = p.param->grad;
+    p.use_unscaled = unscaled && g && g->dtype != DType::F32;
+  }
+}
+
+const Optimizer::Param& Optimizer::param_entry(const Tensor& param, const char* arg) const {
+  for (const Param& p : params_)
+    if (p.param == &param) return p;
+  fail(AMPX_ERR_INVALID_ARGUMENT, "argument '", arg, "' (", param.describe(),
+       param.name.empty() ? "" : " '", param.name, param.name.empty() ? "" : "'",
+       ") is not a parameter of this optimizer");
+}
+
+int64_t Optimizer::param_steps(const Tensor& param) {
+  const Param& entry = param_entry(param, "param");
+  const size_t index = static_cast<size_t>(&entry - params_.data());
+  int64_t steps = 0;
+  ctx_->backend().copy_to_host(&steps, static_cast<const int64_t*>(steps_->data()) + index,
+                               sizeof steps);
+  return steps;
+}
+
+// ---- state save / load ----------------------------------------------------
+
+size_t Optimizer::state_size() const {
+  size_t bytes = sizeof(StateHeader) + sizeof(StateGroup) * lr_host_.size() +
+                 sizeof(StateParam) * params_.size();
+  for (const Param& p : params_)
+    bytes += static_cast<size_t>(p.param->numel()) * sizeof(float) *
+             static_cast<size_t>(1 + state_count());
+  return bytes + sizeof(uint64_t);
+}
+
+void Optimizer::save_state(void* buffer, size_t bytes) {
+  if (bytes != state_size())
+    fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'bytes' is ", bytes, " but the state takes ",
+         state_size(), " bytes (ampx_optimizer_state_size)");
+  auto* out = static_cast<unsigned char*>(buffer);
+  StateHeader header{};
+  std::memcpy(header.magic, kStateMagic, sizeof kStateMagic);
+  header.version = kStateVersion;
+  header.kind = static_cast<uint32_t>(hyper_.kind);
+  header.group_count = static_cast<uint32_t>(lr_host_.size());
+  header.param_count = static_cast<uint32_t>(params_.size());
+  header.state_count = static_cast<uint32_t>(state_count());
+  header.nesterov = hyper_.sgd.nesterov;
+  header.maximize = hyper_.kind == OptimizerKind::Sgd ? hyper_.sgd.maximize : hyper_.adam.maximize;
+  header.amsgrad = hyper_.adam.amsgrad;
+  header.decoupled_weight_decay = hyper_.adam.decoupled_weight_decay;
+  header.momentum = hyper_.sgd.momentum;
+  header.dampening = hyper_.sgd.dampening;
+  header.beta1 = hyper_.adam.beta1;
+  header.beta2 = hyper_.adam.beta2;
+  header.eps = hyper_.adam.eps;
+  std::memcpy(out, &header, sizeof header);
+  size_t at = sizeof header;
+  for (size_t g = 0; g < lr_host_.size(); ++g) {
+    StateGroup group{lr_host_[g], weight_decay_host_[g]};
+    std::memcpy(out + at, &group, sizeof group);
+    at += sizeof group;
+  }
+  std::vector<int64_t> steps(params_.size());
+  Backend& backend = ctx_->backend();
+  if (!steps.empty()) backend.copy_to_host(steps.data(), steps_->data(), steps_->nbytes());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Param& p = params_[i];
+    StateParam sp{};
+    sp.group = static_cast<uint32_t>(p.group);
+    sp.dtype = static_cast<uint32_t>(p.param->dtype);
+    sp.ndim = static_cast<uint32_t>(p.param->shape.ndim);
+    std::memcpy(sp.dims, p.param->shape.dims, sizeof sp.dims);
+    sp.steps = steps[i];
+    std::memcpy(out + at, &sp, sizeof sp);
+    at += sizeof sp;
+  }
+  for (const Param& p : params_) {
+    const size_t n = p.param->numel() * sizeof(float);
+    if (n == 0) continue;
+    backend.copy_to_host(out + at, p.master_or_param().data(), n);
+    at += n;
+    for (int k = 0; k < state_count(); ++k) {
+      backend.copy_to_host(out + at, p.state[k]->data(), n);
+      at += n;
+    }
+  }
+  const uint64_t checksum = fnv1a(out, at);
+  std::memcpy(out + at, &checksum, sizeof checksum);
+}
+
+void Optimizer::load_state(const void* buffer, size_t bytes) {
+  const auto* in = static_cast<const unsigned char*>(buffer);
+  const size_t expected = state_size();
+  StateHeader header{};
+  if (bytes < sizeof header + sizeof(uint64_t))
+    fail(AMPX_ERR_CORRUPT, "the state is ", bytes, " bytes, too short to be an optimizer state");
+  std::memcpy(&header, in, sizeof header);
+  if (std::memcmp(header.magic, kStateMagic, sizeof kStateMagic) != 0)
+    fail(AMPX_ERR_CORRUPT, "the buffer is not an ampx optimizer state (bad magic)");
+  if (header.version != kStateVersion)
+    fail(AMPX_ERR_CORRUPT, "optimizer state format version ", header.version,
+         " is not supported (this library reads version ", kStateVersion, ")");
+  uint64_t checksum = 0;
+  std::memcpy(&checksum, in + bytes - sizeof checksum, sizeof checksum);
+  if (checksum != fnv1a(in, bytes - sizeof checksum))
+    fail(AMPX_ERR_CORRUPT, "the optimizer state's checksum does not match: the data is damaged");
+  if (header.kind != static_cast<uint32_t>(hyper_.kind))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "the state was saved from ",
+         header.kind == static_cast<uint32_t>(OptimizerKind::Sgd) ? "an SGD" : "an Adam",
+         " optimizer but this one is ", hyper_.kind == OptimizerKind::Sgd ? "SGD" : "Adam");
+  if (header.group_count != lr_host_.size() || header.param_count != params_.size())
+    fail(AMPX_ERR_INVALID_ARGUMENT, "the state has ", header.group_count, " group(s) and ",
+         header.param_count, " parameter(s) but the optimizer has ", lr_host_.size(), " and ",
+         params_.size());
+  if (header.state_count != static_cast<uint32_t>(state_count()))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "the state keeps ", header.state_count,
+         " buffer(s) per parameter but this optimizer keeps ", state_count(),
+         " (momentum / amsgrad settings differ)");
+  if (bytes != expected)
+    fail(AMPX_ERR_CORRUPT, "the state is ", bytes, " bytes but ", expected, " were expected");
+  size_t at = sizeof header;
+  std::vector<StateGroup> groups(lr_host_.size());
+  for (StateGroup& g : groups) {
+    std::memcpy(&g, in + at, sizeof g);
+    at += sizeof g;
+    if (!(g.lr >= 0.0) || !(g.weight_decay >= 0.0) || !std::isfinite(g.lr) ||
+        !std::isfinite(g.weight_decay))
+      fail(AMPX_ERR_CORRUPT, "the state holds an invalid learning rate or weight decay");
+  }
+  std::vector<int64_t> steps(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    StateParam sp{};
+    std::memcpy(&sp, in + at, sizeof sp);
+    at += sizeof sp;
+    const Tensor& t = *params_[i].param;
+    Shape shape;
+    shape.ndim = static_cast<int32_t>(sp.ndim);
+    if (sp.ndim > static_cast<uint32_t>(kMaxDims))
+      fail(AMPX_ERR_CORRUPT, "parameter ", i, " has ", sp.ndim, " dimensions in the state");
+    std::memcpy(shape.dims, sp.dims, sizeof shape.dims);
+    if (!(shape == t.shape))
+      fail(AMPX_ERR_SHAPE, "parameter ", i, (t.name.empty() ? "" : " '"), t.name,
+           (t.name.empty() ? "" : "'"), " is ", t.shape.str(), " but the state holds ",
+           shape.str());
+    if (sp.dtype != static_cast<uint32_t>(t.dtype))
+      fail(AMPX_ERR_DTYPE, "parameter ", i, " is ", dtype_name(t.dtype),
+           " but the state was saved for dtype ", sp.dtype);
+    if (sp.group != static_cast<uint32_t>(params_[i].group))
+      fail(AMPX_ERR_INVALID_ARGUMENT, "parameter ", i, " is in group ", params_[i].group,
+           " but the state puts it in group ", sp.group);
+    if (sp.steps < 0) fail(AMPX_ERR_CORRUPT, "parameter ", i, " has a negative step count");
+    steps[i] = sp.steps;
+  }
+  // Everything is validated: apply.
+  hyper_.sgd.nesterov = header.nesterov != 0;
+  hyper_.sgd.momentum = static_cast<float>(header.momentum);
+  hyper_.sgd.dampening = static_cast<float>(header.dampening);
+  hyper_.sgd.maximize = header.maximize != 0;
+  hyper_.adam.maximize = header.maximize != 0;
+  hyper_.adam.amsgrad = header.amsgrad != 0;
+  hyper_.adam.decoupled_weight_decay = header.decoupled_weight_decay != 0;
+  hyper_.adam.beta1 = static_cast<float>(header.beta1);
+  hyper_.adam.beta2 = static_cast<float>(header.beta2);
+  hyper_.adam.eps = static_cast<float>(header.eps);
+  Backend& backend = ctx_->backend();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    lr_host_[g] = groups[g].lr;
+    weight_decay_host_[g] = groups[g].weight_decay;
+    write_lr(static_cast<int32_t>(g));
+    write_weight_decay(static_cast<int32_t>(g));
+  }
+  if (!steps.empty()) backend.copy_from_host(steps_->data(), steps.data(), steps_->nbytes());
+  for (Param& p : params_) {
+    const size_t n = p.param->numel() * sizeof(float);
+    if (n == 0) continue;
+    backend.copy_from_host(p.master_or_param().data(), in + at, n);
+    at += n;
+    for (int k = 0; k < state_count(); ++k) {
+      backend.copy_from_host(p.state[k]->data(), in + at, n);
+      at += n;
+    }
+    if (p.master)
+      backend.convert(p.param->data(), p.param->dtype, p.master->data(), DType::F32,
+                      p.param->numel());
+  }
+}
+
+void Optimizer::write_lr(int32_t group) {
+  ctx_->backend().fill(static_cast<float*>(lr_->data()) + group, 4,
+                       float_bits_of(lr_host_[static_cast<size_t>(group)]), 1);
+}
+
+void Optimizer::write_weight_decay(int32_t group) {
+  ctx_->backend().fill(static_cast<float*>(weight_decay_->data()) + group, 4,
+                       float_bits_of(weight_decay_host_[static_cast<size_t>(group)]), 1);
+}
+
+}  // namespace ampx

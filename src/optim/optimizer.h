@@ -1,0 +1,126 @@
+// optimizer.h -- SGD and Adam/AdamW over a parameter list, with fp32 master
+// weights for F16/BF16 parameters and every per-step scalar on the device.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/context.h"
+#include "core/tensor.h"
+
+namespace ampx {
+
+class Scaler;
+
+// Where an optimizer is in a loss-scaled iteration (torch's OptState).
+enum class AmpState { Ready, Unscaled, Stepped };
+
+enum class OptimizerKind : uint32_t { Sgd = 1, Adam = 2 };
+
+struct OptimizerHyper {
+  OptimizerKind kind = OptimizerKind::Sgd;
+  math::SgdConfig sgd{};
+  math::AdamConfig adam{};
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+};
+
+// Throws AMPX_ERR_INVALID_ARGUMENT naming the option when a value is out of
+// range (negative lr, betas outside [0, 1), nesterov without momentum...).
+void validate_hyper(const OptimizerHyper& hyper);
+
+class Optimizer : public Object {
+ public:
+  static constexpr uint64_t kLiveMagic = 0x414d50582d4f5054ull;  // "AMPX-OPT"
+  static constexpr uint64_t kDeadMagic = 0x646561642d6f7074ull;  // "dead-opt"
+
+  struct Param {
+    Tensor* param = nullptr;          // retained
+    Tensor* master = nullptr;         // owned; nullptr when param is F32
+    Tensor* state[3] = {};            // owned: momentum/exp_avg, exp_avg_sq, max_exp_avg_sq
+    Tensor* unscaled_grad = nullptr;  // owned F32 copy of an F16/BF16 grad, made by unscale
+    bool use_unscaled = false;        // unscaled_grad holds this iteration's gradient
+    int32_t group = 0;
+
+    Tensor& master_or_param() const { return master ? *master : *param; }
+  };
+
+  static Optimizer* create(Context& ctx, const std::vector<Tensor*>& params,
+                           const OptimizerHyper& hyper);
+  void release();
+
+  Context& context() const { return *ctx_; }
+  const OptimizerHyper& hyper() const { return hyper_; }
+  const std::vector<Param>& params() const { return params_; }
+  int32_t group_count() const { return static_cast<int32_t>(lr_host_.size()); }
+
+  int32_t add_group(const std::vector<Tensor*>& params, double lr, double weight_decay);
+  void set_lr(int32_t group, double lr);
+  double lr(int32_t group) const;
+
+  // One step over every parameter with a gradient; skipped on the device
+  // when found_inf (device, may be nullptr) is non-zero.
+  void step(const float* found_inf);
+  void zero_grad();
+
+  // The gradients the next step uses (unscaled copies where they exist),
+  // one span per parameter that has a gradient, with their parameters.
+  std::vector<TensorSpan> effective_grads(std::vector<const Param*>* owners = nullptr) const;
+
+  // Scaler support: makes sure every F16/BF16 gradient has an fp32
+  // unscaled_grad buffer (allocating all before changing anything), and
+  // returns the (in, out) spans unscale writes.
+  void prepare_unscale(std::vector<TensorSpan>& ins, std::vector<TensorSpan>& outs);
+  void mark_unscaled(bool unscaled);
+
+  Tensor& found_inf() const { return *found_inf_; }
+  bool has_stepped() const { return has_stepped_; }
+  Tensor& last_step_skipped() const { return *last_step_skipped_; }
+
+  const Param& param_entry(const Tensor& param, const char* arg) const;
+  int64_t param_steps(const Tensor& param);  // synchronizes
+
+  size_t state_size() const;
+  void save_state(void* buffer, size_t bytes);
+  void load_state(const void* buffer, size_t bytes);
+
+  // Set by the scaler the optimizer is attached to.
+  Scaler* scaler = nullptr;  // retained while attached
+  AmpState amp_state = AmpState::Ready;
+
+ private:
+  Optimizer(Context& ctx, const OptimizerHyper& hyper);
+  // The shell outlives release() in the context's quarantine, so it owns
+  // nothing by then: release() frees everything through free_resources().
+  ~Optimizer() override;
+  void free_resources();
+
+  // New entries for `params` in `group`, with masters and zeroed state;
+  // nothing is added to the optimizer until the caller commits them.
+  std::vector<Param> make_params(const std::vector<Tensor*>& params, int32_t group) const;
+  int state_count() const;
+  void write_lr(int32_t group);
+  void write_weight_decay(int32_t group);
+
+  Context* ctx_;
+  OptimizerHyper hyper_;
+  std::vector<Param> params_;
+  std::vector<double> lr_host_;
+  std::vector<double> weight_decay_host_;
+  Tensor* lr_ = nullptr;            // F32[groups] on the device
+  Tensor* weight_decay_ = nullptr;  // F32[groups]
+  Tensor* steps_ = nullptr;         // I64[params]
+  Tensor* found_inf_ = nullptr;     // F32[1]: set by the scaler's unscale
+  Tensor* last_step_skipped_ = nullptr;  // F32[1]: found_inf as the last step saw it
+  bool has_stepped_ = false;
+};
+
+// Releases a tensor pointer if set (for owned internal tensors).
+inline void release_tensor(Tensor*& t) {
+  if (t) t->release();
+  t = nullptr;
+}
+
+}  // namespace ampx
