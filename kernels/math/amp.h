@@ -87,10 +87,11 @@ AMPX_HD void scaler_force(ScalerState& s, bool found_inf, float new_scale) {
 }
 
 // Gradient clipping by total norm: the factor every gradient is multiplied
-// by (torch.nn.utils.clip_grad_norm_).
+// by (torch.nn.utils.clip_grad_norm_). A NaN norm gives a NaN factor, as
+// torch.clamp(max=1) does, so the NaN reaches every gradient.
 AMPX_HD float clip_coefficient(float total_norm, float max_norm) {
   const float coef = max_norm / (total_norm + 1e-6f);
-  return coef < 1.0f ? coef : 1.0f;
+  return coef > 1.0f ? 1.0f : coef;
 }
 
 }  // namespace math

@@ -28,8 +28,8 @@ namespace ampx {
 // allocators.
 // Throws AMPX_ERR_NO_DEVICE when there is no usable driver or device, the
 // index is out of range, or the device cannot run this build's kernels;
-// AMPX_ERR_DEVICE when `cuda_stream` belongs to another device or a CUDA call
-// fails.
+// AMPX_ERR_DEVICE when `cuda_stream` belongs to another device (detected with
+// CUDA 12.8 or newer) or a CUDA call fails.
 std::unique_ptr<Backend> make_cuda_backend(int32_t device_index, void* cuda_stream);
 
 // Number of CUDA devices; 0 when there is no driver or no device. Never
