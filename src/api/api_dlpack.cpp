@@ -129,7 +129,7 @@ ampx_status ampx_tensor_from_dlpack(ampx_context ctx, struct DLManagedTensor* sr
              ") is not aligned to the element size ", dtype_size(type));
       c.backend().check_device_pointer(data, "DLPack data");
     }
-    auto storage = Storage::external(data, bytes);
+    auto storage = Storage::external(c, data, bytes);
     Tensor* t = Tensor::create(c, type, shape, storage);
     storage->set_release(release_imported, src);
     *out = to_handle(t);

@@ -103,7 +103,7 @@ ampx_status ampx_tensor_wrap(ampx_context ctx, ampx_dtype dtype, int32_t ndim,
              dtype_size(type), "-byte size of ", dtype_name(type));
       c.backend().check_device_pointer(data, "argument 'data'");
     }
-    auto storage = Storage::external(data, expected);
+    auto storage = Storage::external(c, data, expected);
     Tensor* t = Tensor::create(c, type, s, storage);
     // ampx_deleter has the (user_data, data) shape Storage expects.
     storage->set_release(deleter, deleter_user_data);

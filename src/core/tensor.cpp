@@ -57,16 +57,31 @@ std::shared_ptr<Storage> Storage::allocate(Context& ctx, size_t bytes) {
   return storage;
 }
 
-std::shared_ptr<Storage> Storage::external(void* data, size_t bytes) {
+std::shared_ptr<Storage> Storage::external(Context& ctx, void* data, size_t bytes) {
   std::shared_ptr<Storage> storage(new Storage());
+  storage->user_ = &ctx;
   storage->data_ = data;
   storage->bytes_ = bytes;
   return storage;
 }
 
 Storage::~Storage() {
-  if (owner_) owner_->deallocate(data_, bytes_);
-  else if (release_) release_(release_arg_, data_);
+  if (owner_) {
+    owner_->deallocate(data_, bytes_);  // stream-ordered where the device has streams
+    return;
+  }
+  if (!release_) return;
+  // The owner may reuse the memory as soon as its deleter runs, so work
+  // still queued on the device must finish first.
+  if (user_->backend().device_type() != AMPX_DEVICE_CPU) {
+    try {
+      user_->backend().synchronize();
+    } catch (...) {
+      // A device failure is reported by the next call that synchronizes;
+      // the memory is handed back regardless.
+    }
+  }
+  release_(release_arg_, data_);
 }
 
 Tensor* Tensor::create(Context& ctx, DType dtype, const Shape& shape,

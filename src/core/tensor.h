@@ -38,9 +38,10 @@ class Storage {
   using ReleaseFn = void (*)(void* arg, void* data);
 
   static std::shared_ptr<Storage> allocate(Context& ctx, size_t bytes);
-  // External memory; nothing is released until set_release is called, so a
-  // creation that fails half-way never calls the caller's deleter.
-  static std::shared_ptr<Storage> external(void* data, size_t bytes);
+  // External memory used on `ctx`'s device; nothing is released until
+  // set_release is called, so a creation that fails half-way never calls the
+  // caller's deleter.
+  static std::shared_ptr<Storage> external(Context& ctx, void* data, size_t bytes);
   void set_release(ReleaseFn release, void* release_arg) {
     release_ = release;
     release_arg_ = release_arg;
@@ -53,6 +54,7 @@ class Storage {
  private:
   Storage() = default;
   Context* owner_ = nullptr;  // set when the context's allocator owns data_
+  Context* user_ = nullptr;   // the context external memory is used on
   void* data_ = nullptr;
   size_t bytes_ = 0;
   ReleaseFn release_ = nullptr;

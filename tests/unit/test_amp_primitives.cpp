@@ -596,3 +596,531 @@ TEST_CASE("amp primitives: count_nonfinite counts NaNs and infinities per tensor
   }
   CHECK(got[1] > 10);  // the specials were placed: the test counts something
 }
+
+// ---- the loss scaler ---------------------------------------------------
+
+namespace {
+
+ScalerConfig scaler_config(int32_t growth_interval, int32_t hysteresis = 1, float min_scale = 0.0f,
+                           float max_scale = 0.0f) {
+  ScalerConfig c;
+  c.growth_factor = 2.0;
+  c.backoff_factor = 0.5;
+  c.growth_interval = growth_interval;
+  c.hysteresis = hysteresis;
+  c.min_scale = min_scale;
+  c.max_scale = max_scale;
+  return c;
+}
+
+// A scaler state on the device, updated with either of two found-inf flags.
+class Scaler {
+ public:
+  Scaler(Device& d, float scale, const ScalerConfig& config)
+      : d_(d), config_(config), state_(d, std::vector<ScalerState>{initial(scale, config)}),
+        clean_(scalar(d, 0.0f)), overflow_(scalar(d, 1.0f)) {}
+
+  void update(bool found_inf) {
+    d_->scaler_update(state_.as<ScalerState>(), {found_inf ? overflow_.as<float>() : clean_.as<float>()},
+                      config_, false, 0.0f);
+  }
+  void update_many(int n, bool found_inf) {
+    for (int i = 0; i < n; ++i) update(found_inf);
+  }
+  void force(bool found_inf, float scale) {
+    d_->scaler_update(state_.as<ScalerState>(), {found_inf ? overflow_.as<float>() : clean_.as<float>()},
+                      config_, true, scale);
+  }
+  // Several optimizers' flags, as update() combines them.
+  void update_with(const std::vector<bool>& flags) {
+    std::vector<const float*> ptrs;
+    for (bool f : flags) ptrs.push_back(f ? overflow_.as<float>() : clean_.as<float>());
+    d_->scaler_update(state_.as<ScalerState>(), ptrs, config_, false, 0.0f);
+  }
+  ScalerState get() const { return state_.get<ScalerState>()[0]; }
+
+ private:
+  static ScalerState initial(float scale, const ScalerConfig& c) {
+    ScalerState s{};
+    s.scale = scale;
+    s.hysteresis_left = c.hysteresis;
+    return s;
+  }
+
+  Device& d_;
+  ScalerConfig config_;
+  Buffer state_;
+  Buffer clean_;
+  Buffer overflow_;
+};
+
+}  // namespace
+
+TEST_CASE("amp primitives: the scale grows exactly at the growth_interval-th clean update") {
+  Device d;
+  Scaler s(d, 65536.0f, scaler_config(2000));
+  s.update_many(1999, false);
+  CHECK(s.get().scale == 65536.0f);
+  CHECK(s.get().growth_tracker == 1999);
+  s.update(false);
+  CHECK(s.get().scale == 131072.0f);
+  CHECK(s.get().growth_tracker == 0);
+  CHECK(s.get().growths == 1);
+
+  // An overflow backs off and restarts the count towards the next growth.
+  s.update_many(500, false);
+  s.update(true);
+  CHECK(s.get().scale == 65536.0f);
+  CHECK(s.get().growth_tracker == 0);
+  s.update_many(1999, false);
+  CHECK(s.get().scale == 65536.0f);
+  s.update(false);
+  CHECK(s.get().scale == 131072.0f);
+
+  const ScalerState end = s.get();
+  CHECK(end.updates == 4501);
+  CHECK(end.skipped == 1);
+  CHECK(end.backoffs == 1);
+  CHECK(end.growths == 2);
+}
+
+TEST_CASE("amp primitives: a scale of 1e38 grows once and never becomes inf") {
+  Device d;
+  Scaler s(d, 1e38f, scaler_config(1));
+  const float once = static_cast<float>(static_cast<double>(1e38f) * 2.0);
+  s.update_many(10, false);
+  CHECK(s.get().scale == once);
+  CHECK(std::isfinite(s.get().scale));
+  CHECK(s.get().growths == 1);
+  CHECK(s.get().growth_tracker == 0);
+}
+
+TEST_CASE("amp primitives: hysteresis backs off from the 3rd consecutive overflow on") {
+  Device d;
+  Scaler s(d, 1024.0f, scaler_config(100, 3));
+  // Each row: the flag of one update and the scale after it.
+  const std::pair<bool, float> sequence[] = {
+      {true, 1024},  {true, 1024}, {true, 512},   // the 3rd consecutive overflow backs off
+      {true, 256},   {true, 128},                 // and so does each further one
+      {false, 128},                               // a clean update restores the tolerance
+      {true, 128},   {true, 128},  {true, 64},    //
+      {false, 64},   {true, 64},   {false, 64},  {true, 64}, {true, 64}, {true, 32}};
+  int backoffs = 0, skipped = 0;
+  for (const auto& [overflow, scale] : sequence) {
+    const float before = s.get().scale;
+    s.update(overflow);
+    const ScalerState st = s.get();
+    backoffs += st.scale < before;
+    skipped += overflow;
+    CHECK(st.scale == scale);
+    if (overflow) CHECK(st.growth_tracker == 0);
+  }
+  CHECK(s.get().backoffs == backoffs);
+  CHECK(s.get().skipped == skipped);
+  CHECK(backoffs == 5);
+}
+
+TEST_CASE("amp primitives: min_scale floors a backoff and max_scale caps a growth") {
+  Device d;
+  SUBCASE("floor") {
+    Scaler s(d, 4.0f, scaler_config(100, 1, 3.0f));
+    s.update(true);
+    CHECK(s.get().scale == 3.0f);
+    s.update(true);
+    CHECK(s.get().scale == 3.0f);
+    CHECK(s.get().backoffs == 1);  // only the update that lowered it
+    CHECK(s.get().skipped == 2);
+  }
+  SUBCASE("cap") {
+    Scaler s(d, 6.0f, scaler_config(1, 1, 0.0f, 10.0f));
+    s.update(false);
+    CHECK(s.get().scale == 10.0f);
+    s.update(false);
+    CHECK(s.get().scale == 10.0f);
+    CHECK(s.get().growths == 1);
+  }
+  SUBCASE("no floor: backoff goes below 1") {
+    Scaler s(d, 1.0f, scaler_config(100));
+    s.update_many(30, true);
+    CHECK(s.get().scale == 0x1p-30f);
+  }
+}
+
+TEST_CASE("amp primitives: found-inf flags of several optimizers are OR-ed") {
+  Device d;
+  Scaler s(d, 8.0f, scaler_config(1));
+  s.update_with({false, false, true});
+  CHECK(s.get().scale == 4.0f);
+  s.update_with({false, false});
+  CHECK(s.get().scale == 8.0f);
+  s.update_with({});
+  CHECK(s.get().scale == 16.0f);
+  CHECK(s.get().skipped == 1);
+}
+
+TEST_CASE("amp primitives: a forced scale replaces the scale and keeps the tracker") {
+  Device d;
+  Scaler s(d, 512.0f, scaler_config(10, 2));
+  s.update_many(4, false);
+  s.update(true);  // hysteresis 2: tolerated, the tracker restarts
+  s.update_many(3, false);
+  const ScalerState before = s.get();
+  REQUIRE(before.growth_tracker == 3);
+
+  s.force(true, 100.0f);
+  ScalerState after = s.get();
+  CHECK(after.scale == 100.0f);
+  CHECK(after.growth_tracker == 3);
+  CHECK(after.hysteresis_left == before.hysteresis_left);
+  CHECK(after.updates == before.updates + 1);
+  CHECK(after.skipped == before.skipped + 1);
+  CHECK(after.backoffs == before.backoffs);
+  CHECK(after.growths == before.growths);
+
+  s.force(false, 3.0f);
+  after = s.get();
+  CHECK(after.scale == 3.0f);
+  CHECK(after.skipped == before.skipped + 1);
+}
+
+TEST_CASE("amp primitives: random update sequences follow the scaler's rules") {
+  // The rules restated with a count of consecutive overflows rather than
+  // the state's countdown, scale products in double rounded to float.
+  struct Model {
+    float scale;
+    int32_t tracker = 0;
+    int consecutive = 0;
+    int64_t updates = 0, skipped = 0, backoffs = 0, growths = 0;
+  };
+  ScalerConfig c = scaler_config(3, 2, 0x1p-6f, 0x1p20f);
+  c.backoff_factor = 0.25;
+  c.growth_factor = 3.0;
+  Device d;
+  Scaler s(d, 1000.0f, c);
+  Model m{1000.0f};
+  std::mt19937 rng(23);
+  bool at_min = false, at_max = false;
+  for (int i = 0; i < 400; ++i) {
+    // Phases of mostly overflows and mostly clean updates drive the scale
+    // to both bounds.
+    const bool found = std::bernoulli_distribution((i / 100) % 2 ? 0.1 : 0.7)(rng);
+    s.update(found);
+    ++m.updates;
+    if (found) {
+      ++m.skipped;
+      m.tracker = 0;
+      if (++m.consecutive >= c.hysteresis) {
+        const float lowered = std::max(static_cast<float>(m.scale * c.backoff_factor), c.min_scale);
+        if (lowered < m.scale) {
+          m.scale = lowered;
+          ++m.backoffs;
+        }
+      }
+    } else {
+      m.consecutive = 0;
+      if (++m.tracker == c.growth_interval) {
+        m.tracker = 0;
+        const float grown = std::min(static_cast<float>(m.scale * c.growth_factor), c.max_scale);
+        if (grown > m.scale) {
+          m.scale = grown;
+          ++m.growths;
+        }
+      }
+    }
+    const ScalerState st = s.get();
+    CAPTURE(i);
+    REQUIRE(st.scale == m.scale);
+    REQUIRE(st.growth_tracker == m.tracker);
+    REQUIRE(st.updates == m.updates);
+    REQUIRE(st.skipped == m.skipped);
+    REQUIRE(st.backoffs == m.backoffs);
+    REQUIRE(st.growths == m.growths);
+    at_min = at_min || m.scale == c.min_scale;
+    at_max = at_max || m.scale == c.max_scale;
+  }
+  CHECK(at_min);
+  CHECK(at_max);
+}
+
+TEST_CASE("amp primitives: increment_steps counts only steps taken") {
+  Device d;
+  Buffer steps(d, std::vector<int64_t>{0, 5, 41});
+  Buffer set = scalar(d, 1.0f);
+  Buffer clear = scalar(d, 0.0f);
+  d->increment_steps(steps.as<int64_t>(), 3, set.as<float>());
+  CHECK(steps.get<int64_t>() == std::vector<int64_t>{0, 5, 41});
+  d->increment_steps(steps.as<int64_t>(), 3, clear.as<float>());
+  CHECK(steps.get<int64_t>() == std::vector<int64_t>{1, 6, 42});
+  d->increment_steps(steps.as<int64_t>(), 3, nullptr);
+  CHECK(steps.get<int64_t>() == std::vector<int64_t>{2, 7, 43});
+  d->increment_steps(steps.as<int64_t>(), 2, nullptr);
+  CHECK(steps.get<int64_t>() == std::vector<int64_t>{3, 8, 43});
+}
+
+// ---- optimizers --------------------------------------------------------
+
+namespace {
+
+constexpr double kU = 0x1p-24;  // fp32's unit roundoff
+
+struct ParamSpec {
+  DType param;
+  DType grad;
+  size_t count;
+  int32_t group;
+  int64_t step;  // steps already taken: a parameter resumed from a checkpoint
+};
+
+// One parameter on the device and its reference: the fp32 value (master)
+// and state in double, and error budgets. Every fp32 operation of a step
+// errs by at most kU times the magnitude of what it computes, so a budget
+// sums, over the steps taken, the magnitudes an element's value went
+// through; the device may differ from the reference by a small multiple of
+// kU times it.
+struct TestParam {
+  ParamSpec spec;
+  std::unique_ptr<Buffer> data, master, grad, state[3];
+  std::vector<double> w, s[3], g;
+  std::vector<double> w_budget, s_budget[3];
+  int64_t step;
+};
+
+// The initial value of element j of state k of a parameter.
+using StateInit = double (*)(const ParamSpec&, int k, std::mt19937& rng);
+
+class OptimizerRig {
+ public:
+  OptimizerRig(Device& d, const std::vector<ParamSpec>& specs, int states, StateInit init,
+               std::mt19937& rng)
+      : d_(d), states_(states) {
+    std::vector<int64_t> steps;
+    for (const ParamSpec& spec : specs) {
+      TestParam p;
+      p.spec = spec;
+      p.step = spec.step;
+      steps.push_back(spec.step);
+      const HostTensor data = random_tensor(spec.param, spec.count, rng, -2, 1);
+      p.data = std::make_unique<Buffer>(d, data);
+      for (size_t j = 0; j < spec.count; ++j) p.w.push_back(data.at(j));
+      if (spec.param != DType::F32)
+        p.master = std::make_unique<Buffer>(d, std::vector<float>(p.w.begin(), p.w.end()));
+      p.grad = std::make_unique<Buffer>(d, spec.count * width(spec.grad));
+      for (int k = 0; k < states; ++k) {
+        for (size_t j = 0; j < spec.count; ++j) p.s[k].push_back(init(spec, k, rng));
+        p.state[k] = std::make_unique<Buffer>(d, std::vector<float>(p.s[k].begin(), p.s[k].end()));
+        p.s_budget[k].assign(spec.count, 0.0);
+      }
+      p.w_budget.assign(spec.count, 0.0);
+      params_.push_back(std::move(p));
+    }
+    steps_ = std::make_unique<Buffer>(d, steps);
+  }
+
+  std::vector<TestParam>& params() { return params_; }
+
+  // What the primitives receive; a zero-size parameter passes null pointers.
+  std::vector<OptimParam> list() const {
+    std::vector<OptimParam> list;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const TestParam& p = params_[i];
+      const bool has = p.spec.count > 0;
+      OptimParam o{};
+      o.param = has ? p.data->as() : nullptr;
+      o.param_dtype = p.spec.param;
+      o.master = p.master && has ? p.master->as<float>() : nullptr;
+      // A zero-size f16 parameter still declares that it has a master.
+      if (p.master && !has) o.master = p.master->as<float>();
+      o.grad = has ? p.grad->as() : nullptr;
+      o.grad_dtype = p.spec.grad;
+      float** state[3] = {&o.state0, &o.state1, &o.state2};
+      for (int k = 0; k < states_; ++k) *state[k] = has ? p.state[k]->as<float>() : nullptr;
+      o.step = steps_->as<int64_t>() + i;
+      o.count = static_cast<int64_t>(p.spec.count);
+      o.group = p.spec.group;
+      list.push_back(o);
+    }
+    return list;
+  }
+
+  int64_t* steps() { return steps_->as<int64_t>(); }
+
+  // Uploads fresh random gradients, mirrored in each TestParam::g. A step
+  // that is to be skipped gets an inf in every gradient, as it would after
+  // an overflow: applying it would leave a mark.
+  void new_grads(std::mt19937& rng, bool poison) {
+    for (TestParam& p : params_) {
+      HostTensor g = random_tensor(p.spec.grad, p.spec.count, rng, -2, 1);
+      if (poison && p.spec.count > 0) g.set_raw(0, inf_raw(p.spec.grad, false));
+      p.grad->put(g);
+      p.g.clear();
+      for (size_t j = 0; j < p.spec.count; ++j) p.g.push_back(g.at(j));
+    }
+  }
+
+  // Every byte a step may write.
+  std::vector<std::vector<uint8_t>> snapshot() const {
+    std::vector<std::vector<uint8_t>> bytes = {steps_->get<uint8_t>()};
+    for (const TestParam& p : params_) {
+      bytes.push_back(p.data->get<uint8_t>());
+      if (p.master) bytes.push_back(p.master->get<uint8_t>());
+      for (int k = 0; k < states_; ++k) bytes.push_back(p.state[k]->get<uint8_t>());
+    }
+    return bytes;
+  }
+
+  // Compares the device with the reference: step counts exactly, fp32
+  // values within `factor` * kU * their budgets, and F16/BF16 parameters
+  // exactly as their device master rounded to nearest even.
+  void check(double factor) const {
+    const std::vector<int64_t> steps = steps_->get<int64_t>();
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const TestParam& p = params_[i];
+      CAPTURE(i);
+      CHECK(steps[i] == p.step);
+      const HostTensor data = p.data->get(p.spec.param);
+      std::vector<double> w;
+      if (p.master) {
+        const std::vector<float> master = p.master->get<float>();
+        w.assign(master.begin(), master.end());
+        int not_rounded = 0;
+        for (size_t j = 0; j < w.size(); ++j) not_rounded += !same(data.at(j), round_to(p.spec.param, w[j]));
+        CHECK_MESSAGE(not_rounded == 0, name(p.spec.param), " parameter is not its master rounded");
+      } else {
+        for (size_t j = 0; j < data.size(); ++j) w.push_back(data.at(j));
+      }
+      check_close("weights", w, p.w, p.w_budget, factor);
+      for (int k = 0; k < states_; ++k) {
+        const std::vector<float> s = p.state[k]->get<float>();
+        check_close("state", std::vector<double>(s.begin(), s.end()), p.s[k], p.s_budget[k], factor);
+      }
+    }
+  }
+
+  // The largest error seen, in units of kU * budget (what `factor` must cover).
+  static double worst;
+
+ private:
+  static void check_close(const char* what, const std::vector<double>& have,
+                          const std::vector<double>& want, const std::vector<double>& budget,
+                          double factor) {
+    int far = 0;
+    size_t first = 0;
+    for (size_t j = 0; j < have.size(); ++j) {
+      const double err = std::fabs(have[j] - want[j]);
+      if (budget[j] > 0) worst = std::max(worst, err / (kU * budget[j]));
+      if (!(err <= factor * kU * budget[j]) && far++ == 0) first = j;
+    }
+    CHECK_MESSAGE(far == 0, what, ": ", far, " elements off, the first ", first, ": ",
+                  far ? have[first] : 0.0, " vs ", far ? want[first] : 0.0);
+  }
+
+  Device& d_;
+  int states_;
+  std::vector<TestParam> params_;
+  std::unique_ptr<Buffer> steps_;
+};
+
+double OptimizerRig::worst = 0;
+
+// The parameters of every optimizer case for parameters of type t: several
+// gradient types, two groups, a resumed parameter, an empty one.
+std::vector<ParamSpec> param_specs(DType t) {
+  const DType other = t == DType::F32 ? DType::BF16 : DType::F32;
+  return {{t, t, 37, 0, 0},
+          {t, other, 300, 1, 0},
+          {t, DType::F16, 20, 0, 0},
+          {t, t, 1, 1, 3},
+          {t, t, 0, 1, 0}};
+}
+
+// Steps 1 and 5 are skipped: the first taken step is the second call.
+bool skipped_step(int call) { return call == 0 || call == 4; }
+
+struct SgdCase {
+  float momentum;
+  float dampening;
+  bool nesterov;
+  float weight_decay;
+  bool maximize;
+};
+
+void sgd_reference(TestParam& p, double lr, double wd, const SgdCase& c) {
+  const bool first = p.step == 1;
+  for (size_t j = 0; j < p.w.size(); ++j) {
+    double g = c.maximize ? -p.g[j] : p.g[j];
+    g += wd * p.w[j];
+    if (c.momentum != 0) {
+      double& buf = p.s[0][j];
+      buf = first ? g : c.momentum * buf + (1.0 - c.dampening) * g;
+      g = c.nesterov ? g + c.momentum * buf : buf;
+      p.s_budget[0][j] += std::fabs(buf) + std::fabs(g);
+    }
+    p.w[j] -= lr * g;
+    p.w_budget[j] += std::fabs(p.w[j]) + std::fabs(lr * g);
+  }
+}
+
+// A fresh momentum buffer holds junk: the first step taken must overwrite
+// it, not blend it in. A resumed one holds a real buffer.
+double sgd_state(const ParamSpec& spec, int, std::mt19937& rng) {
+  return spec.step == 0 ? 777.0 : std::uniform_real_distribution<double>(-2, 2)(rng);
+}
+
+// Momentum makes a buffer's error echo through later steps, up to
+// 1/(1 - momentum) = 10 times; ~10 roundings a step, so 16 kU per unit of
+// budget leaves room without hiding a wrong formula (which errs by whole
+// percent).
+constexpr double kSgdFactor = 16.0;
+
+void run_sgd(DType dtype, const SgdCase& c) {
+  Device d;
+  std::mt19937 rng(29);
+  OptimizerRig rig(d, param_specs(dtype), c.momentum != 0 ? 1 : 0, sgd_state, rng);
+  const float lr[] = {0.1f, 0.05f};
+  const float wd[] = {c.weight_decay, 2 * c.weight_decay};
+  Buffer lr_buf(d, std::vector<float>(lr, lr + 2));
+  Buffer wd_buf(d, std::vector<float>(wd, wd + 2));
+  ampx::math::SgdConfig config{c.momentum, c.dampening, c.nesterov, c.maximize};
+  for (int call = 0; call < 12; ++call) {
+    CAPTURE(call);
+    const bool skip = skipped_step(call);
+    rig.new_grads(rng, skip);
+    Buffer found = scalar(d, skip ? 1.0f : 0.0f);
+    const auto before = rig.snapshot();
+    d->increment_steps(rig.steps(), static_cast<int64_t>(rig.params().size()), found.as<float>());
+    d->sgd_step(rig.list(), config, {found.as<float>(), lr_buf.as<float>(), wd_buf.as<float>()});
+    if (skip) {
+      CHECK_MESSAGE(rig.snapshot() == before, "a skipped step changed something");
+      continue;
+    }
+    for (TestParam& p : rig.params()) {
+      ++p.step;
+      sgd_reference(p, lr[p.spec.group], wd[p.spec.group], c);
+    }
+    rig.check(kSgdFactor);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("amp primitives: SGD in every configuration, fp32 and 16-bit parameters") {
+  int cases = 0;
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16})
+    for (float momentum : {0.0f, 0.9f})
+      for (float dampening : {0.0f, 0.1f})
+        for (bool nesterov : {false, true})
+          for (float weight_decay : {0.0f, 0.01f})
+            for (bool maximize : {false, true}) {
+              if (nesterov && (momentum == 0.0f || dampening != 0.0f)) continue;
+              CAPTURE(name(dtype));
+              CAPTURE(momentum);
+              CAPTURE(dampening);
+              CAPTURE(nesterov);
+              CAPTURE(weight_decay);
+              CAPTURE(maximize);
+              run_sgd(dtype, {momentum, dampening, nesterov, weight_decay, maximize});
+              ++cases;
+            }
+  CHECK(cases == 60);
+  MESSAGE("worst SGD error: ", OptimizerRig::worst, " kU per budget");
+}
