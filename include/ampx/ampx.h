@@ -110,7 +110,9 @@ typedef enum ampx_status {
                                       expected type */
   AMPX_ERR_IO = 10,              /**< a file could not be read or written */
   AMPX_ERR_CORRUPT = 11,         /**< data that fails validation */
-  AMPX_ERR_INTERNAL = 12         /**< a bug in ampx; please report it */
+  AMPX_ERR_INTERNAL = 12,        /**< a bug in ampx; please report it */
+  AMPX_STATUS_MAX_ENUM = 0x7fffffff /**< not a status: makes every value of
+                                         a 32-bit int valid to pass */
 } ampx_status;
 
 /** A short static English name for a status ("AMPX_ERR_SHAPE"), or
@@ -140,7 +142,8 @@ typedef enum ampx_dtype {
   AMPX_F16 = 2,  /**< IEEE 754 binary16 (max 65504) */
   AMPX_BF16 = 3, /**< bfloat16: fp32's exponent, 8 significant bits */
   AMPX_I32 = 4,
-  AMPX_I64 = 5
+  AMPX_I64 = 5,
+  AMPX_DTYPE_MAX_ENUM = 0x7fffffff /**< not a type (see AMPX_STATUS_MAX_ENUM) */
 } ampx_dtype;
 
 /** Size in bytes of one element of `dtype`, or 0 for an invalid value.
@@ -154,7 +157,8 @@ AMPX_API const char *ampx_dtype_name(ampx_dtype dtype);
 /** Device kinds. Numbers pinned. */
 typedef enum ampx_device_type {
   AMPX_DEVICE_CPU = 1,
-  AMPX_DEVICE_CUDA = 2
+  AMPX_DEVICE_CUDA = 2,
+  AMPX_DEVICE_MAX_ENUM = 0x7fffffff /**< not a device (see AMPX_STATUS_MAX_ENUM) */
 } ampx_device_type;
 
 /** Number of CUDA devices usable by ampx: 0 when the library has no CUDA
@@ -545,7 +549,8 @@ typedef enum ampx_optimizer_state {
                                       itself when it is F32) */
   AMPX_STATE_MOMENTUM = 2,       /**< SGD momentum buffer / Adam exp_avg */
   AMPX_STATE_EXP_AVG_SQ = 3,     /**< Adam exp_avg_sq */
-  AMPX_STATE_MAX_EXP_AVG_SQ = 4  /**< Adam max_exp_avg_sq (amsgrad) */
+  AMPX_STATE_MAX_EXP_AVG_SQ = 4, /**< Adam max_exp_avg_sq (amsgrad) */
+  AMPX_STATE_MAX_ENUM = 0x7fffffff /**< not a kind (see AMPX_STATUS_MAX_ENUM) */
 } ampx_optimizer_state;
 
 /** *out receives a new reference to one state tensor of `param` (same

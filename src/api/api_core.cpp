@@ -68,6 +68,7 @@ const char* ampx_status_string(ampx_status status) {
     case AMPX_ERR_IO: return "AMPX_ERR_IO";
     case AMPX_ERR_CORRUPT: return "AMPX_ERR_CORRUPT";
     case AMPX_ERR_INTERNAL: return "AMPX_ERR_INTERNAL";
+    case AMPX_STATUS_MAX_ENUM: break;
   }
   return "AMPX_UNKNOWN_STATUS";
 }

@@ -110,8 +110,9 @@ ampx_status ampx_tensor_from_dlpack(ampx_context ctx, struct DLManagedTensor* sr
     check_dlpack_device(c, dl.device);
     const DType type = ampx_type(dl.dtype);
     const Shape shape = make_shape(dl.ndim, dl.shape, type);
-    if (dl.strides) {
-      // Row-major compact; the stride of an extent-1 dimension is irrelevant.
+    if (dl.strides && shape.numel() > 0) {
+      // Row-major compact; the stride of an extent-1 dimension is irrelevant,
+      // and so are all strides of a tensor without elements.
       int64_t expected = 1;
       for (int32_t i = dl.ndim - 1; i >= 0; --i) {
         if (shape.dims[i] != 1 && dl.strides[i] != expected)

@@ -102,17 +102,17 @@ struct HostTensor {
 };
 
 // Random values of magnitude in [2^min_exp, 2^(max_exp+1)), either sign,
-// with every mantissa bit random.
+// with every mantissa bit random (one 32-bit draw per value: 23 mantissa
+// bits at most, 8 to pick the exponent, 1 for the sign).
 HostTensor random_tensor(DType t, size_t n, std::mt19937& rng, int min_exp, int max_exp) {
   const Format f = format_of(t);
-  std::uniform_int_distribution<int> exponent(min_exp, max_exp);
-  std::uniform_int_distribution<uint32_t> mantissa(0, (1u << f.man_bits) - 1);
-  std::bernoulli_distribution negative(0.5);
+  const uint32_t exponents = static_cast<uint32_t>(max_exp - min_exp + 1);
   HostTensor h(t, n);
   for (size_t i = 0; i < n; ++i) {
-    const uint32_t sign = negative(rng) ? 1u << (f.exp_bits + f.man_bits) : 0u;
-    const uint32_t biased = static_cast<uint32_t>(exponent(rng) + f.bias());
-    h.set_raw(i, sign | (biased << f.man_bits) | mantissa(rng));
+    const uint32_t r = rng();
+    const uint32_t sign = (r >> 31) << (f.exp_bits + f.man_bits);
+    const uint32_t biased = static_cast<uint32_t>(min_exp + f.bias()) + ((r >> 23) & 0xffu) % exponents;
+    h.set_raw(i, sign | (biased << f.man_bits) | (r & ((1u << f.man_bits) - 1)));
   }
   return h;
 }
@@ -207,6 +207,25 @@ bool same(double have, double want) {
 #define CHECK_SAME(have, want) CHECK_MESSAGE(same((have), (want)), "got ", (have), ", want ", (want))
 
 }  // namespace
+
+// The reference itself, on values whose rounding is known by hand: the f16
+// overflow tie, ties to even both ways, subnormals, the bf16 range.
+TEST_CASE("amp primitives: the test's own rounding reference") {
+  CHECK(round_to(DType::F16, 65519.0) == 65504.0);
+  CHECK(round_to(DType::F16, 65520.0) == kInf);
+  CHECK(round_to(DType::F16, -1.0 - 0x1p-11) == -1.0);
+  CHECK(round_to(DType::F16, 1.0 + 3 * 0x1p-11) == 1.0 + 0x1p-9);
+  CHECK(round_to(DType::F16, 0x1p-25) == 0.0);
+  CHECK(round_to(DType::F16, 3 * 0x1p-26) == 0x1p-24);
+  CHECK(round_to(DType::BF16, 1.0 + 0x1p-8) == 1.0);
+  CHECK(round_to(DType::BF16, 1e38) == 0x1.2cp+126);
+  CHECK(round_to(DType::F32, 0.1) == static_cast<double>(0.1f));
+  CHECK(decode(DType::F16, 0x0001) == 0x1p-24);
+  CHECK(decode(DType::F16, 0xfbff) == -65504.0);
+  CHECK(decode(DType::BF16, 0x3f80) == 1.0);
+  CHECK(std::isnan(decode(DType::BF16, nan_raw(DType::BF16))));
+  CHECK(decode(DType::F32, inf_raw(DType::F32, true)) == -kInf);
+}
 
 // ---- unscaling and scaling ---------------------------------------------
 
@@ -490,7 +509,8 @@ TEST_CASE("amp primitives: a NaN anywhere makes the norm NaN; an inf makes it in
 
 TEST_CASE("amp primitives: norms do not depend on the number of threads") {
   std::mt19937 rng(5);
-  // Magnitudes spanning 2^60 make the sum's rounding depend on its order.
+  // Magnitudes spanning 2^60: a sum grouped by thread would round
+  // differently from one grouped by chunk.
   std::vector<HostTensor> ts = mixed_tensors(rng, 50);
   ts.push_back(random_tensor(DType::F32, 200000, rng, -30, 30));
   Device one(1), four(4);
@@ -872,11 +892,12 @@ struct ParamSpec {
 };
 
 // One parameter on the device and its reference: the fp32 value (master)
-// and state in double, and error budgets. Every fp32 operation of a step
-// errs by at most kU times the magnitude of what it computes, so a budget
-// sums, over the steps taken, the magnitudes an element's value went
-// through; the device may differ from the reference by a small multiple of
-// kU times it.
+// and state in double, and error budgets. Each step is checked from the
+// device's own state before it (see OptimizerRig::sync), so the errors of
+// one step are measured, not their sum over the run. Every fp32 operation
+// errs by at most kU times the magnitude of what it computes; a budget adds
+// the magnitudes of the terms a step combines into a value, and the device
+// may differ from the reference by a small multiple of kU times it.
 struct TestParam {
   ParamSpec spec;
   std::unique_ptr<Buffer> data, master, grad, state[3];
@@ -901,16 +922,15 @@ class OptimizerRig {
       steps.push_back(spec.step);
       const HostTensor data = random_tensor(spec.param, spec.count, rng, -2, 1);
       p.data = std::make_unique<Buffer>(d, data);
-      for (size_t j = 0; j < spec.count; ++j) p.w.push_back(data.at(j));
-      if (spec.param != DType::F32)
-        p.master = std::make_unique<Buffer>(d, std::vector<float>(p.w.begin(), p.w.end()));
+      std::vector<float> w;
+      for (size_t j = 0; j < spec.count; ++j) w.push_back(static_cast<float>(data.at(j)));
+      if (spec.param != DType::F32) p.master = std::make_unique<Buffer>(d, w);
       p.grad = std::make_unique<Buffer>(d, spec.count * width(spec.grad));
       for (int k = 0; k < states; ++k) {
-        for (size_t j = 0; j < spec.count; ++j) p.s[k].push_back(init(spec, k, rng));
-        p.state[k] = std::make_unique<Buffer>(d, std::vector<float>(p.s[k].begin(), p.s[k].end()));
-        p.s_budget[k].assign(spec.count, 0.0);
+        std::vector<float> s;
+        for (size_t j = 0; j < spec.count; ++j) s.push_back(static_cast<float>(init(spec, k, rng)));
+        p.state[k] = std::make_unique<Buffer>(d, s);
       }
-      p.w_budget.assign(spec.count, 0.0);
       params_.push_back(std::move(p));
     }
     steps_ = std::make_unique<Buffer>(d, steps);
@@ -927,9 +947,7 @@ class OptimizerRig {
       OptimParam o{};
       o.param = has ? p.data->as() : nullptr;
       o.param_dtype = p.spec.param;
-      o.master = p.master && has ? p.master->as<float>() : nullptr;
-      // A zero-size f16 parameter still declares that it has a master.
-      if (p.master && !has) o.master = p.master->as<float>();
+      o.master = p.master ? p.master->as<float>() : nullptr;
       o.grad = has ? p.grad->as() : nullptr;
       o.grad_dtype = p.spec.grad;
       float** state[3] = {&o.state0, &o.state1, &o.state2};
@@ -968,6 +986,19 @@ class OptimizerRig {
     return bytes;
   }
 
+  // Starts the reference of the next step from the device's state.
+  void sync() {
+    for (TestParam& p : params_) {
+      p.w = fp32_values(p);
+      p.w_budget.assign(p.w.size(), 0.0);
+      for (int k = 0; k < states_; ++k) {
+        const std::vector<float> s = p.state[k]->get<float>();
+        p.s[k].assign(s.begin(), s.end());
+        p.s_budget[k].assign(s.size(), 0.0);
+      }
+    }
+  }
+
   // Compares the device with the reference: step counts exactly, fp32
   // values within `factor` * kU * their budgets, and F16/BF16 parameters
   // exactly as their device master rounded to nearest even.
@@ -977,16 +1008,13 @@ class OptimizerRig {
       const TestParam& p = params_[i];
       CAPTURE(i);
       CHECK(steps[i] == p.step);
-      const HostTensor data = p.data->get(p.spec.param);
-      std::vector<double> w;
+      const std::vector<double> w = fp32_values(p);
       if (p.master) {
-        const std::vector<float> master = p.master->get<float>();
-        w.assign(master.begin(), master.end());
+        const HostTensor data = p.data->get(p.spec.param);
         int not_rounded = 0;
-        for (size_t j = 0; j < w.size(); ++j) not_rounded += !same(data.at(j), round_to(p.spec.param, w[j]));
+        for (size_t j = 0; j < w.size(); ++j)
+          not_rounded += !same(data.at(j), round_to(p.spec.param, w[j]));
         CHECK_MESSAGE(not_rounded == 0, name(p.spec.param), " parameter is not its master rounded");
-      } else {
-        for (size_t j = 0; j < data.size(); ++j) w.push_back(data.at(j));
       }
       check_close("weights", w, p.w, p.w_budget, factor);
       for (int k = 0; k < states_; ++k) {
@@ -996,10 +1024,19 @@ class OptimizerRig {
     }
   }
 
-  // The largest error seen, in units of kU * budget (what `factor` must cover).
-  static double worst;
-
  private:
+  // The master on the device, or the parameter itself when it is fp32.
+  static std::vector<double> fp32_values(const TestParam& p) {
+    if (p.master) {
+      const std::vector<float> master = p.master->get<float>();
+      return std::vector<double>(master.begin(), master.end());
+    }
+    const HostTensor data = p.data->get(DType::F32);
+    std::vector<double> w;
+    for (size_t j = 0; j < data.size(); ++j) w.push_back(data.at(j));
+    return w;
+  }
+
   static void check_close(const char* what, const std::vector<double>& have,
                           const std::vector<double>& want, const std::vector<double>& budget,
                           double factor) {
@@ -1007,7 +1044,6 @@ class OptimizerRig {
     size_t first = 0;
     for (size_t j = 0; j < have.size(); ++j) {
       const double err = std::fabs(have[j] - want[j]);
-      if (budget[j] > 0) worst = std::max(worst, err / (kU * budget[j]));
       if (!(err <= factor * kU * budget[j]) && far++ == 0) first = j;
     }
     CHECK_MESSAGE(far == 0, what, ": ", far, " elements off, the first ", first, ": ",
@@ -1020,8 +1056,6 @@ class OptimizerRig {
   std::unique_ptr<Buffer> steps_;
 };
 
-double OptimizerRig::worst = 0;
-
 // The parameters of every optimizer case for parameters of type t: several
 // gradient types, two groups, a resumed parameter, an empty one.
 std::vector<ParamSpec> param_specs(DType t) {
@@ -1033,8 +1067,36 @@ std::vector<ParamSpec> param_specs(DType t) {
           {t, t, 0, 1, 0}};
 }
 
-// Steps 1 and 5 are skipped: the first taken step is the second call.
-bool skipped_step(int call) { return call == 0 || call == 4; }
+// Makes `calls` optimizer steps, each a call of increment_steps and of
+// step(scalars), checking each taken one against reference(param, lr, wd).
+// Steps 1 and 5 are skipped: the first one taken is the second, and a
+// skipped step must change no byte.
+template <class Step, class Reference>
+void run_steps(Device& d, OptimizerRig& rig, std::mt19937& rng, const float (&lr)[2],
+               const float (&wd)[2], int calls, double factor, Step&& step,
+               Reference&& reference) {
+  Buffer lr_buf(d, std::vector<float>(lr, lr + 2));
+  Buffer wd_buf(d, std::vector<float>(wd, wd + 2));
+  for (int call = 0; call < calls; ++call) {
+    CAPTURE(call);
+    const bool skip = call == 0 || call == 4;
+    rig.new_grads(rng, skip);
+    Buffer found = scalar(d, skip ? 1.0f : 0.0f);
+    const auto before = rig.snapshot();
+    if (!skip) rig.sync();
+    d->increment_steps(rig.steps(), static_cast<int64_t>(rig.params().size()), found.as<float>());
+    step(ampx::StepScalars{found.as<float>(), lr_buf.as<float>(), wd_buf.as<float>()});
+    if (skip) {
+      CHECK_MESSAGE(rig.snapshot() == before, "a skipped step changed something");
+      continue;
+    }
+    for (TestParam& p : rig.params()) {
+      ++p.step;
+      reference(p, lr[p.spec.group], wd[p.spec.group]);
+    }
+    rig.check(factor);
+  }
+}
 
 struct SgdCase {
   float momentum;
@@ -1048,15 +1110,19 @@ void sgd_reference(TestParam& p, double lr, double wd, const SgdCase& c) {
   const bool first = p.step == 1;
   for (size_t j = 0; j < p.w.size(); ++j) {
     double g = c.maximize ? -p.g[j] : p.g[j];
+    // The magnitude of the terms g is made of; the budgets add these.
+    double g_terms = std::fabs(g) + std::fabs(wd * p.w[j]);
     g += wd * p.w[j];
     if (c.momentum != 0) {
       double& buf = p.s[0][j];
+      const double buf_terms = first ? g_terms : c.momentum * std::fabs(buf) + (1.0 - c.dampening) * g_terms;
       buf = first ? g : c.momentum * buf + (1.0 - c.dampening) * g;
+      p.s_budget[0][j] += buf_terms;
+      g_terms = c.nesterov ? g_terms + c.momentum * std::fabs(buf) : buf_terms;
       g = c.nesterov ? g + c.momentum * buf : buf;
-      p.s_budget[0][j] += std::fabs(buf) + std::fabs(g);
     }
     p.w[j] -= lr * g;
-    p.w_budget[j] += std::fabs(p.w[j]) + std::fabs(lr * g);
+    p.w_budget[j] += std::fabs(p.w[j]) + lr * g_terms;
   }
 }
 
@@ -1066,39 +1132,22 @@ double sgd_state(const ParamSpec& spec, int, std::mt19937& rng) {
   return spec.step == 0 ? 777.0 : std::uniform_real_distribution<double>(-2, 2)(rng);
 }
 
-// Momentum makes a buffer's error echo through later steps, up to
-// 1/(1 - momentum) = 10 times; ~10 roundings a step, so 16 kU per unit of
-// budget leaves room without hiding a wrong formula (which errs by whole
-// percent).
-constexpr double kSgdFactor = 16.0;
+// About ten fp32 roundings a step, each at most kU of a magnitude the budget
+// counts, but of random sign, so they mostly cancel: the CPU stays near 2.
+// 6 leaves room for another order of operations (a GPU's fused
+// multiply-adds), while a slip in the formula (a wrong coefficient, a term
+// too many) errs by far more than any budget.
+constexpr double kSgdFactor = 6.0;
 
-void run_sgd(DType dtype, const SgdCase& c) {
-  Device d;
+void run_sgd(const std::vector<ParamSpec>& specs, const SgdCase& c, int calls, int32_t threads = 0) {
+  Device d(threads);
   std::mt19937 rng(29);
-  OptimizerRig rig(d, param_specs(dtype), c.momentum != 0 ? 1 : 0, sgd_state, rng);
-  const float lr[] = {0.1f, 0.05f};
-  const float wd[] = {c.weight_decay, 2 * c.weight_decay};
-  Buffer lr_buf(d, std::vector<float>(lr, lr + 2));
-  Buffer wd_buf(d, std::vector<float>(wd, wd + 2));
-  ampx::math::SgdConfig config{c.momentum, c.dampening, c.nesterov, c.maximize};
-  for (int call = 0; call < 12; ++call) {
-    CAPTURE(call);
-    const bool skip = skipped_step(call);
-    rig.new_grads(rng, skip);
-    Buffer found = scalar(d, skip ? 1.0f : 0.0f);
-    const auto before = rig.snapshot();
-    d->increment_steps(rig.steps(), static_cast<int64_t>(rig.params().size()), found.as<float>());
-    d->sgd_step(rig.list(), config, {found.as<float>(), lr_buf.as<float>(), wd_buf.as<float>()});
-    if (skip) {
-      CHECK_MESSAGE(rig.snapshot() == before, "a skipped step changed something");
-      continue;
-    }
-    for (TestParam& p : rig.params()) {
-      ++p.step;
-      sgd_reference(p, lr[p.spec.group], wd[p.spec.group], c);
-    }
-    rig.check(kSgdFactor);
-  }
+  OptimizerRig rig(d, specs, c.momentum != 0 ? 1 : 0, sgd_state, rng);
+  const ampx::math::SgdConfig config{c.momentum, c.dampening, c.nesterov, c.maximize};
+  run_steps(
+      d, rig, rng, {0.1f, 0.05f}, {c.weight_decay, 2 * c.weight_decay}, calls, kSgdFactor,
+      [&](const ampx::StepScalars& scalars) { d->sgd_step(rig.list(), config, scalars); },
+      [&](TestParam& p, double lr, double wd) { sgd_reference(p, lr, wd, c); });
 }
 
 }  // namespace
@@ -1118,9 +1167,195 @@ TEST_CASE("amp primitives: SGD in every configuration, fp32 and 16-bit parameter
               CAPTURE(nesterov);
               CAPTURE(weight_decay);
               CAPTURE(maximize);
-              run_sgd(dtype, {momentum, dampening, nesterov, weight_decay, maximize});
+              run_sgd(param_specs(dtype), {momentum, dampening, nesterov, weight_decay, maximize}, 12);
               ++cases;
             }
   CHECK(cases == 60);
-  MESSAGE("worst SGD error: ", OptimizerRig::worst, " kU per budget");
+}
+
+namespace {
+
+struct AdamCase {
+  bool adamw;
+  bool amsgrad;
+  bool maximize;
+  float weight_decay;
+};
+
+constexpr float kBeta1 = 0.9f, kBeta2 = 0.999f, kEps = 1e-8f;
+
+// DESIGN.md section 4, in double, with the fp32 hyperparameters' values.
+void adam_reference(TestParam& p, double lr, double wd, const AdamCase& c) {
+  const double t = static_cast<double>(p.step);
+  const double b1 = kBeta1, b2 = kBeta2;
+  const double step_size = lr / (1.0 - std::pow(b1, t));
+  const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(b2, t));
+  for (size_t j = 0; j < p.w.size(); ++j) {
+    double g = c.maximize ? -p.g[j] : p.g[j];
+    double& w = p.w[j];
+    double& m = p.s[0][j];
+    double& v = p.s[1][j];
+    // Each budget adds the magnitudes of the terms a step combines, as
+    // g_terms for g; an error in g reaches g*g doubled.
+    double g_terms = std::fabs(g);
+    if (c.adamw) {
+      w *= 1.0 - lr * wd;
+    } else {
+      g_terms += std::fabs(wd * w);
+      g += wd * w;
+    }
+    p.s_budget[0][j] += b1 * std::fabs(m) + (1.0 - b1) * g_terms;
+    m = b1 * m + (1.0 - b1) * g;
+    v = b2 * v + (1.0 - b2) * g * g;
+    p.s_budget[1][j] += v + 2.0 * (1.0 - b2) * std::fabs(g) * g_terms;
+    double v_hat = v;
+    if (c.amsgrad) {
+      // The maximum rounds nothing: it carries the error of the v it took.
+      p.s[2][j] = std::max(p.s[2][j], v);
+      p.s_budget[2][j] = std::max(p.s_budget[2][j], p.s_budget[1][j]);
+      v_hat = p.s[2][j];
+    }
+    const double denom = std::sqrt(v_hat) / bias_correction2_sqrt + kEps;
+    const double delta = step_size * m / denom;
+    w -= delta;
+    // The update carries m's error, relative to m's budget rather than to
+    // m, which may have cancelled.
+    p.w_budget[j] += std::fabs(w) + std::fabs(delta) + step_size * p.s_budget[0][j] / denom;
+  }
+}
+
+// Fresh moments start at zero, as torch's; a resumed parameter carries
+// moments of gradients of the size the test draws, and a running max
+// above its second moment.
+double adam_state(const ParamSpec& spec, int k, std::mt19937& rng) {
+  if (spec.step == 0) return 0.0;
+  const double x = std::uniform_real_distribution<double>(0.25, 2.0)(rng);
+  return k == 0 ? x - 1.0 : k == 1 ? x : 3.0 * x;
+}
+
+constexpr double kAdamFactor = 6.0;
+
+void run_adam(const std::vector<ParamSpec>& specs, const AdamCase& c, int calls, int32_t threads = 0) {
+  Device d(threads);
+  std::mt19937 rng(31);
+  OptimizerRig rig(d, specs, c.amsgrad ? 3 : 2, adam_state, rng);
+  const ampx::math::AdamConfig config{kBeta1, kBeta2, kEps, c.amsgrad, c.maximize, c.adamw};
+  run_steps(
+      d, rig, rng, {1e-2f, 3e-3f}, {c.weight_decay, c.weight_decay / 2}, calls, kAdamFactor,
+      [&](const ampx::StepScalars& scalars) { d->adam_step(rig.list(), config, scalars); },
+      [&](TestParam& p, double lr, double wd) { adam_reference(p, lr, wd, c); });
+}
+
+}  // namespace
+
+TEST_CASE("amp primitives: Adam and AdamW in every configuration over 22 steps") {
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16})
+    for (bool adamw : {false, true})
+      for (bool amsgrad : {false, true})
+        for (bool maximize : {false, true})
+          for (float weight_decay : {0.0f, 0.05f}) {
+            CAPTURE(name(dtype));
+            CAPTURE(adamw);
+            CAPTURE(amsgrad);
+            CAPTURE(maximize);
+            CAPTURE(weight_decay);
+            run_adam(param_specs(dtype), {adamw, amsgrad, maximize, weight_decay}, 24);
+          }
+}
+
+TEST_CASE("amp primitives: optimizer steps over parameters of many chunks on 4 threads") {
+  // Three, two and two of the CPU backend's chunks of 2^16 elements, the
+  // last one a single element.
+  const std::vector<ParamSpec> large = {{DType::BF16, DType::BF16, 140000, 0, 0},
+                                        {DType::F32, DType::F16, 70000, 1, 0},
+                                        {DType::F16, DType::F32, 65537, 0, 2}};
+  run_sgd(large, {0.9f, 0.0f, true, 0.01f, false}, 4, 4);
+  run_adam(large, {true, true, false, 0.05f}, 4, 4);
+}
+
+// ---- malformed calls ---------------------------------------------------
+
+TEST_CASE("amp primitives: malformed calls fail before writing anything") {
+  Device d;
+  const std::vector<float> values = {1.0f, -2.0f, 3.0f};
+  Buffer data(d, values);
+  Buffer ints(d, std::vector<int32_t>{1, 2, 3});
+  Buffer one = scalar(d, 1.0f);
+  Buffer found = scalar(d, 0.0f);
+  const TensorSpan a = data.span(DType::F32);
+  const TensorSpan i32{ints.as(), DType::I32, 3};
+  const TensorSpan short_a{data.as(), DType::F32, 2};
+  const TensorSpan a_as_f16{data.as(), DType::F16, 3};
+  float* f = found.as<float>();
+
+  CHECK(status_of([&] { d->multi_tensor_scale({a}, {a, a}, one.as<float>(), true, f); }) == AMPX_ERR_SHAPE);
+  CHECK(status_of([&] { d->multi_tensor_scale({a}, {short_a}, one.as<float>(), true, f); }) == AMPX_ERR_SHAPE);
+  CHECK(status_of([&] { d->multi_tensor_scale({i32}, {}, one.as<float>(), true, f); }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] { d->multi_tensor_scale({a}, {a_as_f16}, one.as<float>(), true, f); }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] { d->multi_tensor_scale({a}, {a}, nullptr, true, f); }) == AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(status_of([&] { d->multi_tensor_norm({a, i32}, NormType::L2, f); }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] { d->multi_tensor_clamp({a}, -1.0f); }) == AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(status_of([&] { d->multi_tensor_clamp({a}, static_cast<float>(kNaN)); }) == AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(status_of([&] { d->multi_tensor_clamp({i32}, 1.0f); }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] { d->multi_tensor_count_nonfinite({i32}, nullptr); }) == AMPX_ERR_DTYPE);
+  CHECK(data.get<float>() == values);
+  CHECK(found.get<float>()[0] == 0.0f);
+
+  Buffer state(d, std::vector<ScalerState>{ScalerState{}});
+  CHECK(status_of([&] {
+    d->scaler_update(state.as<ScalerState>(), {f, nullptr}, scaler_config(10), false, 0.0f);
+  }) == AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(state.get<ScalerState>()[0].updates == 0);
+}
+
+TEST_CASE("amp primitives: malformed optimizer parameters fail before any update") {
+  Device d;
+  const std::vector<float> values = {1.0f, -2.0f, 3.0f};
+  Buffer param(d, std::vector<uint16_t>{0x3c00, 0x4000, 0x4200});  // f16 1, 2, 3
+  Buffer master(d, values);
+  Buffer grad(d, values);
+  Buffer m(d, values), v(d, values), vmax(d, values);
+  Buffer steps(d, std::vector<int64_t>{1});
+  Buffer lr = scalar(d, 0.5f), wd = scalar(d, 0.0f);
+  const ampx::StepScalars scalars{nullptr, lr.as<float>(), wd.as<float>()};
+  OptimParam good{};
+  good.param = param.as();
+  good.param_dtype = DType::F16;
+  good.master = master.as<float>();
+  good.grad = grad.as();
+  good.grad_dtype = DType::F32;
+  good.state0 = m.as<float>();
+  good.state1 = v.as<float>();
+  good.state2 = vmax.as<float>();
+  good.step = steps.as<int64_t>();
+  good.count = 3;
+  const ampx::math::SgdConfig momentum{0.9f, 0.0f, false, false};
+  const ampx::math::AdamConfig amsgrad{0.9f, 0.999f, 1e-8f, true, false, false};
+
+  auto with = [&](auto change) {
+    OptimParam p = good;
+    change(p);
+    return std::vector<OptimParam>{good, p};
+  };
+  auto sgd = [&](const std::vector<OptimParam>& ps, const ampx::math::SgdConfig& c,
+                 const ampx::StepScalars& s) { return status_of([&] { d->sgd_step(ps, c, s); }); };
+  auto adam = [&](const std::vector<OptimParam>& ps) {
+    return status_of([&] { d->adam_step(ps, amsgrad, scalars); });
+  };
+
+  CHECK(sgd({good}, {0.9f, 0.1f, true, false}, scalars) == AMPX_ERR_INVALID_ARGUMENT);  // nesterov with dampening
+  CHECK(sgd({good}, {0.0f, 0.0f, true, false}, scalars) == AMPX_ERR_INVALID_ARGUMENT);  // nesterov without momentum
+  CHECK(sgd(with([](OptimParam& p) { p.state0 = nullptr; }), momentum, scalars) == AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(sgd(with([](OptimParam& p) { p.master = nullptr; }), momentum, scalars) == AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(sgd(with([](OptimParam& p) { p.param_dtype = DType::F32; }), momentum, scalars) == AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(sgd(with([](OptimParam& p) { p.grad_dtype = DType::I32; }), momentum, scalars) == AMPX_ERR_DTYPE);
+  CHECK(sgd(with([](OptimParam& p) { p.step = nullptr; }), momentum, scalars) == AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(sgd({good}, momentum, {nullptr, nullptr, wd.as<float>()}) == AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(adam(with([](OptimParam& p) { p.state2 = nullptr; })) == AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(adam(with([](OptimParam& p) { p.state1 = nullptr; })) == AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(adam(with([](OptimParam& p) { p.count = -1; })) == AMPX_ERR_SHAPE);
+
+  // The good parameter came first in each list and was never updated.
+  CHECK(param.get<uint16_t>() == std::vector<uint16_t>{0x3c00, 0x4000, 0x4200});
+  for (const Buffer* b : {&master, &m, &v, &vmax}) CHECK(b->get<float>() == values);
 }

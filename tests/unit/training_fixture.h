@@ -308,6 +308,30 @@ inline void adam_ref_step(RefParam& r, const std::vector<double>& grad, const Ad
   }
 }
 
+inline SgdRef sgd_ref_of(const ampx_sgd_options& o) {
+  SgdRef r;
+  r.lr = o.lr;
+  r.momentum = o.momentum;
+  r.dampening = o.dampening;
+  r.weight_decay = o.weight_decay;
+  r.nesterov = o.nesterov != 0;
+  r.maximize = o.maximize != 0;
+  return r;
+}
+
+inline AdamRef adam_ref_of(const ampx_adam_options& o) {
+  AdamRef r;
+  r.lr = o.lr;
+  r.beta1 = o.beta1;
+  r.beta2 = o.beta2;
+  r.eps = o.eps;
+  r.weight_decay = o.weight_decay;
+  r.amsgrad = o.amsgrad != 0;
+  r.maximize = o.maximize != 0;
+  r.decoupled = o.decoupled_weight_decay != 0;
+  return r;
+}
+
 // torch.amp.GradScaler's update rule with ampx's hysteresis and bounds, as
 // ampx.h section 7 states them. The scale lives in an fp32 tensor, so each
 // new value is rounded to float.

@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/multi_tensor.h"
 #include "fill_convert.cuh"
+#include "multi_tensor_ops.cuh"
 
 namespace ampx {
 namespace {
@@ -100,6 +102,32 @@ class CudaAllocator final : public Allocator {
   std::shared_ptr<const CudaDevice> device_;
 };
 
+// Device memory for the intermediate results of one primitive: taken from
+// the backend's pool on its stream and given back, in stream order, once the
+// primitive's work is enqueued. The kernels already queued still use it, and
+// nothing waits for the device.
+class StreamScratch {
+ public:
+  StreamScratch(std::shared_ptr<const CudaDevice> device, size_t bytes, const char* primitive)
+      : allocator_(std::move(device)), bytes_(bytes) {
+    if (bytes == 0) return;
+    ptr_ = allocator_.allocate(bytes);
+    if (ptr_ == nullptr)
+      fail(AMPX_ERR_OUT_OF_MEMORY, primitive, ": no device memory for ", bytes,
+           " bytes of scratch");
+  }
+  ~StreamScratch() { allocator_.deallocate(ptr_, bytes_); }
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+
+  void* get() const { return ptr_; }
+
+ private:
+  CudaAllocator allocator_;
+  size_t bytes_;
+  void* ptr_ = nullptr;
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(std::shared_ptr<const CudaDevice> device) : device_(std::move(device)) {}
@@ -178,42 +206,106 @@ class CudaBackend final : public Backend {
     check(cudaStreamSynchronize(device_->stream), "cudaStreamSynchronize");
   }
 
-  // The multi-tensor kernels of mixed-precision training are not written for
-  // CUDA yet; until they are, these fail cleanly instead of falling back to
-  // a host round trip that would break the no-sync rule.
-  void multi_tensor_scale(const std::vector<TensorSpan>&, const std::vector<TensorSpan>&,
-                          const float*, bool, float*) override {
-    not_yet("multi_tensor_scale");
+  // ---- multi-tensor primitives (kernels/multi_tensor_ops.cuh) ------------
+  // Arguments are checked by the same functions, in the same words, as on
+  // the CPU. The launchers only enqueue, so none of these waits for the
+  // device: a training step stays capturable in a CUDA graph.
+
+  void multi_tensor_scale(const std::vector<TensorSpan>& ins, const std::vector<TensorSpan>& outs,
+                          const float* factor, bool reciprocal, float* found_inf) override {
+    check_scale_args(ins, outs, factor);
+    make_current(device_->index);
+    check(cuda::launch_multi_tensor_scale(ins, outs, factor, reciprocal, found_inf,
+                                          device_->launch),
+          "multi_tensor_scale kernel launch");
   }
-  void multi_tensor_norm(const std::vector<TensorSpan>&, NormType, float*) override {
-    not_yet("multi_tensor_norm");
+
+  void multi_tensor_norm(const std::vector<TensorSpan>& tensors, NormType type,
+                         float* out) override {
+    check_float_tensors("multi_tensor_norm", tensors);
+    if (out == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "multi_tensor_norm: out is null");
+    make_current(device_->index);
+    const auto partials = static_cast<size_t>(cuda::multi_tensor_norm_partials(tensors));
+    const StreamScratch scratch(device_, partials * sizeof(double), "multi_tensor_norm");
+    check(cuda::launch_multi_tensor_norm(tensors, type, static_cast<double*>(scratch.get()), out,
+                                         device_->launch),
+          "multi_tensor_norm kernel launch");
   }
-  void clip_coefficient(const float*, float, float*) override { not_yet("clip_coefficient"); }
-  void multi_tensor_clamp(const std::vector<TensorSpan>&, float) override {
-    not_yet("multi_tensor_clamp");
+
+  void clip_coefficient(const float* total_norm, float max_norm, float* coef) override {
+    if (total_norm == nullptr || coef == nullptr)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "clip_coefficient: total_norm and coef must both be given");
+    make_current(device_->index);
+    check(cuda::launch_clip_coefficient(total_norm, max_norm, coef, device_->launch),
+          "clip_coefficient kernel launch");
   }
-  void multi_tensor_count_nonfinite(const std::vector<TensorSpan>&, int64_t*) override {
-    not_yet("multi_tensor_count_nonfinite");
+
+  void multi_tensor_clamp(const std::vector<TensorSpan>& tensors, float limit) override {
+    check_float_tensors("multi_tensor_clamp", tensors);
+    if (!(limit >= 0.0f))
+      fail(AMPX_ERR_INVALID_ARGUMENT, "multi_tensor_clamp: limit is ", limit, "; it must be >= 0");
+    make_current(device_->index);
+    check(cuda::launch_multi_tensor_clamp(tensors, limit, device_->launch),
+          "multi_tensor_clamp kernel launch");
   }
-  void scaler_update(math::ScalerState*, const std::vector<const float*>&,
-                     const math::ScalerConfig&, bool, float) override {
-    not_yet("scaler_update");
+
+  void multi_tensor_count_nonfinite(const std::vector<TensorSpan>& tensors,
+                                    int64_t* counts) override {
+    check_float_tensors("multi_tensor_count_nonfinite", tensors);
+    if (tensors.empty()) return;
+    if (counts == nullptr)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "multi_tensor_count_nonfinite: counts is null");
+    make_current(device_->index);
+    // The kernels add each chunk's counts to these zeros; a zero-size tensor
+    // has no chunk and keeps them.
+    check(cudaMemsetAsync(counts, 0, 2 * tensors.size() * sizeof(int64_t), device_->stream),
+          "cudaMemsetAsync (nonfinite counts)");
+    check(cuda::launch_multi_tensor_count_nonfinite(tensors, counts, device_->launch),
+          "multi_tensor_count_nonfinite kernel launch");
   }
-  void increment_steps(int64_t*, int64_t, const float*) override { not_yet("increment_steps"); }
-  void sgd_step(const std::vector<OptimParam>&, const math::SgdConfig&,
-                const StepScalars&) override {
-    not_yet("sgd_step");
+
+  void scaler_update(math::ScalerState* state, const std::vector<const float*>& found_infs,
+                     const math::ScalerConfig& config, bool force, float forced_scale) override {
+    if (state == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "scaler_update: state is null");
+    for (size_t i = 0; i < found_infs.size(); ++i)
+      if (found_infs[i] == nullptr)
+        fail(AMPX_ERR_INVALID_ARGUMENT, "scaler_update: found_infs[", i, "] is null");
+    if (found_infs.size() > cuda::kMaxScalerFlags)
+      fail(AMPX_ERR_INTERNAL, "scaler_update: ", found_infs.size(),
+           " found-inf flags (one per optimizer stepped since the last update); the CUDA "
+           "backend combines at most ", cuda::kMaxScalerFlags, " in one update");
+    make_current(device_->index);
+    check(cuda::launch_scaler_update(state, found_infs, config, force, forced_scale,
+                                     device_->launch),
+          "scaler_update kernel launch");
   }
-  void adam_step(const std::vector<OptimParam>&, const math::AdamConfig&,
-                 const StepScalars&) override {
-    not_yet("adam_step");
+
+  void increment_steps(int64_t* steps, int64_t count, const float* found_inf) override {
+    if (count < 0 || (count > 0 && steps == nullptr))
+      fail(AMPX_ERR_INVALID_ARGUMENT, "increment_steps: ", count, " counters at ",
+           static_cast<const void*>(steps));
+    make_current(device_->index);
+    check(cuda::launch_increment_steps(steps, count, found_inf, device_->launch),
+          "increment_steps kernel launch");
+  }
+
+  void sgd_step(const std::vector<OptimParam>& params, const math::SgdConfig& config,
+                const StepScalars& scalars) override {
+    check_sgd_args(params, config, scalars);
+    make_current(device_->index);
+    check(cuda::launch_sgd_step(params, config, scalars, device_->launch),
+          "sgd_step kernel launch");
+  }
+
+  void adam_step(const std::vector<OptimParam>& params, const math::AdamConfig& config,
+                 const StepScalars& scalars) override {
+    check_adam_args(params, config, scalars);
+    make_current(device_->index);
+    check(cuda::launch_adam_step(params, config, scalars, device_->launch),
+          "adam_step kernel launch");
   }
 
  private:
-  [[noreturn]] static void not_yet(const char* primitive) {
-    fail(AMPX_ERR_NOT_SUPPORTED, primitive, " is not implemented on the CUDA backend yet");
-  }
-
   std::shared_ptr<const CudaDevice> device_;
 };
 
