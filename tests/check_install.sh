@@ -4,6 +4,10 @@
 # pkg-config.
 set -euo pipefail
 build_dir=$1
+if ! command -v pkg-config >/dev/null; then
+  echo "SKIPPED: pkg-config is not installed (tools/deps.sh installs it)"
+  exit 77
+fi
 source_dir=$(cd "$(dirname "$0")" && pwd)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT

@@ -1,4 +1,5 @@
 // api_optim.cpp -- optimizers, loss scalers, clipping and diagnostics.
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 
@@ -393,6 +394,9 @@ ampx_status ampx_scaler_set_state(ampx_scaler scaler, const ampx_scaler_state* s
     if (s.iteration_in_progress())
       fail(AMPX_ERR_ORDER, "the scaler state can only be restored between iterations (after "
                            "ampx_scaler_update)");
+    if (!(state->scale > 0.0) || !(state->scale <= FLT_MAX))
+      fail(AMPX_ERR_INVALID_ARGUMENT, "state->scale is ", state->scale,
+           "; it must be finite and > 0 (and representable as float)");
     ScalerOptions options = s.options();
     options.init_scale = state->scale;
     options.growth_factor = state->growth_factor;

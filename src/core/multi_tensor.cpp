@@ -10,7 +10,8 @@ std::vector<Chunk> plan_chunks(const std::vector<int64_t>& counts, int64_t chunk
   if (chunk_size < 1) fail(AMPX_ERR_INTERNAL, "plan_chunks: chunk_size is ", chunk_size);
   size_t total = 0;
   for (size_t i = 0; i < counts.size(); ++i) {
-    if (counts[i] < 0) fail(AMPX_ERR_INTERNAL, "plan_chunks: tensor ", i, " has ", counts[i], " elements");
+    if (counts[i] < 0)
+      fail(AMPX_ERR_INTERNAL, "plan_chunks: tensor ", i, " has ", counts[i], " elements");
     // Written so that no intermediate can pass INT64_MAX.
     total += static_cast<size_t>(counts[i] / chunk_size + (counts[i] % chunk_size != 0));
   }
@@ -68,8 +69,7 @@ void check_float_tensors(const char* primitive, const std::vector<TensorSpan>& t
     if (!is_floating(t.dtype))
       fail(AMPX_ERR_DTYPE, primitive, ": tensor ", i, " is ", dtype_name(t.dtype),
            "; only f32, f16 and bf16 are accepted");
-    if (t.count < 0)
-      fail(AMPX_ERR_SHAPE, primitive, ": tensor ", i, " has ", t.count, " elements");
+    if (t.count < 0) fail(AMPX_ERR_SHAPE, primitive, ": tensor ", i, " has ", t.count, " elements");
     if (t.count > 0 && t.data == nullptr)
       fail(AMPX_ERR_INVALID_ARGUMENT, primitive, ": tensor ", i, " has ", t.count,
            " elements and no data");
@@ -113,7 +113,8 @@ void check_params(const char* primitive, const std::vector<OptimParam>& params,
            " with a ", dtype_name(p.grad_dtype), " gradient; only f32, f16 and bf16 are accepted");
     if (p.count < 0)
       fail(AMPX_ERR_SHAPE, primitive, ": parameter ", i, " has ", p.count, " elements");
-    if (p.group < 0) fail(AMPX_ERR_INVALID_ARGUMENT, primitive, ": parameter ", i, " has group ", p.group);
+    if (p.group < 0)
+      fail(AMPX_ERR_INVALID_ARGUMENT, primitive, ": parameter ", i, " has group ", p.group);
     if (p.step == nullptr)
       fail(AMPX_ERR_INVALID_ARGUMENT, primitive, ": parameter ", i, " has no step counter");
     if ((p.master != nullptr) != (p.param_dtype != DType::F32))

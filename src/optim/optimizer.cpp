@@ -469,15 +469,15 @@ void Optimizer::load_state(const void* buffer, size_t bytes) {
   if (checksum != fnv1a(in, bytes - sizeof checksum))
     fail(AMPX_ERR_CORRUPT, "the optimizer state's checksum does not match: the data is damaged");
   if (header.kind != static_cast<uint32_t>(hyper_.kind))
-    fail(AMPX_ERR_INVALID_ARGUMENT, "the state was saved from ",
+    fail(AMPX_ERR_CORRUPT, "the state was saved from ",
          header.kind == static_cast<uint32_t>(OptimizerKind::Sgd) ? "an SGD" : "an Adam",
          " optimizer but this one is ", hyper_.kind == OptimizerKind::Sgd ? "SGD" : "Adam");
   if (header.group_count != lr_host_.size() || header.param_count != params_.size())
-    fail(AMPX_ERR_INVALID_ARGUMENT, "the state has ", header.group_count, " group(s) and ",
+    fail(AMPX_ERR_CORRUPT, "the state has ", header.group_count, " group(s) and ",
          header.param_count, " parameter(s) but the optimizer has ", lr_host_.size(), " and ",
          params_.size());
   if (header.state_count != static_cast<uint32_t>(state_count()))
-    fail(AMPX_ERR_INVALID_ARGUMENT, "the state keeps ", header.state_count,
+    fail(AMPX_ERR_CORRUPT, "the state keeps ", header.state_count,
          " buffer(s) per parameter but this optimizer keeps ", state_count(),
          " (momentum / amsgrad settings differ)");
   if (bytes != expected)
@@ -510,22 +510,29 @@ void Optimizer::load_state(const void* buffer, size_t bytes) {
       fail(AMPX_ERR_DTYPE, "parameter ", i, " is ", dtype_name(t.dtype),
            " but the state was saved for dtype ", sp.dtype);
     if (sp.group != static_cast<uint32_t>(params_[i].group))
-      fail(AMPX_ERR_INVALID_ARGUMENT, "parameter ", i, " is in group ", params_[i].group,
+      fail(AMPX_ERR_CORRUPT, "parameter ", i, " is in group ", params_[i].group,
            " but the state puts it in group ", sp.group);
     if (sp.steps < 0) fail(AMPX_ERR_CORRUPT, "parameter ", i, " has a negative step count");
     steps[i] = sp.steps;
   }
+  OptimizerHyper restored = hyper_;
+  restored.sgd.nesterov = header.nesterov != 0;
+  restored.sgd.momentum = static_cast<float>(header.momentum);
+  restored.sgd.dampening = static_cast<float>(header.dampening);
+  restored.sgd.maximize = header.maximize != 0;
+  restored.adam.maximize = header.maximize != 0;
+  restored.adam.amsgrad = header.amsgrad != 0;
+  restored.adam.decoupled_weight_decay = header.decoupled_weight_decay != 0;
+  restored.adam.beta1 = static_cast<float>(header.beta1);
+  restored.adam.beta2 = static_cast<float>(header.beta2);
+  restored.adam.eps = static_cast<float>(header.eps);
+  try {
+    validate_hyper(restored);
+  } catch (const Error& e) {
+    fail(AMPX_ERR_CORRUPT, "the state holds invalid hyperparameters: ", e.what());
+  }
   // Everything is validated: apply.
-  hyper_.sgd.nesterov = header.nesterov != 0;
-  hyper_.sgd.momentum = static_cast<float>(header.momentum);
-  hyper_.sgd.dampening = static_cast<float>(header.dampening);
-  hyper_.sgd.maximize = header.maximize != 0;
-  hyper_.adam.maximize = header.maximize != 0;
-  hyper_.adam.amsgrad = header.amsgrad != 0;
-  hyper_.adam.decoupled_weight_decay = header.decoupled_weight_decay != 0;
-  hyper_.adam.beta1 = static_cast<float>(header.beta1);
-  hyper_.adam.beta2 = static_cast<float>(header.beta2);
-  hyper_.adam.eps = static_cast<float>(header.eps);
+  hyper_ = restored;
   Backend& backend = ctx_->backend();
   for (size_t g = 0; g < groups.size(); ++g) {
     lr_host_[g] = groups[g].lr;

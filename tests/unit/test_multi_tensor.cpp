@@ -36,7 +36,8 @@ std::string plan_violation(const std::vector<int64_t>& counts, int64_t chunk_siz
       const std::string where = "tensor " + std::to_string(t) + " at " + std::to_string(cursor);
       if (next == plan.size()) return where + ": the plan has ended";
       const Chunk& c = plan[next++];
-      if (c.tensor != static_cast<int64_t>(t)) return where + ": chunk of tensor " + std::to_string(c.tensor);
+      if (c.tensor != static_cast<int64_t>(t))
+        return where + ": chunk of tensor " + std::to_string(c.tensor);
       if (c.begin != cursor) return where + ": chunk begins at " + std::to_string(c.begin);
       if (c.end <= c.begin || c.end > counts[t] || c.end - c.begin > chunk_size)
         return where + ": chunk ends at " + std::to_string(c.end);
@@ -86,7 +87,8 @@ TEST_CASE("multi_tensor: a plan covers every element exactly once, in order") {
       std::vector<std::vector<int>> seen(counts.size());
       for (size_t t = 0; t < counts.size(); ++t) seen[t].assign(static_cast<size_t>(counts[t]), 0);
       for (const Chunk& c : plan)
-        for (int64_t i = c.begin; i < c.end; ++i) ++seen[static_cast<size_t>(c.tensor)][static_cast<size_t>(i)];
+        for (int64_t i = c.begin; i < c.end; ++i)
+          ++seen[static_cast<size_t>(c.tensor)][static_cast<size_t>(i)];
       int64_t not_once = 0;
       for (const auto& tensor : seen)
         for (int times : tensor) not_once += times != 1;
@@ -153,8 +155,10 @@ std::string launch_violation(const std::vector<Chunk>& plan, int max_chunks, int
     const Launch& launch = launches[l];
     const std::string where = "launch " + std::to_string(l);
     if (launch.chunks.empty()) return where + " is empty";
-    if (launch.chunks.size() > static_cast<size_t>(max_chunks)) return where + " has too many chunks";
-    if (launch.tensors.size() > static_cast<size_t>(max_tensors)) return where + " has too many tensors";
+    if (launch.chunks.size() > static_cast<size_t>(max_chunks))
+      return where + " has too many chunks";
+    if (launch.tensors.size() > static_cast<size_t>(max_tensors))
+      return where + " has too many tensors";
     for (size_t t = 1; t < launch.tensors.size(); ++t)
       if (launch.tensors[t - 1] >= launch.tensors[t]) return where + ": tensors out of order";
     std::vector<int> used(launch.tensors.size(), 0);
@@ -176,7 +180,8 @@ std::string launch_violation(const std::vector<Chunk>& plan, int max_chunks, int
       if (!chunks_full && !tensors_full) return where + " ends before it is full";
     }
   }
-  if (flattened.size() != plan.size()) return "the launches hold " + std::to_string(flattened.size()) + " chunks";
+  if (flattened.size() != plan.size())
+    return "the launches hold " + std::to_string(flattened.size()) + " chunks";
   for (size_t i = 0; i < plan.size(); ++i)
     if (flattened[i].tensor != plan[i].tensor || flattened[i].begin != plan[i].begin ||
         flattened[i].end != plan[i].end)

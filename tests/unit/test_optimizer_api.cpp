@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -906,4 +907,60 @@ TEST_CASE("optimizer: state_size and save_state check the buffer they are given"
   CHECK_FAILS_WITH(ampx_optimizer_state_size(opt, nullptr), AMPX_ERR_INVALID_ARGUMENT, "bytes");
   CHECK_FAILS_WITH(ampx_optimizer_load_state(opt, nullptr, bytes), AMPX_ERR_INVALID_ARGUMENT,
                    "buffer");
+}
+
+// The state format (optimizer.cpp): "AMPXOPT\0", ten u32 fields, then the
+// f64 hyperparameters momentum, dampening, beta1 (at byte 64), ...; the last
+// 8 bytes are the FNV-1a 64 hash of everything before them. A state whose
+// checksum is right but whose values creation would refuse must be refused
+// too, not trained with.
+TEST_CASE("optimizer: load_state refuses hyperparameters that creation would refuse") {
+  Ctx ctx;
+  Tensor p(make(ctx, AMPX_F32, {1, 2}));
+  ampx_tensor params[] = {p.handle};
+  ampx_adam_options options = AMPX_ADAM_OPTIONS_INIT;
+  OptimizerHandle opt;
+  REQUIRE(ampx_optimizer_create_adam(ctx, params, 1, &options, &opt.handle) == AMPX_OK);
+  size_t bytes = 0;
+  REQUIRE(ampx_optimizer_state_size(opt, &bytes) == AMPX_OK);
+  std::vector<unsigned char> state(bytes);
+  REQUIRE(ampx_optimizer_save_state(opt, state.data(), bytes) == AMPX_OK);
+  double beta1 = 0.0;
+  std::memcpy(&beta1, state.data() + 64, sizeof beta1);
+  REQUIRE(beta1 == doctest::Approx(0.9));
+  beta1 = 1.5;
+  std::memcpy(state.data() + 64, &beta1, sizeof beta1);
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i + 8 < bytes; ++i) hash = (hash ^ state[i]) * 0x100000001b3ull;
+  std::memcpy(state.data() + bytes - 8, &hash, sizeof hash);
+  CHECK_FAILS_WITH(ampx_optimizer_load_state(opt, state.data(), bytes), AMPX_ERR_CORRUPT, "beta1");
+}
+
+TEST_CASE("optimizer: the tests' hand-written f16/bf16 rounding agrees with ampx_tensor_cast at the edges") {
+  // check_param_is_rounded_master trusts f16_bits/bf16_bits; they must round
+  // exactly like the library on the cases that matter: ties to even,
+  // one ulp either side of a tie, subnormals, overflow and signed zeros.
+  std::vector<float> values = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e-8f,
+                               2.98023224e-08f, 2.98023259e-08f, 6.1035156e-05f, 3e38f, -1e-45f};
+  for (uint32_t upper : {0x3f80u, 0x3f81u, 0x0080u, 0x0001u, 0x7f7fu, 0xc2aau}) {
+    for (uint32_t low : {0x8000u, 0x7fffu, 0x8001u, 0x0000u, 0xffffu})
+      values.push_back(float_of(upper << 16 | low));
+  }
+  for (int e = -24; e <= 15; ++e)
+    for (double m : {1.0, 1.0 + 1.0 / 2048, 1.0 + 3.0 / 2048, 1.5 + 1.0 / 4096, 1.99951171875})
+      values.push_back(static_cast<float>(std::ldexp(m, e)));
+  Ctx ctx;
+  std::vector<double> as_double(values.begin(), values.end());
+  Tensor src(make(ctx, AMPX_F32, as_double));
+  for (ampx_dtype to : {AMPX_F16, AMPX_BF16}) {
+    CAPTURE(ampx_dtype_name(to));
+    Tensor cast;
+    REQUIRE(ampx_tensor_cast(src, to, cast.out()) == AMPX_OK);
+    const std::vector<unsigned char> have = bytes_of(cast);
+    const std::vector<unsigned char> want = encode(to, as_double);
+    for (size_t i = 0; i < values.size(); ++i) {
+      CAPTURE(values[i]);
+      CHECK(std::memcmp(have.data() + 2 * i, want.data() + 2 * i, 2) == 0);
+    }
+  }
 }
