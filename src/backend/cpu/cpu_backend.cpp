@@ -1,5 +1,6 @@
 // cpu_backend.cpp -- Backend on the host: aligned heap memory, memcpy, and
-// element loops split over the context's thread pool.
+// element loops split over the context's thread pool. The multi-tensor
+// primitives of mixed-precision training are in cpu_amp.cpp.
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
