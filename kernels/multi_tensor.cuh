@@ -15,14 +15,16 @@
 // stored run-length encoded: per tensor slot, the element range its chunks
 // cover and the index of its first block. A block finds its slot with a
 // binary search over first_block and derives its range; the table therefore
-// costs nothing per chunk and a launch may hold any number of chunks.
+// costs nothing per chunk, and a launch is bounded by its tensors alone (up
+// to kMaxLaunchChunks chunks).
 //
-// Vectorisation. Each thread moves 16-byte packets (ld/st.global.v4) when
-// every array of the chunk can be brought to 16-byte alignment at one common
-// element offset; the elements before that offset (head) and after the last
-// whole packet (tail) are handled one per thread. Arrays that cannot share a
-// phase (a wrapped tensor at an odd offset) are processed one element per
-// thread throughout, still coalesced.
+// Vectorisation. Each thread moves packets of V elements, one or more whole
+// 16-byte words (ld/st.global.v4) of every array, when all the chunk's
+// arrays reach 16-byte alignment at one common element offset; the elements
+// before that offset (head) and after the last whole packet (tail) are
+// handled one per thread. Arrays that cannot share a phase (a wrapped tensor
+// at an odd offset) are processed one element per thread throughout, still
+// coalesced.
 #pragma once
 
 #include <cuda_runtime.h>
