@@ -15,6 +15,13 @@
  *   6. Optimizers (SGD, Adam, AdamW; fp32 master weights; param groups)
  *   7. Loss scaling (dynamic loss scaler, after torch.amp.GradScaler)
  *   8. Gradient clipping and diagnostics
+ *   9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)
+ *  10. Autocast (EXPERIMENTAL)
+ *  11. Ops (EXPERIMENTAL)
+ *
+ * Stability: sections 1-8 are stable: their functions keep their
+ * signatures and meaning within an ABI major version. Sections marked
+ * EXPERIMENTAL may still change in a minor version.
  *
  * General rules (they hold for every function unless its comment says
  * otherwise):
@@ -782,6 +789,192 @@ typedef struct ampx_nonfinite_grad {
 AMPX_API ampx_status ampx_find_nonfinite_grads(ampx_optimizer optimizer,
                                                ampx_nonfinite_grad *entries, size_t capacity,
                                                size_t *found);
+
+/* ========================================================================== */
+/* 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)                   */
+/* ========================================================================== */
+
+/* Ops (section 11) record themselves on the context's tape when grad mode is
+ * on and one of their inputs requires a gradient. ampx_backward walks the
+ * tape from a scalar loss back to the leaves (tensors made by the program
+ * with requires_grad set) and accumulates into their gradients
+ * (ampx_tensor_grad), then clears the tape. A leaf's gradient has the leaf's
+ * dtype; gradients accumulate over several backward calls until zeroed. */
+
+/** Marks a tensor made by the program (a leaf) as needing a gradient.
+ *  Errors: DTYPE for an integer tensor; INVALID_ARGUMENT for a tensor made
+ *  by a recorded op (only leaves can be marked). */
+AMPX_API ampx_status ampx_tensor_set_requires_grad(ampx_tensor tensor, int32_t requires_grad);
+
+/** *requires_grad receives 1 when gradients flow to or through `tensor`. */
+AMPX_API ampx_status ampx_tensor_requires_grad(ampx_tensor tensor, int32_t *requires_grad);
+
+/** Turns recording on (the default) or off for the context (inference, or
+ *  work the program does not want differentiated). *previous (may be NULL)
+ *  receives the former setting, to restore it. */
+AMPX_API ampx_status ampx_set_grad_enabled(ampx_context ctx, int32_t enabled, int32_t *previous);
+
+/** Backpropagates from `loss`, a one-element floating tensor made by a
+ *  recorded op. The seed gradient is the scaler's scale when `scaler` is
+ *  not NULL (so the leaves' gradients come out scaled, ready for
+ *  ampx_scaler_unscale/step) and 1 otherwise. Gradients are accumulated
+ *  into every leaf that requires one (created on first use, zero-filled,
+ *  in the leaf's dtype). The tape is cleared afterwards, also on error.
+ *  Errors: SHAPE (more than one element), INVALID_ARGUMENT (not produced by
+ *  an op on the current tape). */
+AMPX_API ampx_status ampx_backward(ampx_tensor loss, ampx_scaler scaler);
+
+/** Scopes own op outputs, so a training step in C needs no release per
+ *  intermediate. While a scope is open on the context, every tensor an op
+ *  (section 11) returns is owned by the innermost open scope: the handle is
+ *  borrowed, valid until that scope is popped (ampx_tensor_retain it to
+ *  keep it longer). With no scope open, op outputs are owned by the caller.
+ *  Scopes nest; pushes and pops must pair. */
+AMPX_API ampx_status ampx_scope_push(ampx_context ctx);
+
+/** Closes the innermost scope, releasing its references.
+ *  Errors: ORDER when no scope is open. */
+AMPX_API ampx_status ampx_scope_pop(ampx_context ctx);
+
+/* ========================================================================== */
+/* 10. Autocast (EXPERIMENTAL)                                                */
+/* ========================================================================== */
+
+/* An autocast policy makes ops choose their compute precision, as
+ * torch.autocast: "lower precision" ops (matmul, linear) cast floating
+ * inputs to the policy's dtype and accumulate in fp32; "fp32" ops (softmax,
+ * log_softmax, losses, norms, exp/log, sums) cast inputs up to F32;
+ * "promote" ops (add, sub, mul, concat) compute in the widest input type;
+ * other ops keep their input type. Casts of F32 leaves that require grad
+ * are cached for the life of the outermost autocast region. The gradient
+ * of a cast is returned in the source dtype (F32 parameters get F32
+ * gradients). Beyond torch: any op's class can be overridden at run time. */
+typedef struct ampx_autocast_s *ampx_autocast;
+
+/** Precision classes of ops under autocast. Numbers pinned. */
+typedef enum ampx_op_class {
+  AMPX_OP_LOWER_PRECISION = 1, /**< cast to the autocast dtype */
+  AMPX_OP_FP32 = 2,            /**< cast to F32 */
+  AMPX_OP_PROMOTE = 3,         /**< widest input type */
+  AMPX_OP_KEEP = 4,            /**< no cast */
+  AMPX_OP_CLASS_MAX_ENUM = 0x7fffffff
+} ampx_op_class;
+
+typedef struct ampx_autocast_options {
+  size_t struct_size; /**< sizeof(ampx_autocast_options) */
+  ampx_dtype dtype;   /**< AMPX_F16 (default) or AMPX_BF16 */
+  int32_t enabled;    /**< default 1; a disabled policy changes nothing */
+  int32_t cache;      /**< default 1: cache casts of F32 leaves */
+} ampx_autocast_options;
+
+#define AMPX_AUTOCAST_OPTIONS_INIT { sizeof(ampx_autocast_options), AMPX_F16, 1, 1 }
+
+AMPX_API ampx_autocast_options ampx_autocast_options_default(void);
+
+/** Creates a policy for `ctx`. Errors: DTYPE unless F16/BF16. */
+AMPX_API ampx_status ampx_autocast_create(ampx_context ctx, const ampx_autocast_options *options,
+                                          ampx_autocast *out);
+
+/** Releases a policy (it must not be entered). NULL is a no-op. */
+AMPX_API void ampx_autocast_release(ampx_autocast autocast);
+
+/** Overrides the class of the op named `op_name` (as in the section 11
+ *  names, e.g. "softmax", "matmul") for this policy. */
+AMPX_API ampx_status ampx_autocast_set_op_class(ampx_autocast autocast, const char *op_name,
+                                                ampx_op_class op_class);
+
+/** The class `op_name` gets under this policy (its override or default). */
+AMPX_API ampx_status ampx_autocast_op_class(ampx_autocast autocast, const char *op_name,
+                                            ampx_op_class *op_class);
+
+/** Enters the policy on its context: ops follow it until the matching exit.
+ *  Regions nest like a stack. */
+AMPX_API ampx_status ampx_autocast_enter(ampx_autocast autocast);
+
+/** Leaves the innermost region, which must be this policy's (else ORDER).
+ *  Leaving the outermost region drops the cast cache. */
+AMPX_API ampx_status ampx_autocast_exit(ampx_autocast autocast);
+
+/** Number of casts served from the cache since the policy was created (for
+ *  tests and diagnostics) and casts performed into it. */
+AMPX_API ampx_status ampx_autocast_cache_stats(ampx_autocast autocast, int64_t *hits,
+                                               int64_t *misses);
+
+/* ========================================================================== */
+/* 11. Ops (EXPERIMENTAL)                                                     */
+/* ========================================================================== */
+
+/* Every op takes its inputs as borrowed handles and writes a new tensor to
+ * *out (owned as described under ampx_scope_push). Inputs must belong to
+ * one context. Under autocast the op's class decides the compute dtype;
+ * otherwise floating inputs must share a dtype unless the op says so.
+ * Errors: SHAPE (with both shapes in the message), DTYPE, DEVICE. Ops are
+ * implemented on the CPU backend; on CUDA an op not yet ported returns
+ * AMPX_ERR_NOT_SUPPORTED. */
+
+/** Element-wise a + b, a - b, a * b ("add", "sub", "mul": promote). `b` may
+ *  also be a row vector matching a's last dimension, broadcast over the
+ *  other dimensions. */
+AMPX_API ampx_status ampx_add(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
+AMPX_API ampx_status ampx_sub(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
+AMPX_API ampx_status ampx_mul(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
+
+/** out = a * scale + shift, element-wise, in a's type ("affine": keep). */
+AMPX_API ampx_status ampx_affine(ampx_tensor a, double scale, double shift, ampx_tensor *out);
+
+/** Activations ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh":
+ *  keep). gelu is the erf form; gelu_tanh the tanh approximation. */
+AMPX_API ampx_status ampx_relu(ampx_tensor x, ampx_tensor *out);
+AMPX_API ampx_status ampx_gelu(ampx_tensor x, ampx_tensor *out);
+AMPX_API ampx_status ampx_gelu_tanh(ampx_tensor x, ampx_tensor *out);
+AMPX_API ampx_status ampx_silu(ampx_tensor x, ampx_tensor *out);
+AMPX_API ampx_status ampx_sigmoid(ampx_tensor x, ampx_tensor *out);
+AMPX_API ampx_status ampx_tanh(ampx_tensor x, ampx_tensor *out);
+
+/** Sum and mean of all elements: a one-element tensor ("sum", "mean": fp32). */
+AMPX_API ampx_status ampx_sum(ampx_tensor x, ampx_tensor *out);
+AMPX_API ampx_status ampx_mean(ampx_tensor x, ampx_tensor *out);
+
+/** Softmax / log-softmax over the last dimension ("softmax",
+ *  "log_softmax": fp32). */
+AMPX_API ampx_status ampx_softmax(ampx_tensor x, ampx_tensor *out);
+AMPX_API ampx_status ampx_log_softmax(ampx_tensor x, ampx_tensor *out);
+
+/** Loss reductions. */
+typedef enum ampx_reduction {
+  AMPX_REDUCTION_MEAN = 1,
+  AMPX_REDUCTION_SUM = 2,
+  AMPX_REDUCTION_MAX_ENUM = 0x7fffffff
+} ampx_reduction;
+
+/** Cross-entropy of logits [N, C] against class labels [N] (I32 or I64);
+ *  labels equal to ignore_index contribute nothing and are not counted in
+ *  the mean. Other labels outside [0, C) are AMPX_ERR_INVALID_ARGUMENT
+ *  (this synchronizes to check). ("cross_entropy": fp32.) */
+AMPX_API ampx_status ampx_cross_entropy(ampx_tensor logits, ampx_tensor labels,
+                                        ampx_reduction reduction, int64_t ignore_index,
+                                        ampx_tensor *out);
+
+/** Mean-squared error between two tensors of one shape ("mse_loss": fp32). */
+AMPX_API ampx_status ampx_mse_loss(ampx_tensor input, ampx_tensor target,
+                                   ampx_reduction reduction, ampx_tensor *out);
+
+/** Matrix product ("matmul": lower precision): [M, K] x [K, N] -> [M, N],
+ *  or batched [B, M, K] x [B, K, N] -> [B, M, N]. Accumulates in fp32. */
+AMPX_API ampx_status ampx_matmul(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
+
+/** Activation fused into ampx_linear. */
+typedef enum ampx_activation {
+  AMPX_ACTIVATION_NONE = 0,
+  AMPX_ACTIVATION_RELU = 1,
+  AMPX_ACTIVATION_GELU = 2,
+  AMPX_ACTIVATION_MAX_ENUM = 0x7fffffff
+} ampx_activation;
+
+/** y = act(x W^T + b) ("linear": lower precision): x [..., in], weight
+ *  [out, in], bias [out] or NULL. */
+AMPX_API ampx_status ampx_linear(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
+                                 ampx_activation activation, ampx_tensor *out);
 
 #ifdef __cplusplus
 } /* extern "C" */

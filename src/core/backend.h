@@ -69,6 +69,32 @@ struct StepScalars {
   const float* weight_decay;  // per param group
 };
 
+// Element-wise functions of the ops (section 11 of ampx.h); their math is
+// in kernels/math/activations.h.
+enum class UnaryOp { Relu, Gelu, GeluTanh, Silu, Sigmoid, Tanh };
+enum class BinaryOp { Add, Sub, Mul };
+
+// C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b] for b < batch, row-major,
+// accumulated in fp32 at least. op(A) is m x k (A is k x m when trans_a),
+// op(B) is k x n (B is n x k when trans_b), C is m x n. A and B share a
+// floating type; C may have that type or F32. beta == 0 ignores C's old
+// contents (NaN included).
+struct GemmArgs {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  bool trans_a = false;
+  int64_t a_batch_stride = 0;  // elements
+  const void* b = nullptr;
+  bool trans_b = false;
+  int64_t b_batch_stride = 0;
+  DType ab_type = DType::F32;
+  void* c = nullptr;
+  DType c_type = DType::F32;
+  int64_t c_batch_stride = 0;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -146,6 +172,46 @@ class Backend {
                         const StepScalars& scalars) = 0;
   virtual void adam_step(const std::vector<OptimParam>& params, const math::AdamConfig& config,
                          const StepScalars& scalars) = 0;
+
+  // ---- primitives of the ops (autograd issue) ----------------------------
+  // A backend that lacks one reports AMPX_ERR_NOT_SUPPORTED through these
+  // defaults, so ops fail cleanly on it until it is ported.
+
+  // y = f(x), x and y of one floating type (in place allowed).
+  virtual void unary(UnaryOp op, const void* x, void* y, DType type, int64_t count);
+  // dx = dy * f'(x), where x is the forward input.
+  virtual void unary_backward(UnaryOp op, const void* x, const void* dy, void* dx, DType type,
+                              int64_t count);
+  // out[i] = a[i] op b[i % b_count]; b_count divides count (b_count ==
+  // count: no broadcast). One floating type throughout.
+  virtual void binary(BinaryOp op, const void* a, const void* b, void* out, DType type,
+                      int64_t count, int64_t b_count);
+  // y = x * scale + shift.
+  virtual void affine(const void* x, void* y, DType type, int64_t count, float scale, float shift);
+  // dst += src, element-wise; the floating types may differ.
+  virtual void add_into(void* dst, DType dst_type, const void* src, DType src_type, int64_t count);
+  // out[c] = sum over r of x[r * cols + c], accumulated in fp32 at least.
+  virtual void sum_rows(const void* x, DType type, int64_t rows, int64_t cols, void* out,
+                        DType out_type);
+  // *out = sum of all elements (device F32 scalar).
+  virtual void sum_all(const void* x, DType type, int64_t count, float* out);
+  // Softmax (or log-softmax) of each row of a rows x cols matrix.
+  virtual void softmax(const void* x, void* y, DType type, int64_t rows, int64_t cols, bool log);
+  // dx from the forward output y and dy.
+  virtual void softmax_backward(const void* y, const void* dy, void* dx, DType type, int64_t rows,
+                                int64_t cols, bool log);
+  // Per-row cross-entropy losses[r] = logsumexp(x_r) - x_r[label_r] (0 where
+  // label_r == ignore_index); labels are I32 or I64 and already validated.
+  virtual void cross_entropy(const void* logits, DType type, const void* labels,
+                             DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
+                             float* losses);
+  // dlogits_r = (softmax(x_r) - onehot(label_r)) * (*dloss) * scale (0 rows
+  // where ignored); dloss is a device F32 scalar.
+  virtual void cross_entropy_backward(const void* logits, DType type, const void* labels,
+                                      DType label_type, int64_t rows, int64_t cols,
+                                      int64_t ignore_index, const float* dloss, float scale,
+                                      void* dlogits);
+  virtual void gemm(const GemmArgs& args);
 };
 
 struct BackendOptions {

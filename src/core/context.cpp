@@ -86,6 +86,8 @@ Context* Context::create(const ampx_context_options& options) {
 
 Context::~Context() {
   magic_ = kDeadMagic;
+  autograd.reset();
+  autocast.reset();
   for (Object* shell : quarantine_) delete shell;
   // The allocator may hold cached device memory that the backend frees.
   allocator_.reset();
@@ -101,7 +103,13 @@ bool Context::release_handle() {
   do {
     if (refs <= 0) return false;
   } while (!handle_refs_.compare_exchange_weak(refs, refs - 1, std::memory_order_acq_rel));
-  if (refs == 1) release();
+  if (refs == 1) {
+    // The tape and open scopes hold tensors, which hold the context: drop
+    // them now that the program can no longer reach them.
+    autograd.reset();
+    autocast.reset();
+    release();
+  }
   return true;
 }
 

@@ -37,6 +37,13 @@ struct MemoryStats {
   uint64_t reserved_bytes = 0;
 };
 
+// State that a layer above core (autograd, autocast, scopes) keeps per
+// context. Core owns it without knowing its type, so the dependency stays
+// one-directional.
+struct ContextExtension {
+  virtual ~ContextExtension() = default;
+};
+
 class Context {
  public:
   static constexpr uint64_t kLiveMagic = 0x414d50582d435458ull;  // "AMPX-CTX"
@@ -72,6 +79,13 @@ class Context {
   MemoryStats memory_stats();
   void reset_peak();
 
+  // A fresh id for each tensor, so the tape can name tensors without
+  // holding them.
+  uint64_t next_tensor_id() { return ++last_tensor_id_; }
+
+  std::unique_ptr<ContextExtension> autograd;  // see autograd/tape.h
+  std::unique_ptr<ContextExtension> autocast;  // see autocast/autocast.h
+
   // Keeps a released object's shell (its magic already marked dead) for a
   // while, so that a use after release is reported instead of reading freed
   // memory. The shell is deleted later, or with the context.
@@ -87,6 +101,7 @@ class Context {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Allocator> allocator_;
   uint64_t seed_ = 0;
+  std::atomic<uint64_t> last_tensor_id_{0};
 
   std::mutex memory_mutex_;
   MemoryStats stats_;

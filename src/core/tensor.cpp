@@ -91,6 +91,7 @@ Tensor* Tensor::create(Context& ctx, DType dtype, const Shape& shape,
   tensor->dtype = dtype;
   tensor->shape = shape;
   tensor->storage = std::move(storage);
+  tensor->id = ctx.next_tensor_id();
   ctx.retain();
   return tensor;
 }

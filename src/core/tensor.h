@@ -87,6 +87,11 @@ struct Tensor : Object {
   std::shared_ptr<Storage> storage;
   std::string name;
   Tensor* grad = nullptr;  // retained; see ampx_tensor_set_grad
+  uint64_t id = 0;         // unique within the context
+  bool requires_grad = false;
+  // Set when a recorded op made this tensor: the tape generation it belongs
+  // to (a tensor of an older, cleared tape is treated as a constant).
+  uint64_t tape_generation = 0;
 };
 
 // Owns one reference to a tensor: internal code builds new objects with

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "backend/cpu/cpu_amp.h"
+#include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/convert_bulk.h"
 #include "core/error.h"
@@ -123,6 +124,51 @@ class CpuBackend final : public Backend {
                  const StepScalars& scalars) override {
     cpu::adam_step(pool_, params, config, scalars);
   }
+
+  void unary(UnaryOp op, const void* x, void* y, DType type, int64_t count) override {
+    cpu::unary(pool_, op, x, y, type, count);
+  }
+  void unary_backward(UnaryOp op, const void* x, const void* dy, void* dx, DType type,
+                      int64_t count) override {
+    cpu::unary_backward(pool_, op, x, dy, dx, type, count);
+  }
+  void binary(BinaryOp op, const void* a, const void* b, void* out, DType type, int64_t count,
+              int64_t b_count) override {
+    cpu::binary(pool_, op, a, b, out, type, count, b_count);
+  }
+  void affine(const void* x, void* y, DType type, int64_t count, float scale,
+              float shift) override {
+    cpu::affine(pool_, x, y, type, count, scale, shift);
+  }
+  void add_into(void* dst, DType dst_type, const void* src, DType src_type,
+                int64_t count) override {
+    cpu::add_into(pool_, dst, dst_type, src, src_type, count);
+  }
+  void sum_rows(const void* x, DType type, int64_t rows, int64_t cols, void* out,
+                DType out_type) override {
+    cpu::sum_rows(pool_, x, type, rows, cols, out, out_type);
+  }
+  void sum_all(const void* x, DType type, int64_t count, float* out) override {
+    cpu::sum_all(pool_, x, type, count, out);
+  }
+  void softmax(const void* x, void* y, DType type, int64_t rows, int64_t cols, bool log) override {
+    cpu::softmax(pool_, x, y, type, rows, cols, log);
+  }
+  void softmax_backward(const void* y, const void* dy, void* dx, DType type, int64_t rows,
+                        int64_t cols, bool log) override {
+    cpu::softmax_backward(pool_, y, dy, dx, type, rows, cols, log);
+  }
+  void cross_entropy(const void* logits, DType type, const void* labels, DType label_type,
+                     int64_t rows, int64_t cols, int64_t ignore_index, float* losses) override {
+    cpu::cross_entropy(pool_, logits, type, labels, label_type, rows, cols, ignore_index, losses);
+  }
+  void cross_entropy_backward(const void* logits, DType type, const void* labels,
+                              DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
+                              const float* dloss, float scale, void* dlogits) override {
+    cpu::cross_entropy_backward(pool_, logits, type, labels, label_type, rows, cols, ignore_index,
+                                dloss, scale, dlogits);
+  }
+  void gemm(const GemmArgs& args) override { cpu::gemm(pool_, args); }
 
  private:
   template <class T>

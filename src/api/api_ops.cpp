@@ -1,0 +1,259 @@
+// api_ops.cpp -- autograd, scopes, autocast and the ops (sections 9-11).
+#include <string>
+
+#include "amp/scaler.h"
+#include "api/guard.h"
+#include "autocast/autocast.h"
+#include "autograd/tape.h"
+#include "ops/ops.h"
+
+using namespace ampx;
+
+namespace {
+
+Autocast& autocast_arg(ampx_autocast handle, const char* arg) {
+  return object_arg<Autocast>(handle, arg, "an ampx_autocast");
+}
+
+ampx_autocast to_handle(Autocast* a) { return reinterpret_cast<ampx_autocast>(a); }
+
+// Runs an op and hands its output to the open scope or the caller.
+template <class Op>
+ampx_status run_op(const char* function, ampx_tensor* out, Op&& op) {
+  return guard(function, [&] {
+    require_pointer(out, "out");
+    TensorRef result(op());
+    Context& ctx = *result->ctx;
+    *out = to_handle(deliver(ctx, std::move(result)));
+  });
+}
+
+Reduction reduction_arg(ampx_reduction r) {
+  switch (r) {
+    case AMPX_REDUCTION_MEAN: return Reduction::Mean;
+    case AMPX_REDUCTION_SUM: return Reduction::Sum;
+    default: break;
+  }
+  fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'reduction' is ", static_cast<int>(r),
+       "; use AMPX_REDUCTION_MEAN or AMPX_REDUCTION_SUM");
+}
+
+Activation activation_arg(ampx_activation a) {
+  switch (a) {
+    case AMPX_ACTIVATION_NONE: return Activation::None;
+    case AMPX_ACTIVATION_RELU: return Activation::Relu;
+    case AMPX_ACTIVATION_GELU: return Activation::Gelu;
+    default: break;
+  }
+  fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'activation' is ", static_cast<int>(a),
+       "; use an ampx_activation value");
+}
+
+OpClass op_class_arg(ampx_op_class c) {
+  if (c < AMPX_OP_LOWER_PRECISION || c > AMPX_OP_KEEP)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'op_class' is ", static_cast<int>(c),
+         "; use an ampx_op_class value");
+  return static_cast<OpClass>(c);
+}
+
+std::string op_name_arg(const char* name) {
+  require_pointer(name, "op_name");
+  if (!is_known_op(name))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'op_name' is \"", name, "\", which names no op");
+  return name;
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- autograd -------------------------------------------------------------------
+
+ampx_status ampx_tensor_set_requires_grad(ampx_tensor tensor, int32_t requires_grad) {
+  return guard(__func__, [&] {
+    Tensor& t = tensor_arg(tensor, "tensor");
+    if (on_tape(*t.ctx, t))
+      fail(AMPX_ERR_INVALID_ARGUMENT, "the tensor was made by a recorded op; only leaves "
+                                      "(tensors the program made) can be marked");
+    if (requires_grad && !is_floating(t.dtype))
+      fail(AMPX_ERR_DTYPE, "'tensor' is ", t.describe(), "; only f32, f16 and bf16 tensors have "
+                                                         "gradients");
+    t.requires_grad = requires_grad != 0;
+  });
+}
+
+ampx_status ampx_tensor_requires_grad(ampx_tensor tensor, int32_t* requires_grad) {
+  return guard(__func__, [&] {
+    Tensor& t = tensor_arg(tensor, "tensor");
+    require_pointer(requires_grad, "requires_grad");
+    *requires_grad = t.requires_grad ? 1 : 0;
+  });
+}
+
+ampx_status ampx_set_grad_enabled(ampx_context ctx, int32_t enabled, int32_t* previous) {
+  return guard(__func__, [&] {
+    AutogradState& state = autograd_state(context_arg(ctx, "ctx"));
+    if (previous) *previous = state.grad_enabled ? 1 : 0;
+    state.grad_enabled = enabled != 0;
+  });
+}
+
+ampx_status ampx_backward(ampx_tensor loss, ampx_scaler scaler) {
+  return guard(__func__, [&] {
+    Tensor& l = tensor_arg(loss, "loss");
+    Scaler* s = scaler ? &object_arg<Scaler>(scaler, "scaler", "an ampx_scaler") : nullptr;
+    backward(l, s);
+  });
+}
+
+ampx_status ampx_scope_push(ampx_context ctx) {
+  return guard(__func__, [&] { autograd_state(context_arg(ctx, "ctx")).scopes.emplace_back(); });
+}
+
+ampx_status ampx_scope_pop(ampx_context ctx) {
+  return guard(__func__, [&] {
+    AutogradState& state = autograd_state(context_arg(ctx, "ctx"));
+    if (state.scopes.empty()) fail(AMPX_ERR_ORDER, "no scope is open (pushes and pops must pair)");
+    std::vector<TensorRef> owned = std::move(state.scopes.back());
+    state.scopes.pop_back();
+  });
+}
+
+// ---- autocast --------------------------------------------------------------------
+
+ampx_autocast_options ampx_autocast_options_default(void) {
+  ampx_autocast_options options = AMPX_AUTOCAST_OPTIONS_INIT;
+  return options;
+}
+
+ampx_status ampx_autocast_create(ampx_context ctx, const ampx_autocast_options* options,
+                                 ampx_autocast* out) {
+  return guard(__func__, [&] {
+    require_pointer(out, "out");
+    Context& c = context_arg(ctx, "ctx");
+    const ampx_autocast_options o =
+        read_options(options, ampx_autocast_options_default(), "options");
+    const DType dtype = dtype_arg(o.dtype, "options.dtype");
+    *out = to_handle(Autocast::create(c, dtype, o.enabled != 0, o.cache != 0));
+  });
+}
+
+void ampx_autocast_release(ampx_autocast autocast) {
+  if (!autocast) return;
+  guard(__func__, [&] {
+    Autocast& a = autocast_arg(autocast, "autocast");
+    if (a.entered > 0)
+      fail(AMPX_ERR_ORDER, "the policy is still entered; exit its regions first");
+    a.release();
+  });
+}
+
+ampx_status ampx_autocast_set_op_class(ampx_autocast autocast, const char* op_name,
+                                       ampx_op_class op_class) {
+  return guard(__func__, [&] {
+    Autocast& a = autocast_arg(autocast, "autocast");
+    const std::string name = op_name_arg(op_name);
+    a.set_op_class(name, op_class_arg(op_class));
+  });
+}
+
+ampx_status ampx_autocast_op_class(ampx_autocast autocast, const char* op_name,
+                                   ampx_op_class* op_class) {
+  return guard(__func__, [&] {
+    Autocast& a = autocast_arg(autocast, "autocast");
+    require_pointer(op_class, "op_class");
+    *op_class = static_cast<ampx_op_class>(a.op_class(op_name_arg(op_name)));
+  });
+}
+
+ampx_status ampx_autocast_enter(ampx_autocast autocast) {
+  return guard(__func__, [&] { autocast_enter(autocast_arg(autocast, "autocast")); });
+}
+
+ampx_status ampx_autocast_exit(ampx_autocast autocast) {
+  return guard(__func__, [&] { autocast_exit(autocast_arg(autocast, "autocast")); });
+}
+
+ampx_status ampx_autocast_cache_stats(ampx_autocast autocast, int64_t* hits, int64_t* misses) {
+  return guard(__func__, [&] {
+    Autocast& a = autocast_arg(autocast, "autocast");
+    if (hits) *hits = a.hits;
+    if (misses) *misses = a.misses;
+  });
+}
+
+// ---- ops ------------------------------------------------------------------------------
+
+#define AMPX_BINARY_OP(fn, op)                                                              \
+  ampx_status fn(ampx_tensor a, ampx_tensor b, ampx_tensor* out) {                          \
+    return run_op(#fn, out, [&] { return op_binary(op, tensor_arg(a, "a"), tensor_arg(b, "b")); }); \
+  }
+AMPX_BINARY_OP(ampx_add, BinaryOp::Add)
+AMPX_BINARY_OP(ampx_sub, BinaryOp::Sub)
+AMPX_BINARY_OP(ampx_mul, BinaryOp::Mul)
+#undef AMPX_BINARY_OP
+
+ampx_status ampx_affine(ampx_tensor a, double scale, double shift, ampx_tensor* out) {
+  return run_op(__func__, out, [&] {
+    return op_affine(tensor_arg(a, "a"), static_cast<float>(scale), static_cast<float>(shift));
+  });
+}
+
+#define AMPX_UNARY_OP(fn, op)                                                          \
+  ampx_status fn(ampx_tensor x, ampx_tensor* out) {                                    \
+    return run_op(#fn, out, [&] { return op_unary(op, tensor_arg(x, "x")); });         \
+  }
+AMPX_UNARY_OP(ampx_relu, UnaryOp::Relu)
+AMPX_UNARY_OP(ampx_gelu, UnaryOp::Gelu)
+AMPX_UNARY_OP(ampx_gelu_tanh, UnaryOp::GeluTanh)
+AMPX_UNARY_OP(ampx_silu, UnaryOp::Silu)
+AMPX_UNARY_OP(ampx_sigmoid, UnaryOp::Sigmoid)
+AMPX_UNARY_OP(ampx_tanh, UnaryOp::Tanh)
+#undef AMPX_UNARY_OP
+
+ampx_status ampx_sum(ampx_tensor x, ampx_tensor* out) {
+  return run_op(__func__, out, [&] { return op_sum(tensor_arg(x, "x"), false); });
+}
+
+ampx_status ampx_mean(ampx_tensor x, ampx_tensor* out) {
+  return run_op(__func__, out, [&] { return op_sum(tensor_arg(x, "x"), true); });
+}
+
+ampx_status ampx_softmax(ampx_tensor x, ampx_tensor* out) {
+  return run_op(__func__, out, [&] { return op_softmax(tensor_arg(x, "x"), false); });
+}
+
+ampx_status ampx_log_softmax(ampx_tensor x, ampx_tensor* out) {
+  return run_op(__func__, out, [&] { return op_softmax(tensor_arg(x, "x"), true); });
+}
+
+ampx_status ampx_cross_entropy(ampx_tensor logits, ampx_tensor labels, ampx_reduction reduction,
+                               int64_t ignore_index, ampx_tensor* out) {
+  return run_op(__func__, out, [&] {
+    return op_cross_entropy(tensor_arg(logits, "logits"), tensor_arg(labels, "labels"),
+                            reduction_arg(reduction), ignore_index);
+  });
+}
+
+ampx_status ampx_mse_loss(ampx_tensor input, ampx_tensor target, ampx_reduction reduction,
+                          ampx_tensor* out) {
+  return run_op(__func__, out, [&] {
+    return op_mse_loss(tensor_arg(input, "input"), tensor_arg(target, "target"),
+                       reduction_arg(reduction));
+  });
+}
+
+ampx_status ampx_matmul(ampx_tensor a, ampx_tensor b, ampx_tensor* out) {
+  return run_op(__func__, out, [&] { return op_matmul(tensor_arg(a, "a"), tensor_arg(b, "b")); });
+}
+
+ampx_status ampx_linear(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
+                        ampx_activation activation, ampx_tensor* out) {
+  return run_op(__func__, out, [&] {
+    Tensor* b = bias ? &tensor_arg(bias, "bias") : nullptr;
+    return op_linear(tensor_arg(x, "x"), tensor_arg(weight, "weight"), b,
+                     activation_arg(activation));
+  });
+}
+
+}  // extern "C"

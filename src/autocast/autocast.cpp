@@ -1,0 +1,191 @@
+#include "autocast/autocast.h"
+
+#include "autograd/tape.h"
+#include "core/error.h"
+
+namespace ampx {
+namespace {
+
+// torch.autocast's lists, for the ops ampx has.
+const std::unordered_map<std::string, OpClass>& op_table() {
+  static const std::unordered_map<std::string, OpClass> table = {
+      {"matmul", OpClass::LowerPrecision}, {"linear", OpClass::LowerPrecision},
+      {"softmax", OpClass::Fp32},          {"log_softmax", OpClass::Fp32},
+      {"cross_entropy", OpClass::Fp32},    {"mse_loss", OpClass::Fp32},
+      {"sum", OpClass::Fp32},              {"mean", OpClass::Fp32},
+      {"add", OpClass::Promote},           {"sub", OpClass::Promote},
+      {"mul", OpClass::Promote},           {"affine", OpClass::Keep},
+      {"relu", OpClass::Keep},             {"gelu", OpClass::Keep},
+      {"gelu_tanh", OpClass::Keep},        {"silu", OpClass::Keep},
+      {"sigmoid", OpClass::Keep},          {"tanh", OpClass::Keep},
+  };
+  return table;
+}
+
+class CastNode final : public Node {
+ public:
+  const char* name() const override { return "cast"; }
+  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+    Tensor& source = *inputs[0];
+    TensorRef grad(Tensor::empty(ctx, source.dtype, source.shape));
+    if (grad->numel() > 0)
+      ctx.backend().convert(grad->data(), source.dtype, grads[0]->data(), grads[0]->dtype,
+                            grad->numel());
+    std::vector<TensorRef> result;
+    result.push_back(std::move(grad));
+    return result;
+  }
+};
+
+DType widest(DType a, DType b) {
+  if (a == b) return a;
+  return DType::F32;  // f16 with bf16, or either with f32
+}
+
+}  // namespace
+
+OpClass default_op_class(const std::string& op) {
+  auto it = op_table().find(op);
+  if (it == op_table().end()) fail(AMPX_ERR_INTERNAL, "op '", op, "' has no autocast class");
+  return it->second;
+}
+
+bool is_known_op(const std::string& op) { return op_table().count(op) != 0; }
+
+Autocast::Autocast(Context& ctx, DType dtype, bool enabled, bool cache)
+    : Object(kLiveMagic), ctx_(&ctx), dtype_(dtype), enabled_(enabled), cache_(cache) {
+  ctx.retain();
+}
+
+Autocast::~Autocast() = default;
+
+Autocast* Autocast::create(Context& ctx, DType dtype, bool enabled, bool cache) {
+  if (dtype != DType::F16 && dtype != DType::BF16)
+    fail(AMPX_ERR_DTYPE, "options.dtype is ", dtype_name(dtype), "; autocast lowers to f16 or bf16");
+  return new Autocast(ctx, dtype, enabled, cache);
+}
+
+void Autocast::release() {
+  if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  magic = kDeadMagic;
+  Context& ctx = *ctx_;
+  ctx.quarantine(this);
+  ctx.release();
+}
+
+OpClass Autocast::op_class(const std::string& op) const {
+  auto it = overrides_.find(op);
+  return it != overrides_.end() ? it->second : default_op_class(op);
+}
+
+AutocastState::~AutocastState() {
+  for (Autocast* policy : stack) policy->release();
+}
+
+AutocastState& autocast_state(Context& ctx) {
+  if (!ctx.autocast) ctx.autocast = std::make_unique<AutocastState>();
+  return static_cast<AutocastState&>(*ctx.autocast);
+}
+
+void autocast_enter(Autocast& policy) {
+  AutocastState& state = autocast_state(policy.context());
+  state.stack.reserve(state.stack.size() + 1);
+  policy.refs.fetch_add(1, std::memory_order_relaxed);
+  state.stack.push_back(&policy);
+  ++policy.entered;
+}
+
+void autocast_exit(Autocast& policy) {
+  AutocastState& state = autocast_state(policy.context());
+  if (state.stack.empty() || state.stack.back() != &policy)
+    fail(AMPX_ERR_ORDER, state.stack.empty()
+                             ? "no autocast region is open"
+                             : "this policy's region is not the innermost one; exit regions in "
+                               "the reverse order of entering them");
+  state.stack.pop_back();
+  --policy.entered;
+  if (state.stack.empty()) state.cache.clear();
+  policy.release();
+}
+
+TensorRef cast_to(Context& ctx, Tensor& x, DType dtype) {
+  if (x.dtype == dtype) {
+    x.retain();
+    return TensorRef(&x);
+  }
+  TensorRef out(Tensor::empty(ctx, dtype, x.shape));
+  if (out->numel() > 0) ctx.backend().convert(out->data(), dtype, x.data(), x.dtype, x.numel());
+  if (should_record(ctx, {&x})) {
+    auto node = std::make_unique<CastNode>();
+    x.retain();
+    node->inputs.emplace_back(&x);
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out;
+}
+
+namespace {
+
+// A cast through the region's cache: F32 leaves that require grad (the
+// weights) are cast once per region. An entry made before the last
+// backward is stale -- its tape record is gone and the weights may have
+// been stepped -- and is replaced.
+TensorRef cached_cast(Context& ctx, Autocast& policy, Tensor& x, DType dtype) {
+  const bool cacheable = policy.caches() && x.dtype == DType::F32 && x.requires_grad &&
+                         !on_tape(ctx, x) && is_floating(dtype);
+  if (!cacheable) return cast_to(ctx, x, dtype);
+  AutocastState& state = autocast_state(ctx);
+  const uint64_t key = x.id * 8 + static_cast<uint64_t>(dtype);
+  auto it = state.cache.find(key);
+  if (it != state.cache.end() && on_tape(ctx, *it->second)) {
+    ++policy.hits;
+    it->second->retain();
+    return TensorRef(it->second.get());
+  }
+  ++policy.misses;
+  TensorRef cast = cast_to(ctx, x, dtype);
+  cast->retain();
+  state.cache[key] = TensorRef(cast.get());
+  return cast;
+}
+
+}  // namespace
+
+std::vector<TensorRef> op_inputs(Context& ctx, const std::string& op,
+                                 const std::vector<Tensor*>& inputs) {
+  AutocastState& state = autocast_state(ctx);
+  Autocast* policy = nullptr;
+  for (auto it = state.stack.rbegin(); it != state.stack.rend(); ++it)
+    if ((*it)->enabled()) {
+      policy = *it;
+      break;
+    }
+  const OpClass op_class = policy ? policy->op_class(op) : default_op_class(op);
+  std::vector<TensorRef> result;
+  DType promoted = DType::F32;
+  bool first = true;
+  for (const Tensor* t : inputs) {
+    if (!t || !is_floating(t->dtype)) continue;
+    promoted = first ? t->dtype : widest(promoted, t->dtype);
+    first = false;
+  }
+  for (Tensor* t : inputs) {
+    if (!t) {
+      result.emplace_back();
+      continue;
+    }
+    DType target = t->dtype;
+    if (is_floating(t->dtype)) {
+      if (op_class == OpClass::Promote) target = promoted;
+      else if (policy && op_class == OpClass::LowerPrecision) target = policy->dtype();
+      else if (policy && op_class == OpClass::Fp32) target = DType::F32;
+    }
+    if (policy && target != t->dtype)
+      result.push_back(cached_cast(ctx, *policy, *t, target));
+    else
+      result.push_back(cast_to(ctx, *t, target));
+  }
+  return result;
+}
+
+}  // namespace ampx

@@ -1,0 +1,75 @@
+// autocast.h -- precision policies (torch.autocast): which dtype each op
+// computes in, the stack of entered regions, and the cast cache.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/context.h"
+#include "core/tensor.h"
+
+namespace ampx {
+
+enum class OpClass { LowerPrecision = 1, Fp32 = 2, Promote = 3, Keep = 4 };
+
+class Autocast : public Object {
+ public:
+  static constexpr uint64_t kLiveMagic = 0x414d50582d415554ull;  // "AMPX-AUT"
+  static constexpr uint64_t kDeadMagic = 0x646561642d617574ull;  // "dead-aut"
+
+  static Autocast* create(Context& ctx, DType dtype, bool enabled, bool cache);
+  void release();
+
+  Context& context() const { return *ctx_; }
+  DType dtype() const { return dtype_; }
+  bool enabled() const { return enabled_; }
+  bool caches() const { return cache_; }
+
+  void set_op_class(const std::string& op, OpClass op_class) { overrides_[op] = op_class; }
+  OpClass op_class(const std::string& op) const;  // override, else the default
+
+  int64_t hits = 0;
+  int64_t misses = 0;
+  int entered = 0;  // regions of this policy currently on the stack
+
+ private:
+  Autocast(Context& ctx, DType dtype, bool enabled, bool cache);
+  ~Autocast() override;
+
+  Context* ctx_;
+  DType dtype_;
+  bool enabled_;
+  bool cache_;
+  std::unordered_map<std::string, OpClass> overrides_;
+};
+
+// The class an op has when no policy overrides it; throws INTERNAL for an
+// op name the table does not know (every op must be listed).
+OpClass default_op_class(const std::string& op);
+// Whether `op` names an op (for argument checks).
+bool is_known_op(const std::string& op);
+
+struct AutocastState : ContextExtension {
+  std::vector<Autocast*> stack;  // entered regions, innermost last (retained)
+  // Casts of F32 leaves that require grad, by (leaf id, dtype).
+  std::unordered_map<uint64_t, TensorRef> cache;
+  ~AutocastState() override;
+};
+
+AutocastState& autocast_state(Context& ctx);
+void autocast_enter(Autocast& policy);
+void autocast_exit(Autocast& policy);
+
+// `x` converted to `dtype`, recorded on the tape (its backward converts the
+// gradient back); `x` itself when it already has that dtype.
+TensorRef cast_to(Context& ctx, Tensor& x, DType dtype);
+
+// The inputs of op `op` as it must compute on them: cast according to the
+// innermost enabled policy's class for the op (promote ops always promote).
+// Non-floating inputs are passed through.
+std::vector<TensorRef> op_inputs(Context& ctx, const std::string& op,
+                                 const std::vector<Tensor*>& inputs);
+
+}  // namespace ampx

@@ -1,0 +1,135 @@
+#include "autograd/tape.h"
+
+#include <unordered_map>
+
+#include "amp/scaler.h"
+#include "core/error.h"
+
+namespace ampx {
+
+AutogradState& autograd_state(Context& ctx) {
+  if (!ctx.autograd) ctx.autograd = std::make_unique<AutogradState>();
+  return static_cast<AutogradState&>(*ctx.autograd);
+}
+
+bool should_record(Context& ctx, const std::vector<Tensor*>& inputs) {
+  if (!autograd_state(ctx).grad_enabled) return false;
+  for (const Tensor* t : inputs)
+    if (t && t->requires_grad) return true;
+  return false;
+}
+
+void record(Context& ctx, std::unique_ptr<Node> node, const std::vector<Tensor*>& outputs) {
+  AutogradState& state = autograd_state(ctx);
+  state.tape.reserve(state.tape.size() + 1);
+  for (Tensor* out : outputs) {
+    node->output_ids.push_back(out->id);
+    out->requires_grad = true;
+    out->tape_generation = state.generation;
+  }
+  state.tape.push_back(std::move(node));
+}
+
+bool on_tape(Context& ctx, const Tensor& t) {
+  return t.tape_generation != 0 && t.tape_generation == autograd_state(ctx).generation;
+}
+
+namespace {
+
+// Adds `grad` into `slot`: takes it when the slot is empty, else sums (into
+// the slot's dtype). A node may hand the same tensor to several inputs (add
+// passes dy to both), so a shared slot is copied before it is summed into.
+void accumulate(Context& ctx, TensorRef& slot, Tensor& grad) {
+  if (!slot) {
+    grad.retain();
+    slot = TensorRef(&grad);
+    return;
+  }
+  if (slot->refs.load(std::memory_order_acquire) > 1) {
+    TensorRef own(Tensor::empty(ctx, slot->dtype, slot->shape));
+    ctx.backend().copy(own->data(), slot->data(), slot->nbytes());
+    slot = std::move(own);
+  }
+  ctx.backend().add_into(slot->data(), slot->dtype, grad.data(), grad.dtype, grad.numel());
+}
+
+void accumulate_into_leaf(Context& ctx, Tensor& leaf, Tensor& grad) {
+  if (!leaf.grad) {
+    TensorRef zeros(Tensor::empty(ctx, leaf.dtype, leaf.shape));
+    ctx.backend().fill(zeros->data(), dtype_size(leaf.dtype), 0, zeros->numel());
+    leaf.grad = zeros.take();
+  }
+  ctx.backend().add_into(leaf.grad->data(), leaf.grad->dtype, grad.data(), grad.dtype, grad.numel());
+}
+
+void clear_tape(AutogradState& state) {
+  state.tape.clear();
+  ++state.generation;
+}
+
+}  // namespace
+
+void backward(Tensor& loss, Scaler* scaler) {
+  Context& ctx = *loss.ctx;
+  AutogradState& state = autograd_state(ctx);
+  if (loss.numel() != 1)
+    fail(AMPX_ERR_SHAPE, "'loss' is ", loss.describe(),
+         "; backward starts from a one-element loss (reduce it with ampx_sum or ampx_mean)");
+  if (!is_floating(loss.dtype)) fail(AMPX_ERR_DTYPE, "'loss' is ", loss.describe());
+  if (!on_tape(ctx, loss))
+    fail(AMPX_ERR_INVALID_ARGUMENT,
+         "'loss' was not made by a recorded op on the current tape (was grad mode off, did no "
+         "input require grad, or was backward already called?)");
+  if (scaler && &scaler->context() != &ctx)
+    fail(AMPX_ERR_DEVICE, "'scaler' belongs to a different context than 'loss'");
+
+  struct ClearOnExit {
+    AutogradState& state;
+    ~ClearOnExit() { clear_tape(state); }
+  } clear_on_exit{state};
+
+  Backend& backend = ctx.backend();
+  std::unordered_map<uint64_t, TensorRef> grads;
+  TensorRef seed(Tensor::empty(ctx, loss.dtype, loss.shape));
+  if (scaler)
+    backend.convert(seed->data(), loss.dtype, scaler->scale_tensor().data(), DType::F32, 1);
+  else
+    backend.fill(seed->data(), dtype_size(loss.dtype),
+                 loss.dtype == DType::F32 ? 0x3f800000u : loss.dtype == DType::F16 ? 0x3c00u : 0x3f80u, 1);
+  grads.emplace(loss.id, std::move(seed));
+
+  for (auto it = state.tape.rbegin(); it != state.tape.rend(); ++it) {
+    Node& node = **it;
+    std::vector<Tensor*> output_grads;
+    bool any = false;
+    for (uint64_t id : node.output_ids) {
+      auto found = grads.find(id);
+      output_grads.push_back(found == grads.end() ? nullptr : found->second.get());
+      any = any || found != grads.end();
+    }
+    if (!any) continue;
+    std::vector<TensorRef> input_grads = node.backward(ctx, output_grads);
+    for (uint64_t id : node.output_ids) grads.erase(id);  // no longer needed
+    for (size_t i = 0; i < node.inputs.size() && i < input_grads.size(); ++i) {
+      if (!node.inputs[i] || !input_grads[i]) continue;
+      Tensor& input = *node.inputs[i];
+      if (!input.requires_grad) continue;
+      if (on_tape(ctx, input))
+        accumulate(ctx, grads[input.id], *input_grads[i]);
+      else
+        accumulate_into_leaf(ctx, input, *input_grads[i]);
+    }
+  }
+}
+
+Tensor* deliver(Context& ctx, TensorRef output) {
+  AutogradState& state = autograd_state(ctx);
+  Tensor* handle = output.get();
+  if (!state.scopes.empty()) {
+    state.scopes.back().push_back(std::move(output));
+    return handle;
+  }
+  return output.take();
+}
+
+}  // namespace ampx

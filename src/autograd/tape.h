@@ -1,0 +1,64 @@
+// tape.h -- reverse-mode automatic differentiation on a per-context tape.
+//
+// Ops append a Node when grad mode is on and an input requires a gradient.
+// The tape is a list in creation order, so walking it backwards is a valid
+// topological order. Nodes hold their inputs (and whatever they saved) but
+// name their outputs by tensor id only, so outputs the program releases are
+// really freed; their gradients are kept in a map during backward.
+//
+// The context's scopes (op outputs owned until popped) and grad mode live
+// here too: they are the same layer's state.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/context.h"
+#include "core/tensor.h"
+
+namespace ampx {
+
+class Scaler;
+
+class Node {
+ public:
+  virtual ~Node() = default;
+  virtual const char* name() const = 0;
+  // Given the gradients of the outputs (nullptr for an output no gradient
+  // reached), returns the gradients of `inputs`, in order (an empty ref for
+  // an input that gets none). Each has its input's shape and dtype.
+  virtual std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& output_grads) = 0;
+
+  std::vector<TensorRef> inputs;
+  std::vector<uint64_t> output_ids;
+};
+
+struct AutogradState : ContextExtension {
+  bool grad_enabled = true;
+  uint64_t generation = 1;
+  std::vector<std::unique_ptr<Node>> tape;
+  std::vector<std::vector<TensorRef>> scopes;
+};
+
+AutogradState& autograd_state(Context& ctx);
+
+// Whether an op with these inputs would be recorded.
+bool should_record(Context& ctx, const std::vector<Tensor*>& inputs);
+
+// Records `node` (whose inputs are set) as the maker of `outputs`, which then
+// require grad. Call only when should_record said so.
+void record(Context& ctx, std::unique_ptr<Node> node, const std::vector<Tensor*>& outputs);
+
+// Whether `t` was made by an op on the current tape.
+bool on_tape(Context& ctx, const Tensor& t);
+
+// ampx_backward: seeds with the scaler's scale (or 1), accumulates into
+// leaves, clears the tape (also when it fails).
+void backward(Tensor& loss, Scaler* scaler);
+
+// Hands a new op output to the innermost scope, if one is open; returns the
+// handle the program gets (borrowed from the scope, or owned).
+Tensor* deliver(Context& ctx, TensorRef output);
+
+}  // namespace ampx

@@ -1,0 +1,142 @@
+// cpu_elementwise.cpp -- element-wise arithmetic and sums of the ops on the
+// CPU: binary ops with row broadcasting, affine, accumulation, and the sums
+// that reductions and broadcast backward passes need. Values are computed in
+// fp32 from any floating type and rounded once when stored.
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+#include "math/convert.h"
+
+namespace ampx {
+namespace cpu {
+namespace {
+
+// Below this many elements a loop runs on the calling thread only.
+constexpr int64_t kGrain = 1 << 15;
+
+template <int D>
+using Tag = std::integral_constant<int, D>;
+
+template <class Fn>
+void with_float(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::F32: fn(Tag<AMPX_F32>{}); return;
+    case DType::F16: fn(Tag<AMPX_F16>{}); return;
+    case DType::BF16: fn(Tag<AMPX_BF16>{}); return;
+    default: fail(AMPX_ERR_DTYPE, "an element-wise op got ", dtype_name(t), "; it needs f32, f16 or bf16");
+  }
+}
+
+template <int D>
+using Elem = math::storage_t<D>;
+
+AMPX_HD float apply(BinaryOp op, float a, float b) {
+  switch (op) {
+    case BinaryOp::Add: return a + b;
+    case BinaryOp::Sub: return a - b;
+    case BinaryOp::Mul: return a * b;
+  }
+  return a;
+}
+
+}  // namespace
+
+void binary(ThreadPool& pool, BinaryOp op, const void* a, const void* b, void* out, DType type,
+            int64_t count, int64_t b_count) {
+  if (b_count <= 0 || count % b_count != 0)
+    fail(AMPX_ERR_INTERNAL, "binary: ", b_count, " does not divide ", count);
+  with_float(type, [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    const auto* x = static_cast<const Elem<D>*>(a);
+    const auto* y = static_cast<const Elem<D>*>(b);
+    auto* z = static_cast<Elem<D>*>(out);
+    pool.parallel_for(count, kGrain, [&](int64_t begin, int64_t end) {
+      int64_t j = begin % b_count;
+      for (int64_t i = begin; i < end; ++i) {
+        z[i] = math::store_float<D>(apply(op, math::load_float<D>(x[i]), math::load_float<D>(y[j])));
+        if (++j == b_count) j = 0;
+      }
+    });
+  });
+}
+
+void affine(ThreadPool& pool, const void* x, void* y, DType type, int64_t count, float scale,
+            float shift) {
+  with_float(type, [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    const auto* in = static_cast<const Elem<D>*>(x);
+    auto* out = static_cast<Elem<D>*>(y);
+    pool.parallel_for(count, kGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        out[i] = math::store_float<D>(math::load_float<D>(in[i]) * scale + shift);
+    });
+  });
+}
+
+void add_into(ThreadPool& pool, void* dst, DType dst_type, const void* src, DType src_type,
+              int64_t count) {
+  with_float(dst_type, [&](auto dst_tag) {
+    constexpr int D = decltype(dst_tag)::value;
+    with_float(src_type, [&](auto src_tag) {
+      constexpr int S = decltype(src_tag)::value;
+      auto* d = static_cast<Elem<D>*>(dst);
+      const auto* s = static_cast<const Elem<S>*>(src);
+      pool.parallel_for(count, kGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+          d[i] = math::store_float<D>(math::load_float<D>(d[i]) + math::load_float<S>(s[i]));
+      });
+    });
+  });
+}
+
+void sum_rows(ThreadPool& pool, const void* x, DType type, int64_t rows, int64_t cols, void* out,
+              DType out_type) {
+  with_float(type, [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    with_float(out_type, [&](auto out_tag) {
+      constexpr int O = decltype(out_tag)::value;
+      const auto* in = static_cast<const Elem<D>*>(x);
+      auto* result = static_cast<Elem<O>*>(out);
+      // Columns are independent: split them, and walk rows in order inside
+      // each so the result does not depend on the thread count.
+      const int64_t grain = cols > 0 ? std::max<int64_t>(1, kGrain / std::max<int64_t>(rows, 1)) : 1;
+      pool.parallel_for(cols, grain, [&](int64_t begin, int64_t end) {
+        std::vector<double> acc(static_cast<size_t>(end - begin), 0.0);
+        for (int64_t r = 0; r < rows; ++r) {
+          const auto* row = in + r * cols;
+          for (int64_t c = begin; c < end; ++c) acc[static_cast<size_t>(c - begin)] += math::load_float<D>(row[c]);
+        }
+        for (int64_t c = begin; c < end; ++c)
+          result[c] = math::store_float<O>(static_cast<float>(acc[static_cast<size_t>(c - begin)]));
+      });
+    });
+  });
+}
+
+void sum_all(ThreadPool& pool, const void* x, DType type, int64_t count, float* out) {
+  with_float(type, [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    const auto* in = static_cast<const Elem<D>*>(x);
+    // Fixed blocks summed in block order: the same result for any thread count.
+    const int64_t blocks = (count + kGrain - 1) / kGrain;
+    std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
+    pool.parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t blk = begin; blk < end; ++blk) {
+        double acc = 0.0;
+        const int64_t stop = std::min(count, (blk + 1) * kGrain);
+        for (int64_t i = blk * kGrain; i < stop; ++i) acc += math::load_float<D>(in[i]);
+        partial[static_cast<size_t>(blk)] = acc;
+      }
+    });
+    double total = 0.0;
+    for (double p : partial) total += p;
+    *out = static_cast<float>(total);
+  });
+}
+
+}  // namespace cpu
+}  // namespace ampx

@@ -1,0 +1,155 @@
+// elementwise.cpp -- add/sub/mul with row broadcasting, affine, activations.
+#include "ops/op_util.h"
+#include "ops/ops.h"
+
+namespace ampx {
+namespace {
+
+const char* binary_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "add";
+    case BinaryOp::Sub: return "sub";
+    case BinaryOp::Mul: return "mul";
+  }
+  return "?";
+}
+
+const char* unary_name(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Relu: return "relu";
+    case UnaryOp::Gelu: return "gelu";
+    case UnaryOp::GeluTanh: return "gelu_tanh";
+    case UnaryOp::Silu: return "silu";
+    case UnaryOp::Sigmoid: return "sigmoid";
+    case UnaryOp::Tanh: return "tanh";
+  }
+  return "?";
+}
+
+// b is either a's shape or a row broadcast over a's leading dimensions.
+bool is_row_of(const Tensor& b, const Tensor& a) {
+  return a.shape.ndim >= 1 && b.shape.ndim == 1 && b.shape.dims[0] == a.shape.dims[a.shape.ndim - 1];
+}
+
+class BinaryNode final : public Node {
+ public:
+  BinaryOp op = BinaryOp::Add;
+  const char* name() const override { return binary_name(op); }
+  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+    Backend& backend = ctx.backend();
+    Tensor& a = *inputs[0];
+    Tensor& b = *inputs[1];
+    Tensor& dy = *grads[0];
+    const int64_t n = a.numel();
+    const bool broadcast = b.numel() != n;
+    TensorRef da, db;
+    if (a.requires_grad) {
+      if (op == BinaryOp::Mul) {
+        da = new_tensor(ctx, a.dtype, a.shape);
+        backend.binary(BinaryOp::Mul, dy.data(), b.data(), da->data(), a.dtype, n, b.numel());
+      } else {
+        da = retained(dy);
+      }
+    }
+    if (b.requires_grad) {
+      // The gradient for every element of a, then summed over the broadcast rows.
+      TensorRef full;
+      if (op == BinaryOp::Add) {
+        full = retained(dy);
+      } else {
+        full = new_tensor(ctx, a.dtype, a.shape);
+        if (op == BinaryOp::Sub)
+          backend.affine(dy.data(), full->data(), a.dtype, n, -1.0f, 0.0f);
+        else
+          backend.binary(BinaryOp::Mul, dy.data(), a.data(), full->data(), a.dtype, n, n);
+      }
+      if (broadcast) {
+        db = new_tensor(ctx, b.dtype, b.shape);
+        backend.sum_rows(full->data(), a.dtype, n / b.numel(), b.numel(), db->data(), b.dtype);
+      } else {
+        db = std::move(full);
+      }
+    }
+    return grad_list(std::move(da), std::move(db));
+  }
+};
+
+class AffineNode final : public Node {
+ public:
+  float scale = 1.0f;
+  const char* name() const override { return "affine"; }
+  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+    Tensor& x = *inputs[0];
+    TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
+    ctx.backend().affine(grads[0]->data(), dx->data(), x.dtype, x.numel(), scale, 0.0f);
+    return grad_list(std::move(dx));
+  }
+};
+
+class UnaryNode final : public Node {
+ public:
+  UnaryOp op = UnaryOp::Relu;
+  const char* name() const override { return unary_name(op); }
+  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+    Tensor& x = *inputs[0];
+    TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
+    ctx.backend().unary_backward(op, x.data(), grads[0]->data(), dx->data(), x.dtype, x.numel());
+    return grad_list(std::move(dx));
+  }
+};
+
+}  // namespace
+
+Tensor* op_binary(BinaryOp op, Tensor& a_in, Tensor& b_in) {
+  check_same_context(a_in, b_in, "a", "b");
+  check_floating(a_in, "a");
+  check_floating(b_in, "b");
+  if (!(a_in.shape == b_in.shape) && !is_row_of(b_in, a_in))
+    fail(AMPX_ERR_SHAPE, "'a' is ", a_in.describe(), " and 'b' is ", b_in.describe(),
+         "; 'b' must have a's shape or be a row of a's last dimension");
+  Context& ctx = *a_in.ctx;
+  std::vector<TensorRef> in = op_inputs(ctx, binary_name(op), {&a_in, &b_in});
+  Tensor& a = *in[0];
+  Tensor& b = *in[1];
+  TensorRef out = new_tensor(ctx, a.dtype, a.shape);
+  if (a.numel() > 0)
+    ctx.backend().binary(op, a.data(), b.data(), out->data(), a.dtype, a.numel(), b.numel());
+  if (should_record(ctx, {&a, &b})) {
+    auto node = make_node<BinaryNode>({&in[0], &in[1]});
+    node->op = op;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+Tensor* op_affine(Tensor& x_in, float scale, float shift) {
+  check_floating(x_in, "a");
+  Context& ctx = *x_in.ctx;
+  std::vector<TensorRef> in = op_inputs(ctx, "affine", {&x_in});
+  Tensor& x = *in[0];
+  TensorRef out = new_tensor(ctx, x.dtype, x.shape);
+  if (x.numel() > 0) ctx.backend().affine(x.data(), out->data(), x.dtype, x.numel(), scale, shift);
+  if (should_record(ctx, {&x})) {
+    auto node = make_node<AffineNode>({&in[0]});
+    node->scale = scale;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+Tensor* op_unary(UnaryOp op, Tensor& x_in) {
+  check_floating(x_in, "x");
+  Context& ctx = *x_in.ctx;
+  std::vector<TensorRef> in = op_inputs(ctx, unary_name(op), {&x_in});
+  Tensor& x = *in[0];
+  TensorRef out = new_tensor(ctx, x.dtype, x.shape);
+  if (x.numel() > 0) ctx.backend().unary(op, x.data(), out->data(), x.dtype, x.numel());
+  if (should_record(ctx, {&x})) {
+    auto node = make_node<UnaryNode>({&in[0]});
+    node->op = op;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+}  // namespace ampx

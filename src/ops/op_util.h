@@ -1,0 +1,79 @@
+// op_util.h -- small pieces every op uses.
+#pragma once
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "autocast/autocast.h"
+#include "autograd/tape.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace ampx {
+
+inline void check_same_context(const Tensor& a, const Tensor& b, const char* a_name,
+                               const char* b_name) {
+  if (a.ctx != b.ctx)
+    fail(AMPX_ERR_DEVICE, "'", a_name, "' and '", b_name, "' belong to different contexts");
+}
+
+inline void check_floating(const Tensor& t, const char* name) {
+  if (!is_floating(t.dtype))
+    fail(AMPX_ERR_DTYPE, "'", name, "' is ", t.describe(), "; this op needs f32, f16 or bf16");
+}
+
+inline TensorRef new_tensor(Context& ctx, DType dtype, const Shape& shape) {
+  return TensorRef(Tensor::empty(ctx, dtype, shape));
+}
+
+inline Shape scalar_shape() { return Shape{}; }
+
+inline TensorRef retained(Tensor& t) {
+  t.retain();
+  return TensorRef(&t);
+}
+
+// Builds a node's input list from the (cast) inputs it was computed on.
+template <class NodeT>
+std::unique_ptr<NodeT> make_node(std::vector<TensorRef*> inputs) {
+  auto node = std::make_unique<NodeT>();
+  for (TensorRef* in : inputs) node->inputs.push_back(in && *in ? retained(**in) : TensorRef());
+  return node;
+}
+
+inline std::vector<TensorRef> grad_list(TensorRef a, TensorRef b = TensorRef(),
+                                        TensorRef c = TensorRef()) {
+  std::vector<TensorRef> list;
+  list.push_back(std::move(a));
+  list.push_back(std::move(b));
+  list.push_back(std::move(c));
+  return list;
+}
+
+// A tensor of `like`'s dtype and shape holding `value` * (*factor), where
+// factor is a device F32 scalar: the backward of reductions.
+inline TensorRef broadcast_scaled(Context& ctx, const Tensor& like, const float* factor,
+                                  float value) {
+  TensorRef out = new_tensor(ctx, like.dtype, like.shape);
+  if (out->numel() == 0) return out;
+  Backend& backend = ctx.backend();
+  TensorRef ones = new_tensor(ctx, DType::F32, like.shape);
+  float one = value;
+  uint32_t bits;
+  std::memcpy(&bits, &one, sizeof bits);
+  backend.fill(ones->data(), 4, bits, ones->numel());
+  backend.multi_tensor_scale({{ones->data(), DType::F32, ones->numel()}},
+                             {{out->data(), out->dtype, out->numel()}}, factor, false, nullptr);
+  return out;
+}
+
+// The gradient of a one-element output as a device F32 scalar.
+inline TensorRef scalar_grad_f32(Context& ctx, Tensor& grad) {
+  if (grad.dtype == DType::F32) return retained(grad);
+  TensorRef f32 = new_tensor(ctx, DType::F32, grad.shape);
+  ctx.backend().convert(f32->data(), DType::F32, grad.data(), grad.dtype, 1);
+  return f32;
+}
+
+}  // namespace ampx

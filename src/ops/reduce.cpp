@@ -1,0 +1,227 @@
+// reduce.cpp -- sum/mean, softmax/log-softmax, cross-entropy, MSE. Sums and
+// losses return one F32 element (fp32 is where reductions belong).
+#include <cmath>
+#include <vector>
+
+#include "ops/op_util.h"
+#include "ops/ops.h"
+
+namespace ampx {
+namespace {
+
+class SumNode final : public Node {
+ public:
+  float scale = 1.0f;  // 1/n for a mean
+  const char* name() const override { return "sum"; }
+  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+    TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
+    return grad_list(broadcast_scaled(ctx, *inputs[0], static_cast<const float*>(dy->data()), scale));
+  }
+};
+
+class SoftmaxNode final : public Node {
+ public:
+  bool log = false;
+  TensorRef output;  // y, which the backward formula uses
+  const char* name() const override { return log ? "log_softmax" : "softmax"; }
+  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+    Tensor& x = *inputs[0];
+    const int64_t cols = x.shape.dims[x.shape.ndim - 1];
+    TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
+    if (x.numel() > 0)
+      ctx.backend().softmax_backward(output->data(), grads[0]->data(), dx->data(), x.dtype,
+                                     x.numel() / cols, cols, log);
+    return grad_list(std::move(dx));
+  }
+};
+
+class CrossEntropyNode final : public Node {
+ public:
+  int64_t ignore_index = -100;
+  float scale = 1.0f;
+  const char* name() const override { return "cross_entropy"; }
+  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+    Tensor& logits = *inputs[0];
+    Tensor& labels = *inputs[1];
+    TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
+    TensorRef dlogits = new_tensor(ctx, logits.dtype, logits.shape);
+    const int64_t cols = logits.shape.dims[1];
+    ctx.backend().cross_entropy_backward(logits.data(), logits.dtype, labels.data(), labels.dtype,
+                                         logits.shape.dims[0], cols, ignore_index,
+                                         static_cast<const float*>(dy->data()), scale,
+                                         dlogits->data());
+    return grad_list(std::move(dlogits));
+  }
+};
+
+class MseNode final : public Node {
+ public:
+  TensorRef diff;  // input - target
+  float scale = 1.0f;
+  const char* name() const override { return "mse_loss"; }
+  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+    Backend& backend = ctx.backend();
+    TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
+    Tensor& input = *inputs[0];
+    Tensor& target = *inputs[1];
+    const int64_t n = input.numel();
+    // d/d input = 2 (input - target) dy / n; d/d target is its negative.
+    TensorRef d_input = new_tensor(ctx, input.dtype, input.shape);
+    if (n > 0) {
+      backend.multi_tensor_scale({{diff->data(), diff->dtype, n}}, {{d_input->data(), input.dtype, n}},
+                                 static_cast<const float*>(dy->data()), false, nullptr);
+      backend.affine(d_input->data(), d_input->data(), input.dtype, n, 2.0f * scale, 0.0f);
+    }
+    TensorRef d_target;
+    if (target.requires_grad) {
+      d_target = new_tensor(ctx, target.dtype, target.shape);
+      if (n > 0) backend.affine(d_input->data(), d_target->data(), target.dtype, n, -1.0f, 0.0f);
+    }
+    return grad_list(std::move(d_input), std::move(d_target));
+  }
+};
+
+int64_t last_dim(const Tensor& x, const char* name) {
+  if (x.shape.ndim < 1)
+    fail(AMPX_ERR_SHAPE, "'", name, "' is ", x.describe(), "; this op needs at least one dimension");
+  return x.shape.dims[x.shape.ndim - 1];
+}
+
+// Reads the labels (synchronizing), checks them, and counts those not ignored.
+int64_t count_valid_labels(Context& ctx, const Tensor& labels, int64_t classes,
+                           int64_t ignore_index) {
+  const int64_t n = labels.numel();
+  std::vector<int64_t> host(static_cast<size_t>(n));
+  if (labels.dtype == DType::I64) {
+    if (n > 0) ctx.backend().copy_to_host(host.data(), labels.data(), labels.nbytes());
+  } else {
+    std::vector<int32_t> narrow(static_cast<size_t>(n));
+    if (n > 0) ctx.backend().copy_to_host(narrow.data(), labels.data(), labels.nbytes());
+    for (int64_t i = 0; i < n; ++i) host[static_cast<size_t>(i)] = narrow[static_cast<size_t>(i)];
+  }
+  int64_t valid = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t label = host[static_cast<size_t>(i)];
+    if (label == ignore_index) continue;
+    if (label < 0 || label >= classes)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "labels[", i, "] is ", label, " but there are ", classes,
+           " classes (and ignore_index is ", ignore_index, ")");
+    ++valid;
+  }
+  return valid;
+}
+
+}  // namespace
+
+Tensor* op_sum(Tensor& x_in, bool mean) {
+  check_floating(x_in, "x");
+  Context& ctx = *x_in.ctx;
+  std::vector<TensorRef> in = op_inputs(ctx, mean ? "mean" : "sum", {&x_in});
+  Tensor& x = *in[0];
+  const float scale = mean ? 1.0f / static_cast<float>(x.numel()) : 1.0f;
+  TensorRef out = new_tensor(ctx, DType::F32, scalar_shape());
+  auto* result = static_cast<float*>(out->data());
+  ctx.backend().sum_all(x.data(), x.dtype, x.numel(), result);
+  if (mean) ctx.backend().affine(result, result, DType::F32, 1, scale, 0.0f);
+  if (should_record(ctx, {&x})) {
+    auto node = make_node<SumNode>({&in[0]});
+    node->scale = scale;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+Tensor* op_softmax(Tensor& x_in, bool log) {
+  check_floating(x_in, "x");
+  const int64_t cols = last_dim(x_in, "x");
+  Context& ctx = *x_in.ctx;
+  std::vector<TensorRef> in = op_inputs(ctx, log ? "log_softmax" : "softmax", {&x_in});
+  Tensor& x = *in[0];
+  TensorRef out = new_tensor(ctx, x.dtype, x.shape);
+  if (x.numel() > 0) ctx.backend().softmax(x.data(), out->data(), x.dtype, x.numel() / cols, cols, log);
+  if (should_record(ctx, {&x})) {
+    auto node = make_node<SoftmaxNode>({&in[0]});
+    node->log = log;
+    node->output = retained(*out);
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+Tensor* op_cross_entropy(Tensor& logits_in, Tensor& labels, Reduction reduction,
+                         int64_t ignore_index) {
+  check_same_context(logits_in, labels, "logits", "labels");
+  check_floating(logits_in, "logits");
+  if (labels.dtype != DType::I32 && labels.dtype != DType::I64)
+    fail(AMPX_ERR_DTYPE, "'labels' is ", labels.describe(), "; class labels are i32 or i64");
+  if (logits_in.shape.ndim != 2 || labels.shape.ndim != 1 ||
+      labels.shape.dims[0] != logits_in.shape.dims[0])
+    fail(AMPX_ERR_SHAPE, "'logits' is ", logits_in.describe(), " and 'labels' is ", labels.describe(),
+         "; expected logits [N, C] and labels [N]");
+  Context& ctx = *logits_in.ctx;
+  const int64_t rows = logits_in.shape.dims[0];
+  const int64_t cols = logits_in.shape.dims[1];
+  const int64_t valid = count_valid_labels(ctx, labels, cols, ignore_index);
+  std::vector<TensorRef> in = op_inputs(ctx, "cross_entropy", {&logits_in, &labels});
+  Tensor& logits = *in[0];
+  Backend& backend = ctx.backend();
+  TensorRef losses = new_tensor(ctx, DType::F32, vector_shape(rows));
+  if (rows > 0 && cols > 0)
+    backend.cross_entropy(logits.data(), logits.dtype, labels.data(), labels.dtype, rows, cols,
+                          ignore_index, static_cast<float*>(losses->data()));
+  else if (rows > 0)
+    backend.fill(losses->data(), 4, 0, rows);
+  // torch: the mean over no counted label is 0/0 = NaN.
+  const float scale = reduction == Reduction::Mean
+                          ? (valid > 0 ? 1.0f / static_cast<float>(valid) : NAN)
+                          : 1.0f;
+  TensorRef out = new_tensor(ctx, DType::F32, scalar_shape());
+  auto* result = static_cast<float*>(out->data());
+  backend.sum_all(losses->data(), DType::F32, rows, result);
+  if (reduction == Reduction::Mean) backend.affine(result, result, DType::F32, 1, scale, 0.0f);
+  if (should_record(ctx, {&logits})) {
+    auto node = make_node<CrossEntropyNode>({&in[0], &in[1]});
+    node->ignore_index = ignore_index;
+    node->scale = scale;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+Tensor* op_mse_loss(Tensor& input_in, Tensor& target_in, Reduction reduction) {
+  check_same_context(input_in, target_in, "input", "target");
+  check_floating(input_in, "input");
+  check_floating(target_in, "target");
+  if (!(input_in.shape == target_in.shape))
+    fail(AMPX_ERR_SHAPE, "'input' is ", input_in.describe(), " but 'target' is ",
+         target_in.describe(), "; they must have one shape");
+  Context& ctx = *input_in.ctx;
+  std::vector<TensorRef> in = op_inputs(ctx, "mse_loss", {&input_in, &target_in});
+  Tensor& input = *in[0];
+  Tensor& target = *in[1];
+  if (input.dtype != target.dtype)
+    fail(AMPX_ERR_DTYPE, "'input' is ", input.describe(), " but 'target' is ", target.describe(),
+         "; outside autocast they must share a dtype");
+  Backend& backend = ctx.backend();
+  const int64_t n = input.numel();
+  TensorRef diff = new_tensor(ctx, input.dtype, input.shape);
+  TensorRef squared = new_tensor(ctx, input.dtype, input.shape);
+  if (n > 0) {
+    backend.binary(BinaryOp::Sub, input.data(), target.data(), diff->data(), input.dtype, n, n);
+    backend.binary(BinaryOp::Mul, diff->data(), diff->data(), squared->data(), input.dtype, n, n);
+  }
+  const float scale = reduction == Reduction::Mean ? 1.0f / static_cast<float>(n) : 1.0f;
+  TensorRef out = new_tensor(ctx, DType::F32, scalar_shape());
+  auto* result = static_cast<float*>(out->data());
+  backend.sum_all(squared->data(), input.dtype, n, result);
+  if (reduction == Reduction::Mean) backend.affine(result, result, DType::F32, 1, scale, 0.0f);
+  if (should_record(ctx, {&input, &target})) {
+    auto node = make_node<MseNode>({&in[0], &in[1]});
+    node->diff = std::move(diff);
+    node->scale = scale;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+}  // namespace ampx
