@@ -156,4 +156,17 @@ for bench in "${benches[@]}"; do
 done
 ((${#benches[@]} == 0)) && echo && echo "(no benchmarks in $BUILD/bench)"
 
+# Side-by-side comparisons with PyTorch, where the machine has it.
+if python3 -c 'import torch' >/dev/null 2>&1; then
+  for script in "$ROOT"/bench/*_gpu.py; do
+    [[ -f "$script" ]] || continue
+    echo
+    echo "== $(basename "$script") =="
+    step "bench $(basename "$script")" 120 python3 "$script" "$BUILD/libampx.so"
+  done
+else
+  echo
+  echo "(PyTorch is not installed: no side-by-side comparison)"
+fi
+
 finish
