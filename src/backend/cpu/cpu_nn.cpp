@@ -1,0 +1,226 @@
+// cpu_nn.cpp -- the CPU backend's activations, softmax and cross-entropy:
+// element and row loops around the fp32 math of kernels/math/activations.h
+// (the code the CUDA kernels call), any floating type in and out, rounded
+// once when stored. Elements and rows are independent, so results do not
+// depend on the number of threads.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+#include "math/activations.h"
+#include "math/convert.h"
+
+namespace ampx {
+namespace cpu {
+namespace {
+
+// Elements per task: at ~10 ns an element (erfc, exp) a task of 16Ki runs
+// for ~0.1 ms, far above the microseconds that waking a worker costs, and a
+// tensor below that runs on the calling thread.
+constexpr int64_t kGrain = int64_t{1} << 14;
+
+// Rows per task, so that a task holds about kGrain elements.
+int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)); }
+
+template <int D>
+using Elem = math::storage_t<D>;
+
+template <int D>
+using FloatTag = std::integral_constant<int, D>;
+
+template <class Fn>
+void for_float_type(DType t, const char* primitive, Fn&& fn) {
+  switch (t) {
+    case DType::F32: return fn(FloatTag<AMPX_F32>{});
+    case DType::F16: return fn(FloatTag<AMPX_F16>{});
+    case DType::BF16: return fn(FloatTag<AMPX_BF16>{});
+    default: fail(AMPX_ERR_DTYPE, primitive, ": got ", dtype_name(t), "; it needs f32, f16 or bf16");
+  }
+}
+
+template <class Fn>
+void for_activation(UnaryOp op, Fn&& fn) {
+  switch (op) {
+    case UnaryOp::Relu: return fn(math::Relu{});
+    case UnaryOp::Gelu: return fn(math::Gelu{});
+    case UnaryOp::GeluTanh: return fn(math::GeluTanh{});
+    case UnaryOp::Silu: return fn(math::Silu{});
+    case UnaryOp::Sigmoid: return fn(math::Sigmoid{});
+    case UnaryOp::Tanh: return fn(math::Tanh{});
+  }
+  fail(AMPX_ERR_INTERNAL, "unary: unknown op ", static_cast<int>(op));
+}
+
+// Reads label r of an I32 or I64 label vector.
+class Labels {
+ public:
+  Labels(const void* data, DType type) : data_(data), type_(type) {
+    if (type != DType::I32 && type != DType::I64)
+      fail(AMPX_ERR_DTYPE, "cross_entropy: labels are ", dtype_name(type), "; they need i32 or i64");
+  }
+  int64_t operator[](int64_t r) const {
+    return type_ == DType::I32 ? static_cast<const int32_t*>(data_)[r]
+                               : static_cast<const int64_t*>(data_)[r];
+  }
+
+ private:
+  const void* data_;
+  DType type_;
+};
+
+// The row's max and log of its sum of exp(x - max).
+struct RowStats {
+  float max;
+  float log_sum;
+};
+
+template <int D>
+RowStats row_stats(const Elem<D>* row, int64_t cols) {
+  math::ExpSum s;
+  for (int64_t j = 0; j < cols; ++j) math::exp_sum_add(s, math::load_float<D>(row[j]));
+  return {s.max, math::exp_sum_log(s)};
+}
+
+}  // namespace
+
+void unary(ThreadPool& pool, UnaryOp op, const void* x, void* y, DType type, int64_t count) {
+  for_float_type(type, "unary", [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    const auto* in = static_cast<const Elem<D>*>(x);
+    auto* out = static_cast<Elem<D>*>(y);
+    for_activation(op, [&](auto act) {
+      using Act = decltype(act);
+      pool.parallel_for(count, kGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+          out[i] = math::store_float<D>(Act::forward(math::load_float<D>(in[i])));
+      });
+    });
+  });
+}
+
+void unary_backward(ThreadPool& pool, UnaryOp op, const void* x, const void* dy, void* dx,
+                    DType type, int64_t count) {
+  for_float_type(type, "unary_backward", [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    const auto* in = static_cast<const Elem<D>*>(x);
+    const auto* grad_out = static_cast<const Elem<D>*>(dy);
+    auto* grad_in = static_cast<Elem<D>*>(dx);
+    for_activation(op, [&](auto act) {
+      using Act = decltype(act);
+      pool.parallel_for(count, kGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+          grad_in[i] = math::store_float<D>(
+              Act::backward(math::load_float<D>(in[i]), math::load_float<D>(grad_out[i])));
+      });
+    });
+  });
+}
+
+// Each row is read once for its statistics, then once more as it is
+// written, element by element: y may be x.
+void softmax(ThreadPool& pool, const void* x, void* y, DType type, int64_t rows, int64_t cols,
+             bool log) {
+  for_float_type(type, "softmax", [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    const auto* in = static_cast<const Elem<D>*>(x);
+    auto* out = static_cast<Elem<D>*>(y);
+    pool.parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const Elem<D>* row = in + r * cols;
+        Elem<D>* out_row = out + r * cols;
+        const RowStats st = row_stats<D>(row, cols);
+        for (int64_t j = 0; j < cols; ++j) {
+          const float lp = math::log_softmax_value(math::load_float<D>(row[j]), st.max, st.log_sum);
+          out_row[j] = math::store_float<D>(log ? lp : expf(lp));
+        }
+      }
+    });
+  });
+}
+
+void softmax_backward(ThreadPool& pool, const void* y, const void* dy, void* dx, DType type,
+                      int64_t rows, int64_t cols, bool log) {
+  for_float_type(type, "softmax_backward", [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    const auto* out = static_cast<const Elem<D>*>(y);
+    const auto* grad_out = static_cast<const Elem<D>*>(dy);
+    auto* grad_in = static_cast<Elem<D>*>(dx);
+    pool.parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const Elem<D>* y_row = out + r * cols;
+        const Elem<D>* dy_row = grad_out + r * cols;
+        Elem<D>* dx_row = grad_in + r * cols;
+        // sum dy (log-softmax) or sum dy * y (softmax).
+        float reduced = 0.0f;
+        for (int64_t j = 0; j < cols; ++j) {
+          const float g = math::load_float<D>(dy_row[j]);
+          reduced += log ? g : g * math::load_float<D>(y_row[j]);
+        }
+        for (int64_t j = 0; j < cols; ++j) {
+          const float yj = math::load_float<D>(y_row[j]);
+          const float gj = math::load_float<D>(dy_row[j]);
+          dx_row[j] = math::store_float<D>(log ? math::log_softmax_grad(yj, gj, reduced)
+                                               : math::softmax_grad(yj, gj, reduced));
+        }
+      }
+    });
+  });
+}
+
+// Ignored rows are not read at all: whatever they hold (NaN included) gives
+// a loss of 0.
+void cross_entropy(ThreadPool& pool, const void* logits, DType type, const void* labels,
+                   DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
+                   float* losses) {
+  const Labels label(labels, label_type);
+  for_float_type(type, "cross_entropy", [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    const auto* x = static_cast<const Elem<D>*>(logits);
+    pool.parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t l = label[r];
+        if (l == ignore_index) {
+          losses[r] = 0.0f;
+          continue;
+        }
+        const Elem<D>* row = x + r * cols;
+        const RowStats st = row_stats<D>(row, cols);
+        losses[r] = -math::log_softmax_value(math::load_float<D>(row[l]), st.max, st.log_sum);
+      }
+    });
+  });
+}
+
+void cross_entropy_backward(ThreadPool& pool, const void* logits, DType type, const void* labels,
+                            DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
+                            const float* dloss, float scale, void* dlogits) {
+  const Labels label(labels, label_type);
+  const float g = *dloss * scale;
+  for_float_type(type, "cross_entropy_backward", [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    const auto* x = static_cast<const Elem<D>*>(logits);
+    auto* dx = static_cast<Elem<D>*>(dlogits);
+    pool.parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t l = label[r];
+        Elem<D>* dx_row = dx + r * cols;
+        if (l == ignore_index) {
+          std::fill(dx_row, dx_row + cols, math::store_float<D>(0.0f));
+          continue;
+        }
+        const Elem<D>* row = x + r * cols;
+        const RowStats st = row_stats<D>(row, cols);
+        for (int64_t j = 0; j < cols; ++j) {
+          const float lp = math::log_softmax_value(math::load_float<D>(row[j]), st.max, st.log_sum);
+          dx_row[j] = math::store_float<D>(math::cross_entropy_grad(lp, j == l, g));
+        }
+      }
+    });
+  });
+}
+
+}  // namespace cpu
+}  // namespace ampx
