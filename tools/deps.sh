@@ -11,6 +11,9 @@ command -v nm >/dev/null || need+=(binutils)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 [ -f /usr/include/doctest/doctest.h ] || [ -f "$(dirname "$0")/../.deps/include/doctest/doctest.h" ] || need+=(doctest-dev)
 [ -f /usr/include/dlpack/dlpack.h ] || [ -f "$(dirname "$0")/../.deps/include/dlpack/dlpack.h" ] || need+=(libdlpack-dev)
+# OpenBLAS for the CPU GEMM (optional for the build, wanted for its speed);
+# its headers live under /usr/include/<multiarch triplet>/ on every architecture.
+compgen -G '/usr/include/*/openblas-*/cblas.h' >/dev/null || need+=(libopenblas-dev)
 
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" -ne 0 ]; then

@@ -819,7 +819,10 @@ AMPX_API ampx_status ampx_set_grad_enabled(ampx_context ctx, int32_t enabled, in
  *  not NULL (so the leaves' gradients come out scaled, ready for
  *  ampx_scaler_unscale/step) and 1 otherwise. Gradients are accumulated
  *  into every leaf that requires one (created on first use, zero-filled,
- *  in the leaf's dtype). The tape is cleared afterwards, also on error.
+ *  in the leaf's dtype). The tape is cleared afterwards, also when the
+ *  backward pass itself fails; a call refused for its arguments changes
+ *  nothing. Records of a forward that is never backpropagated are dropped
+ *  once the program releases their outputs (e.g. at ampx_scope_pop).
  *  Errors: SHAPE (more than one element), INVALID_ARGUMENT (not produced by
  *  an op on the current tape). */
 AMPX_API ampx_status ampx_backward(ampx_tensor loss, ampx_scaler scaler);

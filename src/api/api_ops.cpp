@@ -112,10 +112,13 @@ ampx_status ampx_scope_push(ampx_context ctx) {
 
 ampx_status ampx_scope_pop(ampx_context ctx) {
   return guard(__func__, [&] {
-    AutogradState& state = autograd_state(context_arg(ctx, "ctx"));
+    Context& c = context_arg(ctx, "ctx");
+    AutogradState& state = autograd_state(c);
     if (state.scopes.empty()) fail(AMPX_ERR_ORDER, "no scope is open (pushes and pops must pair)");
     std::vector<TensorRef> owned = std::move(state.scopes.back());
     state.scopes.pop_back();
+    owned.clear();
+    prune_tape(c);
   });
 }
 

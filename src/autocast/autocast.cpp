@@ -154,12 +154,10 @@ TensorRef cached_cast(Context& ctx, Autocast& policy, Tensor& x, DType dtype) {
 std::vector<TensorRef> op_inputs(Context& ctx, const std::string& op,
                                  const std::vector<Tensor*>& inputs) {
   AutocastState& state = autocast_state(ctx);
+  // The innermost region decides, as torch.autocast(enabled=False) inside
+  // an enabled region turns autocast off there.
   Autocast* policy = nullptr;
-  for (auto it = state.stack.rbegin(); it != state.stack.rend(); ++it)
-    if ((*it)->enabled()) {
-      policy = *it;
-      break;
-    }
+  if (!state.stack.empty() && state.stack.back()->enabled()) policy = state.stack.back();
   const OpClass op_class = policy ? policy->op_class(op) : default_op_class(op);
   std::vector<TensorRef> result;
   DType promoted = DType::F32;

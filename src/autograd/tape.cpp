@@ -1,5 +1,6 @@
 #include "autograd/tape.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "amp/scaler.h"
@@ -12,26 +13,46 @@ AutogradState& autograd_state(Context& ctx) {
   return static_cast<AutogradState&>(*ctx.autograd);
 }
 
+bool on_tape(Context& ctx, const Tensor& t) {
+  return t.tape_generation != 0 && t.tape_generation == autograd_state(ctx).generation;
+}
+
+bool flows_grad(Context& ctx, const Tensor& t) {
+  return t.requires_grad && (t.tape_generation == 0 || on_tape(ctx, t));
+}
+
 bool should_record(Context& ctx, const std::vector<Tensor*>& inputs) {
   if (!autograd_state(ctx).grad_enabled) return false;
   for (const Tensor* t : inputs)
-    if (t && t->requires_grad) return true;
+    if (t && flows_grad(ctx, *t)) return true;
   return false;
+}
+
+void prune_tape(Context& ctx) {
+  AutogradState& state = autograd_state(ctx);
+  for (auto it = state.tape.rbegin(); it != state.tape.rend(); ++it) {
+    bool reachable = false;
+    for (const auto& token : (*it)->output_tokens) reachable = reachable || !token.expired();
+    if (!reachable) it->reset();
+  }
+  state.tape.erase(std::remove(state.tape.begin(), state.tape.end(), nullptr), state.tape.end());
+  state.tape_size_after_prune = state.tape.size();
 }
 
 void record(Context& ctx, std::unique_ptr<Node> node, const std::vector<Tensor*>& outputs) {
   AutogradState& state = autograd_state(ctx);
+  // Amortised: a prune costs one pass over the tape, done when it has doubled.
+  if (state.tape.size() >= 64 && state.tape.size() >= 2 * state.tape_size_after_prune)
+    prune_tape(ctx);
   state.tape.reserve(state.tape.size() + 1);
   for (Tensor* out : outputs) {
+    if (!out->tape_token) out->tape_token = std::make_shared<char>(0);
     node->output_ids.push_back(out->id);
+    node->output_tokens.push_back(out->tape_token);
     out->requires_grad = true;
     out->tape_generation = state.generation;
   }
   state.tape.push_back(std::move(node));
-}
-
-bool on_tape(Context& ctx, const Tensor& t) {
-  return t.tape_generation != 0 && t.tape_generation == autograd_state(ctx).generation;
 }
 
 namespace {
@@ -113,7 +134,7 @@ void backward(Tensor& loss, Scaler* scaler) {
     for (size_t i = 0; i < node.inputs.size() && i < input_grads.size(); ++i) {
       if (!node.inputs[i] || !input_grads[i]) continue;
       Tensor& input = *node.inputs[i];
-      if (!input.requires_grad) continue;
+      if (!flows_grad(ctx, input)) continue;
       if (on_tape(ctx, input))
         accumulate(ctx, grads[input.id], *input_grads[i]);
       else

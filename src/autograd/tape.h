@@ -32,12 +32,14 @@ class Node {
 
   std::vector<TensorRef> inputs;
   std::vector<uint64_t> output_ids;
+  std::vector<std::weak_ptr<const void>> output_tokens;  // expired once released
 };
 
 struct AutogradState : ContextExtension {
   bool grad_enabled = true;
   uint64_t generation = 1;
   std::vector<std::unique_ptr<Node>> tape;
+  size_t tape_size_after_prune = 0;
   std::vector<std::vector<TensorRef>> scopes;
 };
 
@@ -52,6 +54,16 @@ void record(Context& ctx, std::unique_ptr<Node> node, const std::vector<Tensor*>
 
 // Whether `t` was made by an op on the current tape.
 bool on_tape(Context& ctx, const Tensor& t);
+
+// Whether gradients flow into `t`: a leaf that requires grad, or an output
+// of the current tape (an output of a cleared tape is a constant).
+bool flows_grad(Context& ctx, const Tensor& t);
+
+// Drops the records none of whose outputs the program can still reach (a
+// forward that was never backpropagated), so evaluation loops with
+// recording on do not grow. Records are dropped newest first, so releasing
+// one record's inputs frees the older records they came from in one pass.
+void prune_tape(Context& ctx);
 
 // ampx_backward: seeds with the scaler's scale (or 1), accumulates into
 // leaves, clears the tape (also when it fails).

@@ -108,6 +108,7 @@ void Tensor::release() {
   storage.reset();
   name.clear();
   name.shrink_to_fit();
+  tape_token.reset();
   Tensor* old_grad = grad;
   grad = nullptr;
   if (old_grad) old_grad->release();

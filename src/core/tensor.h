@@ -92,6 +92,9 @@ struct Tensor : Object {
   // Set when a recorded op made this tensor: the tape generation it belongs
   // to (a tensor of an older, cleared tape is treated as a constant).
   uint64_t tape_generation = 0;
+  // Expires when the tensor is released, so the tape can tell which of its
+  // records can still be reached without holding their outputs.
+  std::shared_ptr<const void> tape_token;
 };
 
 // Owns one reference to a tensor: internal code builds new objects with

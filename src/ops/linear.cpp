@@ -155,7 +155,8 @@ Tensor* op_linear(Tensor& x_in, Tensor& w_in, Tensor* bias_in, Activation activa
   Tensor* bias = in[2].get();
   check_same_dtype(x, w, "x", "weight");
   if (bias) check_same_dtype(x, *bias, "x", "bias");
-  const int64_t rows = in_features > 0 ? x.numel() / in_features : 0;
+  int64_t rows = 1;  // not numel / in_features, which is 0/0 for in_features == 0
+  for (int32_t d = 0; d + 1 < x.shape.ndim; ++d) rows *= x.shape.dims[d];
   Shape out_shape = x.shape;
   out_shape.dims[out_shape.ndim - 1] = out_features;
   Backend& backend = ctx.backend();
