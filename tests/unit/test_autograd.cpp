@@ -15,36 +15,17 @@
 
 using ampx_fixture::dtype_of;
 using ampx_fixture::encode;
+using ampx_fixture::make;
 using ampx_fixture::values_of;
 using ampx_test::contains;
 using ampx_test::Ctx;
 using ampx_test::last_error;
 using ampx_test::Tensor;
 
-// Ops are CPU-only until the CUDA backend ports them.
-#define OPS_REQUIRE_CPU()                                                             \
-  do {                                                                                \
-    if (ampx_test::test_device() == AMPX_DEVICE_CUDA) {                               \
-      MESSAGE("ops are implemented on the CPU backend only; skipped on this device"); \
-      return;                                                                         \
-    }                                                                                 \
-  } while (0)
-
 namespace {
 
 using Vec = std::vector<double>;
 using Dims = std::vector<int64_t>;
-
-ampx_tensor make(ampx_context ctx, ampx_dtype dtype, const Dims& dims, const Vec& values,
-                 bool requires_grad = false) {
-  const std::vector<unsigned char> bytes = encode(dtype, values);
-  ampx_tensor t = nullptr;
-  REQUIRE_MESSAGE(ampx_tensor_from_host(ctx, dtype, static_cast<int32_t>(dims.size()), dims.data(),
-                                        bytes.data(), bytes.size(), &t) == AMPX_OK,
-                  last_error());
-  if (requires_grad) REQUIRE_MESSAGE(ampx_tensor_set_requires_grad(t, 1) == AMPX_OK, last_error());
-  return t;
-}
 
 template <class T>
 ampx_tensor make_int(ampx_context ctx, ampx_dtype dtype, const std::vector<T>& values) {

@@ -43,15 +43,6 @@ using ampx_test::Ctx;
 using ampx_test::last_error;
 using ampx_test::Tensor;
 
-// Ops are CPU-only until the CUDA backend ports them.
-#define OPS_REQUIRE_CPU()                                                             \
-  do {                                                                                \
-    if (ampx_test::test_device() == AMPX_DEVICE_CUDA) {                               \
-      MESSAGE("ops are implemented on the CPU backend only; skipped on this device"); \
-      return;                                                                         \
-    }                                                                                 \
-  } while (0)
-
 namespace {
 
 using Vec = std::vector<double>;

@@ -152,6 +152,20 @@ inline ampx_tensor make(ampx_context ctx, ampx_dtype dtype, const std::vector<do
 }
 
 // Makes a gradient of `dtype` (zeros) and attaches it to `param`; the param
+// A tensor of `dims` holding `values` converted to `dtype`, marked as
+// needing a gradient when asked (ops tests).
+inline ampx_tensor make(ampx_context ctx, ampx_dtype dtype, const std::vector<int64_t>& dims,
+                        const std::vector<double>& values, bool requires_grad = false) {
+  const std::vector<unsigned char> bytes = encode(dtype, values);
+  ampx_tensor t = nullptr;
+  REQUIRE_MESSAGE(ampx_tensor_from_host(ctx, dtype, static_cast<int32_t>(dims.size()), dims.data(),
+                                        bytes.data(), bytes.size(), &t) == AMPX_OK,
+                  ampx_last_error());
+  if (requires_grad)
+    REQUIRE_MESSAGE(ampx_tensor_set_requires_grad(t, 1) == AMPX_OK, ampx_last_error());
+  return t;
+}
+
 // keeps it alive, the returned handle is borrowed.
 inline ampx_tensor attach_grad(ampx_context ctx, ampx_tensor param, ampx_dtype dtype) {
   int64_t n = 0;
