@@ -839,6 +839,27 @@ AMPX_API ampx_status ampx_scope_push(ampx_context ctx);
  *  Errors: ORDER when no scope is open. */
 AMPX_API ampx_status ampx_scope_pop(ampx_context ctx);
 
+/** A segment of a forward pass for ampx_checkpoint: computes
+ *  outputs[0..output_count-1] from inputs[0..input_count-1] with ampx ops
+ *  (the handles it stores in `outputs` may be borrowed from the open scope)
+ *  and returns AMPX_OK. It must be deterministic and must not release its
+ *  inputs: it runs once in the forward pass and again in the backward pass.
+ *  Parameters it reads through user_data receive their gradients as usual. */
+typedef ampx_status (*ampx_segment_fn)(void *user_data, const ampx_tensor *inputs,
+                                       size_t input_count, ampx_tensor *outputs,
+                                       size_t output_count);
+
+/** Gradient checkpointing (torch.utils.checkpoint): runs `fn` without
+ *  keeping its intermediate activations, and runs it again when backward
+ *  reaches it, so memory holds only the segment's inputs and outputs between
+ *  the passes. Gradients equal those of running fn directly. The outputs
+ *  are op outputs (owned as described under ampx_scope_push).
+ *  Errors: INVALID_ARGUMENT (NULL fn, output_count 0, an output left
+ *  unset); whatever `fn` returns, with its message. */
+AMPX_API ampx_status ampx_checkpoint(ampx_context ctx, ampx_segment_fn fn, void *user_data,
+                                     const ampx_tensor *inputs, size_t input_count,
+                                     ampx_tensor *outputs, size_t output_count);
+
 /* ========================================================================== */
 /* 10. Autocast (EXPERIMENTAL)                                                */
 /* ========================================================================== */

@@ -4,6 +4,7 @@
 #include "amp/scaler.h"
 #include "api/guard.h"
 #include "autocast/autocast.h"
+#include "autograd/checkpoint.h"
 #include "autograd/tape.h"
 #include "ops/ops.h"
 
@@ -119,6 +120,23 @@ ampx_status ampx_scope_pop(ampx_context ctx) {
     state.scopes.pop_back();
     owned.clear();
     prune_tape(c);
+  });
+}
+
+ampx_status ampx_checkpoint(ampx_context ctx, ampx_segment_fn fn, void* user_data,
+                            const ampx_tensor* inputs, size_t input_count, ampx_tensor* outputs,
+                            size_t output_count) {
+  return guard(__func__, [&] {
+    Context& c = context_arg(ctx, "ctx");
+    require_pointer(outputs, "outputs");
+    if (input_count > 0) require_pointer(inputs, "inputs");
+    std::vector<Tensor*> in;
+    for (size_t i = 0; i < input_count; ++i) {
+      const std::string arg = cat("inputs[", i, "]");
+      in.push_back(&tensor_arg(inputs[i], arg.c_str()));
+    }
+    std::vector<TensorRef> out = checkpoint(c, fn, user_data, in, output_count);
+    for (size_t i = 0; i < out.size(); ++i) outputs[i] = to_handle(deliver(c, std::move(out[i])));
   });
 }
 

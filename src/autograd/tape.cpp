@@ -74,6 +74,14 @@ void accumulate(Context& ctx, TensorRef& slot, Tensor& grad) {
   ctx.backend().add_into(slot->data(), slot->dtype, grad.data(), grad.dtype, grad.numel());
 }
 
+
+void clear_tape(AutogradState& state) {
+  state.tape.clear();
+  state.generation = ++state.last_generation;
+}
+
+}  // namespace
+
 void accumulate_into_leaf(Context& ctx, Tensor& leaf, Tensor& grad) {
   if (!leaf.grad) {
     TensorRef zeros(Tensor::empty(ctx, leaf.dtype, leaf.shape));
@@ -83,12 +91,33 @@ void accumulate_into_leaf(Context& ctx, Tensor& leaf, Tensor& grad) {
   ctx.backend().add_into(leaf.grad->data(), leaf.grad->dtype, grad.data(), grad.dtype, grad.numel());
 }
 
-void clear_tape(AutogradState& state) {
-  state.tape.clear();
-  ++state.generation;
+void run_backward(Context& ctx, std::unordered_map<uint64_t, TensorRef>& grads) {
+  AutogradState& state = autograd_state(ctx);
+  // By index: a node's backward may run a nested tape (checkpointing), which
+  // swaps this vector out and back.
+  for (size_t n = state.tape.size(); n-- > 0;) {
+    Node& node = *state.tape[n];
+    std::vector<Tensor*> output_grads;
+    bool any = false;
+    for (uint64_t id : node.output_ids) {
+      auto found = grads.find(id);
+      output_grads.push_back(found == grads.end() ? nullptr : found->second.get());
+      any = any || found != grads.end();
+    }
+    if (!any) continue;
+    std::vector<TensorRef> input_grads = node.backward(ctx, output_grads);
+    for (uint64_t id : node.output_ids) grads.erase(id);  // no longer needed
+    for (size_t i = 0; i < node.inputs.size() && i < input_grads.size(); ++i) {
+      if (!node.inputs[i] || !input_grads[i]) continue;
+      Tensor& input = *node.inputs[i];
+      if (!flows_grad(ctx, input)) continue;
+      if (on_tape(ctx, input))
+        accumulate(ctx, grads[input.id], *input_grads[i]);
+      else
+        accumulate_into_leaf(ctx, input, *input_grads[i]);
+    }
+  }
 }
-
-}  // namespace
 
 void backward(Tensor& loss, Scaler* scaler) {
   Context& ctx = *loss.ctx;
@@ -118,29 +147,7 @@ void backward(Tensor& loss, Scaler* scaler) {
     backend.fill(seed->data(), dtype_size(loss.dtype),
                  loss.dtype == DType::F32 ? 0x3f800000u : loss.dtype == DType::F16 ? 0x3c00u : 0x3f80u, 1);
   grads.emplace(loss.id, std::move(seed));
-
-  for (auto it = state.tape.rbegin(); it != state.tape.rend(); ++it) {
-    Node& node = **it;
-    std::vector<Tensor*> output_grads;
-    bool any = false;
-    for (uint64_t id : node.output_ids) {
-      auto found = grads.find(id);
-      output_grads.push_back(found == grads.end() ? nullptr : found->second.get());
-      any = any || found != grads.end();
-    }
-    if (!any) continue;
-    std::vector<TensorRef> input_grads = node.backward(ctx, output_grads);
-    for (uint64_t id : node.output_ids) grads.erase(id);  // no longer needed
-    for (size_t i = 0; i < node.inputs.size() && i < input_grads.size(); ++i) {
-      if (!node.inputs[i] || !input_grads[i]) continue;
-      Tensor& input = *node.inputs[i];
-      if (!flows_grad(ctx, input)) continue;
-      if (on_tape(ctx, input))
-        accumulate(ctx, grads[input.id], *input_grads[i]);
-      else
-        accumulate_into_leaf(ctx, input, *input_grads[i]);
-    }
-  }
+  run_backward(ctx, grads);
 }
 
 Tensor* deliver(Context& ctx, TensorRef output) {

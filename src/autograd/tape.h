@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "core/context.h"
@@ -37,7 +38,8 @@ class Node {
 
 struct AutogradState : ContextExtension {
   bool grad_enabled = true;
-  uint64_t generation = 1;
+  uint64_t generation = 1;       // of the current tape
+  uint64_t last_generation = 1;  // generations are never reused
   std::vector<std::unique_ptr<Node>> tape;
   size_t tape_size_after_prune = 0;
   std::vector<std::vector<TensorRef>> scopes;
@@ -68,6 +70,13 @@ void prune_tape(Context& ctx);
 // ampx_backward: seeds with the scaler's scale (or 1), accumulates into
 // leaves, clears the tape (also when it fails).
 void backward(Tensor& loss, Scaler* scaler);
+
+// leaf.grad += grad (creating a zero gradient of the leaf's dtype first).
+void accumulate_into_leaf(Context& ctx, Tensor& leaf, Tensor& grad);
+
+// Walks the current tape from newest to oldest, starting from `grads`
+// (gradients of tape outputs, by tensor id), accumulating into leaves.
+void run_backward(Context& ctx, std::unordered_map<uint64_t, TensorRef>& grads);
 
 // Hands a new op output to the innermost scope, if one is open; returns the
 // handle the program gets (borrowed from the scope, or owned).

@@ -1,0 +1,164 @@
+#include "autograd/checkpoint.h"
+
+#include <string>
+#include <utility>
+
+#include "autograd/tape.h"
+#include "core/error.h"
+
+namespace ampx {
+namespace {
+
+// Calls the program's segment and collects its outputs (op outputs, which
+// the innermost scope -- opened by the caller -- owns), retained.
+std::vector<TensorRef> call_segment(Context& ctx, ampx_segment_fn fn, void* user_data,
+                                    const std::vector<Tensor*>& inputs, size_t output_count) {
+  std::vector<ampx_tensor> in;
+  for (Tensor* t : inputs) in.push_back(reinterpret_cast<ampx_tensor>(t));
+  std::vector<ampx_tensor> out(output_count, nullptr);
+  const ampx_status status = fn(user_data, in.data(), in.size(), out.data(), out.size());
+  if (status != AMPX_OK)
+    fail(status, "the checkpointed segment returned ", ampx_status_string(status), ": ",
+         ampx_last_error());
+  std::vector<TensorRef> result;
+  for (size_t i = 0; i < out.size(); ++i) {
+    auto* t = reinterpret_cast<Tensor*>(out[i]);
+    if (!t || t->magic != Tensor::kLiveMagic)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "the checkpointed segment left outputs[", i,
+           "] without a tensor");
+    if (t->ctx != &ctx)
+      fail(AMPX_ERR_DEVICE, "the segment's outputs[", i, "] belongs to another context");
+    t->retain();
+    result.emplace_back(t);
+  }
+  return result;
+}
+
+// Runs `body` on a fresh tape and scope with recording set to `record`,
+// then puts the program's tape, scope stack and grad mode back, also when
+// body throws.
+template <class Body>
+void on_nested_tape(Context& ctx, bool record, Body&& body) {
+  AutogradState& state = autograd_state(ctx);
+  std::vector<std::unique_ptr<Node>> outer_tape;
+  std::swap(outer_tape, state.tape);
+  const uint64_t outer_generation = state.generation;
+  const size_t outer_pruned = state.tape_size_after_prune;
+  const bool outer_enabled = state.grad_enabled;
+  state.generation = ++state.last_generation;
+  state.tape_size_after_prune = 0;
+  state.grad_enabled = record;
+  state.scopes.emplace_back();
+  struct Restore {
+    AutogradState& state;
+    std::vector<std::unique_ptr<Node>>& outer_tape;
+    uint64_t generation;
+    size_t pruned;
+    bool enabled;
+    ~Restore() {
+      state.scopes.pop_back();
+      state.tape.clear();
+      std::swap(outer_tape, state.tape);
+      state.generation = generation;
+      state.tape_size_after_prune = pruned;
+      state.grad_enabled = enabled;
+    }
+  } restore{state, outer_tape, outer_generation, outer_pruned, outer_enabled};
+  body();
+}
+
+class CheckpointNode final : public Node {
+ public:
+  ampx_segment_fn fn = nullptr;
+  void* user_data = nullptr;
+  size_t output_count = 0;
+
+  const char* name() const override { return "checkpoint"; }
+
+  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& output_grads) override {
+    std::vector<TensorRef> input_grads(inputs.size());
+    on_nested_tape(ctx, true, [&] {
+      // Inputs that carry gradients are replaced by leaf copies, whose
+      // gradients the nested backward fills; parameters the segment uses
+      // directly receive theirs as in any backward.
+      std::vector<TensorRef> detached;
+      std::vector<Tensor*> segment_inputs;
+      for (TensorRef& in : inputs) {
+        if (in && in->requires_grad) {
+          TensorRef copy(Tensor::empty(ctx, in->dtype, in->shape));
+          ctx.backend().copy(copy->data(), in->data(), in->nbytes());
+          copy->requires_grad = true;
+          segment_inputs.push_back(copy.get());
+          detached.push_back(std::move(copy));
+        } else {
+          segment_inputs.push_back(in.get());
+          detached.emplace_back();
+        }
+      }
+      std::vector<TensorRef> outputs = call_segment(ctx, fn, user_data, segment_inputs, output_count);
+      std::unordered_map<uint64_t, TensorRef> grads;
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        Tensor& out = *outputs[i];
+        if (!output_grads[i]) continue;
+        if (on_tape(ctx, out)) {
+          output_grads[i]->retain();
+          grads[out.id] = TensorRef(output_grads[i]);
+        } else if (flows_grad(ctx, out)) {
+          // The segment returned a leaf itself (an input's copy, a parameter).
+          accumulate_into_leaf(ctx, out, *output_grads[i]);
+        }
+      }
+      run_backward(ctx, grads);
+      for (size_t i = 0; i < detached.size(); ++i) {
+        if (!detached[i] || !detached[i]->grad) continue;
+        detached[i]->grad->retain();
+        input_grads[i] = TensorRef(detached[i]->grad);
+      }
+    });
+    return input_grads;
+  }
+};
+
+}  // namespace
+
+std::vector<TensorRef> checkpoint(Context& ctx, ampx_segment_fn fn, void* user_data,
+                                  const std::vector<Tensor*>& inputs, size_t output_count) {
+  if (!fn) fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'fn' is NULL");
+  if (output_count == 0) fail(AMPX_ERR_INVALID_ARGUMENT, "a segment needs at least one output");
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i]->ctx != &ctx)
+      fail(AMPX_ERR_DEVICE, "inputs[", i, "] belongs to a different context");
+  const bool recording = autograd_state(ctx).grad_enabled;
+  std::vector<TensorRef> outputs;
+  on_nested_tape(ctx, false, [&] {
+    outputs = call_segment(ctx, fn, user_data, inputs, output_count);
+  });
+  if (!recording) return outputs;
+  // Recorded whenever grad mode is on: the segment may use parameters that
+  // require grad without taking them as inputs.
+  auto node = std::make_unique<CheckpointNode>();
+  for (Tensor* t : inputs) {
+    t->retain();
+    node->inputs.emplace_back(t);
+  }
+  node->fn = fn;
+  node->user_data = user_data;
+  node->output_count = output_count;
+  std::vector<Tensor*> raw;
+  for (TensorRef& t : outputs) {
+    // An output the segment did not make (one of its inputs, a parameter)
+    // must not become this node's output: it gets a copy that does.
+    bool made_here = !t->requires_grad && t->tape_generation == 0;
+    for (const Tensor* in : inputs) made_here = made_here && in != t.get();
+    if (!made_here) {
+      TensorRef copy(Tensor::empty(ctx, t->dtype, t->shape));
+      ctx.backend().copy(copy->data(), t->data(), t->nbytes());
+      t = std::move(copy);
+    }
+    raw.push_back(t.get());
+  }
+  record(ctx, std::move(node), raw);
+  return outputs;
+}
+
+}  // namespace ampx
