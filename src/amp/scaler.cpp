@@ -44,7 +44,7 @@ void validate_scaler_options(const ScalerOptions& o) {
 }
 
 Scaler::Scaler(Context& ctx, const ScalerOptions& options)
-    : Object(kLiveMagic), ctx_(&ctx), options_(options) {
+    : Object(kLiveMagic, &Scaler::destroy_shell), ctx_(&ctx), options_(options) {
   ctx.retain();
 }
 

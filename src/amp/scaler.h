@@ -57,7 +57,8 @@ class Scaler : public Object {
 
  private:
   Scaler(Context& ctx, const ScalerOptions& options);
-  ~Scaler() override;  // see Optimizer: release() frees, the shell owns nothing
+  ~Scaler();
+  static void destroy_shell(Object* shell) { delete static_cast<Scaler*>(shell); }  // see Optimizer: release() frees, the shell owns nothing
   math::ScalerConfig config() const;
 
   Context* ctx_;

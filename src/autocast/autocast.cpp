@@ -18,6 +18,10 @@ const std::unordered_map<std::string, OpClass>& op_table() {
       {"relu", OpClass::Keep},             {"gelu", OpClass::Keep},
       {"gelu_tanh", OpClass::Keep},        {"silu", OpClass::Keep},
       {"sigmoid", OpClass::Keep},          {"tanh", OpClass::Keep},
+      {"layer_norm", OpClass::Fp32},       {"bce_with_logits", OpClass::Fp32},
+      {"concat", OpClass::Promote},        {"batch_norm", OpClass::Keep},
+      {"dropout", OpClass::Keep},          {"embedding", OpClass::Keep},
+      {"reshape", OpClass::Keep},          {"transpose", OpClass::Keep},
   };
   return table;
 }
@@ -53,7 +57,7 @@ OpClass default_op_class(const std::string& op) {
 bool is_known_op(const std::string& op) { return op_table().count(op) != 0; }
 
 Autocast::Autocast(Context& ctx, DType dtype, bool enabled, bool cache)
-    : Object(kLiveMagic), ctx_(&ctx), dtype_(dtype), enabled_(enabled), cache_(cache) {
+    : Object(kLiveMagic, &Autocast::destroy_shell), ctx_(&ctx), dtype_(dtype), enabled_(enabled), cache_(cache) {
   ctx.retain();
 }
 

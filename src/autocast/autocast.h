@@ -36,7 +36,8 @@ class Autocast : public Object {
 
  private:
   Autocast(Context& ctx, DType dtype, bool enabled, bool cache);
-  ~Autocast() override;
+  ~Autocast();
+  static void destroy_shell(Object* shell) { delete static_cast<Autocast*>(shell); }
 
   Context* ctx_;
   DType dtype_;

@@ -41,5 +41,41 @@ void Backend::cross_entropy_backward(const void*, DType, const void*, DType, int
   not_ported(*this, "cross_entropy_backward");
 }
 void Backend::gemm(const GemmArgs&) { not_ported(*this, "gemm"); }
+void Backend::layer_norm(const void*, const void*, const void*, DType, int64_t, int64_t, float,
+                         void*, float*, float*) {
+  not_ported(*this, "layer_norm");
+}
+void Backend::layer_norm_backward(const void*, const void*, const void*, DType, int64_t, int64_t,
+                                  const float*, const float*, void*, void*, void*) {
+  not_ported(*this, "layer_norm_backward");
+}
+void Backend::batch_norm_stats(const void*, DType, int64_t, int64_t, int64_t, float, float*,
+                               float*, float*, float*) {
+  not_ported(*this, "batch_norm_stats");
+}
+void Backend::batch_norm(const void*, DType, int64_t, int64_t, int64_t, const float*, const float*,
+                         const float*, const float*, float, void*) {
+  not_ported(*this, "batch_norm");
+}
+void Backend::batch_norm_backward(const void*, const void*, DType, int64_t, int64_t, int64_t,
+                                  const float*, const float*, const float*, float, bool, void*,
+                                  float*, float*) {
+  not_ported(*this, "batch_norm_backward");
+}
+void Backend::gather_rows(const void*, size_t, const void*, DType, int64_t, void*) {
+  not_ported(*this, "gather_rows");
+}
+void Backend::scatter_add_rows(const void*, DType, int64_t, const void*, DType, int64_t, float*) {
+  not_ported(*this, "scatter_add_rows");
+}
+void Backend::copy_strided(void*, const void*, size_t, const StridedCopy&) {
+  not_ported(*this, "copy_strided");
+}
+void Backend::dropout(const void*, void*, DType, int64_t, uint64_t, uint64_t, uint32_t, float) {
+  not_ported(*this, "dropout");
+}
+void Backend::bce_with_logits(const void*, const void*, DType, int64_t, float*) {
+  not_ported(*this, "bce_with_logits");
+}
 
 }  // namespace ampx

@@ -95,6 +95,17 @@ struct GemmArgs {
   float beta = 0.0f;
 };
 
+// Where a strided copy reads and writes: element (i_0, ..., i_{ndim-1}),
+// i_k < sizes[k], goes from src[sum i_k src_strides[k]] to dst[sum i_k
+// dst_strides[k]] (strides in elements). Transposes, concatenation and
+// slicing are all such copies.
+struct StridedCopy {
+  int32_t ndim = 0;
+  int64_t sizes[AMPX_MAX_DIMS] = {};
+  int64_t dst_strides[AMPX_MAX_DIMS] = {};
+  int64_t src_strides[AMPX_MAX_DIMS] = {};
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -212,6 +223,76 @@ class Backend {
                                       int64_t ignore_index, const float* dloss, float scale,
                                       void* dlogits);
   virtual void gemm(const GemmArgs& args);
+
+  // ---- normalisation, indexing, dropout, losses ------------------------------
+  // Same rule: defaults refuse with AMPX_ERR_NOT_SUPPORTED. Extents are > 0
+  // unless a comment allows 0; statistics are F32 and computed in fp32 or
+  // wider.
+
+  // Layer norm of each row of a rows x cols matrix: y = (x - mean) * rstd *
+  // weight + bias, with the row's mean and rstd = 1 / sqrt(biased variance
+  // + eps) also written to mean[rows] and rstd[rows]. weight and bias
+  // ([cols], of `type`) may each be nullptr (1 and 0).
+  virtual void layer_norm(const void* x, const void* weight, const void* bias, DType type,
+                          int64_t rows, int64_t cols, float eps, void* y, float* mean, float* rstd);
+  // Its gradients from the forward's x, mean and rstd: dx, and dweight and
+  // dbias ([cols], sums over the rows), all of `type`; an output that is
+  // nullptr is not computed.
+  virtual void layer_norm_backward(const void* x, const void* dy, const void* weight, DType type,
+                                   int64_t rows, int64_t cols, const float* mean, const float* rstd,
+                                   void* dx, void* dweight, void* dbias);
+  // Batch-norm statistics of x viewed as [n, channels, inner]: each
+  // channel's mean and biased variance over its n * inner elements. When
+  // running_mean and running_var are not nullptr they are updated as torch
+  // does, r = momentum * batch + (1 - momentum) * r, with the unbiased
+  // variance for r_var (then n * inner > 1).
+  virtual void batch_norm_stats(const void* x, DType type, int64_t n, int64_t channels,
+                                int64_t inner, float momentum, float* mean, float* var,
+                                float* running_mean, float* running_var);
+  // y = (x - mean[c]) / sqrt(var[c] + eps) * weight[c] + bias[c] on the same
+  // view; x and y of `type`, the rest F32; weight and bias may be nullptr.
+  virtual void batch_norm(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
+                          const float* mean, const float* var, const float* weight,
+                          const float* bias, float eps, void* y);
+  // Its gradients: dx of `type`, dweight and dbias F32 [channels] (nullptr:
+  // not computed). batch_stats: mean and var are this x's own statistics,
+  // so the gradient also flows through them; else they are constants (the
+  // running statistics of evaluation).
+  virtual void batch_norm_backward(const void* x, const void* dy, DType type, int64_t n,
+                                   int64_t channels, int64_t inner, const float* mean,
+                                   const float* var, const float* weight, float eps,
+                                   bool batch_stats, void* dx, float* dweight, float* dbias);
+  // out row i = table row indices[i] for i < count, rows of row_bytes bytes;
+  // indices are I32 or I64 and already validated.
+  virtual void gather_rows(const void* table, size_t row_bytes, const void* indices,
+                           DType index_type, int64_t count, void* out);
+  // dst row indices[i] += src row i for i < count, rows of `cols` elements
+  // (src floating, dst F32). Deterministic: every dst row receives its
+  // additions in the order of i, whatever the device's parallelism.
+  virtual void scatter_add_rows(const void* src, DType src_type, int64_t cols, const void* indices,
+                                DType index_type, int64_t count, float* dst);
+  // The copy `layout` describes, of elements of elem_size bytes (1, 2, 4 or
+  // 8); any extent may be 0. dst and src do not overlap.
+  virtual void copy_strided(void* dst, const void* src, size_t elem_size, const StridedCopy& layout);
+  // y[i] = math::dropout_value(x[i], word i, threshold, scale), where word i
+  // is lane i % 4 of math::dropout_block(math::dropout_key(seed), offset,
+  // i / 4) (kernels/math/random.h). In place allowed. The backward pass is
+  // the same call on dy.
+  virtual void dropout(const void* x, void* y, DType type, int64_t count, uint64_t seed,
+                       uint64_t offset, uint32_t threshold, float scale);
+  // losses[i] = math::bce_with_logits_loss(logits[i], targets[i]), one
+  // floating type in, F32 out.
+  virtual void bce_with_logits(const void* logits, const void* targets, DType type, int64_t count,
+                               float* losses);
+
+  // The position of the context's random stream (every context has its own
+  // backend): each random op takes the next offset, so its numbers, keyed
+  // by the context's seed, are new, while a program that repeats its random
+  // ops on a fresh context with the same seed gets the same numbers.
+  uint64_t next_random_offset() { return random_offset_++; }
+
+ private:
+  uint64_t random_offset_ = 0;
 };
 
 struct BackendOptions {

@@ -88,7 +88,7 @@ Context::~Context() {
   magic_ = kDeadMagic;
   autograd.reset();
   autocast.reset();
-  for (Object* shell : quarantine_) delete shell;
+  for (Object* shell : quarantine_) shell->destroy(shell);
   // The allocator may hold cached device memory that the backend frees.
   allocator_.reset();
   backend_.reset();
@@ -154,7 +154,7 @@ void Context::quarantine(Object* shell) {
       quarantine_.pop_front();
     }
   }
-  delete evicted;
+  if (evicted) evicted->destroy(evicted);
 }
 
 }  // namespace ampx

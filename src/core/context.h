@@ -19,15 +19,22 @@
 namespace ampx {
 
 // The base of every object a handle points to (tensors, optimizers,
-// scalers): a type tag checked on every API call, and a reference count.
+// scalers, autocast policies): a type tag checked on every API call, and a
+// reference count. Deliberately not polymorphic, so the tag sits at offset 0
+// of every handle and reading it through a handle of the wrong type is a
+// plain load (a vtable would make sanitizers flag the very check that
+// catches such a mistake); `destroy` deletes the full object instead.
 struct Object {
-  explicit Object(uint64_t live_magic) : magic(live_magic) {}
-  virtual ~Object() = default;
+  Object(uint64_t live_magic, void (*destroy_fn)(Object*)) : magic(live_magic), destroy(destroy_fn) {}
   Object(const Object&) = delete;
   Object& operator=(const Object&) = delete;
 
   uint64_t magic;
   std::atomic<int64_t> refs{1};
+  void (*destroy)(Object*);
+
+ protected:
+  ~Object() = default;
 };
 
 struct MemoryStats {

@@ -116,7 +116,6 @@ void Tensor::release() {
   owner->release();
 }
 
-Tensor::~Tensor() = default;
 
 std::string Tensor::describe() const { return cat(dtype_name(dtype), shape.str()); }
 

@@ -65,8 +65,7 @@ struct Tensor : Object {
   static constexpr uint64_t kLiveMagic = 0x414d50582d54534eull;  // "AMPX-TSN"
   static constexpr uint64_t kDeadMagic = 0x646561642d74736eull;  // "dead-tsn"
 
-  Tensor() : Object(kLiveMagic) {}
-  ~Tensor() override;
+  Tensor() : Object(kLiveMagic, [](Object* o) { delete static_cast<Tensor*>(o); }) {}
 
   // Takes over one reference to ctx's caller: the tensor retains `ctx`.
   static Tensor* create(Context& ctx, DType dtype, const Shape& shape,

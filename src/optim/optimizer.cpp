@@ -91,7 +91,7 @@ void validate_hyper(const OptimizerHyper& h) {
 }
 
 Optimizer::Optimizer(Context& ctx, const OptimizerHyper& hyper)
-    : Object(kLiveMagic), ctx_(&ctx), hyper_(hyper) {
+    : Object(kLiveMagic, &Optimizer::destroy_shell), ctx_(&ctx), hyper_(hyper) {
   ctx.retain();
 }
 

@@ -94,7 +94,8 @@ class Optimizer : public Object {
   Optimizer(Context& ctx, const OptimizerHyper& hyper);
   // The shell outlives release() in the context's quarantine, so it owns
   // nothing by then: release() frees everything through free_resources().
-  ~Optimizer() override;
+  ~Optimizer();
+  static void destroy_shell(Object* shell) { delete static_cast<Optimizer*>(shell); }
   void free_resources();
 
   // New entries for `params` in `group`, with masters and zeroed state;
