@@ -1000,6 +1000,103 @@ typedef enum ampx_activation {
 AMPX_API ampx_status ampx_linear(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
                                  ampx_activation activation, ampx_tensor *out);
 
+/** Layer normalisation over the last dimension ("layer_norm": fp32):
+ *  y = (x - mean) / sqrt(var + eps) * weight + bias, with each row's mean
+ *  and biased variance computed in fp32 whatever x's type. x [..., D] (at
+ *  least one dimension); weight [D] and bias [D] may each be NULL (no
+ *  scale, no shift) and outside autocast share x's dtype. The output has
+ *  x's shape and the compute dtype. Gradients flow to x, weight and bias.
+ *  Errors: SHAPE (x a scalar, weight/bias not [D]), DTYPE, DEVICE,
+ *  INVALID_ARGUMENT (eps negative or not finite). */
+AMPX_API ampx_status ampx_layer_norm(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
+                                     double eps, ampx_tensor *out);
+
+/** Batch normalisation of x [N, C] or [N, C, L] per channel
+ *  ("batch_norm": keep): y = (x - mean[c]) / sqrt(var[c] + eps) *
+ *  weight[c] + bias[c]. weight, bias, running_mean and running_var are
+ *  F32 [C] -- also under autocast and for f16/bf16 x: statistics are
+ *  computed and kept in fp32, and y has x's dtype. weight and bias may each
+ *  be NULL; running_mean and running_var are both given or both NULL.
+ *  training != 0: normalises with the batch's mean and biased variance
+ *  over N * L values (N * L > 1), and updates the running statistics in
+ *  place as torch: r = (1 - momentum) * r + momentum * batch, with the
+ *  unbiased variance for running_var (torch's default momentum is 0.1).
+ *  training == 0: normalises with the running statistics and changes
+ *  nothing (without running statistics, with the batch's, as torch).
+ *  Gradients flow to x, weight and bias in both modes (the running
+ *  statistics are constants).
+ *  Errors: SHAPE (x not 2-D or 3-D, a parameter not [C], training with
+ *  N * L <= 1), DTYPE (x not floating, a parameter or statistic not F32),
+ *  DEVICE, INVALID_ARGUMENT (only one running statistic, momentum outside
+ *  [0, 1], eps negative or not finite). */
+AMPX_API ampx_status ampx_batch_norm(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
+                                     ampx_tensor running_mean, ampx_tensor running_var,
+                                     int32_t training, double momentum, double eps,
+                                     ampx_tensor *out);
+
+/** Inverted dropout ("dropout": keep): while training, each element is
+ *  zeroed with probability p and the others are multiplied by 1 / (1 - p)
+ *  (as a product: a dropped NaN or inf gives NaN, as torch). The mask comes
+ *  from a counter-based generator (Philox4x32-10) keyed by the context's
+ *  seed (ampx_context_options.seed) and numbered by the count of dropout
+ *  calls that drew a mask on the context before: a program that repeats
+ *  its calls on a context with the same seed gets the same masks, on every
+ *  backend and thread count. The gradient is masked by the same mask. With
+ *  p == 0 or training == 0 nothing is drawn, the output shares x's memory
+ *  (as for ampx_reshape) and the gradient passes unchanged.
+ *  Errors: INVALID_ARGUMENT (p not in [0, 1)), DTYPE. */
+AMPX_API ampx_status ampx_dropout(ampx_tensor x, double p, int32_t training, ampx_tensor *out);
+
+/** Rows of a table ("embedding": keep): out[i..., :] = weight[indices[i...],
+ *  :] for weight [V, D] (floating) and indices of any shape (I32 or I64),
+ *  giving indices' shape + [D] in weight's dtype. The gradient of weight is
+ *  the sum of the rows' gradients into the rows they came from (summed in
+ *  fp32 in a fixed order: deterministic). indices get no gradient.
+ *  Errors: INVALID_ARGUMENT (an index outside [0, V); this synchronizes to
+ *  check), SHAPE (weight not 2-D, indices with AMPX_MAX_DIMS dimensions),
+ *  DTYPE, DEVICE. */
+AMPX_API ampx_status ampx_embedding(ampx_tensor weight, ampx_tensor indices, ampx_tensor *out);
+
+/** The elements of x with the shape shape[0..ndim-1] ("reshape": keep), in
+ *  row-major order; one extent may be -1, inferred from the others. The
+ *  output shares x's memory, without a copy: writes through either are
+ *  seen by both, and the memory (a wrapped tensor's deleter included) lives
+ *  until both are released. Its gradient is copied back to x's shape. Any
+ *  dtype.
+ *  Errors: SHAPE (another number of elements, two -1, an extent below -1,
+ *  a -1 that cannot be inferred, ndim outside 0..AMPX_MAX_DIMS),
+ *  INVALID_ARGUMENT (shape NULL with ndim > 0). */
+AMPX_API ampx_status ampx_reshape(ampx_tensor x, int32_t ndim, const int64_t *shape,
+                                  ampx_tensor *out);
+
+/** x with dimensions dim0 and dim1 exchanged, copied into a new contiguous
+ *  tensor ("transpose": keep). Negative dims count from the end (-1 is the
+ *  last). Any dtype.
+ *  Errors: INVALID_ARGUMENT (a dim outside [-ndim, ndim)). */
+AMPX_API ampx_status ampx_transpose(ampx_tensor x, int32_t dim0, int32_t dim1,
+                                    ampx_tensor *out);
+
+/** Joins tensors[0..count-1] along `dim` ("concat": promote): their shapes
+ *  agree except in dim (negative counts from the end), and the output's
+ *  extent there is the sum. Floating tensors compute in the widest of their
+ *  types; integer tensors must share one. Each input gets the gradient of
+ *  its slice.
+ *  Errors: INVALID_ARGUMENT (count 0, tensors NULL, dim out of range),
+ *  SHAPE (shapes that differ elsewhere, 0-D tensors), DTYPE (floating mixed
+ *  with integer, two integer types), DEVICE. */
+AMPX_API ampx_status ampx_concat(const ampx_tensor *tensors, size_t count, int32_t dim,
+                                 ampx_tensor *out);
+
+/** Binary cross-entropy of logits against targets of the same shape
+ *  (torch's binary_cross_entropy_with_logits; "bce_with_logits": fp32), a
+ *  one-element F32 tensor: the mean or sum over the elements of
+ *  max(x, 0) - x * t + log1p(exp(-|x|)), a form that stays finite and
+ *  accurate for any finite logit. The mean of no element is NaN, as torch.
+ *  Gradients flow to the logits and, when they require one, to the targets.
+ *  Errors: SHAPE, DTYPE, DEVICE, INVALID_ARGUMENT (reduction). */
+AMPX_API ampx_status ampx_bce_with_logits(ampx_tensor logits, ampx_tensor targets,
+                                          ampx_reduction reduction, ampx_tensor *out);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

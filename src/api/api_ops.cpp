@@ -3,6 +3,7 @@
 
 #include "amp/scaler.h"
 #include "api/guard.h"
+#include "api/op_api.h"
 #include "autocast/autocast.h"
 #include "autograd/checkpoint.h"
 #include "autograd/tape.h"
@@ -17,27 +18,6 @@ Autocast& autocast_arg(ampx_autocast handle, const char* arg) {
 }
 
 ampx_autocast to_handle(Autocast* a) { return reinterpret_cast<ampx_autocast>(a); }
-
-// Runs an op and hands its output to the open scope or the caller.
-template <class Op>
-ampx_status run_op(const char* function, ampx_tensor* out, Op&& op) {
-  return guard(function, [&] {
-    require_pointer(out, "out");
-    TensorRef result(op());
-    Context& ctx = *result->ctx;
-    *out = to_handle(deliver(ctx, std::move(result)));
-  });
-}
-
-Reduction reduction_arg(ampx_reduction r) {
-  switch (r) {
-    case AMPX_REDUCTION_MEAN: return Reduction::Mean;
-    case AMPX_REDUCTION_SUM: return Reduction::Sum;
-    default: break;
-  }
-  fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'reduction' is ", static_cast<int>(r),
-       "; use AMPX_REDUCTION_MEAN or AMPX_REDUCTION_SUM");
-}
 
 Activation activation_arg(ampx_activation a) {
   switch (a) {

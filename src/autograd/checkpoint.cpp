@@ -72,6 +72,7 @@ class CheckpointNode final : public Node {
   ampx_segment_fn fn = nullptr;
   void* user_data = nullptr;
   size_t output_count = 0;
+  uint64_t random_offset = 0;  // where the first run's random numbers started
 
   const char* name() const override { return "checkpoint"; }
 
@@ -95,7 +96,18 @@ class CheckpointNode final : public Node {
           detached.emplace_back();
         }
       }
-      std::vector<TensorRef> outputs = call_segment(ctx, fn, user_data, segment_inputs, output_count);
+      // The recompute must draw the first run's random numbers (dropout
+      // masks), then the stream continues where it was.
+      const uint64_t resume_offset = ctx.random_offset();
+      ctx.set_random_offset(random_offset);
+      std::vector<TensorRef> outputs;
+      try {
+        outputs = call_segment(ctx, fn, user_data, segment_inputs, output_count);
+      } catch (...) {
+        ctx.set_random_offset(resume_offset);
+        throw;
+      }
+      ctx.set_random_offset(resume_offset);
       std::unordered_map<uint64_t, TensorRef> grads;
       for (size_t i = 0; i < outputs.size(); ++i) {
         Tensor& out = *outputs[i];
@@ -129,6 +141,7 @@ std::vector<TensorRef> checkpoint(Context& ctx, ampx_segment_fn fn, void* user_d
     if (inputs[i]->ctx != &ctx)
       fail(AMPX_ERR_DEVICE, "inputs[", i, "] belongs to a different context");
   const bool recording = autograd_state(ctx).grad_enabled;
+  const uint64_t random_offset = ctx.random_offset();
   std::vector<TensorRef> outputs;
   on_nested_tape(ctx, false, [&] {
     outputs = call_segment(ctx, fn, user_data, inputs, output_count);
@@ -144,6 +157,7 @@ std::vector<TensorRef> checkpoint(Context& ctx, ampx_segment_fn fn, void* user_d
   node->fn = fn;
   node->user_data = user_data;
   node->output_count = output_count;
+  node->random_offset = random_offset;
   std::vector<Tensor*> raw;
   for (TensorRef& t : outputs) {
     // An output the segment did not make (one of its inputs, a parameter)

@@ -285,14 +285,6 @@ class Backend {
   virtual void bce_with_logits(const void* logits, const void* targets, DType type, int64_t count,
                                float* losses);
 
-  // The position of the context's random stream (every context has its own
-  // backend): each random op takes the next offset, so its numbers, keyed
-  // by the context's seed, are new, while a program that repeats its random
-  // ops on a fresh context with the same seed gets the same numbers.
-  uint64_t next_random_offset() { return random_offset_++; }
-
- private:
-  uint64_t random_offset_ = 0;
 };
 
 struct BackendOptions {

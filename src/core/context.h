@@ -78,6 +78,15 @@ class Context {
   Backend& backend() { return *backend_; }
   uint64_t seed() const { return seed_; }
 
+  // The position of the context's random stream: each random op takes the
+  // next offset, so its numbers, keyed by the seed, are new, while a program
+  // that repeats its random ops on a fresh context with the same seed gets
+  // the same numbers. Checkpointing rewinds it to recompute a segment with
+  // the numbers of its first run.
+  uint64_t next_random_offset() { return random_offset_++; }
+  uint64_t random_offset() const { return random_offset_; }
+  void set_random_offset(uint64_t offset) { random_offset_ = offset; }
+
   // Device memory for tensor storage; throws AMPX_ERR_OUT_OF_MEMORY (with the
   // request and the current usage in the message) when it cannot be had.
   void* allocate(size_t bytes);
@@ -108,6 +117,7 @@ class Context {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Allocator> allocator_;
   uint64_t seed_ = 0;
+  uint64_t random_offset_ = 0;
   std::atomic<uint64_t> last_tensor_id_{0};
 
   std::mutex memory_mutex_;

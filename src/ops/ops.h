@@ -5,6 +5,8 @@
 // by the caller (the API layer hands it to a scope when one is open).
 #pragma once
 
+#include <vector>
+
 #include "core/backend.h"
 #include "core/tensor.h"
 
@@ -22,5 +24,19 @@ Tensor* op_cross_entropy(Tensor& logits, Tensor& labels, Reduction reduction, in
 Tensor* op_mse_loss(Tensor& input, Tensor& target, Reduction reduction);
 Tensor* op_matmul(Tensor& a, Tensor& b);
 Tensor* op_linear(Tensor& x, Tensor& weight, Tensor* bias, Activation activation);
+
+// norm.cpp
+Tensor* op_layer_norm(Tensor& x, Tensor* weight, Tensor* bias, float eps);
+Tensor* op_batch_norm(Tensor& x, Tensor* weight, Tensor* bias, Tensor* running_mean,
+                      Tensor* running_var, bool training, float momentum, float eps);
+// dropout.cpp
+Tensor* op_dropout(Tensor& x, double p, bool training);
+// shape.cpp
+Tensor* op_reshape(Tensor& x, int32_t ndim, const int64_t* dims);
+Tensor* op_transpose(Tensor& x, int32_t dim0, int32_t dim1);
+Tensor* op_concat(const std::vector<Tensor*>& tensors, int32_t dim);
+Tensor* op_embedding(Tensor& weight, Tensor& indices);
+// loss.cpp
+Tensor* op_bce_with_logits(Tensor& logits, Tensor& targets, Reduction reduction);
 
 }  // namespace ampx

@@ -169,6 +169,54 @@ class CpuBackend final : public Backend {
                                 dloss, scale, dlogits);
   }
   void gemm(const GemmArgs& args) override { cpu::gemm(pool_, args); }
+  void layer_norm(const void* x, const void* weight, const void* bias, DType type, int64_t rows,
+                  int64_t cols, float eps, void* y, float* mean, float* rstd) override {
+    cpu::layer_norm(pool_, x, weight, bias, type, rows, cols, eps, y, mean, rstd);
+  }
+  void layer_norm_backward(const void* x, const void* dy, const void* weight, DType type,
+                           int64_t rows, int64_t cols, const float* mean, const float* rstd,
+                           void* dx, void* dweight, void* dbias) override {
+    cpu::layer_norm_backward(pool_, x, dy, weight, type, rows, cols, mean, rstd, dx, dweight,
+                             dbias);
+  }
+  void batch_norm_stats(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
+                        float momentum, float* mean, float* var, float* running_mean,
+                        float* running_var) override {
+    cpu::batch_norm_stats(pool_, x, type, n, channels, inner, momentum, mean, var, running_mean,
+                          running_var);
+  }
+  void batch_norm(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
+                  const float* mean, const float* var, const float* weight, const float* bias,
+                  float eps, void* y) override {
+    cpu::batch_norm(pool_, x, type, n, channels, inner, mean, var, weight, bias, eps, y);
+  }
+  void batch_norm_backward(const void* x, const void* dy, DType type, int64_t n, int64_t channels,
+                           int64_t inner, const float* mean, const float* var,
+                           const float* weight, float eps, bool batch_stats, void* dx,
+                           float* dweight, float* dbias) override {
+    cpu::batch_norm_backward(pool_, x, dy, type, n, channels, inner, mean, var, weight, eps,
+                             batch_stats, dx, dweight, dbias);
+  }
+  void gather_rows(const void* table, size_t row_bytes, const void* indices, DType index_type,
+                   int64_t count, void* out) override {
+    cpu::gather_rows(pool_, table, row_bytes, indices, index_type, count, out);
+  }
+  void scatter_add_rows(const void* src, DType src_type, int64_t cols, const void* indices,
+                        DType index_type, int64_t count, float* dst) override {
+    cpu::scatter_add_rows(pool_, src, src_type, cols, indices, index_type, count, dst);
+  }
+  void copy_strided(void* dst, const void* src, size_t elem_size,
+                    const StridedCopy& layout) override {
+    cpu::copy_strided(pool_, dst, src, elem_size, layout);
+  }
+  void dropout(const void* x, void* y, DType type, int64_t count, uint64_t seed, uint64_t offset,
+               uint32_t threshold, float scale) override {
+    cpu::dropout(pool_, x, y, type, count, seed, offset, threshold, scale);
+  }
+  void bce_with_logits(const void* logits, const void* targets, DType type, int64_t count,
+                       float* losses) override {
+    cpu::bce_with_logits(pool_, logits, targets, type, count, losses);
+  }
 
  private:
   template <class T>

@@ -1,6 +1,8 @@
 // cpu_ops.h -- the CPU backend's primitives of the ops (backend.h), one file
 // per family: cpu_elementwise.cpp (binary, affine, add_into, sums),
-// cpu_nn.cpp (activations, softmax, cross-entropy), cpu_gemm.cpp (GEMM).
+// cpu_nn.cpp (activations, softmax, cross-entropy), cpu_gemm.cpp (GEMM),
+// cpu_norm.cpp (layer and batch norm), cpu_shape.cpp (strided copies,
+// gathers, scatter-adds), cpu_random.cpp (dropout), cpu_loss.cpp (BCE).
 #pragma once
 
 #include "backend/cpu/thread_pool.h"
@@ -32,6 +34,31 @@ void cross_entropy_backward(ThreadPool& pool, const void* logits, DType type, co
                             DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
                             const float* dloss, float scale, void* dlogits);
 void gemm(ThreadPool& pool, const GemmArgs& args);
+void layer_norm(ThreadPool& pool, const void* x, const void* weight, const void* bias, DType type,
+                int64_t rows, int64_t cols, float eps, void* y, float* mean, float* rstd);
+void layer_norm_backward(ThreadPool& pool, const void* x, const void* dy, const void* weight,
+                         DType type, int64_t rows, int64_t cols, const float* mean,
+                         const float* rstd, void* dx, void* dweight, void* dbias);
+void batch_norm_stats(ThreadPool& pool, const void* x, DType type, int64_t n, int64_t channels,
+                      int64_t inner, float momentum, float* mean, float* var, float* running_mean,
+                      float* running_var);
+void batch_norm(ThreadPool& pool, const void* x, DType type, int64_t n, int64_t channels,
+                int64_t inner, const float* mean, const float* var, const float* weight,
+                const float* bias, float eps, void* y);
+void batch_norm_backward(ThreadPool& pool, const void* x, const void* dy, DType type, int64_t n,
+                         int64_t channels, int64_t inner, const float* mean, const float* var,
+                         const float* weight, float eps, bool batch_stats, void* dx,
+                         float* dweight, float* dbias);
+void gather_rows(ThreadPool& pool, const void* table, size_t row_bytes, const void* indices,
+                 DType index_type, int64_t count, void* out);
+void scatter_add_rows(ThreadPool& pool, const void* src, DType src_type, int64_t cols,
+                      const void* indices, DType index_type, int64_t count, float* dst);
+void copy_strided(ThreadPool& pool, void* dst, const void* src, size_t elem_size,
+                  const StridedCopy& layout);
+void dropout(ThreadPool& pool, const void* x, void* y, DType type, int64_t count, uint64_t seed,
+             uint64_t offset, uint32_t threshold, float scale);
+void bce_with_logits(ThreadPool& pool, const void* logits, const void* targets, DType type,
+                     int64_t count, float* losses);
 
 }  // namespace cpu
 }  // namespace ampx

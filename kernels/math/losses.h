@@ -1,0 +1,25 @@
+// losses.h -- per-element math of the element-wise losses, in fp32, shared
+// by the CPU backend and the CUDA kernels.
+#pragma once
+
+#include <cmath>
+
+#include "math/activations.h"
+#include "math/hd.h"
+
+namespace ampx {
+namespace math {
+
+// Binary cross-entropy of logit x against target t, in the form that
+// neither overflows nor cancels: max(x, 0) - x t + log1p(exp(-|x|)) equals
+// -t log sigmoid(x) - (1 - t) log sigmoid(-x), but exp never sees a
+// positive argument and the log term stays accurate when it is tiny.
+AMPX_HD float bce_with_logits_loss(float x, float t) {
+  return (fmaxf(x, 0.0f) - x * t) + log1pf(expf(-fabsf(x)));
+}
+
+// d loss / dx = sigmoid(x) - t (d loss / dt is -x).
+AMPX_HD float bce_with_logits_grad(float x, float t) { return sigmoid_with_slope(x).value - t; }
+
+}  // namespace math
+}  // namespace ampx

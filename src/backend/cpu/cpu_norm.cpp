@@ -1,0 +1,225 @@
+// cpu_norm.cpp -- layer and batch normalisation on the CPU: reductions in
+// double around the fp32 per-element math of kernels/math/norm.h (what the
+// CUDA kernels compute per element). Every reduction runs in a fixed order
+// inside one task, so results do not depend on the number of threads.
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/float_dispatch.h"
+#include "math/norm.h"
+
+namespace ampx {
+namespace cpu {
+namespace {
+
+// Elements per task: a few passes over 16Ki elements take tens of
+// microseconds, well above what waking a worker costs.
+constexpr int64_t kGrain = int64_t{1} << 14;
+
+template <int D>
+using Elem = math::storage_t<D>;
+
+template <int D>
+float load_or(const Elem<D>* p, int64_t i, float fallback) {
+  return p ? math::load_float<D>(p[i]) : fallback;
+}
+
+// Two passes (mean, then squared deviations from it): no cancellation
+// whatever the offset of the data. Returns the mean; *var gets the biased
+// variance.
+template <int D, class Index>
+double mean_and_var(int64_t count, Index&& at, const Elem<D>* x, double* var) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < count; ++i) sum += math::load_float<D>(x[at(i)]);
+  const double mean = sum / static_cast<double>(count);
+  double squares = 0.0;
+  for (int64_t i = 0; i < count; ++i) {
+    const double d = math::load_float<D>(x[at(i)]) - mean;
+    squares += d * d;
+  }
+  *var = squares / static_cast<double>(count);
+  return mean;
+}
+
+// Position i of channel c's n * inner elements in an [n, channels, inner]
+// array.
+struct ChannelIndex {
+  int64_t channels, inner, c;
+  int64_t operator()(int64_t i) const { return ((i / inner) * channels + c) * inner + i % inner; }
+};
+
+}  // namespace
+
+void layer_norm(ThreadPool& pool, const void* x, const void* weight, const void* bias, DType type,
+                int64_t rows, int64_t cols, float eps, void* y, float* mean, float* rstd) {
+  visit_float(type, "layer_norm", [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    const auto* in = static_cast<const Elem<D>*>(x);
+    const auto* w = static_cast<const Elem<D>*>(weight);
+    const auto* b = static_cast<const Elem<D>*>(bias);
+    auto* out = static_cast<Elem<D>*>(y);
+    pool.parallel_for(rows, items_per_task(kGrain, cols), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const Elem<D>* row = in + r * cols;
+        double var = 0.0;
+        const float m = static_cast<float>(mean_and_var<D>(
+            cols, [](int64_t j) { return j; }, row, &var));
+        const float rs = math::inv_std(static_cast<float>(var), eps);
+        mean[r] = m;
+        rstd[r] = rs;
+        for (int64_t j = 0; j < cols; ++j) {
+          const float xhat = math::normalized(math::load_float<D>(row[j]), m, rs);
+          out[r * cols + j] = math::store_float<D>(
+              math::norm_output(xhat, load_or<D>(w, j, 1.0f), load_or<D>(b, j, 0.0f)));
+        }
+      }
+    });
+  });
+}
+
+void layer_norm_backward(ThreadPool& pool, const void* x, const void* dy, const void* weight,
+                         DType type, int64_t rows, int64_t cols, const float* mean,
+                         const float* rstd, void* dx, void* dweight, void* dbias) {
+  visit_float(type, "layer_norm_backward", [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    const auto* in = static_cast<const Elem<D>*>(x);
+    const auto* grad_out = static_cast<const Elem<D>*>(dy);
+    const auto* w = static_cast<const Elem<D>*>(weight);
+    auto xhat_at = [&](int64_t r, int64_t j) {
+      return math::normalized(math::load_float<D>(in[r * cols + j]), mean[r], rstd[r]);
+    };
+    if (dx) {
+      auto* grad_in = static_cast<Elem<D>*>(dx);
+      pool.parallel_for(rows, items_per_task(kGrain, cols), [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const Elem<D>* dy_row = grad_out + r * cols;
+          double sum_g = 0.0, sum_g_xhat = 0.0;
+          for (int64_t j = 0; j < cols; ++j) {
+            const float g = math::load_float<D>(dy_row[j]) * load_or<D>(w, j, 1.0f);
+            sum_g += g;
+            sum_g_xhat += static_cast<double>(g) * xhat_at(r, j);
+          }
+          const auto n = static_cast<double>(cols);
+          const auto mean_g = static_cast<float>(sum_g / n);
+          const auto mean_g_xhat = static_cast<float>(sum_g_xhat / n);
+          for (int64_t j = 0; j < cols; ++j) {
+            const float g = math::load_float<D>(dy_row[j]) * load_or<D>(w, j, 1.0f);
+            grad_in[r * cols + j] = math::store_float<D>(
+                math::norm_input_grad(g, xhat_at(r, j), rstd[r], mean_g, mean_g_xhat));
+          }
+        }
+      });
+    }
+    if (!dweight && !dbias) return;
+    auto* dw = static_cast<Elem<D>*>(dweight);
+    auto* db = static_cast<Elem<D>*>(dbias);
+    // Columns are independent; each task walks the rows in order.
+    pool.parallel_for(cols, items_per_task(kGrain, rows), [&](int64_t begin, int64_t end) {
+      std::vector<double> acc_w(static_cast<size_t>(end - begin), 0.0);
+      std::vector<double> acc_b(static_cast<size_t>(end - begin), 0.0);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = begin; j < end; ++j) {
+          const double g = math::load_float<D>(grad_out[r * cols + j]);
+          acc_w[static_cast<size_t>(j - begin)] += g * xhat_at(r, j);
+          acc_b[static_cast<size_t>(j - begin)] += g;
+        }
+      for (int64_t j = begin; j < end; ++j) {
+        const size_t k = static_cast<size_t>(j - begin);
+        if (dw) dw[j] = math::store_float<D>(static_cast<float>(acc_w[k]));
+        if (db) db[j] = math::store_float<D>(static_cast<float>(acc_b[k]));
+      }
+    });
+  });
+}
+
+void batch_norm_stats(ThreadPool& pool, const void* x, DType type, int64_t n, int64_t channels,
+                      int64_t inner, float momentum, float* mean, float* var, float* running_mean,
+                      float* running_var) {
+  visit_float(type, "batch_norm_stats", [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    const auto* in = static_cast<const Elem<D>*>(x);
+    const int64_t count = n * inner;
+    pool.parallel_for(channels, items_per_task(kGrain, count), [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        double v = 0.0;
+        const double m = mean_and_var<D>(count, ChannelIndex{channels, inner, c}, in, &v);
+        mean[c] = static_cast<float>(m);
+        var[c] = static_cast<float>(v);
+        if (!running_mean) continue;
+        const auto unbiased =
+            static_cast<float>(v * static_cast<double>(count) / static_cast<double>(count - 1));
+        running_mean[c] = math::running_stat(running_mean[c], mean[c], momentum);
+        running_var[c] = math::running_stat(running_var[c], unbiased, momentum);
+      }
+    });
+  });
+}
+
+void batch_norm(ThreadPool& pool, const void* x, DType type, int64_t n, int64_t channels,
+                int64_t inner, const float* mean, const float* var, const float* weight,
+                const float* bias, float eps, void* y) {
+  std::vector<float> rstd(static_cast<size_t>(channels));
+  for (int64_t c = 0; c < channels; ++c) rstd[static_cast<size_t>(c)] = math::inv_std(var[c], eps);
+  visit_float(type, "batch_norm", [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    const auto* in = static_cast<const Elem<D>*>(x);
+    auto* out = static_cast<Elem<D>*>(y);
+    // One item is a contiguous run of `inner` elements of one channel.
+    pool.parallel_for(n * channels, items_per_task(kGrain, inner), [&](int64_t begin, int64_t end) {
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t c = item % channels;
+        const float w = weight ? weight[c] : 1.0f;
+        const float b = bias ? bias[c] : 0.0f;
+        for (int64_t k = item * inner; k < (item + 1) * inner; ++k) {
+          const float xhat =
+              math::normalized(math::load_float<D>(in[k]), mean[c], rstd[static_cast<size_t>(c)]);
+          out[k] = math::store_float<D>(math::norm_output(xhat, w, b));
+        }
+      }
+    });
+  });
+}
+
+void batch_norm_backward(ThreadPool& pool, const void* x, const void* dy, DType type, int64_t n,
+                         int64_t channels, int64_t inner, const float* mean, const float* var,
+                         const float* weight, float eps, bool batch_stats, void* dx, float* dweight,
+                         float* dbias) {
+  visit_float(type, "batch_norm_backward", [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    const auto* in = static_cast<const Elem<D>*>(x);
+    const auto* grad_out = static_cast<const Elem<D>*>(dy);
+    auto* grad_in = static_cast<Elem<D>*>(dx);
+    const int64_t count = n * inner;
+    pool.parallel_for(channels, items_per_task(kGrain, count), [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        const ChannelIndex at{channels, inner, c};
+        const float rs = math::inv_std(var[c], eps);
+        const float w = weight ? weight[c] : 1.0f;
+        double sum_dy = 0.0, sum_dy_xhat = 0.0;
+        for (int64_t i = 0; i < count; ++i) {
+          const int64_t k = at(i);
+          const double g = math::load_float<D>(grad_out[k]);
+          sum_dy += g;
+          sum_dy_xhat += g * math::normalized(math::load_float<D>(in[k]), mean[c], rs);
+        }
+        if (dweight) dweight[c] = static_cast<float>(sum_dy_xhat);
+        if (dbias) dbias[c] = static_cast<float>(sum_dy);
+        if (!grad_in) continue;
+        // The gradient of xhat is dy * w, so its means are w times dy's.
+        const double per = batch_stats ? w / static_cast<double>(count) : 0.0;
+        const auto mean_g = static_cast<float>(per * sum_dy);
+        const auto mean_g_xhat = static_cast<float>(per * sum_dy_xhat);
+        for (int64_t i = 0; i < count; ++i) {
+          const int64_t k = at(i);
+          const float xhat = math::normalized(math::load_float<D>(in[k]), mean[c], rs);
+          grad_in[k] = math::store_float<D>(math::norm_input_grad(
+              math::load_float<D>(grad_out[k]) * w, xhat, rs, mean_g, mean_g_xhat));
+        }
+      }
+    });
+  });
+}
+
+}  // namespace cpu
+}  // namespace ampx

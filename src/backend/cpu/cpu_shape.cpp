@@ -1,0 +1,104 @@
+// cpu_shape.cpp -- data movement of the shape and indexing ops on the CPU:
+// strided copies (transpose, concatenation, slicing), row gathers
+// (embedding) and deterministic row scatter-adds (embedding backward).
+#include <cstring>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/float_dispatch.h"
+
+namespace ampx {
+namespace cpu {
+namespace {
+
+// Elements per task of pure data movement: cheap elements, so large tasks.
+constexpr int64_t kGrain = int64_t{1} << 15;
+
+// An element as an opaque value: copying it copies its bytes, whatever type
+// it holds.
+template <size_t Size>
+struct Element {
+  unsigned char bytes[Size];
+};
+
+// The copy as runs along the last dimension: one run per index of the
+// leading dimensions, each a memcpy when both sides are contiguous there.
+template <size_t Size>
+void copy_runs(ThreadPool& pool, void* dst, const void* src, const StridedCopy& l) {
+  using T = Element<Size>;
+  auto* d = static_cast<T*>(dst);
+  const auto* s = static_cast<const T*>(src);
+  const int32_t last = l.ndim - 1;
+  const int64_t run = l.sizes[last];
+  const int64_t ds = l.dst_strides[last], ss = l.src_strides[last];
+  int64_t runs = 1;
+  for (int32_t k = 0; k < last; ++k) runs *= l.sizes[k];
+  pool.parallel_for(runs, items_per_task(kGrain, run), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t rest = r, d_off = 0, s_off = 0;
+      for (int32_t k = last - 1; k >= 0; --k) {
+        const int64_t i = rest % l.sizes[k];
+        rest /= l.sizes[k];
+        d_off += i * l.dst_strides[k];
+        s_off += i * l.src_strides[k];
+      }
+      if (ds == 1 && ss == 1) {
+        std::memcpy(d + d_off, s + s_off, static_cast<size_t>(run) * Size);
+      } else {
+        for (int64_t j = 0; j < run; ++j) d[d_off + j * ds] = s[s_off + j * ss];
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void copy_strided(ThreadPool& pool, void* dst, const void* src, size_t elem_size,
+                  const StridedCopy& layout) {
+  for (int32_t k = 0; k < layout.ndim; ++k)
+    if (layout.sizes[k] == 0) return;
+  if (layout.ndim == 0) {
+    std::memcpy(dst, src, elem_size);
+    return;
+  }
+  switch (elem_size) {
+    case 1: return copy_runs<1>(pool, dst, src, layout);
+    case 2: return copy_runs<2>(pool, dst, src, layout);
+    case 4: return copy_runs<4>(pool, dst, src, layout);
+    case 8: return copy_runs<8>(pool, dst, src, layout);
+    default:
+      fail(AMPX_ERR_INTERNAL, "copy_strided: element size ", elem_size, " is not 1, 2, 4 or 8");
+  }
+}
+
+void gather_rows(ThreadPool& pool, const void* table, size_t row_bytes, const void* indices,
+                 DType index_type, int64_t count, void* out) {
+  const IndexReader index(indices, index_type, "gather_rows");
+  const auto* from = static_cast<const char*>(table);
+  auto* to = static_cast<char*>(out);
+  const auto row = static_cast<int64_t>(row_bytes);
+  pool.parallel_for(count, items_per_task(kGrain * 4, row), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      std::memcpy(to + i * row, from + index[i] * row, row_bytes);
+  });
+}
+
+void scatter_add_rows(ThreadPool& pool, const void* src, DType src_type, int64_t cols,
+                      const void* indices, DType index_type, int64_t count, float* dst) {
+  const IndexReader index(indices, index_type, "scatter_add_rows");
+  visit_float(src_type, "scatter_add_rows", [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    const auto* in = static_cast<const math::storage_t<D>*>(src);
+    // Split by columns, never by i: two tasks never add into one element,
+    // and each element gets its additions in the order of i.
+    pool.parallel_for(cols, items_per_task(kGrain, count), [&](int64_t begin, int64_t end) {
+      for (int64_t i = 0; i < count; ++i) {
+        float* to = dst + index[i] * cols;
+        const math::storage_t<D>* from = in + i * cols;
+        for (int64_t j = begin; j < end; ++j) to[j] += math::load_float<D>(from[j]);
+      }
+    });
+  });
+}
+
+}  // namespace cpu
+}  // namespace ampx

@@ -1,0 +1,62 @@
+// dropout.cpp -- inverted dropout with a counter-based mask: the node keeps
+// the (seed, offset) that keyed the forward's Philox stream and the
+// backward regenerates the very same mask from them, so no mask is stored.
+#include "math/random.h"
+#include "ops/op_util.h"
+#include "ops/ops.h"
+
+namespace ampx {
+namespace {
+
+class DropoutNode final : public Node {
+ public:
+  bool identity = false;  // p == 0 or evaluation
+  uint64_t seed = 0, offset = 0;
+  uint32_t threshold = 0;
+  float scale = 1.0f;
+  const char* name() const override { return "dropout"; }
+  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+    Tensor& dy = *grads[0];
+    if (identity) return grad_list(retained(dy));
+    TensorRef dx = new_tensor(ctx, dy.dtype, dy.shape);
+    if (dx->numel() > 0)
+      ctx.backend().dropout(dy.data(), dx->data(), dy.dtype, dx->numel(), seed, offset, threshold,
+                            scale);
+    return grad_list(std::move(dx));
+  }
+};
+
+}  // namespace
+
+Tensor* op_dropout(Tensor& x_in, double p, bool training) {
+  check_floating(x_in, "x");
+  if (!(p >= 0.0 && p < 1.0))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'p' is ", p, "; dropout needs 0 <= p < 1");
+  Context& ctx = *x_in.ctx;
+  std::vector<TensorRef> in = op_inputs(ctx, "dropout", {&x_in});
+  Tensor& x = *in[0];
+  auto node = std::make_unique<DropoutNode>();
+  TensorRef out;
+  if (p == 0.0 || !training) {
+    // Nothing is dropped: the output shares x's memory, as torch returns
+    // its input.
+    node->identity = true;
+    out = TensorRef(Tensor::create(ctx, x.dtype, x.shape, x.storage));
+  } else {
+    node->seed = ctx.seed();
+    node->offset = ctx.next_random_offset();
+    node->threshold = math::dropout_threshold(p);
+    node->scale = static_cast<float>(1.0 / (1.0 - p));
+    out = new_tensor(ctx, x.dtype, x.shape);
+    if (x.numel() > 0)
+      ctx.backend().dropout(x.data(), out->data(), x.dtype, x.numel(), node->seed, node->offset,
+                            node->threshold, node->scale);
+  }
+  if (should_record(ctx, {&x})) {
+    node->inputs.push_back(std::move(in[0]));
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+}  // namespace ampx

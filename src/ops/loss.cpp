@@ -1,0 +1,87 @@
+// loss.cpp -- binary cross-entropy with logits (torch's
+// binary_cross_entropy_with_logits without weights): per-element losses in
+// F32 by a backend primitive, reduced as the other losses are; the backward
+// is built from element-wise primitives.
+#include <cmath>
+
+#include "ops/op_util.h"
+#include "ops/ops.h"
+
+namespace ampx {
+namespace {
+
+class BceWithLogitsNode final : public Node {
+ public:
+  float scale = 1.0f;  // 1/n for a mean
+  const char* name() const override { return "bce_with_logits"; }
+  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+    Backend& backend = ctx.backend();
+    Tensor& logits = *inputs[0];
+    Tensor& targets = *inputs[1];
+    TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
+    const auto* factor = static_cast<const float*>(dy->data());
+    const int64_t n = logits.numel();
+    TensorRef d_logits, d_targets;
+    if (logits.requires_grad) {  // (sigmoid(x) - t) * dy * scale
+      d_logits = new_tensor(ctx, logits.dtype, logits.shape);
+      if (n > 0) {
+        void* d = d_logits->data();
+        backend.unary(UnaryOp::Sigmoid, logits.data(), d, logits.dtype, n);
+        backend.binary(BinaryOp::Sub, d, targets.data(), d, logits.dtype, n, n);
+        backend.multi_tensor_scale({{d, logits.dtype, n}}, {{d, logits.dtype, n}}, factor, false,
+                                   nullptr);
+        backend.affine(d, d, logits.dtype, n, scale, 0.0f);
+      }
+    }
+    if (targets.requires_grad) {  // -x * dy * scale
+      d_targets = new_tensor(ctx, targets.dtype, targets.shape);
+      if (n > 0) {
+        void* d = d_targets->data();
+        backend.multi_tensor_scale({{logits.data(), logits.dtype, n}}, {{d, targets.dtype, n}},
+                                   factor, false, nullptr);
+        backend.affine(d, d, targets.dtype, n, -scale, 0.0f);
+      }
+    }
+    return grad_list(std::move(d_logits), std::move(d_targets));
+  }
+};
+
+}  // namespace
+
+Tensor* op_bce_with_logits(Tensor& logits_in, Tensor& targets_in, Reduction reduction) {
+  check_same_context(logits_in, targets_in, "logits", "targets");
+  check_floating(logits_in, "logits");
+  check_floating(targets_in, "targets");
+  if (!(logits_in.shape == targets_in.shape))
+    fail(AMPX_ERR_SHAPE, "'logits' is ", logits_in.describe(), " but 'targets' is ",
+         targets_in.describe(), "; they must have one shape");
+  Context& ctx = *logits_in.ctx;
+  std::vector<TensorRef> in = op_inputs(ctx, "bce_with_logits", {&logits_in, &targets_in});
+  Tensor& logits = *in[0];
+  Tensor& targets = *in[1];
+  if (logits.dtype != targets.dtype)
+    fail(AMPX_ERR_DTYPE, "'logits' is ", logits.describe(), " but 'targets' is ",
+         targets.describe(), "; outside autocast they must share a dtype");
+  Backend& backend = ctx.backend();
+  const int64_t n = logits.numel();
+  TensorRef losses = new_tensor(ctx, DType::F32, vector_shape(n));
+  if (n > 0)
+    backend.bce_with_logits(logits.data(), targets.data(), logits.dtype, n,
+                            static_cast<float*>(losses->data()));
+  // torch: the mean of no element is 0/0 = NaN.
+  const float scale = reduction == Reduction::Sum ? 1.0f
+                      : n > 0                     ? 1.0f / static_cast<float>(n)
+                                                  : NAN;
+  TensorRef out = new_tensor(ctx, DType::F32, scalar_shape());
+  auto* result = static_cast<float*>(out->data());
+  backend.sum_all(losses->data(), DType::F32, n, result);
+  if (reduction == Reduction::Mean) backend.affine(result, result, DType::F32, 1, scale, 0.0f);
+  if (should_record(ctx, {&logits, &targets})) {
+    auto node = make_node<BceWithLogitsNode>({&in[0], &in[1]});
+    node->scale = scale;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+}  // namespace ampx

@@ -1,0 +1,199 @@
+// norm.cpp -- layer norm and batch norm. Statistics are F32 whatever the
+// input type: layer norm is an fp32-class op (autocast lifts its inputs),
+// while batch norm keeps x's type and only its parameters, statistics and
+// running statistics are F32, as torch's batch norm under autocast.
+#include <cmath>
+
+#include "ops/op_util.h"
+#include "ops/ops.h"
+
+namespace ampx {
+namespace {
+
+void check_eps(float eps) {
+  if (!(eps >= 0.0f) || !std::isfinite(eps))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'eps' is ", eps, "; it must be finite and >= 0");
+}
+
+void check_vector(const Tensor& t, int64_t length, const char* name, const char* expected) {
+  if (!(t.shape.ndim == 1 && t.shape.dims[0] == length))
+    fail(AMPX_ERR_SHAPE, "'", name, "' is ", t.describe(), "; expected [", length, "] (", expected,
+         ")");
+}
+
+void zero_fill(Context& ctx, Tensor* t) {
+  if (t && t->numel() > 0) ctx.backend().fill(t->data(), dtype_size(t->dtype), 0, t->numel());
+}
+
+class LayerNormNode final : public Node {
+ public:
+  int64_t rows = 0, cols = 0;
+  TensorRef mean, rstd;  // F32 [rows]
+  const char* name() const override { return "layer_norm"; }
+  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+    Tensor& x = *inputs[0];
+    Tensor* w = inputs[1].get();
+    Tensor* b = inputs[2].get();
+    TensorRef dx, dw, db;
+    if (x.requires_grad) dx = new_tensor(ctx, x.dtype, x.shape);
+    if (w && w->requires_grad) dw = new_tensor(ctx, w->dtype, w->shape);
+    if (b && b->requires_grad) db = new_tensor(ctx, b->dtype, b->shape);
+    if (rows > 0 && cols > 0) {
+      ctx.backend().layer_norm_backward(
+          x.data(), grads[0]->data(), w ? w->data() : nullptr, x.dtype, rows, cols,
+          static_cast<const float*>(mean->data()), static_cast<const float*>(rstd->data()),
+          dx ? dx->data() : nullptr, dw ? dw->data() : nullptr, db ? db->data() : nullptr);
+    } else {  // no rows: the parameters' gradients are empty sums
+      zero_fill(ctx, dw.get());
+      zero_fill(ctx, db.get());
+    }
+    return grad_list(std::move(dx), std::move(dw), std::move(db));
+  }
+};
+
+class BatchNormNode final : public Node {
+ public:
+  int64_t n = 0, channels = 0, inner = 0;
+  float eps = 0.0f;
+  bool batch_stats = false;
+  TensorRef mean, var;  // F32 [channels]: the statistics the forward normalised with
+  const char* name() const override { return "batch_norm"; }
+  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+    Tensor& x = *inputs[0];
+    Tensor* w = inputs[1].get();
+    Tensor* b = inputs[2].get();
+    TensorRef dx, dw, db;
+    if (x.requires_grad) dx = new_tensor(ctx, x.dtype, x.shape);
+    if (w && w->requires_grad) dw = new_tensor(ctx, DType::F32, w->shape);
+    if (b && b->requires_grad) db = new_tensor(ctx, DType::F32, b->shape);
+    if (x.numel() > 0) {
+      ctx.backend().batch_norm_backward(
+          x.data(), grads[0]->data(), x.dtype, n, channels, inner,
+          static_cast<const float*>(mean->data()), static_cast<const float*>(var->data()),
+          w ? static_cast<const float*>(w->data()) : nullptr, eps, batch_stats,
+          dx ? dx->data() : nullptr, dw ? static_cast<float*>(dw->data()) : nullptr,
+          db ? static_cast<float*>(db->data()) : nullptr);
+    } else {
+      zero_fill(ctx, dw.get());
+      zero_fill(ctx, db.get());
+    }
+    return grad_list(std::move(dx), std::move(dw), std::move(db));
+  }
+};
+
+// Batch norm's F32 [channels] tensors: parameters and running statistics.
+void check_channel_tensor(const Tensor& x, const Tensor* t, int64_t channels, const char* name) {
+  if (!t) return;
+  check_same_context(x, *t, "x", name);
+  if (t->dtype != DType::F32)
+    fail(AMPX_ERR_DTYPE, "'", name, "' is ", t->describe(),
+         "; batch norm keeps its parameters and statistics in f32 (also under autocast)");
+  check_vector(*t, channels, name, "one per channel");
+}
+
+}  // namespace
+
+Tensor* op_layer_norm(Tensor& x_in, Tensor* w_in, Tensor* b_in, float eps) {
+  check_floating(x_in, "x");
+  if (x_in.shape.ndim < 1)
+    fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(), "; layer norm needs at least one dimension");
+  const int64_t cols = x_in.shape.dims[x_in.shape.ndim - 1];
+  for (Tensor* t : {w_in, b_in}) {
+    if (!t) continue;
+    const char* name = t == w_in ? "weight" : "bias";
+    check_same_context(x_in, *t, "x", name);
+    check_floating(*t, name);
+    check_vector(*t, cols, name, "x's last dimension");
+  }
+  check_eps(eps);
+  Context& ctx = *x_in.ctx;
+  std::vector<TensorRef> in = op_inputs(ctx, "layer_norm", {&x_in, w_in, b_in});
+  Tensor& x = *in[0];
+  Tensor* w = in[1].get();
+  Tensor* b = in[2].get();
+  for (Tensor* t : {w, b})
+    if (t && t->dtype != x.dtype)
+      fail(AMPX_ERR_DTYPE, "'x' is ", x.describe(), " but '", t == w ? "weight" : "bias", "' is ",
+           t->describe(), "; outside autocast they must share a dtype");
+  int64_t rows = 1;  // not numel / cols, which is 0/0 for cols == 0
+  for (int32_t d = 0; d + 1 < x.shape.ndim; ++d) rows *= x.shape.dims[d];
+  TensorRef out = new_tensor(ctx, x.dtype, x.shape);
+  TensorRef mean = new_tensor(ctx, DType::F32, vector_shape(rows));
+  TensorRef rstd = new_tensor(ctx, DType::F32, vector_shape(rows));
+  if (out->numel() > 0)
+    ctx.backend().layer_norm(x.data(), w ? w->data() : nullptr, b ? b->data() : nullptr, x.dtype,
+                             rows, cols, eps, out->data(), static_cast<float*>(mean->data()),
+                             static_cast<float*>(rstd->data()));
+  if (should_record(ctx, {&x, w, b})) {
+    auto node = make_node<LayerNormNode>({&in[0], &in[1], &in[2]});
+    node->rows = rows, node->cols = cols;
+    node->mean = std::move(mean);
+    node->rstd = std::move(rstd);
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+Tensor* op_batch_norm(Tensor& x_in, Tensor* weight, Tensor* bias, Tensor* running_mean,
+                      Tensor* running_var, bool training, float momentum, float eps) {
+  check_floating(x_in, "x");
+  const Shape& s = x_in.shape;
+  if (s.ndim != 2 && s.ndim != 3)
+    fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(), "; batch norm takes [N, C] or [N, C, L]");
+  const int64_t n = s.dims[0], channels = s.dims[1], inner = s.ndim == 3 ? s.dims[2] : 1;
+  check_channel_tensor(x_in, weight, channels, "weight");
+  check_channel_tensor(x_in, bias, channels, "bias");
+  check_channel_tensor(x_in, running_mean, channels, "running_mean");
+  check_channel_tensor(x_in, running_var, channels, "running_var");
+  if (!running_mean != !running_var)
+    fail(AMPX_ERR_INVALID_ARGUMENT,
+         "only one of 'running_mean' and 'running_var' was given; pass both or neither");
+  if (!(momentum >= 0.0f && momentum <= 1.0f))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'momentum' is ", momentum, "; it must be in [0, 1]");
+  check_eps(eps);
+  // torch: without running statistics, evaluation normalises with the
+  // batch's own statistics too.
+  const bool batch_stats = training || !running_mean;
+  if (training && n * inner <= 1)
+    fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(),
+         "; training needs more than one value per channel (N * L > 1)");
+  Context& ctx = *x_in.ctx;
+  Backend& backend = ctx.backend();
+  std::vector<TensorRef> in = op_inputs(ctx, "batch_norm", {&x_in});
+  Tensor& x = *in[0];
+  TensorRef mean = new_tensor(ctx, DType::F32, vector_shape(channels));
+  TensorRef var = new_tensor(ctx, DType::F32, vector_shape(channels));
+  if (!batch_stats) {
+    // Copies: a later training step may update the running statistics
+    // before this forward is backpropagated.
+    backend.copy(mean->data(), running_mean->data(), mean->nbytes());
+    backend.copy(var->data(), running_var->data(), var->nbytes());
+  } else if (x.numel() > 0) {
+    const bool update = training && running_mean;
+    backend.batch_norm_stats(x.data(), x.dtype, n, channels, inner, momentum,
+                             static_cast<float*>(mean->data()), static_cast<float*>(var->data()),
+                             update ? static_cast<float*>(running_mean->data()) : nullptr,
+                             update ? static_cast<float*>(running_var->data()) : nullptr);
+  }
+  TensorRef out = new_tensor(ctx, x.dtype, x.shape);
+  if (x.numel() > 0)
+    backend.batch_norm(x.data(), x.dtype, n, channels, inner,
+                       static_cast<const float*>(mean->data()),
+                       static_cast<const float*>(var->data()),
+                       weight ? static_cast<const float*>(weight->data()) : nullptr,
+                       bias ? static_cast<const float*>(bias->data()) : nullptr, eps, out->data());
+  if (should_record(ctx, {&x, weight, bias})) {
+    TensorRef w_ref = weight ? retained(*weight) : TensorRef();
+    TensorRef b_ref = bias ? retained(*bias) : TensorRef();
+    auto node = make_node<BatchNormNode>({&in[0], &w_ref, &b_ref});
+    node->n = n, node->channels = channels, node->inner = inner;
+    node->eps = eps;
+    node->batch_stats = batch_stats;
+    node->mean = std::move(mean);
+    node->var = std::move(var);
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+}  // namespace ampx

@@ -1,0 +1,286 @@
+// shape.cpp -- reshape (a view sharing the input's memory), transpose and
+// concat (materialised through the backend's strided copy), and embedding
+// (a row gather whose backward scatter-adds).
+#include <vector>
+
+#include "ops/op_util.h"
+#include "ops/ops.h"
+
+namespace ampx {
+namespace {
+
+// dim in [-ndim, ndim), negative counting from the end (as torch).
+int32_t dim_arg(int32_t dim, int32_t ndim, const char* name, const Tensor& t) {
+  const int32_t d = dim < 0 ? dim + ndim : dim;
+  if (d < 0 || d >= ndim)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "argument '", name, "' is ", dim, " but '", t.describe(),
+         "' has ", ndim, " dimensions (use -", ndim, " .. ", ndim - 1, ")");
+  return d;
+}
+
+void contiguous_strides(const Shape& s, int64_t* strides) {
+  int64_t step = 1;
+  for (int32_t k = s.ndim - 1; k >= 0; --k) {
+    strides[k] = step;
+    step *= s.dims[k];
+  }
+}
+
+// Writes `src` with dimensions d0 and d1 exchanged to `dst` (contiguous).
+void transpose_into(Backend& backend, const Tensor& src, void* dst, int32_t d0, int32_t d1) {
+  StridedCopy layout;
+  layout.ndim = src.shape.ndim;
+  contiguous_strides(src.shape, layout.src_strides);
+  std::swap(layout.src_strides[d0], layout.src_strides[d1]);
+  Shape out = src.shape;
+  std::swap(out.dims[d0], out.dims[d1]);
+  contiguous_strides(out, layout.dst_strides);
+  for (int32_t k = 0; k < out.ndim; ++k) layout.sizes[k] = out.dims[k];
+  backend.copy_strided(dst, src.data(), dtype_size(src.dtype), layout);
+}
+
+// `rows` runs of `width` elements, each run `dst_pitch` (`src_pitch`)
+// elements after the previous one: a piece of a concatenation.
+StridedCopy block(int64_t rows, int64_t width, int64_t dst_pitch, int64_t src_pitch) {
+  StridedCopy layout;
+  layout.ndim = 2;
+  layout.sizes[0] = rows, layout.sizes[1] = width;
+  layout.dst_strides[0] = dst_pitch, layout.dst_strides[1] = 1;
+  layout.src_strides[0] = src_pitch, layout.src_strides[1] = 1;
+  return layout;
+}
+
+void* byte_offset(void* p, int64_t elements, DType dtype) {
+  return static_cast<char*>(p) + elements * static_cast<int64_t>(dtype_size(dtype));
+}
+
+class ReshapeNode final : public Node {
+ public:
+  const char* name() const override { return "reshape"; }
+  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+    // A copy, not a view of dy: the tape sums gradients in place, which
+    // must never write into memory another gradient shares.
+    Tensor& x = *inputs[0];
+    TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
+    ctx.backend().copy(dx->data(), grads[0]->data(), dx->nbytes());
+    return grad_list(std::move(dx));
+  }
+};
+
+class TransposeNode final : public Node {
+ public:
+  int32_t d0 = 0, d1 = 0;
+  const char* name() const override { return "transpose"; }
+  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+    Tensor& x = *inputs[0];
+    TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
+    transpose_into(ctx.backend(), *grads[0], dx->data(), d0, d1);
+    return grad_list(std::move(dx));
+  }
+};
+
+class ConcatNode final : public Node {
+ public:
+  int64_t outer = 0, inner = 0, total = 0;  // total: the output's extent along dim
+  int32_t dim = 0;
+  const char* name() const override { return "concat"; }
+  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+    Tensor& dy = *grads[0];
+    std::vector<TensorRef> result;
+    int64_t offset = 0;  // along dim
+    for (const TensorRef& in : inputs) {
+      const int64_t extent = in->shape.dims[dim];
+      TensorRef dx;
+      if (in->requires_grad) {
+        dx = new_tensor(ctx, in->dtype, in->shape);
+        ctx.backend().copy_strided(dx->data(), byte_offset(dy.data(), offset * inner, dy.dtype),
+                                   dtype_size(dy.dtype),
+                                   block(outer, extent * inner, extent * inner, total * inner));
+      }
+      result.push_back(std::move(dx));
+      offset += extent;
+    }
+    return result;
+  }
+};
+
+class EmbeddingNode final : public Node {
+ public:
+  const char* name() const override { return "embedding"; }
+  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+    Backend& backend = ctx.backend();
+    Tensor& weight = *inputs[0];
+    Tensor& indices = *inputs[1];
+    const int64_t cols = weight.shape.dims[1];
+    // Summed in F32 whatever the weight's type: a frequent index adds many
+    // rows, which an f16 sum would round at every step.
+    TensorRef sum = new_tensor(ctx, DType::F32, weight.shape);
+    if (sum->numel() == 0) return grad_list(new_tensor(ctx, weight.dtype, weight.shape));
+    backend.fill(sum->data(), 4, 0, sum->numel());
+    if (indices.numel() > 0)
+      backend.scatter_add_rows(grads[0]->data(), grads[0]->dtype, cols, indices.data(),
+                               indices.dtype, indices.numel(), static_cast<float*>(sum->data()));
+    if (weight.dtype == DType::F32) return grad_list(std::move(sum));
+    TensorRef dw = new_tensor(ctx, weight.dtype, weight.shape);
+    backend.convert(dw->data(), weight.dtype, sum->data(), DType::F32, sum->numel());
+    return grad_list(std::move(dw));
+  }
+};
+
+template <class Index>
+void check_index_values(Context& ctx, const Tensor& indices, int64_t rows) {
+  std::vector<Index> host(static_cast<size_t>(indices.numel()));
+  if (host.empty()) return;
+  ctx.backend().copy_to_host(host.data(), indices.data(), indices.nbytes());
+  for (size_t i = 0; i < host.size(); ++i)
+    if (host[i] < 0 || host[i] >= rows)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "indices[", i, "] (in row-major order) is ",
+           static_cast<int64_t>(host[i]), " but 'weight' has ", rows, " rows");
+}
+
+}  // namespace
+
+Tensor* op_reshape(Tensor& x_in, int32_t ndim, const int64_t* dims) {
+  if (ndim < 0 || ndim > kMaxDims)
+    fail(AMPX_ERR_SHAPE, "argument 'ndim' is ", ndim, "; use 0 .. ", kMaxDims);
+  if (ndim > 0 && !dims) fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'shape' is NULL");
+  Shape asked;
+  asked.ndim = ndim;
+  int32_t inferred = -1;
+  int64_t known = 1;
+  for (int32_t k = 0; k < ndim; ++k) {
+    asked.dims[k] = dims[k];
+    if (dims[k] == -1 && inferred < 0) {
+      inferred = k;
+    } else if (dims[k] < 0) {
+      fail(AMPX_ERR_SHAPE, "shape ", asked.str(), " for '", x_in.describe(),
+           "': extents are >= 0, and only one may be -1 (inferred)");
+    } else if (__builtin_mul_overflow(known, dims[k], &known)) {
+      fail(AMPX_ERR_SHAPE, "shape ", asked.str(), " for '", x_in.describe(), "' is too large");
+    }
+  }
+  Shape shape = asked;
+  const int64_t numel = x_in.numel();
+  if (inferred >= 0) {
+    if (known == 0 || numel % known != 0)
+      fail(AMPX_ERR_SHAPE, "shape ", asked.str(), " cannot hold the ", numel, " elements of '",
+           x_in.describe(), "' whatever the -1 stands for");
+    shape.dims[inferred] = numel / known;
+  } else if (known != numel) {
+    fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(), " (", numel, " elements) but shape ",
+         asked.str(), " has ", known);
+  }
+  Context& ctx = *x_in.ctx;
+  std::vector<TensorRef> in = op_inputs(ctx, "reshape", {&x_in});
+  Tensor& x = *in[0];
+  TensorRef out(Tensor::create(ctx, x.dtype, shape, x.storage));
+  if (should_record(ctx, {&x})) record(ctx, make_node<ReshapeNode>({&in[0]}), {out.get()});
+  return out.take();
+}
+
+Tensor* op_transpose(Tensor& x_in, int32_t dim0, int32_t dim1) {
+  const int32_t d0 = dim_arg(dim0, x_in.shape.ndim, "dim0", x_in);
+  const int32_t d1 = dim_arg(dim1, x_in.shape.ndim, "dim1", x_in);
+  Context& ctx = *x_in.ctx;
+  std::vector<TensorRef> in = op_inputs(ctx, "transpose", {&x_in});
+  Tensor& x = *in[0];
+  Shape shape = x.shape;
+  std::swap(shape.dims[d0], shape.dims[d1]);
+  TensorRef out = new_tensor(ctx, x.dtype, shape);
+  transpose_into(ctx.backend(), x, out->data(), d0, d1);
+  if (should_record(ctx, {&x})) {
+    auto node = make_node<TransposeNode>({&in[0]});
+    node->d0 = d0, node->d1 = d1;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+Tensor* op_concat(const std::vector<Tensor*>& tensors, int32_t dim_in) {
+  if (tensors.empty())
+    fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'count' is 0; concat needs a tensor");
+  const Tensor& first = *tensors[0];
+  if (first.shape.ndim < 1)
+    fail(AMPX_ERR_SHAPE, "'tensors[0]' is ", first.describe(),
+         "; concat needs at least one dimension");
+  const int32_t dim = dim_arg(dim_in, first.shape.ndim, "dim", first);
+  for (size_t i = 1; i < tensors.size(); ++i) {
+    const Tensor& t = *tensors[i];
+    if (t.ctx != first.ctx)
+      fail(AMPX_ERR_DEVICE, "'tensors[", i, "]' and 'tensors[0]' belong to different contexts");
+    bool same = t.shape.ndim == first.shape.ndim;
+    for (int32_t k = 0; same && k < t.shape.ndim; ++k)
+      same = k == dim || t.shape.dims[k] == first.shape.dims[k];
+    if (!same)
+      fail(AMPX_ERR_SHAPE, "'tensors[", i, "]' is ", t.describe(), " and 'tensors[0]' is ",
+           first.describe(), "; they may differ only in dimension ", dim);
+    if (is_floating(t.dtype) != is_floating(first.dtype) ||
+        (!is_floating(t.dtype) && t.dtype != first.dtype))
+      fail(AMPX_ERR_DTYPE, "'tensors[", i, "]' is ", t.describe(), " and 'tensors[0]' is ",
+           first.describe(),
+           "; concat joins floating tensors (promoted to the widest type) or "
+           "integer tensors of one type");
+  }
+  Context& ctx = *first.ctx;
+  std::vector<TensorRef> in = op_inputs(ctx, "concat", tensors);
+  const DType dtype = in[0]->dtype;
+  int64_t outer = 1, inner = 1, total = 0;
+  for (int32_t k = 0; k < dim; ++k) outer *= first.shape.dims[k];
+  for (int32_t k = dim + 1; k < first.shape.ndim; ++k) inner *= first.shape.dims[k];
+  for (const TensorRef& t : in) total += t->shape.dims[dim];
+  Shape shape = first.shape;
+  shape.dims[dim] = total;
+  TensorRef out = new_tensor(ctx, dtype, shape);
+  int64_t offset = 0;
+  for (const TensorRef& t : in) {
+    const int64_t extent = t->shape.dims[dim];
+    ctx.backend().copy_strided(byte_offset(out->data(), offset * inner, dtype), t->data(),
+                               dtype_size(dtype),
+                               block(outer, extent * inner, total * inner, extent * inner));
+    offset += extent;
+  }
+  std::vector<Tensor*> computed;
+  std::vector<TensorRef*> refs;
+  for (TensorRef& t : in) {
+    computed.push_back(t.get());
+    refs.push_back(&t);
+  }
+  if (should_record(ctx, computed)) {
+    auto node = make_node<ConcatNode>(refs);
+    node->outer = outer, node->inner = inner, node->total = total;
+    node->dim = dim;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+Tensor* op_embedding(Tensor& weight_in, Tensor& indices) {
+  check_same_context(weight_in, indices, "weight", "indices");
+  check_floating(weight_in, "weight");
+  if (indices.dtype != DType::I32 && indices.dtype != DType::I64)
+    fail(AMPX_ERR_DTYPE, "'indices' is ", indices.describe(), "; indices are i32 or i64");
+  if (weight_in.shape.ndim != 2)
+    fail(AMPX_ERR_SHAPE, "'weight' is ", weight_in.describe(), "; embedding takes weight [V, D]");
+  if (indices.shape.ndim >= kMaxDims)
+    fail(AMPX_ERR_SHAPE, "'indices' is ", indices.describe(), "; the output [..., D] would have ",
+         indices.shape.ndim + 1, " dimensions (at most ", kMaxDims, ")");
+  Context& ctx = *weight_in.ctx;
+  const int64_t rows = weight_in.shape.dims[0], cols = weight_in.shape.dims[1];
+  if (indices.dtype == DType::I32)
+    check_index_values<int32_t>(ctx, indices, rows);
+  else
+    check_index_values<int64_t>(ctx, indices, rows);
+  std::vector<TensorRef> in = op_inputs(ctx, "embedding", {&weight_in, &indices});
+  Tensor& weight = *in[0];
+  Shape shape = indices.shape;
+  shape.dims[shape.ndim++] = cols;
+  TensorRef out = new_tensor(ctx, weight.dtype, shape);
+  if (out->numel() > 0)
+    ctx.backend().gather_rows(weight.data(), static_cast<size_t>(cols) * dtype_size(weight.dtype),
+                              indices.data(), indices.dtype, indices.numel(), out->data());
+  if (should_record(ctx, {&weight}))
+    record(ctx, make_node<EmbeddingNode>({&in[0], &in[1]}), {out.get()});
+  return out.take();
+}
+
+}  // namespace ampx
