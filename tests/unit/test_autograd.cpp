@@ -305,7 +305,8 @@ TEST_CASE(
   REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);  // frees b, not the retained one
   CHECK(current_bytes(ctx) == start + 2 * out_bytes);
   const Vec av = values_of(a);  // the outer scope's output is still valid
-  CHECK(av[3] == static_cast<float>(std::tanh(ramp(64)[3])));
+  // A few ulps: the CUDA backend's tanhf is not glibc's.
+  CHECK(av[3] == doctest::Approx(std::tanh(ramp(64)[3])).epsilon(1e-6));
   REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
   CHECK(current_bytes(ctx) == start + out_bytes);
   const Vec kv = values_of(kept);

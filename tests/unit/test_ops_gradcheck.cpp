@@ -23,8 +23,6 @@
 // gradients sum to zero per row). Forward values: 1e-5 relative (an fp32
 // op of a few roundings, exp/erf/tanh included, is within ~1e-6).
 //
-// Ops run on the CPU backend only for now: on a CUDA test device every case
-// reports it and returns.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -1,5 +1,6 @@
 // cuda_backend.cpp -- host side of the CUDA backend: device selection,
-// stream, stream-ordered caching allocator, copies, kernel launches.
+// stream, stream-ordered caching allocator, copies, kernel launches, GEMM
+// through cuBLASLt (cublaslt_gemm.h).
 #include "backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
@@ -9,10 +10,12 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cuda/cublaslt_gemm.h"
 #include "core/error.h"
 #include "core/multi_tensor.h"
 #include "fill_convert.cuh"
 #include "multi_tensor_ops.cuh"
+#include "ops_launch.cuh"
 
 namespace ampx {
 namespace {
@@ -128,9 +131,27 @@ class StreamScratch {
   void* ptr_ = nullptr;
 };
 
+// The type checks of the ops' primitives: AMPX_ERR_DTYPE, as on the CPU,
+// for data that is not floating and labels that are not integers.
+void require_float(const char* primitive, DType t) {
+  if (!is_floating(t))
+    fail(AMPX_ERR_DTYPE, primitive, ": got ", dtype_name(t), "; it needs f32, f16 or bf16");
+}
+
+void require_labels(const char* primitive, DType t) {
+  if (t != DType::I32 && t != DType::I64)
+    fail(AMPX_ERR_DTYPE, primitive, ": labels are ", dtype_name(t), "; they need i32 or i64");
+}
+
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(std::shared_ptr<const CudaDevice> device) : device_(std::move(device)) {}
+  // The cuBLASLt handle is created here, with the device current, and lives
+  // as long as the backend.
+  explicit CudaBackend(std::shared_ptr<const CudaDevice> device) : device_(std::move(device)) {
+    make_current(device_->index);
+    gemm_ = std::make_unique<cuda::CublasLtGemm>(std::make_unique<CudaAllocator>(device_),
+                                                 device_->launch);
+  }
 
   ampx_device_type device_type() const override { return AMPX_DEVICE_CUDA; }
   int32_t device_index() const override { return device_->index; }
@@ -305,8 +326,119 @@ class CudaBackend final : public Backend {
           "adam_step kernel launch");
   }
 
+  // ---- primitives of the ops (kernels/ops_launch.cuh, cublaslt_gemm.h) ---
+  // Types are checked here, as the CPU backend checks them; the launchers
+  // only enqueue, so none of these waits for the device. Sums take their
+  // partials from the pool in stream order (StreamScratch).
+
+  void unary(UnaryOp op, const void* x, void* y, DType type, int64_t count) override {
+    require_float("unary", type);
+    make_current(device_->index);
+    check(cuda::launch_unary(op, x, y, type, count, device_->launch), "unary kernel launch");
+  }
+
+  void unary_backward(UnaryOp op, const void* x, const void* dy, void* dx, DType type,
+                      int64_t count) override {
+    require_float("unary_backward", type);
+    make_current(device_->index);
+    check(cuda::launch_unary_backward(op, x, dy, dx, type, count, device_->launch),
+          "unary_backward kernel launch");
+  }
+
+  void binary(BinaryOp op, const void* a, const void* b, void* out, DType type, int64_t count,
+              int64_t b_count) override {
+    require_float("binary", type);
+    if (b_count <= 0 || count % b_count != 0)
+      fail(AMPX_ERR_INTERNAL, "binary: ", b_count, " does not divide ", count);
+    make_current(device_->index);
+    check(cuda::launch_binary(op, a, b, out, type, count, b_count, device_->launch),
+          "binary kernel launch");
+  }
+
+  void affine(const void* x, void* y, DType type, int64_t count, float scale,
+              float shift) override {
+    require_float("affine", type);
+    make_current(device_->index);
+    check(cuda::launch_affine(x, y, type, count, scale, shift, device_->launch),
+          "affine kernel launch");
+  }
+
+  void add_into(void* dst, DType dst_type, const void* src, DType src_type,
+                int64_t count) override {
+    require_float("add_into", dst_type);
+    require_float("add_into", src_type);
+    make_current(device_->index);
+    check(cuda::launch_add_into(dst, dst_type, src, src_type, count, device_->launch),
+          "add_into kernel launch");
+  }
+
+  void sum_rows(const void* x, DType type, int64_t rows, int64_t cols, void* out,
+                DType out_type) override {
+    require_float("sum_rows", type);
+    require_float("sum_rows", out_type);
+    make_current(device_->index);
+    const auto partials = static_cast<size_t>(cuda::sum_rows_partials(rows, cols, device_->launch));
+    const StreamScratch scratch(device_, partials * sizeof(double), "sum_rows");
+    check(cuda::launch_sum_rows(x, type, rows, cols, out, out_type,
+                                static_cast<double*>(scratch.get()), device_->launch),
+          "sum_rows kernel launch");
+  }
+
+  void sum_all(const void* x, DType type, int64_t count, float* out) override {
+    require_float("sum_all", type);
+    make_current(device_->index);
+    const auto partials = static_cast<size_t>(cuda::sum_all_partials(count, device_->launch));
+    const StreamScratch scratch(device_, partials * sizeof(double), "sum_all");
+    check(cuda::launch_sum_all(x, type, count, out, static_cast<double*>(scratch.get()),
+                               device_->launch),
+          "sum_all kernel launch");
+  }
+
+  void softmax(const void* x, void* y, DType type, int64_t rows, int64_t cols, bool log) override {
+    require_float("softmax", type);
+    make_current(device_->index);
+    check(cuda::launch_softmax(x, y, type, rows, cols, log, device_->launch),
+          "softmax kernel launch");
+  }
+
+  void softmax_backward(const void* y, const void* dy, void* dx, DType type, int64_t rows,
+                        int64_t cols, bool log) override {
+    require_float("softmax_backward", type);
+    make_current(device_->index);
+    check(cuda::launch_softmax_backward(y, dy, dx, type, rows, cols, log, device_->launch),
+          "softmax_backward kernel launch");
+  }
+
+  void cross_entropy(const void* logits, DType type, const void* labels, DType label_type,
+                     int64_t rows, int64_t cols, int64_t ignore_index, float* losses) override {
+    require_labels("cross_entropy", label_type);
+    require_float("cross_entropy", type);
+    make_current(device_->index);
+    check(cuda::launch_cross_entropy(logits, type, labels, label_type, rows, cols, ignore_index,
+                                     losses, device_->launch),
+          "cross_entropy kernel launch");
+  }
+
+  void cross_entropy_backward(const void* logits, DType type, const void* labels,
+                              DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
+                              const float* dloss, float scale, void* dlogits) override {
+    require_labels("cross_entropy_backward", label_type);
+    require_float("cross_entropy_backward", type);
+    make_current(device_->index);
+    check(cuda::launch_cross_entropy_backward(logits, type, labels, label_type, rows, cols,
+                                              ignore_index, dloss, scale, dlogits,
+                                              device_->launch),
+          "cross_entropy_backward kernel launch");
+  }
+
+  void gemm(const GemmArgs& args) override {
+    make_current(device_->index);
+    gemm_->run(args);
+  }
+
  private:
   std::shared_ptr<const CudaDevice> device_;
+  std::unique_ptr<cuda::CublasLtGemm> gemm_;
 };
 
 int device_attribute(cudaDeviceAttr attribute, int32_t device) {

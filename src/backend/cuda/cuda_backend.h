@@ -12,6 +12,10 @@
 // allocations never reach cudaMalloc and the pattern stays capturable in a
 // CUDA graph. The pool keeps what it has reserved (release threshold
 // UINT64_MAX) until the backend and every allocator made from it are gone.
+//
+// GEMM goes through cuBLASLt (cublaslt_gemm.h): the backend creates its
+// handle and takes a 32 MiB workspace from the pool when it is made, and
+// gives both back when it is destroyed.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +33,8 @@ namespace ampx {
 // Throws AMPX_ERR_NO_DEVICE when there is no usable driver or device, the
 // index is out of range, or the device cannot run this build's kernels;
 // AMPX_ERR_DEVICE when `cuda_stream` belongs to another device (detected with
-// CUDA 12.8 or newer) or a CUDA call fails.
+// CUDA 12.8 or newer) or a CUDA or cuBLASLt call fails;
+// AMPX_ERR_OUT_OF_MEMORY without memory for cuBLASLt's workspace.
 std::unique_ptr<Backend> make_cuda_backend(int32_t device_index, void* cuda_stream);
 
 // Number of CUDA devices; 0 when there is no driver or no device. Never

@@ -1,0 +1,138 @@
+// cross_entropy.cu -- per-row cross-entropy of a rows x cols matrix of
+// logits (any floating type) against I32 or I64 class labels, and its
+// gradient, in fp32:
+//
+//   forward   losses[r] = -math::log_softmax_value(x_r[l], s.max, exp_sum_log(s))
+//             with s the row's max and exp-sum; 0 where l == ignore_index
+//   backward  g = *dloss * scale (read on the device)
+//             dx_rj = math::cross_entropy_grad(log_softmax_j, j == l, g);
+//             0 for every j where l == ignore_index
+//
+// Rows are reduced as in softmax.cu (row_reduce.cuh: a warp or a block per
+// row, fixed combining order), so results are the same on every run and
+// within the rounding of a reordered row sum of the CPU's. Ignored rows are
+// never read, so whatever they hold (NaN included) gives a loss of 0, as on
+// the CPU. A label that is neither ignored nor in [0, cols) -- the ops
+// validate labels first, so only a direct caller can pass one -- gives a NaN
+// loss and gradient row rather than a read outside the row.
+//
+// Memory traffic: forward reads each counted row once and one logit again,
+// the labels once, and writes one float per row; backward reads each
+// counted row twice (the second time mostly from L1/L2) and writes the
+// gradient once.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "math/activations.h"
+#include "math/convert.h"
+#include "multi_tensor.cuh"
+#include "ops_launch.cuh"
+#include "row_reduce.cuh"
+
+namespace ampx {
+namespace cuda {
+namespace {
+
+template <int D>
+using Elem = math::storage_t<D>;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+template <int D, class Label, int G>
+__global__ void __launch_bounds__(kBlockThreads)
+    cross_entropy_kernel(const Elem<D>* logits, const Label* labels, int64_t rows, int64_t cols,
+                         int64_t ignore_index, float* losses) {
+  const RowGroup<G> group;
+  for (int64_t r = group.first_row(); r < rows; r += group.row_step()) {
+    const int64_t label = labels[r];
+    if (label == ignore_index || label < 0 || label >= cols) {
+      if (group.lane() == 0) losses[r] = label == ignore_index ? 0.0f : kNaN;
+      continue;
+    }
+    const Elem<D>* row = logits + r * cols;
+    const math::ExpSum s = group.template exp_sum<D>(row, cols);
+    if (group.lane() == 0)
+      losses[r] = -math::log_softmax_value(math::load_float<D>(row[label]), s.max,
+                                           math::exp_sum_log(s));
+  }
+}
+
+template <int D, class Label, int G>
+__global__ void __launch_bounds__(kBlockThreads)
+    cross_entropy_backward_kernel(const Elem<D>* logits, const Label* labels, int64_t rows,
+                                  int64_t cols, int64_t ignore_index, const float* dloss,
+                                  float scale, Elem<D>* dlogits) {
+  const RowGroup<G> group;
+  const float g = *dloss * scale;
+  for (int64_t r = group.first_row(); r < rows; r += group.row_step()) {
+    const int64_t label = labels[r];
+    Elem<D>* dx = dlogits + r * cols;
+    if (label == ignore_index || label < 0 || label >= cols) {
+      const Elem<D> fill = math::store_float<D>(label == ignore_index ? 0.0f : kNaN);
+      for (int64_t j = group.lane(); j < cols; j += G) dx[j] = fill;
+      continue;
+    }
+    const Elem<D>* row = logits + r * cols;
+    const math::ExpSum s = group.template exp_sum<D>(row, cols);
+    const float log_sum = math::exp_sum_log(s);
+    for (int64_t j = group.lane(); j < cols; j += G) {
+      const float lp = math::log_softmax_value(math::load_float<D>(row[j]), s.max, log_sum);
+      dx[j] = math::store_float<D>(math::cross_entropy_grad(lp, j == label, g));
+    }
+  }
+}
+
+// Calls fn(Label{}) with the label element type (int32_t or int64_t).
+template <class Fn>
+cudaError_t with_label_type(DType label_type, Fn&& fn) {
+  switch (label_type) {
+    case DType::I32: return fn(int32_t{});
+    case DType::I64: return fn(int64_t{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_cross_entropy(const void* logits, DType type, const void* labels,
+                                 DType label_type, int64_t rows, int64_t cols,
+                                 int64_t ignore_index, float* losses, const Launch& launch) {
+  if (rows <= 0) return cudaSuccess;
+  return with_float_dtype(type, [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    return with_label_type(label_type, [&](auto label) {
+      using Label = decltype(label);
+      return with_row_group(cols, [&](auto group) {
+        constexpr int G = decltype(group)::value;
+        return enqueue(cross_entropy_kernel<D, Label, G>, row_blocks<G>(rows, launch), launch,
+                       static_cast<const Elem<D>*>(logits), static_cast<const Label*>(labels),
+                       rows, cols, ignore_index, losses);
+      });
+    });
+  });
+}
+
+cudaError_t launch_cross_entropy_backward(const void* logits, DType type, const void* labels,
+                                          DType label_type, int64_t rows, int64_t cols,
+                                          int64_t ignore_index, const float* dloss, float scale,
+                                          void* dlogits, const Launch& launch) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  return with_float_dtype(type, [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    return with_label_type(label_type, [&](auto label) {
+      using Label = decltype(label);
+      return with_row_group(cols, [&](auto group) {
+        constexpr int G = decltype(group)::value;
+        return enqueue(cross_entropy_backward_kernel<D, Label, G>, row_blocks<G>(rows, launch),
+                       launch, static_cast<const Elem<D>*>(logits),
+                       static_cast<const Label*>(labels), rows, cols, ignore_index, dloss, scale,
+                       static_cast<Elem<D>*>(dlogits));
+      });
+    });
+  });
+}
+
+}  // namespace cuda
+}  // namespace ampx

@@ -1,0 +1,278 @@
+// cublaslt_gemm.cpp -- Backend::gemm of the CUDA backend (see the header).
+#include "backend/cuda/cublaslt_gemm.h"
+
+#include <cuda_runtime_api.h>
+#include <library_types.h>
+
+#include <cstdint>
+#include <memory>
+#include <tuple>
+#include <utility>
+
+#include "core/error.h"
+#include "ops_launch.cuh"
+
+namespace ampx {
+namespace cuda {
+namespace {
+
+// cuBLAS's documentation recommends 32 MiB of workspace from Hopper on (4 MiB
+// before); one size for every device, small next to a model's tensors.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+// Problems seen with their plans; a training loop repeats a handful of
+// shapes. Past this many (shapes that keep changing) the cache starts over
+// rather than growing without bound.
+constexpr size_t kMaxPlans = 64;
+
+// Products per cuBLASLt call. The batch count is an int32 there and no
+// lower limit is documented, but a kernel that puts the batch in the grid's
+// y or z dimension cannot launch more than 65535; a larger batch is split
+// here rather than relying on the library to split it.
+constexpr int64_t kMaxBatchPerCall = 65535;
+
+void check(cublasStatus_t status, const char* call) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  fail(AMPX_ERR_DEVICE, "gemm: ", call, " failed: ", cublasLtGetStatusName(status), " (",
+       cublasLtGetStatusString(status), ")");
+}
+
+void check(cudaError_t status, const char* call) {
+  if (status == cudaSuccess) return;
+  cudaGetLastError();
+  fail(AMPX_ERR_DEVICE, "gemm: ", call, " failed: ", cudaGetErrorString(status));
+}
+
+void check_args(const GemmArgs& g) {
+  if (g.batch < 0 || g.m < 0 || g.n < 0 || g.k < 0)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "gemm: sizes must not be negative (batch ", g.batch, ", m ",
+         g.m, ", n ", g.n, ", k ", g.k, ")");
+  if (!is_floating(g.ab_type))
+    fail(AMPX_ERR_DTYPE, "gemm: A and B are ", dtype_name(g.ab_type),
+         "; they need f32, f16 or bf16");
+  if (g.c_type != g.ab_type && g.c_type != DType::F32)
+    fail(AMPX_ERR_DTYPE, "gemm: C is ", dtype_name(g.c_type), "; with ", dtype_name(g.ab_type),
+         " inputs it must be ", dtype_name(g.ab_type), " or f32");
+  if (g.batch == 0 || g.m == 0 || g.n == 0) return;
+  if (g.c == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "gemm: C is NULL");
+  if (g.k > 0 && (g.a == nullptr || g.b == nullptr))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "gemm: ", g.a == nullptr ? "A" : "B", " is NULL");
+}
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::F16: return CUDA_R_16F;
+    case DType::BF16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+  }
+}
+
+int64_t bytes_of(DType t, int64_t elements) {
+  return elements * static_cast<int64_t>(dtype_size(t));
+}
+
+const void* at(const void* p, DType t, int64_t elements) {
+  return static_cast<const char*>(p) + bytes_of(t, elements);
+}
+void* at(void* p, DType t, int64_t elements) {
+  return static_cast<char*>(p) + bytes_of(t, elements);
+}
+
+// The largest power of two, up to 256 (cuBLASLt's default assumption),
+// dividing the address of every matrix: `first` and, for a batch, first +
+// any multiple of the stride.
+uint32_t alignment(const void* first, int64_t stride_bytes) {
+  const uint64_t bits = reinterpret_cast<uintptr_t>(first) | static_cast<uint64_t>(stride_bytes) | 256u;
+  return static_cast<uint32_t>(bits & (~bits + 1));
+}
+
+template <class T>
+void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
+  check(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value),
+        "cublasLtMatmulDescSetAttribute");
+}
+
+template <class T>
+void set(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attribute, const T& value) {
+  check(cublasLtMatrixLayoutSetAttribute(layout, attribute, &value, sizeof value),
+        "cublasLtMatrixLayoutSetAttribute");
+}
+
+template <class T>
+void set(cublasLtMatmulPreference_t preference, cublasLtMatmulPreferenceAttributes_t attribute,
+         const T& value) {
+  check(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof value),
+        "cublasLtMatmulPreferenceSetAttribute");
+}
+
+// A dense column-major matrix (leading dimension = rows), `batch` of them
+// `stride` elements apart.
+cublasLtMatrixLayout_t make_layout(DType t, int64_t rows, int64_t cols, int64_t batch,
+                                   int64_t stride) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  check(cublasLtMatrixLayoutCreate(&layout, cuda_type(t), static_cast<uint64_t>(rows),
+                                   static_cast<uint64_t>(cols), rows),
+        "cublasLtMatrixLayoutCreate");
+  if (batch > 1) {
+    set(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, static_cast<int32_t>(batch));
+    set(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, stride);
+  }
+  return layout;
+}
+
+// Destroys a preference however planning ends.
+struct PreferenceOwner {
+  cublasLtMatmulPreference_t preference = nullptr;
+  ~PreferenceOwner() {
+    if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+  }
+};
+
+}  // namespace
+
+// The descriptors and algorithm of one Problem. cuBLASLt's operands, in its
+// column-major terms: `first` is our B, `second` our A, `out` our C.
+struct CublasLtGemm::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  // Descriptors are host objects: a call already enqueued does not need them.
+  ~Plan() {
+    if (out != nullptr) cublasLtMatrixLayoutDestroy(out);
+    if (second != nullptr) cublasLtMatrixLayoutDestroy(second);
+    if (first != nullptr) cublasLtMatrixLayoutDestroy(first);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+bool CublasLtGemm::Problem::operator<(const Problem& o) const {
+  return std::tie(batch, m, n, k, a_stride, b_stride, c_stride, ab_type, c_type, trans_a, trans_b,
+                  a_align, b_align, c_align) <
+         std::tie(o.batch, o.m, o.n, o.k, o.a_stride, o.b_stride, o.c_stride, o.ab_type, o.c_type,
+                  o.trans_a, o.trans_b, o.a_align, o.b_align, o.c_align);
+}
+
+// The workspace is taken now rather than at the first product: that product
+// may be enqueued while the stream is being captured into a CUDA graph,
+// where an allocation would belong to the graph and not outlive it.
+CublasLtGemm::CublasLtGemm(std::unique_ptr<Allocator> memory, const Launch& launch)
+    : memory_(std::move(memory)), launch_(launch) {
+  workspace_ = memory_->allocate(kWorkspaceBytes);
+  if (workspace_ == nullptr)
+    fail(AMPX_ERR_OUT_OF_MEMORY, "no device memory for cuBLASLt's ", kWorkspaceBytes,
+         "-byte workspace");
+  const cublasStatus_t status = cublasLtCreate(&handle_);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    memory_->deallocate(workspace_, kWorkspaceBytes);
+    check(status, "cublasLtCreate");
+  }
+}
+
+// Failures here (the runtime unloading at process exit) leave nothing to
+// undo. The workspace goes back to the pool in stream order, after the
+// products already queued.
+CublasLtGemm::~CublasLtGemm() {
+  plans_.clear();
+  cublasLtDestroy(handle_);
+  memory_->deallocate(workspace_, kWorkspaceBytes);
+}
+
+const CublasLtGemm::Plan& CublasLtGemm::plan_for(const Problem& p) {
+  const auto cached = plans_.find(p);
+  if (cached != plans_.end()) return *cached->second;
+
+  auto plan = std::make_unique<Plan>();
+  check(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+        "cublasLtMatmulDescCreate");
+  set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
+  set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
+  // As stored: B is k x n (n x k when transposed), A is m x k (k x m), C is
+  // m x n, all row-major, so column-major each has its dimensions swapped.
+  plan->first = make_layout(p.ab_type, p.trans_b ? p.k : p.n, p.trans_b ? p.n : p.k, p.batch,
+                            p.b_stride);
+  plan->second = make_layout(p.ab_type, p.trans_a ? p.m : p.k, p.trans_a ? p.k : p.m, p.batch,
+                             p.a_stride);
+  plan->out = make_layout(p.c_type, p.n, p.m, p.batch, p.c_stride);
+
+  PreferenceOwner owner;
+  check(cublasLtMatmulPreferenceCreate(&owner.preference), "cublasLtMatmulPreferenceCreate");
+  set(owner.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t{kWorkspaceBytes});
+  set(owner.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p.b_align);
+  set(owner.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, p.a_align);
+  set(owner.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p.c_align);
+  set(owner.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, p.c_align);
+  // Split-k partial sums must be combined in a fixed order and in fp32.
+  // INPLACE adds them into C as they arrive (an order that changes from run
+  // to run, in C's type); OUTPUT_TYPE stages them in C's type, which for a
+  // 16-bit C rounds more than once. Algorithms without split-k always pass.
+  uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  if (p.c_type == DType::F32) reductions |= CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+  set(owner.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reductions);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found_count = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second, plan->out,
+                                     plan->out, owner.preference, 1, &result, &found_count);
+  const bool found = status == CUBLAS_STATUS_SUCCESS && found_count > 0 &&
+                     result.state == CUBLAS_STATUS_SUCCESS;
+  if (status != CUBLAS_STATUS_NOT_SUPPORTED) check(status, "cublasLtMatmulAlgoGetHeuristic");
+  if (!found)
+    fail(AMPX_ERR_NOT_SUPPORTED, "gemm: cuBLASLt has no algorithm for batch ", p.batch, " m ", p.m,
+         " n ", p.n, " k ", p.k, p.trans_a ? " A^T" : "", p.trans_b ? " B^T" : "", " ",
+         dtype_name(p.ab_type), "->", dtype_name(p.c_type), " (alignments A ", p.a_align,
+         ", B ", p.b_align, ", C ", p.c_align, " bytes)");
+  plan->algo = result.algo;
+
+  if (plans_.size() >= kMaxPlans) plans_.clear();
+  return *plans_.emplace(p, std::move(plan)).first->second;
+}
+
+void CublasLtGemm::multiply(const GemmArgs& g, int64_t first, int64_t count) {
+  const bool batched = count > 1;
+  void* c = at(g.c, g.c_type, first * g.c_batch_stride);
+  const int64_t c_stride = batched ? g.c_batch_stride : 0;
+  if (g.k == 0 || g.alpha == 0.0f) {
+    check(launch_scale_matrices(c, g.c_type, count, g.m * g.n, c_stride, g.beta, launch_),
+          "scale kernel launch");
+    return;
+  }
+  const void* a = at(g.a, g.ab_type, first * g.a_batch_stride);
+  const void* b = at(g.b, g.ab_type, first * g.b_batch_stride);
+
+  Problem p{};
+  p.batch = count;
+  p.m = g.m, p.n = g.n, p.k = g.k;
+  p.a_stride = batched ? g.a_batch_stride : 0;
+  p.b_stride = batched ? g.b_batch_stride : 0;
+  p.c_stride = c_stride;
+  p.ab_type = g.ab_type, p.c_type = g.c_type;
+  p.trans_a = g.trans_a, p.trans_b = g.trans_b;
+  p.a_align = alignment(a, bytes_of(g.ab_type, p.a_stride));
+  p.b_align = alignment(b, bytes_of(g.ab_type, p.b_stride));
+  p.c_align = alignment(c, bytes_of(g.c_type, p.c_stride));
+  const Plan& plan = plan_for(p);
+  check(cublasLtMatmul(handle_, plan.desc, &g.alpha, b, plan.first, a, plan.second, &g.beta, c,
+                       plan.out, c, plan.out, &plan.algo, workspace_, kWorkspaceBytes,
+                       launch_.stream),
+        "cublasLtMatmul");
+}
+
+void CublasLtGemm::run(const GemmArgs& g) {
+  check_args(g);
+  if (g.batch == 0 || g.m == 0 || g.n == 0) return;
+  const bool independent = g.a_batch_stride >= 0 && g.b_batch_stride >= 0 &&
+                           g.c_batch_stride >= g.m * g.n;
+  if (g.batch == 1 || !independent) {
+    for (int64_t i = 0; i < g.batch; ++i) multiply(g, i, 1);
+    return;
+  }
+  for (int64_t first = 0; first < g.batch; first += kMaxBatchPerCall)
+    multiply(g, first, g.batch - first < kMaxBatchPerCall ? g.batch - first : kMaxBatchPerCall);
+}
+
+}  // namespace cuda
+}  // namespace ampx

@@ -1,0 +1,81 @@
+// cublaslt_gemm.h -- Backend::gemm of the CUDA backend (the contract is
+// GemmArgs in backend.h), through cuBLASLt.
+//
+// Row-major products are handed to cuBLASLt, which is column-major, as their
+// transpose: a row-major r x c matrix is the column-major c x r one, so
+// C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T with B as cuBLASLt's
+// first operand. Accumulation is fp32 throughout (CUBLAS_COMPUTE_32F: f32
+// inputs get IEEE fp32 products, never TF32; f16/bf16 inputs are multiplied
+// exactly and summed in fp32), alpha and beta are fp32, and a low-precision
+// C is rounded once at the end. Split-k algorithms are limited to those that
+// combine their partial sums in fp32 in a fixed order, so a product gives
+// the same bits on every run.
+//
+// k == 0 or alpha == 0 gives beta * C (zeros when beta == 0) without
+// cuBLASLt, which may refuse k == 0 and would otherwise read A and B. The
+// products of a batch go to cuBLASLt as one strided batch when their C
+// matrices do not overlap and every stride is >= 0; otherwise one product
+// at a time, in batch order, so that C stride 0 with beta 1 sums the
+// products as on the CPU.
+//
+// Nothing synchronizes: descriptors and the algorithm are chosen on the
+// host (cuBLASLt's heuristic, whose answer is kept per problem), and the
+// multiply is enqueued on the backend's stream.
+#pragma once
+
+#include <cublasLt.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include "core/backend.h"
+#include "fill_convert.cuh"
+
+namespace ampx {
+namespace cuda {
+
+class CublasLtGemm {
+ public:
+  // Creates the cuBLASLt handle on the current device and takes the
+  // workspace from `memory`, the backend's stream-ordered pool, until
+  // destruction. Throws AMPX_ERR_OUT_OF_MEMORY without the workspace and
+  // AMPX_ERR_DEVICE when cuBLASLt cannot start.
+  CublasLtGemm(std::unique_ptr<Allocator> memory, const Launch& launch);
+  ~CublasLtGemm();
+  CublasLtGemm(const CublasLtGemm&) = delete;
+  CublasLtGemm& operator=(const CublasLtGemm&) = delete;
+
+  // Enqueues `args` on launch.stream, with the backend's device current.
+  // Throws AMPX_ERR_INVALID_ARGUMENT / AMPX_ERR_DTYPE for arguments outside
+  // the contract, AMPX_ERR_NOT_SUPPORTED when cuBLASLt has no algorithm
+  // for the problem, and AMPX_ERR_DEVICE when a CUDA or cuBLASLt call
+  // fails.
+  void run(const GemmArgs& args);
+
+ private:
+  // Everything cuBLASLt's choice of algorithm depends on.
+  struct Problem {
+    int64_t batch, m, n, k;
+    int64_t a_stride, b_stride, c_stride;  // 0 for a single product
+    DType ab_type, c_type;
+    bool trans_a, trans_b;
+    uint32_t a_align, b_align, c_align;  // bytes, powers of two up to 256
+    bool operator<(const Problem& other) const;
+  };
+  struct Plan;
+
+  // Products [first, first + count) of the batch, in one cuBLASLt call.
+  void multiply(const GemmArgs& args, int64_t first, int64_t count);
+  const Plan& plan_for(const Problem& problem);
+
+  std::unique_ptr<Allocator> memory_;
+  Launch launch_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::map<Problem, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace cuda
+}  // namespace ampx
