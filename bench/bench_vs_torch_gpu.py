@@ -62,7 +62,10 @@ def check(status):
         raise RuntimeError(ampx.ampx_last_error().decode())
 
 
-stream = torch.cuda.current_stream()
+# A stream of our own for both libraries: torch's default stream is the
+# legacy NULL stream, and a NULL cuda_stream would make ampx create its own.
+stream = torch.cuda.Stream()
+torch.cuda.set_stream(stream)
 options = ContextOptions(ctypes.sizeof(ContextOptions), CUDA, torch.cuda.current_device(), 0, 0,
                          None, None, None, ctypes.c_void_p(stream.cuda_stream))
 ctx = ctypes.c_void_p()
