@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 #include "ampx/ampx.h"
 
@@ -45,6 +46,29 @@ struct Tensor {
 
 // The last error message as a std::string, for CHECK(contains(...)).
 inline std::string last_error() { return ampx_last_error(); }
+
+// A one-dimensional tensor holding `values` (T must match dtype's size).
+template <class T>
+ampx_tensor upload(ampx_context ctx, ampx_dtype dtype, const std::vector<T>& values) {
+  REQUIRE(ampx_dtype_size(dtype) == sizeof(T));
+  const int64_t n = static_cast<int64_t>(values.size());
+  ampx_tensor t = nullptr;
+  REQUIRE_MESSAGE(ampx_tensor_from_host(ctx, dtype, 1, &n, values.data(), values.size() * sizeof(T),
+                                        &t) == AMPX_OK,
+                  last_error());
+  return t;
+}
+
+// A tensor's contents as T (T must match its dtype's size).
+template <class T>
+std::vector<T> download(ampx_tensor t) {
+  int64_t n = 0;
+  REQUIRE(ampx_tensor_numel(t, &n) == AMPX_OK);
+  std::vector<T> out(static_cast<size_t>(n));
+  REQUIRE_MESSAGE(ampx_tensor_to_host(t, out.data(), out.size() * sizeof(T)) == AMPX_OK,
+                  last_error());
+  return out;
+}
 
 inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

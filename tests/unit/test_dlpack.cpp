@@ -18,6 +18,9 @@ using ampx_test::last_error;
 using ampx_test::Tensor;
 using ampx_test::test_device;
 
+using ampx_test::download;
+using ampx_test::upload;
+
 namespace {
 
 const ampx_dtype kAllDtypes[] = {AMPX_F32, AMPX_F16, AMPX_BF16, AMPX_I32, AMPX_I64};
@@ -30,27 +33,6 @@ uint64_t current_bytes(ampx_context ctx) {
   ampx_memory_stats s = AMPX_MEMORY_STATS_INIT;
   REQUIRE(ampx_memory_stats_get(ctx, &s) == AMPX_OK);
   return s.current_bytes;
-}
-
-template <class T>
-ampx_tensor upload(ampx_context ctx, ampx_dtype dtype, const std::vector<T>& values) {
-  REQUIRE(ampx_dtype_size(dtype) == sizeof(T));
-  const int64_t n = static_cast<int64_t>(values.size());
-  ampx_tensor t = nullptr;
-  REQUIRE_MESSAGE(ampx_tensor_from_host(ctx, dtype, 1, &n, values.data(), values.size() * sizeof(T),
-                                        &t) == AMPX_OK,
-                  last_error());
-  return t;
-}
-
-template <class T>
-std::vector<T> download(ampx_tensor t) {
-  int64_t n = 0;
-  REQUIRE(ampx_tensor_numel(t, &n) == AMPX_OK);
-  std::vector<T> out(static_cast<size_t>(n));
-  REQUIRE_MESSAGE(ampx_tensor_to_host(t, out.data(), out.size() * sizeof(T)) == AMPX_OK,
-                  last_error());
-  return out;
 }
 
 void* data_of(ampx_tensor t) {

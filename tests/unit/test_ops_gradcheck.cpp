@@ -137,15 +137,6 @@ ampx_tensor make_tensor(ampx_context ctx, const Input& in) {
   return t;
 }
 
-Dims dims_of(ampx_tensor t) {
-  int32_t ndim = 0;
-  REQUIRE(ampx_tensor_ndim(t, &ndim) == AMPX_OK);
-  Dims dims(AMPX_MAX_DIMS);
-  REQUIRE(ampx_tensor_shape(t, dims.data(), AMPX_MAX_DIMS) == AMPX_OK);
-  dims.resize(static_cast<size_t>(ndim));
-  return dims;
-}
-
 // The gradient ampx attached to `t`, or an empty vector with *present = false.
 Vec grad_values(ampx_tensor t, bool* present) {
   ampx_tensor g = nullptr;
@@ -208,7 +199,7 @@ void gradcheck(const std::string& what, const std::vector<Input>& inputs, const 
                   ": ampx ", have[i], ", reference ", want[i]);
 
   Rng rng(seed ^ 0x5eedULL);
-  const Dims out_dims = dims_of(out);
+  const Dims out_dims = ampx_fixture::dims_of(out);
   const Vec r = rng.values(want.size(), -1.0, 1.0);
   Tensor r_tensor(make_tensor(ctx, floating(out_dims, r, false)));
   ampx_tensor weighted = nullptr, loss = nullptr;

@@ -82,15 +82,6 @@ double largest(const Vec& v) {
   return m;
 }
 
-Dims shape_of(ampx_tensor t) {
-  int32_t ndim = 0;
-  REQUIRE(ampx_tensor_ndim(t, &ndim) == AMPX_OK);
-  Dims dims(AMPX_MAX_DIMS);
-  REQUIRE(ampx_tensor_shape(t, dims.data(), AMPX_MAX_DIMS) == AMPX_OK);
-  dims.resize(static_cast<size_t>(ndim));
-  return dims;
-}
-
 ampx_tensor make_indices(ampx_context ctx, ampx_dtype dtype, const Dims& dims, const Vec& values) {
   std::vector<unsigned char> bytes(values.size() * ampx_dtype_size(dtype));
   for (size_t i = 0; i < values.size(); ++i) {
@@ -164,7 +155,7 @@ void check_op(const std::string& what, const std::vector<Arg>& args, const Call&
 
   Rng rng(0x9e57 + want.size());
   const Vec r = floats(rng, want.size(), -1, 1);
-  Tensor weights(make(ctx, AMPX_F32, shape_of(out), r));
+  Tensor weights(make(ctx, AMPX_F32, ampx_fixture::dims_of(out), r));
   ampx_tensor weighted = nullptr, loss = nullptr;
   REQUIRE_MESSAGE(ampx_mul(out, weights, &weighted) == AMPX_OK, last_error());
   REQUIRE_MESSAGE(ampx_sum(weighted, &loss) == AMPX_OK, last_error());
@@ -845,7 +836,7 @@ TEST_CASE("ops more: embedding's output shape, f16 weights, a deterministic grad
     Tensor rt(make(ctx, AMPX_F16, {count / 100, 100, cols}, r));
     Tensor y, weighted, loss;
     REQUIRE_MESSAGE(ampx_embedding(wt, it, y.out()) == AMPX_OK, last_error());
-    CHECK(shape_of(y) == Dims{count / 100, 100, cols});
+    CHECK(ampx_fixture::dims_of(y) == Dims{count / 100, 100, cols});
     CHECK(dtype_of(y) == AMPX_F16);
     REQUIRE(ampx_mul(y, rt, weighted.out()) == AMPX_OK);
     REQUIRE(ampx_sum(weighted, loss.out()) == AMPX_OK);
@@ -908,7 +899,7 @@ TEST_CASE("ops more: reshape infers -1, shares memory, and copies its gradient b
     REQUIRE_MESSAGE(
         ampx_reshape(xt, static_cast<int32_t>(c.asked.size()), c.asked.data(), y.out()) == AMPX_OK,
         last_error());
-    CHECK(shape_of(y) == c.expected);
+    CHECK(ampx_fixture::dims_of(y) == c.expected);
     void *in_data = nullptr, *out_data = nullptr;
     REQUIRE(ampx_tensor_data(xt, &in_data) == AMPX_OK);
     REQUIRE(ampx_tensor_data(y, &out_data) == AMPX_OK);
@@ -946,9 +937,9 @@ TEST_CASE("ops more: reshape infers -1, shares memory, and copies its gradient b
   Tensor y;
   const int64_t four[] = {4};
   CHECK(ampx_reshape(idx, 1, four, y.out()) == AMPX_OK);
-  CHECK(shape_of(y) == Dims{4});
+  CHECK(ampx_fixture::dims_of(y) == Dims{4});
   CHECK(ampx_reshape(one, 0, nullptr, y.out()) == AMPX_OK);
-  CHECK(shape_of(y).empty());
+  CHECK(ampx_fixture::dims_of(y).empty());
 }
 
 TEST_CASE("ops more: reshape errors") {
@@ -992,7 +983,7 @@ TEST_CASE("ops more: transpose shapes, values and gradients") {
     const size_t d1 = static_cast<size_t>(c.d1 < 0 ? c.d1 + static_cast<int32_t>(nd) : c.d1);
     const Call call = [&](const std::vector<ampx_tensor>& t, ampx_tensor* out) {
       const ampx_status s = ampx_transpose(t[0], c.d0, c.d1, out);
-      if (s == AMPX_OK) CHECK(shape_of(*out) == c.expected);
+      if (s == AMPX_OK) CHECK(ampx_fixture::dims_of(*out) == c.expected);
       return s;
     };
     check_op("transpose", {input(c.dims, floats(rng, count_of(c.dims), -2, 2))}, call,
@@ -1027,7 +1018,7 @@ TEST_CASE("ops more: concat along each dimension, gradients to each input's slic
           const ampx_status s = ampx_concat(t.data(), t.size(), dim, out);
           Dims expected = {2, 3, 2};
           expected[d] = 6;
-          if (s == AMPX_OK) CHECK(shape_of(*out) == expected);
+          if (s == AMPX_OK) CHECK(ampx_fixture::dims_of(*out) == expected);
           return s;
         },
         [&](const Inputs& v) { return ref_concat(v, dims, d); });
@@ -1194,16 +1185,16 @@ TEST_CASE("ops more: empty inputs give empty outputs and zero parameter gradient
   REQUIRE_MESSAGE(ampx_embedding(table, idx, &parts[2]) == AMPX_OK, last_error());
   REQUIRE_MESSAGE(ampx_dropout(parts[2], 0.5, 1, &parts[3]) == AMPX_OK, last_error());
   REQUIRE_MESSAGE(ampx_concat(parts, 4, 0, &joined) == AMPX_OK, last_error());
-  CHECK(shape_of(joined) == Dims{0, 3});
+  CHECK(ampx_fixture::dims_of(joined) == Dims{0, 3});
   REQUIRE(ampx_transpose(joined, 0, 1, &joined) == AMPX_OK);
-  CHECK(shape_of(joined) == Dims{3, 0});
+  CHECK(ampx_fixture::dims_of(joined) == Dims{3, 0});
   REQUIRE(ampx_sum(joined, &loss) == AMPX_OK);
   REQUIRE_MESSAGE(ampx_backward(loss, nullptr) == AMPX_OK, last_error());
   // Two ops each add an empty sum into w and b.
   CHECK(values_of(grad_or_null(w)) == Vec{0, 0, 0});
   CHECK(values_of(grad_or_null(b)) == Vec{0, 0, 0});
   CHECK(values_of(grad_or_null(table)) == Vec(6, 0.0));
-  CHECK(shape_of(grad_or_null(x)) == Dims{0, 3});
+  CHECK(ampx_fixture::dims_of(grad_or_null(x)) == Dims{0, 3});
   REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
 }
 

@@ -152,6 +152,16 @@ inline ampx_tensor make(ampx_context ctx, ampx_dtype dtype, const std::vector<do
 }
 
 // Makes a gradient of `dtype` (zeros) and attaches it to `param`; the param
+// A tensor's extents.
+inline std::vector<int64_t> dims_of(ampx_tensor t) {
+  int32_t ndim = 0;
+  REQUIRE(ampx_tensor_ndim(t, &ndim) == AMPX_OK);
+  std::vector<int64_t> dims(AMPX_MAX_DIMS);
+  REQUIRE(ampx_tensor_shape(t, dims.data(), AMPX_MAX_DIMS) == AMPX_OK);
+  dims.resize(static_cast<size_t>(ndim));
+  return dims;
+}
+
 // A tensor of `dims` holding `values` converted to `dtype`, marked as
 // needing a gradient when asked (ops tests).
 inline ampx_tensor make(ampx_context ctx, ampx_dtype dtype, const std::vector<int64_t>& dims,
