@@ -893,6 +893,7 @@ typedef struct ampx_autocast_options {
 
 #define AMPX_AUTOCAST_OPTIONS_INIT { sizeof(ampx_autocast_options), AMPX_F16, 1, 1 }
 
+/** Default options (same as AMPX_AUTOCAST_OPTIONS_INIT). Thread-safe. */
 AMPX_API ampx_autocast_options ampx_autocast_options_default(void);
 
 /** Creates a policy for `ctx`. Errors: DTYPE unless F16/BF16. */
