@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/float_dispatch.h"
 #include "core/error.h"
 #include "math/convert.h"
 
@@ -17,19 +18,6 @@ namespace {
 
 // Below this many elements a loop runs on the calling thread only.
 constexpr int64_t kGrain = 1 << 15;
-
-template <int D>
-using Tag = std::integral_constant<int, D>;
-
-template <class Fn>
-void with_float(DType t, Fn&& fn) {
-  switch (t) {
-    case DType::F32: fn(Tag<AMPX_F32>{}); return;
-    case DType::F16: fn(Tag<AMPX_F16>{}); return;
-    case DType::BF16: fn(Tag<AMPX_BF16>{}); return;
-    default: fail(AMPX_ERR_DTYPE, "an element-wise op got ", dtype_name(t), "; it needs f32, f16 or bf16");
-  }
-}
 
 template <int D>
 using Elem = math::storage_t<D>;
@@ -49,7 +37,7 @@ void binary(ThreadPool& pool, BinaryOp op, const void* a, const void* b, void* o
             int64_t count, int64_t b_count) {
   if (b_count <= 0 || count % b_count != 0)
     fail(AMPX_ERR_INTERNAL, "binary: ", b_count, " does not divide ", count);
-  with_float(type, [&](auto tag) {
+  visit_float(type, "binary", [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* x = static_cast<const Elem<D>*>(a);
     const auto* y = static_cast<const Elem<D>*>(b);
@@ -66,7 +54,7 @@ void binary(ThreadPool& pool, BinaryOp op, const void* a, const void* b, void* o
 
 void affine(ThreadPool& pool, const void* x, void* y, DType type, int64_t count, float scale,
             float shift) {
-  with_float(type, [&](auto tag) {
+  visit_float(type, "affine", [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     auto* out = static_cast<Elem<D>*>(y);
@@ -79,9 +67,9 @@ void affine(ThreadPool& pool, const void* x, void* y, DType type, int64_t count,
 
 void add_into(ThreadPool& pool, void* dst, DType dst_type, const void* src, DType src_type,
               int64_t count) {
-  with_float(dst_type, [&](auto dst_tag) {
+  visit_float(dst_type, "add_into", [&](auto dst_tag) {
     constexpr int D = decltype(dst_tag)::value;
-    with_float(src_type, [&](auto src_tag) {
+    visit_float(src_type, "add_into", [&](auto src_tag) {
       constexpr int S = decltype(src_tag)::value;
       auto* d = static_cast<Elem<D>*>(dst);
       const auto* s = static_cast<const Elem<S>*>(src);
@@ -95,9 +83,9 @@ void add_into(ThreadPool& pool, void* dst, DType dst_type, const void* src, DTyp
 
 void sum_rows(ThreadPool& pool, const void* x, DType type, int64_t rows, int64_t cols, void* out,
               DType out_type) {
-  with_float(type, [&](auto tag) {
+  visit_float(type, "sum_rows", [&](auto tag) {
     constexpr int D = decltype(tag)::value;
-    with_float(out_type, [&](auto out_tag) {
+    visit_float(out_type, "sum_rows", [&](auto out_tag) {
       constexpr int O = decltype(out_tag)::value;
       const auto* in = static_cast<const Elem<D>*>(x);
       auto* result = static_cast<Elem<O>*>(out);
@@ -118,7 +106,7 @@ void sum_rows(ThreadPool& pool, const void* x, DType type, int64_t rows, int64_t
 }
 
 void sum_all(ThreadPool& pool, const void* x, DType type, int64_t count, float* out) {
-  with_float(type, [&](auto tag) {
+  visit_float(type, "sum_all", [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     // Fixed blocks summed in block order: the same result for any thread count.

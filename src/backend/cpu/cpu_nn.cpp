@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/float_dispatch.h"
 #include "core/error.h"
 #include "math/activations.h"
 #include "math/convert.h"
@@ -27,19 +28,6 @@ int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, kGrain / std::max<
 
 template <int D>
 using Elem = math::storage_t<D>;
-
-template <int D>
-using FloatTag = std::integral_constant<int, D>;
-
-template <class Fn>
-void for_float_type(DType t, const char* primitive, Fn&& fn) {
-  switch (t) {
-    case DType::F32: return fn(FloatTag<AMPX_F32>{});
-    case DType::F16: return fn(FloatTag<AMPX_F16>{});
-    case DType::BF16: return fn(FloatTag<AMPX_BF16>{});
-    default: fail(AMPX_ERR_DTYPE, primitive, ": got ", dtype_name(t), "; it needs f32, f16 or bf16");
-  }
-}
 
 template <class Fn>
 void for_activation(UnaryOp op, Fn&& fn) {
@@ -87,7 +75,7 @@ RowStats row_stats(const Elem<D>* row, int64_t cols) {
 }  // namespace
 
 void unary(ThreadPool& pool, UnaryOp op, const void* x, void* y, DType type, int64_t count) {
-  for_float_type(type, "unary", [&](auto tag) {
+  visit_float(type, "unary", [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     auto* out = static_cast<Elem<D>*>(y);
@@ -103,7 +91,7 @@ void unary(ThreadPool& pool, UnaryOp op, const void* x, void* y, DType type, int
 
 void unary_backward(ThreadPool& pool, UnaryOp op, const void* x, const void* dy, void* dx,
                     DType type, int64_t count) {
-  for_float_type(type, "unary_backward", [&](auto tag) {
+  visit_float(type, "unary_backward", [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     const auto* grad_out = static_cast<const Elem<D>*>(dy);
@@ -123,7 +111,7 @@ void unary_backward(ThreadPool& pool, UnaryOp op, const void* x, const void* dy,
 // written, element by element: y may be x.
 void softmax(ThreadPool& pool, const void* x, void* y, DType type, int64_t rows, int64_t cols,
              bool log) {
-  for_float_type(type, "softmax", [&](auto tag) {
+  visit_float(type, "softmax", [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     auto* out = static_cast<Elem<D>*>(y);
@@ -143,7 +131,7 @@ void softmax(ThreadPool& pool, const void* x, void* y, DType type, int64_t rows,
 
 void softmax_backward(ThreadPool& pool, const void* y, const void* dy, void* dx, DType type,
                       int64_t rows, int64_t cols, bool log) {
-  for_float_type(type, "softmax_backward", [&](auto tag) {
+  visit_float(type, "softmax_backward", [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* out = static_cast<const Elem<D>*>(y);
     const auto* grad_out = static_cast<const Elem<D>*>(dy);
@@ -176,7 +164,7 @@ void cross_entropy(ThreadPool& pool, const void* logits, DType type, const void*
                    DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
                    float* losses) {
   const Labels label(labels, label_type);
-  for_float_type(type, "cross_entropy", [&](auto tag) {
+  visit_float(type, "cross_entropy", [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* x = static_cast<const Elem<D>*>(logits);
     pool.parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
@@ -199,7 +187,7 @@ void cross_entropy_backward(ThreadPool& pool, const void* logits, DType type, co
                             const float* dloss, float scale, void* dlogits) {
   const Labels label(labels, label_type);
   const float g = *dloss * scale;
-  for_float_type(type, "cross_entropy_backward", [&](auto tag) {
+  visit_float(type, "cross_entropy_backward", [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* x = static_cast<const Elem<D>*>(logits);
     auto* dx = static_cast<Elem<D>*>(dlogits);
