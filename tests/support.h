@@ -83,6 +83,16 @@ inline bool contains(const std::string& text, const std::string& part) {
   do {                    \
   } while (0)
 
+// A CUDA-only case reports that and returns unless the suite runs on CUDA
+// (the unit_cuda test).
+#define SKIP_UNLESS_CUDA()                                                  \
+  do {                                                                      \
+    if (ampx_test::test_device() != AMPX_DEVICE_CUDA) {                     \
+      MESSAGE("CUDA-only case; runs in the unit_cuda test");                \
+      return;                                                               \
+    }                                                                       \
+  } while (0)
+
 // Checks that `call` fails with `status` and that the message names `part`.
 #define CHECK_FAILS_WITH(call, status, part)                                 \
   do {                                                                       \

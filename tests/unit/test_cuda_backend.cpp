@@ -36,14 +36,6 @@ using ampx_test::contains;
 using ampx_test::last_error;
 using ampx_test::Tensor;
 
-#define SKIP_UNLESS_CUDA()                                                  \
-  do {                                                                      \
-    if (ampx_test::test_device() != AMPX_DEVICE_CUDA) {                     \
-      MESSAGE("CUDA-only case; runs in the unit_cuda test");                \
-      return;                                                               \
-    }                                                                       \
-  } while (0)
-
 const ampx_dtype kDtypes[] = {AMPX_F32, AMPX_F16, AMPX_BF16, AMPX_I32, AMPX_I64};
 
 ampx_context_options cuda_options(int32_t device_index, void* stream = nullptr) {

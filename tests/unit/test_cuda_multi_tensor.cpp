@@ -39,14 +39,6 @@ using ampx::NormType;
 using ampx::OptimParam;
 using ampx::TensorSpan;
 
-#define SKIP_UNLESS_CUDA()                                                  \
-  do {                                                                      \
-    if (ampx_test::test_device() != AMPX_DEVICE_CUDA) {                     \
-      MESSAGE("CUDA-only case; runs in the unit_cuda test");                \
-      return;                                                               \
-    }                                                                       \
-  } while (0)
-
 const DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16};
 
 // Offsets (in elements) from a 256-byte-aligned allocation: every phase of

@@ -70,14 +70,6 @@ using ampx::GemmArgs;
 using ampx::UnaryOp;
 using Bytes = std::vector<uint8_t>;
 
-#define SKIP_UNLESS_CUDA()                                                  \
-  do {                                                                      \
-    if (ampx_test::test_device() != AMPX_DEVICE_CUDA) {                     \
-      MESSAGE("CUDA-only case; runs in the unit_cuda test");                \
-      return;                                                               \
-    }                                                                       \
-  } while (0)
-
 constexpr double kEps = 0x1p-24;
 constexpr double kTiny = 0x1p-140;
 constexpr float kInf = std::numeric_limits<float>::infinity();
