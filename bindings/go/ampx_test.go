@@ -1,0 +1,362 @@
+package ampx
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// must(f())(t) is f's value, or fails the test with f's error.
+func must[T any](v T, err error) func(t *testing.T) T {
+	return func(t *testing.T) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+func ok(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// filled returns n float32 values value(i), computed as bindings/README.md says.
+func filled(n int, value func(i int) (num, den int)) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		num, den := value(i)
+		out[i] = float32(num) / float32(den)
+	}
+	return out
+}
+
+// referenceRun is the run of bindings/README.md; it returns its output lines.
+func referenceRun(t *testing.T) []string {
+	ctx := must(NewContext(nil))(t)
+	defer ctx.Close()
+	x := must(FromSlice(ctx, filled(32, func(i int) (int, int) { return i%7 - 3, 4 }), 8, 4))(t)
+	y := must(FromSlice(ctx, filled(16, func(i int) (int, int) { return i%5 - 2, 2 }), 8, 2))(t)
+	param := func(name string, values []float32, shape ...int64) *Tensor {
+		p := must(FromSlice(ctx, values, shape...))(t)
+		ok(t, p.SetRequiresGrad(true))
+		ok(t, p.SetName(name))
+		return p
+	}
+	w1 := param("w1", filled(64, func(i int) (int, int) { return (i*37)%17 - 8, 32 }), 16, 4)
+	b1 := param("b1", filled(16, func(i int) (int, int) { return i%3 - 1, 100 }), 16)
+	w2 := param("w2", filled(32, func(i int) (int, int) { return (i*29)%13 - 6, 32 }), 2, 16)
+	b2 := param("b2", make([]float32, 2), 2)
+
+	adamw := DefaultAdamWOptions()
+	adamw.LR = 0.01
+	opt := must(NewAdam(ctx, []*Tensor{w1, b1, w2, b2}, &adamw))(t)
+	defer opt.Close()
+	scalerOptions := DefaultScalerOptions()
+	scalerOptions.InitScale = 1024
+	scalerOptions.GrowthInterval = 3
+	scaler := must(NewScaler(ctx, &scalerOptions))(t)
+	defer scaler.Close()
+	autocastOptions := DefaultAutocastOptions()
+	autocastOptions.DType = BF16
+	autocast := must(NewAutocast(ctx, &autocastOptions))(t)
+	defer autocast.Close()
+
+	var lines []string
+	for step := 0; step < 12; step++ {
+		ok(t, ctx.PushScope())
+		ok(t, autocast.Enter())
+		h := must(Linear(x, w1, b1, ActivationReLU))(t)
+		out := must(Linear(h, w2, b2, ActivationNone))(t)
+		loss := must(MSELoss(out, y, ReductionMean))(t)
+		ok(t, autocast.Exit())
+		lossValue := must(ToSlice[float32](loss))(t)[0]
+		ok(t, loss.Backward(scaler))
+		if step == 5 {
+			g := must(w2.Grad())(t)
+			values := must(ToSlice[float32](g))(t)
+			values[3] = float32(math.Inf(1))
+			ok(t, CopyFromSlice(g, values))
+			g.Close()
+		}
+		ok(t, scaler.Unscale(opt))
+		ok(t, opt.ClipGradNorm(1.0, 2.0, false))
+		ok(t, scaler.Step(opt))
+		ok(t, scaler.Update())
+		scale := must(scaler.Scale())(t)
+		ok(t, opt.ZeroGrad())
+		ok(t, ctx.PopScope())
+		// Go's %.17g prints exactly as C's.
+		lines = append(lines, fmt.Sprintf("step %d loss %08x scale %.17g", step,
+			math.Float32bits(lossValue), scale))
+	}
+	var w strings.Builder
+	w.WriteString("w2")
+	for _, v := range must(ToSlice[float32](w2))(t) {
+		fmt.Fprintf(&w, " %08x", math.Float32bits(v))
+	}
+	return append(lines, w.String())
+}
+
+func TestReferenceRun(t *testing.T) {
+	got := referenceRun(t)
+	tiny := os.Getenv("AMPX_TINY_TRAIN")
+	if tiny == "" {
+		t.Skip("AMPX_TINY_TRAIN (the tiny_train executable) is not set; run_tests.sh sets it")
+	}
+	output, err := exec.Command(tiny).Output()
+	if err != nil {
+		t.Fatalf("%s: %v", tiny, err)
+	}
+	want := strings.Split(strings.TrimRight(string(output), "\n"), "\n")
+	if len(got) != len(want) {
+		t.Fatalf("%d lines, tiny_train printed %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("line %d:\n go: %s\n  C: %s", i+1, got[i], want[i])
+		}
+	}
+}
+
+func TestErrorCarriesStatusAndMessage(t *testing.T) {
+	ctx := must(NewContext(nil))(t)
+	defer ctx.Close()
+	_, err := ctx.FromHost(F32, []int64{2, 3}, make([]byte, 5))
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("want an *Error, got %v", err)
+	}
+	if e.Status != ErrShape || !errors.Is(err, ErrShape) {
+		t.Errorf("status %v, want AMPX_ERR_SHAPE", e.Status)
+	}
+	if !strings.Contains(e.Message, "ampx_tensor_from_host") {
+		t.Errorf("message %q does not name the function", e.Message)
+	}
+	if !strings.HasPrefix(err.Error(), "AMPX_ERR_SHAPE: ") {
+		t.Errorf("Error() = %q", err.Error())
+	}
+
+	scaler := must(NewScaler(ctx, nil))(t)
+	defer scaler.Close()
+	if err := scaler.Update(); !errors.Is(err, ErrOrder) || err.(*Error).Message == "" {
+		t.Errorf("Update before any step: %v, want AMPX_ERR_ORDER with a message", err)
+	}
+	bad := DefaultScalerOptions()
+	bad.GrowthFactor = 0.5
+	if _, err := NewScaler(ctx, &bad); !errors.Is(err, ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "growth_factor") {
+		t.Errorf("growth factor 0.5: %v", err)
+	}
+}
+
+// Each goroutine provokes errors whose messages carry its own shapes, many
+// times, while the others do the same: a message read on the wrong OS
+// thread would carry another goroutine's shape.
+func TestErrorMessagesStayWithTheirGoroutine(t *testing.T) {
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			ctx, err := NewContext(&ContextOptions{DeviceType: DeviceCPU, NumThreads: 1})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer ctx.Close()
+			extent := int64(1000 + g)
+			x, err := ctx.Zeros(F32, extent)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer x.Close()
+			for i := 0; i < 300; i++ {
+				_, err := Reshape(x, extent+1)
+				if err == nil || !strings.Contains(err.Error(), fmt.Sprint(extent+1)) ||
+					!strings.Contains(err.Error(), fmt.Sprint(extent)) {
+					t.Errorf("goroutine %d: %v", g, err)
+					return
+				}
+				if _, err := x.Numel(); err != nil { // successful calls in between
+					t.Error(err)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+}
+
+func TestCloseTwiceAndUseAfterClose(t *testing.T) {
+	ctx := must(NewContext(nil))(t)
+	p := must(ctx.Zeros(F32, 4))(t)
+	opt := must(NewSGD(ctx, []*Tensor{p}, nil))(t)
+	scaler := must(NewScaler(ctx, nil))(t)
+	autocast := must(NewAutocast(ctx, nil))(t)
+	for i := 0; i < 2; i++ {
+		autocast.Close()
+		scaler.Close()
+		opt.Close()
+		p.Close()
+		ctx.Close()
+	}
+	if err := p.Fill(1); err == nil {
+		t.Error("Fill on a closed tensor succeeded")
+	}
+	if err := opt.Step(); err == nil {
+		t.Error("Step on a closed optimizer succeeded")
+	}
+	var nilTensor *Tensor
+	nilTensor.Close()
+
+	ctx = must(NewContext(nil))(t)
+	defer ctx.Close()
+	a := must(ctx.Zeros(F32, 3))(t)
+	defer a.Close()
+	ok(t, ctx.PushScope())
+	b := must(Affine(a, 1, 2))(t)
+	kept := must(b.Retain())(t)
+	defer kept.Close()
+	ok(t, ctx.PopScope())
+	if _, err := b.Numel(); err == nil {
+		t.Error("a tensor of a popped scope is still usable")
+	}
+	b.Close()
+	if v := must(ToSlice[float32](kept))(t); v[0] != 2 {
+		t.Errorf("retained scope output holds %v", v)
+	}
+	if err := ctx.PopScope(); !errors.Is(err, ErrOrder) {
+		t.Errorf("PopScope with no scope open: %v", err)
+	}
+}
+
+func TestTensorBasics(t *testing.T) {
+	ctx := must(NewContext(nil))(t)
+	defer ctx.Close()
+	x := must(FromSlice(ctx, []float32{1, 2, 3, 4, 5, 6}, 2, 3))(t)
+	defer x.Close()
+	if s := must(x.Shape())(t); len(s) != 2 || s[0] != 2 || s[1] != 3 {
+		t.Errorf("shape %v", s)
+	}
+	if d := must(x.DType())(t); d != F32 || d.String() != "f32" || d.Size() != 4 {
+		t.Errorf("dtype %v", d)
+	}
+	ok(t, x.SetName("x"))
+	if n := must(x.Name())(t); n != "x" {
+		t.Errorf("name %q", n)
+	}
+	h := must(x.Cast(BF16))(t)
+	defer h.Close()
+	if n := must(h.NBytes())(t); n != 12 {
+		t.Errorf("bf16 nbytes %d", n)
+	}
+	if _, err := ToSlice[int32](x); !errors.Is(err, ErrDType) {
+		t.Errorf("ToSlice[int32] of f32: %v", err)
+	}
+	tr := must(Transpose(x, 0, 1))(t)
+	defer tr.Close()
+	if v := must(ToSlice[float32](tr))(t); fmt.Sprint(v) != "[1 4 2 5 3 6]" {
+		t.Errorf("transpose %v", v)
+	}
+	c := must(Concat(0, x, x))(t)
+	defer c.Close()
+	if s := must(c.Shape())(t); s[0] != 4 {
+		t.Errorf("concat shape %v", s)
+	}
+	if Version() != HeaderVersion || VersionString() == "" {
+		t.Errorf("version %d (%s), header %d", Version(), VersionString(), HeaderVersion)
+	}
+}
+
+func TestTrainingLossFalls(t *testing.T) {
+	ctx := must(NewContext(nil))(t)
+	defer ctx.Close()
+	const n, in, hidden = 64, 8, 32
+	xs, ys := make([]float32, n*in), make([]float32, n)
+	for i := 0; i < n; i++ {
+		sum := 0.0
+		for j := 0; j < in; j++ {
+			v := math.Sin(float64(i*in+j) * 0.37)
+			xs[i*in+j] = float32(v)
+			sum += v * float64(j%3-1)
+		}
+		ys[i] = float32(math.Tanh(sum))
+	}
+	x := must(FromSlice(ctx, xs, n, in))(t)
+	y := must(FromSlice(ctx, ys, n, 1))(t)
+	ws := make([]float32, hidden*in)
+	for i := range ws {
+		ws[i] = float32(math.Cos(float64(i)*1.7)) * 0.3
+	}
+	w1 := must(FromSlice(ctx, ws, hidden, in))(t)
+	b1 := must(ctx.Zeros(F32, hidden))(t)
+	w2 := must(FromSlice(ctx, ws[:hidden], 1, hidden))(t)
+	b2 := must(ctx.Zeros(F32, 1))(t)
+	params := []*Tensor{w1, b1, w2, b2}
+	for _, p := range params {
+		ok(t, p.SetRequiresGrad(true))
+	}
+	adamw := DefaultAdamWOptions()
+	adamw.LR = 0.01
+	opt := must(NewAdam(ctx, params, &adamw))(t)
+	defer opt.Close()
+	scaler := must(NewScaler(ctx, nil))(t)
+	defer scaler.Close()
+	ok(t, scaler.Attach(opt))
+	autocast := must(NewAutocast(ctx, nil))(t) // F16
+	defer autocast.Close()
+
+	var first, last float32
+	for step := 0; step < 150; step++ {
+		ok(t, ctx.PushScope())
+		ok(t, autocast.Enter())
+		h := must(Linear(x, w1, b1, ActivationGELU))(t)
+		out := must(Linear(h, w2, b2, ActivationNone))(t)
+		loss := must(MSELoss(out, y, ReductionMean))(t)
+		ok(t, autocast.Exit())
+		last = must(ToSlice[float32](loss))(t)[0]
+		if step == 0 {
+			first = last
+		}
+		ok(t, loss.Backward(scaler))
+		ok(t, scaler.Unscale(opt))
+		ok(t, opt.ClipGradNorm(1.0, 2.0, false))
+		ok(t, scaler.Step(opt))
+		ok(t, scaler.Update())
+		ok(t, opt.ZeroGrad())
+		ok(t, ctx.PopScope())
+	}
+	if !(last < first/4) {
+		t.Errorf("loss went from %g to %g", first, last)
+	}
+	if dtype := must(autocast.OpClass("linear"))(t); dtype != OpLowerPrecision {
+		t.Errorf("linear's class %v", dtype)
+	}
+	if steps := must(opt.ParamSteps(w1))(t); steps == 0 || steps > 150 {
+		t.Errorf("w1 took %d steps", steps)
+	}
+
+	// The state survives a checkpoint file round trip.
+	for i, p := range params {
+		ok(t, p.SetName(fmt.Sprintf("p%d", i)))
+	}
+	path := filepath.Join(t.TempDir(), "model.ampx")
+	ok(t, SaveCheckpoint(path, params, opt, scaler))
+	saved := must(ToSlice[float32](w2))(t)
+	ok(t, w2.Fill(0))
+	ok(t, LoadCheckpoint(path, params, opt, scaler))
+	if restored := must(ToSlice[float32](w2))(t); fmt.Sprint(restored) != fmt.Sprint(saved) {
+		t.Errorf("w2 after load %v, saved %v", restored, saved)
+	}
+}

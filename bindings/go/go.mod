@@ -1,0 +1,3 @@
+module ampx
+
+go 1.19

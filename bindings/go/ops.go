@@ -1,0 +1,227 @@
+package ampx
+
+// #include <ampx/ampx.h>
+import "C"
+
+// Ops (section 11 of ampx.h). Each returns a new tensor on its inputs'
+// context: borrowed from the innermost scope when one is open, else owned.
+// Under an entered Autocast the op's precision class picks the compute
+// dtype.
+
+// Reduction reduces a loss over its elements.
+type Reduction int32
+
+// Loss reductions (ampx_reduction).
+const (
+	ReductionMean Reduction = C.AMPX_REDUCTION_MEAN
+	ReductionSum  Reduction = C.AMPX_REDUCTION_SUM
+)
+
+// Activation is fused into Linear.
+type Activation int32
+
+// Activations (ampx_activation).
+const (
+	ActivationNone Activation = C.AMPX_ACTIVATION_NONE
+	ActivationReLU Activation = C.AMPX_ACTIVATION_RELU
+	ActivationGELU Activation = C.AMPX_ACTIVATION_GELU
+)
+
+// op runs an op whose output lands in *out; first is any input (it gives
+// the context), keep every input.
+func op(first *Tensor, f func(out *C.ampx_tensor) C.ampx_status, keep ...any) (*Tensor, error) {
+	var out C.ampx_tensor
+	err := call(func() C.ampx_status { return f(&out) }, keep...)
+	return first.context().result(out, err)
+}
+
+func binary(a, b *Tensor, f func(a, b C.ampx_tensor, out *C.ampx_tensor) C.ampx_status) (*Tensor, error) {
+	ha, hb := a.handle(), b.handle()
+	return op(a, func(out *C.ampx_tensor) C.ampx_status { return f(ha, hb, out) }, a, b)
+}
+
+func unary(x *Tensor, f func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status) (*Tensor, error) {
+	h := x.handle()
+	return op(x, func(out *C.ampx_tensor) C.ampx_status { return f(h, out) }, x)
+}
+
+// Add returns a + b; b may also be a row vector broadcast over a's rows.
+func Add(a, b *Tensor) (*Tensor, error) {
+	return binary(a, b, func(a, b C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_add(a, b, out) })
+}
+
+// Sub returns a - b (broadcasting as Add).
+func Sub(a, b *Tensor) (*Tensor, error) {
+	return binary(a, b, func(a, b C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_sub(a, b, out) })
+}
+
+// Mul returns a * b element-wise (broadcasting as Add).
+func Mul(a, b *Tensor) (*Tensor, error) {
+	return binary(a, b, func(a, b C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_mul(a, b, out) })
+}
+
+// Matmul returns the matrix product [M,K]x[K,N] (or batched [B,M,K]x[B,K,N]).
+func Matmul(a, b *Tensor) (*Tensor, error) {
+	return binary(a, b, func(a, b C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_matmul(a, b, out) })
+}
+
+// Embedding returns the rows of weight [V, D] picked by indices (I32/I64).
+func Embedding(weight, indices *Tensor) (*Tensor, error) {
+	return binary(weight, indices, func(w, i C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_embedding(w, i, out)
+	})
+}
+
+// Affine returns a*scale + shift in a's type.
+func Affine(a *Tensor, scale, shift float64) (*Tensor, error) {
+	return unary(a, func(a C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_affine(a, C.double(scale), C.double(shift), out)
+	})
+}
+
+// ReLU returns max(x, 0).
+func ReLU(x *Tensor) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_relu(x, out) })
+}
+
+// GELU returns the erf form of GELU.
+func GELU(x *Tensor) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_gelu(x, out) })
+}
+
+// GELUTanh returns the tanh approximation of GELU.
+func GELUTanh(x *Tensor) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_gelu_tanh(x, out) })
+}
+
+// SiLU returns x * sigmoid(x).
+func SiLU(x *Tensor) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_silu(x, out) })
+}
+
+// Sigmoid returns 1 / (1 + exp(-x)).
+func Sigmoid(x *Tensor) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_sigmoid(x, out) })
+}
+
+// Tanh returns tanh(x).
+func Tanh(x *Tensor) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_tanh(x, out) })
+}
+
+// Sum returns the sum of all elements (one element, fp32 class).
+func Sum(x *Tensor) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_sum(x, out) })
+}
+
+// Mean returns the mean of all elements (one element, fp32 class).
+func Mean(x *Tensor) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_mean(x, out) })
+}
+
+// Softmax returns the softmax over the last dimension.
+func Softmax(x *Tensor) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_softmax(x, out) })
+}
+
+// LogSoftmax returns the log-softmax over the last dimension.
+func LogSoftmax(x *Tensor) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_log_softmax(x, out) })
+}
+
+// CrossEntropy returns the cross-entropy of logits [N, C] against class
+// labels [N]; labels equal to ignoreIndex are left out.
+func CrossEntropy(logits, labels *Tensor, reduction Reduction, ignoreIndex int64) (*Tensor, error) {
+	return binary(logits, labels, func(l, y C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_cross_entropy(l, y, C.ampx_reduction(reduction), C.int64_t(ignoreIndex), out)
+	})
+}
+
+// MSELoss returns the mean-squared error (or the sum of squares) between
+// input and target.
+func MSELoss(input, target *Tensor, reduction Reduction) (*Tensor, error) {
+	return binary(input, target, func(x, y C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_mse_loss(x, y, C.ampx_reduction(reduction), out)
+	})
+}
+
+// BCEWithLogits returns the binary cross-entropy of logits against targets
+// of the same shape.
+func BCEWithLogits(logits, targets *Tensor, reduction Reduction) (*Tensor, error) {
+	return binary(logits, targets, func(l, t C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_bce_with_logits(l, t, C.ampx_reduction(reduction), out)
+	})
+}
+
+// Linear returns act(x W^T + b) for x [..., in], weight [out, in] and bias
+// [out] or nil.
+func Linear(x, weight, bias *Tensor, activation Activation) (*Tensor, error) {
+	hx, hw, hb := x.handle(), weight.handle(), bias.handle()
+	return op(x, func(out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_linear(hx, hw, hb, C.ampx_activation(activation), out)
+	}, x, weight, bias)
+}
+
+// LayerNorm normalises over the last dimension; weight and bias may be nil.
+func LayerNorm(x, weight, bias *Tensor, eps float64) (*Tensor, error) {
+	hx, hw, hb := x.handle(), weight.handle(), bias.handle()
+	return op(x, func(out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_layer_norm(hx, hw, hb, C.double(eps), out)
+	}, x, weight, bias)
+}
+
+// BatchNorm normalises x [N, C] or [N, C, L] per channel. weight, bias and
+// the running statistics (both or neither) may be nil; in training the
+// running statistics are updated in place.
+func BatchNorm(x, weight, bias, runningMean, runningVar *Tensor, training bool, momentum, eps float64) (*Tensor, error) {
+	hx, hw, hb, hm, hv := x.handle(), weight.handle(), bias.handle(), runningMean.handle(), runningVar.handle()
+	return op(x, func(out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_batch_norm(hx, hw, hb, hm, hv, cbool(training), C.double(momentum), C.double(eps), out)
+	}, x, weight, bias, runningMean, runningVar)
+}
+
+// Dropout zeroes each element with probability p while training and scales
+// the others by 1/(1-p); the masks follow the context's seed.
+func Dropout(x *Tensor, p float64, training bool) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_dropout(x, C.double(p), cbool(training), out)
+	})
+}
+
+// Reshape returns x's elements with a new shape (one extent may be -1),
+// sharing x's memory.
+func Reshape(x *Tensor, shape ...int64) (*Tensor, error) {
+	ndim, dims := shapeArg(shape)
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_reshape(x, ndim, dims, out)
+	})
+}
+
+// Transpose returns a copy of x with dimensions dim0 and dim1 exchanged
+// (negative dims count from the end).
+func Transpose(x *Tensor, dim0, dim1 int32) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_transpose(x, C.int32_t(dim0), C.int32_t(dim1), out)
+	})
+}
+
+// Concat joins tensors along dim.
+func Concat(dim int32, tensors ...*Tensor) (*Tensor, error) {
+	ptr, count := arrayArg(handlesOf(tensors))
+	var first *Tensor
+	if len(tensors) > 0 {
+		first = tensors[0]
+	}
+	return op(first, func(out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_concat(ptr, count, C.int32_t(dim), out)
+	}, tensors)
+}
+
+// handlesOf lists the handles of ts (nil for a nil or closed tensor).
+func handlesOf(ts []*Tensor) []C.ampx_tensor {
+	handles := make([]C.ampx_tensor, len(ts))
+	for i, t := range ts {
+		handles[i] = t.handle()
+	}
+	return handles
+}

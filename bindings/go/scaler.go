@@ -1,0 +1,193 @@
+package ampx
+
+// #include <ampx/ampx.h>
+import "C"
+
+import "runtime"
+
+// ScalerOptions configures NewScaler (torch.amp.GradScaler's options plus
+// hysteresis and scale bounds). Start from DefaultScalerOptions.
+type ScalerOptions struct {
+	InitScale, GrowthFactor, BackoffFactor float64
+	GrowthInterval                         int32
+	Enabled                                bool
+	Hysteresis                             int32   // back off at the Nth consecutive overflow
+	MinScale, MaxScale                     float64 // 0: no bound
+}
+
+// DefaultScalerOptions returns the library's defaults (init scale 65536,
+// growth 2, backoff 0.5, interval 2000).
+func DefaultScalerOptions() ScalerOptions {
+	c := C.ampx_scaler_options_default()
+	return ScalerOptions{float64(c.init_scale), float64(c.growth_factor), float64(c.backoff_factor),
+		int32(c.growth_interval), c.enabled != 0, int32(c.hysteresis),
+		float64(c.min_scale), float64(c.max_scale)}
+}
+
+func (o *ScalerOptions) toC() *C.ampx_scaler_options {
+	if o == nil {
+		return nil
+	}
+	c := C.ampx_scaler_options_default()
+	c.init_scale, c.growth_factor, c.backoff_factor = C.double(o.InitScale),
+		C.double(o.GrowthFactor), C.double(o.BackoffFactor)
+	c.growth_interval, c.enabled, c.hysteresis = C.int32_t(o.GrowthInterval), cbool(o.Enabled),
+		C.int32_t(o.Hysteresis)
+	c.min_scale, c.max_scale = C.double(o.MinScale), C.double(o.MaxScale)
+	return &c
+}
+
+// Scaler is a dynamic loss scaler. Per iteration: Backward(scaler) (or
+// ScaleLoss), optionally Unscale (before clipping), Step, Update.
+type Scaler struct {
+	h   C.ampx_scaler
+	ctx *Context
+}
+
+// NewScaler creates a scaler on ctx; opts nil means the defaults.
+func NewScaler(ctx *Context, opts *ScalerOptions) (*Scaler, error) {
+	var h C.ampx_scaler
+	c := opts.toC()
+	if err := call(func() C.ampx_status { return C.ampx_scaler_create(ctx.handle(), c, &h) }, ctx); err != nil {
+		return nil, err
+	}
+	s := &Scaler{h: h, ctx: ctx}
+	runtime.SetFinalizer(s, (*Scaler).Close)
+	return s, nil
+}
+
+// Close releases the scaler (optimizers attached to it keep it alive).
+// Closing again does nothing.
+func (s *Scaler) Close() {
+	if s == nil || s.h == nil {
+		return
+	}
+	C.ampx_scaler_release(s.h)
+	s.h = nil
+	runtime.SetFinalizer(s, nil)
+}
+
+func (s *Scaler) handle() C.ampx_scaler {
+	if s == nil {
+		return nil
+	}
+	return s.h
+}
+
+// Attach ties opt to this scaler before its first use, so that misuse in
+// the first iteration is caught too.
+func (s *Scaler) Attach(opt *Optimizer) error {
+	h, o := s.handle(), opt.handle()
+	return call(func() C.ampx_status { return C.ampx_scaler_attach(h, o) }, s, opt)
+}
+
+// ScaleLoss returns a new F32 tensor holding loss * scale.
+func (s *Scaler) ScaleLoss(loss *Tensor) (*Tensor, error) {
+	var out C.ampx_tensor
+	h, l := s.handle(), loss.handle()
+	err := call(func() C.ampx_status { return C.ampx_scaler_scale_loss(h, l, &out) }, s, loss)
+	return s.ctx.owned(out, err)
+}
+
+// ScaleTensor returns a new reference to the one-element F32 device tensor
+// holding the current scale (read-only; it changes at each update).
+func (s *Scaler) ScaleTensor() (*Tensor, error) {
+	var out C.ampx_tensor
+	h := s.handle()
+	err := call(func() C.ampx_status { return C.ampx_scaler_scale_tensor(h, &out) }, s)
+	return s.ctx.owned(out, err)
+}
+
+// Scale returns the current scale (synchronizes; 1 when disabled).
+func (s *Scaler) Scale() (float64, error) {
+	var scale C.double
+	h := s.handle()
+	err := call(func() C.ampx_status { return C.ampx_scaler_get_scale(h, &scale) }, s)
+	return float64(scale), err
+}
+
+// Unscale divides opt's gradients by the scale and records whether any is
+// inf/NaN.
+func (s *Scaler) Unscale(opt *Optimizer) error {
+	h, o := s.handle(), opt.handle()
+	return call(func() C.ampx_status { return C.ampx_scaler_unscale(h, o) }, s, opt)
+}
+
+// Step unscales if needed, then steps opt unless an inf/NaN was found.
+func (s *Scaler) Step(opt *Optimizer) error {
+	h, o := s.handle(), opt.handle()
+	return call(func() C.ampx_status { return C.ampx_scaler_step(h, o) }, s, opt)
+}
+
+// Update ends the iteration: backs off or grows the scale.
+func (s *Scaler) Update() error {
+	h := s.handle()
+	return call(func() C.ampx_status { return C.ampx_scaler_update(h) }, s)
+}
+
+// UpdateTo ends the iteration setting the scale to newScale.
+func (s *Scaler) UpdateTo(newScale float64) error {
+	h := s.handle()
+	return call(func() C.ampx_status { return C.ampx_scaler_update_to(h, C.double(newScale)) }, s)
+}
+
+// FoundInf reports whether the last unscale of opt's gradients found an
+// inf/NaN (synchronizes).
+func (s *Scaler) FoundInf(opt *Optimizer) (bool, error) {
+	var found C.int32_t
+	h, o := s.handle(), opt.handle()
+	err := call(func() C.ampx_status { return C.ampx_scaler_found_inf(h, o, &found) }, s, opt)
+	return found != 0, err
+}
+
+// ScalerCounters count the scaler's updates since creation or SetState.
+type ScalerCounters struct {
+	Updates, Skipped, Backoffs, Growths int64
+}
+
+// Counters reads the counters (synchronizes).
+func (s *Scaler) Counters() (ScalerCounters, error) {
+	c := C.ampx_scaler_counters{struct_size: C.sizeof_ampx_scaler_counters}
+	h := s.handle()
+	err := call(func() C.ampx_status { return C.ampx_scaler_get_counters(h, &c) }, s)
+	return countersFromC(c), err
+}
+
+func countersFromC(c C.ampx_scaler_counters) ScalerCounters {
+	return ScalerCounters{int64(c.updates), int64(c.skipped), int64(c.backoffs), int64(c.growths)}
+}
+
+// ScalerState is the scaler's persistent state, for checkpoints.
+type ScalerState struct {
+	Scale, GrowthFactor, BackoffFactor                        float64
+	GrowthInterval, GrowthTracker, Hysteresis, HysteresisLeft int32
+	MinScale, MaxScale                                        float64
+	Counters                                                  ScalerCounters
+}
+
+// State reads the whole state (synchronizes).
+func (s *Scaler) State() (ScalerState, error) {
+	c := C.ampx_scaler_state{struct_size: C.sizeof_ampx_scaler_state}
+	c.counters.struct_size = C.sizeof_ampx_scaler_counters
+	h := s.handle()
+	err := call(func() C.ampx_status { return C.ampx_scaler_get_state(h, &c) }, s)
+	return ScalerState{float64(c.scale), float64(c.growth_factor), float64(c.backoff_factor),
+		int32(c.growth_interval), int32(c.growth_tracker), int32(c.hysteresis),
+		int32(c.hysteresis_left), float64(c.min_scale), float64(c.max_scale),
+		countersFromC(c.counters)}, err
+}
+
+// SetState restores a state read by State, between iterations only.
+func (s *Scaler) SetState(state ScalerState) error {
+	c := C.ampx_scaler_state{struct_size: C.sizeof_ampx_scaler_state}
+	c.scale, c.growth_factor, c.backoff_factor = C.double(state.Scale),
+		C.double(state.GrowthFactor), C.double(state.BackoffFactor)
+	c.growth_interval, c.growth_tracker = C.int32_t(state.GrowthInterval), C.int32_t(state.GrowthTracker)
+	c.hysteresis, c.hysteresis_left = C.int32_t(state.Hysteresis), C.int32_t(state.HysteresisLeft)
+	c.min_scale, c.max_scale = C.double(state.MinScale), C.double(state.MaxScale)
+	c.counters = C.ampx_scaler_counters{struct_size: C.sizeof_ampx_scaler_counters,
+		updates: C.int64_t(state.Counters.Updates), skipped: C.int64_t(state.Counters.Skipped),
+		backoffs: C.int64_t(state.Counters.Backoffs), growths: C.int64_t(state.Counters.Growths)}
+	h := s.handle()
+	return call(func() C.ampx_status { return C.ampx_scaler_set_state(h, &c) }, s)
+}

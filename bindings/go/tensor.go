@@ -1,0 +1,266 @@
+package ampx
+
+// #include <stdlib.h>
+// #include <ampx/ampx.h>
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+)
+
+// Tensor is a dense, contiguous, row-major array on its context's device.
+type Tensor struct {
+	h      C.ampx_tensor
+	ctx    *Context
+	scoped bool // borrowed from a scope of ctx: PopScope ends it, Close only forgets it
+}
+
+// Element is a Go type that has an ampx dtype.
+type Element interface {
+	float32 | int32 | int64
+}
+
+func dtypeOf[T Element]() DType {
+	var zero T
+	switch any(zero).(type) {
+	case float32:
+		return F32
+	case int32:
+		return I32
+	default:
+		return I64
+	}
+}
+
+// Close releases the tensor (for a tensor borrowed from a scope it only
+// forgets the handle: the scope releases it). Closing again does nothing.
+func (t *Tensor) Close() {
+	if t == nil || t.h == nil {
+		return
+	}
+	if !t.scoped {
+		C.ampx_tensor_release(t.h)
+	}
+	t.h = nil
+	runtime.SetFinalizer(t, nil)
+}
+
+func (t *Tensor) handle() C.ampx_tensor {
+	if t == nil {
+		return nil
+	}
+	return t.h
+}
+
+func (t *Tensor) context() *Context {
+	if t == nil {
+		return nil
+	}
+	return t.ctx
+}
+
+// Context returns the context the tensor was made on.
+func (t *Tensor) Context() *Context { return t.ctx }
+
+// Retain returns a new owned reference to the same tensor, e.g. to keep a
+// tensor made inside a scope after the scope is popped.
+func (t *Tensor) Retain() (*Tensor, error) {
+	h := t.handle()
+	err := call(func() C.ampx_status { return C.ampx_tensor_retain(h) }, t)
+	return t.context().owned(h, err)
+}
+
+// ToHost copies the contents into dst, which must be exactly NBytes long.
+func (t *Tensor) ToHost(dst []byte) error { return toHost(t, dst) }
+
+// CopyFromHost overwrites the contents with src (exactly NBytes long).
+func (t *Tensor) CopyFromHost(src []byte) error { return copyFromHost(t, src) }
+
+// ToSlice copies a tensor's elements into a new slice; T must match the
+// tensor's dtype.
+func ToSlice[T Element](t *Tensor) ([]T, error) {
+	dtype, err := t.DType()
+	if err != nil {
+		return nil, err
+	}
+	if want := dtypeOf[T](); dtype != want {
+		return nil, &Error{ErrDType, fmt.Sprintf("ampx.ToSlice: the tensor is %v, not %v", dtype, want)}
+	}
+	n, err := t.Numel()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]T, n)
+	return out, toHost(t, out)
+}
+
+// CopyFromSlice overwrites a tensor's contents with src (numel elements of
+// the tensor's dtype).
+func CopyFromSlice[T Element](t *Tensor, src []T) error { return copyFromHost(t, src) }
+
+func toHost[T any](t *Tensor, dst []T) error {
+	h := t.handle()
+	ptr, bytes := sliceBytes(dst)
+	return call(func() C.ampx_status { return C.ampx_tensor_to_host(h, ptr, bytes) }, t)
+}
+
+func copyFromHost[T any](t *Tensor, src []T) error {
+	h := t.handle()
+	ptr, bytes := sliceBytes(src)
+	return call(func() C.ampx_status { return C.ampx_tensor_copy_from_host(h, ptr, bytes) }, t)
+}
+
+// CopyFrom sets t = src, converting the element type (same element count).
+func (t *Tensor) CopyFrom(src *Tensor) error {
+	dst, s := t.handle(), src.handle()
+	return call(func() C.ampx_status { return C.ampx_tensor_copy(dst, s) }, t, src)
+}
+
+// Cast returns a new tensor holding t converted to dtype.
+func (t *Tensor) Cast(dtype DType) (*Tensor, error) {
+	var out C.ampx_tensor
+	h := t.handle()
+	err := call(func() C.ampx_status { return C.ampx_tensor_cast(h, C.ampx_dtype(dtype), &out) }, t)
+	return t.context().owned(out, err)
+}
+
+// Fill sets every element to value (converted to the dtype).
+func (t *Tensor) Fill(value float64) error {
+	h := t.handle()
+	return call(func() C.ampx_status { return C.ampx_tensor_fill(h, C.double(value)) }, t)
+}
+
+// SetName names the tensor for diagnostics ("" clears the name).
+func (t *Tensor) SetName(name string) error {
+	h := t.handle()
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	return call(func() C.ampx_status { return C.ampx_tensor_set_name(h, cname) }, t)
+}
+
+// Name returns the tensor's name ("" if none).
+func (t *Tensor) Name() (string, error) {
+	var name *C.char
+	var out string
+	h := t.handle()
+	err := call(func() C.ampx_status {
+		status := C.ampx_tensor_name(h, &name)
+		if status == C.AMPX_OK {
+			out = C.GoString(name)
+		}
+		return status
+	}, t)
+	return out, err
+}
+
+// DType returns the element type.
+func (t *Tensor) DType() (DType, error) {
+	var d C.ampx_dtype
+	h := t.handle()
+	err := call(func() C.ampx_status { return C.ampx_tensor_dtype(h, &d) }, t)
+	return DType(d), err
+}
+
+// NDim returns the number of dimensions.
+func (t *Tensor) NDim() (int, error) {
+	var n C.int32_t
+	h := t.handle()
+	err := call(func() C.ampx_status { return C.ampx_tensor_ndim(h, &n) }, t)
+	return int(n), err
+}
+
+// Shape returns the extents.
+func (t *Tensor) Shape() ([]int64, error) {
+	ndim, err := t.NDim()
+	if err != nil {
+		return nil, err
+	}
+	dims := make([]int64, ndim)
+	capacity, ptr := shapeArg(dims)
+	h := t.handle()
+	err = call(func() C.ampx_status { return C.ampx_tensor_shape(h, ptr, capacity) }, t)
+	return dims, err
+}
+
+// Numel returns the number of elements.
+func (t *Tensor) Numel() (int64, error) {
+	var n C.int64_t
+	h := t.handle()
+	err := call(func() C.ampx_status { return C.ampx_tensor_numel(h, &n) }, t)
+	return int64(n), err
+}
+
+// NBytes returns the size of the contents in bytes.
+func (t *Tensor) NBytes() (int, error) {
+	var n C.size_t
+	h := t.handle()
+	err := call(func() C.ampx_status { return C.ampx_tensor_nbytes(h, &n) }, t)
+	return int(n), err
+}
+
+// Data returns the address of the first element on the tensor's device,
+// valid while the tensor lives (keep the *Tensor reachable while using it,
+// e.g. with runtime.KeepAlive).
+func (t *Tensor) Data() (unsafe.Pointer, error) {
+	var p unsafe.Pointer
+	h := t.handle()
+	err := call(func() C.ampx_status { return C.ampx_tensor_data(h, &p) }, t)
+	return p, err
+}
+
+// SetGrad attaches grad as t's gradient (nil detaches it). The tensor keeps
+// its own reference: grad may be closed afterwards.
+func (t *Tensor) SetGrad(grad *Tensor) error {
+	h, g := t.handle(), grad.handle()
+	return call(func() C.ampx_status { return C.ampx_tensor_set_grad(h, g) }, t, grad)
+}
+
+// Grad returns a new owned reference to t's gradient, or nil if it has none.
+func (t *Tensor) Grad() (*Tensor, error) {
+	var g C.ampx_tensor
+	h := t.handle()
+	err := call(func() C.ampx_status {
+		status := C.ampx_tensor_grad(h, &g)
+		if status == C.AMPX_OK && g != nil {
+			status = C.ampx_tensor_retain(g)
+		}
+		return status
+	}, t)
+	if err != nil || g == nil {
+		return nil, err
+	}
+	return t.ctx.owned(g, nil)
+}
+
+// ToDLPack exports the tensor as a *C.DLManagedTensor sharing its memory.
+// The consumer calls its deleter once when done.
+func (t *Tensor) ToDLPack() (unsafe.Pointer, error) {
+	var out *C.struct_DLManagedTensor
+	h := t.handle()
+	err := call(func() C.ampx_status { return C.ampx_tensor_to_dlpack(h, &out) }, t)
+	return unsafe.Pointer(out), err
+}
+
+// SetRequiresGrad marks a leaf tensor as needing a gradient (or not).
+func (t *Tensor) SetRequiresGrad(requiresGrad bool) error {
+	h := t.handle()
+	return call(func() C.ampx_status { return C.ampx_tensor_set_requires_grad(h, cbool(requiresGrad)) }, t)
+}
+
+// RequiresGrad reports whether gradients flow to or through t.
+func (t *Tensor) RequiresGrad() (bool, error) {
+	var r C.int32_t
+	h := t.handle()
+	err := call(func() C.ampx_status { return C.ampx_tensor_requires_grad(h, &r) }, t)
+	return r != 0, err
+}
+
+// Backward backpropagates from the one-element loss into the gradients of
+// the leaves that require one. With a scaler the seed is its scale (the
+// gradients come out scaled); scaler may be nil.
+func (t *Tensor) Backward(scaler *Scaler) error {
+	h, s := t.handle(), scaler.handle()
+	return call(func() C.ampx_status { return C.ampx_backward(h, s) }, t, scaler)
+}

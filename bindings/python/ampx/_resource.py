@@ -1,0 +1,38 @@
+"""The base class of every Python object that owns a C handle."""
+from __future__ import annotations
+
+import weakref
+
+from .errors import StaleHandleError
+
+
+class Resource:
+    """Owns one reference to an ampx object.
+
+    The reference is dropped by :meth:`close`, or when the Python object is
+    garbage collected (or at interpreter exit), whichever comes first; ampx
+    allows its objects to be released in any order. A closed object raises
+    :class:`ampx.StaleHandleError` when used.
+    """
+
+    _kind = "object"
+
+    def __init__(self, handle: int, release, *release_args):
+        self._handle = handle
+        self._finalizer = weakref.finalize(self, release, handle, *release_args)
+
+    @property
+    def handle(self) -> int:
+        """The C handle, as an integer (for passing to other C code; borrowed)."""
+        if not self._finalizer.alive:
+            raise StaleHandleError(f"this {self._kind} was closed")
+        return self._handle
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Drops this object's reference now. Further calls do nothing."""
+        self._finalizer()

@@ -1,0 +1,244 @@
+"""Mixed precision: autocast policies and the dynamic loss scaler."""
+from __future__ import annotations
+
+import ctypes
+from typing import NamedTuple
+
+from ._args import bool_arg, enum_arg, float_arg, int_arg, str_arg
+from ._lib import ScalerCountersStruct, ScalerStateStruct, lib
+from ._resource import Resource
+from .context import Context
+from .errors import ArgumentTypeError, InvalidArgumentError, OrderError
+from .optim import Optimizer
+from .tensor import Tensor, handle_of
+from .types import DType, OpClass
+
+
+def _context_arg(context) -> Context:
+    if not isinstance(context, Context):
+        raise ArgumentTypeError(f"context must be an ampx.Context, not {type(context).__name__}")
+    return context
+
+
+class Autocast(Resource):
+    """An autocast policy (``torch.autocast``); ``with policy:`` makes ops follow it.
+
+    Args:
+        context: the context whose ops the policy governs.
+        dtype: ``"f16"`` (default) or ``"bf16"``: the dtype of "lower
+            precision" ops (matmul, linear).
+        enabled: a disabled policy changes nothing.
+        cache: cache casts of F32 leaves that require grad for the life of
+            the outermost region.
+
+    A policy can be entered many times, and regions nest; the ``with``
+    blocks of different policies must nest properly.
+    """
+
+    _kind = "autocast policy"
+
+    def __init__(self, context: Context, dtype="f16", *, enabled: bool = True,
+                 cache: bool = True):
+        context = _context_arg(context)
+        options = lib.ampx_autocast_options_default()
+        options.dtype = enum_arg(DType, dtype, "dtype")
+        options.enabled = bool_arg(enabled, "enabled")
+        options.cache = bool_arg(cache, "cache")
+        out = ctypes.c_void_p()
+        lib.ampx_autocast_create(context.handle, ctypes.byref(options), ctypes.byref(out))
+        super().__init__(out.value, lib.ampx_autocast_release)
+        self._context = context
+        self._depth = 0
+
+    def __enter__(self) -> "Autocast":
+        lib.ampx_autocast_enter(self.handle)
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        lib.ampx_autocast_exit(self.handle)
+        self._depth -= 1
+
+    def close(self) -> None:
+        """Releases the policy; not allowed inside its ``with`` block."""
+        if self._depth:
+            raise OrderError("an autocast policy cannot be closed inside its with block")
+        super().close()
+
+    @property
+    def context(self) -> Context:
+        """The policy's context."""
+        return self._context
+
+    def set_op_class(self, op: str, op_class) -> None:
+        """Overrides the precision class of the op named ``op`` (e.g. "softmax")."""
+        lib.ampx_autocast_set_op_class(self.handle, str_arg(op, "op"),
+                                       enum_arg(OpClass, op_class, "op_class"))
+
+    def op_class(self, op: str) -> OpClass:
+        """The class the op named ``op`` gets under this policy."""
+        out = ctypes.c_int32()
+        lib.ampx_autocast_op_class(self.handle, str_arg(op, "op"), ctypes.byref(out))
+        return OpClass(out.value)
+
+    def cache_stats(self) -> tuple[int, int]:
+        """(hits, misses) of the cast cache since the policy was created."""
+        hits, misses = ctypes.c_int64(), ctypes.c_int64()
+        lib.ampx_autocast_cache_stats(self.handle, ctypes.byref(hits), ctypes.byref(misses))
+        return hits.value, misses.value
+
+
+class ScalerCounters(NamedTuple):
+    """``ampx_scaler_counters``."""
+
+    updates: int
+    skipped: int
+    backoffs: int
+    growths: int
+
+
+_STATE_FIELDS = ("scale", "growth_factor", "backoff_factor", "growth_interval",
+                 "growth_tracker", "hysteresis", "hysteresis_left", "min_scale", "max_scale")
+
+
+def _optimizer_handle(optimizer) -> int:
+    if not isinstance(optimizer, Optimizer):
+        raise ArgumentTypeError(f"optimizer must be an ampx optimizer, not "
+                                f"{type(optimizer).__name__}")
+    return optimizer.handle
+
+
+class Scaler(Resource):
+    """A dynamic loss scaler (``torch.amp.GradScaler``).
+
+    Args (``None`` keeps the library default shown):
+        context: the context of the losses and gradients.
+        init_scale: 65536.
+        growth_factor: 2.0.
+        backoff_factor: 0.5.
+        growth_interval: 2000.
+        enabled: True; a disabled scaler is a pass-through (scale 1).
+        hysteresis: 1 (back off at every overflow, as torch); N: only at the
+            Nth consecutive overflowing update.
+        min_scale, max_scale: 0 (no bound).
+
+    The loop is ``backward(loss, scaler)`` (or ``scaler.scale(loss)``),
+    ``unscale_(opt)`` (optional, before clipping), ``step(opt)``,
+    ``update()``; out-of-order calls raise :class:`ampx.OrderError`.
+    """
+
+    _kind = "scaler"
+
+    def __init__(self, context: Context, *, init_scale: float | None = None,
+                 growth_factor: float | None = None, backoff_factor: float | None = None,
+                 growth_interval: int | None = None, enabled: bool = True,
+                 hysteresis: int | None = None, min_scale: float | None = None,
+                 max_scale: float | None = None):
+        context = _context_arg(context)
+        options = lib.ampx_scaler_options_default()
+        for field, value in (("init_scale", init_scale), ("growth_factor", growth_factor),
+                             ("backoff_factor", backoff_factor), ("min_scale", min_scale),
+                             ("max_scale", max_scale)):
+            if value is not None:
+                setattr(options, field, float_arg(value, field))
+        if growth_interval is not None:
+            options.growth_interval = int_arg(growth_interval, "growth_interval")
+        if hysteresis is not None:
+            options.hysteresis = int_arg(hysteresis, "hysteresis")
+        options.enabled = bool_arg(enabled, "enabled")
+        out = ctypes.c_void_p()
+        lib.ampx_scaler_create(context.handle, ctypes.byref(options), ctypes.byref(out))
+        super().__init__(out.value, lib.ampx_scaler_release)
+        self._context = context
+
+    def __enter__(self) -> "Scaler":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    @property
+    def context(self) -> Context:
+        """The scaler's context."""
+        return self._context
+
+    def attach(self, optimizer: Optimizer) -> None:
+        """Ties ``optimizer`` to this scaler before its first use."""
+        lib.ampx_scaler_attach(self.handle, _optimizer_handle(optimizer))
+
+    def scale(self, loss: Tensor) -> Tensor:
+        """A new F32 tensor holding ``loss * scale``."""
+        out = ctypes.c_void_p()
+        lib.ampx_scaler_scale_loss(self.handle, handle_of(loss, "loss"), ctypes.byref(out))
+        return Tensor(out.value, self._context)
+
+    def scale_tensor(self) -> Tensor:
+        """The one-element F32 device tensor holding the current scale (read-only)."""
+        out = ctypes.c_void_p()
+        lib.ampx_scaler_scale_tensor(self.handle, ctypes.byref(out))
+        return Tensor(out.value, self._context)
+
+    def get_scale(self) -> float:
+        """The current scale (1.0 when disabled). Synchronizes."""
+        out = ctypes.c_double()
+        lib.ampx_scaler_get_scale(self.handle, ctypes.byref(out))
+        return out.value
+
+    def unscale_(self, optimizer: Optimizer) -> None:
+        """Divides ``optimizer``'s gradients by the scale (needed before clipping)."""
+        lib.ampx_scaler_unscale(self.handle, _optimizer_handle(optimizer))
+
+    def step(self, optimizer: Optimizer) -> None:
+        """Unscales if needed, then steps unless a gradient is inf/NaN."""
+        lib.ampx_scaler_step(self.handle, _optimizer_handle(optimizer))
+
+    def update(self, new_scale: float | None = None) -> None:
+        """Ends the iteration: backs off or grows the scale, or sets ``new_scale``."""
+        if new_scale is None:
+            lib.ampx_scaler_update(self.handle)
+        else:
+            lib.ampx_scaler_update_to(self.handle, float_arg(new_scale, "new_scale"))
+
+    def found_inf(self, optimizer: Optimizer) -> bool:
+        """Whether this iteration's unscale of ``optimizer`` found an inf/NaN."""
+        out = ctypes.c_int32()
+        lib.ampx_scaler_found_inf(self.handle, _optimizer_handle(optimizer), ctypes.byref(out))
+        return bool(out.value)
+
+    def counters(self) -> ScalerCounters:
+        """Update, skip, backoff and growth counts. Synchronizes."""
+        out = ScalerCountersStruct(struct_size=ctypes.sizeof(ScalerCountersStruct))
+        lib.ampx_scaler_get_counters(self.handle, ctypes.byref(out))
+        return ScalerCounters(out.updates, out.skipped, out.backoffs, out.growths)
+
+    def state_dict(self) -> dict:
+        """The persistent state (torch's ``state_dict`` keys plus ampx's extras)."""
+        out = ScalerStateStruct(struct_size=ctypes.sizeof(ScalerStateStruct))
+        out.counters.struct_size = ctypes.sizeof(ScalerCountersStruct)
+        lib.ampx_scaler_get_state(self.handle, ctypes.byref(out))
+        state = {field: getattr(out, field) for field in _STATE_FIELDS}
+        state["counters"] = ScalerCounters(out.counters.updates, out.counters.skipped,
+                                           out.counters.backoffs, out.counters.growths)._asdict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores a :meth:`state_dict` (only between iterations)."""
+        if not isinstance(state, dict):
+            raise ArgumentTypeError(f"state must be a dict, not {type(state).__name__}")
+        out = ScalerStateStruct(struct_size=ctypes.sizeof(ScalerStateStruct))
+        out.counters.struct_size = ctypes.sizeof(ScalerCountersStruct)
+        lib.ampx_scaler_get_state(self.handle, ctypes.byref(out))
+        unknown = set(state) - set(_STATE_FIELDS) - {"counters"}
+        if unknown:
+            raise InvalidArgumentError(f"unknown scaler state keys: {sorted(unknown)}")
+        for field in _STATE_FIELDS:
+            if field in state:
+                value = state[field]
+                is_int = field in ("growth_interval", "growth_tracker", "hysteresis",
+                                   "hysteresis_left")
+                setattr(out, field, int_arg(value, field) if is_int else float_arg(value, field))
+        for field, value in state.get("counters", {}).items():
+            if field not in ScalerCounters._fields:
+                raise InvalidArgumentError(f"unknown scaler counter {field!r}")
+            setattr(out.counters, field, int_arg(value, f"counters.{field}", bits=64))
+        lib.ampx_scaler_set_state(self.handle, ctypes.byref(out))

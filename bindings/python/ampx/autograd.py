@@ -1,0 +1,141 @@
+"""Backward passes, grad mode and gradient checkpointing."""
+from __future__ import annotations
+
+import ctypes
+import itertools
+import weakref
+from typing import Callable
+
+from ._args import int_arg
+from ._lib import SEGMENT_FN, keep_forever, lib
+from .context import Context, default_context
+from . import amp
+from .errors import ArgumentTypeError, Error, InvalidArgumentError, Status
+from .tensor import Tensor, handle_array, handle_of
+
+
+def backward(loss: Tensor, scaler=None) -> None:
+    """Backpropagates from ``loss``, a one-element tensor made by a recorded op.
+
+    Gradients accumulate into every leaf that requires one (see
+    ``Tensor.grad``). With a :class:`ampx.Scaler` the seed is its scale, so
+    the gradients come out scaled, ready for ``scaler.unscale_``/``step``.
+    An exception raised by a :func:`checkpoint` segment while it is run
+    again is re-raised here.
+    """
+    if scaler is not None and not isinstance(scaler, amp.Scaler):
+        raise ArgumentTypeError(f"scaler must be an ampx.Scaler, not {type(scaler).__name__}")
+    handle = handle_of(loss, "loss")
+    segments = loss.context._state.segments
+    try:
+        lib.ampx_backward(handle, None if scaler is None else scaler.handle)
+    except Error as exc:
+        failed = next((s for s in segments.values() if s.error is not None), None)
+        if failed is not None:
+            raise failed.take_error() from exc
+        raise
+    # The tape, with every checkpointed segment recorded on it, is gone.
+    segments.clear()
+
+
+def no_grad(context: Context | None = None):
+    """``with ampx.no_grad(ctx):`` records nothing (``Context.no_grad``)."""
+    return (default_context() if context is None else context).no_grad()
+
+
+class _Segment:
+    """A Python callable run by ampx_checkpoint, now and again in backward."""
+
+    def __init__(self, fn: Callable, context: Context, output_count: int):
+        self.fn = fn
+        self.context = context
+        self.output_count = output_count
+        self.error: BaseException | None = None
+        self.outputs: tuple = ()
+
+    def take_error(self) -> BaseException:
+        error, self.error = self.error, None
+        return error
+
+    def run(self, inputs, input_count: int, outputs) -> int:
+        state = self.context._state
+        args = [Tensor._borrowed(inputs[i], self.context) for i in range(input_count)]
+        # ampx opens a scope around the segment: its op outputs belong to it.
+        state.scope_depth += 1
+        try:
+            result = self.fn(*args)
+        finally:
+            state.scope_depth -= 1
+        results = (result,) if isinstance(result, Tensor) else result
+        if not isinstance(results, (tuple, list)) or len(results) != self.output_count:
+            raise InvalidArgumentError(
+                f"the checkpointed function must return {self.output_count} tensor(s) "
+                f"(num_outputs), not {result!r}")
+        handles = [handle_of(t, f"output {i} of the checkpointed function")
+                   for i, t in enumerate(results)]
+        # Tensors the segment made outside ops have no other owner: keep them
+        # until ampx has taken its references.
+        self.outputs = tuple(results)
+        for i, h in enumerate(handles):
+            outputs[i] = h
+        return Status.OK
+
+
+_live_segments: "weakref.WeakValueDictionary[int, _Segment]" = weakref.WeakValueDictionary()
+_segment_tokens = itertools.count(1)
+
+
+@keep_forever
+@SEGMENT_FN
+def _run_segment(user_data, inputs, input_count, outputs, output_count):
+    segment = _live_segments.get(user_data)
+    if segment is None:
+        return Status.INTERNAL
+    try:
+        return segment.run(inputs, input_count, outputs)
+    except BaseException as exc:  # noqa: B902  (nothing may unwind into C)
+        segment.error = exc
+        return exc.status if isinstance(exc, Error) else Status.INVALID_ARGUMENT
+
+
+def checkpoint(fn: Callable, *inputs: Tensor, num_outputs: int = 1,
+               context: Context | None = None):
+    """Gradient checkpointing (``torch.utils.checkpoint``) of ``fn(*inputs)``.
+
+    ``fn`` computes ``num_outputs`` tensors from the input tensors with ampx
+    ops; it runs now without keeping its intermediates, and again when
+    backward reaches it, so it must be deterministic. Parameters it uses
+    (e.g. through a closure) receive their gradients as usual. Returns one
+    Tensor, or a tuple when ``num_outputs > 1``. ``context`` is needed only
+    when there are no inputs. An exception raised by ``fn`` propagates (from
+    here, or from the backward call that ran it again).
+    """
+    if not callable(fn):
+        raise ArgumentTypeError(f"fn must be callable, not {type(fn).__name__}")
+    count = int_arg(num_outputs, "num_outputs", minimum=1)
+    tensors, handles = handle_array(inputs, "inputs")
+    if context is None:
+        if not tensors:
+            raise InvalidArgumentError("checkpoint without inputs needs context=")
+        context = tensors[0].context
+    elif not isinstance(context, Context):
+        raise ArgumentTypeError(f"context must be an ampx.Context, not {type(context).__name__}")
+    segment = _Segment(fn, context, count)
+    token = next(_segment_tokens)
+    _live_segments[token] = segment
+    context._state.segments[token] = segment
+    outputs = (ctypes.c_void_p * count)()
+    try:
+        lib.ampx_checkpoint(context.handle, _run_segment, token, handles, len(tensors),
+                            outputs, count)
+    except Error as exc:
+        context._state.segments.pop(token, None)
+        if segment.error is not None:
+            raise segment.take_error() from exc
+        raise
+    finally:
+        segment.outputs = ()
+    if not context.grad_enabled:
+        context._state.segments.pop(token, None)  # nothing recorded it
+    results = tuple(Tensor._from_op(outputs[i], context) for i in range(count))
+    return results[0] if count == 1 else results

@@ -1,0 +1,210 @@
+"""The ops of ampx.h section 11, as functions (most are also Tensor methods).
+
+Every op returns a new Tensor. Ops are recorded for :func:`ampx.backward`
+when grad mode is on and an input requires a gradient; under an entered
+:class:`ampx.Autocast` each op computes in the precision of its class.
+Failures raise :class:`ampx.Error` subclasses with the library's message
+(e.g. :class:`ampx.ShapeError` naming both shapes).
+"""
+from __future__ import annotations
+
+import ctypes
+
+from ._args import bool_arg, enum_arg, float_arg, int_arg, shape_arg
+from ._lib import lib
+from .errors import ArgumentTypeError
+from .tensor import Tensor, _int64_array, handle_array, handle_of
+from .types import Activation, Reduction
+
+
+def _tensor(value, what: str) -> Tensor:
+    if not isinstance(value, Tensor):
+        raise ArgumentTypeError(f"{what} must be an ampx.Tensor, not {type(value).__name__}")
+    return value
+
+
+def _run(function, first: Tensor, *args) -> Tensor:
+    """Calls an op whose output is written last; ``first`` gives the context."""
+    out = ctypes.c_void_p()
+    function(*args, ctypes.byref(out))
+    return Tensor._from_op(out.value, first.context)
+
+
+def _unary(function, x) -> Tensor:
+    x = _tensor(x, "x")
+    return _run(function, x, x.handle)
+
+
+def _binary(function, a, b) -> Tensor:
+    a = _tensor(a, "a")
+    return _run(function, a, a.handle, handle_of(b, "b"))
+
+
+def add(a: Tensor, b: Tensor) -> Tensor:
+    """``a + b`` element-wise; ``b`` may be a row vector broadcast over ``a``'s rows."""
+    return _binary(lib.ampx_add, a, b)
+
+
+def sub(a: Tensor, b: Tensor) -> Tensor:
+    """``a - b`` element-wise (broadcasting as :func:`add`)."""
+    return _binary(lib.ampx_sub, a, b)
+
+
+def mul(a: Tensor, b: Tensor) -> Tensor:
+    """``a * b`` element-wise (broadcasting as :func:`add`)."""
+    return _binary(lib.ampx_mul, a, b)
+
+
+def affine(x: Tensor, scale: float, shift: float = 0.0) -> Tensor:
+    """``x * scale + shift`` element-wise, in x's type."""
+    x = _tensor(x, "x")
+    return _run(lib.ampx_affine, x, x.handle, float_arg(scale, "scale"),
+                float_arg(shift, "shift"))
+
+
+def relu(x: Tensor) -> Tensor:
+    """max(x, 0)."""
+    return _unary(lib.ampx_relu, x)
+
+
+def gelu(x: Tensor) -> Tensor:
+    """GELU, the erf form."""
+    return _unary(lib.ampx_gelu, x)
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GELU, the tanh approximation."""
+    return _unary(lib.ampx_gelu_tanh, x)
+
+
+def silu(x: Tensor) -> Tensor:
+    """x * sigmoid(x)."""
+    return _unary(lib.ampx_silu, x)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    """1 / (1 + exp(-x))."""
+    return _unary(lib.ampx_sigmoid, x)
+
+
+def tanh(x: Tensor) -> Tensor:
+    """The hyperbolic tangent."""
+    return _unary(lib.ampx_tanh, x)
+
+
+def sum(x: Tensor) -> Tensor:  # noqa: A001  (as torch.sum)
+    """The sum of all elements, a one-element tensor (computed in fp32)."""
+    return _unary(lib.ampx_sum, x)
+
+
+def mean(x: Tensor) -> Tensor:
+    """The mean of all elements, a one-element tensor (computed in fp32)."""
+    return _unary(lib.ampx_mean, x)
+
+
+def softmax(x: Tensor) -> Tensor:
+    """Softmax over the last dimension."""
+    return _unary(lib.ampx_softmax, x)
+
+
+def log_softmax(x: Tensor) -> Tensor:
+    """Log-softmax over the last dimension."""
+    return _unary(lib.ampx_log_softmax, x)
+
+
+def cross_entropy(logits: Tensor, labels: Tensor, reduction="mean",
+                  ignore_index: int = -100) -> Tensor:
+    """Cross-entropy of logits [N, C] against class labels [N] (I32 or I64).
+
+    Labels equal to ``ignore_index`` contribute nothing and are not counted
+    in the mean.
+    """
+    logits = _tensor(logits, "logits")
+    return _run(lib.ampx_cross_entropy, logits, logits.handle, handle_of(labels, "labels"),
+                enum_arg(Reduction, reduction, "reduction"),
+                int_arg(ignore_index, "ignore_index", bits=64))
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction="mean") -> Tensor:  # noqa: A002
+    """Mean-squared error (or its sum) between two tensors of one shape."""
+    input = _tensor(input, "input")
+    return _run(lib.ampx_mse_loss, input, input.handle, handle_of(target, "target"),
+                enum_arg(Reduction, reduction, "reduction"))
+
+
+def bce_with_logits(logits: Tensor, targets: Tensor, reduction="mean") -> Tensor:
+    """Binary cross-entropy of logits against targets of the same shape."""
+    logits = _tensor(logits, "logits")
+    return _run(lib.ampx_bce_with_logits, logits, logits.handle, handle_of(targets, "targets"),
+                enum_arg(Reduction, reduction, "reduction"))
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """[M, K] @ [K, N], or batched [B, M, K] @ [B, K, N]; accumulates in fp32."""
+    return _binary(lib.ampx_matmul, a, b)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation="none") -> Tensor:
+    """``activation(x @ weight.T + bias)``: x [..., in], weight [out, in], bias [out]."""
+    x = _tensor(x, "x")
+    return _run(lib.ampx_linear, x, x.handle, handle_of(weight, "weight"),
+                handle_of(bias, "bias", optional=True),
+                enum_arg(Activation, activation, "activation"))
+
+
+def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps: float = 1e-5) -> Tensor:
+    """Layer normalisation over the last dimension (statistics in fp32)."""
+    x = _tensor(x, "x")
+    return _run(lib.ampx_layer_norm, x, x.handle, handle_of(weight, "weight", optional=True),
+                handle_of(bias, "bias", optional=True), float_arg(eps, "eps"))
+
+
+def batch_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
+               running_mean: Tensor | None = None, running_var: Tensor | None = None,
+               training: bool = True, momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """Batch normalisation of x [N, C] or [N, C, L] per channel.
+
+    Parameters and running statistics are F32 [C]. While training, the
+    running statistics (when given) are updated in place as torch does.
+    """
+    x = _tensor(x, "x")
+    return _run(lib.ampx_batch_norm, x, x.handle, handle_of(weight, "weight", optional=True),
+                handle_of(bias, "bias", optional=True),
+                handle_of(running_mean, "running_mean", optional=True),
+                handle_of(running_var, "running_var", optional=True),
+                bool_arg(training, "training"), float_arg(momentum, "momentum"),
+                float_arg(eps, "eps"))
+
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    """Inverted dropout with the context's deterministic random stream."""
+    x = _tensor(x, "x")
+    return _run(lib.ampx_dropout, x, x.handle, float_arg(p, "p"), bool_arg(training, "training"))
+
+
+def embedding(weight: Tensor, indices: Tensor) -> Tensor:
+    """Rows of ``weight`` [V, D] picked by ``indices`` (I32 or I64, any shape)."""
+    weight = _tensor(weight, "weight")
+    return _run(lib.ampx_embedding, weight, weight.handle, handle_of(indices, "indices"))
+
+
+def reshape(x: Tensor, shape) -> Tensor:
+    """The same elements (and memory) with another shape; one extent may be -1."""
+    x = _tensor(x, "x")
+    dims = shape_arg(shape)
+    return _run(lib.ampx_reshape, x, x.handle, len(dims), _int64_array(dims))
+
+
+def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
+    """A contiguous copy with dimensions ``dim0`` and ``dim1`` exchanged."""
+    x = _tensor(x, "x")
+    return _run(lib.ampx_transpose, x, x.handle, int_arg(dim0, "dim0"), int_arg(dim1, "dim1"))
+
+
+def concat(tensors, dim: int = 0) -> Tensor:
+    """Joins tensors along ``dim``."""
+    tensors, handles = handle_array(tensors, "tensors")
+    out = ctypes.c_void_p()
+    lib.ampx_concat(handles, len(tensors), int_arg(dim, "dim"), ctypes.byref(out))
+    return Tensor._from_op(out.value, tensors[0].context)

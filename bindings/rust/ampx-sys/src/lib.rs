@@ -1,0 +1,634 @@
+//! Raw FFI declarations of ampx's C ABI, `include/ampx/ampx.h` (ABI 0.1,
+//! sections 1-12).
+//!
+//! Written by hand (no bindgen): every `AMPX_API` function, every struct with
+//! `#[repr(C)]` and the header's field order, and every enum as a
+//! `pub type ... = i32` with its pinned values as constants (the C enums are
+//! `int`-sized: each has a `..._MAX_ENUM = 0x7fffffff` member). Handles are
+//! pointers to opaque, unconstructible structs.
+//!
+//! The header's comments are the documentation of these functions; they are
+//! summarised here only. Everything in this crate is `unsafe` to call: the
+//! `ampx` crate is the safe layer over it.
+//!
+//! The build script links `libampx` from `$AMPX_LIB_DIR` (see `build.rs`).
+#![allow(non_camel_case_types)]
+use std::marker::{PhantomData, PhantomPinned};
+use std::os::raw::{c_char, c_double, c_int, c_void};
+
+// ---------------------------------------------------------------------------
+// 1. Versions
+// ---------------------------------------------------------------------------
+
+/// `AMPX_VERSION_MAJOR` of the header these declarations follow.
+pub const AMPX_VERSION_MAJOR: u32 = 0;
+/// `AMPX_VERSION_MINOR` of the header these declarations follow.
+pub const AMPX_VERSION_MINOR: u32 = 1;
+/// `AMPX_VERSION_PATCH` of the header these declarations follow.
+pub const AMPX_VERSION_PATCH: u32 = 0;
+/// `AMPX_VERSION_NUMBER`: major * 10000 + minor * 100 + patch.
+pub const AMPX_VERSION_NUMBER: u32 =
+    AMPX_VERSION_MAJOR * 10000 + AMPX_VERSION_MINOR * 100 + AMPX_VERSION_PATCH;
+
+// ---------------------------------------------------------------------------
+// 2. Status codes
+// ---------------------------------------------------------------------------
+
+/// `ampx_status` (a C enum; the numbers are pinned).
+pub type ampx_status = c_int;
+pub const AMPX_OK: ampx_status = 0;
+pub const AMPX_ERR_INVALID_ARGUMENT: ampx_status = 1;
+pub const AMPX_ERR_SHAPE: ampx_status = 2;
+pub const AMPX_ERR_DTYPE: ampx_status = 3;
+pub const AMPX_ERR_DEVICE: ampx_status = 4;
+pub const AMPX_ERR_OUT_OF_MEMORY: ampx_status = 5;
+pub const AMPX_ERR_NO_DEVICE: ampx_status = 6;
+pub const AMPX_ERR_NOT_SUPPORTED: ampx_status = 7;
+pub const AMPX_ERR_ORDER: ampx_status = 8;
+pub const AMPX_ERR_STALE_HANDLE: ampx_status = 9;
+pub const AMPX_ERR_IO: ampx_status = 10;
+pub const AMPX_ERR_CORRUPT: ampx_status = 11;
+pub const AMPX_ERR_INTERNAL: ampx_status = 12;
+pub const AMPX_STATUS_MAX_ENUM: ampx_status = 0x7fff_ffff;
+
+// ---------------------------------------------------------------------------
+// 3. Data types and devices
+// ---------------------------------------------------------------------------
+
+/// `ampx_dtype` (a C enum; 0 is never valid).
+pub type ampx_dtype = c_int;
+pub const AMPX_F32: ampx_dtype = 1;
+pub const AMPX_F16: ampx_dtype = 2;
+pub const AMPX_BF16: ampx_dtype = 3;
+pub const AMPX_I32: ampx_dtype = 4;
+pub const AMPX_I64: ampx_dtype = 5;
+pub const AMPX_DTYPE_MAX_ENUM: ampx_dtype = 0x7fff_ffff;
+
+/// `ampx_device_type` (a C enum).
+pub type ampx_device_type = c_int;
+pub const AMPX_DEVICE_CPU: ampx_device_type = 1;
+pub const AMPX_DEVICE_CUDA: ampx_device_type = 2;
+pub const AMPX_DEVICE_MAX_ENUM: ampx_device_type = 0x7fff_ffff;
+
+// ---------------------------------------------------------------------------
+// Handles (opaque)
+// ---------------------------------------------------------------------------
+
+macro_rules! opaque {
+    ($(#[$doc:meta] $name:ident => $handle:ident;)*) => {$(
+        #[$doc]
+        #[repr(C)]
+        pub struct $name {
+            _private: [u8; 0],
+            _marker: PhantomData<(*mut u8, PhantomPinned)>,
+        }
+        #[doc = concat!("Handle: a pointer to the opaque `", stringify!($name), "`.")]
+        pub type $handle = *mut $name;
+    )*};
+}
+
+opaque! {
+    /// The struct behind `ampx_context`.
+    ampx_context_s => ampx_context;
+    /// The struct behind `ampx_tensor`.
+    ampx_tensor_s => ampx_tensor;
+    /// The struct behind `ampx_optimizer`.
+    ampx_optimizer_s => ampx_optimizer;
+    /// The struct behind `ampx_scaler`.
+    ampx_scaler_s => ampx_scaler;
+    /// The struct behind `ampx_autocast`.
+    ampx_autocast_s => ampx_autocast;
+}
+
+/// DLPack's `DLManagedTensor`, opaque here (use a DLPack definition to read
+/// it; ampx only passes pointers to it).
+#[repr(C)]
+pub struct DLManagedTensor {
+    _private: [u8; 0],
+    _marker: PhantomData<(*mut u8, PhantomPinned)>,
+}
+
+/// `AMPX_MAX_DIMS`: the most dimensions a tensor has.
+pub const AMPX_MAX_DIMS: usize = 8;
+
+// ---------------------------------------------------------------------------
+// 4. Contexts
+// ---------------------------------------------------------------------------
+
+/// `alloc` hook of [`ampx_allocator`].
+pub type ampx_alloc_fn =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, bytes: usize, alignment: usize) -> *mut c_void>;
+/// `free` hook of [`ampx_allocator`].
+pub type ampx_free_fn =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, ptr: *mut c_void, bytes: usize)>;
+
+/// `ampx_allocator`: allocation hooks of a context.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_allocator {
+    pub alloc: ampx_alloc_fn,
+    pub free: ampx_free_fn,
+    pub user_data: *mut c_void,
+}
+
+/// `ampx_context_options` (initialise with [`ampx_context_options_default`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_context_options {
+    pub struct_size: usize,
+    pub device_type: ampx_device_type,
+    pub device_index: i32,
+    pub num_threads: i32,
+    pub seed: u64,
+    pub allocator: ampx_allocator,
+    pub cuda_stream: *mut c_void,
+}
+
+/// `ampx_memory_stats` (set `struct_size` before the call).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ampx_memory_stats {
+    pub struct_size: usize,
+    pub current_bytes: u64,
+    pub peak_bytes: u64,
+    pub allocation_count: u64,
+    pub reserved_bytes: u64,
+}
+
+// ---------------------------------------------------------------------------
+// 5. Tensors
+// ---------------------------------------------------------------------------
+
+/// `ampx_deleter`: called when a wrapped tensor's memory is no longer used.
+pub type ampx_deleter = Option<unsafe extern "C" fn(user_data: *mut c_void, data: *mut c_void)>;
+
+// ---------------------------------------------------------------------------
+// 6. Optimizers
+// ---------------------------------------------------------------------------
+
+/// `ampx_sgd_options`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_sgd_options {
+    pub struct_size: usize,
+    pub lr: c_double,
+    pub momentum: c_double,
+    pub dampening: c_double,
+    pub weight_decay: c_double,
+    pub nesterov: i32,
+    pub maximize: i32,
+}
+
+/// `ampx_adam_options` (Adam and AdamW).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_adam_options {
+    pub struct_size: usize,
+    pub lr: c_double,
+    pub beta1: c_double,
+    pub beta2: c_double,
+    pub eps: c_double,
+    pub weight_decay: c_double,
+    pub amsgrad: i32,
+    pub maximize: i32,
+    pub decoupled_weight_decay: i32,
+}
+
+/// `ampx_optimizer_state` (a C enum): kinds of per-parameter state.
+pub type ampx_optimizer_state = c_int;
+pub const AMPX_STATE_MASTER: ampx_optimizer_state = 1;
+pub const AMPX_STATE_MOMENTUM: ampx_optimizer_state = 2;
+pub const AMPX_STATE_EXP_AVG_SQ: ampx_optimizer_state = 3;
+pub const AMPX_STATE_MAX_EXP_AVG_SQ: ampx_optimizer_state = 4;
+pub const AMPX_STATE_MAX_ENUM: ampx_optimizer_state = 0x7fff_ffff;
+
+// ---------------------------------------------------------------------------
+// 7. Loss scaling
+// ---------------------------------------------------------------------------
+
+/// `ampx_scaler_options`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_scaler_options {
+    pub struct_size: usize,
+    pub init_scale: c_double,
+    pub growth_factor: c_double,
+    pub backoff_factor: c_double,
+    pub growth_interval: i32,
+    pub enabled: i32,
+    pub hysteresis: i32,
+    pub min_scale: c_double,
+    pub max_scale: c_double,
+}
+
+/// `ampx_scaler_counters` (set `struct_size` before the call).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ampx_scaler_counters {
+    pub struct_size: usize,
+    pub updates: i64,
+    pub skipped: i64,
+    pub backoffs: i64,
+    pub growths: i64,
+}
+
+/// `ampx_scaler_state` (set `struct_size` before the call).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ampx_scaler_state {
+    pub struct_size: usize,
+    pub scale: c_double,
+    pub growth_factor: c_double,
+    pub backoff_factor: c_double,
+    pub growth_interval: i32,
+    pub growth_tracker: i32,
+    pub hysteresis: i32,
+    pub hysteresis_left: i32,
+    pub min_scale: c_double,
+    pub max_scale: c_double,
+    pub counters: ampx_scaler_counters,
+}
+
+// ---------------------------------------------------------------------------
+// 8. Clipping and diagnostics
+// ---------------------------------------------------------------------------
+
+/// `ampx_nonfinite_grad`: one parameter whose gradient holds NaN or inf.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_nonfinite_grad {
+    /// Borrowed.
+    pub param: ampx_tensor,
+    /// Borrowed ("" if unnamed).
+    pub name: *const c_char,
+    pub nan_count: i64,
+    pub inf_count: i64,
+}
+
+// ---------------------------------------------------------------------------
+// 9. Autograd
+// ---------------------------------------------------------------------------
+
+/// `ampx_segment_fn`: a segment of a forward pass for [`ampx_checkpoint`].
+pub type ampx_segment_fn = Option<
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        inputs: *const ampx_tensor,
+        input_count: usize,
+        outputs: *mut ampx_tensor,
+        output_count: usize,
+    ) -> ampx_status,
+>;
+
+// ---------------------------------------------------------------------------
+// 10. Autocast
+// ---------------------------------------------------------------------------
+
+/// `ampx_op_class` (a C enum): precision classes under autocast.
+pub type ampx_op_class = c_int;
+pub const AMPX_OP_LOWER_PRECISION: ampx_op_class = 1;
+pub const AMPX_OP_FP32: ampx_op_class = 2;
+pub const AMPX_OP_PROMOTE: ampx_op_class = 3;
+pub const AMPX_OP_KEEP: ampx_op_class = 4;
+pub const AMPX_OP_CLASS_MAX_ENUM: ampx_op_class = 0x7fff_ffff;
+
+/// `ampx_autocast_options`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_autocast_options {
+    pub struct_size: usize,
+    pub dtype: ampx_dtype,
+    pub enabled: i32,
+    pub cache: i32,
+}
+
+// ---------------------------------------------------------------------------
+// 11. Ops
+// ---------------------------------------------------------------------------
+
+/// `ampx_reduction` (a C enum).
+pub type ampx_reduction = c_int;
+pub const AMPX_REDUCTION_MEAN: ampx_reduction = 1;
+pub const AMPX_REDUCTION_SUM: ampx_reduction = 2;
+pub const AMPX_REDUCTION_MAX_ENUM: ampx_reduction = 0x7fff_ffff;
+
+/// `ampx_activation` (a C enum).
+pub type ampx_activation = c_int;
+pub const AMPX_ACTIVATION_NONE: ampx_activation = 0;
+pub const AMPX_ACTIVATION_RELU: ampx_activation = 1;
+pub const AMPX_ACTIVATION_GELU: ampx_activation = 2;
+pub const AMPX_ACTIVATION_MAX_ENUM: ampx_activation = 0x7fff_ffff;
+
+// ---------------------------------------------------------------------------
+// The functions, in the header's order.
+// ---------------------------------------------------------------------------
+
+extern "C" {
+    // 1. Versions
+    pub fn ampx_version() -> u32;
+    pub fn ampx_version_string() -> *const c_char;
+    pub fn ampx_has_cuda() -> c_int;
+
+    // 2. Status codes and errors
+    pub fn ampx_status_string(status: ampx_status) -> *const c_char;
+    pub fn ampx_last_error() -> *const c_char;
+    pub fn ampx_last_status() -> ampx_status;
+
+    // 3. Data types and devices
+    pub fn ampx_dtype_size(dtype: ampx_dtype) -> usize;
+    pub fn ampx_dtype_name(dtype: ampx_dtype) -> *const c_char;
+    pub fn ampx_cuda_device_count() -> i32;
+
+    // 4. Contexts
+    pub fn ampx_context_options_default() -> ampx_context_options;
+    pub fn ampx_context_create(options: *const ampx_context_options, out: *mut ampx_context) -> ampx_status;
+    pub fn ampx_context_release(ctx: ampx_context);
+    pub fn ampx_context_retain(ctx: ampx_context) -> ampx_status;
+    pub fn ampx_context_device(
+        ctx: ampx_context,
+        device_type: *mut ampx_device_type,
+        device_index: *mut i32,
+    ) -> ampx_status;
+    pub fn ampx_context_synchronize(ctx: ampx_context) -> ampx_status;
+    pub fn ampx_memory_stats_get(ctx: ampx_context, stats: *mut ampx_memory_stats) -> ampx_status;
+    pub fn ampx_memory_reset_peak(ctx: ampx_context) -> ampx_status;
+
+    // 5. Tensors
+    pub fn ampx_tensor_empty(
+        ctx: ampx_context,
+        dtype: ampx_dtype,
+        ndim: i32,
+        shape: *const i64,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_tensor_zeros(
+        ctx: ampx_context,
+        dtype: ampx_dtype,
+        ndim: i32,
+        shape: *const i64,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_tensor_from_host(
+        ctx: ampx_context,
+        dtype: ampx_dtype,
+        ndim: i32,
+        shape: *const i64,
+        data: *const c_void,
+        bytes: usize,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_tensor_wrap(
+        ctx: ampx_context,
+        dtype: ampx_dtype,
+        ndim: i32,
+        shape: *const i64,
+        data: *mut c_void,
+        bytes: usize,
+        deleter: ampx_deleter,
+        deleter_user_data: *mut c_void,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_tensor_retain(tensor: ampx_tensor) -> ampx_status;
+    pub fn ampx_tensor_release(tensor: ampx_tensor);
+    pub fn ampx_tensor_to_host(tensor: ampx_tensor, dst: *mut c_void, bytes: usize) -> ampx_status;
+    pub fn ampx_tensor_copy_from_host(tensor: ampx_tensor, src: *const c_void, bytes: usize) -> ampx_status;
+    pub fn ampx_tensor_copy(dst: ampx_tensor, src: ampx_tensor) -> ampx_status;
+    pub fn ampx_tensor_cast(src: ampx_tensor, dtype: ampx_dtype, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_tensor_fill(tensor: ampx_tensor, value: c_double) -> ampx_status;
+    pub fn ampx_tensor_set_name(tensor: ampx_tensor, name: *const c_char) -> ampx_status;
+    pub fn ampx_tensor_name(tensor: ampx_tensor, name: *mut *const c_char) -> ampx_status;
+    pub fn ampx_tensor_dtype(tensor: ampx_tensor, dtype: *mut ampx_dtype) -> ampx_status;
+    pub fn ampx_tensor_ndim(tensor: ampx_tensor, ndim: *mut i32) -> ampx_status;
+    pub fn ampx_tensor_shape(tensor: ampx_tensor, dims: *mut i64, capacity: i32) -> ampx_status;
+    pub fn ampx_tensor_numel(tensor: ampx_tensor, numel: *mut i64) -> ampx_status;
+    pub fn ampx_tensor_nbytes(tensor: ampx_tensor, nbytes: *mut usize) -> ampx_status;
+    pub fn ampx_tensor_data(tensor: ampx_tensor, data: *mut *mut c_void) -> ampx_status;
+    pub fn ampx_tensor_context(tensor: ampx_tensor, ctx: *mut ampx_context) -> ampx_status;
+    pub fn ampx_tensor_set_grad(tensor: ampx_tensor, grad: ampx_tensor) -> ampx_status;
+    pub fn ampx_tensor_grad(tensor: ampx_tensor, grad: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_tensor_to_dlpack(tensor: ampx_tensor, out: *mut *mut DLManagedTensor) -> ampx_status;
+    pub fn ampx_tensor_from_dlpack(
+        ctx: ampx_context,
+        src: *mut DLManagedTensor,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+
+    // 6. Optimizers
+    pub fn ampx_sgd_options_default() -> ampx_sgd_options;
+    pub fn ampx_adam_options_default() -> ampx_adam_options;
+    pub fn ampx_adamw_options_default() -> ampx_adam_options;
+    pub fn ampx_optimizer_create_sgd(
+        ctx: ampx_context,
+        params: *const ampx_tensor,
+        count: usize,
+        options: *const ampx_sgd_options,
+        out: *mut ampx_optimizer,
+    ) -> ampx_status;
+    pub fn ampx_optimizer_create_adam(
+        ctx: ampx_context,
+        params: *const ampx_tensor,
+        count: usize,
+        options: *const ampx_adam_options,
+        out: *mut ampx_optimizer,
+    ) -> ampx_status;
+    pub fn ampx_optimizer_release(optimizer: ampx_optimizer);
+    pub fn ampx_optimizer_add_group(
+        optimizer: ampx_optimizer,
+        params: *const ampx_tensor,
+        count: usize,
+        lr: c_double,
+        weight_decay: c_double,
+        group_index: *mut i32,
+    ) -> ampx_status;
+    pub fn ampx_optimizer_group_count(optimizer: ampx_optimizer, count: *mut i32) -> ampx_status;
+    pub fn ampx_optimizer_set_lr(optimizer: ampx_optimizer, group: i32, lr: c_double) -> ampx_status;
+    pub fn ampx_optimizer_get_lr(optimizer: ampx_optimizer, group: i32, lr: *mut c_double) -> ampx_status;
+    pub fn ampx_optimizer_step(optimizer: ampx_optimizer) -> ampx_status;
+    pub fn ampx_optimizer_zero_grad(optimizer: ampx_optimizer) -> ampx_status;
+    pub fn ampx_optimizer_state_tensor(
+        optimizer: ampx_optimizer,
+        param: ampx_tensor,
+        kind: ampx_optimizer_state,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_optimizer_param_steps(
+        optimizer: ampx_optimizer,
+        param: ampx_tensor,
+        steps: *mut i64,
+    ) -> ampx_status;
+    pub fn ampx_optimizer_state_size(optimizer: ampx_optimizer, bytes: *mut usize) -> ampx_status;
+    pub fn ampx_optimizer_save_state(optimizer: ampx_optimizer, buffer: *mut c_void, bytes: usize) -> ampx_status;
+    pub fn ampx_optimizer_load_state(optimizer: ampx_optimizer, buffer: *const c_void, bytes: usize) -> ampx_status;
+
+    // 7. Loss scaling
+    pub fn ampx_scaler_options_default() -> ampx_scaler_options;
+    pub fn ampx_scaler_create(
+        ctx: ampx_context,
+        options: *const ampx_scaler_options,
+        out: *mut ampx_scaler,
+    ) -> ampx_status;
+    pub fn ampx_scaler_release(scaler: ampx_scaler);
+    pub fn ampx_scaler_attach(scaler: ampx_scaler, optimizer: ampx_optimizer) -> ampx_status;
+    pub fn ampx_scaler_scale_loss(scaler: ampx_scaler, loss: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_scaler_scale_tensor(scaler: ampx_scaler, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_scaler_get_scale(scaler: ampx_scaler, scale: *mut c_double) -> ampx_status;
+    pub fn ampx_scaler_unscale(scaler: ampx_scaler, optimizer: ampx_optimizer) -> ampx_status;
+    pub fn ampx_scaler_step(scaler: ampx_scaler, optimizer: ampx_optimizer) -> ampx_status;
+    pub fn ampx_scaler_update(scaler: ampx_scaler) -> ampx_status;
+    pub fn ampx_scaler_update_to(scaler: ampx_scaler, new_scale: c_double) -> ampx_status;
+    pub fn ampx_scaler_found_inf(scaler: ampx_scaler, optimizer: ampx_optimizer, found: *mut i32) -> ampx_status;
+    pub fn ampx_optimizer_last_step_taken(optimizer: ampx_optimizer, taken: *mut i32) -> ampx_status;
+    pub fn ampx_scaler_get_counters(scaler: ampx_scaler, counters: *mut ampx_scaler_counters) -> ampx_status;
+    pub fn ampx_scaler_get_state(scaler: ampx_scaler, state: *mut ampx_scaler_state) -> ampx_status;
+    pub fn ampx_scaler_set_state(scaler: ampx_scaler, state: *const ampx_scaler_state) -> ampx_status;
+
+    // 8. Gradient clipping and diagnostics
+    pub fn ampx_clip_grad_norm(
+        optimizer: ampx_optimizer,
+        max_norm: c_double,
+        norm_type: c_double,
+        error_if_nonfinite: i32,
+        total_norm: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_clip_grad_value(optimizer: ampx_optimizer, clip_value: c_double) -> ampx_status;
+    pub fn ampx_find_nonfinite_grads(
+        optimizer: ampx_optimizer,
+        entries: *mut ampx_nonfinite_grad,
+        capacity: usize,
+        found: *mut usize,
+    ) -> ampx_status;
+
+    // 9. Autograd
+    pub fn ampx_tensor_set_requires_grad(tensor: ampx_tensor, requires_grad: i32) -> ampx_status;
+    pub fn ampx_tensor_requires_grad(tensor: ampx_tensor, requires_grad: *mut i32) -> ampx_status;
+    pub fn ampx_set_grad_enabled(ctx: ampx_context, enabled: i32, previous: *mut i32) -> ampx_status;
+    pub fn ampx_backward(loss: ampx_tensor, scaler: ampx_scaler) -> ampx_status;
+    pub fn ampx_scope_push(ctx: ampx_context) -> ampx_status;
+    pub fn ampx_scope_pop(ctx: ampx_context) -> ampx_status;
+    pub fn ampx_checkpoint(
+        ctx: ampx_context,
+        fn_: ampx_segment_fn,
+        user_data: *mut c_void,
+        inputs: *const ampx_tensor,
+        input_count: usize,
+        outputs: *mut ampx_tensor,
+        output_count: usize,
+    ) -> ampx_status;
+
+    // 10. Autocast
+    pub fn ampx_autocast_options_default() -> ampx_autocast_options;
+    pub fn ampx_autocast_create(
+        ctx: ampx_context,
+        options: *const ampx_autocast_options,
+        out: *mut ampx_autocast,
+    ) -> ampx_status;
+    pub fn ampx_autocast_release(autocast: ampx_autocast);
+    pub fn ampx_autocast_set_op_class(
+        autocast: ampx_autocast,
+        op_name: *const c_char,
+        op_class: ampx_op_class,
+    ) -> ampx_status;
+    pub fn ampx_autocast_op_class(
+        autocast: ampx_autocast,
+        op_name: *const c_char,
+        op_class: *mut ampx_op_class,
+    ) -> ampx_status;
+    pub fn ampx_autocast_enter(autocast: ampx_autocast) -> ampx_status;
+    pub fn ampx_autocast_exit(autocast: ampx_autocast) -> ampx_status;
+    pub fn ampx_autocast_cache_stats(autocast: ampx_autocast, hits: *mut i64, misses: *mut i64) -> ampx_status;
+
+    // 11. Ops
+    pub fn ampx_add(a: ampx_tensor, b: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_sub(a: ampx_tensor, b: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_mul(a: ampx_tensor, b: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_affine(a: ampx_tensor, scale: c_double, shift: c_double, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_relu(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_gelu(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_gelu_tanh(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_silu(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_sigmoid(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_tanh(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_sum(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_mean(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_softmax(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_log_softmax(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_cross_entropy(
+        logits: ampx_tensor,
+        labels: ampx_tensor,
+        reduction: ampx_reduction,
+        ignore_index: i64,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_mse_loss(
+        input: ampx_tensor,
+        target: ampx_tensor,
+        reduction: ampx_reduction,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_matmul(a: ampx_tensor, b: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_linear(
+        x: ampx_tensor,
+        weight: ampx_tensor,
+        bias: ampx_tensor,
+        activation: ampx_activation,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_layer_norm(
+        x: ampx_tensor,
+        weight: ampx_tensor,
+        bias: ampx_tensor,
+        eps: c_double,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_batch_norm(
+        x: ampx_tensor,
+        weight: ampx_tensor,
+        bias: ampx_tensor,
+        running_mean: ampx_tensor,
+        running_var: ampx_tensor,
+        training: i32,
+        momentum: c_double,
+        eps: c_double,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_dropout(x: ampx_tensor, p: c_double, training: i32, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_embedding(weight: ampx_tensor, indices: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_reshape(x: ampx_tensor, ndim: i32, shape: *const i64, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_transpose(x: ampx_tensor, dim0: i32, dim1: i32, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_concat(
+        tensors: *const ampx_tensor,
+        count: usize,
+        dim: i32,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_bce_with_logits(
+        logits: ampx_tensor,
+        targets: ampx_tensor,
+        reduction: ampx_reduction,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+
+    // 12. Training checkpoint files
+    pub fn ampx_checkpoint_file_save(
+        path: *const c_char,
+        params: *const ampx_tensor,
+        count: usize,
+        optimizer: ampx_optimizer,
+        scaler: ampx_scaler,
+    ) -> ampx_status;
+    pub fn ampx_checkpoint_file_load(
+        path: *const c_char,
+        params: *const ampx_tensor,
+        count: usize,
+        optimizer: ampx_optimizer,
+        scaler: ampx_scaler,
+    ) -> ampx_status;
+}
+
+/// Sizes, alignments and field offsets of the header's structs as a C
+/// compiler sees them (filled in by `build.rs`; empty when no C compiler
+/// ran). Used by this crate's `layout` test.
+#[doc(hidden)]
+pub mod c_layout {
+    include!(concat!(env!("OUT_DIR"), "/c_layout.rs"));
+}

@@ -1,0 +1,180 @@
+//! Checks the `#[repr(C)]` declarations against the C header: sizes,
+//! alignments and offsets measured by a C compiler (see build.rs), hand-made
+//! expectations for 64-bit targets, and every `AMPX_API` function of the
+//! header declared here with the same number of parameters.
+use ampx_sys as sys;
+use std::mem::{align_of, size_of, MaybeUninit};
+
+/// `offset_of!` for toolchains older than Rust 1.77.
+macro_rules! offset_of {
+    ($ty:ty, $field:ident) => {{
+        let value = MaybeUninit::<$ty>::uninit();
+        let base = value.as_ptr();
+        // SAFETY: only the address of the field is taken, nothing is read.
+        let field = unsafe { std::ptr::addr_of!((*base).$field) };
+        field as usize - base as usize
+    }};
+}
+
+/// (key, value) pairs as the Rust compiler lays the structs out, with the
+/// same keys as the table build.rs makes with a C compiler.
+fn rust_layout() -> Vec<(String, usize)> {
+    let mut v = Vec::new();
+    macro_rules! layout {
+        ($($ty:ident { $($field:ident),* })*) => {$(
+            v.push((format!("sizeof {}", stringify!($ty)), size_of::<sys::$ty>()));
+            v.push((format!("alignof {}", stringify!($ty)), align_of::<sys::$ty>()));
+            $(v.push((
+                format!("offsetof {}.{}", stringify!($ty), stringify!($field)),
+                offset_of!(sys::$ty, $field),
+            ));)*
+        )*};
+    }
+    layout! {
+        ampx_allocator { alloc, free, user_data }
+        ampx_context_options { struct_size, device_type, device_index, num_threads, seed, allocator, cuda_stream }
+        ampx_memory_stats { struct_size, current_bytes, peak_bytes, allocation_count, reserved_bytes }
+        ampx_sgd_options { struct_size, lr, momentum, dampening, weight_decay, nesterov, maximize }
+        ampx_adam_options { struct_size, lr, beta1, beta2, eps, weight_decay, amsgrad, maximize, decoupled_weight_decay }
+        ampx_scaler_options { struct_size, init_scale, growth_factor, backoff_factor, growth_interval, enabled, hysteresis, min_scale, max_scale }
+        ampx_scaler_counters { struct_size, updates, skipped, backoffs, growths }
+        ampx_scaler_state { struct_size, scale, growth_factor, backoff_factor, growth_interval, growth_tracker, hysteresis, hysteresis_left, min_scale, max_scale, counters }
+        ampx_nonfinite_grad { param, name, nan_count, inf_count }
+        ampx_autocast_options { struct_size, dtype, enabled, cache }
+    }
+    v
+}
+
+#[test]
+fn layouts_match_the_c_compiler() {
+    let c = sys::c_layout::C_LAYOUT;
+    if c.is_empty() {
+        eprintln!("layout: no C compiler ran at build time; only the hand-made checks apply");
+        return;
+    }
+    let rust = rust_layout();
+    assert_eq!(rust.len(), c.len(), "the build script and this test list different fields");
+    let mut mismatches = Vec::new();
+    for (key, value) in &rust {
+        match c.iter().find(|(k, _)| k == key) {
+            Some((_, c_value)) if c_value == value => {}
+            Some((_, c_value)) => mismatches.push(format!("{key}: C {c_value}, Rust {value}")),
+            None => mismatches.push(format!("{key}: not measured in C")),
+        }
+    }
+    assert!(mismatches.is_empty(), "layout mismatches:\n{}", mismatches.join("\n"));
+}
+
+/// Values computed by hand for LP64 targets (x86_64, aarch64): size_t and
+/// pointers 8 bytes, int32 4, double 8 aligned to 8.
+#[cfg(target_pointer_width = "64")]
+#[test]
+fn layouts_match_hand_computed_lp64_values() {
+    assert_eq!(size_of::<sys::ampx_allocator>(), 24);
+    assert_eq!(size_of::<sys::ampx_context_options>(), 64);
+    assert_eq!(offset_of!(sys::ampx_context_options, seed), 24);
+    assert_eq!(offset_of!(sys::ampx_context_options, allocator), 32);
+    assert_eq!(offset_of!(sys::ampx_context_options, cuda_stream), 56);
+    assert_eq!(size_of::<sys::ampx_memory_stats>(), 40);
+    assert_eq!(size_of::<sys::ampx_sgd_options>(), 48);
+    assert_eq!(offset_of!(sys::ampx_sgd_options, maximize), 44);
+    assert_eq!(size_of::<sys::ampx_adam_options>(), 64);
+    assert_eq!(offset_of!(sys::ampx_adam_options, decoupled_weight_decay), 56);
+    assert_eq!(size_of::<sys::ampx_scaler_options>(), 64);
+    assert_eq!(offset_of!(sys::ampx_scaler_options, min_scale), 48);
+    assert_eq!(size_of::<sys::ampx_scaler_counters>(), 40);
+    assert_eq!(size_of::<sys::ampx_scaler_state>(), 104);
+    assert_eq!(offset_of!(sys::ampx_scaler_state, counters), 64);
+    assert_eq!(size_of::<sys::ampx_nonfinite_grad>(), 32);
+    assert_eq!(size_of::<sys::ampx_autocast_options>(), 24);
+    // Enums are C ints; function pointers in Option are one pointer.
+    assert_eq!(size_of::<sys::ampx_status>(), 4);
+    assert_eq!(size_of::<sys::ampx_segment_fn>(), 8);
+    assert_eq!(size_of::<sys::ampx_deleter>(), 8);
+}
+
+/// The library's default option structs report the sizes declared here.
+#[test]
+fn default_options_report_their_struct_size() {
+    unsafe {
+        assert_eq!(sys::ampx_context_options_default().struct_size, size_of::<sys::ampx_context_options>());
+        assert_eq!(sys::ampx_sgd_options_default().struct_size, size_of::<sys::ampx_sgd_options>());
+        assert_eq!(sys::ampx_adam_options_default().struct_size, size_of::<sys::ampx_adam_options>());
+        let adamw = sys::ampx_adamw_options_default();
+        assert_eq!(adamw.struct_size, size_of::<sys::ampx_adam_options>());
+        assert_eq!(adamw.decoupled_weight_decay, 1);
+        assert_eq!(adamw.weight_decay, 1e-2);
+        let scaler = sys::ampx_scaler_options_default();
+        assert_eq!(scaler.struct_size, size_of::<sys::ampx_scaler_options>());
+        assert_eq!((scaler.init_scale, scaler.growth_interval, scaler.hysteresis), (65536.0, 2000, 1));
+        let autocast = sys::ampx_autocast_options_default();
+        assert_eq!(autocast.struct_size, size_of::<sys::ampx_autocast_options>());
+        assert_eq!(autocast.dtype, sys::AMPX_F16);
+        assert_eq!(sys::ampx_version(), sys::AMPX_VERSION_NUMBER);
+    }
+}
+
+/// Every `AMPX_API` function of the header, with its parameter count.
+fn header_functions(header: &str) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    let mut rest = header;
+    while let Some(at) = rest.find("AMPX_API ") {
+        rest = &rest[at + "AMPX_API ".len()..];
+        let open = match rest.find('(') {
+            Some(open) => open,
+            None => break,
+        };
+        let head = &rest[..open];
+        if head.contains('\n') || head.contains("__") {
+            continue; // the export macro's own definition
+        }
+        let name = head.rsplit([' ', '*']).next().unwrap().to_string();
+        let close = rest.find(')').unwrap();
+        let params = rest[open + 1..close].trim();
+        let count = if params == "void" { 0 } else { params.split(',').count() };
+        out.push((name, count));
+    }
+    out
+}
+
+/// Parameter counts of the `pub fn` declarations of this crate's lib.rs.
+fn rust_functions(source: &str) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    let mut rest = source;
+    while let Some(at) = rest.find("pub fn ampx_") {
+        rest = &rest[at + "pub fn ".len()..];
+        let open = rest.find('(').unwrap();
+        let name = rest[..open].to_string();
+        let close = rest.find(')').unwrap();
+        let params = rest[open + 1..close].trim().trim_end_matches(',');
+        let count = if params.is_empty() { 0 } else { params.split(',').count() };
+        out.push((name, count));
+    }
+    out
+}
+
+#[test]
+fn every_header_function_is_declared_with_its_arity() {
+    let include = std::env::var("AMPX_INCLUDE_DIR")
+        .ok()
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/../../../include").to_string());
+    let header = std::fs::read_to_string(format!("{include}/ampx/ampx.h")).expect("read ampx.h");
+    let c = header_functions(&header);
+    assert!(c.len() > 100, "parsed only {} functions from ampx.h", c.len());
+    let rust = rust_functions(include_str!("../src/lib.rs"));
+    let mut problems = Vec::new();
+    for (name, count) in &c {
+        match rust.iter().find(|(n, _)| n == name) {
+            None => problems.push(format!("{name} is not declared")),
+            Some((_, n)) if n != count => problems.push(format!("{name}: {count} parameters in C, {n} in Rust")),
+            _ => {}
+        }
+    }
+    for (name, _) in &rust {
+        if !c.iter().any(|(n, _)| n == name) {
+            problems.push(format!("{name} is declared but not in ampx.h"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

@@ -1,0 +1,72 @@
+//! Training checkpoint files (section 12 of ampx.h, EXPERIMENTAL): tensors,
+//! an optimizer's state and a scaler's state in one crash-safe file, to
+//! resume training bit for bit.
+use std::ffi::CString;
+use std::path::Path;
+use std::ptr;
+
+use ampx_sys as sys;
+
+use crate::error::{check, Error, Result, Status};
+use crate::optim::Optimizer;
+use crate::scaler::Scaler;
+use crate::tensor::Tensor;
+
+fn path_arg(path: &Path) -> Result<CString> {
+    #[cfg(unix)]
+    let bytes = {
+        use std::os::unix::ffi::OsStrExt;
+        path.as_os_str().as_bytes().to_vec()
+    };
+    #[cfg(not(unix))]
+    let bytes = path
+        .to_str()
+        .ok_or_else(|| Error::new(Status::InvalidArgument, "a checkpoint path that is not UTF-8"))?
+        .as_bytes()
+        .to_vec();
+    CString::new(bytes).map_err(|_| Error::new(Status::InvalidArgument, "a checkpoint path with a NUL byte"))
+}
+
+type Call = unsafe extern "C" fn(
+    *const std::os::raw::c_char,
+    *const sys::ampx_tensor,
+    usize,
+    sys::ampx_optimizer,
+    sys::ampx_scaler,
+) -> sys::ampx_status;
+
+fn call(f: Call, path: &Path, tensors: &[&Tensor], optimizer: Option<&Optimizer>, scaler: Option<&Scaler>) -> Result<()> {
+    let path = path_arg(path)?;
+    let raw: Vec<sys::ampx_tensor> = tensors.iter().map(|t| t.as_raw()).collect();
+    let optimizer = optimizer.map_or(ptr::null_mut(), Optimizer::as_raw);
+    let scaler = scaler.map_or(ptr::null_mut(), Scaler::as_raw);
+    // SAFETY: a NUL-terminated path and live (or NULL) handles, all
+    // borrowed for the call only.
+    check(unsafe { f(path.as_ptr(), raw.as_ptr(), raw.len(), optimizer, scaler) })
+}
+
+/// Writes `tensors` (with their names, dtypes and shapes), the optimizer's
+/// state and the scaler's state to `path`, replacing it atomically
+/// (`ampx_checkpoint_file_save`). Only between iterations (else
+/// `Status::Order`). Synchronizes.
+pub fn save_checkpoint(
+    path: impl AsRef<Path>,
+    tensors: &[&Tensor],
+    optimizer: Option<&Optimizer>,
+    scaler: Option<&Scaler>,
+) -> Result<()> {
+    call(sys::ampx_checkpoint_file_save, path.as_ref(), tensors, optimizer, scaler)
+}
+
+/// Restores a file written by [`save_checkpoint`] into the same list of
+/// tensors and an optimizer/scaler like the saved ones
+/// (`ampx_checkpoint_file_load`); `None` skips that part of the file. The
+/// whole file is validated before anything changes.
+pub fn load_checkpoint(
+    path: impl AsRef<Path>,
+    tensors: &[&Tensor],
+    optimizer: Option<&Optimizer>,
+    scaler: Option<&Scaler>,
+) -> Result<()> {
+    call(sys::ampx_checkpoint_file_load, path.as_ref(), tensors, optimizer, scaler)
+}

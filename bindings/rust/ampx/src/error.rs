@@ -1,0 +1,209 @@
+//! Errors: every non-OK status of the C API becomes an [`Error`] carrying the
+//! status and the library's message (`ampx_last_error()`).
+use std::cell::RefCell;
+use std::ffi::CStr;
+use std::fmt;
+
+use ampx_sys as sys;
+
+/// The status codes of the C API (`ampx_status`), except `AMPX_OK`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Status {
+    /// A NULL pointer, a value out of range (`AMPX_ERR_INVALID_ARGUMENT`).
+    InvalidArgument,
+    /// Shapes, element or byte counts disagree (`AMPX_ERR_SHAPE`).
+    Shape,
+    /// A data type not allowed here (`AMPX_ERR_DTYPE`).
+    Dtype,
+    /// Objects of different contexts mixed, or a device failure (`AMPX_ERR_DEVICE`).
+    Device,
+    /// An allocation failed; nothing was changed (`AMPX_ERR_OUT_OF_MEMORY`).
+    OutOfMemory,
+    /// The device does not exist or its backend is not built (`AMPX_ERR_NO_DEVICE`).
+    NoDevice,
+    /// Valid, but not implemented for this case (`AMPX_ERR_NOT_SUPPORTED`).
+    NotSupported,
+    /// Calls made in an order that is not allowed (`AMPX_ERR_ORDER`).
+    Order,
+    /// A released handle, or one of another type (`AMPX_ERR_STALE_HANDLE`).
+    /// The safe layer never produces such handles.
+    StaleHandle,
+    /// A file could not be read or written (`AMPX_ERR_IO`).
+    Io,
+    /// Data that fails validation (`AMPX_ERR_CORRUPT`).
+    Corrupt,
+    /// A bug in ampx (`AMPX_ERR_INTERNAL`); also used for a panic caught in a
+    /// Rust callback (see [`Error::is_panic`]).
+    Internal,
+    /// A code this binding does not know (from a newer library).
+    Unknown(i32),
+}
+
+impl Status {
+    /// The status for a C code (`None` for `AMPX_OK`).
+    pub fn from_code(code: i32) -> Option<Status> {
+        Some(match code {
+            sys::AMPX_OK => return None,
+            sys::AMPX_ERR_INVALID_ARGUMENT => Status::InvalidArgument,
+            sys::AMPX_ERR_SHAPE => Status::Shape,
+            sys::AMPX_ERR_DTYPE => Status::Dtype,
+            sys::AMPX_ERR_DEVICE => Status::Device,
+            sys::AMPX_ERR_OUT_OF_MEMORY => Status::OutOfMemory,
+            sys::AMPX_ERR_NO_DEVICE => Status::NoDevice,
+            sys::AMPX_ERR_NOT_SUPPORTED => Status::NotSupported,
+            sys::AMPX_ERR_ORDER => Status::Order,
+            sys::AMPX_ERR_STALE_HANDLE => Status::StaleHandle,
+            sys::AMPX_ERR_IO => Status::Io,
+            sys::AMPX_ERR_CORRUPT => Status::Corrupt,
+            sys::AMPX_ERR_INTERNAL => Status::Internal,
+            other => Status::Unknown(other),
+        })
+    }
+
+    /// The C code of this status.
+    pub fn code(self) -> i32 {
+        match self {
+            Status::InvalidArgument => sys::AMPX_ERR_INVALID_ARGUMENT,
+            Status::Shape => sys::AMPX_ERR_SHAPE,
+            Status::Dtype => sys::AMPX_ERR_DTYPE,
+            Status::Device => sys::AMPX_ERR_DEVICE,
+            Status::OutOfMemory => sys::AMPX_ERR_OUT_OF_MEMORY,
+            Status::NoDevice => sys::AMPX_ERR_NO_DEVICE,
+            Status::NotSupported => sys::AMPX_ERR_NOT_SUPPORTED,
+            Status::Order => sys::AMPX_ERR_ORDER,
+            Status::StaleHandle => sys::AMPX_ERR_STALE_HANDLE,
+            Status::Io => sys::AMPX_ERR_IO,
+            Status::Corrupt => sys::AMPX_ERR_CORRUPT,
+            Status::Internal => sys::AMPX_ERR_INTERNAL,
+            Status::Unknown(code) => code,
+        }
+    }
+
+    /// The library's name of the status, e.g. `"AMPX_ERR_SHAPE"`
+    /// (`ampx_status_string`).
+    pub fn name(self) -> &'static str {
+        // SAFETY: ampx_status_string accepts any value and returns a static,
+        // NUL-terminated string that is never NULL.
+        unsafe { static_str(sys::ampx_status_string(self.code())) }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An error of an ampx call: its status and the library's message, which
+/// names the failing function, the argument and the shapes/dtypes involved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    status: Status,
+    message: String,
+    panic: bool,
+}
+
+/// `Result` with [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// An error with the given status and message (for code that implements
+    /// callbacks, such as checkpointed segments, and for errors the binding
+    /// detects itself).
+    pub fn new(status: Status, message: impl Into<String>) -> Error {
+        Error { status, message: message.into(), panic: false }
+    }
+
+    pub(crate) fn panicked(message: String) -> Error {
+        Error { status: Status::Internal, message, panic: true }
+    }
+
+    /// The error of the most recent failed ampx call on this thread
+    /// (`ampx_last_status` and `ampx_last_error`), or `None` if none failed.
+    /// Useful after the release functions, which return no status.
+    pub fn last() -> Option<Error> {
+        // SAFETY: both functions take no argument and are thread-safe.
+        let code = unsafe { sys::ampx_last_status() };
+        Status::from_code(code).map(|status| Error::new(status, last_message()))
+    }
+
+    /// The status.
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    /// The message (for library errors: `ampx_last_error()` of the call).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// True when the error stands for a panic caught at the C boundary (a
+    /// panicking checkpoint segment), which is never allowed to unwind
+    /// through the library.
+    pub fn is_panic(&self) -> bool {
+        self.panic
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.status, self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Copies the calling thread's `ampx_last_error()`.
+fn last_message() -> String {
+    // SAFETY: never NULL; valid until the next failing call on this thread,
+    // and we copy it at once.
+    unsafe { CStr::from_ptr(sys::ampx_last_error()) }.to_string_lossy().into_owned()
+}
+
+/// Reads a static C string owned by the library.
+///
+/// # Safety
+/// `ptr` must be a non-NULL, NUL-terminated string that lives forever.
+pub(crate) unsafe fn static_str(ptr: *const std::os::raw::c_char) -> &'static str {
+    CStr::from_ptr(ptr).to_str().unwrap_or("<non-UTF-8>")
+}
+
+/// Turns a status into `Ok(())` or the library's error.
+pub(crate) fn check(status: sys::ampx_status) -> Result<()> {
+    match Status::from_code(status) {
+        None => Ok(()),
+        Some(status) => Err(Error::new(status, last_message())),
+    }
+}
+
+thread_local! {
+    /// The error of the last failing Rust checkpoint segment on this thread:
+    /// a callback cannot set `ampx_last_error()`, so the binding keeps its
+    /// message here and reports it instead of the library's stale one.
+    static SEGMENT_ERROR: RefCell<Option<Error>> = const { RefCell::new(None) };
+}
+
+pub(crate) fn set_segment_error(error: Error) {
+    SEGMENT_ERROR.with(|slot| *slot.borrow_mut() = Some(error));
+}
+
+pub(crate) fn clear_segment_error() {
+    SEGMENT_ERROR.with(|slot| slot.borrow_mut().take());
+}
+
+/// As [`check`], for calls that may run Rust segments (checkpoint, backward):
+/// when a segment failed during the call, its error is reported.
+pub(crate) fn check_with_segments(status: sys::ampx_status, function: &str) -> Result<()> {
+    let library = check(status);
+    let segment = SEGMENT_ERROR.with(|slot| slot.borrow_mut().take());
+    match (library, segment) {
+        (Ok(()), _) => Ok(()),
+        (Err(_), Some(e)) => Err(Error {
+            status: e.status,
+            message: format!("{function}: the checkpointed segment failed: {}", e.message),
+            panic: e.panic,
+        }),
+        (Err(e), None) => Err(e),
+    }
+}

@@ -1,0 +1,139 @@
+//! Safe Rust binding of **ampx**, an embeddable mixed-precision training
+//! library: what `torch.amp` gives PyTorch -- autocast, dynamic loss scaling
+//! (GradScaler), SGD/Adam/AdamW with fp32 master weights, clipping after
+//! unscaling -- over ampx's C ABI (`include/ampx/ampx.h`, whose comments are
+//! the reference for every call; the raw declarations are in `ampx-sys`).
+//!
+//! ```no_run
+//! use ampx::{Activation, Autocast, AutocastOptions, Context, DType, Optimizer, Reduction,
+//!            Scaler, ScalerOptions, Tensor};
+//! # fn main() -> ampx::Result<()> {
+//! let ctx = Context::new()?;
+//! let x = Tensor::from_slice(&ctx, &[4, 2], &[0.5f32; 8])?;
+//! let y = Tensor::from_slice(&ctx, &[4, 1], &[1.0f32; 4])?;
+//! let w = Tensor::from_slice(&ctx, &[1, 2], &[0.1f32, -0.2])?;
+//! w.set_requires_grad(true)?;
+//! let opt = Optimizer::adamw(&ctx, &[&w], 1e-2)?;
+//! let scaler = Scaler::new(&ctx, &ScalerOptions::default())?;
+//! let autocast = Autocast::new(&ctx, &AutocastOptions::with_dtype(DType::BF16))?;
+//! for _ in 0..10 {
+//!     let loss = autocast.run(|| {
+//!         x.linear(&w, None, Activation::None)?.mse_loss(&y, Reduction::Mean)
+//!     })?;
+//!     loss.backward(Some(&scaler))?;
+//!     scaler.unscale(&opt)?;
+//!     opt.clip_grad_norm(1.0, 2.0, false)?;
+//!     scaler.step(&opt)?;
+//!     scaler.update()?;
+//!     opt.zero_grad()?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Errors
+//!
+//! Every fallible call returns [`Result`]; an [`Error`] carries the C
+//! status ([`Status`]) and the library's message (`ampx_last_error()`),
+//! which names the function, the argument and the shapes involved.
+//!
+//! # Ownership
+//!
+//! [`Context`] and [`Tensor`] are reference counted by the library: `Clone`
+//! retains, `Drop` releases. Each `Tensor` value owns its own reference --
+//! op outputs included, whatever scopes are open -- so a stale handle cannot
+//! be made without `unsafe`. Tensors, optimizers, scalers and autocast
+//! policies keep their context alive, so values may be dropped in any
+//! order. [`Optimizer`], [`Scaler`] and [`Autocast`] have no retain in the C
+//! API and so no `Clone`; wrap them in `Rc` to share. Region-like state is
+//! held by guards: [`AutocastGuard`], [`Scope`], [`GradModeGuard`].
+//!
+//! Misuse that C can only detect at run time (if at all) does not compile:
+//!
+//! ```compile_fail
+//! # use ampx::{Context, DType, Tensor};
+//! let ctx = Context::new().unwrap();
+//! let t = Tensor::zeros(&ctx, DType::F32, &[2]).unwrap();
+//! drop(t); // releases the reference
+//! t.numel().unwrap(); // error[E0382]: use of moved value: no stale handle
+//! ```
+//!
+//! ```compile_fail
+//! # use ampx::{Autocast, Context};
+//! let ctx = Context::new().unwrap();
+//! let autocast = Autocast::new(&ctx, &Default::default()).unwrap();
+//! let region = autocast.enter().unwrap();
+//! drop(autocast); // error[E0505]: a policy cannot be released while entered
+//! drop(region);
+//! ```
+//!
+//! # Threads: why nothing here is `Send` or `Sync`
+//!
+//! ampx's rule is: *a context and every object made from it may be used by
+//! one thread at a time*; different contexts are independent. The unit of
+//! exclusive use is therefore the whole family of a context, not a single
+//! object: two tensors of one context share the context's tape, scopes,
+//! allocator statistics and autocast stack, and using them from two
+//! threads at once is a data race inside the library. If `Tensor` were
+//! `Send`, safe code could move one tensor to another thread while keeping
+//! its sibling here and race on that shared state; `Sync` would be worse.
+//! Rust's type system cannot express "this value and everything made from
+//! the same context move together", so every handle type is neither `Send`
+//! nor `Sync` (they hold raw pointers, which the compiler treats so). Create
+//! a context on the thread that uses it; several threads can each train
+//! with their own context at the same time. (The library's release
+//! functions may run on any thread, which matters for garbage-collected
+//! languages; it does not make moving a single object sound.)
+//!
+//! ```compile_fail
+//! fn needs_send<T: Send>(_: T) {}
+//! needs_send(ampx::Context::new().unwrap()); // error: `NonNull<..>` cannot be sent
+//! ```
+#![warn(missing_docs)]
+
+mod autocast;
+mod checkpoint;
+mod checkpoint_file;
+mod context;
+mod dtype;
+mod error;
+mod ops;
+mod optim;
+mod scaler;
+mod tensor;
+
+pub use ampx_sys as sys;
+
+pub use crate::autocast::{Autocast, AutocastGuard, AutocastOptions, OpClass};
+pub use crate::checkpoint_file::{load_checkpoint, save_checkpoint};
+pub use crate::context::{Context, ContextOptions, GradModeGuard, MemoryStats, Scope};
+pub use crate::dtype::{Bf16, DType, Device, Element, F16};
+pub use crate::error::{Error, Result, Status};
+pub use crate::ops::{concat, Activation, Reduction};
+pub use crate::optim::{AdamOptions, NonfiniteGrad, Optimizer, SgdOptions, StateKind};
+pub use crate::scaler::{Scaler, ScalerCounters, ScalerOptions, ScalerState};
+pub use crate::tensor::Tensor;
+
+/// The run-time library's version as `major * 10000 + minor * 100 + patch`
+/// (`ampx_version`); compare with [`sys::AMPX_VERSION_NUMBER`].
+pub fn version() -> u32 {
+    // SAFETY: thread-safe, no arguments.
+    unsafe { sys::ampx_version() }
+}
+
+/// The run-time version as a string, e.g. "0.1.0" (`ampx_version_string`).
+pub fn version_string() -> &'static str {
+    // SAFETY: a static string, never NULL.
+    unsafe { error::static_str(sys::ampx_version_string()) }
+}
+
+/// Whether the library was built with its CUDA backend (`ampx_has_cuda`).
+pub fn has_cuda() -> bool {
+    // SAFETY: thread-safe, no arguments.
+    unsafe { sys::ampx_has_cuda() != 0 }
+}
+
+/// The number of usable CUDA devices (`ampx_cuda_device_count`).
+pub fn cuda_device_count() -> i32 {
+    // SAFETY: thread-safe, no arguments.
+    unsafe { sys::ampx_cuda_device_count() }
+}

@@ -1,0 +1,271 @@
+//! The ops of section 11 of ampx.h, as methods of [`Tensor`] (and
+//! [`concat`]). Each returns a new [`Tensor`] owned by the caller; ops record
+//! themselves on the context's tape when grad mode is on and an input
+//! requires a gradient, and follow the autocast region that is entered.
+use std::ptr;
+
+use ampx_sys as sys;
+
+use crate::error::{check, Error, Result, Status};
+use crate::tensor::{shape_arg, Tensor};
+
+/// Loss reductions (`ampx_reduction`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reduction {
+    /// The mean over the elements (or the counted labels).
+    Mean,
+    /// The sum.
+    Sum,
+}
+
+impl Reduction {
+    fn to_raw(self) -> sys::ampx_reduction {
+        match self {
+            Reduction::Mean => sys::AMPX_REDUCTION_MEAN,
+            Reduction::Sum => sys::AMPX_REDUCTION_SUM,
+        }
+    }
+}
+
+/// Activations fused into [`Tensor::linear`] (`ampx_activation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Activation {
+    /// None.
+    None,
+    /// ReLU.
+    Relu,
+    /// GELU (erf form).
+    Gelu,
+}
+
+impl Activation {
+    fn to_raw(self) -> sys::ampx_activation {
+        match self {
+            Activation::None => sys::AMPX_ACTIVATION_NONE,
+            Activation::Relu => sys::AMPX_ACTIVATION_RELU,
+            Activation::Gelu => sys::AMPX_ACTIVATION_GELU,
+        }
+    }
+}
+
+/// Runs an op (or `ampx_checkpoint`) on `ctx` and returns its outputs as
+/// owned tensors.
+///
+/// While a scope is open an op's output is borrowed from the innermost
+/// scope, otherwise it is the caller's; the C API offers no way to ask which
+/// applies. So the call runs inside a scope of its own: every output is then
+/// borrowed from that scope, retained here, and the pop drops the scope's
+/// reference -- whatever scopes the program (or C code sharing the context)
+/// has open, each `Tensor` owns exactly one reference.
+///
+/// One exception: once every `Context` value of the context is gone, the
+/// library refuses `ampx_scope_push` (a stale handle) and no scope can be
+/// open (closing the last handle drops them, and none can be pushed after),
+/// so the outputs are the caller's.
+pub(crate) fn run_outputs(
+    ctx: sys::ampx_context,
+    outputs: &mut [sys::ampx_tensor],
+    call: impl FnOnce(*mut sys::ampx_tensor) -> Result<()>,
+) -> Result<Vec<Tensor>> {
+    // SAFETY: `ctx` is the live context of a live input.
+    match check(unsafe { sys::ampx_scope_push(ctx) }) {
+        Ok(()) => {}
+        Err(e) if e.status() == Status::StaleHandle => {
+            call(outputs.as_mut_ptr())?;
+            // SAFETY: with no scope open each output is a new reference
+            // owned by the caller.
+            return Ok(outputs.iter().map(|&raw| unsafe { Tensor::from_raw(raw) }).collect());
+        }
+        Err(e) => return Err(e),
+    }
+    let result = call(outputs.as_mut_ptr()).and_then(|()| {
+        outputs
+            .iter()
+            // SAFETY: each output is a live handle borrowed from our scope.
+            .map(|&raw| unsafe { Tensor::from_borrowed(raw) })
+            .collect::<Result<Vec<_>>>()
+    });
+    // SAFETY: pops the scope pushed above (releasing its references).
+    let popped = check(unsafe { sys::ampx_scope_pop(ctx) });
+    let tensors = result?;
+    popped?;
+    Ok(tensors)
+}
+
+/// One output of an op whose first input is `first`.
+fn run_op(first: &Tensor, call: impl FnOnce(*mut sys::ampx_tensor) -> sys::ampx_status) -> Result<Tensor> {
+    let ctx = first.raw_context()?;
+    let mut out = [ptr::null_mut()];
+    let mut tensors = run_outputs(ctx, &mut out, |out| check(call(out)))?;
+    Ok(tensors.pop().expect("one output"))
+}
+
+fn opt(t: Option<&Tensor>) -> sys::ampx_tensor {
+    t.map_or(ptr::null_mut(), Tensor::as_raw)
+}
+
+macro_rules! unary_ops {
+    ($($(#[$doc:meta])* $name:ident => $c:ident;)*) => {
+        impl Tensor {$(
+            $(#[$doc])*
+            pub fn $name(&self) -> Result<Tensor> {
+                // SAFETY: live input, valid out pointer.
+                run_op(self, |out| unsafe { sys::$c(self.as_raw(), out) })
+            }
+        )*}
+    };
+}
+
+macro_rules! binary_ops {
+    ($($(#[$doc:meta])* $name:ident => $c:ident;)*) => {
+        impl Tensor {$(
+            $(#[$doc])*
+            pub fn $name(&self, other: &Tensor) -> Result<Tensor> {
+                // SAFETY: live inputs, valid out pointer.
+                run_op(self, |out| unsafe { sys::$c(self.as_raw(), other.as_raw(), out) })
+            }
+        )*}
+    };
+}
+
+binary_ops! {
+    /// `self + other` element-wise ("add": promote); `other` may be a row
+    /// vector matching the last dimension.
+    add => ampx_add;
+    /// `self - other` ("sub": promote), broadcasting as [`Tensor::add`].
+    sub => ampx_sub;
+    /// `self * other` ("mul": promote), broadcasting as [`Tensor::add`].
+    mul => ampx_mul;
+    /// Matrix product ("matmul": lower precision): `[M, K] x [K, N]` or
+    /// batched `[B, M, K] x [B, K, N]`; accumulates in fp32.
+    matmul => ampx_matmul;
+}
+
+unary_ops! {
+    /// ReLU ("relu": keep).
+    relu => ampx_relu;
+    /// GELU, erf form ("gelu": keep).
+    gelu => ampx_gelu;
+    /// GELU, tanh approximation ("gelu_tanh": keep).
+    gelu_tanh => ampx_gelu_tanh;
+    /// SiLU ("silu": keep).
+    silu => ampx_silu;
+    /// Logistic sigmoid ("sigmoid": keep).
+    sigmoid => ampx_sigmoid;
+    /// Hyperbolic tangent ("tanh": keep).
+    tanh => ampx_tanh;
+    /// Sum of all elements, one element ("sum": fp32).
+    sum => ampx_sum;
+    /// Mean of all elements, one element ("mean": fp32).
+    mean => ampx_mean;
+    /// Softmax over the last dimension ("softmax": fp32).
+    softmax => ampx_softmax;
+    /// Log-softmax over the last dimension ("log_softmax": fp32).
+    log_softmax => ampx_log_softmax;
+}
+
+impl Tensor {
+    /// `self * scale + shift` element-wise, in the tensor's type ("affine": keep).
+    pub fn affine(&self, scale: f64, shift: f64) -> Result<Tensor> {
+        // SAFETY: live input.
+        run_op(self, |out| unsafe { sys::ampx_affine(self.as_raw(), scale, shift, out) })
+    }
+
+    /// Cross-entropy of logits `[N, C]` (self) against labels `[N]` (I32 or
+    /// I64); labels equal to `ignore_index` are skipped ("cross_entropy": fp32).
+    pub fn cross_entropy(&self, labels: &Tensor, reduction: Reduction, ignore_index: i64) -> Result<Tensor> {
+        // SAFETY: live inputs.
+        run_op(self, |out| unsafe {
+            sys::ampx_cross_entropy(self.as_raw(), labels.as_raw(), reduction.to_raw(), ignore_index, out)
+        })
+    }
+
+    /// Mean-squared error against `target` of the same shape ("mse_loss": fp32).
+    pub fn mse_loss(&self, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+        // SAFETY: live inputs.
+        run_op(self, |out| unsafe { sys::ampx_mse_loss(self.as_raw(), target.as_raw(), reduction.to_raw(), out) })
+    }
+
+    /// Binary cross-entropy of logits (self) against targets of the same
+    /// shape ("bce_with_logits": fp32).
+    pub fn bce_with_logits(&self, targets: &Tensor, reduction: Reduction) -> Result<Tensor> {
+        // SAFETY: live inputs.
+        run_op(self, |out| unsafe {
+            sys::ampx_bce_with_logits(self.as_raw(), targets.as_raw(), reduction.to_raw(), out)
+        })
+    }
+
+    /// `activation(self W^T + bias)` ("linear": lower precision): self
+    /// `[..., in]`, weight `[out, in]`, bias `[out]`.
+    pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>, activation: Activation) -> Result<Tensor> {
+        // SAFETY: live inputs (bias may be NULL).
+        run_op(self, |out| unsafe {
+            sys::ampx_linear(self.as_raw(), weight.as_raw(), opt(bias), activation.to_raw(), out)
+        })
+    }
+
+    /// Layer normalisation over the last dimension ("layer_norm": fp32);
+    /// weight and bias `[D]` are optional.
+    pub fn layer_norm(&self, weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+        // SAFETY: live inputs (or NULL).
+        run_op(self, |out| unsafe { sys::ampx_layer_norm(self.as_raw(), opt(weight), opt(bias), eps, out) })
+    }
+
+    /// Batch normalisation of `[N, C]` or `[N, C, L]` per channel
+    /// ("batch_norm": keep). `running` holds (running_mean, running_var),
+    /// updated in place while training; all parameters are F32 `[C]`.
+    pub fn batch_norm(
+        &self,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        running: Option<(&Tensor, &Tensor)>,
+        training: bool,
+        momentum: f64,
+        eps: f64,
+    ) -> Result<Tensor> {
+        let (mean, var) = running.map_or((ptr::null_mut(), ptr::null_mut()), |(m, v)| (m.as_raw(), v.as_raw()));
+        // SAFETY: live inputs (or NULL).
+        run_op(self, |out| unsafe {
+            sys::ampx_batch_norm(self.as_raw(), opt(weight), opt(bias), mean, var, training.into(), momentum, eps, out)
+        })
+    }
+
+    /// Inverted dropout with probability `p` while `training` ("dropout": keep).
+    pub fn dropout(&self, p: f64, training: bool) -> Result<Tensor> {
+        // SAFETY: live input.
+        run_op(self, |out| unsafe { sys::ampx_dropout(self.as_raw(), p, training.into(), out) })
+    }
+
+    /// Rows of this table `[V, D]` at `indices` (I32 or I64) ("embedding": keep).
+    pub fn embedding(&self, indices: &Tensor) -> Result<Tensor> {
+        // SAFETY: live inputs.
+        run_op(self, |out| unsafe { sys::ampx_embedding(self.as_raw(), indices.as_raw(), out) })
+    }
+
+    /// The elements with another shape, sharing memory ("reshape": keep);
+    /// one extent may be -1.
+    pub fn reshape(&self, shape: &[i64]) -> Result<Tensor> {
+        let (ndim, dims) = shape_arg(shape)?;
+        // SAFETY: live input; `dims` holds `ndim` extents.
+        run_op(self, |out| unsafe { sys::ampx_reshape(self.as_raw(), ndim, dims, out) })
+    }
+
+    /// A contiguous copy with dimensions `dim0` and `dim1` exchanged
+    /// ("transpose": keep); negative dims count from the end.
+    pub fn transpose(&self, dim0: i32, dim1: i32) -> Result<Tensor> {
+        // SAFETY: live input.
+        run_op(self, |out| unsafe { sys::ampx_transpose(self.as_raw(), dim0, dim1, out) })
+    }
+}
+
+/// Joins tensors along `dim` ("concat": promote); negative `dim` counts
+/// from the end.
+pub fn concat(tensors: &[&Tensor], dim: i32) -> Result<Tensor> {
+    let first = match tensors.first() {
+        Some(first) => first,
+        None => return Err(Error::new(Status::InvalidArgument, "concat: no tensors to join")),
+    };
+    let raw: Vec<sys::ampx_tensor> = tensors.iter().map(|t| t.as_raw()).collect();
+    // SAFETY: `raw` holds live handles.
+    run_op(first, |out| unsafe { sys::ampx_concat(raw.as_ptr(), raw.len(), dim, out) })
+}

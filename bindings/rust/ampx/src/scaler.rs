@@ -1,0 +1,268 @@
+//! Dynamic loss scaling (`ampx_scaler`, after torch.amp.GradScaler).
+use std::ptr::{self, NonNull};
+
+use ampx_sys as sys;
+
+use crate::context::Context;
+use crate::error::{check, Result};
+use crate::optim::Optimizer;
+use crate::tensor::Tensor;
+
+/// Scaler options (`ampx_scaler_options`); `Default` is the library's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScalerOptions {
+    /// The first scale (default 65536).
+    pub init_scale: f64,
+    /// Growth factor (default 2).
+    pub growth_factor: f64,
+    /// Backoff factor (default 0.5).
+    pub backoff_factor: f64,
+    /// Clean updates between growths (default 2000).
+    pub growth_interval: i32,
+    /// A disabled scaler is a pass-through (default enabled).
+    pub enabled: bool,
+    /// Back off only at the Nth consecutive overflow (default 1).
+    pub hysteresis: i32,
+    /// Lower bound of backoff (0: none).
+    pub min_scale: f64,
+    /// Upper bound of growth (0: none).
+    pub max_scale: f64,
+}
+
+impl Default for ScalerOptions {
+    fn default() -> Self {
+        // SAFETY: thread-safe, no arguments.
+        let o = unsafe { sys::ampx_scaler_options_default() };
+        ScalerOptions {
+            init_scale: o.init_scale,
+            growth_factor: o.growth_factor,
+            backoff_factor: o.backoff_factor,
+            growth_interval: o.growth_interval,
+            enabled: o.enabled != 0,
+            hysteresis: o.hysteresis,
+            min_scale: o.min_scale,
+            max_scale: o.max_scale,
+        }
+    }
+}
+
+/// Scaler counters (`ampx_scaler_counters`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScalerCounters {
+    /// Update calls.
+    pub updates: i64,
+    /// Updates whose iteration had inf/NaN gradients.
+    pub skipped: i64,
+    /// Times the scale was lowered.
+    pub backoffs: i64,
+    /// Times the scale was raised.
+    pub growths: i64,
+}
+
+impl ScalerCounters {
+    fn from_raw(c: &sys::ampx_scaler_counters) -> Self {
+        ScalerCounters { updates: c.updates, skipped: c.skipped, backoffs: c.backoffs, growths: c.growths }
+    }
+
+    fn to_raw(self) -> sys::ampx_scaler_counters {
+        sys::ampx_scaler_counters {
+            struct_size: std::mem::size_of::<sys::ampx_scaler_counters>(),
+            updates: self.updates,
+            skipped: self.skipped,
+            backoffs: self.backoffs,
+            growths: self.growths,
+        }
+    }
+}
+
+/// The scaler's persistent state (`ampx_scaler_state`: torch's
+/// `GradScaler.state_dict()` plus ampx's extras).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ScalerState {
+    /// The scale.
+    pub scale: f64,
+    /// Growth factor.
+    pub growth_factor: f64,
+    /// Backoff factor.
+    pub backoff_factor: f64,
+    /// Growth interval.
+    pub growth_interval: i32,
+    /// Clean updates since the last growth or backoff.
+    pub growth_tracker: i32,
+    /// Hysteresis.
+    pub hysteresis: i32,
+    /// Overflows still allowed before a backoff.
+    pub hysteresis_left: i32,
+    /// Minimum scale (0: none).
+    pub min_scale: f64,
+    /// Maximum scale (0: none).
+    pub max_scale: f64,
+    /// The counters.
+    pub counters: ScalerCounters,
+}
+
+/// A dynamic loss scaler. The loop: `loss.backward(Some(&scaler))` (or
+/// [`Scaler::scale_loss`]), optionally [`Scaler::unscale`] then clipping,
+/// [`Scaler::step`], [`Scaler::update`]. Calls out of order fail with
+/// `Status::Order` and a message saying what to call instead.
+///
+/// `Drop` releases it (optimizers attached to it keep it alive); no `Clone`.
+/// Not `Send`/`Sync`: see the crate documentation on threads.
+pub struct Scaler {
+    raw: NonNull<sys::ampx_scaler_s>,
+}
+
+impl Scaler {
+    /// A scaler on `ctx`.
+    pub fn new(ctx: &Context, options: &ScalerOptions) -> Result<Scaler> {
+        // SAFETY: thread-safe, no arguments.
+        let mut o = unsafe { sys::ampx_scaler_options_default() };
+        o.init_scale = options.init_scale;
+        o.growth_factor = options.growth_factor;
+        o.backoff_factor = options.backoff_factor;
+        o.growth_interval = options.growth_interval;
+        o.enabled = options.enabled.into();
+        o.hysteresis = options.hysteresis;
+        o.min_scale = options.min_scale;
+        o.max_scale = options.max_scale;
+        let mut out = ptr::null_mut();
+        // SAFETY: live context, valid pointers.
+        check(unsafe { sys::ampx_scaler_create(ctx.as_raw(), &o, &mut out) })?;
+        Ok(Scaler { raw: NonNull::new(out).expect("ampx returned a NULL scaler") })
+    }
+
+    /// The handle, borrowed: valid while `self` lives.
+    pub fn as_raw(&self) -> sys::ampx_scaler {
+        self.raw.as_ptr()
+    }
+
+    /// Attaches `optimizer` before its first use, so misuse in the first
+    /// iteration is detected too.
+    pub fn attach(&self, optimizer: &Optimizer) -> Result<()> {
+        // SAFETY: live handles.
+        check(unsafe { sys::ampx_scaler_attach(self.as_raw(), optimizer.as_raw()) })
+    }
+
+    /// A new F32 tensor holding `loss * scale`.
+    pub fn scale_loss(&self, loss: &Tensor) -> Result<Tensor> {
+        let mut out = ptr::null_mut();
+        // SAFETY: live handles, valid out pointer.
+        check(unsafe { sys::ampx_scaler_scale_loss(self.as_raw(), loss.as_raw(), &mut out) })?;
+        // SAFETY: a new tensor owned by us.
+        Ok(unsafe { Tensor::from_raw(out) })
+    }
+
+    /// The one-element F32 device tensor holding the current scale (treat it
+    /// as read-only).
+    pub fn scale_tensor(&self) -> Result<Tensor> {
+        let mut out = ptr::null_mut();
+        // SAFETY: live handle, valid out pointer.
+        check(unsafe { sys::ampx_scaler_scale_tensor(self.as_raw(), &mut out) })?;
+        // SAFETY: a new reference owned by us.
+        Ok(unsafe { Tensor::from_raw(out) })
+    }
+
+    /// The current scale (1 when disabled). Synchronizes.
+    pub fn scale(&self) -> Result<f64> {
+        let mut scale = 0.0;
+        // SAFETY: live handle, valid out pointer.
+        check(unsafe { sys::ampx_scaler_get_scale(self.as_raw(), &mut scale) })?;
+        Ok(scale)
+    }
+
+    /// Divides `optimizer`'s gradients by the scale (needed before clipping).
+    pub fn unscale(&self, optimizer: &Optimizer) -> Result<()> {
+        // SAFETY: live handles.
+        check(unsafe { sys::ampx_scaler_unscale(self.as_raw(), optimizer.as_raw()) })
+    }
+
+    /// Unscales if needed, then steps unless an inf/NaN was found.
+    pub fn step(&self, optimizer: &Optimizer) -> Result<()> {
+        // SAFETY: live handles.
+        check(unsafe { sys::ampx_scaler_step(self.as_raw(), optimizer.as_raw()) })
+    }
+
+    /// Ends the iteration: grows or backs off the scale.
+    pub fn update(&self) -> Result<()> {
+        // SAFETY: live handle.
+        check(unsafe { sys::ampx_scaler_update(self.as_raw()) })
+    }
+
+    /// Ends the iteration setting the scale to `new_scale`.
+    pub fn update_to(&self, new_scale: f64) -> Result<()> {
+        // SAFETY: live handle.
+        check(unsafe { sys::ampx_scaler_update_to(self.as_raw(), new_scale) })
+    }
+
+    /// Whether the last unscale of `optimizer` found an inf/NaN. Synchronizes.
+    pub fn found_inf(&self, optimizer: &Optimizer) -> Result<bool> {
+        let mut found = 0;
+        // SAFETY: live handles, valid out pointer.
+        check(unsafe { sys::ampx_scaler_found_inf(self.as_raw(), optimizer.as_raw(), &mut found) })?;
+        Ok(found != 0)
+    }
+
+    /// The counters. Synchronizes.
+    pub fn counters(&self) -> Result<ScalerCounters> {
+        let mut c = ScalerCounters::default().to_raw();
+        // SAFETY: live handle; struct_size set.
+        check(unsafe { sys::ampx_scaler_get_counters(self.as_raw(), &mut c) })?;
+        Ok(ScalerCounters::from_raw(&c))
+    }
+
+    /// The whole persistent state. Synchronizes.
+    pub fn state(&self) -> Result<ScalerState> {
+        let mut s = sys::ampx_scaler_state {
+            struct_size: std::mem::size_of::<sys::ampx_scaler_state>(),
+            counters: ScalerCounters::default().to_raw(),
+            ..Default::default()
+        };
+        // SAFETY: live handle; struct_size set.
+        check(unsafe { sys::ampx_scaler_get_state(self.as_raw(), &mut s) })?;
+        Ok(ScalerState {
+            scale: s.scale,
+            growth_factor: s.growth_factor,
+            backoff_factor: s.backoff_factor,
+            growth_interval: s.growth_interval,
+            growth_tracker: s.growth_tracker,
+            hysteresis: s.hysteresis,
+            hysteresis_left: s.hysteresis_left,
+            min_scale: s.min_scale,
+            max_scale: s.max_scale,
+            counters: ScalerCounters::from_raw(&s.counters),
+        })
+    }
+
+    /// Restores a state (only between iterations, else `Status::Order`).
+    pub fn set_state(&self, state: &ScalerState) -> Result<()> {
+        let s = sys::ampx_scaler_state {
+            struct_size: std::mem::size_of::<sys::ampx_scaler_state>(),
+            scale: state.scale,
+            growth_factor: state.growth_factor,
+            backoff_factor: state.backoff_factor,
+            growth_interval: state.growth_interval,
+            growth_tracker: state.growth_tracker,
+            hysteresis: state.hysteresis,
+            hysteresis_left: state.hysteresis_left,
+            min_scale: state.min_scale,
+            max_scale: state.max_scale,
+            counters: state.counters.to_raw(),
+        };
+        // SAFETY: live handle, valid struct.
+        check(unsafe { sys::ampx_scaler_set_state(self.as_raw(), &s) })
+    }
+}
+
+impl Drop for Scaler {
+    /// Releases the caller's reference (`ampx_scaler_release`).
+    fn drop(&mut self) {
+        // SAFETY: we own the reference.
+        unsafe { sys::ampx_scaler_release(self.as_raw()) }
+    }
+}
+
+impl std::fmt::Debug for Scaler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scaler").field("raw", &self.raw).finish()
+    }
+}
