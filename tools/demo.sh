@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# demo.sh -- builds ampx and runs the demo.
+# demo.sh -- builds ampx and runs the demo (arguments go to the demo; try
+# --help). Its images and chart land in ./demo-out unless --out says else.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-tools/build.sh
-./build/examples/ampx_demo "$@"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+"$root/tools/build.sh"
+exec "$root/build/examples/demo/ampx_demo" "$@"

@@ -3,9 +3,15 @@
 // It adds no ABI: every call goes through ampx.h. Handles become move-only
 // RAII owners; a failing call throws ampx::Error carrying the status and the
 // library's message. The thread rules of ampx.h apply unchanged.
+//
+// Regions become guards (Autocast, Scope, GradMode/NoGrad) that close in
+// their destructors, which never throw. The ops of ampx.h section 11 are
+// free functions returning a Tensor the caller owns, whether or not a Scope
+// is open: with C++ ownership, a Scope is only needed around direct C calls.
 #ifndef AMPX_HPP
 #define AMPX_HPP
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
@@ -96,6 +102,18 @@ class Tensor : public detail::Owner<ampx_tensor, ampx_tensor_release> {
   // Takes over one reference (as returned by the C API).
   explicit Tensor(ampx_tensor handle) noexcept : Owner(handle) {}
 
+  // Adds a reference to a borrowed handle (a gradient, an op output owned
+  // by a scope) and owns that one.
+  static Tensor retained(ampx_tensor handle) {
+    check(ampx_tensor_retain(handle));
+    return Tensor(handle);
+  }
+
+  static Tensor empty(const Context& ctx, ampx_dtype dtype, std::vector<int64_t> shape) {
+    ampx_tensor t = nullptr;
+    check(ampx_tensor_empty(ctx.get(), dtype, static_cast<int32_t>(shape.size()), shape.data(), &t));
+    return Tensor(t);
+  }
   static Tensor zeros(const Context& ctx, ampx_dtype dtype, std::vector<int64_t> shape) {
     ampx_tensor t = nullptr;
     check(ampx_tensor_zeros(ctx.get(), dtype, static_cast<int32_t>(shape.size()), shape.data(), &t));
@@ -106,6 +124,15 @@ class Tensor : public detail::Owner<ampx_tensor, ampx_tensor_release> {
     ampx_tensor t = nullptr;
     check(ampx_tensor_from_host(ctx.get(), AMPX_F32, static_cast<int32_t>(shape.size()),
                                 shape.data(), values.data(), values.size() * sizeof(float), &t));
+    return Tensor(t);
+  }
+
+  // Class labels and indices (I64), e.g. for cross_entropy and embedding.
+  static Tensor from_host_i64(const Context& ctx, const std::vector<int64_t>& values,
+                              std::vector<int64_t> shape) {
+    ampx_tensor t = nullptr;
+    check(ampx_tensor_from_host(ctx.get(), AMPX_I64, static_cast<int32_t>(shape.size()),
+                                shape.data(), values.data(), values.size() * sizeof(int64_t), &t));
     return Tensor(t);
   }
 
@@ -129,8 +156,30 @@ class Tensor : public detail::Owner<ampx_tensor, ampx_tensor_release> {
     check(ampx_tensor_name(get(), &n));
     return n;
   }
-  // Attaches `grad` (retained by this tensor) as its gradient.
+  // Attaches `grad` (retained by this tensor) as its gradient; an empty
+  // Tensor detaches it.
   void set_grad(const Tensor& grad) { check(ampx_tensor_set_grad(get(), grad.get())); }
+  // The attached gradient (sharing its memory), or an empty Tensor.
+  Tensor grad() const {
+    ampx_tensor g = nullptr;
+    check(ampx_tensor_grad(get(), &g));
+    return g ? retained(g) : Tensor();
+  }
+  void set_requires_grad(bool requires_grad = true) {
+    check(ampx_tensor_set_requires_grad(get(), requires_grad ? 1 : 0));
+  }
+  bool requires_grad() const {
+    int32_t r = 0;
+    check(ampx_tensor_requires_grad(get(), &r));
+    return r != 0;
+  }
+  std::vector<int64_t> shape() const {
+    int32_t ndim = 0;
+    check(ampx_tensor_ndim(get(), &ndim));
+    std::vector<int64_t> dims(static_cast<size_t>(ndim));
+    check(ampx_tensor_shape(get(), dims.data(), ndim));
+    return dims;
+  }
   int64_t numel() const {
     int64_t n = 0;
     check(ampx_tensor_numel(get(), &n));
@@ -163,11 +212,28 @@ class Optimizer : public detail::Owner<ampx_optimizer, ampx_optimizer_release> {
   void zero_grad() { check(ampx_optimizer_zero_grad(get())); }
   void set_lr(double lr, int32_t group = 0) { check(ampx_optimizer_set_lr(get(), group, lr)); }
   // Clips the gradients by their total L2 norm; returns the norm before
-  // clipping (synchronizes to read it).
+  // clipping (synchronizes to read it; ampx::clip_grad_norm does not).
   double clip_grad_norm(double max_norm) {
     ampx_tensor total = nullptr;
     check(ampx_clip_grad_norm(get(), max_norm, 2.0, 0, &total));
     return Tensor(total).to_vector().at(0);
+  }
+  void clip_grad_value(double clip_value) { check(ampx_clip_grad_value(get(), clip_value)); }
+  // Whether the last step was taken (false: skipped for inf/NaN). Synchronizes.
+  bool last_step_taken() const {
+    int32_t taken = 0;
+    check(ampx_optimizer_last_step_taken(get(), &taken));
+    return taken != 0;
+  }
+  std::vector<unsigned char> save_state() const {
+    size_t bytes = 0;
+    check(ampx_optimizer_state_size(get(), &bytes));
+    std::vector<unsigned char> state(bytes);
+    check(ampx_optimizer_save_state(get(), state.data(), state.size()));
+    return state;
+  }
+  void load_state(const std::vector<unsigned char>& state) {
+    check(ampx_optimizer_load_state(get(), state.data(), state.size()));
   }
 
  private:
@@ -190,6 +256,27 @@ class Scaler : public detail::Owner<ampx_scaler, ampx_scaler_release> {
   void unscale(const Optimizer& opt) { check(ampx_scaler_unscale(get(), opt.get())); }
   void step(const Optimizer& opt) { check(ampx_scaler_step(get(), opt.get())); }
   void update() { check(ampx_scaler_update(get())); }
+  // Ends the iteration with `new_scale` instead of the growth/backoff rule.
+  void update_to(double new_scale) { check(ampx_scaler_update_to(get(), new_scale)); }
+  // Whether the last unscale of opt's gradients found an inf/NaN. Synchronizes.
+  bool found_inf(const Optimizer& opt) const {
+    int32_t found = 0;
+    check(ampx_scaler_found_inf(get(), opt.get(), &found));
+    return found != 0;
+  }
+  Tensor scale_loss(const Tensor& loss) const {
+    ampx_tensor t = nullptr;
+    check(ampx_scaler_scale_loss(get(), loss.get(), &t));
+    return Tensor(t);
+  }
+  ampx_scaler_state state() const {
+    ampx_scaler_state s{};
+    s.struct_size = sizeof s;
+    s.counters.struct_size = sizeof s.counters;
+    check(ampx_scaler_get_state(get(), &s));
+    return s;
+  }
+  void set_state(const ampx_scaler_state& s) { check(ampx_scaler_set_state(get(), &s)); }
   double scale() const {
     double s = 0;
     check(ampx_scaler_get_scale(get(), &s));
@@ -209,6 +296,272 @@ class Scaler : public detail::Owner<ampx_scaler, ampx_scaler_release> {
  private:
   explicit Scaler(ampx_scaler s) : Owner(s) {}
 };
+
+// ---- autograd -----------------------------------------------------------------
+
+// Backpropagates from a one-element loss; the leaves' gradients come out
+// multiplied by the scaler's scale when one is given.
+inline void backward(const Tensor& loss) { check(ampx_backward(loss.get(), nullptr)); }
+inline void backward(const Tensor& loss, const Scaler& scaler) {
+  check(ampx_backward(loss.get(), scaler.get()));
+}
+
+// Sets grad mode on the context for the guard's lifetime, then restores the
+// previous setting.
+class GradMode {
+ public:
+  GradMode(const Context& ctx, bool enabled) : ctx_(ctx.get()) {
+    check(ampx_set_grad_enabled(ctx_, enabled ? 1 : 0, &previous_));
+  }
+  ~GradMode() { ampx_set_grad_enabled(ctx_, previous_, nullptr); }
+  GradMode(const GradMode&) = delete;
+  GradMode& operator=(const GradMode&) = delete;
+
+ private:
+  ampx_context ctx_;
+  int32_t previous_ = 1;
+};
+
+// torch.no_grad(): nothing is recorded while it lives.
+class NoGrad : public GradMode {
+ public:
+  explicit NoGrad(const Context& ctx) : GradMode(ctx, false) {}
+};
+
+// An ampx scope for the guard's lifetime: op outputs of direct C calls made
+// meanwhile are owned by it and released when it ends.
+class Scope {
+ public:
+  explicit Scope(const Context& ctx) : ctx_(ctx.get()) { check(ampx_scope_push(ctx_)); }
+  ~Scope() { ampx_scope_pop(ctx_); }
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  ampx_context ctx_;
+};
+
+// ---- autocast -----------------------------------------------------------------
+
+// An autocast policy: its dtype, and op-class overrides that last as long as
+// it does. Enter it with an Autocast guard.
+class AutocastPolicy : public detail::Owner<ampx_autocast, ampx_autocast_release> {
+ public:
+  AutocastPolicy() = default;  // none
+  explicit AutocastPolicy(const Context& ctx, ampx_dtype dtype = AMPX_F16, bool cache = true) {
+    ampx_autocast_options options = ampx_autocast_options_default();
+    options.dtype = dtype;
+    options.cache = cache ? 1 : 0;
+    ampx_autocast a = nullptr;
+    check(ampx_autocast_create(ctx.get(), &options, &a));
+    *this = AutocastPolicy(a);
+  }
+  void set_op_class(const std::string& op, ampx_op_class op_class) {
+    check(ampx_autocast_set_op_class(get(), op.c_str(), op_class));
+  }
+  ampx_op_class op_class(const std::string& op) const {
+    ampx_op_class c = AMPX_OP_KEEP;
+    check(ampx_autocast_op_class(get(), op.c_str(), &c));
+    return c;
+  }
+  // Casts served from the cache and casts made into it.
+  std::pair<int64_t, int64_t> cache_stats() const {
+    int64_t hits = 0, misses = 0;
+    check(ampx_autocast_cache_stats(get(), &hits, &misses));
+    return {hits, misses};
+  }
+
+ private:
+  explicit AutocastPolicy(ampx_autocast a) : Owner(a) {}
+};
+
+// An autocast region (torch.autocast): ops follow the policy while the
+// guard lives. Regions nest; guards are destroyed in reverse order, as the
+// C API requires.
+class Autocast {
+ public:
+  explicit Autocast(const AutocastPolicy& policy) : policy_(policy.get()) {
+    check(ampx_autocast_enter(policy_));
+  }
+  // A region with a policy of its own (no overrides, cache for this region).
+  explicit Autocast(const Context& ctx, ampx_dtype dtype = AMPX_F16)
+      : owned_(ctx, dtype), policy_(owned_.get()) {
+    check(ampx_autocast_enter(policy_));
+  }
+  ~Autocast() { ampx_autocast_exit(policy_); }
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  AutocastPolicy owned_;  // set only by the constructor that makes its own
+  ampx_autocast policy_;
+};
+
+// ---- clipping and diagnostics ---------------------------------------------------
+
+// clip_grad_norm without a sync: the total norm stays on the device.
+inline Tensor clip_grad_norm(Optimizer& opt, double max_norm, double norm_type = 2.0,
+                             bool error_if_nonfinite = false) {
+  ampx_tensor total = nullptr;
+  check(ampx_clip_grad_norm(opt.get(), max_norm, norm_type, error_if_nonfinite ? 1 : 0, &total));
+  return Tensor(total);
+}
+inline void clip_grad_value(Optimizer& opt, double clip_value) { opt.clip_grad_value(clip_value); }
+
+struct NonfiniteGrad {
+  std::string name;
+  int64_t nan_count;
+  int64_t inf_count;
+};
+
+// The parameters whose gradients hold NaN or inf, in parameter order.
+inline std::vector<NonfiniteGrad> find_nonfinite_grads(const Optimizer& opt) {
+  size_t found = 0;
+  check(ampx_find_nonfinite_grads(opt.get(), nullptr, 0, &found));
+  std::vector<ampx_nonfinite_grad> entries(found);
+  check(ampx_find_nonfinite_grads(opt.get(), entries.data(), entries.size(), &found));
+  std::vector<NonfiniteGrad> result;
+  for (size_t i = 0; i < entries.size() && i < found; ++i)
+    result.push_back({entries[i].name, entries[i].nan_count, entries[i].inf_count});
+  return result;
+}
+
+// ---- ops (ampx.h section 11) --------------------------------------------------------
+
+namespace detail {
+
+// Runs one C op inside a scope of its own and keeps a reference to its
+// output, so the caller owns it whether or not an outer scope is open (the
+// C API cannot be asked whether one is).
+template <class Call>
+Tensor run_op(ampx_tensor any_input, Call call) {
+  ampx_context ctx = nullptr;
+  const ampx_status no_context = ampx_tensor_context(any_input, &ctx);
+  if (no_context != AMPX_OK) {
+    // An empty or stale input: the op's own message names the op.
+    ampx_tensor out = nullptr;
+    const ampx_status status = call(&out);
+    throw Error(status != AMPX_OK ? status : no_context, ampx_last_error());
+  }
+  check(ampx_scope_push(ctx));
+  ampx_tensor out = nullptr;
+  ampx_status status = call(&out);
+  if (status == AMPX_OK) status = ampx_tensor_retain(out);
+  if (status != AMPX_OK) {
+    Error error(status, ampx_last_error());
+    ampx_scope_pop(ctx);
+    throw error;
+  }
+  ampx_scope_pop(ctx);
+  return Tensor(out);
+}
+
+}  // namespace detail
+
+#define AMPX_HPP_BINARY_OP(name)                                          \
+  inline Tensor name(const Tensor& a, const Tensor& b) {                 \
+    return detail::run_op(a.get(), [&](ampx_tensor* out) {              \
+      return ampx_##name(a.get(), b.get(), out);                         \
+    });                                                                  \
+  }
+AMPX_HPP_BINARY_OP(add)
+AMPX_HPP_BINARY_OP(sub)
+AMPX_HPP_BINARY_OP(mul)
+AMPX_HPP_BINARY_OP(matmul)
+AMPX_HPP_BINARY_OP(embedding)  // (weight, indices)
+#undef AMPX_HPP_BINARY_OP
+
+#define AMPX_HPP_UNARY_OP(name)                                                            \
+  inline Tensor name(const Tensor& x) {                                                   \
+    return detail::run_op(x.get(), [&](ampx_tensor* out) { return ampx_##name(x.get(), out); }); \
+  }
+AMPX_HPP_UNARY_OP(relu)
+AMPX_HPP_UNARY_OP(gelu)
+AMPX_HPP_UNARY_OP(gelu_tanh)
+AMPX_HPP_UNARY_OP(silu)
+AMPX_HPP_UNARY_OP(sigmoid)
+AMPX_HPP_UNARY_OP(tanh)
+AMPX_HPP_UNARY_OP(sum)
+AMPX_HPP_UNARY_OP(mean)
+AMPX_HPP_UNARY_OP(softmax)
+AMPX_HPP_UNARY_OP(log_softmax)
+#undef AMPX_HPP_UNARY_OP
+
+inline Tensor affine(const Tensor& a, double scale, double shift) {
+  return detail::run_op(a.get(), [&](ampx_tensor* out) { return ampx_affine(a.get(), scale, shift, out); });
+}
+
+inline Tensor cross_entropy(const Tensor& logits, const Tensor& labels,
+                            ampx_reduction reduction = AMPX_REDUCTION_MEAN,
+                            int64_t ignore_index = -100) {
+  return detail::run_op(logits.get(), [&](ampx_tensor* out) {
+    return ampx_cross_entropy(logits.get(), labels.get(), reduction, ignore_index, out);
+  });
+}
+
+inline Tensor mse_loss(const Tensor& input, const Tensor& target,
+                       ampx_reduction reduction = AMPX_REDUCTION_MEAN) {
+  return detail::run_op(input.get(), [&](ampx_tensor* out) {
+    return ampx_mse_loss(input.get(), target.get(), reduction, out);
+  });
+}
+
+inline Tensor bce_with_logits(const Tensor& logits, const Tensor& targets,
+                              ampx_reduction reduction = AMPX_REDUCTION_MEAN) {
+  return detail::run_op(logits.get(), [&](ampx_tensor* out) {
+    return ampx_bce_with_logits(logits.get(), targets.get(), reduction, out);
+  });
+}
+
+// An empty Tensor() as bias means none.
+inline Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                     ampx_activation activation = AMPX_ACTIVATION_NONE) {
+  return detail::run_op(x.get(), [&](ampx_tensor* out) {
+    return ampx_linear(x.get(), weight.get(), bias.get(), activation, out);
+  });
+}
+
+// Empty Tensors as weight/bias mean none.
+inline Tensor layer_norm(const Tensor& x, const Tensor& weight = Tensor(),
+                         const Tensor& bias = Tensor(), double eps = 1e-5) {
+  return detail::run_op(x.get(), [&](ampx_tensor* out) {
+    return ampx_layer_norm(x.get(), weight.get(), bias.get(), eps, out);
+  });
+}
+
+// Empty Tensors mean none (the running statistics: both or neither).
+inline Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const Tensor& running_mean, const Tensor& running_var, bool training,
+                         double momentum = 0.1, double eps = 1e-5) {
+  return detail::run_op(x.get(), [&](ampx_tensor* out) {
+    return ampx_batch_norm(x.get(), weight.get(), bias.get(), running_mean.get(),
+                           running_var.get(), training ? 1 : 0, momentum, eps, out);
+  });
+}
+
+inline Tensor dropout(const Tensor& x, double p, bool training) {
+  return detail::run_op(x.get(), [&](ampx_tensor* out) {
+    return ampx_dropout(x.get(), p, training ? 1 : 0, out);
+  });
+}
+
+inline Tensor reshape(const Tensor& x, const std::vector<int64_t>& shape) {
+  return detail::run_op(x.get(), [&](ampx_tensor* out) {
+    return ampx_reshape(x.get(), static_cast<int32_t>(shape.size()), shape.data(), out);
+  });
+}
+
+inline Tensor transpose(const Tensor& x, int32_t dim0, int32_t dim1) {
+  return detail::run_op(x.get(), [&](ampx_tensor* out) { return ampx_transpose(x.get(), dim0, dim1, out); });
+}
+
+inline Tensor concat(const std::vector<const Tensor*>& tensors, int32_t dim) {
+  std::vector<ampx_tensor> handles;
+  for (const Tensor* t : tensors) handles.push_back(t ? t->get() : nullptr);
+  return detail::run_op(handles.empty() ? nullptr : handles.front(), [&](ampx_tensor* out) {
+    return ampx_concat(handles.data(), handles.size(), dim, out);
+  });
+}
 
 }  // namespace ampx
 

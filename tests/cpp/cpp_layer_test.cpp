@@ -5,10 +5,13 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "ampx/ampx.hpp"
 
@@ -70,6 +73,197 @@ TEST_CASE("c++ layer: failures throw ampx::Error with status and message") {
   ampx::Tensor moved = std::move(w);
   CHECK_FALSE(static_cast<bool>(w));
   CHECK(moved.numel() == 4);
+}
+
+namespace {
+
+ampx::Context test_context() { return on_cuda() ? ampx::Context::cuda() : ampx::Context(); }
+
+uint64_t bytes_in_use(const ampx::Context& ctx) { return ctx.memory_stats().current_bytes; }
+
+}  // namespace
+
+TEST_CASE("c++ layer: ops return owned tensors, inside a Scope or not") {
+  ampx::Context ctx = test_context();
+  const uint64_t baseline = bytes_in_use(ctx);
+  {
+    const ampx::Tensor a = ampx::Tensor::from_host(ctx, {1.0f, 2.0f, 3.0f, 4.0f}, {2, 2});
+    const ampx::Tensor b = ampx::Tensor::from_host(ctx, {0.5f, -1.0f, 2.0f, 0.0f}, {2, 2});
+    ampx::Tensor sum, product;
+    {
+      ampx::Scope scope(ctx);
+      ampx_tensor c_owned = nullptr;  // a direct C call: owned by the scope
+      REQUIRE(ampx_mul(a.get(), b.get(), &c_owned) == AMPX_OK);
+      sum = ampx::add(a, b);
+      product = ampx::matmul(a, b);
+    }
+    // The Tensors outlive the scope that was open when they were made.
+    CHECK(sum.to_vector() == std::vector<float>{1.5f, 1.0f, 5.0f, 4.0f});
+    CHECK(product.to_vector() == std::vector<float>{4.5f, -1.0f, 9.5f, -3.0f});
+    CHECK(ampx::sum(ampx::relu(ampx::sub(b, a))).to_vector() == std::vector<float>{0.0f});
+    CHECK(ampx::sum(ampx::sub(a, b)).to_vector() == std::vector<float>{8.5f});
+    CHECK(ampx::affine(a, 2.0, 1.0).to_vector() == std::vector<float>{3.0f, 5.0f, 7.0f, 9.0f});
+    CHECK(ampx::mean(a).to_vector() == std::vector<float>{2.5f});
+    CHECK(ampx::softmax(a).shape() == std::vector<int64_t>{2, 2});
+  }
+  CHECK(bytes_in_use(ctx) == baseline);  // nothing leaked, the scope's output included
+}
+
+TEST_CASE("c++ layer: shape ops, losses and norms (CPU ops)") {
+  if (on_cuda()) return;  // not yet ported to CUDA: NOT_SUPPORTED there
+  ampx::Context ctx;
+  const ampx::Tensor a = ampx::Tensor::from_host(ctx, {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f}, {2, 3});
+  CHECK(ampx::reshape(a, {3, -1}).shape() == std::vector<int64_t>{3, 2});
+  CHECK(ampx::transpose(a, 0, 1).to_vector() == std::vector<float>{1, 4, 2, 5, 3, 6});
+  CHECK(ampx::concat({&a, &a}, 0).shape() == std::vector<int64_t>{4, 3});
+  const ampx::Tensor labels = ampx::Tensor::from_host_i64(ctx, {2, 0}, {2});
+  CHECK(ampx::cross_entropy(a, labels).numel() == 1);
+  CHECK(ampx::embedding(a, ampx::Tensor::from_host_i64(ctx, {1, 1, 0}, {3})).to_vector() ==
+        std::vector<float>{4, 5, 6, 4, 5, 6, 1, 2, 3});
+  const std::vector<float> normed = ampx::layer_norm(a).to_vector();
+  CHECK(normed[0] == doctest::Approx(-1.2247).epsilon(1e-3));
+  CHECK(ampx::dropout(a, 0.5, false).to_vector() == a.to_vector());
+  const ampx::Tensor targets = ampx::Tensor::zeros(ctx, AMPX_F32, {2, 3});
+  CHECK(ampx::bce_with_logits(ampx::Tensor::zeros(ctx, AMPX_F32, {2, 3}), targets).to_vector()[0] ==
+        doctest::Approx(std::log(2.0)));
+}
+
+TEST_CASE("c++ layer: Autocast guards enter, nest and leave regions") {
+  ampx::Context ctx = test_context();
+  ampx::Tensor x = ampx::Tensor::from_host(ctx, {1.0f, 2.0f}, {1, 2});
+  ampx::Tensor w = ampx::Tensor::from_host(ctx, {0.5f, 0.25f, -1.0f, 1.0f}, {2, 2});
+  w.set_requires_grad();
+  ampx::AutocastPolicy f16(ctx, AMPX_F16);
+  {
+    ampx::Autocast region(f16);
+    CHECK(ampx::linear(x, w).dtype() == AMPX_F16);
+    CHECK(ampx::linear(x, w).dtype() == AMPX_F16);  // w's cast comes from the cache
+    {
+      ampx::Autocast inner(ctx, AMPX_BF16);  // a region with a policy of its own
+      CHECK(ampx::matmul(x, w).dtype() == AMPX_BF16);
+    }
+    CHECK(ampx::matmul(x, w).dtype() == AMPX_F16);
+    f16.set_op_class("matmul", AMPX_OP_FP32);
+    CHECK(f16.op_class("matmul") == AMPX_OP_FP32);
+    CHECK(ampx::matmul(x, w).dtype() == AMPX_F32);
+  }
+  CHECK(ampx::linear(x, w).dtype() == AMPX_F32);
+  CHECK(f16.cache_stats().first >= 1);
+
+  // A guard whose exit is refused (another region was entered by hand and
+  // is still open) does not throw from its destructor.
+  ampx::AutocastPolicy other(ctx, AMPX_BF16);
+  {
+    ampx::Autocast region(f16);
+    REQUIRE(ampx_autocast_enter(other.get()) == AMPX_OK);
+  }
+  CHECK(ampx_autocast_exit(other.get()) == AMPX_OK);
+  CHECK(ampx_autocast_exit(f16.get()) == AMPX_OK);  // still open: its exit was refused
+}
+
+TEST_CASE("c++ layer: backward and the grad-mode guards") {
+  ampx::Context ctx = test_context();
+  ampx::Tensor w = ampx::Tensor::from_host(ctx, {1.0f, -2.0f, 3.0f}, {3});
+  w.set_requires_grad();
+  CHECK(w.requires_grad());
+  CHECK_FALSE(static_cast<bool>(w.grad()));
+  {
+    ampx::NoGrad no_grad(ctx);
+    CHECK_FALSE(ampx::mul(w, w).requires_grad());
+    {
+      ampx::GradMode on(ctx, true);
+      CHECK(ampx::mul(w, w).requires_grad());
+    }
+    CHECK_FALSE(ampx::mul(w, w).requires_grad());  // restored to off
+  }
+  ampx::Tensor loss = ampx::sum(ampx::mul(w, w));  // temporaries: the tape keeps what it needs
+  ampx::backward(loss);
+  CHECK(w.grad().to_vector() == std::vector<float>{2.0f, -4.0f, 6.0f});
+  CHECK_THROWS_AS(ampx::backward(loss), ampx::Error);  // the tape was cleared
+}
+
+TEST_CASE("c++ layer: clipping after unscale, diagnostics, scaler and optimizer state") {
+  ampx::Context ctx = test_context();
+  ampx::Tensor w = ampx::Tensor::from_host(ctx, {1.0f, 1.0f}, {2});
+  ampx::Tensor g = ampx::Tensor::zeros(ctx, AMPX_F32, {2});
+  w.set_name("w");
+  w.set_grad(g);
+  ampx_sgd_options sgd = ampx_sgd_options_default();
+  sgd.lr = 0.5;
+  sgd.momentum = 0.9;
+  ampx::Optimizer opt = ampx::Optimizer::sgd(ctx, {&w}, sgd);
+  ampx_scaler_options options = ampx_scaler_options_default();
+  options.init_scale = 8.0;
+  ampx::Scaler scaler(ctx, options);
+  scaler.attach(opt);
+
+  // Scaled gradients (3, 4) * 8: clipping them now would be the classic bug.
+  g.copy_from(ampx::Tensor::from_host(ctx, {24.0f, 32.0f}, {2}));
+  try {
+    ampx::clip_grad_norm(opt, 1.0);
+    FAIL("clipping scaled gradients did not throw");
+  } catch (const ampx::Error& e) {
+    CHECK(e.status() == AMPX_ERR_ORDER);
+  }
+  scaler.unscale(opt);
+  CHECK_FALSE(scaler.found_inf(opt));
+  CHECK(ampx::clip_grad_norm(opt, 1.0).to_vector()[0] == doctest::Approx(5.0));
+  CHECK(g.to_vector()[0] == doctest::Approx(0.6).epsilon(1e-5));
+  ampx::clip_grad_value(opt, 0.7);
+  CHECK(g.to_vector()[1] == doctest::Approx(0.7).epsilon(1e-5));
+  scaler.step(opt);
+  CHECK(opt.last_step_taken());
+  scaler.update_to(4.0);
+  CHECK(scaler.scale() == 4.0);
+
+  const std::vector<unsigned char> saved = opt.save_state();
+  const ampx_scaler_state saved_scaler = scaler.state();
+  const std::vector<float> w_saved = w.to_vector();
+
+  g.fill(std::numeric_limits<float>::quiet_NaN());
+  scaler.unscale(opt);
+  CHECK(scaler.found_inf(opt));
+  const std::vector<ampx::NonfiniteGrad> bad = ampx::find_nonfinite_grads(opt);
+  REQUIRE(bad.size() == 1);
+  CHECK(bad[0].name == "w");
+  CHECK(bad[0].nan_count == 2);
+  scaler.step(opt);
+  CHECK_FALSE(opt.last_step_taken());
+  scaler.update();
+  CHECK(scaler.scale() == 2.0);
+
+  g.fill(1.0 * scaler.scale());  // a good step moves w and the momentum
+  scaler.step(opt);
+  scaler.update();
+  CHECK(w.to_vector() != w_saved);
+  opt.load_state(saved);  // w is F32, so its own master: restored as saved
+  scaler.set_state(saved_scaler);
+  CHECK(scaler.scale() == 4.0);
+  CHECK(w.to_vector() == w_saved);
+}
+
+TEST_CASE("c++ layer: op failures throw with the op's name") {
+  ampx::Context ctx = test_context();
+  const ampx::Tensor a = ampx::Tensor::zeros(ctx, AMPX_F32, {2, 3});
+  const ampx::Tensor b = ampx::Tensor::zeros(ctx, AMPX_F32, {4, 5});
+  try {
+    ampx::matmul(a, b);
+    FAIL("matmul of [2, 3] and [4, 5] did not throw");
+  } catch (const ampx::Error& e) {
+    CHECK(e.status() == AMPX_ERR_SHAPE);
+    CHECK(contains(e.what(), "ampx_matmul"));
+  }
+  try {
+    ampx::relu(ampx::Tensor());
+    FAIL("relu of an empty Tensor did not throw");
+  } catch (const ampx::Error& e) {
+    CHECK(e.status() == AMPX_ERR_INVALID_ARGUMENT);
+    CHECK(contains(e.what(), "ampx_relu"));
+  }
+  const uint64_t baseline = bytes_in_use(ctx);
+  CHECK_THROWS_AS(ampx::add(a, b), ampx::Error);
+  CHECK(bytes_in_use(ctx) == baseline);  // the op's scope was closed on the way out
+  CHECK(ampx_scope_pop(ctx.get()) == AMPX_ERR_ORDER);  // and no scope was left open
 }
 
 int main(int argc, char** argv) {

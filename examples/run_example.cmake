@@ -1,0 +1,10 @@
+# Runs one example for ctest: echoes its output (which the test's
+# PASS_REGULAR_EXPRESSION then checks) and fails on a non-zero exit status,
+# which ctest alone ignores once a PASS_REGULAR_EXPRESSION is set.
+#   cmake -DEXAMPLE=<program> [-DARGS=<;-list>] -P run_example.cmake
+execute_process(COMMAND ${EXAMPLE} ${ARGS}
+  RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "example exited with status ${status}")
+endif()
