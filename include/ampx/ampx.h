@@ -1098,6 +1098,91 @@ AMPX_API ampx_status ampx_concat(const ampx_tensor *tensors, size_t count, int32
 AMPX_API ampx_status ampx_bce_with_logits(ampx_tensor logits, ampx_tensor targets,
                                           ampx_reduction reduction, ampx_tensor *out);
 
+/* ========================================================================== */
+/* 12. Training checkpoint files (EXPERIMENTAL)                               */
+/* ========================================================================== */
+
+/* A training checkpoint file holds everything needed to resume training bit
+ * for bit: tensors (parameters and any other tensors the program names,
+ * e.g. batch-norm running statistics) with their names, dtypes, shapes and
+ * contents; an optimizer's state (as ampx_optimizer_save_state: masters,
+ * moments, step counts, groups, learning rates, hyperparameters); and a
+ * loss scaler's state (ampx_scaler_state plus the options it was made
+ * with). The context's dropout stream is not saved.
+ *
+ * Format: little-endian; a header with the magic "AMPXCKPT", the format
+ * version and the file size; then sections, each with its own CRC-32C
+ * (Castagnoli); then a CRC-32C of the whole file. This library reads and
+ * writes format version 1.
+ *
+ * Crash safety: the file is written to a temporary file in the same
+ * directory (named <path>.tmp-<random hex>), flushed to disk (fsync),
+ * renamed over `path`, and the directory is flushed, so a crash or power
+ * loss at any instant leaves `path` holding either the old complete file or
+ * the new complete one, never a mix. A writer killed before the rename may
+ * leave its temporary file behind; such files are never read and may be
+ * deleted once no save to that path is running. POSIX file systems only
+ * (rename must be atomic).
+ *
+ * Both calls use the objects they are given as any other call does: the
+ * contexts of the tensors, the optimizer and the scaler must not be in use
+ * by another thread during the call. Different paths may be saved and
+ * loaded concurrently from threads with separate contexts; two saves to
+ * one path at once are safe (the last rename wins), and a load racing a
+ * save sees one complete file or the other. */
+
+/** Writes a checkpoint of tensors params[0..count-1], `optimizer` (may be
+ *  NULL) and `scaler` (may be NULL) to `path`, replacing it atomically (see
+ *  above). The tensors may be of any dtype and device (CUDA tensors are
+ *  copied through host memory a piece at a time); count may be 0. The
+ *  optimizer's state is held in host memory while the file is written.
+ *  Synchronizes with the devices. Only allowed between iterations (every
+ *  optimizer READY, see section 7), else AMPX_ERR_ORDER: a checkpoint taken
+ *  between step and update would resume with the scale of the previous
+ *  iteration. All handles are borrowed.
+ *  Errors: INVALID_ARGUMENT (NULL or empty path, NULL params with count >
+ *  0); STALE_HANDLE; ORDER; IO (the temporary file cannot be created,
+ *  written, flushed or renamed -- `path` is then unchanged and the
+ *  temporary file removed; or, after the rename, the directory could not be
+ *  flushed -- `path` then holds the new file, which a power loss may undo,
+ *  and the message says so); OUT_OF_MEMORY; DEVICE. */
+AMPX_API ampx_status ampx_checkpoint_file_save(const char *path, const ampx_tensor *params,
+                                               size_t count, ampx_optimizer optimizer,
+                                               ampx_scaler scaler);
+
+/** Restores a checkpoint written by ampx_checkpoint_file_save into live
+ *  objects: params[0..count-1] must be the same list (same count and order,
+ *  each with the saved name, dtype and shape); `optimizer`, when not NULL,
+ *  must be of the saved kind (SGD, Adam or AdamW, with momentum buffers /
+ *  amsgrad as saved) over parameters with the saved names, dtypes, shapes
+ *  and groups; `scaler`, when not NULL, must be enabled or disabled as
+ *  saved. The saved hyperparameters, learning rates and scaler options
+ *  replace the live ones (as torch's load_state_dict). Passing NULL for the
+ *  optimizer or scaler skips that part of the file (e.g. to evaluate a
+ *  model); passing one the file does not hold is INVALID_ARGUMENT.
+ *  The whole file is read into host memory and validated -- magic, version,
+ *  size, every checksum, every record, and every tensor, the optimizer and
+ *  the scaler against the file -- before anything changes; on any error
+ *  nothing changes. Tensors end up holding exactly the saved bits, F16/BF16
+ *  parameters included (their fp32 masters are restored separately).
+ *  Synchronizes with the devices. Only allowed between iterations, else
+ *  AMPX_ERR_ORDER. All handles are borrowed.
+ *  Errors: INVALID_ARGUMENT (NULL or empty path, NULL params with count >
+ *  0; a different model: another tensor count, a name that differs, another
+ *  optimizer kind, state buffers, group count, parameter count or group, a
+ *  scaler enabled differently, an optimizer or scaler the file lacks -- the
+ *  message names the tensor and gives the expected and found values);
+ *  SHAPE and DTYPE (a tensor or optimizer parameter whose shape or dtype
+ *  differs, named in the message with both values); CORRUPT (not a
+ *  checkpoint file, another format version, a truncated or extended file,
+ *  a checksum mismatch, an inconsistent record -- the message says which
+ *  part); IO (the file cannot be opened or read); STALE_HANDLE; ORDER;
+ *  OUT_OF_MEMORY; DEVICE (a device failure while the checked data is being
+ *  copied in, the one case that can leave the objects partly restored). */
+AMPX_API ampx_status ampx_checkpoint_file_load(const char *path, const ampx_tensor *params,
+                                               size_t count, ampx_optimizer optimizer,
+                                               ampx_scaler scaler);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

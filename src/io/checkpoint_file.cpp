@@ -1,0 +1,850 @@
+#include "io/checkpoint_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cfloat>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <system_error>
+
+#include "amp/scaler.h"
+#include "core/error.h"
+#include "io/crc32c.h"
+#include "optim/optimizer.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoint files are little-endian, and tensor data is written as it lies in memory"
+#endif
+
+namespace ampx::io {
+namespace {
+
+// ---- the format (version 1; every number little-endian) ---------------------
+//
+// header, 32 bytes: "AMPXCKPT", u32 version, u32 section count, u64 file size,
+//   u32 reserved (0), u32 CRC-32C of the 28 bytes before it
+// sections: u32 tag, u32 reserved (0), u64 payload size, the payload, u32
+//   CRC-32C of the section's bytes before it
+//   "PARM": u64 count; per tensor: u32 name size, name, u32 dtype, u32 ndim,
+//           i64 dims[ndim], u64 data size, data
+//   "OPTM": u32 kind (1 SGD, 2 Adam, 3 AdamW), u32 state flag (SGD: momentum
+//           buffers; Adam: amsgrad), u32 groups, u32 count; per parameter:
+//           u32 name size, name, u32 dtype, u32 group, u32 ndim, i64
+//           dims[ndim]; then u64 size and the bytes of
+//           ampx_optimizer_save_state
+//   "SCAL": the scaler, kScalerPayloadBytes (see write_scaler)
+// trailer: u32 CRC-32C of every byte before it
+//
+// The header is checked before the rest is read, so a file that is not a
+// checkpoint is rejected without reading it; the per-section checksums say
+// which part is damaged; the trailer covers the framing between sections.
+
+constexpr char kMagic[8] = {'A', 'M', 'P', 'X', 'C', 'K', 'P', 'T'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHeaderBytes = 32;
+constexpr size_t kSectionHeadBytes = 16;
+constexpr size_t kChecksumBytes = 4;
+constexpr uint64_t kScalerPayloadBytes = 96;
+
+constexpr uint32_t tag_of(const char (&text)[5]) {
+  return static_cast<uint32_t>(static_cast<unsigned char>(text[0])) |
+         static_cast<uint32_t>(static_cast<unsigned char>(text[1])) << 8 |
+         static_cast<uint32_t>(static_cast<unsigned char>(text[2])) << 16 |
+         static_cast<uint32_t>(static_cast<unsigned char>(text[3])) << 24;
+}
+
+constexpr uint32_t kParamsTag = tag_of("PARM");
+constexpr uint32_t kOptimizerTag = tag_of("OPTM");
+constexpr uint32_t kScalerTag = tag_of("SCAL");
+
+enum : uint32_t { kKindSgd = 1, kKindAdam = 2, kKindAdamW = 3 };
+
+uint32_t kind_code(const OptimizerHyper& h) {
+  if (h.kind == OptimizerKind::Sgd) return kKindSgd;
+  return h.adam.decoupled_weight_decay ? kKindAdamW : kKindAdam;
+}
+
+const char* kind_name(uint32_t code) {
+  return code == kKindSgd ? "SGD" : code == kKindAdam ? "Adam" : "AdamW";
+}
+
+// Which state buffers exist is fixed when an optimizer is created, so it
+// must match; the other hyperparameters are restored from the file, as
+// torch's load_state_dict restores them.
+uint32_t state_flag(const OptimizerHyper& h) {
+  return h.kind == OptimizerKind::Sgd ? (h.sgd.momentum != 0.0f) : h.adam.amsgrad;
+}
+
+const char* state_flag_name(uint32_t kind) {
+  return kind == kKindSgd ? "momentum buffers" : "amsgrad's max_exp_avg_sq";
+}
+
+std::string tag_text(uint32_t tag) {
+  std::string text;
+  for (int i = 0; i < 4; ++i) {
+    const char c = static_cast<char>((tag >> (8 * i)) & 0xffu);
+    text += (c >= 0x20 && c < 0x7f) ? c : '?';
+  }
+  return text;
+}
+
+// "params[2] 'fc1.weight'" -- how messages name a tensor.
+std::string tensor_label(const char* list, size_t index, const std::string& name) {
+  return name.empty() ? cat(list, "[", index, "]") : cat(list, "[", index, "] '", name, "'");
+}
+
+std::string describe(DType dtype, const Shape& shape) {
+  return cat(dtype_name(dtype), shape.str());
+}
+
+[[noreturn]] void fail_io(int error, const std::string& what) {
+  fail(AMPX_ERR_IO, what, ": ", std::error_code(error, std::generic_category()).message());
+}
+
+std::string directory_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// ---- writing -------------------------------------------------------------------
+
+// A temporary file in the target's directory (rename is atomic only within
+// one file system) that becomes the target on commit() and is removed if
+// the object dies uncommitted.
+class AtomicFile {
+ public:
+  explicit AtomicFile(const std::string& path) : path_(path) {
+    std::random_device random;
+    for (int attempt = 0;; ++attempt) {
+      const uint64_t suffix = (static_cast<uint64_t>(random()) << 32) ^ random();
+      temp_ = cat(path, ".tmp-", std::hex, suffix);
+      // O_EXCL: never write into a file another writer is filling. Mode
+      // 0666 lets the umask decide, as for a file the program creates.
+      fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      if (fd_ >= 0) return;
+      const int error = errno;
+      if (error != EEXIST || attempt == 15)
+        fail_io(error, cat("cannot create the temporary file '", temp_, "' next to '", path, "'"));
+    }
+  }
+
+  ~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(temp_.c_str());
+  }
+
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const unsigned char* data, size_t bytes) {
+    while (bytes > 0) {
+      const ssize_t n = ::write(fd_, data, bytes);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) fail_io(n < 0 ? errno : ENOSPC, cat("cannot write '", temp_, "'"));
+      data += n;
+      bytes -= static_cast<size_t>(n);
+    }
+  }
+
+  void commit() {
+    // The data must be on disk before the rename makes it the target, or a
+    // power loss could leave the new name pointing at missing blocks.
+    if (::fsync(fd_) != 0) fail_io(errno, cat("cannot flush '", temp_, "' to disk"));
+    const int fd = fd_;
+    fd_ = -1;
+    // close() reports write errors some file systems (NFS) defer until then.
+    if (::close(fd) != 0) fail_io(errno, cat("cannot close '", temp_, "'"));
+    if (::rename(temp_.c_str(), path_.c_str()) != 0)
+      fail_io(errno, cat("cannot rename '", temp_, "' to '", path_, "'"));
+    committed_ = true;
+    sync_directory();
+  }
+
+ private:
+  // The rename lives in the directory; without this a power loss may bring
+  // back the old directory entry (the old file, which is still complete).
+  void sync_directory() {
+    const std::string dir = directory_of(path_);
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+      fail_io(errno, cat("'", path_, "' was replaced, but its directory '", dir,
+                         "' could not be opened to make that durable"));
+    const int result = ::fsync(fd);
+    const int error = errno;
+    ::close(fd);
+    // EINVAL: the file system has nothing to sync for directories.
+    if (result != 0 && error != EINVAL)
+      fail_io(error, cat("'", path_, "' was replaced, but syncing its directory '", dir,
+                         "' failed, so the replacement may not survive a power loss"));
+  }
+
+  std::string path_;
+  std::string temp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// Buffers writes into pieces of kChunkBytes and keeps the running checksums
+// of the file and of the current section.
+class Writer {
+ public:
+  static constexpr size_t kChunkBytes = size_t{1} << 16;
+
+  explicit Writer(AtomicFile& file) : file_(file), buffer_(kChunkBytes) {}
+
+  void bytes(const void* data, size_t size) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    while (size > 0) {
+      const size_t n = std::min(size, room());
+      std::memcpy(buffer_.data() + used_, p, n);
+      appended(n);
+      p += n;
+      size -= n;
+    }
+  }
+
+  template <class T>
+  void value(T v) {
+    bytes(&v, sizeof v);
+  }
+
+  void text(const std::string& s) {
+    value(static_cast<uint32_t>(s.size()));
+    bytes(s.data(), s.size());
+  }
+
+  void shape(const Shape& shape) {
+    value(static_cast<uint32_t>(shape.ndim));
+    for (int32_t d = 0; d < shape.ndim; ++d) value(shape.dims[d]);
+  }
+
+  // Device memory through the buffer, a piece at a time, so a CUDA tensor
+  // needs no host copy of its own.
+  void device_bytes(Backend& backend, const void* src, size_t size) {
+    const auto* p = static_cast<const unsigned char*>(src);
+    while (size > 0) {
+      const size_t n = std::min(size, room());
+      backend.copy_to_host(buffer_.data() + used_, p, n);
+      appended(n);
+      p += n;
+      size -= n;
+    }
+  }
+
+  void begin_section(uint32_t tag, uint64_t payload_bytes) {
+    section_crc_ = 0;
+    value(tag);
+    value(uint32_t{0});
+    value(payload_bytes);
+  }
+
+  void end_section() { value(section_crc_); }
+
+  void finish() {
+    value(file_crc_);
+    flush();
+  }
+
+  uint64_t written() const { return written_; }
+
+ private:
+  size_t room() {
+    if (used_ == buffer_.size()) flush();
+    return buffer_.size() - used_;
+  }
+
+  void appended(size_t n) {
+    section_crc_ = crc32c_update(section_crc_, buffer_.data() + used_, n);
+    file_crc_ = crc32c_update(file_crc_, buffer_.data() + used_, n);
+    used_ += n;
+    written_ += n;
+  }
+
+  void flush() {
+    file_.write(buffer_.data(), used_);
+    used_ = 0;
+  }
+
+  AtomicFile& file_;
+  std::vector<unsigned char> buffer_;
+  size_t used_ = 0;
+  uint64_t written_ = 0;
+  uint32_t section_crc_ = 0;
+  uint32_t file_crc_ = 0;
+};
+
+uint64_t shape_bytes(const Shape& shape) { return 4 + 8 * static_cast<uint64_t>(shape.ndim); }
+
+uint64_t params_payload_bytes(const std::vector<Tensor*>& tensors) {
+  uint64_t bytes = 8;
+  for (const Tensor* t : tensors)
+    bytes += 4 + t->name.size() + 4 + shape_bytes(t->shape) + 8 + t->nbytes();
+  return bytes;
+}
+
+uint64_t optimizer_payload_bytes(const Optimizer& o, size_t blob_bytes) {
+  uint64_t bytes = 16 + 8 + blob_bytes;
+  for (const Optimizer::Param& p : o.params())
+    bytes += 4 + p.param->name.size() + 4 + 4 + shape_bytes(p.param->shape);
+  return bytes;
+}
+
+void write_params(Writer& w, const std::vector<Tensor*>& tensors) {
+  w.value(static_cast<uint64_t>(tensors.size()));
+  for (const Tensor* t : tensors) {
+    w.text(t->name);
+    w.value(static_cast<uint32_t>(t->dtype));
+    w.shape(t->shape);
+    w.value(static_cast<uint64_t>(t->nbytes()));
+    if (t->nbytes() > 0) w.device_bytes(t->ctx->backend(), t->data(), t->nbytes());
+  }
+}
+
+void write_optimizer(Writer& w, const Optimizer& o, const std::vector<unsigned char>& blob) {
+  w.value(kind_code(o.hyper()));
+  w.value(state_flag(o.hyper()));
+  w.value(static_cast<uint32_t>(o.group_count()));
+  w.value(static_cast<uint32_t>(o.params().size()));
+  for (const Optimizer::Param& p : o.params()) {
+    w.text(p.param->name);
+    w.value(static_cast<uint32_t>(p.param->dtype));
+    w.value(static_cast<uint32_t>(p.group));
+    w.shape(p.param->shape);
+  }
+  w.value(static_cast<uint64_t>(blob.size()));
+  w.bytes(blob.data(), blob.size());
+}
+
+struct ScalerRecord {
+  bool enabled = true;
+  ScalerOptions options;
+  math::ScalerState state{};
+};
+
+// Everything the scaler's behaviour depends on, bit for bit: the device
+// state as it lies (the scale is a float there) and every option.
+void write_scaler(Writer& w, const ScalerRecord& s) {
+  const uint64_t start = w.written();
+  w.value(static_cast<uint32_t>(s.enabled));
+  w.value(s.state.scale);
+  w.value(s.state.growth_tracker);
+  w.value(s.state.hysteresis_left);
+  w.value(s.state.updates);
+  w.value(s.state.skipped);
+  w.value(s.state.backoffs);
+  w.value(s.state.growths);
+  w.value(s.options.init_scale);
+  w.value(s.options.growth_factor);
+  w.value(s.options.backoff_factor);
+  w.value(s.options.growth_interval);
+  w.value(s.options.hysteresis);
+  w.value(s.options.min_scale);
+  w.value(s.options.max_scale);
+  if (w.written() - start != kScalerPayloadBytes)
+    fail(AMPX_ERR_INTERNAL, "the scaler record is ", w.written() - start, " bytes, not ",
+         kScalerPayloadBytes);
+}
+
+// ---- reading -------------------------------------------------------------------
+
+// Bounds-checked reads from one part of the file; running off its end is
+// corruption (a crafted or damaged file with valid checksums).
+class Reader {
+ public:
+  Reader(const unsigned char* data, uint64_t size, std::string what)
+      : p_(data), left_(size), what_(std::move(what)) {}
+
+  template <class T>
+  T value() {
+    T v;
+    std::memcpy(&v, take(sizeof v), sizeof v);
+    return v;
+  }
+
+  const unsigned char* take(uint64_t n) {
+    if (n > left_)
+      fail(AMPX_ERR_CORRUPT, "the ", what_, " ends early: ", n, " more bytes are needed but ",
+           left_, " are left");
+    const unsigned char* at = p_;
+    p_ += n;
+    left_ -= n;
+    return at;
+  }
+
+  std::string text() {
+    const uint32_t size = value<uint32_t>();
+    const unsigned char* at = take(size);
+    return std::string(reinterpret_cast<const char*>(at), size);
+  }
+
+  DType dtype() {
+    const uint32_t code = value<uint32_t>();
+    if (!is_valid_dtype(static_cast<int32_t>(code)))
+      fail(AMPX_ERR_CORRUPT, "the ", what_, " names dtype ", code, ", which is not an ampx_dtype");
+    return static_cast<DType>(code);
+  }
+
+  Shape shape() {
+    const uint32_t ndim = value<uint32_t>();
+    if (ndim > static_cast<uint32_t>(kMaxDims))
+      fail(AMPX_ERR_CORRUPT, "the ", what_, " holds a shape with ", ndim, " dimensions (at most ",
+           kMaxDims, ")");
+    Shape shape;
+    shape.ndim = static_cast<int32_t>(ndim);
+    for (uint32_t d = 0; d < ndim; ++d) {
+      shape.dims[d] = value<int64_t>();
+      if (shape.dims[d] < 0)
+        fail(AMPX_ERR_CORRUPT, "the ", what_, " holds a negative extent ", shape.dims[d]);
+    }
+    return shape;
+  }
+
+  void expect_end() const {
+    if (left_ != 0)
+      fail(AMPX_ERR_CORRUPT, "the ", what_, " has ", left_, " bytes after its last field");
+  }
+
+ private:
+  const unsigned char* p_;
+  uint64_t left_;
+  std::string what_;
+};
+
+// numel * element size, or fail when that exceeds `limit`: a size a file
+// of this length cannot hold is corruption (and might overflow).
+uint64_t data_bytes(DType dtype, const Shape& shape, uint64_t limit, const std::string& what) {
+  for (int32_t d = 0; d < shape.ndim; ++d)
+    if (shape.dims[d] == 0) return 0;
+  uint64_t bytes = dtype_size(dtype);
+  for (int32_t d = 0; d < shape.ndim; ++d) {
+    const uint64_t extent = static_cast<uint64_t>(shape.dims[d]);
+    if (bytes > limit / extent)
+      fail(AMPX_ERR_CORRUPT, what, " claims shape ", shape.str(), ", larger than the file");
+    bytes *= extent;
+  }
+  return bytes;
+}
+
+struct TensorRecord {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;
+  const unsigned char* data = nullptr;
+  uint64_t bytes = 0;
+};
+
+struct OptimizerRecord {
+  uint32_t kind = 0;
+  uint32_t flag = 0;
+  uint32_t groups = 0;
+  std::vector<TensorRecord> params;  // data unused
+  std::vector<uint32_t> param_groups;
+  const unsigned char* blob = nullptr;
+  uint64_t blob_bytes = 0;
+};
+
+struct Contents {
+  std::vector<TensorRecord> tensors;
+  std::optional<OptimizerRecord> optimizer;
+  std::optional<ScalerRecord> scaler;
+};
+
+std::vector<TensorRecord> parse_params(Reader r, uint64_t payload_bytes) {
+  const uint64_t count = r.value<uint64_t>();
+  // Each record takes at least 20 bytes: refuse a count the payload cannot
+  // hold before reserving memory for it.
+  if (count > payload_bytes / 20)
+    fail(AMPX_ERR_CORRUPT, "the tensor section claims ", count, " tensors in ", payload_bytes,
+         " bytes");
+  std::vector<TensorRecord> tensors(static_cast<size_t>(count));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TensorRecord& t = tensors[i];
+    t.name = r.text();
+    t.dtype = r.dtype();
+    t.shape = r.shape();
+    t.bytes = r.value<uint64_t>();
+    const uint64_t expected =
+        data_bytes(t.dtype, t.shape, payload_bytes, cat("tensor ", i, " of the file"));
+    if (t.bytes != expected)
+      fail(AMPX_ERR_CORRUPT, "tensor ", i, " of the file is ", describe(t.dtype, t.shape),
+           " but holds ", t.bytes, " bytes of data (", expected, " expected)");
+    t.data = r.take(t.bytes);
+  }
+  r.expect_end();
+  return tensors;
+}
+
+OptimizerRecord parse_optimizer(Reader r, uint64_t payload_bytes) {
+  OptimizerRecord o;
+  o.kind = r.value<uint32_t>();
+  if (o.kind < kKindSgd || o.kind > kKindAdamW)
+    fail(AMPX_ERR_CORRUPT, "the optimizer section names kind ", o.kind, ", which is unknown");
+  o.flag = r.value<uint32_t>();
+  if (o.flag > 1) fail(AMPX_ERR_CORRUPT, "the optimizer section's state flag is ", o.flag);
+  o.groups = r.value<uint32_t>();
+  const uint32_t count = r.value<uint32_t>();
+  if (count > payload_bytes / 16)
+    fail(AMPX_ERR_CORRUPT, "the optimizer section claims ", count, " parameters in ",
+         payload_bytes, " bytes");
+  o.params.resize(count);
+  o.param_groups.resize(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    TensorRecord& p = o.params[i];
+    p.name = r.text();
+    p.dtype = r.dtype();
+    o.param_groups[i] = r.value<uint32_t>();
+    if (o.param_groups[i] >= o.groups)
+      fail(AMPX_ERR_CORRUPT, "optimizer parameter ", i, " of the file is in group ",
+           o.param_groups[i], " of ", o.groups);
+    p.shape = r.shape();
+  }
+  o.blob_bytes = r.value<uint64_t>();
+  o.blob = r.take(o.blob_bytes);
+  r.expect_end();
+  return o;
+}
+
+ScalerRecord parse_scaler(Reader r) {
+  ScalerRecord s;
+  const uint32_t enabled = r.value<uint32_t>();
+  if (enabled > 1) fail(AMPX_ERR_CORRUPT, "the scaler section's enabled flag is ", enabled);
+  s.enabled = enabled != 0;
+  s.state.scale = r.value<float>();
+  s.state.growth_tracker = r.value<int32_t>();
+  s.state.hysteresis_left = r.value<int32_t>();
+  s.state.updates = r.value<int64_t>();
+  s.state.skipped = r.value<int64_t>();
+  s.state.backoffs = r.value<int64_t>();
+  s.state.growths = r.value<int64_t>();
+  s.options.enabled = s.enabled;
+  s.options.init_scale = r.value<double>();
+  s.options.growth_factor = r.value<double>();
+  s.options.backoff_factor = r.value<double>();
+  s.options.growth_interval = r.value<int32_t>();
+  s.options.hysteresis = r.value<int32_t>();
+  s.options.min_scale = r.value<double>();
+  s.options.max_scale = r.value<double>();
+  r.expect_end();
+  // What ampx_scaler_set_state would refuse, so a crafted file cannot put
+  // the scaler in a state no program could.
+  try {
+    validate_scaler_options(s.options);
+  } catch (const Error& e) {
+    fail(AMPX_ERR_CORRUPT, "the scaler section holds invalid options: ", e.what());
+  }
+  const math::ScalerState& d = s.state;
+  if (!(d.scale > 0.0f) || !(d.scale <= FLT_MAX))
+    fail(AMPX_ERR_CORRUPT, "the scaler section holds scale ", d.scale);
+  if (d.growth_tracker < 0 || d.growth_tracker >= s.options.growth_interval ||
+      d.hysteresis_left < 0 || d.hysteresis_left > s.options.hysteresis)
+    fail(AMPX_ERR_CORRUPT, "the scaler section holds growth tracker ", d.growth_tracker,
+         " and hysteresis allowance ", d.hysteresis_left, ", outside their ranges");
+  if (d.updates < 0 || d.skipped < 0 || d.backoffs < 0 || d.growths < 0 || d.skipped > d.updates)
+    fail(AMPX_ERR_CORRUPT, "the scaler section holds inconsistent counters");
+  return s;
+}
+
+// Checks the header of a file of `file_bytes` bytes.
+uint32_t check_header(const unsigned char* h, uint64_t file_bytes, const std::string& path) {
+  if (std::memcmp(h, kMagic, sizeof kMagic) != 0)
+    fail(AMPX_ERR_CORRUPT, "'", path, "' is not an ampx checkpoint file (its first bytes are not "
+                               "\"AMPXCKPT\")");
+  uint32_t version, sections, reserved, crc;
+  uint64_t declared;
+  std::memcpy(&version, h + 8, 4);
+  std::memcpy(&sections, h + 12, 4);
+  std::memcpy(&declared, h + 16, 8);
+  std::memcpy(&reserved, h + 24, 4);
+  std::memcpy(&crc, h + 28, 4);
+  if (crc != crc32c(h, 28))
+    fail(AMPX_ERR_CORRUPT, "the header of '", path, "' is damaged (checksum mismatch)");
+  if (version != kVersion)
+    fail(AMPX_ERR_CORRUPT, "'", path, "' has checkpoint format version ", version,
+         "; this library reads version ", kVersion);
+  if (reserved != 0)
+    fail(AMPX_ERR_CORRUPT, "the header of '", path, "' has a non-zero reserved field");
+  if (declared != file_bytes)
+    fail(AMPX_ERR_CORRUPT, "'", path, "' is ", file_bytes, " bytes but its header says ", declared,
+         file_bytes < declared ? ": the file is truncated" : ": the file has extra bytes");
+  return sections;
+}
+
+Contents parse(const std::vector<unsigned char>& file, uint32_t section_count,
+               const std::string& path) {
+  const unsigned char* base = file.data();
+  const uint64_t end = file.size() - kChecksumBytes;  // where the trailer starts
+  Contents contents;
+  bool have_params = false;
+  uint64_t at = kHeaderBytes;
+  for (uint32_t s = 0; s < section_count; ++s) {
+    if (end - at < kSectionHeadBytes + kChecksumBytes)
+      fail(AMPX_ERR_CORRUPT, "'", path, "' ends inside section ", s, " of ", section_count,
+           " (offset ", at, ")");
+    uint32_t tag, reserved;
+    uint64_t payload;
+    std::memcpy(&tag, base + at, 4);
+    std::memcpy(&reserved, base + at + 4, 4);
+    std::memcpy(&payload, base + at + 8, 8);
+    if (payload > end - at - kSectionHeadBytes - kChecksumBytes)
+      fail(AMPX_ERR_CORRUPT, "section ", s, " ('", tag_text(tag), "') of '", path, "' claims ",
+           payload, " bytes, more than the file holds");
+    const uint64_t section_bytes = kSectionHeadBytes + payload;
+    uint32_t crc;
+    std::memcpy(&crc, base + at + section_bytes, 4);
+    if (crc != crc32c(base + at, section_bytes))
+      fail(AMPX_ERR_CORRUPT, "section ", s, " ('", tag_text(tag), "', offset ", at, ") of '", path,
+           "' is damaged (checksum mismatch)");
+    if (reserved != 0)
+      fail(AMPX_ERR_CORRUPT, "section ", s, " of '", path, "' has a non-zero reserved field");
+    const unsigned char* data = base + at + kSectionHeadBytes;
+    auto once = [&](bool seen) {
+      if (seen) fail(AMPX_ERR_CORRUPT, "'", path, "' holds two '", tag_text(tag), "' sections");
+    };
+    if (tag == kParamsTag) {
+      once(have_params);
+      have_params = true;
+      contents.tensors = parse_params(Reader(data, payload, "tensor section"), payload);
+    } else if (tag == kOptimizerTag) {
+      once(contents.optimizer.has_value());
+      contents.optimizer = parse_optimizer(Reader(data, payload, "optimizer section"), payload);
+    } else if (tag == kScalerTag) {
+      once(contents.scaler.has_value());
+      contents.scaler = parse_scaler(Reader(data, payload, "scaler section"));
+    } else {
+      fail(AMPX_ERR_CORRUPT, "section ", s, " of '", path, "' has the unknown tag '",
+           tag_text(tag), "'");
+    }
+    at += section_bytes + kChecksumBytes;
+  }
+  if (at != end)
+    fail(AMPX_ERR_CORRUPT, "'", path, "' has ", end - at, " unexpected bytes after its ",
+         section_count, " sections");
+  uint32_t crc;
+  std::memcpy(&crc, base + end, 4);
+  if (crc != crc32c(base, end))
+    fail(AMPX_ERR_CORRUPT, "'", path, "' is damaged (the whole-file checksum does not match)");
+  if (!have_params) fail(AMPX_ERR_CORRUPT, "'", path, "' has no tensor section");
+  return contents;
+}
+
+class FileHandle {
+ public:
+  explicit FileHandle(int fd) : fd_(fd) {}
+  ~FileHandle() { ::close(fd_); }
+  FileHandle(const FileHandle&) = delete;
+  FileHandle& operator=(const FileHandle&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+void read_exactly(int fd, unsigned char* dst, size_t bytes, uint64_t offset, uint64_t total,
+                  const std::string& path) {
+  while (bytes > 0) {
+    const ssize_t n = ::read(fd, dst, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail_io(errno, cat("cannot read '", path, "'"));
+    if (n == 0)
+      fail(AMPX_ERR_CORRUPT, "'", path, "' ended after ", offset, " of its ", total,
+           " bytes while it was being read");
+    dst += n;
+    bytes -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+}
+
+// The whole file, header checked first so that a file that is not a
+// checkpoint (or claims another size) is refused before it is read.
+std::vector<unsigned char> read_file(const std::string& path, uint32_t* section_count) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail_io(errno, cat("cannot open '", path, "'"));
+  FileHandle file(fd);
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) fail_io(errno, cat("cannot stat '", path, "'"));
+  if (!S_ISREG(info.st_mode)) fail(AMPX_ERR_IO, "'", path, "' is not a regular file");
+  const uint64_t size = static_cast<uint64_t>(info.st_size);
+  if (size < kHeaderBytes + kChecksumBytes)
+    fail(AMPX_ERR_CORRUPT, "'", path, "' is ", size,
+         " bytes, too short to be an ampx checkpoint file");
+  unsigned char header[kHeaderBytes];
+  read_exactly(fd, header, sizeof header, 0, size, path);
+  *section_count = check_header(header, size, path);
+  std::vector<unsigned char> bytes(static_cast<size_t>(size));
+  std::memcpy(bytes.data(), header, sizeof header);
+  read_exactly(fd, bytes.data() + kHeaderBytes, bytes.size() - kHeaderBytes, kHeaderBytes, size,
+               path);
+  return bytes;
+}
+
+// ---- matching the file to the live objects ---------------------------------------
+
+// Compares one live tensor with its record: the name first (a different
+// name means the lists are not the same model), then dtype and shape.
+void match(const Tensor& live, const TensorRecord& file, const std::string& label) {
+  if (live.name != file.name)
+    fail(AMPX_ERR_INVALID_ARGUMENT, label, " is ", live.describe(), " named '", live.name,
+         "' but the checkpoint has '", file.name, "' (", describe(file.dtype, file.shape),
+         ") in its place");
+  if (live.dtype != file.dtype)
+    fail(AMPX_ERR_DTYPE, label, " is ", live.describe(), " but the checkpoint holds it as ",
+         describe(file.dtype, file.shape));
+  if (!(live.shape == file.shape))
+    fail(AMPX_ERR_SHAPE, label, " is ", live.describe(), " but the checkpoint holds it as ",
+         describe(file.dtype, file.shape));
+}
+
+// For a count mismatch: the first tensor one side has and the other lacks.
+template <class Name>
+std::string count_mismatch(const char* list, const char* file_list, size_t live_count,
+                           Name live_name, const std::vector<TensorRecord>& file) {
+  if (live_count > file.size())
+    return cat(tensor_label(list, file.size(), live_name(file.size())),
+               " has no counterpart in the checkpoint");
+  const std::string& name = file[live_count].name;
+  return cat("the checkpoint's ", file_list, " ", live_count,
+             name.empty() ? "" : cat(" ('", name, "')"), " has no counterpart in '", list, "'");
+}
+
+void check_tensors(const Contents& c, const std::vector<Tensor*>& tensors) {
+  if (c.tensors.size() != tensors.size())
+    fail(AMPX_ERR_INVALID_ARGUMENT, "the checkpoint holds ", c.tensors.size(), " tensor(s) but ",
+         tensors.size(), " were given in 'params'; ",
+         count_mismatch("params", "tensor", tensors.size(),
+                        [&](size_t i) { return tensors[i]->name; }, c.tensors));
+  for (size_t i = 0; i < tensors.size(); ++i)
+    match(*tensors[i], c.tensors[i], tensor_label("params", i, tensors[i]->name));
+}
+
+void check_optimizer(const Contents& c, const Optimizer& o) {
+  if (!c.optimizer)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "the checkpoint holds no optimizer state, but 'optimizer' was "
+                                    "given (pass NULL to restore the rest)");
+  const OptimizerRecord& f = *c.optimizer;
+  const uint32_t kind = kind_code(o.hyper());
+  if (f.kind != kind)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "the checkpoint holds the state of ", kind_name(f.kind),
+         " but 'optimizer' is ", kind_name(kind));
+  const uint32_t flag = state_flag(o.hyper());
+  if (f.flag != flag)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "the checkpoint's ", kind_name(f.kind),
+         f.flag ? " keeps " : " keeps no ", state_flag_name(f.kind), " but 'optimizer'",
+         flag ? " keeps them" : " keeps none",
+         f.kind == kKindSgd ? " (momentum 0 or not)" : " (amsgrad on or off)");
+  if (f.groups != static_cast<uint32_t>(o.group_count()))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "the checkpoint's optimizer has ", f.groups,
+         " param group(s) but 'optimizer' has ", o.group_count());
+  const std::vector<Optimizer::Param>& params = o.params();
+  if (f.params.size() != params.size())
+    fail(AMPX_ERR_INVALID_ARGUMENT, "the checkpoint's optimizer has ", f.params.size(),
+         " parameter(s) but 'optimizer' has ", params.size(), "; ",
+         count_mismatch("optimizer parameter", "optimizer parameter", params.size(),
+                        [&](size_t i) { return params[i].param->name; }, f.params));
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string label = tensor_label("optimizer parameter", i, params[i].param->name);
+    match(*params[i].param, f.params[i], label);
+    if (f.param_groups[i] != static_cast<uint32_t>(params[i].group))
+      fail(AMPX_ERR_INVALID_ARGUMENT, label, " is in param group ", params[i].group,
+           " but the checkpoint has it in group ", f.param_groups[i]);
+  }
+  if (f.blob_bytes != o.state_size())
+    fail(AMPX_ERR_CORRUPT, "the checkpoint's optimizer state is ", f.blob_bytes,
+         " bytes but an optimizer of this model keeps ", o.state_size());
+}
+
+void check_scaler(const Contents& c, const Scaler& s) {
+  if (!c.scaler)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "the checkpoint holds no scaler state, but 'scaler' was given "
+                                    "(pass NULL to restore the rest)");
+  if (c.scaler->enabled != s.enabled())
+    fail(AMPX_ERR_INVALID_ARGUMENT, "the checkpoint's scaler is ",
+         c.scaler->enabled ? "enabled" : "disabled", " but 'scaler' is ",
+         s.enabled() ? "enabled" : "disabled");
+}
+
+}  // namespace
+
+void save_checkpoint_file(const std::string& path, const std::vector<Tensor*>& tensors,
+                          Optimizer* optimizer, Scaler* scaler) {
+  // Everything that can fail for a reason other than the disk happens
+  // before the temporary file exists.
+  std::vector<unsigned char> blob;
+  if (optimizer) {
+    blob.resize(optimizer->state_size());
+    optimizer->save_state(blob.data(), blob.size());
+  }
+  ScalerRecord scaler_record;
+  if (scaler) {
+    scaler_record.enabled = scaler->enabled();
+    scaler_record.options = scaler->options();
+    scaler_record.state = scaler->read_state();
+  }
+  const uint64_t framing = kSectionHeadBytes + kChecksumBytes;
+  const uint64_t params_bytes = params_payload_bytes(tensors);
+  const uint64_t optimizer_bytes = optimizer ? optimizer_payload_bytes(*optimizer, blob.size()) : 0;
+  const uint32_t sections = 1 + (optimizer ? 1 : 0) + (scaler ? 1 : 0);
+  const uint64_t file_bytes = kHeaderBytes + framing + params_bytes +
+                              (optimizer ? framing + optimizer_bytes : 0) +
+                              (scaler ? framing + kScalerPayloadBytes : 0) + kChecksumBytes;
+
+  unsigned char header[kHeaderBytes] = {};
+  std::memcpy(header, kMagic, sizeof kMagic);
+  std::memcpy(header + 8, &kVersion, 4);
+  std::memcpy(header + 12, &sections, 4);
+  std::memcpy(header + 16, &file_bytes, 8);
+  const uint32_t header_crc = crc32c(header, 28);
+  std::memcpy(header + 28, &header_crc, 4);
+
+  AtomicFile file(path);
+  Writer w(file);
+  w.bytes(header, sizeof header);
+  w.begin_section(kParamsTag, params_bytes);
+  write_params(w, tensors);
+  w.end_section();
+  if (optimizer) {
+    w.begin_section(kOptimizerTag, optimizer_bytes);
+    write_optimizer(w, *optimizer, blob);
+    w.end_section();
+  }
+  if (scaler) {
+    w.begin_section(kScalerTag, kScalerPayloadBytes);
+    write_scaler(w, scaler_record);
+    w.end_section();
+  }
+  w.finish();
+  if (w.written() != file_bytes)
+    fail(AMPX_ERR_INTERNAL, "wrote ", w.written(), " bytes of a checkpoint sized ", file_bytes);
+  file.commit();
+}
+
+void load_checkpoint_file(const std::string& path, const std::vector<Tensor*>& tensors,
+                          Optimizer* optimizer, Scaler* scaler) {
+  uint32_t section_count = 0;
+  const std::vector<unsigned char> file = read_file(path, &section_count);
+  const Contents contents = parse(file, section_count, path);
+  check_tensors(contents, tensors);
+  if (optimizer) check_optimizer(contents, *optimizer);
+  if (scaler) check_scaler(contents, *scaler);
+
+  // Everything is validated. The optimizer goes first: it validates its
+  // own bytes once more and changes nothing if they fail, so this is the
+  // last point where the call can still be refused as a whole. It also
+  // rewrites F16/BF16 parameters from their masters; the tensors written
+  // after it then hold exactly the saved bits.
+  if (optimizer) optimizer->load_state(contents.optimizer->blob, contents.optimizer->blob_bytes);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorRecord& record = contents.tensors[i];
+    if (record.bytes > 0)
+      tensors[i]->ctx->backend().copy_from_host(tensors[i]->data(), record.data, record.bytes);
+  }
+  if (scaler) scaler->restore(contents.scaler->options, contents.scaler->state);
+}
+
+}  // namespace ampx::io

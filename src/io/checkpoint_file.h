@@ -1,0 +1,31 @@
+// checkpoint_file.h -- training checkpoint files: tensors, optimizer state
+// and loss-scaler state in one checksummed file that is replaced atomically.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ampx {
+
+class Optimizer;
+class Scaler;
+
+namespace io {
+
+// Writes a temporary file next to `path` and renames it over `path`, so a
+// crash at any instant leaves either the old file or the new one. A failure
+// removes the temporary file and leaves `path` as it was. `optimizer` and
+// `scaler` may be null.
+void save_checkpoint_file(const std::string& path, const std::vector<Tensor*>& tensors,
+                          Optimizer* optimizer, Scaler* scaler);
+
+// Reads and validates the whole file against the live objects before it
+// changes any of them. A null optimizer or scaler skips that part of the
+// file; one given that the file lacks is refused.
+void load_checkpoint_file(const std::string& path, const std::vector<Tensor*>& tensors,
+                          Optimizer* optimizer, Scaler* scaler);
+
+}  // namespace io
+}  // namespace ampx
