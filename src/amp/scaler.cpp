@@ -86,13 +86,18 @@ math::ScalerConfig Scaler::config() const {
   return c;
 }
 
-void Scaler::attach(Optimizer& optimizer) {
+void Scaler::check_attachable(const Optimizer& optimizer) const {
   if (optimizer.scaler == this) return;
   if (optimizer.scaler)
     fail(AMPX_ERR_INVALID_ARGUMENT,
          "the optimizer is already attached to another scaler; an optimizer belongs to one scaler");
   if (&optimizer.context() != ctx_)
     fail(AMPX_ERR_DEVICE, "the optimizer belongs to a different context than the scaler");
+}
+
+void Scaler::attach(Optimizer& optimizer) {
+  check_attachable(optimizer);
+  if (optimizer.scaler == this) return;
   retain();
   optimizer.scaler = this;
   optimizer.amp_state = AmpState::Ready;
@@ -113,7 +118,7 @@ Tensor* Scaler::scale_loss(const Tensor& loss) {
 
 void Scaler::unscale(Optimizer& optimizer) {
   if (!options_.enabled) return;
-  attach(optimizer);
+  check_attachable(optimizer);
   if (optimizer.amp_state == AmpState::Unscaled)
     fail(AMPX_ERR_ORDER,
          "this optimizer's gradients were already unscaled since the last update; unscale once "
@@ -124,6 +129,9 @@ void Scaler::unscale(Optimizer& optimizer) {
          "ampx_scaler_update before unscaling the next iteration's gradients");
   std::vector<TensorSpan> ins, outs;
   optimizer.prepare_unscale(ins, outs);
+  // Attached only now that nothing can fail: a call that ran out of memory
+  // leaves an unattached optimizer usable with ampx_optimizer_step.
+  attach(optimizer);
   Backend& backend = ctx_->backend();
   float* found_inf = static_cast<float*>(optimizer.found_inf().data());
   backend.fill(found_inf, 4, 0, 1);
@@ -139,7 +147,7 @@ void Scaler::step(Optimizer& optimizer) {
     optimizer.step(nullptr);
     return;
   }
-  attach(optimizer);
+  check_attachable(optimizer);
   if (optimizer.amp_state == AmpState::Stepped)
     fail(AMPX_ERR_ORDER,
          "step was already called for this optimizer since the last update; call "

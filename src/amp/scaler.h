@@ -38,6 +38,8 @@ class Scaler : public Object {
   Context& context() const { return *ctx_; }
   bool enabled() const { return options_.enabled; }
 
+  // Throws unless `optimizer` is attached to this scaler or can be.
+  void check_attachable(const Optimizer& optimizer) const;
   void attach(Optimizer& optimizer);
   Tensor* scale_loss(const Tensor& loss);
   Tensor& scale_tensor() const { return *scale_; }

@@ -121,7 +121,9 @@ ampx_status ampx_tensor_from_dlpack(ampx_context ctx, struct DLManagedTensor* sr
         expected *= shape.dims[i];
       }
     }
-    void* data = static_cast<char*>(dl.data) + dl.byte_offset;
+    // No offset is applied to a NULL pointer (undefined behaviour): an empty
+    // tensor may come without memory.
+    void* data = dl.data ? static_cast<char*>(dl.data) + dl.byte_offset : nullptr;
     const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(type);
     if (bytes > 0) {
       require_pointer(dl.data, "src->dl_tensor.data");

@@ -263,6 +263,13 @@ ampx_status ampx_tensor_set_grad(ampx_tensor tensor, ampx_tensor grad) {
     Tensor* g = grad ? &tensor_arg(grad, "grad") : nullptr;
     if (g) {
       if (g == &t) fail(AMPX_ERR_INVALID_ARGUMENT, "a tensor cannot be its own gradient");
+      // Each tensor retains its gradient: a cycle would keep all of them
+      // (and their context) alive forever.
+      for (const Tensor* link = g->grad; link; link = link->grad)
+        if (link == &t)
+          fail(AMPX_ERR_INVALID_ARGUMENT,
+               "'tensor' is already the gradient of 'grad' (directly or through other gradients); "
+               "gradients cannot form a cycle");
       if (g->ctx != t.ctx)
         fail(AMPX_ERR_DEVICE, "'grad' belongs to a different context than 'tensor'");
       if (g->numel() != t.numel())

@@ -83,7 +83,12 @@ OpClass Autocast::op_class(const std::string& op) const {
 }
 
 AutocastState::~AutocastState() {
-  for (Autocast* policy : stack) policy->release();
+  // Regions still open when the context is released end here, so that the
+  // program can release their policies.
+  for (Autocast* policy : stack) {
+    --policy->entered;
+    policy->release();
+  }
 }
 
 AutocastState& autocast_state(Context& ctx) {
@@ -92,6 +97,11 @@ AutocastState& autocast_state(Context& ctx) {
 }
 
 void autocast_enter(Autocast& policy) {
+  // The region stack retains the policy, which retains the context; on a
+  // context the program released, nothing would drop the stack again.
+  if (!policy.context().is_open())
+    fail(AMPX_ERR_STALE_HANDLE, "the policy's context was already released with "
+                                "ampx_context_release");
   AutocastState& state = autocast_state(policy.context());
   state.stack.reserve(state.stack.size() + 1);
   policy.refs.fetch_add(1, std::memory_order_relaxed);
@@ -146,8 +156,8 @@ TensorRef cached_cast(Context& ctx, Autocast& policy, Tensor& x, DType dtype) {
     it->second->retain();
     return TensorRef(it->second.get());
   }
-  ++policy.misses;
   TensorRef cast = cast_to(ctx, x, dtype);
+  ++policy.misses;
   cast->retain();
   state.cache[key] = TensorRef(cast.get());
   return cast;

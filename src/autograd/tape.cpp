@@ -22,6 +22,10 @@ bool flows_grad(Context& ctx, const Tensor& t) {
 }
 
 bool should_record(Context& ctx, const std::vector<Tensor*>& inputs) {
+  // Once the program has released the context, nothing can backpropagate
+  // (ampx_backward needs the tape that release dropped), and a record would
+  // hold its inputs, which hold the context: it would never be destroyed.
+  if (!ctx.is_open()) return false;
   if (!autograd_state(ctx).grad_enabled) return false;
   for (const Tensor* t : inputs)
     if (t && flows_grad(ctx, *t)) return true;

@@ -43,11 +43,13 @@ Tensor* op_dropout(Tensor& x_in, double p, bool training) {
     node->identity = true;
     out = TensorRef(Tensor::create(ctx, x.dtype, x.shape, x.storage));
   } else {
+    // Allocated before the mask is drawn: a call that fails leaves the
+    // random stream where it was, so a retry draws the mask it would have.
+    out = new_tensor(ctx, x.dtype, x.shape);
     node->seed = ctx.seed();
     node->offset = ctx.next_random_offset();
     node->threshold = math::dropout_threshold(p);
     node->scale = static_cast<float>(1.0 / (1.0 - p));
-    out = new_tensor(ctx, x.dtype, x.shape);
     if (x.numel() > 0)
       ctx.backend().dropout(x.data(), out->data(), x.dtype, x.numel(), node->seed, node->offset,
                             node->threshold, node->scale);

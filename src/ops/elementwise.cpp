@@ -46,7 +46,9 @@ class BinaryNode final : public Node {
     if (a.requires_grad) {
       if (op == BinaryOp::Mul) {
         da = new_tensor(ctx, a.dtype, a.shape);
-        backend.binary(BinaryOp::Mul, dy.data(), b.data(), da->data(), a.dtype, n, b.numel());
+        // As in the forward: the primitive takes no empty operand.
+        if (n > 0)
+          backend.binary(BinaryOp::Mul, dy.data(), b.data(), da->data(), a.dtype, n, b.numel());
       } else {
         da = retained(dy);
       }
@@ -60,7 +62,7 @@ class BinaryNode final : public Node {
         full = new_tensor(ctx, a.dtype, a.shape);
         if (op == BinaryOp::Sub)
           backend.affine(dy.data(), full->data(), a.dtype, n, -1.0f, 0.0f);
-        else
+        else if (n > 0)
           backend.binary(BinaryOp::Mul, dy.data(), a.data(), full->data(), a.dtype, n, n);
       }
       if (broadcast) {

@@ -163,6 +163,9 @@ Tensor* op_batch_norm(Tensor& x_in, Tensor* weight, Tensor* bias, Tensor* runnin
   Tensor& x = *in[0];
   TensorRef mean = new_tensor(ctx, DType::F32, vector_shape(channels));
   TensorRef var = new_tensor(ctx, DType::F32, vector_shape(channels));
+  // Allocated before the running statistics are updated in place, so that
+  // running out of memory leaves them as they were.
+  TensorRef out = new_tensor(ctx, x.dtype, x.shape);
   if (!batch_stats) {
     // Copies: a later training step may update the running statistics
     // before this forward is backpropagated.
@@ -175,7 +178,6 @@ Tensor* op_batch_norm(Tensor& x_in, Tensor* weight, Tensor* bias, Tensor* runnin
                              update ? static_cast<float*>(running_mean->data()) : nullptr,
                              update ? static_cast<float*>(running_var->data()) : nullptr);
   }
-  TensorRef out = new_tensor(ctx, x.dtype, x.shape);
   if (x.numel() > 0)
     backend.batch_norm(x.data(), x.dtype, n, channels, inner,
                        static_cast<const float*>(mean->data()),

@@ -51,6 +51,9 @@ StridedCopy block(int64_t rows, int64_t width, int64_t dst_pitch, int64_t src_pi
 }
 
 void* byte_offset(void* p, int64_t elements, DType dtype) {
+  // An empty tensor has no memory: every copy from or into it is empty,
+  // and an offset applied to NULL would be undefined behaviour.
+  if (!p) return p;
   return static_cast<char*>(p) + elements * static_cast<int64_t>(dtype_size(dtype));
 }
 

@@ -144,10 +144,16 @@ void Optimizer::release() {
   ctx.release();
 }
 
-int Optimizer::state_count() const {
-  if (hyper_.kind == OptimizerKind::Sgd) return hyper_.sgd.momentum != 0.0f ? 1 : 0;
-  return hyper_.adam.amsgrad ? 3 : 2;
+namespace {
+
+int state_count_of(const OptimizerHyper& hyper) {
+  if (hyper.kind == OptimizerKind::Sgd) return hyper.sgd.momentum != 0.0f ? 1 : 0;
+  return hyper.adam.amsgrad ? 3 : 2;
 }
+
+}  // namespace
+
+int Optimizer::state_count() const { return state_count_of(hyper_); }
 
 std::vector<Optimizer::Param> Optimizer::make_params(const std::vector<Tensor*>& params,
                                                      int32_t group) const {
@@ -531,6 +537,12 @@ void Optimizer::load_state(const void* buffer, size_t bytes) {
   } catch (const Error& e) {
     fail(AMPX_ERR_CORRUPT, "the state holds invalid hyperparameters: ", e.what());
   }
+  // The buffers are those of the current settings: hyperparameters that
+  // would need others (momentum from 0, amsgrad on or off) would leave the
+  // step reading buffers that do not exist.
+  if (state_count_of(restored) != state_count())
+    fail(AMPX_ERR_CORRUPT, "the state's momentum / amsgrad settings need ", state_count_of(restored),
+         " buffer(s) per parameter but the state holds ", state_count());
   // Everything is validated: apply.
   hyper_ = restored;
   Backend& backend = ctx_->backend();
