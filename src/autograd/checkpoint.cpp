@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "autocast/autocast.h"
 #include "autograd/tape.h"
 #include "core/error.h"
 
@@ -67,12 +68,52 @@ void on_nested_tape(Context& ctx, bool record, Body&& body) {
   body();
 }
 
+// Puts a saved stack of autocast regions in place of the context's own for
+// its lifetime, with an empty cast cache, so that a recompute casts as the
+// first run did although backward usually runs after the region closed.
+class AutocastRegionsSwap {
+ public:
+  AutocastRegionsSwap(Context& ctx, const std::vector<Autocast*>& regions)
+      : state_(autocast_state(ctx)) {
+    std::vector<Autocast*> stack;
+    stack.reserve(regions.size());
+    for (Autocast* policy : regions) {
+      policy->refs.fetch_add(1, std::memory_order_relaxed);
+      ++policy->entered;
+      stack.push_back(policy);
+    }
+    std::swap(stack, state_.stack);
+    outer_stack_ = std::move(stack);
+    std::swap(outer_cache_, state_.cache);
+  }
+  ~AutocastRegionsSwap() {
+    for (Autocast* policy : state_.stack) {
+      --policy->entered;
+      policy->release();
+    }
+    state_.stack = std::move(outer_stack_);
+    state_.cache = std::move(outer_cache_);
+  }
+  AutocastRegionsSwap(const AutocastRegionsSwap&) = delete;
+  AutocastRegionsSwap& operator=(const AutocastRegionsSwap&) = delete;
+
+ private:
+  AutocastState& state_;
+  std::vector<Autocast*> outer_stack_;
+  std::unordered_map<uint64_t, TensorRef> outer_cache_;
+};
+
 class CheckpointNode final : public Node {
  public:
   ampx_segment_fn fn = nullptr;
   void* user_data = nullptr;
   size_t output_count = 0;
   uint64_t random_offset = 0;  // where the first run's random numbers started
+  std::vector<Autocast*> autocast_regions;  // open at the first run (retained)
+
+  ~CheckpointNode() override {
+    for (Autocast* policy : autocast_regions) policy->release();
+  }
 
   const char* name() const override { return "checkpoint"; }
 
@@ -102,6 +143,7 @@ class CheckpointNode final : public Node {
       ctx.set_random_offset(random_offset);
       std::vector<TensorRef> outputs;
       try {
+        const AutocastRegionsSwap regions(ctx, autocast_regions);
         outputs = call_segment(ctx, fn, user_data, segment_inputs, output_count);
       } catch (...) {
         ctx.set_random_offset(resume_offset);
@@ -158,6 +200,12 @@ std::vector<TensorRef> checkpoint(Context& ctx, ampx_segment_fn fn, void* user_d
   node->user_data = user_data;
   node->output_count = output_count;
   node->random_offset = random_offset;
+  if (ctx.autocast) {
+    for (Autocast* policy : autocast_state(ctx).stack) {
+      policy->refs.fetch_add(1, std::memory_order_relaxed);
+      node->autocast_regions.push_back(policy);
+    }
+  }
   std::vector<Tensor*> raw;
   for (TensorRef& t : outputs) {
     // An output the segment did not make (one of its inputs, a parameter)

@@ -55,10 +55,12 @@ struct Model {
     *x.out() = make(ctx, AMPX_F32, {kBatch, kWidth}, random_values(kBatch * kWidth, 99, 2.0));
   }
 
-  // Forward + backward inside a scope; returns the peak bytes reached.
-  uint64_t train_step(ampx_context ctx, bool checkpointed) {
+  // Forward (under `policy` when given) + backward after the region, as
+  // torch programs do, inside a scope; returns the peak bytes reached.
+  uint64_t train_step(ampx_context ctx, bool checkpointed, ampx_autocast policy = nullptr) {
     REQUIRE(ampx_memory_reset_peak(ctx) == AMPX_OK);
     REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+    if (policy) REQUIRE(ampx_autocast_enter(policy) == AMPX_OK);
     ampx_tensor h = x;
     for (Block& b : blocks) {
       ampx_tensor out = nullptr;
@@ -70,6 +72,7 @@ struct Model {
     }
     ampx_tensor loss = nullptr;
     REQUIRE(ampx_mean(h, &loss) == AMPX_OK);
+    if (policy) REQUIRE(ampx_autocast_exit(policy) == AMPX_OK);
     REQUIRE_MESSAGE(ampx_backward(loss, nullptr) == AMPX_OK, last_error());
     REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
     ampx_memory_stats stats = AMPX_MEMORY_STATS_INIT;
@@ -104,6 +107,32 @@ TEST_CASE("checkpoint: gradients equal the direct run's, bit for bit, with a low
   // block's activations exist at a time during the recompute.
   MESSAGE("peak bytes: direct " << direct_peak << ", checkpointed " << checkpoint_peak);
   CHECK(checkpoint_peak < direct_peak);
+}
+
+TEST_CASE("checkpoint: the recompute runs under the autocast regions of the first run") {
+  // backward comes after the region closed; a recompute without autocast
+  // would compute in fp32 and mix dtypes with the f16/bf16 gradients.
+  OPS_REQUIRE_CPU();
+  for (ampx_dtype dtype : {AMPX_F16, AMPX_BF16}) {
+    CAPTURE(dtype);
+    Ctx direct_ctx, checkpoint_ctx;
+    Model direct(direct_ctx), checkpointed(checkpoint_ctx);
+    ampx_autocast_options options = ampx_autocast_options_default();
+    options.dtype = dtype;
+    ampx_autocast direct_policy = nullptr, checkpoint_policy = nullptr;
+    REQUIRE(ampx_autocast_create(direct_ctx, &options, &direct_policy) == AMPX_OK);
+    REQUIRE(ampx_autocast_create(checkpoint_ctx, &options, &checkpoint_policy) == AMPX_OK);
+    direct.train_step(direct_ctx, false, direct_policy);
+    checkpointed.train_step(checkpoint_ctx, true, checkpoint_policy);
+    CHECK(direct.grads() == checkpointed.grads());
+    ampx_tensor g = nullptr;
+    ampx_dtype grad_dtype = AMPX_I32;
+    REQUIRE(ampx_tensor_grad(checkpointed.blocks[0].w1, &g) == AMPX_OK);
+    REQUIRE(ampx_tensor_dtype(g, &grad_dtype) == AMPX_OK);
+    CHECK(grad_dtype == AMPX_F32);
+    ampx_autocast_release(direct_policy);
+    ampx_autocast_release(checkpoint_policy);
+  }
 }
 
 TEST_CASE("checkpoint: a second step accumulates like the direct run, and nothing leaks") {
