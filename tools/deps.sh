@@ -1,7 +1,21 @@
 #!/usr/bin/env bash
 # deps.sh -- makes sure the build's dependencies are present (Debian).
 # Installs what is missing when run as root; otherwise names what to install.
+#   tools/deps.sh              what the library, tests, demo and examples need
+#   tools/deps.sh --bindings   also every binding's toolchain (Python packages,
+#                              Rust, Go) and clang for the fuzzers: what CI needs
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+if [ "${1:-}" = "--bindings" ]; then
+  "$0"
+  for script in "$root"/bindings/*/deps.sh; do bash "$script"; done
+  if ! command -v clang++ >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends clang >/dev/null
+  fi
+  exit 0
+fi
 
 need=()
 command -v cmake >/dev/null || need+=(cmake)
@@ -11,9 +25,9 @@ command -v nm >/dev/null || need+=(binutils)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 [ -f /usr/include/doctest/doctest.h ] || [ -f "$(dirname "$0")/../.deps/include/doctest/doctest.h" ] || need+=(doctest-dev)
 [ -f /usr/include/dlpack/dlpack.h ] || [ -f "$(dirname "$0")/../.deps/include/dlpack/dlpack.h" ] || need+=(libdlpack-dev)
-# OpenBLAS for the CPU GEMM (optional for the build, wanted for its speed);
-# its headers live under /usr/include/<multiarch triplet>/ on every architecture.
-compgen -G '/usr/include/*/openblas-*/cblas.h' >/dev/null || need+=(libopenblas-dev)
+# OpenBLAS for the CPU GEMM, loaded at run time (without it ampx multiplies
+# with its own, slower kernel).
+compgen -G '/usr/lib/*/libopenblas.so.0' >/dev/null || need+=(libopenblas0)
 
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" -ne 0 ]; then

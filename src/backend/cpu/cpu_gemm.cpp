@@ -5,8 +5,9 @@
 // convert_bulk tile by tile into scratch buffers, so the extra memory stays
 // bounded (kScratchFloats) whatever the shapes; a low-precision C is
 // accumulated in an fp32 tile, alpha and beta included, and rounded once at
-// the end. The fp32 multiply is CBLAS's sgemm when the build found a CBLAS
-// (AMPX_HAVE_CBLAS), otherwise the cache-blocked kernel below.
+// the end. The fp32 multiply is CBLAS's sgemm when one could be loaded
+// (cblas_loader.h: OpenBLAS by default), otherwise the cache-blocked kernel
+// below.
 //
 // Threads: at no moment do more than pool.size() threads compute.
 //  - A batch of small products (kSmallProduct) is shared out over the pool,
@@ -31,13 +32,10 @@
 #include <cstring>
 #include <memory>
 
+#include "backend/cpu/cblas_loader.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/convert_bulk.h"
 #include "core/error.h"
-
-#if AMPX_HAVE_CBLAS
-#include <cblas.h>
-#endif
 
 namespace ampx {
 namespace cpu {
@@ -253,8 +251,6 @@ void run_gemm(ThreadPool& pool, const GemmArgs& g, bool spread, SgemmFn fn) {
 
 // ---- CBLAS ------------------------------------------------------------------
 
-#if AMPX_HAVE_CBLAS
-
 int blas_int(int64_t v) {
   if (v > INT_MAX)
     fail(AMPX_ERR_NOT_SUPPORTED, "gemm: dimension ", v, " is beyond CBLAS's int (", INT_MAX, ")");
@@ -262,30 +258,30 @@ int blas_int(int64_t v) {
 }
 
 void blas_sgemm(ThreadPool*, const Sgemm& s) {
-  cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans,
-              s.trans_b ? CblasTrans : CblasNoTrans, blas_int(s.m), blas_int(s.n), blas_int(s.k),
-              s.alpha, s.a, blas_int(s.lda), s.b, blas_int(s.ldb), s.beta, s.c, blas_int(s.ldc));
+  constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+  loaded_cblas()->sgemm(kRowMajor, s.trans_a ? kTrans : kNoTrans, s.trans_b ? kTrans : kNoTrans,
+                        blas_int(s.m), blas_int(s.n), blas_int(s.k), s.alpha, s.a,
+                        blas_int(s.lda), s.b, blas_int(s.ldb), s.beta, s.c, blas_int(s.ldc));
 }
 
-#if AMPX_HAVE_OPENBLAS
-// Sets OpenBLAS's process-wide thread count for one gemm call (see the top).
+// Sets OpenBLAS's process-wide thread count for one gemm call (see the top);
+// does nothing for another CBLAS.
 class OpenBlasThreads {
  public:
-  explicit OpenBlasThreads(int threads) : saved_(openblas_get_num_threads()) {
-    if (threads != saved_) openblas_set_num_threads(threads);
+  OpenBlasThreads(const Cblas& blas, int threads)
+      : blas_(blas), saved_(blas.get_num_threads ? blas.get_num_threads() : 0) {
+    if (blas_.set_num_threads && threads != saved_) blas_.set_num_threads(threads);
   }
   ~OpenBlasThreads() {
-    if (openblas_get_num_threads() != saved_) openblas_set_num_threads(saved_);
+    if (blas_.set_num_threads && blas_.get_num_threads() != saved_) blas_.set_num_threads(saved_);
   }
   OpenBlasThreads(const OpenBlasThreads&) = delete;
   OpenBlasThreads& operator=(const OpenBlasThreads&) = delete;
 
  private:
+  const Cblas& blas_;
   int saved_;
 };
-#endif
-
-#endif  // AMPX_HAVE_CBLAS
 
 // ---- the built-in fp32 kernel ---------------------------------------------
 // Goto's blocking: C is cut into kMc x kNc tiles, shared among the pool's
@@ -461,16 +457,15 @@ void gemm_fallback(ThreadPool& pool, const GemmArgs& args) {
 }
 
 void gemm(ThreadPool& pool, const GemmArgs& args) {
-#if AMPX_HAVE_CBLAS
+  const Cblas* blas = loaded_cblas();
+  if (!blas) {
+    gemm_fallback(pool, args);
+    return;
+  }
   check_args(args);
   const bool spread = spread_batch(pool, args);
-#if AMPX_HAVE_OPENBLAS
-  const OpenBlasThreads threads(spread ? 1 : pool.size());
-#endif
+  const OpenBlasThreads threads(*blas, spread ? 1 : pool.size());
   run_gemm(pool, args, spread, blas_sgemm);
-#else
-  gemm_fallback(pool, args);
-#endif
 }
 
 }  // namespace cpu

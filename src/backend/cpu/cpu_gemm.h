@@ -10,7 +10,7 @@ namespace ampx {
 namespace cpu {
 
 // cpu::gemm with the library's own cache-blocked kernel in place of CBLAS's
-// sgemm: what cpu::gemm runs when the build found no CBLAS. Same contract
+// sgemm: what cpu::gemm runs when no CBLAS could be loaded. Same contract
 // (backend.h's GemmArgs), same conversions, same threading of the batch.
 void gemm_fallback(ThreadPool& pool, const GemmArgs& args);
 

@@ -1,0 +1,93 @@
+// cblas_loader.cpp -- loads the CBLAS for the CPU GEMM (see cblas_loader.h).
+#include "backend/cpu/cblas_loader.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
+
+namespace ampx {
+namespace cpu {
+namespace {
+
+// OpenBLAS's name for the best kernel family this CPU can run, or nullptr to
+// leave OpenBLAS's own detection alone.
+const char* openblas_core_for_this_cpu() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  // __builtin_cpu_supports also checks that the OS saves the registers.
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512cd");
+  if (avx512) {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool bf16 = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)) != 0;
+    return bf16 ? "COOPERLAKE" : "SKYLAKEX";
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "HASWELL";
+#endif
+  return nullptr;
+}
+
+void* open_openblas() {
+  static const char* const kNames[] = {"libopenblas.so.0", "libopenblas.so"};
+  for (const char* name : kNames) {
+    if (void* already = dlopen(name, RTLD_NOW | RTLD_NOLOAD)) return already;
+  }
+  const char* core = std::getenv("OPENBLAS_CORETYPE") ? nullptr : openblas_core_for_this_cpu();
+  if (core) setenv("OPENBLAS_CORETYPE", core, 0);
+  void* handle = nullptr;
+  for (const char* name : kNames) {
+    handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (handle) break;
+  }
+  if (core) unsetenv("OPENBLAS_CORETYPE");
+  return handle;
+}
+
+Cblas load() {
+  Cblas blas;
+  const char* request = std::getenv("AMPX_BLAS");
+  if (request && std::strcmp(request, "none") == 0) return blas;
+  void* handle = request && *request ? dlopen(request, RTLD_NOW | RTLD_LOCAL) : open_openblas();
+  if (!handle) return blas;
+  blas.sgemm = reinterpret_cast<decltype(blas.sgemm)>(dlsym(handle, "cblas_sgemm"));
+  if (!blas.sgemm) return Cblas{};
+  blas.set_num_threads =
+      reinterpret_cast<decltype(blas.set_num_threads)>(dlsym(handle, "openblas_set_num_threads"));
+  blas.get_num_threads =
+      reinterpret_cast<decltype(blas.get_num_threads)>(dlsym(handle, "openblas_get_num_threads"));
+  if (!blas.set_num_threads || !blas.get_num_threads)
+    blas.set_num_threads = nullptr, blas.get_num_threads = nullptr;
+
+  static std::string description;
+  Dl_info info{};
+  description = dladdr(reinterpret_cast<void*>(blas.sgemm), &info) && info.dli_fname
+                    ? info.dli_fname
+                    : (request ? request : "CBLAS");
+  using ConfigFn = const char* (*)();
+  if (auto config = reinterpret_cast<ConfigFn>(dlsym(handle, "openblas_get_config")))
+    description += std::string(" (") + config() + ")";
+  blas.description = description.c_str();
+  return blas;
+}
+
+}  // namespace
+
+const Cblas* loaded_cblas() {
+  static const Cblas blas = load();
+  return blas.sgemm ? &blas : nullptr;
+}
+
+const char* cblas_description() {
+  const Cblas* blas = loaded_cblas();
+  return blas ? blas->description : "built-in kernel";
+}
+
+}  // namespace cpu
+}  // namespace ampx
