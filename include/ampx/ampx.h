@@ -18,6 +18,7 @@
  *   9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)
  *  10. Autocast (EXPERIMENTAL)
  *  11. Ops (EXPERIMENTAL)
+ *  12. Training checkpoint files (EXPERIMENTAL)
  *
  * Stability: sections 1-8 are stable: their functions keep their
  * signatures and meaning within an ABI major version. Sections marked
@@ -35,13 +36,21 @@
  *   Handles.   Handles are opaque, typed pointers. NULL is never a valid
  *              handle. A handle used after its last release is detected on a
  *              best-effort basis (AMPX_ERR_STALE_HANDLE) -- never rely on it.
- *   Threads.   A context and every object made from it may be used by one
- *              thread at a time. Different contexts are fully independent
- *              and may be used from different threads at once. The release
- *              functions (ampx_tensor_release, ampx_context_release) may be
- *              called from any thread, in any order, e.g. from a garbage
- *              collector's finalizer, provided no other thread is using the
- *              same object at that moment.
+ *   Threads.   A context and every object made from it (tensors,
+ *              optimizers, scalers, autocast policies) may be used by one
+ *              thread at a time: calls naming objects of one context must
+ *              not overlap, whichever objects they name. Different contexts
+ *              are fully independent and may be used from different threads
+ *              at once. ampx_tensor_release may be called from any thread at
+ *              any moment, also while another thread uses the tensor's
+ *              context (e.g. from a garbage collector's finalizer), provided
+ *              no other thread uses that same tensor; the allocator's free
+ *              hook and a wrapped tensor's deleter then run on the releasing
+ *              thread. The other release functions may be called from any
+ *              thread, in any order, while no other thread uses an object of
+ *              the same context. ampx_last_error and ampx_last_status report
+ *              the calling thread's own calls. Functions marked Thread-safe
+ *              may be called from any thread at any time.
  *   Options.   Option structs start with `size_t struct_size`. Initialise
  *              them with their AMPX_..._OPTIONS_INIT macro (or the matching
  *              _default() function); fields are only ever appended, so a
@@ -195,7 +204,8 @@ typedef struct ampx_tensor_s *ampx_tensor;
  *  NULL when it cannot -- ampx then fails the calling function with
  *  AMPX_ERR_OUT_OF_MEMORY and changes nothing. `free` receives exactly the
  *  pointer and size of an earlier alloc. Both may be called from whichever
- *  thread releases a tensor. Leave both NULL for ampx's own allocator; set
+ *  thread releases a tensor, and free may run on one thread while alloc runs
+ *  on another, so the hooks must be safe to call concurrently. Leave both NULL for ampx's own allocator; set
  *  both or neither. */
 typedef struct ampx_allocator {
   void *(*alloc)(void *user_data, size_t bytes, size_t alignment);
@@ -239,8 +249,11 @@ AMPX_API ampx_status ampx_context_create(const ampx_context_options *options,
                                          ampx_context *out);
 
 /** Drops the caller's reference to `ctx`. The context is destroyed once its
- *  tensors are released too. NULL is a no-op. Any thread (see the rules at
- *  the top). */
+ *  tensors are released too. Once the program's last reference is released,
+ *  its tensors stay usable, but ops on them are no longer recorded for
+ *  backward, open scopes and autocast regions end, and ampx_autocast_enter
+ *  fails with AMPX_ERR_STALE_HANDLE. NULL is a no-op. Any thread (see the
+ *  rules at the top). */
 AMPX_API void ampx_context_release(ampx_context ctx);
 
 /** Adds a reference to `ctx` (released with ampx_context_release). */
