@@ -5,6 +5,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "core/convert_bulk.h"
 #include "core/error.h"
 #include "core/multi_tensor.h"
 #include "math/amp.h"
@@ -97,6 +98,90 @@ void update_chunk(const OptimParam& p, const Chunk& c, Update&& update) {
       }
     });
   });
+}
+
+// ---- Adam over fp32 values and fp32 gradients, vectorised ----------------
+// The common case (fp32 gradients, no amsgrad) with the per-step choices
+// made once per chunk rather than per element, so the compiler vectorises
+// the loop; it performs math::adam_update's operations in the same order on
+// the same values (no contraction, sqrt and division correctly rounded in
+// every lane), so the results are bit-identical to it and to the GPU's.
+
+enum class Decay { None, Decoupled, L2 };
+
+template <bool Maximize, Decay D>
+__attribute__((always_inline)) inline void adam_dense(float* __restrict w,
+                                                      const float* __restrict g,
+                                                      float* __restrict m, float* __restrict v,
+                                                      int64_t n, float lr, float weight_decay,
+                                                      math::AdamStepFactors f,
+                                                      math::AdamConfig c) {
+  const float one_minus_beta1 = 1.0f - c.beta1, one_minus_beta2 = 1.0f - c.beta2;
+  const float decay = 1.0f - lr * weight_decay;
+  for (int64_t j = 0; j < n; ++j) {
+    float grad = g[j];
+    if constexpr (Maximize) grad = -grad;
+    float weight = w[j];
+    if constexpr (D == Decay::Decoupled) weight *= decay;
+    if constexpr (D == Decay::L2) grad += weight_decay * weight;
+    const float mj = c.beta1 * m[j] + one_minus_beta1 * grad;
+    const float vj = c.beta2 * v[j] + one_minus_beta2 * grad * grad;
+    m[j] = mj;
+    v[j] = vj;
+    const float denom = std::sqrt(vj) / f.bias_correction2_sqrt + c.eps;
+    w[j] = weight - f.step_size * mj / denom;
+  }
+}
+
+using AdamDenseFn = void (*)(float*, const float*, float*, float*, int64_t, float, float,
+                             math::AdamStepFactors, math::AdamConfig);
+
+template <bool Maximize, Decay D>
+void adam_dense_baseline(float* w, const float* g, float* m, float* v, int64_t n, float lr,
+                         float weight_decay, math::AdamStepFactors f, math::AdamConfig c) {
+  adam_dense<Maximize, D>(w, g, m, v, n, lr, weight_decay, f, c);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define AMPX_ADAM_WIDE 1
+template <bool Maximize, Decay D>
+__attribute__((target("avx2"))) void adam_dense_avx2(float* w, const float* g, float* m,
+                                                     float* v, int64_t n, float lr,
+                                                     float weight_decay, math::AdamStepFactors f,
+                                                     math::AdamConfig c) {
+  adam_dense<Maximize, D>(w, g, m, v, n, lr, weight_decay, f, c);
+}
+
+template <bool Maximize, Decay D>
+__attribute__((target("avx512f,avx512vl"))) void adam_dense_avx512(
+    float* w, const float* g, float* m, float* v, int64_t n, float lr, float weight_decay,
+    math::AdamStepFactors f, math::AdamConfig c) {
+  adam_dense<Maximize, D>(w, g, m, v, n, lr, weight_decay, f, c);
+}
+#endif
+
+template <bool Maximize, Decay D>
+AdamDenseFn adam_dense_for_isa() {
+#if AMPX_ADAM_WIDE
+  switch (detected_cpu_isa()) {
+    case CpuIsa::Avx512: return adam_dense_avx512<Maximize, D>;
+    case CpuIsa::Avx2: return adam_dense_avx2<Maximize, D>;
+    case CpuIsa::Scalar: break;
+  }
+#endif
+  return adam_dense_baseline<Maximize, D>;
+}
+
+AdamDenseFn adam_dense_fn(bool maximize, bool decoupled, float weight_decay) {
+  const Decay d = weight_decay == 0.0f ? Decay::None : decoupled ? Decay::Decoupled : Decay::L2;
+  if (maximize) {
+    if (d == Decay::None) return adam_dense_for_isa<true, Decay::None>();
+    return d == Decay::Decoupled ? adam_dense_for_isa<true, Decay::Decoupled>()
+                                 : adam_dense_for_isa<true, Decay::L2>();
+  }
+  if (d == Decay::None) return adam_dense_for_isa<false, Decay::None>();
+  return d == Decay::Decoupled ? adam_dense_for_isa<false, Decay::Decoupled>()
+                               : adam_dense_for_isa<false, Decay::L2>();
 }
 
 }  // namespace
@@ -281,6 +366,17 @@ void adam_step(ThreadPool& pool, const std::vector<OptimParam>& params,
     const OptimParam& p = params[i];
     const float lr = scalars.lr[p.group];
     const float weight_decay = scalars.weight_decay[p.group];
+    if (!config.amsgrad && p.grad_dtype == DType::F32) {
+      const int64_t n = c.end - c.begin;
+      float* w = p.param_dtype == DType::F32 ? static_cast<float*>(p.param) : p.master;
+      adam_dense_fn(config.maximize, config.decoupled_weight_decay, weight_decay)(
+          w + c.begin, static_cast<const float*>(p.grad) + c.begin, p.state0 + c.begin,
+          p.state1 + c.begin, n, lr, weight_decay, factors[i], config);
+      if (p.param_dtype != DType::F32)
+        convert_bulk(static_cast<char*>(p.param) + c.begin * dtype_size(p.param_dtype),
+                     p.param_dtype, p.master + c.begin, DType::F32, n);
+      return;
+    }
     float no_max = 0.0f;  // adam_update leaves it alone without amsgrad
     update_chunk(p, c, [&](float& w, float g, int64_t j) {
       math::adam_update(w, g, p.state0[j], p.state1[j], p.state2 != nullptr ? p.state2[j] : no_max,
