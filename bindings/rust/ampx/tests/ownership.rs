@@ -183,14 +183,11 @@ fn an_unused_forward_is_freed_with_the_context() {
     assert_eq!(live(counter), (0, 0));
 }
 
-/// A recorded op on tensors whose context has no `Context` value left.
-/// Library bug (reproduced in C as well): the op re-creates the closed
-/// context's autograd state, whose tape record holds the op's inputs, which
-/// hold the context -- a cycle, so the context and its memory are never
-/// freed. Ignored until the library drops (or refuses) such records; run it
-/// with `cargo test -- --ignored`.
+/// An op on tensors whose context has no `Context` value left: the library
+/// no longer records it (a record would hold its inputs, which hold the
+/// context -- a cycle that would keep the context alive forever), so
+/// everything is freed once the tensors are dropped.
 #[test]
-#[ignore = "library bug: recording on a closed context leaks it (see the comment)"]
 fn recording_after_the_context_value_is_gone() {
     let (ctx, counter) = counted_context();
     let w = param(&ctx, &[4, 4], 0.5);
