@@ -244,7 +244,15 @@ AMPX_API ampx_context_options ampx_context_options_default(void);
  *  device type, negative thread count, only one allocator hook set, a stream
  *  given for the CPU); AMPX_ERR_NO_DEVICE (CUDA requested but the library was
  *  built without CUDA, no device is present, or device_index is out of
- *  range); AMPX_ERR_OUT_OF_MEMORY. Thread-safe. */
+ *  range); AMPX_ERR_OUT_OF_MEMORY. Thread-safe.
+ *  CPU matrix products use a CBLAS loaded at the first one: OpenBLAS
+ *  (libopenblas.so.0) unless the environment variable AMPX_BLAS names another
+ *  library or is "none" (ampx's own kernel; also used when none loads). When
+ *  ampx loads OpenBLAS itself and OPENBLAS_CORETYPE is unset, it sets that
+ *  variable for the length of the load to the kernel family the CPU's
+ *  features allow (older OpenBLAS releases fall back to their slowest
+ *  kernels on CPU models they predate) and then removes it: a host that
+ *  reads the environment from another thread at that moment may see it. */
 AMPX_API ampx_status ampx_context_create(const ampx_context_options *options,
                                          ampx_context *out);
 
