@@ -248,11 +248,13 @@ AMPX_API ampx_context_options ampx_context_options_default(void);
  *  CPU matrix products use a CBLAS loaded at the first one: OpenBLAS
  *  (libopenblas.so.0) unless the environment variable AMPX_BLAS names another
  *  library or is "none" (ampx's own kernel; also used when none loads). When
- *  ampx loads OpenBLAS itself and OPENBLAS_CORETYPE is unset, it sets that
- *  variable for the length of the load to the kernel family the CPU's
- *  features allow (older OpenBLAS releases fall back to their slowest
- *  kernels on CPU models they predate) and then removes it: a host that
- *  reads the environment from another thread at that moment may see it. */
+ *  ampx loads OpenBLAS itself, it sets two variables the host has not set
+ *  for the length of the load and then removes them: OPENBLAS_CORETYPE, to
+ *  the kernel family the CPU's features allow (older OpenBLAS releases fall
+ *  back to their slowest kernels on CPU models they predate), and
+ *  OPENBLAS_THREAD_TIMEOUT=4, so OpenBLAS's idle threads sleep instead of
+ *  spinning on the cores ampx's own threads need. A host that reads the
+ *  environment from another thread at that moment may see them. */
 AMPX_API ampx_status ampx_context_create(const ampx_context_options *options,
                                          ampx_context *out);
 

@@ -34,19 +34,37 @@ const char* openblas_core_for_this_cpu() {
   return nullptr;
 }
 
+// Settings OpenBLAS reads once, while it loads, and that ampx chooses unless
+// the host already has: the kernel family (its own detection falls back to
+// SSE3 kernels on CPUs newer than the release), and how long its idle
+// workers spin. By default they spin on sched_yield for about 2^28 cycles
+// after every call, taking the cores from ampx's pool, which runs the
+// element-wise work between GEMMs; 4, the least allowed (2^4 cycles), puts
+// them to sleep at once, and waking them costs one futex call per GEMM.
+struct LoadSetting {
+  const char* name;
+  const char* value;
+};
+
 void* open_openblas() {
   static const char* const kNames[] = {"libopenblas.so.0", "libopenblas.so"};
   for (const char* name : kNames) {
     if (void* already = dlopen(name, RTLD_NOW | RTLD_NOLOAD)) return already;
   }
-  const char* core = std::getenv("OPENBLAS_CORETYPE") ? nullptr : openblas_core_for_this_cpu();
-  if (core) setenv("OPENBLAS_CORETYPE", core, 0);
+  const LoadSetting settings[] = {{"OPENBLAS_CORETYPE", openblas_core_for_this_cpu()},
+                                  {"OPENBLAS_THREAD_TIMEOUT", "4"}};
+  bool set[2] = {false, false};
+  for (size_t i = 0; i < 2; ++i) {
+    set[i] = settings[i].value && !std::getenv(settings[i].name);
+    if (set[i]) setenv(settings[i].name, settings[i].value, 0);
+  }
   void* handle = nullptr;
   for (const char* name : kNames) {
     handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (handle) break;
   }
-  if (core) unsetenv("OPENBLAS_CORETYPE");
+  for (size_t i = 0; i < 2; ++i)
+    if (set[i]) unsetenv(settings[i].name);
   return handle;
 }
 

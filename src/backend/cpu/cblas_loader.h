@@ -36,7 +36,8 @@ struct Cblas {
 // already) and OPENBLAS_CORETYPE is unset, it is set for the length of the
 // load to the best kernel family the CPU's features allow (COOPERLAKE with
 // AVX512-BF16, SKYLAKEX with AVX-512, HASWELL with AVX2+FMA) and removed
-// again; setting OPENBLAS_CORETYPE yourself overrides that choice.
+// again; setting OPENBLAS_CORETYPE yourself overrides that choice. So is
+// OPENBLAS_THREAD_TIMEOUT, to 4 (see open_openblas).
 const Cblas* loaded_cblas();
 
 // The text of loaded_cblas()->description, or "built-in kernel".

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "backend/cpu/float_tiles.h"
 #include "core/convert_bulk.h"
 #include "core/error.h"
 #include "core/multi_tensor.h"
@@ -199,20 +200,29 @@ void multi_tensor_scale(ThreadPool& pool, const std::vector<TensorSpan>& ins,
     with_float_dtype(in.dtype, [&](auto in_tag) {
       constexpr int S = decltype(in_tag)::value;
       const auto* x = typed<S>(static_cast<const void*>(in.data));
+      TileReader<S> read;
       if (outs.empty()) {
-        for (int64_t j = c.begin; j < c.end; ++j)
-          found |= !math::is_finite(math::load_float<S>(x[j]) * m);
+        for_each_tile(c.begin, c.end, [&](int64_t first, int64_t n) {
+          const float* a = read(x + first, n);
+          for (int64_t k = 0; k < n; ++k) found |= !math::is_finite(a[k] * m);
+        });
         return;
       }
       const TensorSpan& out = outs[static_cast<size_t>(c.tensor)];
       with_float_dtype(out.dtype, [&](auto out_tag) {
         constexpr int D = decltype(out_tag)::value;
         auto* y = typed<D>(out.data);
-        for (int64_t j = c.begin; j < c.end; ++j) {
-          const float v = math::load_float<S>(x[j]) * m;
-          found |= !math::is_finite(v);
-          y[j] = math::store_float<D>(v);
-        }
+        TileWriter<D> write;
+        for_each_tile(c.begin, c.end, [&](int64_t first, int64_t n) {
+          const float* a = read(x + first, n);
+          float* o = write.start(y + first);
+          for (int64_t k = 0; k < n; ++k) {
+            const float v = a[k] * m;
+            found |= !math::is_finite(v);
+            o[k] = v;
+          }
+          write.finish(y + first, n);
+        });
       });
     });
     if (found) nonfinite.store(true, std::memory_order_relaxed);
@@ -234,15 +244,16 @@ void multi_tensor_norm(ThreadPool& pool, const std::vector<TensorSpan>& tensors,
       constexpr int D = decltype(tag)::value;
       const auto* x = typed<D>(static_cast<const void*>(t.data));
       double acc = 0.0;
-      if (type == NormType::L2) {
-        for (int64_t j = c.begin; j < c.end; ++j) {
-          const double v = math::load_float<D>(x[j]);
-          acc += v * v;
+      TileReader<D> read;
+      for_each_tile(c.begin, c.end, [&](int64_t first, int64_t n) {
+        const float* v = read(x + first, n);
+        if (type == NormType::L2) {
+          for (int64_t k = 0; k < n; ++k) acc += static_cast<double>(v[k]) * v[k];
+        } else {
+          for (int64_t k = 0; k < n; ++k)
+            acc = max_keeping_nan(acc, std::fabs(static_cast<double>(v[k])));
         }
-      } else {
-        for (int64_t j = c.begin; j < c.end; ++j)
-          acc = max_keeping_nan(acc, std::fabs(static_cast<double>(math::load_float<D>(x[j]))));
-      }
+      });
       partial[static_cast<size_t>(i)] = acc;
     });
   });

@@ -9,6 +9,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/float_dispatch.h"
+#include "backend/cpu/float_tiles.h"
 #include "core/error.h"
 #include "math/convert.h"
 
@@ -22,15 +23,6 @@ constexpr int64_t kGrain = 1 << 15;
 template <int D>
 using Elem = math::storage_t<D>;
 
-AMPX_HD float apply(BinaryOp op, float a, float b) {
-  switch (op) {
-    case BinaryOp::Add: return a + b;
-    case BinaryOp::Sub: return a - b;
-    case BinaryOp::Mul: return a * b;
-  }
-  return a;
-}
-
 }  // namespace
 
 void binary(ThreadPool& pool, BinaryOp op, const void* a, const void* b, void* out, DType type,
@@ -43,10 +35,23 @@ void binary(ThreadPool& pool, BinaryOp op, const void* a, const void* b, void* o
     const auto* y = static_cast<const Elem<D>*>(b);
     auto* z = static_cast<Elem<D>*>(out);
     pool.parallel_for(count, kGrain, [&](int64_t begin, int64_t end) {
-      int64_t j = begin % b_count;
-      for (int64_t i = begin; i < end; ++i) {
-        z[i] = math::store_float<D>(apply(op, math::load_float<D>(x[i]), math::load_float<D>(y[j])));
-        if (++j == b_count) j = 0;
+      TileReader<D> read_a, read_b;
+      TileWriter<D> write;
+      // Runs end where b wraps around, so each pairs a run of a with one of b.
+      int64_t i = begin;
+      while (i < end) {
+        const int64_t j = i % b_count;
+        const int64_t n = std::min({kTile, end - i, b_count - j});
+        const float* u = read_a(x + i, n);
+        const float* v = read_b(y + j, n);
+        float* w = write.start(z + i);
+        switch (op) {
+          case BinaryOp::Add: for (int64_t k = 0; k < n; ++k) w[k] = u[k] + v[k]; break;
+          case BinaryOp::Sub: for (int64_t k = 0; k < n; ++k) w[k] = u[k] - v[k]; break;
+          case BinaryOp::Mul: for (int64_t k = 0; k < n; ++k) w[k] = u[k] * v[k]; break;
+        }
+        write.finish(z + i, n);
+        i += n;
       }
     });
   });
@@ -59,8 +64,14 @@ void affine(ThreadPool& pool, const void* x, void* y, DType type, int64_t count,
     const auto* in = static_cast<const Elem<D>*>(x);
     auto* out = static_cast<Elem<D>*>(y);
     pool.parallel_for(count, kGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i)
-        out[i] = math::store_float<D>(math::load_float<D>(in[i]) * scale + shift);
+      TileReader<D> read;
+      TileWriter<D> write;
+      for_each_tile(begin, end, [&](int64_t first, int64_t n) {
+        const float* a = read(in + first, n);
+        float* o = write.start(out + first);
+        for (int64_t i = 0; i < n; ++i) o[i] = a[i] * scale + shift;
+        write.finish(out + first, n);
+      });
     });
   });
 }
@@ -74,8 +85,16 @@ void add_into(ThreadPool& pool, void* dst, DType dst_type, const void* src, DTyp
       auto* d = static_cast<Elem<D>*>(dst);
       const auto* s = static_cast<const Elem<S>*>(src);
       pool.parallel_for(count, kGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i)
-          d[i] = math::store_float<D>(math::load_float<D>(d[i]) + math::load_float<S>(s[i]));
+        TileReader<D> read_dst;
+        TileReader<S> read_src;
+        TileWriter<D> write;
+        for_each_tile(begin, end, [&](int64_t first, int64_t n) {
+          const float* a = read_dst(d + first, n);
+          const float* b = read_src(s + first, n);
+          float* o = write.start(d + first);
+          for (int64_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
+          write.finish(d + first, n);
+        });
       });
     });
   });
@@ -93,13 +112,16 @@ void sum_rows(ThreadPool& pool, const void* x, DType type, int64_t rows, int64_t
       // each so the result does not depend on the thread count.
       const int64_t grain = cols > 0 ? std::max<int64_t>(1, kGrain / std::max<int64_t>(rows, 1)) : 1;
       pool.parallel_for(cols, grain, [&](int64_t begin, int64_t end) {
-        std::vector<double> acc(static_cast<size_t>(end - begin), 0.0);
-        for (int64_t r = 0; r < rows; ++r) {
-          const auto* row = in + r * cols;
-          for (int64_t c = begin; c < end; ++c) acc[static_cast<size_t>(c - begin)] += math::load_float<D>(row[c]);
-        }
-        for (int64_t c = begin; c < end; ++c)
-          result[c] = math::store_float<O>(static_cast<float>(acc[static_cast<size_t>(c - begin)]));
+        TileReader<D> read;
+        for_each_tile(begin, end, [&](int64_t first, int64_t n) {
+          double acc[kTile] = {};
+          for (int64_t r = 0; r < rows; ++r) {
+            const float* v = read(in + r * cols + first, n);
+            for (int64_t c = 0; c < n; ++c) acc[c] += v[c];
+          }
+          for (int64_t c = 0; c < n; ++c)
+            result[first + c] = math::store_float<O>(static_cast<float>(acc[c]));
+        });
       });
     });
   });
@@ -113,10 +135,13 @@ void sum_all(ThreadPool& pool, const void* x, DType type, int64_t count, float* 
     const int64_t blocks = (count + kGrain - 1) / kGrain;
     std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
     pool.parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
+      TileReader<D> read;
       for (int64_t blk = begin; blk < end; ++blk) {
         double acc = 0.0;
-        const int64_t stop = std::min(count, (blk + 1) * kGrain);
-        for (int64_t i = blk * kGrain; i < stop; ++i) acc += math::load_float<D>(in[i]);
+        for_each_tile(blk * kGrain, std::min(count, (blk + 1) * kGrain), [&](int64_t first, int64_t n) {
+          const float* v = read(in + first, n);
+          for (int64_t i = 0; i < n; ++i) acc += v[i];
+        });
         partial[static_cast<size_t>(blk)] = acc;
       }
     });

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/float_dispatch.h"
+#include "backend/cpu/float_tiles.h"
 #include "core/error.h"
 #include "math/activations.h"
 #include "math/convert.h"
@@ -82,8 +83,14 @@ void unary(ThreadPool& pool, UnaryOp op, const void* x, void* y, DType type, int
     for_activation(op, [&](auto act) {
       using Act = decltype(act);
       pool.parallel_for(count, kGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i)
-          out[i] = math::store_float<D>(Act::forward(math::load_float<D>(in[i])));
+        TileReader<D> read;
+        TileWriter<D> write;
+        for_each_tile(begin, end, [&](int64_t first, int64_t n) {
+          const float* a = read(in + first, n);
+          float* o = write.start(out + first);
+          for (int64_t i = 0; i < n; ++i) o[i] = Act::forward(a[i]);
+          write.finish(out + first, n);
+        });
       });
     });
   });
@@ -99,9 +106,15 @@ void unary_backward(ThreadPool& pool, UnaryOp op, const void* x, const void* dy,
     for_activation(op, [&](auto act) {
       using Act = decltype(act);
       pool.parallel_for(count, kGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i)
-          grad_in[i] = math::store_float<D>(
-              Act::backward(math::load_float<D>(in[i]), math::load_float<D>(grad_out[i])));
+        TileReader<D> read_x, read_dy;
+        TileWriter<D> write;
+        for_each_tile(begin, end, [&](int64_t first, int64_t n) {
+          const float* a = read_x(in + first, n);
+          const float* g = read_dy(grad_out + first, n);
+          float* o = write.start(grad_in + first);
+          for (int64_t i = 0; i < n; ++i) o[i] = Act::backward(a[i], g[i]);
+          write.finish(grad_in + first, n);
+        });
       });
     });
   });
