@@ -275,7 +275,10 @@ AMPX_API ampx_status ampx_context_device(ampx_context ctx,
                                          int32_t *device_index);
 
 /** Blocks until all work ampx has enqueued on the context's device is done
- *  (a no-op on the CPU). Reports a device failure as AMPX_ERR_DEVICE. */
+ *  (a no-op on the CPU). Reports a device failure as AMPX_ERR_DEVICE, and
+ *  a bad class label or embedding index that an earlier ampx_cross_entropy
+ *  or ampx_embedding found on the device as AMPX_ERR_INVALID_ARGUMENT (see
+ *  ampx_cross_entropy; reported once). */
 AMPX_API ampx_status ampx_context_synchronize(ampx_context ctx);
 
 /** Memory statistics of a context's tensor storage (bytes the tensors own,
@@ -359,7 +362,10 @@ AMPX_API void ampx_tensor_release(ampx_tensor tensor);
 
 /** Copies the tensor's contents to host memory `dst` of exactly `bytes`
  *  bytes (numel * element size, else AMPX_ERR_SHAPE). Synchronizes: the
- *  data is in `dst` when the call returns. */
+ *  data is in `dst` when the call returns. Like every call that waits for
+ *  the device, it first reports a bad class label or embedding index that
+ *  an earlier op found on a GPU (AMPX_ERR_INVALID_ARGUMENT, nothing copied;
+ *  see ampx_cross_entropy). */
 AMPX_API ampx_status ampx_tensor_to_host(ampx_tensor tensor, void *dst,
                                          size_t bytes);
 
@@ -956,9 +962,8 @@ AMPX_API ampx_status ampx_autocast_cache_stats(ampx_autocast autocast, int64_t *
  * *out (owned as described under ampx_scope_push). Inputs must belong to
  * one context. Under autocast the op's class decides the compute dtype;
  * otherwise floating inputs must share a dtype unless the op says so.
- * Errors: SHAPE (with both shapes in the message), DTYPE, DEVICE. Ops are
- * implemented on the CPU backend; on CUDA an op not yet ported returns
- * AMPX_ERR_NOT_SUPPORTED. */
+ * Errors: SHAPE (with both shapes in the message), DTYPE, DEVICE. Every op
+ * runs on the CPU and CUDA backends. */
 
 /** Element-wise a + b, a - b, a * b ("add", "sub", "mul": promote). `b` may
  *  also be a row vector matching a's last dimension, broadcast over the
@@ -997,8 +1002,15 @@ typedef enum ampx_reduction {
 
 /** Cross-entropy of logits [N, C] against class labels [N] (I32 or I64);
  *  labels equal to ignore_index contribute nothing and are not counted in
- *  the mean. Other labels outside [0, C) are AMPX_ERR_INVALID_ARGUMENT
- *  (this synchronizes to check). ("cross_entropy": fp32.) */
+ *  the mean (a mean over no counted label is NaN, as in PyTorch). Other
+ *  labels outside [0, C) are AMPX_ERR_INVALID_ARGUMENT, naming the first
+ *  one. The labels are checked where they live, without waiting for the
+ *  device: on the CPU this call fails; on a GPU it succeeds (its loss and
+ *  gradients are then NaN) and the error is reported by the next call on
+ *  the context that waits for the device -- ampx_context_synchronize,
+ *  ampx_tensor_to_host, ampx_scaler_get_scale and the other readers of
+ *  device values -- so a training step needs no host round trip and can be
+ *  captured in a CUDA graph. ("cross_entropy": fp32.) */
 AMPX_API ampx_status ampx_cross_entropy(ampx_tensor logits, ampx_tensor labels,
                                         ampx_reduction reduction, int64_t ignore_index,
                                         ampx_tensor *out);
@@ -1076,9 +1088,11 @@ AMPX_API ampx_status ampx_dropout(ampx_tensor x, double p, int32_t training, amp
  *  giving indices' shape + [D] in weight's dtype. The gradient of weight is
  *  the sum of the rows' gradients into the rows they came from (summed in
  *  fp32 in a fixed order: deterministic). indices get no gradient.
- *  Errors: INVALID_ARGUMENT (an index outside [0, V); this synchronizes to
- *  check), SHAPE (weight not 2-D, indices with AMPX_MAX_DIMS dimensions),
- *  DTYPE, DEVICE. */
+ *  Errors: INVALID_ARGUMENT (an index outside [0, V), reported as
+ *  ampx_cross_entropy reports a bad label: by this call on the CPU, by the
+ *  next call that waits for the device on a GPU, where meanwhile its row
+ *  reads as zeros and gets no gradient), SHAPE (weight not 2-D, indices
+ *  with AMPX_MAX_DIMS dimensions), DTYPE, DEVICE. */
 AMPX_API ampx_status ampx_embedding(ampx_tensor weight, ampx_tensor indices, ampx_tensor *out);
 
 /** The elements of x with the shape shape[0..ndim-1] ("reshape": keep), in

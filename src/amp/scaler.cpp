@@ -181,12 +181,14 @@ bool Scaler::found_inf(Optimizer& optimizer) {
          "no inf check was recorded for this optimizer since the last update; call "
          "ampx_scaler_unscale or ampx_scaler_step first");
   float value = 0.0f;
+  ctx_->raise_index_errors();
   ctx_->backend().copy_to_host(&value, optimizer.found_inf().data(), sizeof value);
   return value != 0.0f;
 }
 
 math::ScalerState Scaler::read_state() {
   math::ScalerState state{};
+  ctx_->raise_index_errors();
   ctx_->backend().copy_to_host(&state, state_->data(), sizeof state);
   return state;
 }

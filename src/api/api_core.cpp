@@ -132,7 +132,11 @@ ampx_status ampx_context_device(ampx_context ctx, ampx_device_type* device_type,
 }
 
 ampx_status ampx_context_synchronize(ampx_context ctx) {
-  return guard(__func__, [&] { context_arg(ctx, "ctx").backend().synchronize(); });
+  return guard(__func__, [&] {
+    Context& c = context_arg(ctx, "ctx");
+    c.raise_index_errors();
+    c.backend().synchronize();
+  });
 }
 
 ampx_status ampx_memory_stats_get(ampx_context ctx, ampx_memory_stats* stats) {

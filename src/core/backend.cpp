@@ -62,10 +62,11 @@ void Backend::batch_norm_backward(const void*, const void*, DType, int64_t, int6
                                   float*, float*) {
   not_ported(*this, "batch_norm_backward");
 }
-void Backend::gather_rows(const void*, size_t, const void*, DType, int64_t, void*) {
+void Backend::gather_rows(const void*, size_t, int64_t, const void*, DType, int64_t, void*) {
   not_ported(*this, "gather_rows");
 }
-void Backend::scatter_add_rows(const void*, DType, int64_t, const void*, DType, int64_t, float*) {
+void Backend::scatter_add_rows(const void*, DType, int64_t, const void*, DType, int64_t, float*,
+                               int64_t) {
   not_ported(*this, "scatter_add_rows");
 }
 void Backend::copy_strided(void*, const void*, size_t, const StridedCopy&) {
@@ -76,6 +77,9 @@ void Backend::dropout(const void*, void*, DType, int64_t, uint64_t, uint64_t, ui
 }
 void Backend::bce_with_logits(const void*, const void*, DType, int64_t, float*) {
   not_ported(*this, "bce_with_logits");
+}
+void Backend::check_indices(const void*, DType, int64_t, const IndexCheck&, float*, int64_t*) {
+  not_ported(*this, "check_indices");
 }
 
 }  // namespace ampx

@@ -106,6 +106,22 @@ struct StridedCopy {
   int64_t src_strides[AMPX_MAX_DIMS] = {};
 };
 
+// The ops whose indices Backend::check_indices checks, named in a finding.
+enum IndexCheckOp : int64_t { kCheckCrossEntropyLabels = 1, kCheckEmbeddingIndices = 2 };
+
+// What Backend::check_indices looks for, and how its finding is labelled.
+struct IndexCheck {
+  int64_t limit = 0;          // indices must lie in [0, limit)
+  bool has_ignore = false;    // ... unless equal to ignore_index
+  int64_t ignore_index = 0;
+  int64_t op = 0;             // IndexCheckOp, recorded with a finding
+  int64_t call = 0;           // the op's call number, recorded with a finding
+};
+
+// The fields of the device record check_indices fills (int64 each).
+enum IndexRecordField : int { kRecordPosition, kRecordValue, kRecordLimit, kRecordOp, kRecordCall,
+                              kRecordFields };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -262,15 +278,18 @@ class Backend {
                                    int64_t channels, int64_t inner, const float* mean,
                                    const float* var, const float* weight, float eps,
                                    bool batch_stats, void* dx, float* dweight, float* dbias);
-  // out row i = table row indices[i] for i < count, rows of row_bytes bytes;
-  // indices are I32 or I64 and already validated.
-  virtual void gather_rows(const void* table, size_t row_bytes, const void* indices,
-                           DType index_type, int64_t count, void* out);
+  // out row i = table row indices[i] for i < count, rows of row_bytes bytes,
+  // or zero bytes where indices[i] (I32 or I64) is outside [0, table_rows):
+  // the op reports such an index (check_indices), possibly after this has
+  // run, so it must never read outside the table.
+  virtual void gather_rows(const void* table, size_t row_bytes, int64_t table_rows,
+                           const void* indices, DType index_type, int64_t count, void* out);
   // dst row indices[i] += src row i for i < count, rows of `cols` elements
   // (src floating, dst F32). Deterministic: every dst row receives its
-  // additions in the order of i, whatever the device's parallelism.
+  // additions in the order of i, whatever the device's parallelism. An
+  // index outside [0, dst_rows) adds nothing (see gather_rows).
   virtual void scatter_add_rows(const void* src, DType src_type, int64_t cols, const void* indices,
-                                DType index_type, int64_t count, float* dst);
+                                DType index_type, int64_t count, float* dst, int64_t dst_rows);
   // The copy `layout` describes, of elements of elem_size bytes (1, 2, 4 or
   // 8); any extent may be 0. dst and src do not overlap.
   virtual void copy_strided(void* dst, const void* src, size_t elem_size, const StridedCopy& layout);
@@ -284,6 +303,16 @@ class Backend {
   // floating type in, F32 out.
   virtual void bce_with_logits(const void* logits, const void* targets, DType type, int64_t count,
                                float* losses);
+  // Checks indices (I32 or I64) where they live, so that ops need no round
+  // trip to the host: *valid (F32; skipped when nullptr) = how many of the
+  // count indices are not check.ignore_index (with check.has_ignore), and,
+  // when record[kRecordPosition] is -1 and some index is neither ignored nor
+  // in [0, check.limit), record (kRecordFields device int64s) = the
+  // position and value of the first such, check.limit, check.op and
+  // check.call. A record already set is kept: it holds the earliest finding
+  // until the context reads and clears it. count may be 0.
+  virtual void check_indices(const void* indices, DType type, int64_t count,
+                             const IndexCheck& check, float* valid, int64_t* record);
 
 };
 

@@ -8,6 +8,8 @@
 namespace ampx {
 namespace {
 
+constexpr size_t kIndexRecordBytes = kRecordFields * sizeof(int64_t);
+
 // Released tensor shells kept per context for use-after-release detection.
 // A shell is ~200 bytes, so this bounds the cost at under 1 MiB.
 constexpr size_t kQuarantineShells = 4096;
@@ -89,9 +91,46 @@ Context::~Context() {
   autograd.reset();
   autocast.reset();
   for (Object* shell : quarantine_) shell->destroy(shell);
+  if (index_record_) allocator_->deallocate(index_record_, kIndexRecordBytes);
   // The allocator may hold cached device memory that the backend frees.
   allocator_.reset();
   backend_.reset();
+}
+
+// Not counted in the memory statistics: 40 bytes of the library's own, not
+// a tensor's.
+int64_t* Context::index_record() {
+  if (index_record_) return index_record_;
+  void* record = allocator_->allocate(kIndexRecordBytes);
+  if (!record) fail(AMPX_ERR_OUT_OF_MEMORY, "no memory for the index-check record");
+  try {
+    backend_->fill(record, sizeof(int64_t), ~uint64_t{0}, kRecordFields);
+  } catch (...) {
+    allocator_->deallocate(record, kIndexRecordBytes);
+    throw;
+  }
+  index_record_ = static_cast<int64_t*>(record);
+  return index_record_;
+}
+
+void Context::raise_index_errors() {
+  if (!index_record_) return;
+  int64_t found[kRecordFields];
+  backend_->copy_to_host(found, index_record_, kIndexRecordBytes);
+  if (found[kRecordPosition] == -1) return;
+  backend_->fill(index_record_, sizeof(int64_t), ~uint64_t{0}, kRecordFields);
+  const char* later = backend_->device_type() == AMPX_DEVICE_CPU
+                          ? ""
+                          : "; found on the device by that call and reported at the first call "
+                            "after it that waits for the device (results computed from the bad "
+                            "index since are not valid)";
+  if (found[kRecordOp] == kCheckEmbeddingIndices)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "embedding (checked op ", found[kRecordCall],
+         " of this context): indices[", found[kRecordPosition], "] (in row-major order) is ",
+         found[kRecordValue], " but 'weight' has ", found[kRecordLimit], " rows", later);
+  fail(AMPX_ERR_INVALID_ARGUMENT, "cross_entropy (checked op ", found[kRecordCall],
+       " of this context): labels[", found[kRecordPosition], "] is ", found[kRecordValue],
+       " but there are ", found[kRecordLimit], " classes and it is not ignore_index", later);
 }
 
 void Context::release() {

@@ -99,6 +99,20 @@ class Context {
   // holding them.
   uint64_t next_tensor_id() { return ++last_tensor_id_; }
 
+  // Index checks on the device (Backend::check_indices): the record of the
+  // first out-of-range index an op met, made at the first checked op; and
+  // the number the next checked op gets, which a finding names.
+  int64_t* index_record();
+  int64_t next_checked_call() { return ++checked_calls_; }
+  // If an op has recorded a bad index, clears the record and throws
+  // AMPX_ERR_INVALID_ARGUMENT describing it; reading the record waits for
+  // the device. The CPU ops call it right after their check; on a GPU every
+  // call that waits for the device anyway calls it first, so a training
+  // step enqueues without a round trip to the host and a bad label is
+  // reported at the step's next synchronisation (meanwhile the kernels
+  // treat it as documented in backend.h: NaN losses, zero rows).
+  void raise_index_errors();
+
   std::unique_ptr<ContextExtension> autograd;  // see autograd/tape.h
   std::unique_ptr<ContextExtension> autocast;  // see autocast/autocast.h
 
@@ -119,6 +133,8 @@ class Context {
   uint64_t seed_ = 0;
   uint64_t random_offset_ = 0;
   std::atomic<uint64_t> last_tensor_id_{0};
+  int64_t* index_record_ = nullptr;
+  int64_t checked_calls_ = 0;
 
   std::mutex memory_mutex_;
   MemoryStats stats_;

@@ -35,20 +35,32 @@ class SoftmaxNode final : public Node {
   }
 };
 
+// out = x / d for F32 scalars on the device, as x * (1 / d) with the
+// reciprocal rounded once (math::reciprocal_scale); out may be x.
+void divide_by_device_scalar(Context& ctx, const void* x, const Tensor& d, void* out) {
+  ctx.backend().multi_tensor_scale({{const_cast<void*>(x), DType::F32, 1}}, {{out, DType::F32, 1}},
+                                   static_cast<const float*>(d.data()), true, nullptr);
+}
+
 class CrossEntropyNode final : public Node {
  public:
   int64_t ignore_index = -100;
-  float scale = 1.0f;
+  TensorRef valid;  // for a mean: the count of labels not ignored (F32 scalar)
   const char* name() const override { return "cross_entropy"; }
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     Tensor& logits = *inputs[0];
     Tensor& labels = *inputs[1];
     TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
+    if (valid) {  // into a new scalar: dy may be a tensor others hold
+      TensorRef mean_dy = new_tensor(ctx, DType::F32, scalar_shape());
+      divide_by_device_scalar(ctx, dy->data(), *valid, mean_dy->data());
+      dy = std::move(mean_dy);
+    }
     TensorRef dlogits = new_tensor(ctx, logits.dtype, logits.shape);
     const int64_t cols = logits.shape.dims[1];
     ctx.backend().cross_entropy_backward(logits.data(), logits.dtype, labels.data(), labels.dtype,
                                          logits.shape.dims[0], cols, ignore_index,
-                                         static_cast<const float*>(dy->data()), scale,
+                                         static_cast<const float*>(dy->data()), 1.0f,
                                          dlogits->data());
     return grad_list(std::move(dlogits));
   }
@@ -87,28 +99,21 @@ int64_t last_dim(const Tensor& x, const char* name) {
   return x.shape.dims[x.shape.ndim - 1];
 }
 
-// Reads the labels (synchronizing), checks them, and counts those not ignored.
-int64_t count_valid_labels(Context& ctx, const Tensor& labels, int64_t classes,
-                           int64_t ignore_index) {
-  const int64_t n = labels.numel();
-  std::vector<int64_t> host(static_cast<size_t>(n));
-  if (labels.dtype == DType::I64) {
-    if (n > 0) ctx.backend().copy_to_host(host.data(), labels.data(), labels.nbytes());
-  } else {
-    std::vector<int32_t> narrow(static_cast<size_t>(n));
-    if (n > 0) ctx.backend().copy_to_host(narrow.data(), labels.data(), labels.nbytes());
-    for (int64_t i = 0; i < n; ++i) host[static_cast<size_t>(i)] = narrow[static_cast<size_t>(i)];
-  }
-  int64_t valid = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t label = host[static_cast<size_t>(i)];
-    if (label == ignore_index) continue;
-    if (label < 0 || label >= classes)
-      fail(AMPX_ERR_INVALID_ARGUMENT, "labels[", i, "] is ", label, " but there are ", classes,
-           " classes (and ignore_index is ", ignore_index, ")");
-    ++valid;
-  }
-  return valid;
+// Checks the labels where they live and counts those not ignored into
+// *valid (a device F32 scalar): no round trip to the host, so on a GPU the
+// step stays asynchronous and a bad label is reported at the next
+// synchronisation (Context::raise_index_errors); on the CPU, at once.
+void check_labels(Context& ctx, const Tensor& labels, int64_t classes, int64_t ignore_index,
+                  float* valid) {
+  IndexCheck check;
+  check.limit = classes;
+  check.has_ignore = true;
+  check.ignore_index = ignore_index;
+  check.op = kCheckCrossEntropyLabels;
+  check.call = ctx.next_checked_call();
+  ctx.backend().check_indices(labels.data(), labels.dtype, labels.numel(), check, valid,
+                              ctx.index_record());
+  if (ctx.backend().device_type() == AMPX_DEVICE_CPU) ctx.raise_index_errors();
 }
 
 }  // namespace
@@ -161,7 +166,10 @@ Tensor* op_cross_entropy(Tensor& logits_in, Tensor& labels, Reduction reduction,
   Context& ctx = *logits_in.ctx;
   const int64_t rows = logits_in.shape.dims[0];
   const int64_t cols = logits_in.shape.dims[1];
-  const int64_t valid = count_valid_labels(ctx, labels, cols, ignore_index);
+  // The mean divides by the count of labels not ignored; torch's mean over
+  // none is 0/0 = NaN, which multiplying by 1/0 gives too.
+  TensorRef valid = new_tensor(ctx, DType::F32, scalar_shape());
+  check_labels(ctx, labels, cols, ignore_index, static_cast<float*>(valid->data()));
   std::vector<TensorRef> in = op_inputs(ctx, "cross_entropy", {&logits_in, &labels});
   Tensor& logits = *in[0];
   Backend& backend = ctx.backend();
@@ -171,18 +179,15 @@ Tensor* op_cross_entropy(Tensor& logits_in, Tensor& labels, Reduction reduction,
                           ignore_index, static_cast<float*>(losses->data()));
   else if (rows > 0)
     backend.fill(losses->data(), 4, 0, rows);
-  // torch: the mean over no counted label is 0/0 = NaN.
-  const float scale = reduction == Reduction::Mean
-                          ? (valid > 0 ? 1.0f / static_cast<float>(valid) : NAN)
-                          : 1.0f;
   TensorRef out = new_tensor(ctx, DType::F32, scalar_shape());
   auto* result = static_cast<float*>(out->data());
   backend.sum_all(losses->data(), DType::F32, rows, result);
-  if (reduction == Reduction::Mean) backend.affine(result, result, DType::F32, 1, scale, 0.0f);
+  const bool mean = reduction == Reduction::Mean;
+  if (mean) divide_by_device_scalar(ctx, out->data(), *valid, out->data());
   if (should_record(ctx, {&logits})) {
     auto node = make_node<CrossEntropyNode>({&in[0], &in[1]});
     node->ignore_index = ignore_index;
-    node->scale = scale;
+    if (mean) node->valid = std::move(valid);
     record(ctx, std::move(node), {out.get()});
   }
   return out.take();

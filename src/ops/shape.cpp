@@ -122,7 +122,8 @@ class EmbeddingNode final : public Node {
     backend.fill(sum->data(), 4, 0, sum->numel());
     if (indices.numel() > 0)
       backend.scatter_add_rows(grads[0]->data(), grads[0]->dtype, cols, indices.data(),
-                               indices.dtype, indices.numel(), static_cast<float*>(sum->data()));
+                               indices.dtype, indices.numel(), static_cast<float*>(sum->data()),
+                               weight.shape.dims[0]);
     if (weight.dtype == DType::F32) return grad_list(std::move(sum));
     TensorRef dw = new_tensor(ctx, weight.dtype, weight.shape);
     backend.convert(dw->data(), weight.dtype, sum->data(), DType::F32, sum->numel());
@@ -130,15 +131,18 @@ class EmbeddingNode final : public Node {
   }
 };
 
-template <class Index>
-void check_index_values(Context& ctx, const Tensor& indices, int64_t rows) {
-  std::vector<Index> host(static_cast<size_t>(indices.numel()));
-  if (host.empty()) return;
-  ctx.backend().copy_to_host(host.data(), indices.data(), indices.nbytes());
-  for (size_t i = 0; i < host.size(); ++i)
-    if (host[i] < 0 || host[i] >= rows)
-      fail(AMPX_ERR_INVALID_ARGUMENT, "indices[", i, "] (in row-major order) is ",
-           static_cast<int64_t>(host[i]), " but 'weight' has ", rows, " rows");
+// Checks the indices where they live, as cross_entropy checks its labels:
+// on the CPU a bad one fails the call; on a GPU it is reported at the next
+// call that waits for the device, and meanwhile the gather gives its row as
+// zeros and the gradient skips it (gather_rows, scatter_add_rows).
+void check_embedding_indices(Context& ctx, const Tensor& indices, int64_t rows) {
+  IndexCheck check;
+  check.limit = rows;
+  check.op = kCheckEmbeddingIndices;
+  check.call = ctx.next_checked_call();
+  ctx.backend().check_indices(indices.data(), indices.dtype, indices.numel(), check, nullptr,
+                              ctx.index_record());
+  if (ctx.backend().device_type() == AMPX_DEVICE_CPU) ctx.raise_index_errors();
 }
 
 }  // namespace
@@ -269,10 +273,7 @@ Tensor* op_embedding(Tensor& weight_in, Tensor& indices) {
          indices.shape.ndim + 1, " dimensions (at most ", kMaxDims, ")");
   Context& ctx = *weight_in.ctx;
   const int64_t rows = weight_in.shape.dims[0], cols = weight_in.shape.dims[1];
-  if (indices.dtype == DType::I32)
-    check_index_values<int32_t>(ctx, indices, rows);
-  else
-    check_index_values<int64_t>(ctx, indices, rows);
+  check_embedding_indices(ctx, indices, rows);
   std::vector<TensorRef> in = op_inputs(ctx, "embedding", {&weight_in, &indices});
   Tensor& weight = *in[0];
   Shape shape = indices.shape;
@@ -280,7 +281,7 @@ Tensor* op_embedding(Tensor& weight_in, Tensor& indices) {
   TensorRef out = new_tensor(ctx, weight.dtype, shape);
   if (out->numel() > 0)
     ctx.backend().gather_rows(weight.data(), static_cast<size_t>(cols) * dtype_size(weight.dtype),
-                              indices.data(), indices.dtype, indices.numel(), out->data());
+                              rows, indices.data(), indices.dtype, indices.numel(), out->data());
   if (should_record(ctx, {&weight}))
     record(ctx, make_node<EmbeddingNode>({&in[0], &in[1]}), {out.get()});
   return out.take();

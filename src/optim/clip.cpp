@@ -30,6 +30,7 @@ Tensor* clip_grad_norm(Optimizer& optimizer, double max_norm, NormType type,
   backend.multi_tensor_norm(grads, type, total_ptr);
   if (error_if_nonfinite) {
     float value = 0.0f;
+    ctx.raise_index_errors();
     backend.copy_to_host(&value, total_ptr, sizeof value);
     if (!std::isfinite(value))
       fail(AMPX_ERR_INVALID_ARGUMENT, "the total norm of the gradients is ", value,
@@ -58,6 +59,7 @@ std::vector<NonfiniteGrad> find_nonfinite_grads(Optimizer& optimizer) {
   TensorRef counts(Tensor::empty(ctx, DType::I64, vector_shape(2 * static_cast<int64_t>(grads.size()))));
   ctx.backend().multi_tensor_count_nonfinite(grads, static_cast<int64_t*>(counts->data()));
   std::vector<int64_t> host(2 * grads.size());
+  ctx.raise_index_errors();
   ctx.backend().copy_to_host(host.data(), counts->data(), counts->nbytes());
   for (size_t i = 0; i < grads.size(); ++i)
     if (host[2 * i] + host[2 * i + 1] > 0)

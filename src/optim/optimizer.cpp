@@ -386,6 +386,7 @@ int64_t Optimizer::param_steps(const Tensor& param) {
   const Param& entry = param_entry(param, "param");
   const size_t index = static_cast<size_t>(&entry - params_.data());
   int64_t steps = 0;
+  ctx_->raise_index_errors();
   ctx_->backend().copy_to_host(&steps, static_cast<const int64_t*>(steps_->data()) + index,
                                sizeof steps);
   return steps;
@@ -432,6 +433,7 @@ void Optimizer::save_state(void* buffer, size_t bytes) {
   }
   std::vector<int64_t> steps(params_.size());
   Backend& backend = ctx_->backend();
+  ctx_->raise_index_errors();
   if (!steps.empty()) backend.copy_to_host(steps.data(), steps_->data(), steps_->nbytes());
   for (size_t i = 0; i < params_.size(); ++i) {
     const Param& p = params_[i];

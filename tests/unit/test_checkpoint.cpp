@@ -241,10 +241,6 @@ std::vector<double> dropout_grads(bool checkpointed) {
 }  // namespace
 
 TEST_CASE("checkpoint: dropout inside a segment recomputes with the same mask") {
-  if (ampx_test::test_device() == AMPX_DEVICE_CUDA) {
-    MESSAGE("dropout runs on the CPU backend only so far; skipped on this device");
-    return;
-  }
   const std::vector<double> direct = dropout_grads(false);
   const std::vector<double> checkpointed = dropout_grads(true);
   CHECK(direct == checkpointed);

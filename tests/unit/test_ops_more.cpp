@@ -35,16 +35,6 @@ using ampx_test::Ctx;
 using ampx_test::last_error;
 using ampx_test::Tensor;
 
-// The CUDA backend has not ported these ops' primitives (the second ops
-// section of backend.h) yet: they report AMPX_ERR_NOT_SUPPORTED there, so
-// the cases that run them skip a CUDA test device, saying so, until it has.
-#define MORE_OPS_REQUIRE_CPU()                                                         \
-  do {                                                                                 \
-    if (ampx_test::test_device() == AMPX_DEVICE_CUDA) {                                \
-      MESSAGE("these ops run on the CPU backend only so far; skipped on this device"); \
-      return;                                                                          \
-    }                                                                                  \
-  } while (0)
 
 namespace {
 
@@ -387,7 +377,6 @@ TEST_CASE("ops more: Philox4x32-10 gives Random123's known answers") {
 // ---- layer norm ------------------------------------------------------------------------------
 
 TEST_CASE("ops more: layer_norm forward and gradients, with and without weight and bias") {
-  MORE_OPS_REQUIRE_CPU();
   Rng rng(31);
   for (const Dims& dims : {Dims{7}, Dims{3, 5}, Dims{2, 3, 4}}) {
     // A large eps once: its place under the square root shows.
@@ -419,7 +408,6 @@ TEST_CASE("ops more: layer_norm forward and gradients, with and without weight a
 
 TEST_CASE(
     "ops more: layer_norm keeps f16/bf16 outside autocast, statistics in fp32; f32 under it") {
-  MORE_OPS_REQUIRE_CPU();
   Rng rng(32);
   const double eps = 1e-5;
   const size_t d = 16;
@@ -453,7 +441,6 @@ TEST_CASE(
 }
 
 TEST_CASE("ops more: layer_norm errors") {
-  MORE_OPS_REQUIRE_CPU();
   Ctx ctx;
   Tensor x(make(ctx, AMPX_F32, {2, 3}, {1, 2, 3, 4, 5, 6}));
   Tensor w4(make(ctx, AMPX_F32, {4}, {1, 1, 1, 1}));
@@ -478,7 +465,6 @@ TEST_CASE("ops more: layer_norm errors") {
 // ---- batch norm ------------------------------------------------------------------------------
 
 TEST_CASE("ops more: batch_norm gradients in training and evaluation, [N, C] and [N, C, L]") {
-  MORE_OPS_REQUIRE_CPU();
   Rng rng(41);
   const double momentum = 0.1;
   for (const Dims& dims : {Dims{6, 3}, Dims{3, 2, 4}}) {
@@ -524,7 +510,6 @@ TEST_CASE("ops more: batch_norm gradients in training and evaluation, [N, C] and
 }
 
 TEST_CASE("ops more: batch_norm updates running statistics as torch, and only while training") {
-  MORE_OPS_REQUIRE_CPU();
   Ctx ctx;
   // torch.nn.BatchNorm1d(1) on [1, 2, 3, 4] from running (0, 1), momentum
   // 0.1: batch mean 2.5, unbiased variance 5/3, so running_mean = 0.25 and
@@ -579,7 +564,6 @@ TEST_CASE("ops more: batch_norm updates running statistics as torch, and only wh
 }
 
 TEST_CASE("ops more: batch_norm under f16/bf16 autocast keeps x's dtype and fp32 statistics") {
-  MORE_OPS_REQUIRE_CPU();
   Rng rng(43);
   const double eps = 1e-5, momentum = 0.1;
   const BnView v{4, 3, 5};
@@ -625,7 +609,6 @@ TEST_CASE("ops more: batch_norm under f16/bf16 autocast keeps x's dtype and fp32
 }
 
 TEST_CASE("ops more: batch_norm errors") {
-  MORE_OPS_REQUIRE_CPU();
   Ctx ctx;
   Tensor x(make(ctx, AMPX_F32, {4, 3}, Vec(12, 1.0)));
   Tensor one_row(make(ctx, AMPX_F32, {1, 3}, Vec(3, 1.0)));
@@ -661,7 +644,6 @@ TEST_CASE("ops more: batch_norm errors") {
 // ---- dropout ------------------------------------------------------------------------------------
 
 TEST_CASE("ops more: dropout masks are the documented Philox stream of the seed and call count") {
-  MORE_OPS_REQUIRE_CPU();
   const uint64_t seed = 0x0123456789abcdefull;
   const double p = 0.375;
   const size_t n = 1001;  // not a multiple of four: the last block is partial
@@ -685,7 +667,6 @@ TEST_CASE("ops more: dropout masks are the documented Philox stream of the seed 
 }
 
 TEST_CASE("ops more: dropout is reproducible per seed and call sequence, thread count aside") {
-  MORE_OPS_REQUIRE_CPU();
   Rng rng(51);
   const Vec x = floats(rng, 40000, 0.5, 2);
   SeededCtx a(7, 1), b(7, 4), c(8);
@@ -708,7 +689,6 @@ TEST_CASE("ops more: dropout is reproducible per seed and call sequence, thread 
 }
 
 TEST_CASE("ops more: dropout keeps 1 - p of the elements, scaled by 1 / (1 - p)") {
-  MORE_OPS_REQUIRE_CPU();
   const size_t n = size_t{1} << 16;
   SeededCtx ctx(2024);
   for (const double p : {0.1, 0.5, 0.9}) {
@@ -730,7 +710,6 @@ TEST_CASE("ops more: dropout keeps 1 - p of the elements, scaled by 1 / (1 - p)"
 }
 
 TEST_CASE("ops more: dropout's gradient uses the forward's mask; p == 0 is the identity") {
-  MORE_OPS_REQUIRE_CPU();
   Rng rng(52);
   const size_t n = 999;
   const Vec xv = floats(rng, n, 0.5, 2), rv = floats(rng, n, 0.5, 2);
@@ -779,7 +758,6 @@ TEST_CASE("ops more: dropout's gradient uses the forward's mask; p == 0 is the i
 }
 
 TEST_CASE("ops more: dropout errors") {
-  MORE_OPS_REQUIRE_CPU();
   Ctx ctx;
   Tensor x(make(ctx, AMPX_F32, {4}, {1, 2, 3, 4}));
   Tensor idx(make_indices(ctx, AMPX_I32, {2}, {0, 1}));
@@ -792,7 +770,6 @@ TEST_CASE("ops more: dropout errors") {
 // ---- embedding ----------------------------------------------------------------------------------
 
 TEST_CASE("ops more: embedding gathers rows and scatter-adds their gradients") {
-  MORE_OPS_REQUIRE_CPU();
   Rng rng(61);
   const int64_t rows = 5, cols = 3;
   for (const ampx_dtype index_type : {AMPX_I32, AMPX_I64}) {
@@ -820,7 +797,6 @@ TEST_CASE("ops more: embedding gathers rows and scatter-adds their gradients") {
 }
 
 TEST_CASE("ops more: embedding's output shape, f16 weights, a deterministic gradient sum") {
-  MORE_OPS_REQUIRE_CPU();
   Rng rng(62);
   // Many repeats of few rows, summed in the same order whatever the number
   // of threads: bit-identical gradients.
@@ -856,7 +832,6 @@ TEST_CASE("ops more: embedding's output shape, f16 weights, a deterministic grad
 }
 
 TEST_CASE("ops more: embedding errors") {
-  MORE_OPS_REQUIRE_CPU();
   Ctx ctx;
   Tensor w(make(ctx, AMPX_F32, {3, 2}, {1, 2, 3, 4, 5, 6}));
   Tensor flat(make(ctx, AMPX_F32, {6}, {1, 2, 3, 4, 5, 6}));
@@ -881,7 +856,6 @@ TEST_CASE("ops more: embedding errors") {
 // ---- reshape, transpose, concat -----------------------------------------------------------------
 
 TEST_CASE("ops more: reshape infers -1, shares memory, and copies its gradient back") {
-  MORE_OPS_REQUIRE_CPU();
   Rng rng(71);
   struct Case {
     Dims asked, expected;
@@ -943,7 +917,6 @@ TEST_CASE("ops more: reshape infers -1, shares memory, and copies its gradient b
 }
 
 TEST_CASE("ops more: reshape errors") {
-  MORE_OPS_REQUIRE_CPU();
   Ctx ctx;
   Tensor x(make(ctx, AMPX_F32, {2, 3, 4}, Vec(24, 1.0)));
   Tensor out;
@@ -964,7 +937,6 @@ TEST_CASE("ops more: reshape errors") {
 }
 
 TEST_CASE("ops more: transpose shapes, values and gradients") {
-  MORE_OPS_REQUIRE_CPU();
   Rng rng(72);
   struct Case {
     Dims dims;
@@ -999,7 +971,6 @@ TEST_CASE("ops more: transpose shapes, values and gradients") {
 }
 
 TEST_CASE("ops more: concat along each dimension, gradients to each input's slice") {
-  MORE_OPS_REQUIRE_CPU();
   Rng rng(73);
   for (const int32_t dim : {0, 1, 2, -1}) {
     const size_t d = static_cast<size_t>(dim < 0 ? dim + 3 : dim);
@@ -1033,7 +1004,6 @@ TEST_CASE("ops more: concat along each dimension, gradients to each input's slic
 }
 
 TEST_CASE("ops more: concat promotes floating types, joins integers, and refuses mismatches") {
-  MORE_OPS_REQUIRE_CPU();
   Ctx ctx;
   Tensor h(make(ctx, AMPX_F16, {1, 2}, {0.5, 1.5}));
   Tensor f(make(ctx, AMPX_F32, {2, 2}, {1.0 + std::ldexp(1.0, -20), 2, 3, 4}));
@@ -1078,7 +1048,6 @@ TEST_CASE("ops more: concat promotes floating types, joins integers, and refuses
 // ---- bce_with_logits ----------------------------------------------------------------------------
 
 TEST_CASE("ops more: bce_with_logits, mean and sum, gradients to logits and targets") {
-  MORE_OPS_REQUIRE_CPU();
   Rng rng(81);
   for (const ampx_reduction reduction : {AMPX_REDUCTION_MEAN, AMPX_REDUCTION_SUM}) {
     for (const bool target_grad : {false, true}) {
@@ -1103,7 +1072,6 @@ TEST_CASE("ops more: bce_with_logits, mean and sum, gradients to logits and targ
 }
 
 TEST_CASE("ops more: bce_with_logits stays finite and accurate at |x| = 100") {
-  MORE_OPS_REQUIRE_CPU();
   Ctx ctx;
   // Where the textbook form overflows or takes log(0): exp(100) is inf in
   // fp32 and 1 - sigmoid(100) rounds to 0.
@@ -1135,7 +1103,6 @@ TEST_CASE("ops more: bce_with_logits stays finite and accurate at |x| = 100") {
 }
 
 TEST_CASE("ops more: bce_with_logits errors and the mean of nothing") {
-  MORE_OPS_REQUIRE_CPU();
   Ctx ctx;
   Tensor a(make(ctx, AMPX_F32, {2, 2}, {1, 2, 3, 4}));
   Tensor b(make(ctx, AMPX_F32, {4}, {0, 1, 0, 1}));
@@ -1166,7 +1133,6 @@ TEST_CASE("ops more: bce_with_logits errors and the mean of nothing") {
 // ---- empty tensors -----------------------------------------------------------------------------
 
 TEST_CASE("ops more: empty inputs give empty outputs and zero parameter gradients") {
-  MORE_OPS_REQUIRE_CPU();
   Ctx ctx;
   Tensor w(make(ctx, AMPX_F32, {3}, {1, 2, 3}, true));
   Tensor b(make(ctx, AMPX_F32, {3}, {1, 2, 3}, true));
@@ -1202,7 +1168,6 @@ TEST_CASE("ops more: empty inputs give empty outputs and zero parameter gradient
 // -----------------------------------------------------------------------------
 
 TEST_CASE("ops more: autocast classes of the new ops") {
-  MORE_OPS_REQUIRE_CPU();
   Ctx ctx;
   ampx_autocast policy = nullptr;
   REQUIRE(ampx_autocast_create(ctx, nullptr, &policy) == AMPX_OK);

@@ -197,13 +197,13 @@ class CpuBackend final : public Backend {
     cpu::batch_norm_backward(pool_, x, dy, type, n, channels, inner, mean, var, weight, eps,
                              batch_stats, dx, dweight, dbias);
   }
-  void gather_rows(const void* table, size_t row_bytes, const void* indices, DType index_type,
-                   int64_t count, void* out) override {
-    cpu::gather_rows(pool_, table, row_bytes, indices, index_type, count, out);
+  void gather_rows(const void* table, size_t row_bytes, int64_t table_rows, const void* indices,
+                   DType index_type, int64_t count, void* out) override {
+    cpu::gather_rows(pool_, table, row_bytes, table_rows, indices, index_type, count, out);
   }
   void scatter_add_rows(const void* src, DType src_type, int64_t cols, const void* indices,
-                        DType index_type, int64_t count, float* dst) override {
-    cpu::scatter_add_rows(pool_, src, src_type, cols, indices, index_type, count, dst);
+                        DType index_type, int64_t count, float* dst, int64_t dst_rows) override {
+    cpu::scatter_add_rows(pool_, src, src_type, cols, indices, index_type, count, dst, dst_rows);
   }
   void copy_strided(void* dst, const void* src, size_t elem_size,
                     const StridedCopy& layout) override {
@@ -216,6 +216,10 @@ class CpuBackend final : public Backend {
   void bce_with_logits(const void* logits, const void* targets, DType type, int64_t count,
                        float* losses) override {
     cpu::bce_with_logits(pool_, logits, targets, type, count, losses);
+  }
+  void check_indices(const void* indices, DType type, int64_t count, const IndexCheck& check,
+                     float* valid, int64_t* record) override {
+    cpu::check_indices(indices, type, count, check, valid, record);
   }
 
  private:

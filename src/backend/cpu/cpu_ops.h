@@ -49,10 +49,13 @@ void batch_norm_backward(ThreadPool& pool, const void* x, const void* dy, DType 
                          int64_t channels, int64_t inner, const float* mean, const float* var,
                          const float* weight, float eps, bool batch_stats, void* dx,
                          float* dweight, float* dbias);
-void gather_rows(ThreadPool& pool, const void* table, size_t row_bytes, const void* indices,
-                 DType index_type, int64_t count, void* out);
+void gather_rows(ThreadPool& pool, const void* table, size_t row_bytes, int64_t table_rows,
+                 const void* indices, DType index_type, int64_t count, void* out);
 void scatter_add_rows(ThreadPool& pool, const void* src, DType src_type, int64_t cols,
-                      const void* indices, DType index_type, int64_t count, float* dst);
+                      const void* indices, DType index_type, int64_t count, float* dst,
+                      int64_t dst_rows);
+void check_indices(const void* indices, DType type, int64_t count, const IndexCheck& check,
+                   float* valid, int64_t* record);
 void copy_strided(ThreadPool& pool, void* dst, const void* src, size_t elem_size,
                   const StridedCopy& layout);
 void dropout(ThreadPool& pool, const void* x, void* y, DType type, int64_t count, uint64_t seed,

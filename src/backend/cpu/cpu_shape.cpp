@@ -70,20 +70,49 @@ void copy_strided(ThreadPool& pool, void* dst, const void* src, size_t elem_size
   }
 }
 
-void gather_rows(ThreadPool& pool, const void* table, size_t row_bytes, const void* indices,
-                 DType index_type, int64_t count, void* out) {
+// One pass on the calling thread: a check is a compare per index, far
+// cheaper than the op that follows.
+void check_indices(const void* indices, DType type, int64_t count, const IndexCheck& check,
+                   float* valid, int64_t* record) {
+  const IndexReader index(indices, type, "check_indices");
+  int64_t counted = 0;
+  int64_t bad = -1;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t v = index[i];
+    if (check.has_ignore && v == check.ignore_index) continue;
+    ++counted;
+    if (bad < 0 && (v < 0 || v >= check.limit)) bad = i;
+  }
+  if (valid) *valid = static_cast<float>(counted);
+  if (bad >= 0 && record[kRecordPosition] == -1) {
+    record[kRecordPosition] = bad;
+    record[kRecordValue] = index[bad];
+    record[kRecordLimit] = check.limit;
+    record[kRecordOp] = check.op;
+    record[kRecordCall] = check.call;
+  }
+}
+
+void gather_rows(ThreadPool& pool, const void* table, size_t row_bytes, int64_t table_rows,
+                 const void* indices, DType index_type, int64_t count, void* out) {
   const IndexReader index(indices, index_type, "gather_rows");
   const auto* from = static_cast<const char*>(table);
   auto* to = static_cast<char*>(out);
   const auto row = static_cast<int64_t>(row_bytes);
   pool.parallel_for(count, items_per_task(kGrain * 4, row), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i)
-      std::memcpy(to + i * row, from + index[i] * row, row_bytes);
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t r = index[i];
+      if (r >= 0 && r < table_rows)
+        std::memcpy(to + i * row, from + r * row, row_bytes);
+      else
+        std::memset(to + i * row, 0, row_bytes);
+    }
   });
 }
 
 void scatter_add_rows(ThreadPool& pool, const void* src, DType src_type, int64_t cols,
-                      const void* indices, DType index_type, int64_t count, float* dst) {
+                      const void* indices, DType index_type, int64_t count, float* dst,
+                      int64_t dst_rows) {
   const IndexReader index(indices, index_type, "scatter_add_rows");
   visit_float(src_type, "scatter_add_rows", [&](auto tag) {
     constexpr int D = decltype(tag)::value;
@@ -92,7 +121,9 @@ void scatter_add_rows(ThreadPool& pool, const void* src, DType src_type, int64_t
     // and each element gets its additions in the order of i.
     pool.parallel_for(cols, items_per_task(kGrain, count), [&](int64_t begin, int64_t end) {
       for (int64_t i = 0; i < count; ++i) {
-        float* to = dst + index[i] * cols;
+        const int64_t r = index[i];
+        if (r < 0 || r >= dst_rows) continue;
+        float* to = dst + r * cols;
         const math::storage_t<D>* from = in + i * cols;
         for (int64_t j = begin; j < end; ++j) to[j] += math::load_float<D>(from[j]);
       }

@@ -15,6 +15,7 @@
 #include "core/multi_tensor.h"
 #include "fill_convert.cuh"
 #include "multi_tensor_ops.cuh"
+#include "nn_launch.cuh"
 #include "ops_launch.cuh"
 
 namespace ampx {
@@ -434,6 +435,126 @@ class CudaBackend final : public Backend {
   void gemm(const GemmArgs& args) override {
     make_current(device_->index);
     gemm_->run(args);
+  }
+
+  // ---- normalisation, indexing, dropout, losses (kernels/nn_launch.cuh) ---
+
+  void layer_norm(const void* x, const void* weight, const void* bias, DType type, int64_t rows,
+                  int64_t cols, float eps, void* y, float* mean, float* rstd) override {
+    require_float("layer_norm", type);
+    make_current(device_->index);
+    check(cuda::launch_layer_norm(x, weight, bias, type, rows, cols, eps, y, mean, rstd,
+                                  device_->launch),
+          "layer_norm kernel launch");
+  }
+
+  void layer_norm_backward(const void* x, const void* dy, const void* weight, DType type,
+                           int64_t rows, int64_t cols, const float* mean, const float* rstd,
+                           void* dx, void* dweight, void* dbias) override {
+    require_float("layer_norm_backward", type);
+    make_current(device_->index);
+    const StreamScratch scratch(
+        device_, cuda::layer_norm_backward_scratch_bytes(rows, cols, device_->launch),
+        "layer_norm_backward");
+    check(cuda::launch_layer_norm_backward(x, dy, weight, type, rows, cols, mean, rstd, dx,
+                                           dweight, dbias, scratch.get(), device_->launch),
+          "layer_norm_backward kernel launch");
+  }
+
+  void batch_norm_stats(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
+                        float momentum, float* mean, float* var, float* running_mean,
+                        float* running_var) override {
+    require_float("batch_norm_stats", type);
+    make_current(device_->index);
+    const StreamScratch scratch(
+        device_, cuda::batch_norm_stats_scratch_bytes(n, channels, inner, device_->launch),
+        "batch_norm_stats");
+    check(cuda::launch_batch_norm_stats(x, type, n, channels, inner, momentum, mean, var,
+                                        running_mean, running_var, scratch.get(),
+                                        device_->launch),
+          "batch_norm_stats kernel launch");
+  }
+
+  void batch_norm(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
+                  const float* mean, const float* var, const float* weight, const float* bias,
+                  float eps, void* y) override {
+    require_float("batch_norm", type);
+    make_current(device_->index);
+    check(cuda::launch_batch_norm(x, type, n, channels, inner, mean, var, weight, bias, eps, y,
+                                  device_->launch),
+          "batch_norm kernel launch");
+  }
+
+  void batch_norm_backward(const void* x, const void* dy, DType type, int64_t n, int64_t channels,
+                           int64_t inner, const float* mean, const float* var,
+                           const float* weight, float eps, bool batch_stats, void* dx,
+                           float* dweight, float* dbias) override {
+    require_float("batch_norm_backward", type);
+    make_current(device_->index);
+    const StreamScratch scratch(
+        device_, cuda::batch_norm_backward_scratch_bytes(n, channels, inner, device_->launch),
+        "batch_norm_backward");
+    check(cuda::launch_batch_norm_backward(x, dy, type, n, channels, inner, mean, var, weight,
+                                           eps, batch_stats, dx, dweight, dbias, scratch.get(),
+                                           device_->launch),
+          "batch_norm_backward kernel launch");
+  }
+
+  void gather_rows(const void* table, size_t row_bytes, int64_t table_rows, const void* indices,
+                   DType index_type, int64_t count, void* out) override {
+    require_labels("gather_rows", index_type);
+    make_current(device_->index);
+    check(cuda::launch_gather_rows(table, row_bytes, table_rows, indices, index_type, count, out,
+                                   device_->launch),
+          "gather_rows kernel launch");
+  }
+
+  void scatter_add_rows(const void* src, DType src_type, int64_t cols, const void* indices,
+                        DType index_type, int64_t count, float* dst, int64_t dst_rows) override {
+    require_float("scatter_add_rows", src_type);
+    require_labels("scatter_add_rows", index_type);
+    make_current(device_->index);
+    const StreamScratch scratch(
+        device_, cuda::scatter_add_rows_scratch_bytes(count, index_type, device_->launch),
+        "scatter_add_rows");
+    check(cuda::launch_scatter_add_rows(src, src_type, cols, indices, index_type, count, dst,
+                                        dst_rows, scratch.get(), device_->launch),
+          "scatter_add_rows kernel launch");
+  }
+
+  void copy_strided(void* dst, const void* src, size_t elem_size,
+                    const StridedCopy& layout) override {
+    if (elem_size != 1 && elem_size != 2 && elem_size != 4 && elem_size != 8)
+      fail(AMPX_ERR_INTERNAL, "copy_strided: elements of ", elem_size, " bytes");
+    make_current(device_->index);
+    check(cuda::launch_copy_strided(dst, src, elem_size, layout, device_->launch),
+          "copy_strided kernel launch");
+  }
+
+  void dropout(const void* x, void* y, DType type, int64_t count, uint64_t seed, uint64_t offset,
+               uint32_t threshold, float scale) override {
+    require_float("dropout", type);
+    make_current(device_->index);
+    check(cuda::launch_dropout(x, y, type, count, seed, offset, threshold, scale, device_->launch),
+          "dropout kernel launch");
+  }
+
+  void check_indices(const void* indices, DType type, int64_t count, const IndexCheck& rule,
+                     float* valid, int64_t* record) override {
+    require_labels("check_indices", type);
+    make_current(device_->index);
+    const StreamScratch scratch(device_, cuda::check_indices_scratch_bytes(), "check_indices");
+    check(cuda::launch_check_indices(indices, type, count, rule, valid, record, scratch.get(),
+                                     device_->launch),
+          "check_indices kernel launch");
+  }
+
+  void bce_with_logits(const void* logits, const void* targets, DType type, int64_t count,
+                       float* losses) override {
+    require_float("bce_with_logits", type);
+    make_current(device_->index);
+    check(cuda::launch_bce_with_logits(logits, targets, type, count, losses, device_->launch),
+          "bce_with_logits kernel launch");
   }
 
  private:
