@@ -1032,7 +1032,11 @@ typedef enum ampx_activation {
 } ampx_activation;
 
 /** y = act(x W^T + b) ("linear": lower precision): x [..., in], weight
- *  [out, in], bias [out] or NULL. */
+ *  [out, in], bias [out] or NULL. The bias is added in fp32 inside the
+ *  matrix product (cuBLASLt's bias epilogue on a GPU), so x W^T + b is
+ *  rounded to the compute dtype once. ReLU keeps no pre-activation copy for
+ *  backward (its derivative is read from y); GELU (the erf form) keeps
+ *  x W^T + b. */
 AMPX_API ampx_status ampx_linear(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
                                  ampx_activation activation, ampx_tensor *out);
 

@@ -79,6 +79,11 @@ enum class BinaryOp { Add, Sub, Mul };
 // op(B) is k x n (B is n x k when trans_b), C is m x n. A and B share a
 // floating type; C may have that type or F32. beta == 0 ignores C's old
 // contents (NaN included).
+//
+// Bias epilogue (a single product, batch == 1): with bias ([n], of c_type)
+// not nullptr, C[i][j] = alpha * (AB)[i][j] + beta * C[i][j] + bias[j] in
+// fp32 before C's one rounding -- cuBLASLt's BIAS epilogue, so a linear
+// layer's bias costs no pass of its own over C.
 struct GemmArgs {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   const void* a = nullptr;
@@ -93,6 +98,7 @@ struct GemmArgs {
   int64_t c_batch_stride = 0;
   float alpha = 1.0f;
   float beta = 0.0f;
+  const void* bias = nullptr;
 };
 
 // Where a strided copy reads and writes: element (i_0, ..., i_{ndim-1}),

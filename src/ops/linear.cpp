@@ -45,7 +45,10 @@ class LinearNode final : public Node {
  public:
   int64_t rows = 0, in = 0, out = 0;
   Activation activation = Activation::None;
-  TensorRef pre_activation;  // x W^T + b, kept when an activation follows
+  // What the activation's derivative is read from: for ReLU the output
+  // itself (relu'(z) is known from relu(z)'s sign and NaN-ness, as z's), so
+  // no pre-activation copy is kept; for GELU, z = x W^T + b.
+  TensorRef activation_input;
   const char* name() const override { return "linear"; }
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     Backend& backend = ctx.backend();
@@ -56,9 +59,9 @@ class LinearNode final : public Node {
     if (activation == Activation::None) {
       dz = retained(*grads[0]);
     } else {
-      dz = new_tensor(ctx, x.dtype, pre_activation->shape);
+      dz = new_tensor(ctx, x.dtype, activation_input->shape);
       backend.unary_backward(activation == Activation::Relu ? UnaryOp::Relu : UnaryOp::Gelu,
-                             pre_activation->data(), grads[0]->data(), dz->data(), x.dtype,
+                             activation_input->data(), grads[0]->data(), dz->data(), x.dtype,
                              dz->numel());
     }
     TensorRef dx, dw, db;
@@ -166,25 +169,27 @@ Tensor* op_linear(Tensor& x_in, Tensor& w_in, Tensor* bias_in, Activation activa
     g.m = rows, g.n = out_features, g.k = in_features;
     g.a = x.data(), g.b = w.data(), g.trans_b = true, g.ab_type = x.dtype;
     g.c = z->data(), g.c_type = x.dtype;
+    g.bias = bias ? bias->data() : nullptr;
     backend.gemm(g);
-    if (bias)
-      backend.binary(BinaryOp::Add, z->data(), bias->data(), z->data(), x.dtype, z->numel(),
-                     out_features);
   }
+  // ReLU in place (exact on the rounded z, so the same bits as on z in
+  // fp32); GELU into a new tensor, z kept for its derivative.
   TensorRef out;
-  if (activation == Activation::None) {
-    out = retained(*z);
-  } else {
+  if (activation == Activation::Gelu) {
     out = new_tensor(ctx, x.dtype, out_shape);
     if (out->numel() > 0)
-      backend.unary(activation == Activation::Relu ? UnaryOp::Relu : UnaryOp::Gelu, z->data(),
-                    out->data(), x.dtype, out->numel());
+      backend.unary(UnaryOp::Gelu, z->data(), out->data(), x.dtype, out->numel());
+  } else {
+    if (activation == Activation::Relu && z->numel() > 0)
+      backend.unary(UnaryOp::Relu, z->data(), z->data(), x.dtype, z->numel());
+    out = retained(*z);
   }
   if (should_record(ctx, {&x, &w, bias})) {
     auto node = make_node<LinearNode>({&in[0], &in[1], &in[2]});
     node->rows = rows, node->in = in_features, node->out = out_features;
     node->activation = activation;
-    if (activation != Activation::None) node->pre_activation = std::move(z);
+    if (activation == Activation::Gelu) node->activation_input = std::move(z);
+    if (activation == Activation::Relu) node->activation_input = saved_output(ctx, *out);
     record(ctx, std::move(node), {out.get()});
   }
   return out.take();

@@ -29,6 +29,13 @@ inline TensorRef new_tensor(Context& ctx, DType dtype, const Shape& shape) {
 
 inline Shape scalar_shape() { return Shape{}; }
 
+// A second tensor on t's memory, for a node that saves its own output for
+// backward: holding the output itself would keep its tape token alive, so
+// the record could never be pruned once the program released the output.
+inline TensorRef saved_output(Context& ctx, Tensor& t) {
+  return TensorRef(Tensor::create(ctx, t.dtype, t.shape, t.storage));
+}
+
 inline TensorRef retained(Tensor& t) {
   t.retain();
   return TensorRef(&t);

@@ -147,7 +147,7 @@ Tensor* op_softmax(Tensor& x_in, bool log) {
   if (should_record(ctx, {&x})) {
     auto node = make_node<SoftmaxNode>({&in[0]});
     node->log = log;
-    node->output = retained(*out);
+    node->output = saved_output(ctx, *out);
     record(ctx, std::move(node), {out.get()});
   }
   return out.take();

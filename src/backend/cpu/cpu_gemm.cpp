@@ -4,8 +4,8 @@
 // Every product is an fp32 one. F16/BF16 inputs are converted to fp32 with
 // convert_bulk tile by tile into scratch buffers, so the extra memory stays
 // bounded (kScratchFloats) whatever the shapes; a low-precision C is
-// accumulated in an fp32 tile, alpha and beta included, and rounded once at
-// the end. The fp32 multiply is CBLAS's sgemm when one could be loaded
+// accumulated in an fp32 tile, alpha, beta and the bias included, and rounded
+// once at the end. The fp32 multiply is CBLAS's sgemm when one could be loaded
 // (cblas_loader.h: OpenBLAS by default), otherwise the cache-blocked kernel
 // below.
 //
@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "backend/cpu/cblas_loader.h"
 #include "backend/cpu/cpu_ops.h"
@@ -85,6 +86,8 @@ void check_args(const GemmArgs& g) {
   if (g.c_type != g.ab_type && g.c_type != DType::F32)
     fail(AMPX_ERR_DTYPE, "gemm: C must be ", dtype_name(g.ab_type), " (like A and B) or f32, not ",
          dtype_name(g.c_type));
+  if (g.bias != nullptr && g.batch != 1)
+    fail(AMPX_ERR_INTERNAL, "gemm: a bias epilogue needs a single product, not ", g.batch);
   if (g.batch == 0 || g.m == 0 || g.n == 0) return;
   if (g.c == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "gemm: C is NULL");
   if (g.k > 0 && (g.a == nullptr || g.b == nullptr))
@@ -109,6 +112,24 @@ void convert_block(ThreadPool* pool, void* dst, DType dst_type, int64_t dst_ld, 
     for (int64_t r = r0; r < r1; ++r)
       convert_bulk(at(dst, dst_type, r * dst_ld), dst_type, at(src, src_type, r * src_ld),
                    src_type, cols);
+  };
+  if (pool == nullptr) {
+    run(0, rows);
+    return;
+  }
+  pool->parallel_for(rows, std::max<int64_t>(1, kConvertGrain / ld(cols)), run);
+}
+
+// The bias epilogue (GemmArgs) on a rows x cols block of fp32 C, leading
+// dimension ldc, whose first column is column j0 of C; `bias` is the whole
+// bias already in fp32.
+void add_bias(ThreadPool* pool, const float* bias, float* c, int64_t ldc, int64_t rows,
+              int64_t cols, int64_t j0) {
+  auto run = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* row = c + r * ldc;
+      for (int64_t j = 0; j < cols; ++j) row[j] += bias[j0 + j];
+    }
   };
   if (pool == nullptr) {
     run(0, rows);
@@ -154,6 +175,11 @@ class Scratch {
 // Product `index` of the batch.
 void multiply_one(ThreadPool* pool, const GemmArgs& g, const Tiles& tiles, int64_t index,
                   SgemmFn fn, Scratch& scratch) {
+  std::vector<float> bias;
+  if (g.bias) {
+    bias.resize(static_cast<size_t>(g.n));
+    convert_bulk(bias.data(), DType::F32, g.bias, g.c_type, g.n);
+  }
   const int64_t lda = g.trans_a ? g.m : g.k;  // as stored
   const int64_t ldb = g.trans_b ? g.k : g.n;
   const void* a = at(g.a, g.ab_type, index * g.a_batch_stride);
@@ -170,6 +196,7 @@ void multiply_one(ThreadPool* pool, const GemmArgs& g, const Tiles& tiles, int64
     s.b = static_cast<const float*>(b), s.ldb = ld(ldb);
     s.c = static_cast<float*>(c), s.ldc = g.n;
     fn(pool, s);
+    if (g.bias) add_bias(pool, bias.data(), s.c, g.n, g.m, g.n, 0);
     return;
   }
 
@@ -217,6 +244,7 @@ void multiply_one(ThreadPool* pool, const GemmArgs& g, const Tiles& tiles, int64
         s.beta = 1.0f;
         k0 += s.k;
       } while (k0 < g.k);
+      if (g.bias) add_bias(pool, bias.data(), s.c, s.ldc, s.m, s.n, j0);
       if (tiles.c_scratch)
         convert_block(pool, c_block, g.c_type, g.n, c_tile, DType::F32, s.n, s.m, s.n);
     }

@@ -53,6 +53,8 @@ void check_args(const GemmArgs& g) {
   if (g.c_type != g.ab_type && g.c_type != DType::F32)
     fail(AMPX_ERR_DTYPE, "gemm: C is ", dtype_name(g.c_type), "; with ", dtype_name(g.ab_type),
          " inputs it must be ", dtype_name(g.ab_type), " or f32");
+  if (g.bias != nullptr && g.batch != 1)
+    fail(AMPX_ERR_INTERNAL, "gemm: a bias epilogue needs a single product, not ", g.batch);
   if (g.batch == 0 || g.m == 0 || g.n == 0) return;
   if (g.c == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "gemm: C is NULL");
   if (g.k > 0 && (g.a == nullptr || g.b == nullptr))
@@ -136,6 +138,7 @@ struct CublasLtGemm::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool fused_bias = false;  // the BIAS epilogue is set on desc
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -151,9 +154,9 @@ struct CublasLtGemm::Plan {
 
 bool CublasLtGemm::Problem::operator<(const Problem& o) const {
   return std::tie(batch, m, n, k, a_stride, b_stride, c_stride, ab_type, c_type, trans_a, trans_b,
-                  a_align, b_align, c_align) <
+                  bias, a_align, b_align, c_align) <
          std::tie(o.batch, o.m, o.n, o.k, o.a_stride, o.b_stride, o.c_stride, o.ab_type, o.c_type,
-                  o.trans_a, o.trans_b, o.a_align, o.b_align, o.c_align);
+                  o.trans_a, o.trans_b, o.bias, o.a_align, o.b_align, o.c_align);
 }
 
 // The workspace is taken now rather than at the first product: that product
@@ -213,13 +216,23 @@ const CublasLtGemm::Plan& CublasLtGemm::plan_for(const Problem& p) {
   if (p.c_type == DType::F32) reductions |= CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
   set(owner.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reductions);
   cublasLtMatmulHeuristicResult_t result{};
-  int found_count = 0;
-  const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second, plan->out,
-                                     plan->out, owner.preference, 1, &result, &found_count);
-  const bool found = status == CUBLAS_STATUS_SUCCESS && found_count > 0 &&
-                     result.state == CUBLAS_STATUS_SUCCESS;
-  if (status != CUBLAS_STATUS_NOT_SUPPORTED) check(status, "cublasLtMatmulAlgoGetHeuristic");
+  const auto ask = [&] {
+    int found_count = 0;
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second, plan->out,
+                                       plan->out, owner.preference, 1, &result, &found_count);
+    if (status != CUBLAS_STATUS_NOT_SUPPORTED) check(status, "cublasLtMatmulAlgoGetHeuristic");
+    return status == CUBLAS_STATUS_SUCCESS && found_count > 0 &&
+           result.state == CUBLAS_STATUS_SUCCESS;
+  };
+  bool found = false;
+  if (p.bias) {
+    set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+    set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(p.c_type));
+    found = plan->fused_bias = ask();
+    if (!found) set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_DEFAULT);
+  }
+  if (!found) found = ask();
   if (!found)
     fail(AMPX_ERR_NOT_SUPPORTED, "gemm: cuBLASLt has no algorithm for batch ", p.batch, " m ", p.m,
          " n ", p.n, " k ", p.k, p.trans_a ? " A^T" : "", p.trans_b ? " B^T" : "", " ",
@@ -238,6 +251,7 @@ void CublasLtGemm::multiply(const GemmArgs& g, int64_t first, int64_t count) {
   if (g.k == 0 || g.alpha == 0.0f) {
     check(launch_scale_matrices(c, g.c_type, count, g.m * g.n, c_stride, g.beta, launch_),
           "scale kernel launch");
+    if (g.bias) add_bias(g);
     return;
   }
   const void* a = at(g.a, g.ab_type, first * g.a_batch_stride);
@@ -251,14 +265,46 @@ void CublasLtGemm::multiply(const GemmArgs& g, int64_t first, int64_t count) {
   p.c_stride = c_stride;
   p.ab_type = g.ab_type, p.c_type = g.c_type;
   p.trans_a = g.trans_a, p.trans_b = g.trans_b;
+  p.bias = g.bias != nullptr;
   p.a_align = alignment(a, bytes_of(g.ab_type, p.a_stride));
   p.b_align = alignment(b, bytes_of(g.ab_type, p.b_stride));
   p.c_align = alignment(c, bytes_of(g.c_type, p.c_stride));
   const Plan& plan = plan_for(p);
+  AlignedBias bias(*this, g, plan.fused_bias);
+  if (plan.fused_bias) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias.get());
   check(cublasLtMatmul(handle_, plan.desc, &g.alpha, b, plan.first, a, plan.second, &g.beta, c,
                        plan.out, c, plan.out, &plan.algo, workspace_, kWorkspaceBytes,
                        launch_.stream),
         "cublasLtMatmul");
+  if (g.bias && !plan.fused_bias) add_bias(g);
+}
+
+// C += bias, row by row, after the product (k == 0, or no fused algorithm).
+void CublasLtGemm::add_bias(const GemmArgs& g) {
+  check(launch_binary(BinaryOp::Add, g.c, g.bias, g.c, g.c_type, g.m * g.n, g.n, launch_),
+        "bias kernel launch");
+}
+
+// The bias as cuBLASLt's epilogue reads it: 16-byte aligned, copied to
+// scratch from the stream-ordered pool when it is not.
+CublasLtGemm::AlignedBias::AlignedBias(CublasLtGemm& gemm, const GemmArgs& g, bool needed)
+    : memory_(*gemm.memory_), ptr_(g.bias) {
+  if (!needed || reinterpret_cast<uintptr_t>(g.bias) % 16 == 0) return;
+  bytes_ = static_cast<size_t>(bytes_of(g.c_type, g.n));
+  copy_ = memory_.allocate(bytes_);
+  if (copy_ == nullptr)
+    fail(AMPX_ERR_OUT_OF_MEMORY, "gemm: no device memory for a ", bytes_, "-byte bias copy");
+  const cudaError_t status =
+      cudaMemcpyAsync(copy_, g.bias, bytes_, cudaMemcpyDeviceToDevice, gemm.launch_.stream);
+  if (status != cudaSuccess) {
+    memory_.deallocate(copy_, bytes_);
+    check(status, "cudaMemcpyAsync(bias)");
+  }
+  ptr_ = copy_;
+}
+
+CublasLtGemm::AlignedBias::~AlignedBias() {
+  if (copy_ != nullptr) memory_.deallocate(copy_, bytes_);
 }
 
 void CublasLtGemm::run(const GemmArgs& g) {

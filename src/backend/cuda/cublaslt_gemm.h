@@ -18,6 +18,12 @@
 // at a time, in batch order, so that C stride 0 with beta 1 sums the
 // products as on the CPU.
 //
+// A bias (GemmArgs::bias) is cuBLASLt's BIAS epilogue, added in fp32
+// before C's rounding. Its vector must be 16-byte aligned there (an
+// unaligned one is copied to aligned scratch first); should cuBLASLt have no
+// algorithm with the epilogue for a problem, the bias is added by a kernel
+// after the product instead, rounding a 16-bit C twice.
+//
 // Nothing synchronizes: descriptors and the algorithm are chosen on the
 // host (cuBLASLt's heuristic, whose answer is kept per problem), and the
 // multiply is enqueued on the backend's stream.
@@ -61,13 +67,31 @@ class CublasLtGemm {
     int64_t a_stride, b_stride, c_stride;  // 0 for a single product
     DType ab_type, c_type;
     bool trans_a, trans_b;
+    bool bias;
     uint32_t a_align, b_align, c_align;  // bytes, powers of two up to 256
     bool operator<(const Problem& other) const;
   };
   struct Plan;
 
+  // The bias pointer for cuBLASLt (see the top), valid for this call.
+  class AlignedBias {
+   public:
+    AlignedBias(CublasLtGemm& gemm, const GemmArgs& args, bool needed);
+    ~AlignedBias();
+    AlignedBias(const AlignedBias&) = delete;
+    AlignedBias& operator=(const AlignedBias&) = delete;
+    const void* get() const { return ptr_; }
+
+   private:
+    Allocator& memory_;
+    const void* ptr_;
+    void* copy_ = nullptr;
+    size_t bytes_ = 0;
+  };
+
   // Products [first, first + count) of the batch, in one cuBLASLt call.
   void multiply(const GemmArgs& args, int64_t first, int64_t count);
+  void add_bias(const GemmArgs& args);
   const Plan& plan_for(const Problem& problem);
 
   std::unique_ptr<Allocator> memory_;

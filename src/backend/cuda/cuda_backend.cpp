@@ -453,8 +453,9 @@ class CudaBackend final : public Backend {
                            void* dx, void* dweight, void* dbias) override {
     require_float("layer_norm_backward", type);
     make_current(device_->index);
+    const bool sums = dweight != nullptr || dbias != nullptr;  // the only users of scratch
     const StreamScratch scratch(
-        device_, cuda::layer_norm_backward_scratch_bytes(rows, cols, device_->launch),
+        device_, sums ? cuda::layer_norm_backward_scratch_bytes(rows, cols, device_->launch) : 0,
         "layer_norm_backward");
     check(cuda::launch_layer_norm_backward(x, dy, weight, type, rows, cols, mean, rstd, dx,
                                            dweight, dbias, scratch.get(), device_->launch),
@@ -513,6 +514,7 @@ class CudaBackend final : public Backend {
                         DType index_type, int64_t count, float* dst, int64_t dst_rows) override {
     require_float("scatter_add_rows", src_type);
     require_labels("scatter_add_rows", index_type);
+    if (count <= 0 || cols <= 0 || dst_rows <= 0) return;  // nothing to add
     make_current(device_->index);
     const StreamScratch scratch(
         device_, cuda::scatter_add_rows_scratch_bytes(count, index_type, device_->launch),
