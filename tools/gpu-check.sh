@@ -150,6 +150,8 @@ benches=("$BUILD"/bench/bench_*)
 shopt -u nullglob
 for bench in "${benches[@]}"; do
   [[ -f "$bench" && -x "$bench" ]] || continue
+  # CPU-only benchmarks take arguments and belong to bench_vs_torch_cpu.py.
+  [[ "$(basename "$bench")" == *_cpu ]] && continue
   echo
   echo "== $(basename "$bench") =="
   step "bench $(basename "$bench")" 60 "$bench"
