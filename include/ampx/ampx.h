@@ -864,7 +864,9 @@ AMPX_API ampx_status ampx_backward(ampx_tensor loss, ampx_scaler scaler);
  *  Scopes nest; pushes and pops must pair. */
 AMPX_API ampx_status ampx_scope_push(ampx_context ctx);
 
-/** Closes the innermost scope, releasing its references.
+/** Closes the innermost scope, releasing its references. Its cost follows
+ *  what it releases, not the length of the recorded forward, so a scope
+ *  per op (as bindings use) stays cheap in long forwards.
  *  Errors: ORDER when no scope is open. */
 AMPX_API ampx_status ampx_scope_pop(ampx_context ctx);
 

@@ -1,5 +1,8 @@
 // api_ops.cpp -- autograd, scopes, autocast and the ops (sections 9-11).
+#include <algorithm>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "amp/scaler.h"
 #include "api/guard.h"
@@ -98,8 +101,20 @@ ampx_status ampx_scope_pop(ampx_context ctx) {
     if (state.scopes.empty()) fail(AMPX_ERR_ORDER, "no scope is open (pushes and pops must pair)");
     std::vector<TensorRef> owned = std::move(state.scopes.back());
     state.scopes.pop_back();
+    // A pass over the tape only when this pop freed a recorded output: an
+    // evaluation step's records then go with it at once, while a binding
+    // that wraps every op in a scope and keeps the outputs pays nothing per
+    // op (the amortised prune still bounds the tape).
+    std::vector<std::weak_ptr<const void>> tokens;
+    for (const TensorRef& t : owned)
+      if (t && t->tape_token) tokens.emplace_back(t->tape_token);
     owned.clear();
-    prune_tape(c);
+    const bool freed_output = std::any_of(tokens.begin(), tokens.end(),
+                                          [](const auto& token) { return token.expired(); });
+    if (freed_output)
+      prune_tape(c);
+    else
+      prune_tape_if_doubled(c);
   });
 }
 

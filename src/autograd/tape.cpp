@@ -43,12 +43,19 @@ void prune_tape(Context& ctx) {
   state.tape_size_after_prune = state.tape.size();
 }
 
-void record(Context& ctx, std::unique_ptr<Node> node, const std::vector<Tensor*>& outputs) {
+void prune_tape_if_doubled(Context& ctx) {
   AutogradState& state = autograd_state(ctx);
-  // Amortised: a prune costs one pass over the tape, done when it has doubled.
   if (state.tape.size() >= 64 && state.tape.size() >= 2 * state.tape_size_after_prune)
     prune_tape(ctx);
-  state.tape.reserve(state.tape.size() + 1);
+}
+
+void record(Context& ctx, std::unique_ptr<Node> node, const std::vector<Tensor*>& outputs) {
+  AutogradState& state = autograd_state(ctx);
+  prune_tape_if_doubled(ctx);
+  // Room first, so nothing below can fail half-way; grown geometrically
+  // (reserving size + 1 would reallocate the whole tape at every record).
+  if (state.tape.size() == state.tape.capacity())
+    state.tape.reserve(std::max<size_t>(64, 2 * state.tape.capacity()));
   for (Tensor* out : outputs) {
     if (!out->tape_token) out->tape_token = std::make_shared<char>(0);
     node->output_ids.push_back(out->id);

@@ -67,6 +67,11 @@ bool flows_grad(Context& ctx, const Tensor& t);
 // one record's inputs frees the older records they came from in one pass.
 void prune_tape(Context& ctx);
 
+// prune_tape when the tape has doubled since the last one (and holds 64
+// records or more): amortised, one pass per doubling, for callers that run
+// often (every record, every inner scope's pop).
+void prune_tape_if_doubled(Context& ctx);
+
 // ampx_backward: seeds with the scaler's scale (or 1), accumulates into
 // leaves, clears the tape (also when it fails).
 void backward(Tensor& loss, Scaler* scaler);
