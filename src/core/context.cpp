@@ -1,6 +1,7 @@
 #include "core/context.h"
 
 #include <algorithm>
+#include <iterator>
 #include <cstdint>
 
 #include "core/error.h"
@@ -78,6 +79,10 @@ Context* Context::create(const ampx_context_options& options) {
       ctx->allocator_ = std::make_unique<HookAllocator>(options.allocator, ctx->backend_->alignment());
     else
       ctx->allocator_ = ctx->backend_->make_default_allocator();
+    // Made now, not at the first checked op: that op may be enqueued while
+    // the host captures its stream into a CUDA graph, and memory allocated
+    // then belongs to the graph.
+    ctx->index_record();
   } catch (...) {
     delete ctx;
     throw;
@@ -91,24 +96,32 @@ Context::~Context() {
   autograd.reset();
   autocast.reset();
   for (Object* shell : quarantine_) shell->destroy(shell);
-  if (index_record_) allocator_->deallocate(index_record_, kIndexRecordBytes);
+  if (record_allocator_) record_allocator_->deallocate(index_record_, kIndexRecordBytes);
+  record_allocator_.reset();
   // The allocator may hold cached device memory that the backend frees.
   allocator_.reset();
   backend_.reset();
 }
 
-// Not counted in the memory statistics: 40 bytes of the library's own, not
-// a tensor's.
+// Made when the context is created; 40 bytes of the library's own, outside
+// the memory statistics and the host's allocator hooks.
 int64_t* Context::index_record() {
   if (index_record_) return index_record_;
-  void* record = allocator_->allocate(kIndexRecordBytes);
-  if (!record) fail(AMPX_ERR_OUT_OF_MEMORY, "no memory for the index-check record");
+  if (backend_->device_type() == AMPX_DEVICE_CPU) {
+    std::fill(std::begin(host_record_), std::end(host_record_), int64_t{-1});
+    index_record_ = host_record_;
+    return index_record_;
+  }
+  auto memory = backend_->make_default_allocator();
+  void* record = memory->allocate(kIndexRecordBytes);
+  if (!record) fail(AMPX_ERR_OUT_OF_MEMORY, "no device memory for the index-check record");
   try {
     backend_->fill(record, sizeof(int64_t), ~uint64_t{0}, kRecordFields);
   } catch (...) {
-    allocator_->deallocate(record, kIndexRecordBytes);
+    memory->deallocate(record, kIndexRecordBytes);
     throw;
   }
+  record_allocator_ = std::move(memory);
   index_record_ = static_cast<int64_t*>(record);
   return index_record_;
 }

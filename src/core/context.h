@@ -100,7 +100,7 @@ class Context {
   uint64_t next_tensor_id() { return ++last_tensor_id_; }
 
   // Index checks on the device (Backend::check_indices): the record of the
-  // first out-of-range index an op met, made at the first checked op; and
+  // first out-of-range index an op met, made with the context; and
   // the number the next checked op gets, which a finding names.
   int64_t* index_record();
   int64_t next_checked_call() { return ++checked_calls_; }
@@ -133,6 +133,10 @@ class Context {
   uint64_t seed_ = 0;
   uint64_t random_offset_ = 0;
   std::atomic<uint64_t> last_tensor_id_{0};
+  // The record lives in this array on the CPU, and on a GPU in memory of the
+  // backend's own allocator, never the host's hooks (it is not a tensor).
+  int64_t host_record_[kRecordFields] = {};
+  std::unique_ptr<Allocator> record_allocator_;
   int64_t* index_record_ = nullptr;
   int64_t checked_calls_ = 0;
 
