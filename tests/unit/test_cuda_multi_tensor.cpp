@@ -29,6 +29,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/backend.h"
 #include "core/error.h"
+#include "cuda_test_support.h"
 #include "math/amp.h"
 #include "math/convert.h"
 
@@ -591,24 +592,11 @@ TEST_CASE("cuda multi-tensor: a training iteration captured in a CUDA graph repl
     StepRig graphed(*backend, *memory, 7);
     backend->synchronize();
 
-    // Any synchronization or host copy inside would fail the capture.
-    REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-    std::string error;
-    try {
-      graphed.iterate();
-    } catch (const ampx::Error& e) {
-      error = e.what();
-    }
-    cudaGraph_t graph = nullptr;
-    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
-    REQUIRE_MESSAGE(error.empty(), error);
-    REQUIRE(ended == cudaSuccess);
-    cudaGraphExec_t exec = nullptr;
-    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    const cuda_test::CapturedGraph graph(stream, [&] { graphed.iterate(); });
 
     for (int i = 0; i < 2; ++i) {
       direct.iterate();
-      REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+      graph.launch();
     }
     backend->synchronize();
     const std::vector<uint8_t> want = direct.result();
@@ -618,8 +606,6 @@ TEST_CASE("cuda multi-tensor: a training iteration captured in a CUDA graph repl
     int64_t steps = 0;
     backend->copy_to_host(&steps, direct.steps, sizeof steps);
     CHECK(steps == 2);
-    CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
-    CHECK(cudaGraphDestroy(graph) == cudaSuccess);
   }
   CHECK(cudaStreamDestroy(stream) == cudaSuccess);
 }
@@ -660,10 +646,8 @@ TEST_CASE("cuda multi-tensor: one scaler update combines up to 256 found-inf fla
 
 TEST_CASE("cuda multi-tensor: element indices past 2^31") {
   SKIP_UNLESS_CUDA();
-  size_t free_bytes = 0, total_bytes = 0;
-  REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
   const int64_t n = (int64_t{1} << 31) + 40;  // bf16: 4 GiB
-  if (free_bytes < static_cast<size_t>(n) * 2 + (size_t{1} << 30)) {
+  if (cuda_test::free_device_bytes() < static_cast<size_t>(n) * 2 + (size_t{1} << 30)) {
     MESSAGE("skipped: needs 5 GiB of free device memory");
     return;
   }

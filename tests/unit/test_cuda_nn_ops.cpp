@@ -45,7 +45,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -55,61 +54,17 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "core/error.h"
+#include "cuda_test_support.h"
 #include "math/convert.h"
 #include "math/random.h"
 
+using namespace cuda_test;
+
 namespace {
 
-using ampx::DType;
 using ampx::StridedCopy;
-using Bytes = std::vector<uint8_t>;
 
-constexpr double kEps = 0x1p-24;
-constexpr double kTiny = 0x1p-140;
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-const DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16};
 const DType kIndexTypes[] = {DType::I32, DType::I64};
-
-std::string name(DType t) { return ampx::dtype_name(t); }
-size_t width(DType t) { return ampx::dtype_size(t); }
-
-// ---- values ------------------------------------------------------------------
-
-uint32_t bits_of(DType t, float v) {
-  switch (t) {
-    case DType::F16: return ampx::math::float_to_half(v);
-    case DType::BF16: return ampx::math::float_to_bf16(v);
-    default: return ampx::math::float_bits(v);
-  }
-}
-
-float value_of(DType t, uint32_t bits) {
-  switch (t) {
-    case DType::F16: return ampx::math::half_to_float(static_cast<uint16_t>(bits));
-    case DType::BF16: return ampx::math::bf16_to_float(static_cast<uint16_t>(bits));
-    default: return ampx::math::bits_float(bits);
-  }
-}
-
-void put(Bytes& b, DType t, size_t i, float v) {
-  const uint32_t bits = bits_of(t, v);
-  std::memcpy(&b[i * width(t)], &bits, width(t));  // little endian
-}
-
-float get(const Bytes& b, DType t, size_t i) {
-  uint32_t bits = 0;
-  std::memcpy(&bits, &b[i * width(t)], width(t));
-  return value_of(t, bits);
-}
-
-Bytes encode(DType t, const std::vector<float>& values) {
-  Bytes b(values.size() * width(t));
-  for (size_t i = 0; i < values.size(); ++i) put(b, t, i, values[i]);
-  return b;
-}
 
 Bytes random_bytes(size_t n, std::mt19937& rng) {
   Bytes b(n);
@@ -147,55 +102,6 @@ std::vector<int64_t> random_indices(size_t n, int64_t rows, std::mt19937& rng) {
   for (int64_t& x : v) x = pick(rng);
   return v;
 }
-
-// ---- both backends ---------------------------------------------------------
-
-struct Backends {
-  std::unique_ptr<ampx::Backend> cpu;
-  std::unique_ptr<ampx::Backend> gpu;
-  std::unique_ptr<ampx::Allocator> memory;
-
-  explicit Backends(void* stream = nullptr) {
-    ampx::BackendOptions options;
-    cpu = ampx::create_backend(options);
-    options.device_type = AMPX_DEVICE_CUDA;
-    options.cuda_stream = stream;
-    gpu = ampx::create_backend(options);
-    memory = gpu->make_default_allocator();
-  }
-};
-
-// Device memory holding `bytes`, `offset` bytes past a 256-byte-aligned
-// allocation, so the kernels meet every alignment of their wide accesses.
-class Gpu {
- public:
-  Gpu(Backends& b, const Bytes& bytes, size_t offset = 0)
-      : b_(&b), size_(bytes.size()), offset_(offset) {
-    block_ = static_cast<uint8_t*>(b.memory->allocate(offset_ + size_ + 1));
-    REQUIRE(block_ != nullptr);
-    if (size_ > 0) b.gpu->copy_from_host(ptr(), bytes.data(), size_);
-  }
-  Gpu(const Gpu&) = delete;
-  Gpu& operator=(const Gpu&) = delete;
-  ~Gpu() { b_->memory->deallocate(block_, offset_ + size_ + 1); }
-
-  void* ptr() const { return block_ + offset_; }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(ptr());
-  }
-  Bytes bytes() const {
-    Bytes host(size_);
-    if (size_ > 0) b_->gpu->copy_to_host(host.data(), ptr(), size_);
-    return host;
-  }
-
- private:
-  Backends* b_;
-  size_t size_;
-  size_t offset_;
-  uint8_t* block_;
-};
 
 // Device memory holding `bytes` between two guards of kGuard bytes (0xA5
 // before, 0x5A after), `offset` bytes past a 256-byte boundary like Gpu.
@@ -265,35 +171,6 @@ void compare_bytes(const std::string& what, const Bytes& got, const Bytes& want)
     if (got[i] != want[i] && differing++ == 0) first = i;
   CHECK_MESSAGE(differing == 0, what, ": ", differing,
                 " bytes differ from the CPU's, the first at ", first);
-}
-
-// Bit for bit, except that any NaN equals any NaN: GPU arithmetic returns
-// the canonical NaN where the CPU passes an input's payload through.
-void compare_exact(const std::string& what, DType t, const Bytes& got, const Bytes& want) {
-  REQUIRE(got.size() == want.size());
-  size_t differing = 0;
-  for (size_t i = 0; i < want.size() / width(t); ++i) {
-    const float g = get(got, t, i), w = get(want, t, i);
-    if (std::isnan(g) && std::isnan(w)) continue;
-    differing += std::memcmp(&got[i * width(t)], &want[i * width(t)], width(t)) != 0;
-  }
-  CHECK_MESSAGE(differing == 0, what, ": ", differing, " elements' bits differ from the CPU's");
-}
-
-ampx_status status_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const ampx::Error& e) {
-    return e.status();
-  }
-  return AMPX_OK;
-}
-
-// Free device memory, for the cases that need gigabytes.
-size_t free_device_bytes() {
-  size_t free_bytes = 0, total_bytes = 0;
-  REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
-  return free_bytes;
 }
 
 }  // namespace
@@ -894,32 +771,17 @@ TEST_CASE("cuda nn ops: gather, dropout and scatter_add replay from a CUDA graph
     Outputs direct = make_outputs(), graphed = make_outputs();
     step(direct);  // loads every kernel first
     b.gpu->synchronize();
-    // Any synchronization or host copy inside would fail the capture.
-    REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-    std::string error;
-    try {
-      step(graphed);
-    } catch (const ampx::Error& e) {
-      error = e.what();
-    }
-    cudaGraph_t graph = nullptr;
-    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
-    REQUIRE_MESSAGE(error.empty(), error);
-    REQUIRE(ended == cudaSuccess);
-    cudaGraphExec_t exec = nullptr;
-    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
-    REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+    const CapturedGraph graph(stream, [&] { step(graphed); });
+    graph.launch();
     b.gpu->synchronize();
     CHECK(graphed.gathered->bytes() == direct.gathered->bytes());
     CHECK(graphed.grad->bytes() == direct.grad->bytes());
     // The gradient accumulates: a second replay adds the same terms again,
     // which the direct path reproduces bit for bit.
-    REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+    graph.launch();
     step(direct);
     b.gpu->synchronize();
     CHECK(graphed.grad->bytes() == direct.grad->bytes());
-    CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
-    CHECK(cudaGraphDestroy(graph) == cudaSuccess);
   }
   CHECK(cudaStreamDestroy(stream) == cudaSuccess);
 }

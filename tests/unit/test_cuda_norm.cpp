@@ -45,81 +45,20 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <functional>
-#include <limits>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/backend.h"
-#include "core/error.h"
+#include "cuda_test_support.h"
 #include "math/convert.h"
+
+using namespace cuda_test;
 
 namespace {
 
-using ampx::DType;
-using Bytes = std::vector<uint8_t>;
-
-constexpr double kEps = 0x1p-24;
 constexpr double kSumOrder = 0x1p-52;  // 2 u: two orders of a double sum, per term
-constexpr double kTiny = 0x1p-140;
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-const DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16};
-
-std::string name(DType t) { return ampx::dtype_name(t); }
-size_t width(DType t) { return ampx::dtype_size(t); }
-
-// ---- values ------------------------------------------------------------------
-
-uint32_t bits_of(DType t, float v) {
-  switch (t) {
-    case DType::F16: return ampx::math::float_to_half(v);
-    case DType::BF16: return ampx::math::float_to_bf16(v);
-    default: return ampx::math::float_bits(v);
-  }
-}
-
-float value_of(DType t, uint32_t bits) {
-  switch (t) {
-    case DType::F16: return ampx::math::half_to_float(static_cast<uint16_t>(bits));
-    case DType::BF16: return ampx::math::bf16_to_float(static_cast<uint16_t>(bits));
-    default: return ampx::math::bits_float(bits);
-  }
-}
-
-float get(const Bytes& b, DType t, size_t i) {
-  uint32_t bits = 0;
-  std::memcpy(&bits, &b[i * width(t)], width(t));  // little endian
-  return value_of(t, bits);
-}
-
-Bytes encode(DType t, const std::vector<float>& values) {
-  Bytes b(values.size() * width(t));
-  for (size_t i = 0; i < values.size(); ++i) {
-    const uint32_t bits = bits_of(t, values[i]);
-    std::memcpy(&b[i * width(t)], &bits, width(t));
-  }
-  return b;
-}
-
-std::vector<float> decode(DType t, const Bytes& b) {
-  std::vector<float> values(b.size() / width(t));
-  for (size_t i = 0; i < values.size(); ++i) values[i] = get(b, t, i);
-  return values;
-}
-
-// n values mean + N(0, sigma), as stored in type t.
-Bytes random_values(DType t, size_t n, std::mt19937& rng, float sigma, float mean = 0.0f) {
-  std::normal_distribution<float> normal(mean, sigma);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return encode(t, v);
-}
 
 std::vector<float> random_floats(size_t n, std::mt19937& rng, float low, float high) {
   std::uniform_real_distribution<float> uniform(low, high);
@@ -135,67 +74,10 @@ double ulp32(double v) {
   return std::ldexp(1.0, (e - 1 > -126 ? e - 1 : -126) - 23);
 }
 
-// The spacing of a 16-bit format around v (0 for f32).
-double ulp16(DType t, double v) {
-  if (t == DType::F32) return 0.0;
-  const int mantissa = t == DType::F16 ? 10 : 7;
-  const int min_exp = t == DType::F16 ? -14 : -126;
-  int e = min_exp;
-  if (v != 0 && std::isfinite(v)) {
-    std::frexp(v, &e);
-    e -= 1;
-  }
-  return std::ldexp(1.0, (e > min_exp ? e : min_exp) - mantissa);
-}
-
 bool same_float(float a, float b) {
   return (std::isnan(a) && std::isnan(b)) ||
          ampx::math::float_bits(a) == ampx::math::float_bits(b);
 }
-
-// ---- both backends ---------------------------------------------------------
-
-struct Backends {
-  std::unique_ptr<ampx::Backend> cpu;
-  std::unique_ptr<ampx::Backend> gpu;
-  std::unique_ptr<ampx::Allocator> memory;
-
-  explicit Backends(void* stream = nullptr) {
-    ampx::BackendOptions options;
-    cpu = ampx::create_backend(options);
-    options.device_type = AMPX_DEVICE_CUDA;
-    options.cuda_stream = stream;
-    gpu = ampx::create_backend(options);
-    memory = gpu->make_default_allocator();
-  }
-};
-
-// Device memory holding a copy of `bytes`.
-class Gpu {
- public:
-  Gpu(Backends& b, const Bytes& bytes) : b_(&b), size_(bytes.size()) {
-    block_ = b.memory->allocate(size_ + 1);
-    REQUIRE(block_ != nullptr);
-    if (size_ > 0) b.gpu->copy_from_host(block_, bytes.data(), size_);
-  }
-  Gpu(Backends& b, size_t zero_bytes) : Gpu(b, Bytes(zero_bytes)) {}
-  Gpu(const Gpu&) = delete;
-  Gpu& operator=(const Gpu&) = delete;
-  ~Gpu() { b_->memory->deallocate(block_, size_ + 1); }
-
-  void* ptr() const { return block_; }
-  float* f32() const { return static_cast<float*>(block_); }
-  Bytes bytes() const {
-    Bytes host(size_);
-    if (size_ > 0) b_->gpu->copy_to_host(host.data(), block_, size_);
-    return host;
-  }
-
- private:
-  Backends* b_;
-  size_t size_;
-  void* block_;
-};
 
 // A device copy of an optional host array: nullptr for an empty one.
 std::unique_ptr<Gpu> maybe(Backends& b, const Bytes& bytes, bool present) {
@@ -204,43 +86,8 @@ std::unique_ptr<Gpu> maybe(Backends& b, const Bytes& bytes, bool present) {
 void* ptr(const std::unique_ptr<Gpu>& g) { return g ? g->ptr() : nullptr; }
 float* f32(const std::unique_ptr<Gpu>& g) { return g ? g->f32() : nullptr; }
 
-// Collects the elements outside their bound; reports the count and the
-// first few in one CHECK.
-class Mismatches {
- public:
-  explicit Mismatches(std::string what) : what_(std::move(what)) {}
-  ~Mismatches() { CHECK_MESSAGE(count_ == 0, what_, ": ", count_, " wrong", first_.str()); }
-  Mismatches(const Mismatches&) = delete;
-  Mismatches& operator=(const Mismatches&) = delete;
-
-  // A finite CPU value must be within bound, a non-finite one matched.
-  void check(size_t i, double got, double want, double bound) {
-    const bool ok = std::isfinite(want)
-                        ? std::fabs(got - want) <= bound
-                        : (std::isnan(want) ? std::isnan(got) : got == want);
-    if (!ok) note(i, got, want, bound);
-  }
-  // Bit for bit, except that any NaN equals any NaN (GPU arithmetic returns
-  // the canonical NaN where the CPU may pass a payload through).
-  void exact(size_t i, DType t, const Bytes& got, const Bytes& want) {
-    const float g = get(got, t, i), w = get(want, t, i);
-    if (std::isnan(g) && std::isnan(w)) return;
-    if (std::memcmp(&got[i * width(t)], &want[i * width(t)], width(t)) != 0) note(i, g, w, 0.0);
-  }
-
- private:
-  void note(size_t i, double got, double want, double bound) {
-    if (++count_ <= 5) {
-      first_.precision(17);
-      first_ << "\n  [" << i << "] got " << got << ", want " << want << " (bound " << bound << ")";
-    }
-  }
-  std::string what_;
-  int count_ = 0;
-  std::ostringstream first_;
-};
-
-void compare_exact(const std::string& what, DType t, const Bytes& got, const Bytes& want) {
+// Bit for bit like compare_exact, but listing the first differing elements.
+void compare_bits(const std::string& what, DType t, const Bytes& got, const Bytes& want) {
   REQUIRE(got.size() == want.size());
   Mismatches wrong(what + " (bit for bit)");
   for (size_t i = 0; i < want.size() / width(t); ++i) wrong.exact(i, t, got, want);
@@ -629,7 +476,7 @@ TEST_CASE("cuda norm: batch_norm statistics, running statistics and forward agai
           b.gpu->batch_norm(gx.ptr(), t, s.n, s.channels, s.inner, gmean.f32(), gvar.f32(),
                             has_w ? gw.f32() : nullptr, has_b ? gb.f32() : nullptr, kBnEps,
                             gy.ptr());
-          compare_exact(what, t, gy.bytes(), want);
+          compare_bits(what, t, gy.bytes(), want);
         }
       }
     }
@@ -711,7 +558,7 @@ TEST_CASE("cuda norm: batch_norm_backward in training and evaluation against the
               const Bytes got = gdx->bytes();
               if (!batch_stats) {
                 // Constant statistics: the means of g are 0 on both sides.
-                compare_exact(what + " dx", t, got, want_dx_b);
+                compare_bits(what + " dx", t, got, want_dx_b);
               } else {
                 Mismatches wrong(what + " dx");
                 for (size_t c = 0; c < channels; ++c) {
@@ -828,25 +675,10 @@ TEST_CASE("cuda norm: layer norm and batch norm forward and backward replay from
     Outputs direct = make_outputs(), graphed = make_outputs();
     step(direct);  // loads every kernel first
     b.gpu->synchronize();
-    // Any synchronization or host copy inside would fail the capture.
-    REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-    std::string error;
-    try {
-      step(graphed);
-    } catch (const ampx::Error& e) {
-      error = e.what();
-    }
-    cudaGraph_t graph = nullptr;
-    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
-    REQUIRE_MESSAGE(error.empty(), error);
-    REQUIRE(ended == cudaSuccess);
-    cudaGraphExec_t exec = nullptr;
-    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
-    REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+    const CapturedGraph graph(stream, [&] { step(graphed); });
+    graph.launch();
     b.gpu->synchronize();
     CHECK(results(graphed) == results(direct));
-    CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
-    CHECK(cudaGraphDestroy(graph) == cudaSuccess);
   }
   CHECK(cudaStreamDestroy(stream) == cudaSuccess);
 }
@@ -858,14 +690,6 @@ TEST_CASE("cuda norm: integer data is refused") {
   Backends b;
   const Gpu buf(b, 256);
   ampx::Backend& g = *b.gpu;
-  auto status_of = [](const std::function<void()>& call) -> ampx_status {
-    try {
-      call();
-    } catch (const ampx::Error& e) {
-      return e.status();
-    }
-    return AMPX_OK;
-  };
   CHECK(status_of([&] {
           g.layer_norm(buf.ptr(), nullptr, nullptr, DType::I32, 2, 2, kLnEps, buf.ptr(),
                        buf.f32(), buf.f32());
@@ -878,11 +702,9 @@ TEST_CASE("cuda norm: integer data is refused") {
 
 TEST_CASE("cuda norm: element indices past 2^31") {
   SKIP_UNLESS_CUDA();
-  size_t free_bytes = 0, total_bytes = 0;
-  REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
   const int64_t cols = 1024, rows = (int64_t{1} << 21) + 2;  // bf16: 4 GiB + 4 KiB
   const int64_t n = rows * cols;
-  if (free_bytes < static_cast<size_t>(n) * 2 + (size_t{1} << 30)) {
+  if (free_device_bytes() < static_cast<size_t>(n) * 2 + (size_t{1} << 30)) {
     MESSAGE("skipped: needs 5 GiB of free device memory");
     return;
   }

@@ -51,90 +51,26 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/backend.h"
-#include "core/error.h"
+#include "cuda_test_support.h"
 #include "math/convert.h"
+
+using namespace cuda_test;
 
 namespace {
 
 using ampx::BinaryOp;
-using ampx::DType;
 using ampx::GemmArgs;
 using ampx::UnaryOp;
-using Bytes = std::vector<uint8_t>;
 
-constexpr double kEps = 0x1p-24;
-constexpr double kTiny = 0x1p-140;
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-const DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16};
 const UnaryOp kUnaryOps[] = {UnaryOp::Relu, UnaryOp::Gelu,    UnaryOp::GeluTanh,
                              UnaryOp::Silu, UnaryOp::Sigmoid, UnaryOp::Tanh};
 const BinaryOp kBinaryOps[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul};
-
-std::string name(DType t) { return ampx::dtype_name(t); }
-size_t width(DType t) { return ampx::dtype_size(t); }
-
-// ---- values ------------------------------------------------------------------
-
-uint32_t bits_of(DType t, float v) {
-  switch (t) {
-    case DType::F16: return ampx::math::float_to_half(v);
-    case DType::BF16: return ampx::math::float_to_bf16(v);
-    default: return ampx::math::float_bits(v);
-  }
-}
-
-float value_of(DType t, uint32_t bits) {
-  switch (t) {
-    case DType::F16: return ampx::math::half_to_float(static_cast<uint16_t>(bits));
-    case DType::BF16: return ampx::math::bf16_to_float(static_cast<uint16_t>(bits));
-    default: return ampx::math::bits_float(bits);
-  }
-}
-
-void put(Bytes& b, DType t, size_t i, float v) {
-  const uint32_t bits = bits_of(t, v);
-  std::memcpy(&b[i * width(t)], &bits, width(t));  // little endian
-}
-
-float get(const Bytes& b, DType t, size_t i) {
-  uint32_t bits = 0;
-  std::memcpy(&bits, &b[i * width(t)], width(t));
-  return value_of(t, bits);
-}
-
-Bytes encode(DType t, const std::vector<float>& values) {
-  Bytes b(values.size() * width(t));
-  for (size_t i = 0; i < values.size(); ++i) put(b, t, i, values[i]);
-  return b;
-}
-
-std::vector<float> decode(DType t, const Bytes& b) {
-  std::vector<float> values(b.size() / width(t));
-  for (size_t i = 0; i < values.size(); ++i) values[i] = get(b, t, i);
-  return values;
-}
-
-std::vector<float> normal_floats(size_t n, std::mt19937& rng, float sigma) {
-  std::normal_distribution<float> normal(0.0f, sigma);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
-
-// Random values of type t, roughly N(0, sigma).
-Bytes random_values(DType t, size_t n, std::mt19937& rng, float sigma) {
-  return encode(t, normal_floats(n, rng, sigma));
-}
 
 // Zeros of both signs, infinities, NaN, the largest values and a huge
 // negative argument at the front (as far as n allows).
@@ -144,98 +80,6 @@ void put_specials(Bytes& b, DType t) {
   const size_t n = b.size() / width(t);
   for (size_t i = 0; i < n && i < sizeof specials / sizeof specials[0]; ++i) put(b, t, i, specials[i]);
 }
-
-// The spacing of a 16-bit format around v (0 for f32, whose results are
-// compared at fp32 precision already).
-double ulp16(DType t, double v) {
-  if (t == DType::F32) return 0.0;
-  const int mantissa = t == DType::F16 ? 10 : 7;
-  const int min_exp = t == DType::F16 ? -14 : -126;
-  int e = min_exp;
-  if (v != 0) {
-    std::frexp(v, &e);  // |v| in [2^(e-1), 2^e)
-    e -= 1;
-  }
-  return std::ldexp(1.0, (e > min_exp ? e : min_exp) - mantissa);
-}
-
-// ---- both backends ---------------------------------------------------------
-
-struct Backends {
-  std::unique_ptr<ampx::Backend> cpu;
-  std::unique_ptr<ampx::Backend> gpu;
-  std::unique_ptr<ampx::Allocator> memory;
-
-  explicit Backends(void* stream = nullptr) {
-    ampx::BackendOptions options;
-    cpu = ampx::create_backend(options);
-    options.device_type = AMPX_DEVICE_CUDA;
-    options.cuda_stream = stream;
-    gpu = ampx::create_backend(options);
-    memory = gpu->make_default_allocator();
-  }
-};
-
-// Device memory holding `bytes`, `offset` bytes (a multiple of the element
-// size) past a 256-byte-aligned allocation, so that the vector paths meet
-// heads and arrays of different phases.
-class Gpu {
- public:
-  Gpu(Backends& b, const Bytes& bytes, size_t offset = 0)
-      : b_(&b), size_(bytes.size()), offset_(offset) {
-    block_ = static_cast<uint8_t*>(b.memory->allocate(offset_ + size_ + 1));
-    REQUIRE(block_ != nullptr);
-    if (size_ > 0) b.gpu->copy_from_host(ptr(), bytes.data(), size_);
-  }
-  Gpu(Backends& b, size_t zero_bytes, size_t offset = 0) : Gpu(b, Bytes(zero_bytes), offset) {}
-  Gpu(const Gpu&) = delete;
-  Gpu& operator=(const Gpu&) = delete;
-  ~Gpu() { b_->memory->deallocate(block_, offset_ + size_ + 1); }
-
-  void* ptr() const { return block_ + offset_; }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(ptr());
-  }
-  Bytes bytes() const {
-    Bytes host(size_);
-    if (size_ > 0) b_->gpu->copy_to_host(host.data(), ptr(), size_);
-    return host;
-  }
-
- private:
-  Backends* b_;
-  size_t size_;
-  size_t offset_;
-  uint8_t* block_;
-};
-
-// Collects the elements outside their bound; reports the count and the
-// first few in one CHECK.
-class Mismatches {
- public:
-  explicit Mismatches(std::string what) : what_(std::move(what)) {}
-  ~Mismatches() { CHECK_MESSAGE(count_ == 0, what_, ": ", count_, " wrong", first_.str()); }
-  Mismatches(const Mismatches&) = delete;
-  Mismatches& operator=(const Mismatches&) = delete;
-
-  // A finite CPU value must be within bound, a non-finite one matched.
-  void check(size_t i, double got, double want, double bound) {
-    const bool ok = std::isfinite(want)
-                        ? std::fabs(got - want) <= bound
-                        : (std::isnan(want) ? std::isnan(got) : got == want);
-    if (ok) return;
-    if (++count_ <= 5) {
-      first_.precision(17);
-      first_ << "\n  [" << i << "] got " << got << ", want " << want << " (bound " << bound << ")";
-    }
-  }
-
- private:
-  std::string what_;
-  int count_ = 0;
-  std::ostringstream first_;
-};
 
 // Element i of `got` against `want`, both of type t, within
 // f32_bound(i, want) plus one ulp of a 16-bit format.
@@ -247,28 +91,6 @@ void compare(const std::string& what, DType t, const Bytes& got, const Bytes& wa
     const double w = get(want, t, i);
     wrong.check(i, get(got, t, i), w, f32_bound(i, w) + ulp16(t, w) + kTiny);
   }
-}
-
-// Bit for bit, except that any NaN equals any NaN: GPU arithmetic returns
-// the canonical NaN where the CPU passes an input's payload through.
-void compare_exact(const std::string& what, DType t, const Bytes& got, const Bytes& want) {
-  REQUIRE(got.size() == want.size());
-  size_t differing = 0;
-  for (size_t i = 0; i < want.size() / width(t); ++i) {
-    const double g = get(got, t, i), w = get(want, t, i);
-    if (std::isnan(g) && std::isnan(w)) continue;
-    differing += std::memcmp(&got[i * width(t)], &want[i * width(t)], width(t)) != 0;
-  }
-  CHECK_MESSAGE(differing == 0, what, ": ", differing, " elements' bits differ from the CPU's");
-}
-
-ampx_status status_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const ampx::Error& e) {
-    return e.status();
-  }
-  return AMPX_OK;
 }
 
 }  // namespace
@@ -893,29 +715,14 @@ TEST_CASE("cuda ops: the primitives of a forward and backward pass replay from a
     Outputs direct = make_outputs(), graphed = make_outputs();
     step(direct);  // loads every kernel and plans every GEMM first
     b.gpu->synchronize();
-    // Any synchronization or host copy inside would fail the capture.
-    REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-    std::string error;
-    try {
-      step(graphed);
-    } catch (const ampx::Error& e) {
-      error = e.what();
-    }
-    cudaGraph_t graph = nullptr;
-    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
-    REQUIRE_MESSAGE(error.empty(), error);
-    REQUIRE(ended == cudaSuccess);
-    cudaGraphExec_t exec = nullptr;
-    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
-    REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+    const CapturedGraph graph(stream, [&] { step(graphed); });
+    graph.launch();
     b.gpu->synchronize();
     CHECK(results(graphed) == results(direct));
     float loss = 0.0f;
     b.gpu->copy_to_host(&loss, direct.loss->ptr(), 4);
     CHECK(std::isfinite(loss));
     CHECK(loss > 0.0f);
-    CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
-    CHECK(cudaGraphDestroy(graph) == cudaSuccess);
   }
   CHECK(cudaStreamDestroy(stream) == cudaSuccess);
 }
@@ -958,11 +765,9 @@ TEST_CASE("cuda ops: integer data, floating labels and a bad broadcast are refus
 
 TEST_CASE("cuda ops: element indices past 2^31") {
   SKIP_UNLESS_CUDA();
-  size_t free_bytes = 0, total_bytes = 0;
-  REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
   const int64_t cols = 1024, rows = (int64_t{1} << 21) + 2;  // bf16: 4 GiB + 4 KiB
   const int64_t n = rows * cols;
-  if (free_bytes < static_cast<size_t>(n) * 2 + (size_t{1} << 30)) {
+  if (free_device_bytes() < static_cast<size_t>(n) * 2 + (size_t{1} << 30)) {
     MESSAGE("skipped: needs 5 GiB of free device memory");
     return;
   }
