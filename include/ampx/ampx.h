@@ -853,7 +853,12 @@ AMPX_API ampx_status ampx_set_grad_enabled(ampx_context ctx, int32_t enabled, in
  *  nothing. Records of a forward that is never backpropagated are dropped
  *  once the program releases their outputs (e.g. at ampx_scope_pop).
  *  Errors: SHAPE (more than one element), INVALID_ARGUMENT (not produced by
- *  an op on the current tape). */
+ *  an op on the current tape), ORDER (a tensor whose values this backward
+ *  reads -- an op's input, or the output softmax and linear+ReLU keep --
+ *  was written in place after the op ran, by ampx_tensor_copy_from_host,
+ *  _copy or _fill, an optimizer step or zero_grad, or a state load: the
+ *  gradients would mix old and new values; writes through wrapped or
+ *  DLPack-shared memory are not seen). */
 AMPX_API ampx_status ampx_backward(ampx_tensor loss, ampx_scaler scaler);
 
 /** Scopes own op outputs, so a training step in C needs no release per

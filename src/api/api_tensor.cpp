@@ -138,6 +138,7 @@ ampx_status ampx_tensor_copy_from_host(ampx_tensor tensor, const void* src, size
     if (bytes == 0) return;
     require_pointer(src, "src");
     t.ctx->backend().copy_from_host(t.data(), src, bytes);
+    t.storage->note_write();
   });
 }
 
@@ -151,6 +152,7 @@ ampx_status ampx_tensor_copy(ampx_tensor dst, ampx_tensor src) {
       fail(AMPX_ERR_SHAPE, "'dst' is ", d.describe(), " (", d.numel(), " elements) but 'src' is ",
            s.describe(), " (", s.numel(), " elements)");
     copy_converting(d, s);
+    d.storage->note_write();
   });
 }
 
@@ -176,6 +178,7 @@ ampx_status ampx_tensor_fill(ampx_tensor tensor, double value) {
     if (t.numel() == 0) return;
     t.ctx->backend().fill(t.data(), dtype_size(t.dtype), element_bits_from_double(t.dtype, value),
                           t.numel());
+    t.storage->note_write();
   });
 }
 

@@ -29,6 +29,7 @@ const std::unordered_map<std::string, OpClass>& op_table() {
 class CastNode final : public Node {
  public:
   const char* name() const override { return "cast"; }
+  bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     Tensor& source = *inputs[0];
     TensorRef grad(Tensor::empty(ctx, source.dtype, source.shape));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "amp/scaler.h"
 #include "core/error.h"
@@ -63,6 +64,8 @@ void record(Context& ctx, std::unique_ptr<Node> node, const std::vector<Tensor*>
     out->requires_grad = true;
     out->tape_generation = state.generation;
   }
+  for (size_t i = 0; i < node->inputs.size(); ++i)
+    if (node->inputs[i] && node->reads_input(i)) node->saves(*node->inputs[i]);
   state.tape.push_back(std::move(node));
 }
 
@@ -101,6 +104,35 @@ void accumulate_into_leaf(Context& ctx, Tensor& leaf, Tensor& grad) {
   }
   ctx.backend().add_into(leaf.grad->data(), leaf.grad->dtype, grad.data(), grad.dtype, grad.numel());
 }
+
+// Refuses, before anything changes, a backward that would read memory the
+// program wrote in place after an op recorded it (a new batch copied into
+// an input, an optimizer step on parameters the forward used -- the GAN
+// mistake of stepping one model between another's forward and backward):
+// the gradients would silently mix old and new values. Only the records
+// this backward runs are checked: those an output of which leads to loss.
+namespace {
+
+void check_saved_memory(AutogradState& state, const Tensor& loss) {
+  std::unordered_set<uint64_t> needed{loss.id};
+  for (size_t n = state.tape.size(); n-- > 0;) {
+    const Node& node = *state.tape[n];
+    const bool runs = std::any_of(node.output_ids.begin(), node.output_ids.end(),
+                                  [&](uint64_t id) { return needed.count(id) != 0; });
+    if (!runs) continue;
+    for (const auto& [storage, version] : node.saved_versions)
+      if (storage->version() != version)
+        fail(AMPX_ERR_ORDER, "a tensor that '", node.name(),
+             "' saved for backward (an input, or its output) was written in place after the op "
+             "ran (ampx_tensor_copy_from_host/_copy/_fill, an optimizer step or zero_grad, a "
+             "state load), so its gradients would mix old and new values; run the forward "
+             "again after such writes");
+    for (const TensorRef& input : node.inputs)
+      if (input) needed.insert(input->id);
+  }
+}
+
+}  // namespace
 
 void run_backward(Context& ctx, std::unordered_map<uint64_t, TensorRef>& grads) {
   AutogradState& state = autograd_state(ctx);
@@ -143,6 +175,7 @@ void backward(Tensor& loss, Scaler* scaler) {
          "input require grad, or was backward already called?)");
   if (scaler && &scaler->context() != &ctx)
     fail(AMPX_ERR_DEVICE, "'scaler' belongs to a different context than 'loss'");
+  check_saved_memory(state, loss);
 
   struct ClearOnExit {
     AutogradState& state;

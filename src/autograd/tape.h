@@ -31,7 +31,15 @@ class Node {
   // an input that gets none). Each has its input's shape and dtype.
   virtual std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& output_grads) = 0;
 
+  // Whether backward reads input i's values (not just its shape): record()
+  // notes the memory of those inputs (saves), so backward can refuse to run
+  // on values written in place since. An op that keeps its output for
+  // backward calls saves() on it too.
+  virtual bool reads_input(size_t) const { return true; }
+  void saves(const Tensor& t) { saved_versions.emplace_back(t.storage.get(), t.storage->version()); }
+
   std::vector<TensorRef> inputs;
+  std::vector<std::pair<const Storage*, uint64_t>> saved_versions;
   std::vector<uint64_t> output_ids;
   std::vector<std::weak_ptr<const void>> output_tokens;  // expired once released
 };

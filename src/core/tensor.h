@@ -51,6 +51,13 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
 
+  // Counts the writes the program makes in place (tensor copies and fills,
+  // optimizer steps, state loads), so backward can refuse a node whose saved
+  // tensors changed after it was recorded, as torch's version counters do.
+  // Writes through wrapped or DLPack-shared memory are not seen.
+  uint64_t version() const { return version_; }
+  void note_write() { ++version_; }
+
  private:
   Storage() = default;
   Context* owner_ = nullptr;  // set when the context's allocator owns data_
@@ -59,6 +66,7 @@ class Storage {
   size_t bytes_ = 0;
   ReleaseFn release_ = nullptr;
   void* release_arg_ = nullptr;
+  uint64_t version_ = 0;
 };
 
 struct Tensor : Object {

@@ -843,6 +843,7 @@ void load_checkpoint_file(const std::string& path, const std::vector<Tensor*>& t
     const TensorRecord& record = contents.tensors[i];
     if (record.bytes > 0)
       tensors[i]->ctx->backend().copy_from_host(tensors[i]->data(), record.data, record.bytes);
+    tensors[i]->storage->note_write();
   }
   if (scaler) scaler->restore(contents.scaler->options, contents.scaler->state);
 }

@@ -15,6 +15,7 @@ class DropoutNode final : public Node {
   uint32_t threshold = 0;
   float scale = 1.0f;
   const char* name() const override { return "dropout"; }
+  bool reads_input(size_t) const override { return false; }  // the mask is regenerated
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     Tensor& dy = *grads[0];
     if (identity) return grad_list(retained(dy));

@@ -35,6 +35,7 @@ class BinaryNode final : public Node {
  public:
   BinaryOp op = BinaryOp::Add;
   const char* name() const override { return binary_name(op); }
+  bool reads_input(size_t) const override { return op == BinaryOp::Mul; }
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     Backend& backend = ctx.backend();
     Tensor& a = *inputs[0];
@@ -80,6 +81,7 @@ class AffineNode final : public Node {
  public:
   float scale = 1.0f;
   const char* name() const override { return "affine"; }
+  bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     Tensor& x = *inputs[0];
     TensorRef dx = new_tensor(ctx, x.dtype, x.shape);

@@ -50,6 +50,7 @@ class LinearNode final : public Node {
   // no pre-activation copy is kept; for GELU, z = x W^T + b.
   TensorRef activation_input;
   const char* name() const override { return "linear"; }
+  bool reads_input(size_t i) const override { return i < 2; }  // x and weight
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     Backend& backend = ctx.backend();
     Tensor& x = *inputs[0];
@@ -189,7 +190,10 @@ Tensor* op_linear(Tensor& x_in, Tensor& w_in, Tensor* bias_in, Activation activa
     node->rows = rows, node->in = in_features, node->out = out_features;
     node->activation = activation;
     if (activation == Activation::Gelu) node->activation_input = std::move(z);
-    if (activation == Activation::Relu) node->activation_input = saved_output(ctx, *out);
+    if (activation == Activation::Relu) {
+      node->activation_input = saved_output(ctx, *out);
+      node->saves(*out);
+    }
     record(ctx, std::move(node), {out.get()});
   }
   return out.take();

@@ -30,6 +30,7 @@ class LayerNormNode final : public Node {
   int64_t rows = 0, cols = 0;
   TensorRef mean, rstd;  // F32 [rows]
   const char* name() const override { return "layer_norm"; }
+  bool reads_input(size_t i) const override { return i < 2; }  // x and weight
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     Tensor& x = *inputs[0];
     Tensor* w = inputs[1].get();
@@ -58,6 +59,7 @@ class BatchNormNode final : public Node {
   bool batch_stats = false;
   TensorRef mean, var;  // F32 [channels]: the statistics the forward normalised with
   const char* name() const override { return "batch_norm"; }
+  bool reads_input(size_t i) const override { return i < 2; }  // x and weight
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     Tensor& x = *inputs[0];
     Tensor* w = inputs[1].get();

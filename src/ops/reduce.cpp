@@ -13,6 +13,7 @@ class SumNode final : public Node {
  public:
   float scale = 1.0f;  // 1/n for a mean
   const char* name() const override { return "sum"; }
+  bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
     return grad_list(broadcast_scaled(ctx, *inputs[0], static_cast<const float*>(dy->data()), scale));
@@ -24,6 +25,7 @@ class SoftmaxNode final : public Node {
   bool log = false;
   TensorRef output;  // y, which the backward formula uses
   const char* name() const override { return log ? "log_softmax" : "softmax"; }
+  bool reads_input(size_t) const override { return false; }  // reads its output
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     Tensor& x = *inputs[0];
     const int64_t cols = x.shape.dims[x.shape.ndim - 1];
@@ -71,6 +73,7 @@ class MseNode final : public Node {
   TensorRef diff;  // input - target
   float scale = 1.0f;
   const char* name() const override { return "mse_loss"; }
+  bool reads_input(size_t) const override { return false; }  // reads diff
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     Backend& backend = ctx.backend();
     TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
@@ -148,6 +151,7 @@ Tensor* op_softmax(Tensor& x_in, bool log) {
     auto node = make_node<SoftmaxNode>({&in[0]});
     node->log = log;
     node->output = saved_output(ctx, *out);
+    node->saves(*out);
     record(ctx, std::move(node), {out.get()});
   }
   return out.take();

@@ -60,6 +60,7 @@ void* byte_offset(void* p, int64_t elements, DType dtype) {
 class ReshapeNode final : public Node {
  public:
   const char* name() const override { return "reshape"; }
+  bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     // A copy, not a view of dy: the tape sums gradients in place, which
     // must never write into memory another gradient shares.
@@ -74,6 +75,7 @@ class TransposeNode final : public Node {
  public:
   int32_t d0 = 0, d1 = 0;
   const char* name() const override { return "transpose"; }
+  bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     Tensor& x = *inputs[0];
     TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
@@ -87,6 +89,7 @@ class ConcatNode final : public Node {
   int64_t outer = 0, inner = 0, total = 0;  // total: the output's extent along dim
   int32_t dim = 0;
   const char* name() const override { return "concat"; }
+  bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     Tensor& dy = *grads[0];
     std::vector<TensorRef> result;
@@ -110,6 +113,7 @@ class ConcatNode final : public Node {
 class EmbeddingNode final : public Node {
  public:
   const char* name() const override { return "embedding"; }
+  bool reads_input(size_t i) const override { return i == 1; }  // the indices
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     Backend& backend = ctx.backend();
     Tensor& weight = *inputs[0];

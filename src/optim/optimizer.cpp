@@ -328,6 +328,8 @@ void Optimizer::step(const float* found_inf) {
     backend.sgd_step(list, hyper_.sgd, scalars);
   else
     backend.adam_step(list, hyper_.adam, scalars);
+  for (const Param& p : params_)
+    if (p.param->grad) p.param->storage->note_write();
   if (found_inf)
     backend.copy(last_step_skipped_->data(), found_inf, sizeof(float));
   else
@@ -338,7 +340,10 @@ void Optimizer::step(const float* found_inf) {
 void Optimizer::zero_grad() {
   for (const Param& p : params_) {
     Tensor* g = p.param->grad;
-    if (g && g->numel() > 0) ctx_->backend().fill(g->data(), dtype_size(g->dtype), 0, g->numel());
+    if (g && g->numel() > 0) {
+      ctx_->backend().fill(g->data(), dtype_size(g->dtype), 0, g->numel());
+      g->storage->note_write();
+    }
   }
 }
 
@@ -567,6 +572,7 @@ void Optimizer::load_state(const void* buffer, size_t bytes) {
     if (p.master)
       backend.convert(p.param->data(), p.param->dtype, p.master->data(), DType::F32,
                       p.param->numel());
+    p.param->storage->note_write();
   }
 }
 

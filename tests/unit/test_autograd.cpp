@@ -504,3 +504,70 @@ TEST_CASE("autograd: a forward popped without backward does not keep memory") {
     CHECK(current_bytes(ctx) == baseline);
   }
 }
+
+TEST_CASE("autograd: backward refuses tensors written in place after the op saved them") {
+  Ctx ctx;
+  Tensor w(make(ctx, AMPX_F32, {3, 4}, ramp(12), true));
+  Tensor b(make(ctx, AMPX_F32, {3}, ramp(3, 1.0), true));
+  Tensor x(make(ctx, AMPX_F32, {2, 4}, ramp(8, 2.0)));
+  Tensor other(make(ctx, AMPX_F32, {2, 4}, ramp(8, 3.0)));
+  const std::vector<float> next_batch(8, 0.5f);
+
+  // A new batch copied into x between forward and backward.
+  Tensor h, loss;
+  REQUIRE(ampx_linear(x, w, b, AMPX_ACTIVATION_RELU, h.out()) == AMPX_OK);
+  REQUIRE(ampx_mean(h, loss.out()) == AMPX_OK);
+  REQUIRE(ampx_tensor_copy_from_host(x, next_batch.data(), 32) == AMPX_OK);
+  CHECK_FAILS_WITH(ampx_backward(loss, nullptr), AMPX_ERR_ORDER, "'linear' saved for backward");
+  Tensor grad;
+  CHECK(ampx_tensor_grad(w, grad.out()) == AMPX_OK);
+  CHECK(grad.handle == nullptr);  // refused before anything changed
+  // The forward run again sees the new values: fine.
+  REQUIRE(ampx_linear(x, w, b, AMPX_ACTIVATION_RELU, h.out()) == AMPX_OK);
+  REQUIRE(ampx_mean(h, loss.out()) == AMPX_OK);
+  CHECK_MESSAGE(ampx_backward(loss, nullptr) == AMPX_OK, last_error());
+
+  // The bias written over: linear's backward never reads its values.
+  REQUIRE(ampx_linear(x, w, b, AMPX_ACTIVATION_NONE, h.out()) == AMPX_OK);
+  REQUIRE(ampx_mean(h, loss.out()) == AMPX_OK);
+  REQUIRE(ampx_tensor_fill(b, 0.25) == AMPX_OK);
+  CHECK_MESSAGE(ampx_backward(loss, nullptr) == AMPX_OK, last_error());
+  // The weight written over (as an optimizer step would): refused.
+  REQUIRE(ampx_linear(x, w, b, AMPX_ACTIVATION_NONE, h.out()) == AMPX_OK);
+  REQUIRE(ampx_mean(h, loss.out()) == AMPX_OK);
+  REQUIRE(ampx_tensor_fill(w, 0.25) == AMPX_OK);
+  CHECK_FAILS_WITH(ampx_backward(loss, nullptr), AMPX_ERR_ORDER, "'linear'");
+
+  // An output that backward reads (softmax's) written over, and one it does
+  // not read (add's), which is fine.
+  Tensor y, s, total;
+  REQUIRE(ampx_softmax(h, y.out()) == AMPX_OK);
+  REQUIRE(ampx_sum(y, s.out()) == AMPX_OK);
+  REQUIRE(ampx_tensor_fill(y, 0.0) == AMPX_OK);
+  CHECK_FAILS_WITH(ampx_backward(s, nullptr), AMPX_ERR_ORDER, "'softmax'");
+  REQUIRE(ampx_linear(x, w, b, AMPX_ACTIVATION_NONE, h.out()) == AMPX_OK);
+  REQUIRE(ampx_add(h, h, y.out()) == AMPX_OK);
+  REQUIRE(ampx_sum(y, s.out()) == AMPX_OK);
+  REQUIRE(ampx_tensor_fill(y, 0.0) == AMPX_OK);
+  CHECK_MESSAGE(ampx_backward(s, nullptr) == AMPX_OK, last_error());
+
+  // An optimizer step between forward and backward (the GAN mistake).
+  ampx_optimizer opt = nullptr;
+  ampx_adam_options adamw = AMPX_ADAMW_OPTIONS_INIT;
+  const ampx_tensor params[1] = {w};
+  REQUIRE(ampx_optimizer_create_adam(ctx, params, 1, &adamw, &opt) == AMPX_OK);
+  REQUIRE(ampx_linear(x, w, b, AMPX_ACTIVATION_NONE, h.out()) == AMPX_OK);
+  REQUIRE(ampx_mean(h, loss.out()) == AMPX_OK);
+  REQUIRE(ampx_optimizer_step(opt) == AMPX_OK);  // w has a gradient from above
+  CHECK_FAILS_WITH(ampx_backward(loss, nullptr), AMPX_ERR_ORDER, "an optimizer step");
+  ampx_optimizer_release(opt);
+
+  // Records this backward does not run are not checked: a forward on x
+  // whose output is kept, x rewritten, then a loss from another input.
+  Tensor kept, from_other;
+  REQUIRE(ampx_linear(x, w, b, AMPX_ACTIVATION_NONE, kept.out()) == AMPX_OK);
+  REQUIRE(ampx_tensor_copy_from_host(x, next_batch.data(), 32) == AMPX_OK);
+  REQUIRE(ampx_linear(other, w, b, AMPX_ACTIVATION_NONE, h.out()) == AMPX_OK);
+  REQUIRE(ampx_mean(h, from_other.out()) == AMPX_OK);
+  CHECK_MESSAGE(ampx_backward(from_other, nullptr) == AMPX_OK, last_error());
+}
