@@ -103,9 +103,10 @@ int64_t last_dim(const Tensor& x, const char* name) {
 }
 
 // Checks the labels where they live and counts those not ignored into
-// *valid (a device F32 scalar): no round trip to the host, so on a GPU the
-// step stays asynchronous and a bad label is reported at the next
-// synchronisation (Context::raise_index_errors); on the CPU, at once.
+// *valid (a device F32 scalar; nullptr: not counted): no round trip to the
+// host, so on a GPU the step stays asynchronous and a bad label is reported
+// at the next synchronisation (Context::raise_index_errors); on the CPU, at
+// once.
 void check_labels(Context& ctx, const Tensor& labels, int64_t classes, int64_t ignore_index,
                   float* valid) {
   IndexCheck check;
@@ -172,8 +173,10 @@ Tensor* op_cross_entropy(Tensor& logits_in, Tensor& labels, Reduction reduction,
   const int64_t cols = logits_in.shape.dims[1];
   // The mean divides by the count of labels not ignored; torch's mean over
   // none is 0/0 = NaN, which multiplying by 1/0 gives too.
-  TensorRef valid = new_tensor(ctx, DType::F32, scalar_shape());
-  check_labels(ctx, labels, cols, ignore_index, static_cast<float*>(valid->data()));
+  const bool mean = reduction == Reduction::Mean;
+  TensorRef valid = mean ? new_tensor(ctx, DType::F32, scalar_shape()) : TensorRef();
+  check_labels(ctx, labels, cols, ignore_index,
+               mean ? static_cast<float*>(valid->data()) : nullptr);
   std::vector<TensorRef> in = op_inputs(ctx, "cross_entropy", {&logits_in, &labels});
   Tensor& logits = *in[0];
   Backend& backend = ctx.backend();
@@ -186,7 +189,6 @@ Tensor* op_cross_entropy(Tensor& logits_in, Tensor& labels, Reduction reduction,
   TensorRef out = new_tensor(ctx, DType::F32, scalar_shape());
   auto* result = static_cast<float*>(out->data());
   backend.sum_all(losses->data(), DType::F32, rows, result);
-  const bool mean = reduction == Reduction::Mean;
   if (mean) divide_by_device_scalar(ctx, out->data(), *valid, out->data());
   if (should_record(ctx, {&logits})) {
     auto node = make_node<CrossEntropyNode>({&in[0], &in[1]});
