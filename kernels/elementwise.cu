@@ -7,6 +7,7 @@
 //   affine          y[i]  = x[i] * scale + shift
 //   add_into        dst[i] = dst[i] + src[i]             (types may differ)
 //   scale_matrices  c[b * stride + e] = beta == 0 ? 0 : c[b * stride + e] * beta
+//   bias_epilogue   c[i][j] = p[i][j] + beta * c[i][j] + bias[j], rounded once
 //
 // Memory traffic: every array is read once and the output written once
 // (a broadcast b is re-read per row, from cache); scale_matrices reads C
@@ -153,6 +154,22 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
+// GEMM's bias epilogue where cuBLASLt has none (a rarely taken path, so one
+// element per thread): in fp32 as the fused epilogue, then one rounding.
+template <int D>
+__global__ void __launch_bounds__(kBlockThreads)
+    bias_epilogue_kernel(Elem<D>* c, const float* product, float beta, const Elem<D>* bias,
+                         int64_t m, int64_t n) {
+  const int64_t total = m * n;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += step) {
+    float v = product != nullptr ? product[i] : 0.0f;
+    if (beta != 0.0f) v += beta * math::load_float<D>(c[i]);
+    c[i] = math::store_float<D>(v + math::load_float<D>(bias[i % n]));
+  }
+}
+
 template <class Fn>
 cudaError_t with_activation(UnaryOp op, Fn&& fn) {
   switch (op) {
@@ -249,6 +266,17 @@ cudaError_t launch_scale_matrices(void* c, DType type, int64_t batch, int64_t el
     constexpr int D = decltype(tag)::value;
     return enqueue(scale_matrices_kernel<D>, grid_blocks(batch * elements, launch), launch,
                    static_cast<Elem<D>*>(c), batch, elements, stride, beta);
+  });
+}
+
+cudaError_t launch_bias_epilogue(void* c, DType type, const float* product, float beta,
+                                 const void* bias, int64_t m, int64_t n, const Launch& launch) {
+  if (m <= 0 || n <= 0) return cudaSuccess;
+  return with_float_dtype(type, [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    return enqueue(bias_epilogue_kernel<D>, grid_blocks(m * n, launch), launch,
+                   static_cast<Elem<D>*>(c), product, beta, static_cast<const Elem<D>*>(bias), m,
+                   n);
   });
 }
 

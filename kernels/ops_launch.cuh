@@ -41,6 +41,12 @@ cudaError_t launch_add_into(void* dst, DType dst_type, const void* src, DType sr
 // when batch > 1): GEMM's result when k or alpha is 0.
 cudaError_t launch_scale_matrices(void* c, DType type, int64_t batch, int64_t elements,
                                   int64_t stride, float beta, const Launch& launch);
+// GEMM's bias epilogue when cuBLASLt cannot fuse it: c[i][j] = p + beta *
+// c[i][j] + bias[j] for i < m, j < n, in fp32 and rounded once, where p is
+// product[i * n + j] (fp32, alpha applied) or 0 when product is null; beta
+// == 0 ignores c's contents. bias has c's type.
+cudaError_t launch_bias_epilogue(void* c, DType type, const float* product, float beta,
+                                 const void* bias, int64_t m, int64_t n, const Launch& launch);
 
 // ---- sums (reduce.cu) --------------------------------------------------------
 // Both sums accumulate in double in an order fixed by the shapes and

@@ -249,9 +249,13 @@ void CublasLtGemm::multiply(const GemmArgs& g, int64_t first, int64_t count) {
   void* c = at(g.c, g.c_type, first * g.c_batch_stride);
   const int64_t c_stride = batched ? g.c_batch_stride : 0;
   if (g.k == 0 || g.alpha == 0.0f) {
+    if (g.bias) {  // a single product (check_args)
+      check(launch_bias_epilogue(c, g.c_type, nullptr, g.beta, g.bias, g.m, g.n, launch_),
+            "bias kernel launch");
+      return;
+    }
     check(launch_scale_matrices(c, g.c_type, count, g.m * g.n, c_stride, g.beta, launch_),
           "scale kernel launch");
-    if (g.bias) add_bias(g);
     return;
   }
   const void* a = at(g.a, g.ab_type, first * g.a_batch_stride);
@@ -270,18 +274,45 @@ void CublasLtGemm::multiply(const GemmArgs& g, int64_t first, int64_t count) {
   p.b_align = alignment(b, bytes_of(g.ab_type, p.b_stride));
   p.c_align = alignment(c, bytes_of(g.c_type, p.c_stride));
   const Plan& plan = plan_for(p);
+  if (g.bias && !plan.fused_bias) {
+    multiply_then_add_bias(g, p, a, b, c);
+    return;
+  }
   AlignedBias bias(*this, g, plan.fused_bias);
   if (plan.fused_bias) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias.get());
   check(cublasLtMatmul(handle_, plan.desc, &g.alpha, b, plan.first, a, plan.second, &g.beta, c,
                        plan.out, c, plan.out, &plan.algo, workspace_, kWorkspaceBytes,
                        launch_.stream),
         "cublasLtMatmul");
-  if (g.bias && !plan.fused_bias) add_bias(g);
 }
 
-// C += bias, row by row, after the product (k == 0, or no fused algorithm).
-void CublasLtGemm::add_bias(const GemmArgs& g) {
-  check(launch_binary(BinaryOp::Add, g.c, g.bias, g.c, g.c_type, g.m * g.n, g.n, launch_),
+// The bias epilogue where cuBLASLt has no algorithm with it: alpha * A B
+// goes to fp32 scratch, then a kernel adds beta * C and the bias in fp32
+// and rounds C once, as the fused epilogue does.
+void CublasLtGemm::multiply_then_add_bias(const GemmArgs& g, Problem p, const void* a,
+                                          const void* b, void* c) {
+  const size_t bytes = static_cast<size_t>(g.m * g.n) * sizeof(float);
+  void* product = memory_->allocate(bytes);
+  if (product == nullptr)
+    fail(AMPX_ERR_OUT_OF_MEMORY, "gemm: no device memory for a ", bytes, "-byte fp32 product");
+  struct GiveBack {
+    Allocator& memory;
+    void* ptr;
+    size_t bytes;
+    ~GiveBack() { memory.deallocate(ptr, bytes); }  // in stream order, after the kernels
+  } give_back{*memory_, product, bytes};
+
+  p.c_type = DType::F32;
+  p.bias = false;
+  p.c_align = alignment(product, 0);
+  const Plan& plan = plan_for(p);
+  const float zero = 0.0f;
+  check(cublasLtMatmul(handle_, plan.desc, &g.alpha, b, plan.first, a, plan.second, &zero,
+                       product, plan.out, product, plan.out, &plan.algo, workspace_,
+                       kWorkspaceBytes, launch_.stream),
+        "cublasLtMatmul");
+  check(launch_bias_epilogue(c, g.c_type, static_cast<const float*>(product), g.beta, g.bias,
+                             g.m, g.n, launch_),
         "bias kernel launch");
 }
 

@@ -20,9 +20,10 @@
 //
 // A bias (GemmArgs::bias) is cuBLASLt's BIAS epilogue, added in fp32
 // before C's rounding. Its vector must be 16-byte aligned there (an
-// unaligned one is copied to aligned scratch first); should cuBLASLt have no
-// algorithm with the epilogue for a problem, the bias is added by a kernel
-// after the product instead, rounding a 16-bit C twice.
+// unaligned one is copied to aligned scratch first). Should cuBLASLt have
+// no algorithm with the epilogue for a problem, the product goes to fp32
+// scratch and a kernel adds beta * C and the bias and rounds C once, so
+// the result is the fused epilogue's either way.
 //
 // Nothing synchronizes: descriptors and the algorithm are chosen on the
 // host (cuBLASLt's heuristic, whose answer is kept per problem), and the
@@ -91,7 +92,8 @@ class CublasLtGemm {
 
   // Products [first, first + count) of the batch, in one cuBLASLt call.
   void multiply(const GemmArgs& args, int64_t first, int64_t count);
-  void add_bias(const GemmArgs& args);
+  void multiply_then_add_bias(const GemmArgs& args, Problem problem, const void* a,
+                              const void* b, void* c);
   const Plan& plan_for(const Problem& problem);
 
   std::unique_ptr<Allocator> memory_;
