@@ -110,7 +110,8 @@ done
 echo
 echo "== configure and build ($BUILD) =="
 step configure 120 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DAMPX_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90 || finish
+  -DAMPX_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DAMPX_CUDA_EMULATOR=OFF || finish  # the real GPU is here: no emulated run
 step build 300 cmake --build "$BUILD" -j "$(nproc)" || finish
 
 # ---- tests ------------------------------------------------------------------

@@ -86,7 +86,9 @@ namespace ampx_emu {
 namespace {
 
 constexpr unsigned int kMaxBlockThreads = 1024;
-constexpr size_t kStackBytes = size_t{64} << 10;
+// Kernel parameters reach 32 KiB (multi_tensor.cuh), and each thread holds a
+// copy of them on its stack; AddressSanitizer adds redzones around it.
+constexpr size_t kStackBytes = size_t{256} << 10;
 constexpr size_t kGuardBytes = size_t{4} << 10;
 
 enum class LaneState { Runnable, AtBarrier, AtWarp, Done, Faulted };

@@ -12,6 +12,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -61,14 +62,18 @@ inline float value_of(DType t, uint32_t bits) {
   }
 }
 
+// The floating types are at most 4 bytes wide (clamped so the compiler can
+// see that the copy stays inside `bits`).
+inline size_t float_width(DType t) { return std::min(width(t), sizeof(uint32_t)); }
+
 inline void put(Bytes& b, DType t, size_t i, float v) {
   const uint32_t bits = bits_of(t, v);
-  std::memcpy(&b[i * width(t)], &bits, width(t));  // little endian
+  std::memcpy(&b[i * width(t)], &bits, float_width(t));  // little endian
 }
 
 inline float get(const Bytes& b, DType t, size_t i) {
   uint32_t bits = 0;
-  std::memcpy(&bits, &b[i * width(t)], width(t));
+  std::memcpy(&bits, &b[i * width(t)], float_width(t));
   return value_of(t, bits);
 }
 
