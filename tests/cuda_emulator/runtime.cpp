@@ -34,7 +34,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <thread>
 #include <vector>
 
@@ -228,9 +227,12 @@ struct CUstream_st {
 namespace ampx_emu {
 namespace {
 
+// Live streams by handle. Walks over them (device synchronization) hold a
+// reference, so a stream destroyed meanwhile by another thread stays valid
+// until they are done with it.
 struct Streams {
   std::mutex mutex;
-  std::set<CUstream_st*> live;
+  std::map<CUstream_st*, std::shared_ptr<CUstream_st>> live;
 };
 
 Streams& streams() {
@@ -251,15 +253,17 @@ void wait_idle(CUstream_st* stream) {
 
 // Work on the legacy default stream (nullptr) waits for every blocking
 // stream and then runs at once, on the calling thread.
+std::vector<std::shared_ptr<CUstream_st>> live_streams() {
+  Streams& s = streams();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  std::vector<std::shared_ptr<CUstream_st>> all;
+  for (const auto& entry : s.live) all.push_back(entry.second);
+  return all;
+}
+
 void wait_blocking_streams() {
-  std::vector<CUstream_st*> blocking;
-  {
-    Streams& s = streams();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    for (CUstream_st* st : s.live)
-      if (st->blocking) blocking.push_back(st);
-  }
-  for (CUstream_st* st : blocking) wait_idle(st);
+  for (const auto& stream : live_streams())
+    if (stream->blocking) wait_idle(stream.get());
 }
 
 // Captures this thread must not break: those it began in global or
@@ -268,7 +272,8 @@ bool capture_forbids_unsafe_calls() {
   Streams& s = streams();
   std::lock_guard<std::mutex> lock(s.mutex);
   bool forbidden = false;
-  for (CUstream_st* st : s.live) {
+  for (const auto& entry : s.live) {
+    CUstream_st* st = entry.first;
     std::lock_guard<std::mutex> stream_lock(st->mutex);
     if (!st->capture) continue;
     const bool applies = st->capture_mode == cudaStreamCaptureModeGlobal ||
@@ -307,24 +312,19 @@ std::shared_ptr<GraphData> capture_of(cudaStream_t stream) {
 }
 
 void synchronize_all() {
-  std::vector<CUstream_st*> all;
-  {
-    Streams& s = streams();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    all.assign(s.live.begin(), s.live.end());
-  }
-  for (CUstream_st* st : all) wait_idle(st);
+  for (const auto& stream : live_streams()) wait_idle(stream.get());
 }
 
 cudaError_t create_stream(cudaStream_t* out, bool blocking) {
   if (out == nullptr) return record_error(cudaErrorInvalidValue);
-  auto* stream = new CUstream_st;
+  auto stream = std::make_shared<CUstream_st>();
   stream->blocking = blocking;
-  stream->worker = std::thread([stream] { stream->work(); });
+  CUstream_st* handle = stream.get();
+  stream->worker = std::thread([handle] { handle->work(); });
   Streams& s = streams();
   std::lock_guard<std::mutex> lock(s.mutex);
-  s.live.insert(stream);
-  *out = stream;
+  s.live[handle] = std::move(stream);
+  *out = handle;
   return cudaSuccess;
 }
 
@@ -511,10 +511,14 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     invalidate_capture(stream);
     return record_error(cudaErrorStreamCaptureUnsupported);
   }
+  std::shared_ptr<CUstream_st> owner;
   {
     Streams& s = streams();
     std::lock_guard<std::mutex> lock(s.mutex);
-    s.live.erase(stream);
+    const auto it = s.live.find(stream);
+    if (it == s.live.end()) return record_error(cudaErrorInvalidResourceHandle);
+    owner = std::move(it->second);
+    s.live.erase(it);
   }
   // The runtime releases the stream once its queued work is done; the worker
   // finishes the queue before it stops.
@@ -524,7 +528,6 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     stream->changed.notify_all();
   }
   stream->worker.join();
-  delete stream;
   return cudaSuccess;
 }
 
@@ -720,7 +723,6 @@ cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* props
 // Allocations still out stay valid, as the runtime's do until freed.
 cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
   if (pool == nullptr) return record_error(cudaErrorInvalidValue);
-  synchronize_all();
   {
     Memory& m = memory();
     std::lock_guard<std::mutex> lock(m.mutex);
