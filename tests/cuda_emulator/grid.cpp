@@ -105,9 +105,14 @@ struct Lane {
   void* sp = nullptr;
   LaneState state = LaneState::Runnable;
   uint64_t result = 0;  // of the warp collective it waited at
+  WarpOp waiting_op = WarpOp::Sync;  // while AtWarp: where
+  unsigned int waiting_mask = 0;
 };
 
-// The lanes of one warp meeting at a collective.
+// The lanes of one warp meeting at a collective: those of `mask`, at the
+// same intrinsic with the same mask. Lanes of one warp may wait at several
+// at once (disjoint groups of a divergent warp, or some lanes already at a
+// __syncwarp while the others finish a shuffle), as on sm_70 and later.
 struct Rendezvous {
   unsigned int arrived = 0;
   unsigned int mask = 0;
@@ -165,7 +170,7 @@ class Stacks {
 // The block being run on this host thread.
 struct Block {
   std::vector<Lane> lanes;
-  std::vector<Rendezvous> warps;
+  std::vector<std::vector<Rendezvous>> warps;  // per warp, those waiting
   void* scheduler_sp = nullptr;
   Lane* running = nullptr;
   const std::function<void()>* body = nullptr;
@@ -261,22 +266,36 @@ std::string deadlock_report(const Block& b) {
   }
   s << "kernel deadlock: " << at_barrier << " thread(s) at __syncthreads, " << done
     << " exited";
+  std::ostringstream waits;
+  bool crossed = false;  // a lane a collective waits for waits at another one
   for (size_t w = 0; w < b.warps.size(); ++w) {
-    const Rendezvous& r = b.warps[w];
-    if (r.arrived == 0) continue;
-    s << "; warp " << w << " waits at " << op_name(r.op) << " (mask 0x" << std::hex << r.mask
-      << ", arrived 0x" << r.arrived << std::dec << ") for lanes that are";
-    for (unsigned int l = 0; l < 32; ++l) {
-      if (!(r.mask & (1u << l)) || (r.arrived & (1u << l))) continue;
-      const size_t t = w * 32 + l;
-      if (t >= b.lanes.size()) {
-        s << " " << l << ":absent";
-        continue;
+    for (const Rendezvous& r : b.warps[w]) {
+      waits << "; warp " << w << " waits at " << op_name(r.op) << " (mask 0x" << std::hex
+            << r.mask << ", arrived 0x" << r.arrived << std::dec << ") for lanes that are";
+      for (unsigned int l = 0; l < 32; ++l) {
+        if (!(r.mask & (1u << l)) || (r.arrived & (1u << l))) continue;
+        const size_t t = w * 32 + l;
+        waits << " " << l;
+        if (t >= b.lanes.size()) {
+          waits << ":absent";
+          continue;
+        }
+        const Lane& lane = b.lanes[t];
+        switch (lane.state) {
+          case LaneState::Done: waits << ":exited"; break;
+          case LaneState::AtBarrier: waits << ":at-syncthreads"; break;
+          case LaneState::AtWarp:
+            crossed = true;
+            waits << ":at-" << op_name(lane.waiting_op) << "(0x" << std::hex << lane.waiting_mask
+                  << std::dec << ")";
+            break;
+          default: waits << ":elsewhere"; break;
+        }
       }
-      const LaneState st = b.lanes[t].state;
-      s << " " << l << (st == LaneState::Done ? ":exited" : st == LaneState::AtBarrier ? ":at-syncthreads" : ":elsewhere");
     }
   }
+  if (crossed) s << " -- lanes of one warp wait at different warp intrinsics";
+  s << waits.str();
   if (!b.lanes.empty()) s << " (block (" << b.lanes[0].place.block_idx.x << ","
                           << b.lanes[0].place.block_idx.y << "," << b.lanes[0].place.block_idx.z
                           << "))";
@@ -295,7 +314,7 @@ void run_block(Block& b, const dim3& grid, const dim3& dims, const uint3& block_
                uint64_t block_serial) {
   const unsigned int n = dims.x * dims.y * dims.z;
   b.lanes.assign(n, Lane{});
-  b.warps.assign((n + 31) / 32, Rendezvous{});
+  b.warps.assign((n + 31) / 32, std::vector<Rendezvous>{});
   for (unsigned int t = 0; t < n; ++t) {
     Lane& lane = b.lanes[t];
     lane.place.thread_idx = uint3{t % dims.x, (t / dims.x) % dims.y, t / (dims.x * dims.y)};
@@ -348,25 +367,28 @@ uint64_t warp_collective(WarpOp op, unsigned int mask, uint64_t value, int arg, 
   Lane& me = *b.running;
   const size_t t = static_cast<size_t>(&me - b.lanes.data());
   const unsigned int lane = static_cast<unsigned int>(t % 32);
-  Rendezvous& r = b.warps[t / 32];
   if (width <= 0 || width > 32 || (width & (width - 1)) != 0)
     lane_fault(b, std::string(op_name(op)) + " with width " + std::to_string(width));
   if (!(mask & (1u << lane))) lane_fault(b, std::string(op_name(op)) + " by a lane outside its mask");
-  if (r.arrived == 0) {
-    r.mask = mask;
-    r.op = op;
-    r.width = width;
-  } else if (r.mask != mask || r.op != op || r.width != width) {
-    std::ostringstream s;
-    s << "lanes of one warp met at different warp intrinsics: " << op_name(op) << " mask 0x"
-      << std::hex << mask << " vs " << op_name(r.op) << " mask 0x" << r.mask;
-    lane_fault(b, s.str());
+  std::vector<Rendezvous>& waiting = b.warps[t / 32];
+  size_t index = 0;
+  while (index < waiting.size() &&
+         (waiting[index].op != op || waiting[index].mask != mask || waiting[index].width != width))
+    ++index;
+  if (index == waiting.size()) {
+    waiting.emplace_back();
+    waiting.back().mask = mask;
+    waiting.back().op = op;
+    waiting.back().width = width;
   }
+  Rendezvous& r = waiting[index];
   r.values[lane] = value;
   r.args[lane] = arg;
   r.arrived |= 1u << lane;
   if (r.arrived != r.mask) {
     me.state = LaneState::AtWarp;
+    me.waiting_op = op;
+    me.waiting_mask = mask;
     switch_to_scheduler(b, false);
     return me.result;
   }
@@ -400,7 +422,6 @@ uint64_t warp_collective(WarpOp op, unsigned int mask, uint64_t value, int arg, 
     }
     if (source >= 0) {
       if (!(r.mask & (1u << source))) {
-        r.arrived = 0;
         lane_fault(b, std::string(op_name(r.op)) + ": lane " + std::to_string(l) +
                           " reads lane " + std::to_string(source) + ", which is not in the mask");
       }
@@ -410,7 +431,7 @@ uint64_t warp_collective(WarpOp op, unsigned int mask, uint64_t value, int arg, 
     peer.result = result;
     if (&peer != &me) peer.state = LaneState::Runnable;
   }
-  r.arrived = 0;
+  waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(index));
   return me.result;
 }
 
