@@ -675,6 +675,33 @@ TEST_CASE("calls a graph cannot hold fail and invalidate the capture") {
   CHECK(cudaStreamSynchronize(stream) == cudaSuccess);  // the capture is over
 }
 
+TEST_CASE("a graph may free only memory it allocated, and nothing is freed twice") {
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  cudaMemPool_t pool = nullptr;
+  REQUIRE(cudaMemPoolCreate(&pool, &props) == cudaSuccess);
+  Stream stream;
+  void* older = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&older, 256, pool, stream) == cudaSuccess);
+
+  // Freed at every replay, it would be freed again and again.
+  REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  CHECK(cudaFreeAsync(older, stream) == cudaErrorInvalidValue);
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamEndCapture(stream, &graph) == cudaErrorStreamCaptureInvalidated);
+  cudaGetLastError();
+
+  CHECK(cudaFreeAsync(older, stream) == cudaSuccess);
+  CHECK(cudaFreeAsync(older, stream) == cudaErrorInvalidValue);
+  cudaGetLastError();
+  CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+  cudaPointerAttributes attributes{};
+  REQUIRE(cudaPointerGetAttributes(&attributes, older) == cudaSuccess);
+  CHECK(attributes.type == cudaMemoryTypeUnregistered);
+  CHECK(cudaMemPoolDestroy(pool) == cudaSuccess);
+}
+
 TEST_CASE("pool memory taken during a capture lives as long as the graph") {
   constexpr int kCount = 1 << 18;  // 1 MiB of ints
   DeviceArray<int> counter(1, 0), result(kCount);

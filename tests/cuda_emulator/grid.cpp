@@ -4,12 +4,16 @@
 //
 // What a fiber-per-thread execution checks that a plain loop could not:
 // barriers and warp collectives really wait for their peers, so a kernel
-// whose threads meet different barriers, leave a warp intrinsic's mask
-// short, or read a lane outside the mask stops with a description instead
-// of giving a plausible result. Between two barriers the threads of a block
-// run in an order that changes from block to block and pass to pass
-// (forward, backward, rotated), so a result that depends on which thread
-// writes shared memory first differs between runs of the tests.
+// whose threads leave a warp intrinsic's mask short, read a lane outside
+// the mask, or wait at __syncthreads for threads stuck elsewhere stops with
+// a description instead of giving a plausible result. (Threads waiting at
+// two different __syncthreads calls are released together, as a GPU does:
+// telling the calls apart by address fails where the compiler duplicates a
+// barrier.) Blocks run in ascending and descending order in alternate
+// launches; between two barriers the threads of a block run in an order
+// that changes from block to block and pass to pass (forward, backward,
+// rotated). A result that depends on either order differs from run to
+// run, which the tests' bit-for-bit comparisons see.
 #include <cuda_runtime.h>
 
 #include <sys/mman.h>
@@ -398,7 +402,7 @@ uint64_t warp_collective(WarpOp op, unsigned int mask, uint64_t value, int arg, 
   for (unsigned int l = 0; l < 32; ++l) {
     if (!(r.mask & (1u << l))) continue;
     const unsigned int segment = l & ~static_cast<unsigned int>(r.width - 1);
-    const int a = r.args[l];
+    const int a = r.op == WarpOp::Index ? r.args[l] : r.args[l] & 31;  // PTX reads 5 bits
     uint64_t result = 0;
     long source = -1;  // the lane whose value l receives, when it is another's
     switch (r.op) {
@@ -444,10 +448,18 @@ void run_grid(const dim3& grid, const dim3& dims, const std::function<void()>& b
   b.fault.clear();
   this_block = &b;
   try {
-    uint64_t serial = 0;
-    for (unsigned int z = 0; z < grid.z; ++z)
-      for (unsigned int y = 0; y < grid.y; ++y)
-        for (unsigned int x = 0; x < grid.x; ++x) run_block(b, grid, dims, uint3{x, y, z}, serial++);
+    // Blocks run first to last in one launch and last to first in the next,
+    // so a kernel relying on an order of blocks gives different results.
+    thread_local uint64_t launches = 0;
+    const bool backward = launches++ % 2 == 1;
+    const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+    for (uint64_t serial = 0; serial < blocks; ++serial) {
+      const uint64_t i = backward ? blocks - 1 - serial : serial;
+      const uint3 block_idx{static_cast<unsigned int>(i % grid.x),
+                            static_cast<unsigned int>(i / grid.x % grid.y),
+                            static_cast<unsigned int>(i / (uint64_t{grid.x} * grid.y))};
+      run_block(b, grid, dims, block_idx, serial);
+    }
   } catch (...) {
     this_block = nullptr;
     throw;

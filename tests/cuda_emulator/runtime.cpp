@@ -70,7 +70,7 @@ struct Allocation {
   MemoryKind kind;
   CUmemPoolHandle_st* pool;
   const void* graph;  // the graph whose capture made it, while that graph lives
-  bool freed;         // (graph memory) freed, inside or outside the graph
+  bool freed;         // a free was issued (graph memory: inside or outside the graph)
 };
 
 struct Memory {
@@ -532,9 +532,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  if (stream == nullptr) {
+  if (stream == nullptr) {  // the legacy stream's work ran when it was enqueued
     if (const cudaError_t refused = refuse_if_capturing()) return refused;
-    synchronize_all();
+    wait_blocking_streams();
     return cudaSuccess;
   }
   if (!is_live(stream)) return record_error(cudaErrorInvalidResourceHandle);
@@ -656,6 +656,16 @@ cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
   if (const cudaError_t refused = refuse_if_capturing()) return refused;
   synchronize_all();
+  {
+    Memory& m = memory();
+    std::lock_guard<std::mutex> lock(m.mutex);
+    const auto it = m.allocations.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it != m.allocations.end() && it->second.graph != nullptr) {
+      if (it->second.freed) return record_error(cudaErrorInvalidValue);
+      it->second.freed = true;  // graph memory: see GraphData
+      return cudaSuccess;
+    }
+  }
   return release(ptr, MemoryKind::Device) ? cudaSuccess : record_error(cudaErrorInvalidValue);
 }
 
@@ -671,9 +681,11 @@ cudaError_t cudaFreeHost(void* ptr) {
   return release(ptr, MemoryKind::Pinned) ? cudaSuccess : record_error(cudaErrorInvalidValue);
 }
 
+// On the legacy default stream, which waits for blocking streams only: a
+// program that reads what a non-blocking stream (ampx's own) computes must
+// synchronise that stream first, here as on a GPU.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
   if (const cudaError_t refused = refuse_if_capturing()) return refused;
-  synchronize_all();
   return copy_async(dst, src, bytes, nullptr);
 }
 
@@ -684,7 +696,6 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 
 cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
   if (const cudaError_t refused = refuse_if_capturing()) return refused;
-  synchronize_all();
   return cudaMemsetAsync(dst, value, bytes, nullptr);
 }
 
@@ -776,19 +787,29 @@ cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t bytes, cudaMemPool_t pool
   return status;
 }
 
+// Refused (cudaErrorInvalidValue): a pointer that does not start a device
+// allocation, a second free of one, and, during a capture, memory the graph
+// did not allocate itself -- every replay would free it again.
 cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
   if (ptr == nullptr) return cudaSuccess;
   if (stream != nullptr && !is_live(stream)) return record_error(cudaErrorInvalidResourceHandle);
-  uintptr_t base = 0;
-  Allocation a{};
-  if (!find_allocation(ptr, &base, &a) || base != reinterpret_cast<uintptr_t>(ptr) ||
-      a.kind != MemoryKind::Device)
-    return record_error(cudaErrorInvalidValue);
-  if (a.graph != nullptr) {  // graph memory: see GraphData
+  const std::shared_ptr<GraphData> capture = capture_of(stream);
+  {
     Memory& m = memory();
     std::lock_guard<std::mutex> lock(m.mutex);
-    m.allocations[base].freed = true;
-    return cudaSuccess;
+    const auto it = m.allocations.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == m.allocations.end() || it->second.kind != MemoryKind::Device || it->second.freed)
+      return record_error(cudaErrorInvalidValue);
+    Allocation& a = it->second;
+    if (a.graph != nullptr) {  // graph memory: see GraphData
+      a.freed = true;
+      return cudaSuccess;
+    }
+    if (!capture) a.freed = true;
+  }
+  if (capture) {
+    invalidate_capture(stream);
+    return record_error(cudaErrorInvalidValue);
   }
   return enqueue(stream, [ptr] { release(ptr, MemoryKind::Device); });
 }
