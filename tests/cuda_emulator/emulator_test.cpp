@@ -588,6 +588,22 @@ cudaMemPool_t make_pool() {
   return pool;
 }
 
+TEST_CASE("copies and memsets stay inside the allocation as asked for") {
+  void* device = nullptr;
+  REQUIRE(cudaMalloc(&device, 100) == cudaSuccess);  // 256 bytes underneath
+  std::vector<unsigned char> host(101, 7);
+  Stream stream;
+  CHECK(cudaMemcpyAsync(device, host.data(), 100, cudaMemcpyHostToDevice, stream) == cudaSuccess);
+  CHECK(cudaMemcpyAsync(device, host.data(), 101, cudaMemcpyHostToDevice, stream) ==
+        cudaErrorInvalidValue);
+  CHECK(cudaMemcpyAsync(host.data(), static_cast<char*>(device) + 1, 100,
+                        cudaMemcpyDeviceToHost, stream) == cudaErrorInvalidValue);
+  CHECK(cudaMemsetAsync(static_cast<char*>(device) + 50, 0, 51, stream) == cudaErrorInvalidValue);
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+  CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+  CHECK(cudaFree(device) == cudaSuccess);
+}
+
 TEST_CASE("new device memory reads 0xff bytes") {
   constexpr size_t kBytes = 1000;
   Stream stream;

@@ -5,7 +5,9 @@
 //
 // What it checks that a GPU would also refuse or get wrong:
 //   - device memory is a registry of allocations: cuBLASLt's operands and the
-//     pointer queries see host memory as host memory; a new allocation is
+//     pointer queries see host memory as host memory; copies, memsets and
+//     cuBLASLt's operands must lie inside an allocation as asked for (not as
+//     rounded up to 256 bytes underneath); a new allocation is
 //     filled with 0xff bytes (NaN, index -1), as stale device memory would
 //     hold garbage, so a kernel reading what nobody wrote shows it;
 //   - work runs on the stream's thread while the host goes on, so a result
@@ -66,7 +68,8 @@ thread_local cudaError_t last_error = cudaSuccess;
 enum class MemoryKind { Device, Pinned };
 
 struct Allocation {
-  size_t bytes;
+  size_t bytes;      // as allocated: rounded up to kAllocationAlignment
+  size_t requested;  // as asked for: what accesses are checked against
   MemoryKind kind;
   CUmemPoolHandle_st* pool;
   const void* graph;  // the graph whose capture made it, while that graph lives
@@ -105,7 +108,7 @@ cudaError_t allocate(void** ptr, size_t bytes, MemoryKind kind, CUmemPoolHandle_
   }
   if (kind == MemoryKind::Device) std::memset(p, 0xff, size);
   std::lock_guard<std::mutex> lock(m.mutex);
-  m.allocations[reinterpret_cast<uintptr_t>(p)] = Allocation{size, kind, pool, graph, false};
+  m.allocations[reinterpret_cast<uintptr_t>(p)] = Allocation{size, bytes, kind, pool, graph, false};
   if (pool != nullptr) {
     pool->used += size;
     pool->used_high = std::max(pool->used_high, pool->used);
@@ -342,6 +345,10 @@ cudaError_t copy_async(void* dst, const void* src, size_t bytes, cudaStream_t st
     std::memmove(dst, src, bytes);  // host to host
     return cudaSuccess;
   }
+  // The device side must lie inside its allocation (as asked for, not as
+  // rounded up): a copy past a tensor's end is a bug a GPU may not show.
+  if ((dst_device && !is_device_memory(dst, bytes)) || (src_device && !is_device_memory(src, bytes)))
+    return record_error(cudaErrorInvalidValue);
   const bool pageable_src = !src_device && !is_pinned(src);
   const bool pageable_dst = !dst_device && !is_pinned(dst);
   if (stream != nullptr && capturing(stream) && (pageable_src || pageable_dst)) {
@@ -369,7 +376,7 @@ bool is_device_memory(const void* ptr, size_t bytes) {
   uintptr_t base = 0;
   Allocation a{};
   if (!find_allocation(ptr, &base, &a) || a.kind != MemoryKind::Device) return false;
-  return reinterpret_cast<uintptr_t>(ptr) - base + bytes <= a.bytes;
+  return reinterpret_cast<uintptr_t>(ptr) - base + bytes <= a.requested;
 }
 
 cudaError_t enqueue(cudaStream_t stream, std::function<void()> work) {
