@@ -87,10 +87,10 @@ cudaError_t launch_multi_tensor_scale(const std::vector<TensorSpan>& ins,
         return enqueue(kernel, blocks, launch, args, factor, reciprocal, found_inf);
       });
     };
-    const cudaError_t status = with_float_dtype(group.first, [&](auto in_tag) {
+    const cudaError_t status = visit_floating(group.first, [&](auto in_tag) {
       constexpr int S = decltype(in_tag)::value;
       if (!write) return run(scale_kernel<S, kCheckOnly>);
-      return with_float_dtype(group.second, [&](auto out_tag) {
+      return visit_floating(group.second, [&](auto out_tag) {
         return run(scale_kernel<S, decltype(out_tag)::value>);
       });
     });

@@ -475,7 +475,7 @@ cudaError_t launch_batch_norm_stats(const void* x, DType type, int64_t n, int64_
   const BnPlan p = plan_passes(s, launch);
   auto* partials = static_cast<double*>(scratch);
   double* mean_d = partials + p.partials(s);
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     const unsigned int blocks = channel_blocks(channels, launch);
@@ -500,7 +500,7 @@ cudaError_t launch_batch_norm(const void* x, DType type, int64_t n, int64_t chan
   if (n <= 0 || channels <= 0 || inner <= 0) return cudaSuccess;
   const BnShape s = make_shape(n, channels, inner);
   const BnPlan p = plan_passes(s, launch);
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const NormalizePass<D> pass{static_cast<const Elem<D>*>(x), static_cast<Elem<D>*>(y), mean,
                                 var, weight, bias, eps};
@@ -529,7 +529,7 @@ cudaError_t launch_batch_norm_backward(const void* x, const void* dy, DType type
   auto* partials = static_cast<double*>(scratch);
   // dx's coefficients after both partial arrays; doubles keep them aligned.
   float* coefs = dx ? reinterpret_cast<float*>(partials + 2 * stride) : nullptr;
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     const auto* grad_out = static_cast<const Elem<D>*>(dy);

@@ -58,7 +58,7 @@ cudaError_t launch_bce_with_logits(const void* logits, const void* targets, DTyp
                                    int64_t count, float* losses, const Launch& launch) {
   if (count <= 0) return cudaSuccess;
   const Stretches st = plan_stretches(count, launch);
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     return enqueue(bce_with_logits_kernel<D>, st.blocks, launch,
                    static_cast<const Elem<D>*>(logits), static_cast<const Elem<D>*>(targets),

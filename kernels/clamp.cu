@@ -54,7 +54,7 @@ cudaError_t launch_multi_tensor_clamp(const std::vector<TensorSpan>& tensors, fl
   std::vector<DType> types;
   for (const TensorSpan& t : tensors) types.push_back(t.dtype);
   for (const DtypeGroup& group : group_by_dtypes(types, types, element_counts(tensors))) {
-    const cudaError_t status = with_float_dtype(group.first, [&](auto tag) {
+    const cudaError_t status = visit_floating(group.first, [&](auto tag) {
       const auto kernel = clamp_kernel<decltype(tag)::value>;
       return launch_group<1>(
           group,

@@ -100,7 +100,7 @@ cudaError_t launch_cross_entropy(const void* logits, DType type, const void* lab
                                  DType label_type, int64_t rows, int64_t cols,
                                  int64_t ignore_index, float* losses, const Launch& launch) {
   if (rows <= 0) return cudaSuccess;
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     return with_label_type(label_type, [&](auto label) {
       using Label = decltype(label);
@@ -119,7 +119,7 @@ cudaError_t launch_cross_entropy_backward(const void* logits, DType type, const 
                                           int64_t ignore_index, const float* dloss, float scale,
                                           void* dlogits, const Launch& launch) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     return with_label_type(label_type, [&](auto label) {
       using Label = decltype(label);

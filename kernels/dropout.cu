@@ -74,7 +74,7 @@ cudaError_t launch_dropout(const void* x, void* y, DType type, int64_t count, ui
                            const Launch& launch) {
   if (count <= 0) return cudaSuccess;
   const math::PhiloxKey key = math::dropout_key(seed);
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const uintptr_t quad = sizeof(Quad<Elem<D>>);
     const bool vector = reinterpret_cast<uintptr_t>(x) % quad == 0 &&

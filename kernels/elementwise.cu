@@ -188,7 +188,7 @@ cudaError_t launch_activation(UnaryOp op, const void* x, const void* dy, void* o
                               int64_t count, const Launch& launch) {
   if (count <= 0) return cudaSuccess;
   const Stretches st = plan_stretches(count, launch);
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     return with_activation(op, [&](auto act) {
       return enqueue(activation_kernel<D, decltype(act), Backward>, st.blocks, launch,
@@ -223,12 +223,15 @@ cudaError_t launch_unary_backward(UnaryOp op, const void* x, const void* dy, voi
 cudaError_t launch_binary(BinaryOp op, const void* a, const void* b, void* out, DType type,
                           int64_t count, int64_t b_count, const Launch& launch) {
   if (count <= 0) return cudaSuccess;
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     switch (op) {
-      case BinaryOp::Add: return launch_binary_op<D, BinaryOp::Add>(a, b, out, count, b_count, launch);
-      case BinaryOp::Sub: return launch_binary_op<D, BinaryOp::Sub>(a, b, out, count, b_count, launch);
-      case BinaryOp::Mul: return launch_binary_op<D, BinaryOp::Mul>(a, b, out, count, b_count, launch);
+      case BinaryOp::Add:
+        return launch_binary_op<D, BinaryOp::Add>(a, b, out, count, b_count, launch);
+      case BinaryOp::Sub:
+        return launch_binary_op<D, BinaryOp::Sub>(a, b, out, count, b_count, launch);
+      case BinaryOp::Mul:
+        return launch_binary_op<D, BinaryOp::Mul>(a, b, out, count, b_count, launch);
     }
     return cudaErrorInvalidValue;
   });
@@ -238,7 +241,7 @@ cudaError_t launch_affine(const void* x, void* y, DType type, int64_t count, flo
                           float shift, const Launch& launch) {
   if (count <= 0) return cudaSuccess;
   const Stretches st = plan_stretches(count, launch);
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     return enqueue(affine_kernel<D>, st.blocks, launch, static_cast<const Elem<D>*>(x),
                    static_cast<Elem<D>*>(y), count, st.length, scale, shift);
@@ -249,9 +252,9 @@ cudaError_t launch_add_into(void* dst, DType dst_type, const void* src, DType sr
                             int64_t count, const Launch& launch) {
   if (count <= 0) return cudaSuccess;
   const Stretches st = plan_stretches(count, launch);
-  return with_float_dtype(dst_type, [&](auto dst_tag) {
+  return visit_floating(dst_type, [&](auto dst_tag) {
     constexpr int D = decltype(dst_tag)::value;
-    return with_float_dtype(src_type, [&](auto src_tag) {
+    return visit_floating(src_type, [&](auto src_tag) {
       constexpr int S = decltype(src_tag)::value;
       return enqueue(add_into_kernel<D, S>, st.blocks, launch, static_cast<Elem<D>*>(dst),
                      static_cast<const Elem<S>*>(src), count, st.length);
@@ -262,7 +265,7 @@ cudaError_t launch_add_into(void* dst, DType dst_type, const void* src, DType sr
 cudaError_t launch_scale_matrices(void* c, DType type, int64_t batch, int64_t elements,
                                   int64_t stride, float beta, const Launch& launch) {
   if (batch <= 0 || elements <= 0) return cudaSuccess;
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     return enqueue(scale_matrices_kernel<D>, grid_blocks(batch * elements, launch), launch,
                    static_cast<Elem<D>*>(c), batch, elements, stride, beta);
@@ -272,7 +275,7 @@ cudaError_t launch_scale_matrices(void* c, DType type, int64_t batch, int64_t el
 cudaError_t launch_bias_epilogue(void* c, DType type, const float* product, float beta,
                                  const void* bias, int64_t m, int64_t n, const Launch& launch) {
   if (m <= 0 || n <= 0) return cudaSuccess;
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     return enqueue(bias_epilogue_kernel<D>, grid_blocks(m * n, launch), launch,
                    static_cast<Elem<D>*>(c), product, beta, static_cast<const Elem<D>*>(bias), m,

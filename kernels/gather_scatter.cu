@@ -534,7 +534,7 @@ cudaError_t launch_scatter_add_rows(const void* src, DType src_type, int64_t col
   const int64_t units = tiles * pieces;
   const unsigned int walk_blocks = static_cast<unsigned int>(
       units < launch.max_blocks ? units : launch.max_blocks);
-  return with_float_dtype(src_type, [&](auto tag) {
+  return visit_floating(src_type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     return enqueue(scatter_walk_kernel<D>, walk_blocks, launch, static_cast<const Elem<D>*>(src),
                    cols, s, count, pieces, limit, dst);

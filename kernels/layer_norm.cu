@@ -259,7 +259,7 @@ cudaError_t launch_layer_norm(const void* x, const void* weight, const void* bia
                               float* rstd, const Launch& launch) {
   // cols == 0 runs: like the CPU, each row's statistics are then 0 / 0.
   if (rows <= 0 || cols < 0) return cudaSuccess;
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     return with_row_group(cols, [&](auto group) {
       constexpr int G = decltype(group)::value;
@@ -282,7 +282,7 @@ cudaError_t launch_layer_norm_backward(const void* x, const void* dy, const void
                                        const float* rstd, void* dx, void* dweight, void* dbias,
                                        void* scratch, const Launch& launch) {
   if (rows < 0 || cols <= 0) return cudaSuccess;
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     const auto* grad_out = static_cast<const Elem<D>*>(dy);

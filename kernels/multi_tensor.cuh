@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/backend.h"
+#include "core/backend_amp.h"
 #include "core/multi_tensor.h"
 #include "fill_convert.cuh"
 #include "math/convert.h"
@@ -74,21 +74,6 @@ struct TensorListArgs {
   int32_t tag[kSlots];          // a per-tensor value: param group, list index
   int32_t slots;
 };
-
-template <int D>
-using DtypeTag = std::integral_constant<int, D>;
-
-// Calls fn(DtypeTag<D>{}) for the floating dtype t and returns its status;
-// the backend's argument checks have excluded the other types.
-template <class Fn>
-cudaError_t with_float_dtype(DType t, Fn&& fn) {
-  switch (t) {
-    case DType::F32: return fn(DtypeTag<AMPX_F32>{});
-    case DType::F16: return fn(DtypeTag<AMPX_F16>{});
-    case DType::BF16: return fn(DtypeTag<AMPX_BF16>{});
-    default: return cudaErrorInvalidValue;
-  }
-}
 
 // ---- device side ----------------------------------------------------------
 

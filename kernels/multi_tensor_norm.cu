@@ -84,7 +84,7 @@ cudaError_t launch_norm(const std::vector<TensorSpan>& tensors, double* partials
       args.ptr[0][slot] = tensors[static_cast<size_t>(i)].data;
     };
     int64_t group_chunks = 0;
-    const cudaError_t status = with_float_dtype(group.first, [&](auto tag) {
+    const cudaError_t status = visit_floating(group.first, [&](auto tag) {
       const auto kernel = norm_partials_kernel<decltype(tag)::value, Type>;
       return launch_group<1>(group, fill, [&](const TensorListArgs<1>& args, unsigned int blocks,
                                               int64_t first_chunk) {

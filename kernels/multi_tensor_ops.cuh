@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/backend.h"
+#include "core/backend_amp.h"
 #include "fill_convert.cuh"
 
 namespace ampx {

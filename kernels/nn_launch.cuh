@@ -21,7 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/backend.h"
+#include "core/backend_nn.h"
 #include "fill_convert.cuh"
 
 namespace ampx {

@@ -17,7 +17,7 @@
 
 #include <cstdint>
 
-#include "core/backend.h"
+#include "core/backend_nn.h"
 #include "fill_convert.cuh"
 
 namespace ampx {

@@ -98,8 +98,8 @@ cudaError_t launch_optimizer(const std::vector<OptimParam>& params, LaunchKernel
     args.tag[slot] = p.group;
   };
   for (const DtypeGroup& group : group_by_dtypes(param_types, grad_types, element_counts(params))) {
-    const cudaError_t status = with_float_dtype(group.first, [&](auto param_tag) {
-      return with_float_dtype(group.second, [&](auto grad_tag) {
+    const cudaError_t status = visit_floating(group.first, [&](auto param_tag) {
+      return visit_floating(group.second, [&](auto grad_tag) {
         return launch_group<Depth>(group, fill, [&](const TensorListArgs<Depth>& args,
                                                      unsigned int blocks, int64_t) {
           return launch_kernel(param_tag, grad_tag, args, blocks);

@@ -152,9 +152,9 @@ cudaError_t launch_sum_rows(const void* x, DType type, int64_t rows, int64_t col
   const int64_t items = plan.tiles * plan.splits;
   const auto blocks =
       static_cast<unsigned int>(items < launch.max_blocks ? items : launch.max_blocks);
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
-    return with_float_dtype(out_type, [&](auto out_tag) {
+    return visit_floating(out_type, [&](auto out_tag) {
       constexpr int O = decltype(out_tag)::value;
       const cudaError_t status =
           enqueue(row_sum_kernel<D, O>, blocks, launch, static_cast<const Elem<D>*>(x), rows,
@@ -173,7 +173,7 @@ int64_t sum_all_partials(int64_t count, const Launch& launch) {
 
 cudaError_t launch_sum_all(const void* x, DType type, int64_t count, float* out,
                            double* partials, const Launch& launch) {
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     int64_t blocks = 0;
     if (count > 0) {

@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 cudaError_t launch_softmax(const void* x, void* y, DType type, int64_t rows, int64_t cols,
                            bool log, const Launch& launch) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     return with_row_group(cols, [&](auto group) {
       constexpr int G = decltype(group)::value;
@@ -93,7 +93,7 @@ cudaError_t launch_softmax(const void* x, void* y, DType type, int64_t rows, int
 cudaError_t launch_softmax_backward(const void* y, const void* dy, void* dx, DType type,
                                     int64_t rows, int64_t cols, bool log, const Launch& launch) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
-  return with_float_dtype(type, [&](auto tag) {
+  return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     return with_row_group(cols, [&](auto group) {
       constexpr int G = decltype(group)::value;

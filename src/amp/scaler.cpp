@@ -107,17 +107,18 @@ Tensor* Scaler::scale_loss(const Tensor& loss) {
   if (loss.ctx != ctx_) fail(AMPX_ERR_DEVICE, "'loss' belongs to a different context than the scaler");
   if (!is_floating(loss.dtype))
     fail(AMPX_ERR_DTYPE, "'loss' is ", loss.describe(), "; a loss is f32, f16 or bf16");
+  AmpPrimitives& amp = ctx_->backend().require<AmpPrimitives>("scale_loss");
   TensorRef out(Tensor::empty(*ctx_, DType::F32, loss.shape));
   const TensorSpan in{loss.data(), loss.dtype, loss.numel()};
   const TensorSpan result{out->data(), DType::F32, out->numel()};
   // A disabled scaler's device scale is 1, so this is a plain f32 copy.
-  ctx_->backend().multi_tensor_scale({in}, {result}, static_cast<const float*>(scale_->data()),
-                                     false, nullptr);
+  amp.multi_tensor_scale({in}, {result}, static_cast<const float*>(scale_->data()), false, nullptr);
   return out.take();
 }
 
 void Scaler::unscale(Optimizer& optimizer) {
   if (!options_.enabled) return;
+  AmpPrimitives& amp = ctx_->backend().require<AmpPrimitives>("unscale");
   check_attachable(optimizer);
   if (optimizer.amp_state == AmpState::Unscaled)
     fail(AMPX_ERR_ORDER,
@@ -135,7 +136,7 @@ void Scaler::unscale(Optimizer& optimizer) {
   Backend& backend = ctx_->backend();
   float* found_inf = static_cast<float*>(optimizer.found_inf().data());
   backend.fill(found_inf, 4, 0, 1);
-  backend.multi_tensor_scale(ins, outs, static_cast<const float*>(scale_->data()), true, found_inf);
+  amp.multi_tensor_scale(ins, outs, static_cast<const float*>(scale_->data()), true, found_inf);
   optimizer.mark_unscaled(true);
   optimizer.amp_state = AmpState::Unscaled;
   if (std::find(active_.begin(), active_.end(), &optimizer) == active_.end())
@@ -166,8 +167,10 @@ void Scaler::update(bool force, double new_scale) {
          "ampx_scaler_unscale) for at least one optimizer before ampx_scaler_update");
   std::vector<const float*> found_infs;
   for (Optimizer* o : active_) found_infs.push_back(static_cast<const float*>(o->found_inf().data()));
-  ctx_->backend().scaler_update(static_cast<math::ScalerState*>(state_->data()), found_infs,
-                                config(), force, static_cast<float>(new_scale));
+  ctx_->backend()
+      .require<AmpPrimitives>("the scaler update")
+      .scaler_update(static_cast<math::ScalerState*>(state_->data()), found_infs, config(), force,
+                     static_cast<float>(new_scale));
   for (Optimizer* o : active_) {
     o->amp_state = AmpState::Ready;
     o->mark_unscaled(false);
@@ -181,15 +184,13 @@ bool Scaler::found_inf(Optimizer& optimizer) {
          "no inf check was recorded for this optimizer since the last update; call "
          "ampx_scaler_unscale or ampx_scaler_step first");
   float value = 0.0f;
-  ctx_->raise_index_errors();
-  ctx_->backend().copy_to_host(&value, optimizer.found_inf().data(), sizeof value);
+  ctx_->read_to_host(&value, optimizer.found_inf().data(), sizeof value);
   return value != 0.0f;
 }
 
 math::ScalerState Scaler::read_state() {
   math::ScalerState state{};
-  ctx_->raise_index_errors();
-  ctx_->backend().copy_to_host(&state, state_->data(), sizeof state);
+  ctx_->read_to_host(&state, state_->data(), sizeof state);
   return state;
 }
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "core/backend.h"
+#include "core/backend_amp.h"
 #include "core/context.h"
 #include "core/tensor.h"
 

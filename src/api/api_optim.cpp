@@ -257,8 +257,7 @@ ampx_status ampx_optimizer_last_step_taken(ampx_optimizer optimizer, int32_t* ta
     require_pointer(taken, "taken");
     if (!o.has_stepped()) fail(AMPX_ERR_ORDER, "the optimizer has not stepped yet");
     float skipped = 0.0f;
-    o.context().raise_index_errors();
-    o.context().backend().copy_to_host(&skipped, o.last_step_skipped().data(), sizeof skipped);
+    o.context().read_to_host(&skipped, o.last_step_skipped().data(), sizeof skipped);
     *taken = skipped == 0.0f ? 1 : 0;
   });
 }

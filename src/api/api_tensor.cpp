@@ -126,8 +126,7 @@ ampx_status ampx_tensor_to_host(ampx_tensor tensor, void* dst, size_t bytes) {
     check_byte_count(t, bytes, "bytes");
     if (bytes == 0) return;
     require_pointer(dst, "dst");
-    t.ctx->raise_index_errors();
-    t.ctx->backend().copy_to_host(dst, t.data(), bytes);
+    t.ctx->read_to_host(dst, t.data(), bytes);
   });
 }
 

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "amp/scaler.h"
+#include "core/backend_nn.h"
 #include "core/error.h"
 
 namespace ampx {
@@ -85,7 +86,9 @@ void accumulate(Context& ctx, TensorRef& slot, Tensor& grad) {
     ctx.backend().copy(own->data(), slot->data(), slot->nbytes());
     slot = std::move(own);
   }
-  ctx.backend().add_into(slot->data(), slot->dtype, grad.data(), grad.dtype, grad.numel());
+  ctx.backend()
+      .require<NnPrimitives>("backward")
+      .add_into(slot->data(), slot->dtype, grad.data(), grad.dtype, grad.numel());
 }
 
 
@@ -97,12 +100,13 @@ void clear_tape(AutogradState& state) {
 }  // namespace
 
 void accumulate_into_leaf(Context& ctx, Tensor& leaf, Tensor& grad) {
+  NnPrimitives& nn = ctx.backend().require<NnPrimitives>("backward");
   if (!leaf.grad) {
     TensorRef zeros(Tensor::empty(ctx, leaf.dtype, leaf.shape));
     ctx.backend().fill(zeros->data(), dtype_size(leaf.dtype), 0, zeros->numel());
     leaf.grad = zeros.take();
   }
-  ctx.backend().add_into(leaf.grad->data(), leaf.grad->dtype, grad.data(), grad.dtype, grad.numel());
+  nn.add_into(leaf.grad->data(), leaf.grad->dtype, grad.data(), grad.dtype, grad.numel());
 }
 
 // Refuses, before anything changes, a backward that would read memory the

@@ -107,7 +107,7 @@ Context::~Context() {
 // the memory statistics and the host's allocator hooks.
 int64_t* Context::index_record() {
   if (index_record_) return index_record_;
-  if (backend_->device_type() == AMPX_DEVICE_CPU) {
+  if (backend_->synchronous()) {
     std::fill(std::begin(host_record_), std::end(host_record_), int64_t{-1});
     index_record_ = host_record_;
     return index_record_;
@@ -132,7 +132,7 @@ void Context::raise_index_errors() {
   backend_->copy_to_host(found, index_record_, kIndexRecordBytes);
   if (found[kRecordPosition] == -1) return;
   backend_->fill(index_record_, sizeof(int64_t), ~uint64_t{0}, kRecordFields);
-  const char* later = backend_->device_type() == AMPX_DEVICE_CPU
+  const char* later = backend_->synchronous()
                           ? ""
                           : "; found on the device by that call and reported at the first call "
                             "after it that waits for the device (results computed from the bad "
@@ -144,6 +144,18 @@ void Context::raise_index_errors() {
   fail(AMPX_ERR_INVALID_ARGUMENT, "cross_entropy (checked op ", found[kRecordCall],
        " of this context): labels[", found[kRecordPosition], "] is ", found[kRecordValue],
        " but there are ", found[kRecordLimit], " classes and it is not ignore_index", later);
+}
+
+void Context::check_indices(NnPrimitives& nn, const void* indices, DType type, int64_t count,
+                            IndexCheck check, float* valid) {
+  check.call = next_checked_call();
+  nn.check_indices(indices, type, count, check, valid, index_record());
+  if (backend_->synchronous()) raise_index_errors();
+}
+
+void Context::read_to_host(void* host_dst, const void* src, size_t bytes) {
+  raise_index_errors();
+  backend_->copy_to_host(host_dst, src, bytes);
 }
 
 void Context::release() {

@@ -15,6 +15,7 @@
 
 #include "ampx/ampx.h"
 #include "core/backend.h"
+#include "core/backend_nn.h"
 
 namespace ampx {
 
@@ -112,6 +113,16 @@ class Context {
   // reported at the step's next synchronisation (meanwhile the kernels
   // treat it as documented in backend.h: NaN losses, zero rows).
   void raise_index_errors();
+  // Runs nn.check_indices on `indices` (I32 or I64) with `check`, its call
+  // number set to the next checked call, into the context's record and
+  // *valid (see NnPrimitives::check_indices). Where the backend's work is
+  // done when the call returns (the CPU), a finding is reported at once;
+  // elsewhere at the next call that waits for the device.
+  void check_indices(NnPrimitives& nn, const void* indices, DType type, int64_t count,
+                     IndexCheck check, float* valid);
+  // Copies device memory to the host, after reporting a pending index
+  // finding: every read that waits for the device goes through here.
+  void read_to_host(void* host_dst, const void* src, size_t bytes);
 
   std::unique_ptr<ContextExtension> autograd;  // see autograd/tape.h
   std::unique_ptr<ContextExtension> autocast;  // see autocast/autocast.h

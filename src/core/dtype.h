@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "ampx/ampx.h"
 
@@ -34,5 +35,34 @@ inline bool is_floating(DType t) {
 }
 
 const char* dtype_name(DType t);
+
+// The compile-time form of a floating dtype, so that an element loop is
+// instantiated once per type and loads and stores with the exact
+// conversions of kernels/math/convert.h.
+template <int D>
+using DtypeTag = std::integral_constant<int, D>;
+
+// AMPX_ERR_INTERNAL: a non-floating dtype reached code whose front door
+// admits only floating ones.
+[[noreturn]] void fail_not_floating(DType t);
+
+// Calls fn(DtypeTag<AMPX_F32>{}), fn(DtypeTag<AMPX_F16>{}) or
+// fn(DtypeTag<AMPX_BF16>{}) for the floating type t and returns its result:
+// the one dtype dispatch of the CPU loops and the CUDA launchers.
+template <class Fn>
+decltype(auto) visit_floating(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::F32:
+      return fn(DtypeTag<AMPX_F32>{});
+    case DType::F16:
+      return fn(DtypeTag<AMPX_F16>{});
+    case DType::BF16:
+      return fn(DtypeTag<AMPX_BF16>{});
+    case DType::I32:
+    case DType::I64:
+      break;
+  }
+  fail_not_floating(t);
+}
 
 }  // namespace ampx

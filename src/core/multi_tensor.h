@@ -9,15 +9,14 @@
 // says which chunks and tensors go into each launch.
 //
 // Plain C++ with no device code, so the CPU unit tests cover it for both
-// backends. The argument checks that every backend applies to the
-// primitives live here too, so they reject the same calls with the same
-// words.
+// backends. (The primitives' argument checks are their front doors, in
+// backend_amp.cpp.)
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "core/backend.h"
+#include "core/backend_amp.h"
 
 namespace ampx {
 
@@ -59,24 +58,5 @@ std::vector<Launch> plan_launches(const std::vector<Chunk>& chunks, int max_chun
 // The element counts of a list, for plan_chunks.
 std::vector<int64_t> element_counts(const std::vector<TensorSpan>& tensors);
 std::vector<int64_t> element_counts(const std::vector<OptimParam>& params);
-
-// ---- argument checks of the multi-tensor primitives --------------------
-// Each throws ampx::Error naming the primitive, the tensor and the value.
-
-// Floating dtypes, non-negative counts, data present when count > 0.
-void check_float_tensors(const char* primitive, const std::vector<TensorSpan>& tensors);
-
-// ins as above; outs empty or one per input, of the same count; an output
-// aliasing its input has its dtype; factor not null.
-void check_scale_args(const std::vector<TensorSpan>& ins, const std::vector<TensorSpan>& outs,
-                      const float* factor);
-
-// Per parameter: floating dtypes, a master exactly for F16/BF16 params, a
-// step counter, the state the configuration uses; lr and weight_decay given;
-// SGD's nesterov only with momentum and no dampening.
-void check_sgd_args(const std::vector<OptimParam>& params, const math::SgdConfig& config,
-                    const StepScalars& scalars);
-void check_adam_args(const std::vector<OptimParam>& params, const math::AdamConfig& config,
-                     const StepScalars& scalars);
 
 }  // namespace ampx

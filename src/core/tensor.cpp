@@ -73,7 +73,7 @@ Storage::~Storage() {
   if (!release_) return;
   // The owner may reuse the memory as soon as its deleter runs, so work
   // still queued on the device must finish first.
-  if (user_->backend().device_type() != AMPX_DEVICE_CPU) {
+  if (!user_->backend().synchronous()) {
     try {
       user_->backend().synchronize();
     } catch (...) {
@@ -132,6 +132,10 @@ Tensor* make_filled_f32(Context& ctx, const Shape& shape, float value) {
   std::memcpy(&bits, &value, sizeof bits);
   if (t->numel() > 0) ctx.backend().fill(t->data(), 4, bits, t->numel());
   return t.take();
+}
+
+void fail_not_floating(DType t) {
+  fail(AMPX_ERR_INTERNAL, "a floating-point primitive reached dtype ", dtype_name(t));
 }
 
 const char* dtype_name(DType t) {

@@ -21,8 +21,8 @@ class DropoutNode final : public Node {
     if (identity) return grad_list(retained(dy));
     TensorRef dx = new_tensor(ctx, dy.dtype, dy.shape);
     if (dx->numel() > 0)
-      ctx.backend().dropout(dy.data(), dx->data(), dy.dtype, dx->numel(), seed, offset, threshold,
-                            scale);
+      nn_of(ctx, name())
+          .dropout(dy.data(), dx->data(), dy.dtype, dx->numel(), seed, offset, threshold, scale);
     return grad_list(std::move(dx));
   }
 };
@@ -30,6 +30,7 @@ class DropoutNode final : public Node {
 }  // namespace
 
 Tensor* op_dropout(Tensor& x_in, double p, bool training) {
+  require_capabilities(*x_in.ctx, "dropout", Capability::Nn);
   check_floating(x_in, "x");
   if (!(p >= 0.0 && p < 1.0))
     fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'p' is ", p, "; dropout needs 0 <= p < 1");
@@ -52,8 +53,9 @@ Tensor* op_dropout(Tensor& x_in, double p, bool training) {
     node->threshold = math::dropout_threshold(p);
     node->scale = static_cast<float>(1.0 / (1.0 - p));
     if (x.numel() > 0)
-      ctx.backend().dropout(x.data(), out->data(), x.dtype, x.numel(), node->seed, node->offset,
-                            node->threshold, node->scale);
+      nn_of(ctx, "dropout")
+          .dropout(x.data(), out->data(), x.dtype, x.numel(), node->seed, node->offset,
+                   node->threshold, node->scale);
   }
   if (should_record(ctx, {&x})) {
     node->inputs.push_back(std::move(in[0]));

@@ -37,7 +37,6 @@ class BinaryNode final : public Node {
   const char* name() const override { return binary_name(op); }
   bool reads_input(size_t) const override { return op == BinaryOp::Mul; }
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Backend& backend = ctx.backend();
     Tensor& a = *inputs[0];
     Tensor& b = *inputs[1];
     Tensor& dy = *grads[0];
@@ -49,7 +48,8 @@ class BinaryNode final : public Node {
         da = new_tensor(ctx, a.dtype, a.shape);
         // As in the forward: the primitive takes no empty operand.
         if (n > 0)
-          backend.binary(BinaryOp::Mul, dy.data(), b.data(), da->data(), a.dtype, n, b.numel());
+          nn_of(ctx, name())
+              .binary(BinaryOp::Mul, dy.data(), b.data(), da->data(), a.dtype, n, b.numel());
       } else {
         da = retained(dy);
       }
@@ -62,13 +62,15 @@ class BinaryNode final : public Node {
       } else {
         full = new_tensor(ctx, a.dtype, a.shape);
         if (op == BinaryOp::Sub)
-          backend.affine(dy.data(), full->data(), a.dtype, n, -1.0f, 0.0f);
+          nn_of(ctx, name()).affine(dy.data(), full->data(), a.dtype, n, -1.0f, 0.0f);
         else if (n > 0)
-          backend.binary(BinaryOp::Mul, dy.data(), a.data(), full->data(), a.dtype, n, n);
+          nn_of(ctx, name())
+              .binary(BinaryOp::Mul, dy.data(), a.data(), full->data(), a.dtype, n, n);
       }
       if (broadcast) {
         db = new_tensor(ctx, b.dtype, b.shape);
-        backend.sum_rows(full->data(), a.dtype, n / b.numel(), b.numel(), db->data(), b.dtype);
+        nn_of(ctx, name())
+            .sum_rows(full->data(), a.dtype, n / b.numel(), b.numel(), db->data(), b.dtype);
       } else {
         db = std::move(full);
       }
@@ -85,7 +87,7 @@ class AffineNode final : public Node {
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     Tensor& x = *inputs[0];
     TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
-    ctx.backend().affine(grads[0]->data(), dx->data(), x.dtype, x.numel(), scale, 0.0f);
+    nn_of(ctx, name()).affine(grads[0]->data(), dx->data(), x.dtype, x.numel(), scale, 0.0f);
     return grad_list(std::move(dx));
   }
 };
@@ -97,7 +99,8 @@ class UnaryNode final : public Node {
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     Tensor& x = *inputs[0];
     TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
-    ctx.backend().unary_backward(op, x.data(), grads[0]->data(), dx->data(), x.dtype, x.numel());
+    nn_of(ctx, name())
+        .unary_backward(op, x.data(), grads[0]->data(), dx->data(), x.dtype, x.numel());
     return grad_list(std::move(dx));
   }
 };
@@ -105,6 +108,7 @@ class UnaryNode final : public Node {
 }  // namespace
 
 Tensor* op_binary(BinaryOp op, Tensor& a_in, Tensor& b_in) {
+  require_capabilities(*a_in.ctx, binary_name(op), Capability::Nn);
   check_same_context(a_in, b_in, "a", "b");
   check_floating(a_in, "a");
   check_floating(b_in, "b");
@@ -117,7 +121,8 @@ Tensor* op_binary(BinaryOp op, Tensor& a_in, Tensor& b_in) {
   Tensor& b = *in[1];
   TensorRef out = new_tensor(ctx, a.dtype, a.shape);
   if (a.numel() > 0)
-    ctx.backend().binary(op, a.data(), b.data(), out->data(), a.dtype, a.numel(), b.numel());
+    nn_of(ctx, binary_name(op))
+        .binary(op, a.data(), b.data(), out->data(), a.dtype, a.numel(), b.numel());
   if (should_record(ctx, {&a, &b})) {
     auto node = make_node<BinaryNode>({&in[0], &in[1]});
     node->op = op;
@@ -127,12 +132,14 @@ Tensor* op_binary(BinaryOp op, Tensor& a_in, Tensor& b_in) {
 }
 
 Tensor* op_affine(Tensor& x_in, float scale, float shift) {
+  require_capabilities(*x_in.ctx, "affine", Capability::Nn);
   check_floating(x_in, "a");
   Context& ctx = *x_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, "affine", {&x_in});
   Tensor& x = *in[0];
   TensorRef out = new_tensor(ctx, x.dtype, x.shape);
-  if (x.numel() > 0) ctx.backend().affine(x.data(), out->data(), x.dtype, x.numel(), scale, shift);
+  if (x.numel() > 0)
+    nn_of(ctx, "affine").affine(x.data(), out->data(), x.dtype, x.numel(), scale, shift);
   if (should_record(ctx, {&x})) {
     auto node = make_node<AffineNode>({&in[0]});
     node->scale = scale;
@@ -142,12 +149,14 @@ Tensor* op_affine(Tensor& x_in, float scale, float shift) {
 }
 
 Tensor* op_unary(UnaryOp op, Tensor& x_in) {
+  require_capabilities(*x_in.ctx, unary_name(op), Capability::Nn);
   check_floating(x_in, "x");
   Context& ctx = *x_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, unary_name(op), {&x_in});
   Tensor& x = *in[0];
   TensorRef out = new_tensor(ctx, x.dtype, x.shape);
-  if (x.numel() > 0) ctx.backend().unary(op, x.data(), out->data(), x.dtype, x.numel());
+  if (x.numel() > 0)
+    nn_of(ctx, unary_name(op)).unary(op, x.data(), out->data(), x.dtype, x.numel());
   if (should_record(ctx, {&x})) {
     auto node = make_node<UnaryNode>({&in[0]});
     node->op = op;

@@ -26,7 +26,7 @@ class MatmulNode final : public Node {
       g.a = dy.data(), g.a_batch_stride = s.m * s.n;
       g.b = b.data(), g.trans_b = true, g.b_batch_stride = s.k * s.n;
       g.ab_type = a.dtype, g.c = da->data(), g.c_type = a.dtype, g.c_batch_stride = s.m * s.k;
-      ctx.backend().gemm(g);
+      gemm_of(ctx, name()).gemm(g);
     }
     if (b.requires_grad) {  // dB = A^T dY
       db = new_tensor(ctx, b.dtype, b.shape);
@@ -35,7 +35,7 @@ class MatmulNode final : public Node {
       g.a = a.data(), g.trans_a = true, g.a_batch_stride = s.m * s.k;
       g.b = dy.data(), g.b_batch_stride = s.m * s.n;
       g.ab_type = a.dtype, g.c = db->data(), g.c_type = b.dtype, g.c_batch_stride = s.k * s.n;
-      ctx.backend().gemm(g);
+      gemm_of(ctx, name()).gemm(g);
     }
     return grad_list(std::move(da), std::move(db));
   }
@@ -52,7 +52,6 @@ class LinearNode final : public Node {
   const char* name() const override { return "linear"; }
   bool reads_input(size_t i) const override { return i < 2; }  // x and weight
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Backend& backend = ctx.backend();
     Tensor& x = *inputs[0];
     Tensor& w = *inputs[1];
     Tensor* bias = inputs[2].get();
@@ -61,9 +60,10 @@ class LinearNode final : public Node {
       dz = retained(*grads[0]);
     } else {
       dz = new_tensor(ctx, x.dtype, activation_input->shape);
-      backend.unary_backward(activation == Activation::Relu ? UnaryOp::Relu : UnaryOp::Gelu,
-                             activation_input->data(), grads[0]->data(), dz->data(), x.dtype,
-                             dz->numel());
+      nn_of(ctx, name())
+          .unary_backward(activation == Activation::Relu ? UnaryOp::Relu : UnaryOp::Gelu,
+                          activation_input->data(), grads[0]->data(), dz->data(), x.dtype,
+                          dz->numel());
     }
     TensorRef dx, dw, db;
     if (x.requires_grad) {  // dX = dZ W
@@ -72,7 +72,7 @@ class LinearNode final : public Node {
       g.m = rows, g.n = in, g.k = out;
       g.a = dz->data(), g.b = w.data(), g.ab_type = x.dtype;
       g.c = dx->data(), g.c_type = x.dtype;
-      backend.gemm(g);
+      gemm_of(ctx, name()).gemm(g);
     }
     if (w.requires_grad) {  // dW = dZ^T X
       dw = new_tensor(ctx, w.dtype, w.shape);
@@ -80,11 +80,11 @@ class LinearNode final : public Node {
       g.m = out, g.n = in, g.k = rows;
       g.a = dz->data(), g.trans_a = true, g.b = x.data(), g.ab_type = x.dtype;
       g.c = dw->data(), g.c_type = w.dtype;
-      backend.gemm(g);
+      gemm_of(ctx, name()).gemm(g);
     }
     if (bias && bias->requires_grad) {
       db = new_tensor(ctx, bias->dtype, bias->shape);
-      backend.sum_rows(dz->data(), x.dtype, rows, out, db->data(), bias->dtype);
+      nn_of(ctx, name()).sum_rows(dz->data(), x.dtype, rows, out, db->data(), bias->dtype);
     }
     return grad_list(std::move(dx), std::move(dw), std::move(db));
   }
@@ -99,6 +99,7 @@ void check_same_dtype(const Tensor& a, const Tensor& b, const char* a_name, cons
 }  // namespace
 
 Tensor* op_matmul(Tensor& a_in, Tensor& b_in) {
+  require_capabilities(*a_in.ctx, "matmul", Capability::Gemm);
   check_same_context(a_in, b_in, "a", "b");
   check_floating(a_in, "a");
   check_floating(b_in, "b");
@@ -129,7 +130,7 @@ Tensor* op_matmul(Tensor& a_in, Tensor& b_in) {
   g.a = a.data(), g.a_batch_stride = s.m * s.k;
   g.b = b.data(), g.b_batch_stride = s.k * s.n;
   g.ab_type = a.dtype, g.c = out->data(), g.c_type = a.dtype, g.c_batch_stride = s.m * s.n;
-  if (out->numel() > 0) ctx.backend().gemm(g);
+  if (out->numel() > 0) gemm_of(ctx, "matmul").gemm(g);
   if (should_record(ctx, {&a, &b})) {
     auto node = make_node<MatmulNode>({&in[0], &in[1]});
     node->s = s;
@@ -139,6 +140,7 @@ Tensor* op_matmul(Tensor& a_in, Tensor& b_in) {
 }
 
 Tensor* op_linear(Tensor& x_in, Tensor& w_in, Tensor* bias_in, Activation activation) {
+  require_capabilities(*x_in.ctx, "linear", Capability::Gemm, Capability::Nn);
   check_same_context(x_in, w_in, "x", "weight");
   if (bias_in) check_same_context(x_in, *bias_in, "x", "bias");
   check_floating(x_in, "x");
@@ -163,7 +165,6 @@ Tensor* op_linear(Tensor& x_in, Tensor& w_in, Tensor* bias_in, Activation activa
   for (int32_t d = 0; d + 1 < x.shape.ndim; ++d) rows *= x.shape.dims[d];
   Shape out_shape = x.shape;
   out_shape.dims[out_shape.ndim - 1] = out_features;
-  Backend& backend = ctx.backend();
   TensorRef z = new_tensor(ctx, x.dtype, out_shape);
   if (z->numel() > 0) {
     GemmArgs g;
@@ -171,7 +172,7 @@ Tensor* op_linear(Tensor& x_in, Tensor& w_in, Tensor* bias_in, Activation activa
     g.a = x.data(), g.b = w.data(), g.trans_b = true, g.ab_type = x.dtype;
     g.c = z->data(), g.c_type = x.dtype;
     g.bias = bias ? bias->data() : nullptr;
-    backend.gemm(g);
+    gemm_of(ctx, "linear").gemm(g);
   }
   // ReLU in place (exact on the rounded z, so the same bits as on z in
   // fp32); GELU into a new tensor, z kept for its derivative.
@@ -179,10 +180,10 @@ Tensor* op_linear(Tensor& x_in, Tensor& w_in, Tensor* bias_in, Activation activa
   if (activation == Activation::Gelu) {
     out = new_tensor(ctx, x.dtype, out_shape);
     if (out->numel() > 0)
-      backend.unary(UnaryOp::Gelu, z->data(), out->data(), x.dtype, out->numel());
+      nn_of(ctx, "linear").unary(UnaryOp::Gelu, z->data(), out->data(), x.dtype, out->numel());
   } else {
     if (activation == Activation::Relu && z->numel() > 0)
-      backend.unary(UnaryOp::Relu, z->data(), z->data(), x.dtype, z->numel());
+      nn_of(ctx, "linear").unary(UnaryOp::Relu, z->data(), z->data(), x.dtype, z->numel());
     out = retained(*z);
   }
   if (should_record(ctx, {&x, &w, bias})) {

@@ -15,7 +15,6 @@ class BceWithLogitsNode final : public Node {
   float scale = 1.0f;  // 1/n for a mean
   const char* name() const override { return "bce_with_logits"; }
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Backend& backend = ctx.backend();
     Tensor& logits = *inputs[0];
     Tensor& targets = *inputs[1];
     TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
@@ -26,20 +25,22 @@ class BceWithLogitsNode final : public Node {
       d_logits = new_tensor(ctx, logits.dtype, logits.shape);
       if (n > 0) {
         void* d = d_logits->data();
-        backend.unary(UnaryOp::Sigmoid, logits.data(), d, logits.dtype, n);
-        backend.binary(BinaryOp::Sub, d, targets.data(), d, logits.dtype, n, n);
-        backend.multi_tensor_scale({{d, logits.dtype, n}}, {{d, logits.dtype, n}}, factor, false,
-                                   nullptr);
-        backend.affine(d, d, logits.dtype, n, scale, 0.0f);
+        nn_of(ctx, name()).unary(UnaryOp::Sigmoid, logits.data(), d, logits.dtype, n);
+        nn_of(ctx, name()).binary(BinaryOp::Sub, d, targets.data(), d, logits.dtype, n, n);
+        amp_of(ctx, name())
+            .multi_tensor_scale({{d, logits.dtype, n}}, {{d, logits.dtype, n}}, factor, false,
+                                nullptr);
+        nn_of(ctx, name()).affine(d, d, logits.dtype, n, scale, 0.0f);
       }
     }
     if (targets.requires_grad) {  // -x * dy * scale
       d_targets = new_tensor(ctx, targets.dtype, targets.shape);
       if (n > 0) {
         void* d = d_targets->data();
-        backend.multi_tensor_scale({{logits.data(), logits.dtype, n}}, {{d, targets.dtype, n}},
-                                   factor, false, nullptr);
-        backend.affine(d, d, targets.dtype, n, -scale, 0.0f);
+        amp_of(ctx, name())
+            .multi_tensor_scale({{logits.data(), logits.dtype, n}}, {{d, targets.dtype, n}}, factor,
+                                false, nullptr);
+        nn_of(ctx, name()).affine(d, d, targets.dtype, n, -scale, 0.0f);
       }
     }
     return grad_list(std::move(d_logits), std::move(d_targets));
@@ -49,6 +50,8 @@ class BceWithLogitsNode final : public Node {
 }  // namespace
 
 Tensor* op_bce_with_logits(Tensor& logits_in, Tensor& targets_in, Reduction reduction) {
+  require_capabilities(*logits_in.ctx, "bce_with_logits", Capability::Nn,
+                       Capability::MultiTensorAmp);
   check_same_context(logits_in, targets_in, "logits", "targets");
   check_floating(logits_in, "logits");
   check_floating(targets_in, "targets");
@@ -62,20 +65,21 @@ Tensor* op_bce_with_logits(Tensor& logits_in, Tensor& targets_in, Reduction redu
   if (logits.dtype != targets.dtype)
     fail(AMPX_ERR_DTYPE, "'logits' is ", logits.describe(), " but 'targets' is ",
          targets.describe(), "; outside autocast they must share a dtype");
-  Backend& backend = ctx.backend();
   const int64_t n = logits.numel();
   TensorRef losses = new_tensor(ctx, DType::F32, vector_shape(n));
   if (n > 0)
-    backend.bce_with_logits(logits.data(), targets.data(), logits.dtype, n,
-                            static_cast<float*>(losses->data()));
+    nn_of(ctx, "bce_with_logits")
+        .bce_with_logits(logits.data(), targets.data(), logits.dtype, n,
+                         static_cast<float*>(losses->data()));
   // torch: the mean of no element is 0/0 = NaN.
   const float scale = reduction == Reduction::Sum ? 1.0f
                       : n > 0                     ? 1.0f / static_cast<float>(n)
                                                   : NAN;
   TensorRef out = new_tensor(ctx, DType::F32, scalar_shape());
   auto* result = static_cast<float*>(out->data());
-  backend.sum_all(losses->data(), DType::F32, n, result);
-  if (reduction == Reduction::Mean) backend.affine(result, result, DType::F32, 1, scale, 0.0f);
+  nn_of(ctx, "bce_with_logits").sum_all(losses->data(), DType::F32, n, result);
+  if (reduction == Reduction::Mean)
+    nn_of(ctx, "bce_with_logits").affine(result, result, DType::F32, 1, scale, 0.0f);
   if (should_record(ctx, {&logits, &targets})) {
     auto node = make_node<BceWithLogitsNode>({&in[0], &in[1]});
     node->scale = scale;

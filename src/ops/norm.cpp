@@ -40,10 +40,11 @@ class LayerNormNode final : public Node {
     if (w && w->requires_grad) dw = new_tensor(ctx, w->dtype, w->shape);
     if (b && b->requires_grad) db = new_tensor(ctx, b->dtype, b->shape);
     if (rows > 0 && cols > 0) {
-      ctx.backend().layer_norm_backward(
-          x.data(), grads[0]->data(), w ? w->data() : nullptr, x.dtype, rows, cols,
-          static_cast<const float*>(mean->data()), static_cast<const float*>(rstd->data()),
-          dx ? dx->data() : nullptr, dw ? dw->data() : nullptr, db ? db->data() : nullptr);
+      nn_of(ctx, name())
+          .layer_norm_backward(x.data(), grads[0]->data(), w ? w->data() : nullptr, x.dtype, rows,
+                               cols, static_cast<const float*>(mean->data()),
+                               static_cast<const float*>(rstd->data()), dx ? dx->data() : nullptr,
+                               dw ? dw->data() : nullptr, db ? db->data() : nullptr);
     } else {  // no rows: the parameters' gradients are empty sums
       zero_fill(ctx, dw.get());
       zero_fill(ctx, db.get());
@@ -69,12 +70,13 @@ class BatchNormNode final : public Node {
     if (w && w->requires_grad) dw = new_tensor(ctx, DType::F32, w->shape);
     if (b && b->requires_grad) db = new_tensor(ctx, DType::F32, b->shape);
     if (x.numel() > 0) {
-      ctx.backend().batch_norm_backward(
-          x.data(), grads[0]->data(), x.dtype, n, channels, inner,
-          static_cast<const float*>(mean->data()), static_cast<const float*>(var->data()),
-          w ? static_cast<const float*>(w->data()) : nullptr, eps, batch_stats,
-          dx ? dx->data() : nullptr, dw ? static_cast<float*>(dw->data()) : nullptr,
-          db ? static_cast<float*>(db->data()) : nullptr);
+      nn_of(ctx, name())
+          .batch_norm_backward(
+              x.data(), grads[0]->data(), x.dtype, n, channels, inner,
+              static_cast<const float*>(mean->data()), static_cast<const float*>(var->data()),
+              w ? static_cast<const float*>(w->data()) : nullptr, eps, batch_stats,
+              dx ? dx->data() : nullptr, dw ? static_cast<float*>(dw->data()) : nullptr,
+              db ? static_cast<float*>(db->data()) : nullptr);
     } else {
       zero_fill(ctx, dw.get());
       zero_fill(ctx, db.get());
@@ -96,6 +98,7 @@ void check_channel_tensor(const Tensor& x, const Tensor* t, int64_t channels, co
 }  // namespace
 
 Tensor* op_layer_norm(Tensor& x_in, Tensor* w_in, Tensor* b_in, float eps) {
+  require_capabilities(*x_in.ctx, "layer_norm", Capability::Nn);
   check_floating(x_in, "x");
   if (x_in.shape.ndim < 1)
     fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(), "; layer norm needs at least one dimension");
@@ -123,9 +126,10 @@ Tensor* op_layer_norm(Tensor& x_in, Tensor* w_in, Tensor* b_in, float eps) {
   TensorRef mean = new_tensor(ctx, DType::F32, vector_shape(rows));
   TensorRef rstd = new_tensor(ctx, DType::F32, vector_shape(rows));
   if (out->numel() > 0)
-    ctx.backend().layer_norm(x.data(), w ? w->data() : nullptr, b ? b->data() : nullptr, x.dtype,
-                             rows, cols, eps, out->data(), static_cast<float*>(mean->data()),
-                             static_cast<float*>(rstd->data()));
+    nn_of(ctx, "layer_norm")
+        .layer_norm(x.data(), w ? w->data() : nullptr, b ? b->data() : nullptr, x.dtype, rows, cols,
+                    eps, out->data(), static_cast<float*>(mean->data()),
+                    static_cast<float*>(rstd->data()));
   if (should_record(ctx, {&x, w, b})) {
     auto node = make_node<LayerNormNode>({&in[0], &in[1], &in[2]});
     node->rows = rows, node->cols = cols;
@@ -138,6 +142,7 @@ Tensor* op_layer_norm(Tensor& x_in, Tensor* w_in, Tensor* b_in, float eps) {
 
 Tensor* op_batch_norm(Tensor& x_in, Tensor* weight, Tensor* bias, Tensor* running_mean,
                       Tensor* running_var, bool training, float momentum, float eps) {
+  require_capabilities(*x_in.ctx, "batch_norm", Capability::Nn);
   check_floating(x_in, "x");
   const Shape& s = x_in.shape;
   if (s.ndim != 2 && s.ndim != 3)
@@ -175,17 +180,18 @@ Tensor* op_batch_norm(Tensor& x_in, Tensor* weight, Tensor* bias, Tensor* runnin
     backend.copy(var->data(), running_var->data(), var->nbytes());
   } else if (x.numel() > 0) {
     const bool update = training && running_mean;
-    backend.batch_norm_stats(x.data(), x.dtype, n, channels, inner, momentum,
-                             static_cast<float*>(mean->data()), static_cast<float*>(var->data()),
-                             update ? static_cast<float*>(running_mean->data()) : nullptr,
-                             update ? static_cast<float*>(running_var->data()) : nullptr);
+    nn_of(ctx, "batch_norm")
+        .batch_norm_stats(x.data(), x.dtype, n, channels, inner, momentum,
+                          static_cast<float*>(mean->data()), static_cast<float*>(var->data()),
+                          update ? static_cast<float*>(running_mean->data()) : nullptr,
+                          update ? static_cast<float*>(running_var->data()) : nullptr);
   }
   if (x.numel() > 0)
-    backend.batch_norm(x.data(), x.dtype, n, channels, inner,
-                       static_cast<const float*>(mean->data()),
-                       static_cast<const float*>(var->data()),
-                       weight ? static_cast<const float*>(weight->data()) : nullptr,
-                       bias ? static_cast<const float*>(bias->data()) : nullptr, eps, out->data());
+    nn_of(ctx, "batch_norm")
+        .batch_norm(x.data(), x.dtype, n, channels, inner, static_cast<const float*>(mean->data()),
+                    static_cast<const float*>(var->data()),
+                    weight ? static_cast<const float*>(weight->data()) : nullptr,
+                    bias ? static_cast<const float*>(bias->data()) : nullptr, eps, out->data());
   if (should_record(ctx, {&x, weight, bias})) {
     TensorRef w_ref = weight ? retained(*weight) : TensorRef();
     TensorRef b_ref = bias ? retained(*bias) : TensorRef();

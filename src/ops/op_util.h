@@ -7,10 +7,33 @@
 
 #include "autocast/autocast.h"
 #include "autograd/tape.h"
+#include "core/backend_amp.h"
+#include "core/backend_gemm.h"
+#include "core/backend_nn.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
 namespace ampx {
+
+// The capabilities of ctx's backend an op needs; NOT_SUPPORTED naming `op`
+// and the device when the backend lacks one.
+inline NnPrimitives& nn_of(Context& ctx, const char* op) {
+  return ctx.backend().require<NnPrimitives>(op);
+}
+inline AmpPrimitives& amp_of(Context& ctx, const char* op) {
+  return ctx.backend().require<AmpPrimitives>(op);
+}
+inline GemmPrimitives& gemm_of(Context& ctx, const char* op) {
+  return ctx.backend().require<GemmPrimitives>(op);
+}
+
+// Checks up front, before an op changes anything (autocast's casts are
+// recorded on the tape), that the backend has every capability it uses.
+template <class... Capabilities>
+void require_capabilities(Context& ctx, const char* op, Capabilities... capabilities) {
+  for (Capability c : {capabilities...})
+    if (!ctx.backend().supports(c)) ctx.backend().refuse(op, c);
+}
 
 inline void check_same_context(const Tensor& a, const Tensor& b, const char* a_name,
                                const char* b_name) {
@@ -60,18 +83,19 @@ inline std::vector<TensorRef> grad_list(TensorRef a, TensorRef b = TensorRef(),
 
 // A tensor of `like`'s dtype and shape holding `value` * (*factor), where
 // factor is a device F32 scalar: the backward of reductions.
-inline TensorRef broadcast_scaled(Context& ctx, const Tensor& like, const float* factor,
-                                  float value) {
+inline TensorRef broadcast_scaled(Context& ctx, const char* op, const Tensor& like,
+                                  const float* factor, float value) {
   TensorRef out = new_tensor(ctx, like.dtype, like.shape);
   if (out->numel() == 0) return out;
   Backend& backend = ctx.backend();
+  AmpPrimitives& amp = amp_of(ctx, op);
   TensorRef ones = new_tensor(ctx, DType::F32, like.shape);
   float one = value;
   uint32_t bits;
   std::memcpy(&bits, &one, sizeof bits);
   backend.fill(ones->data(), 4, bits, ones->numel());
-  backend.multi_tensor_scale({{ones->data(), DType::F32, ones->numel()}},
-                             {{out->data(), out->dtype, out->numel()}}, factor, false, nullptr);
+  amp.multi_tensor_scale({{ones->data(), DType::F32, ones->numel()}},
+                         {{out->data(), out->dtype, out->numel()}}, factor, false, nullptr);
   return out;
 }
 

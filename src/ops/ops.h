@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "core/backend.h"
+#include "core/backend_nn.h"
 #include "core/tensor.h"
 
 namespace ampx {

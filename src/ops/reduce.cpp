@@ -16,7 +16,8 @@ class SumNode final : public Node {
   bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
-    return grad_list(broadcast_scaled(ctx, *inputs[0], static_cast<const float*>(dy->data()), scale));
+    return grad_list(
+        broadcast_scaled(ctx, name(), *inputs[0], static_cast<const float*>(dy->data()), scale));
   }
 };
 
@@ -31,8 +32,9 @@ class SoftmaxNode final : public Node {
     const int64_t cols = x.shape.dims[x.shape.ndim - 1];
     TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
     if (x.numel() > 0)
-      ctx.backend().softmax_backward(output->data(), grads[0]->data(), dx->data(), x.dtype,
-                                     x.numel() / cols, cols, log);
+      nn_of(ctx, name())
+          .softmax_backward(output->data(), grads[0]->data(), dx->data(), x.dtype, x.numel() / cols,
+                            cols, log);
     return grad_list(std::move(dx));
   }
 };
@@ -40,8 +42,9 @@ class SoftmaxNode final : public Node {
 // out = x / d for F32 scalars on the device, as x * (1 / d) with the
 // reciprocal rounded once (math::reciprocal_scale); out may be x.
 void divide_by_device_scalar(Context& ctx, const void* x, const Tensor& d, void* out) {
-  ctx.backend().multi_tensor_scale({{const_cast<void*>(x), DType::F32, 1}}, {{out, DType::F32, 1}},
-                                   static_cast<const float*>(d.data()), true, nullptr);
+  amp_of(ctx, "cross_entropy")
+      .multi_tensor_scale({{const_cast<void*>(x), DType::F32, 1}}, {{out, DType::F32, 1}},
+                          static_cast<const float*>(d.data()), true, nullptr);
 }
 
 class CrossEntropyNode final : public Node {
@@ -60,10 +63,10 @@ class CrossEntropyNode final : public Node {
     }
     TensorRef dlogits = new_tensor(ctx, logits.dtype, logits.shape);
     const int64_t cols = logits.shape.dims[1];
-    ctx.backend().cross_entropy_backward(logits.data(), logits.dtype, labels.data(), labels.dtype,
-                                         logits.shape.dims[0], cols, ignore_index,
-                                         static_cast<const float*>(dy->data()), 1.0f,
-                                         dlogits->data());
+    nn_of(ctx, name())
+        .cross_entropy_backward(logits.data(), logits.dtype, labels.data(), labels.dtype,
+                                logits.shape.dims[0], cols, ignore_index,
+                                static_cast<const float*>(dy->data()), 1.0f, dlogits->data());
     return grad_list(std::move(dlogits));
   }
 };
@@ -75,7 +78,6 @@ class MseNode final : public Node {
   const char* name() const override { return "mse_loss"; }
   bool reads_input(size_t) const override { return false; }  // reads diff
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Backend& backend = ctx.backend();
     TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
     Tensor& input = *inputs[0];
     Tensor& target = *inputs[1];
@@ -83,14 +85,17 @@ class MseNode final : public Node {
     // d/d input = 2 (input - target) dy / n; d/d target is its negative.
     TensorRef d_input = new_tensor(ctx, input.dtype, input.shape);
     if (n > 0) {
-      backend.multi_tensor_scale({{diff->data(), diff->dtype, n}}, {{d_input->data(), input.dtype, n}},
-                                 static_cast<const float*>(dy->data()), false, nullptr);
-      backend.affine(d_input->data(), d_input->data(), input.dtype, n, 2.0f * scale, 0.0f);
+      amp_of(ctx, name())
+          .multi_tensor_scale({{diff->data(), diff->dtype, n}}, {{d_input->data(), input.dtype, n}},
+                              static_cast<const float*>(dy->data()), false, nullptr);
+      nn_of(ctx, name())
+          .affine(d_input->data(), d_input->data(), input.dtype, n, 2.0f * scale, 0.0f);
     }
     TensorRef d_target;
     if (target.requires_grad) {
       d_target = new_tensor(ctx, target.dtype, target.shape);
-      if (n > 0) backend.affine(d_input->data(), d_target->data(), target.dtype, n, -1.0f, 0.0f);
+      if (n > 0)
+        nn_of(ctx, name()).affine(d_input->data(), d_target->data(), target.dtype, n, -1.0f, 0.0f);
     }
     return grad_list(std::move(d_input), std::move(d_target));
   }
@@ -114,15 +119,15 @@ void check_labels(Context& ctx, const Tensor& labels, int64_t classes, int64_t i
   check.has_ignore = true;
   check.ignore_index = ignore_index;
   check.op = kCheckCrossEntropyLabels;
-  check.call = ctx.next_checked_call();
-  ctx.backend().check_indices(labels.data(), labels.dtype, labels.numel(), check, valid,
-                              ctx.index_record());
-  if (ctx.backend().device_type() == AMPX_DEVICE_CPU) ctx.raise_index_errors();
+  ctx.check_indices(nn_of(ctx, "cross_entropy"), labels.data(), labels.dtype, labels.numel(), check,
+                    valid);
 }
 
 }  // namespace
 
 Tensor* op_sum(Tensor& x_in, bool mean) {
+  require_capabilities(*x_in.ctx, mean ? "mean" : "sum", Capability::Nn,
+                       Capability::MultiTensorAmp);
   check_floating(x_in, "x");
   Context& ctx = *x_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, mean ? "mean" : "sum", {&x_in});
@@ -130,8 +135,8 @@ Tensor* op_sum(Tensor& x_in, bool mean) {
   const float scale = mean ? 1.0f / static_cast<float>(x.numel()) : 1.0f;
   TensorRef out = new_tensor(ctx, DType::F32, scalar_shape());
   auto* result = static_cast<float*>(out->data());
-  ctx.backend().sum_all(x.data(), x.dtype, x.numel(), result);
-  if (mean) ctx.backend().affine(result, result, DType::F32, 1, scale, 0.0f);
+  nn_of(ctx, mean ? "mean" : "sum").sum_all(x.data(), x.dtype, x.numel(), result);
+  if (mean) nn_of(ctx, mean ? "mean" : "sum").affine(result, result, DType::F32, 1, scale, 0.0f);
   if (should_record(ctx, {&x})) {
     auto node = make_node<SumNode>({&in[0]});
     node->scale = scale;
@@ -141,13 +146,16 @@ Tensor* op_sum(Tensor& x_in, bool mean) {
 }
 
 Tensor* op_softmax(Tensor& x_in, bool log) {
+  require_capabilities(*x_in.ctx, log ? "log_softmax" : "softmax", Capability::Nn);
   check_floating(x_in, "x");
   const int64_t cols = last_dim(x_in, "x");
   Context& ctx = *x_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, log ? "log_softmax" : "softmax", {&x_in});
   Tensor& x = *in[0];
   TensorRef out = new_tensor(ctx, x.dtype, x.shape);
-  if (x.numel() > 0) ctx.backend().softmax(x.data(), out->data(), x.dtype, x.numel() / cols, cols, log);
+  if (x.numel() > 0)
+    nn_of(ctx, log ? "log_softmax" : "softmax")
+        .softmax(x.data(), out->data(), x.dtype, x.numel() / cols, cols, log);
   if (should_record(ctx, {&x})) {
     auto node = make_node<SoftmaxNode>({&in[0]});
     node->log = log;
@@ -160,6 +168,7 @@ Tensor* op_softmax(Tensor& x_in, bool log) {
 
 Tensor* op_cross_entropy(Tensor& logits_in, Tensor& labels, Reduction reduction,
                          int64_t ignore_index) {
+  require_capabilities(*logits_in.ctx, "cross_entropy", Capability::Nn, Capability::MultiTensorAmp);
   check_same_context(logits_in, labels, "logits", "labels");
   check_floating(logits_in, "logits");
   if (labels.dtype != DType::I32 && labels.dtype != DType::I64)
@@ -182,13 +191,14 @@ Tensor* op_cross_entropy(Tensor& logits_in, Tensor& labels, Reduction reduction,
   Backend& backend = ctx.backend();
   TensorRef losses = new_tensor(ctx, DType::F32, vector_shape(rows));
   if (rows > 0 && cols > 0)
-    backend.cross_entropy(logits.data(), logits.dtype, labels.data(), labels.dtype, rows, cols,
-                          ignore_index, static_cast<float*>(losses->data()));
+    nn_of(ctx, "cross_entropy")
+        .cross_entropy(logits.data(), logits.dtype, labels.data(), labels.dtype, rows, cols,
+                       ignore_index, static_cast<float*>(losses->data()));
   else if (rows > 0)
     backend.fill(losses->data(), 4, 0, rows);
   TensorRef out = new_tensor(ctx, DType::F32, scalar_shape());
   auto* result = static_cast<float*>(out->data());
-  backend.sum_all(losses->data(), DType::F32, rows, result);
+  nn_of(ctx, "cross_entropy").sum_all(losses->data(), DType::F32, rows, result);
   if (mean) divide_by_device_scalar(ctx, out->data(), *valid, out->data());
   if (should_record(ctx, {&logits})) {
     auto node = make_node<CrossEntropyNode>({&in[0], &in[1]});
@@ -200,6 +210,7 @@ Tensor* op_cross_entropy(Tensor& logits_in, Tensor& labels, Reduction reduction,
 }
 
 Tensor* op_mse_loss(Tensor& input_in, Tensor& target_in, Reduction reduction) {
+  require_capabilities(*input_in.ctx, "mse_loss", Capability::Nn, Capability::MultiTensorAmp);
   check_same_context(input_in, target_in, "input", "target");
   check_floating(input_in, "input");
   check_floating(target_in, "target");
@@ -213,19 +224,21 @@ Tensor* op_mse_loss(Tensor& input_in, Tensor& target_in, Reduction reduction) {
   if (input.dtype != target.dtype)
     fail(AMPX_ERR_DTYPE, "'input' is ", input.describe(), " but 'target' is ", target.describe(),
          "; outside autocast they must share a dtype");
-  Backend& backend = ctx.backend();
   const int64_t n = input.numel();
   TensorRef diff = new_tensor(ctx, input.dtype, input.shape);
   TensorRef squared = new_tensor(ctx, input.dtype, input.shape);
   if (n > 0) {
-    backend.binary(BinaryOp::Sub, input.data(), target.data(), diff->data(), input.dtype, n, n);
-    backend.binary(BinaryOp::Mul, diff->data(), diff->data(), squared->data(), input.dtype, n, n);
+    nn_of(ctx, "mse_loss")
+        .binary(BinaryOp::Sub, input.data(), target.data(), diff->data(), input.dtype, n, n);
+    nn_of(ctx, "mse_loss")
+        .binary(BinaryOp::Mul, diff->data(), diff->data(), squared->data(), input.dtype, n, n);
   }
   const float scale = reduction == Reduction::Mean ? 1.0f / static_cast<float>(n) : 1.0f;
   TensorRef out = new_tensor(ctx, DType::F32, scalar_shape());
   auto* result = static_cast<float*>(out->data());
-  backend.sum_all(squared->data(), input.dtype, n, result);
-  if (reduction == Reduction::Mean) backend.affine(result, result, DType::F32, 1, scale, 0.0f);
+  nn_of(ctx, "mse_loss").sum_all(squared->data(), input.dtype, n, result);
+  if (reduction == Reduction::Mean)
+    nn_of(ctx, "mse_loss").affine(result, result, DType::F32, 1, scale, 0.0f);
   if (should_record(ctx, {&input, &target})) {
     auto node = make_node<MseNode>({&in[0], &in[1]});
     node->diff = std::move(diff);

@@ -27,7 +27,7 @@ void contiguous_strides(const Shape& s, int64_t* strides) {
 }
 
 // Writes `src` with dimensions d0 and d1 exchanged to `dst` (contiguous).
-void transpose_into(Backend& backend, const Tensor& src, void* dst, int32_t d0, int32_t d1) {
+void transpose_into(NnPrimitives& nn, const Tensor& src, void* dst, int32_t d0, int32_t d1) {
   StridedCopy layout;
   layout.ndim = src.shape.ndim;
   contiguous_strides(src.shape, layout.src_strides);
@@ -36,7 +36,7 @@ void transpose_into(Backend& backend, const Tensor& src, void* dst, int32_t d0, 
   std::swap(out.dims[d0], out.dims[d1]);
   contiguous_strides(out, layout.dst_strides);
   for (int32_t k = 0; k < out.ndim; ++k) layout.sizes[k] = out.dims[k];
-  backend.copy_strided(dst, src.data(), dtype_size(src.dtype), layout);
+  nn.copy_strided(dst, src.data(), dtype_size(src.dtype), layout);
 }
 
 // `rows` runs of `width` elements, each run `dst_pitch` (`src_pitch`)
@@ -79,7 +79,7 @@ class TransposeNode final : public Node {
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
     Tensor& x = *inputs[0];
     TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
-    transpose_into(ctx.backend(), *grads[0], dx->data(), d0, d1);
+    transpose_into(nn_of(ctx, name()), *grads[0], dx->data(), d0, d1);
     return grad_list(std::move(dx));
   }
 };
@@ -99,9 +99,10 @@ class ConcatNode final : public Node {
       TensorRef dx;
       if (in->requires_grad) {
         dx = new_tensor(ctx, in->dtype, in->shape);
-        ctx.backend().copy_strided(dx->data(), byte_offset(dy.data(), offset * inner, dy.dtype),
-                                   dtype_size(dy.dtype),
-                                   block(outer, extent * inner, extent * inner, total * inner));
+        nn_of(ctx, name())
+            .copy_strided(dx->data(), byte_offset(dy.data(), offset * inner, dy.dtype),
+                          dtype_size(dy.dtype),
+                          block(outer, extent * inner, extent * inner, total * inner));
       }
       result.push_back(std::move(dx));
       offset += extent;
@@ -125,9 +126,10 @@ class EmbeddingNode final : public Node {
     if (sum->numel() == 0) return grad_list(new_tensor(ctx, weight.dtype, weight.shape));
     backend.fill(sum->data(), 4, 0, sum->numel());
     if (indices.numel() > 0)
-      backend.scatter_add_rows(grads[0]->data(), grads[0]->dtype, cols, indices.data(),
-                               indices.dtype, indices.numel(), static_cast<float*>(sum->data()),
-                               weight.shape.dims[0]);
+      nn_of(ctx, name())
+          .scatter_add_rows(grads[0]->data(), grads[0]->dtype, cols, indices.data(), indices.dtype,
+                            indices.numel(), static_cast<float*>(sum->data()),
+                            weight.shape.dims[0]);
     if (weight.dtype == DType::F32) return grad_list(std::move(sum));
     TensorRef dw = new_tensor(ctx, weight.dtype, weight.shape);
     backend.convert(dw->data(), weight.dtype, sum->data(), DType::F32, sum->numel());
@@ -143,10 +145,8 @@ void check_embedding_indices(Context& ctx, const Tensor& indices, int64_t rows) 
   IndexCheck check;
   check.limit = rows;
   check.op = kCheckEmbeddingIndices;
-  check.call = ctx.next_checked_call();
-  ctx.backend().check_indices(indices.data(), indices.dtype, indices.numel(), check, nullptr,
-                              ctx.index_record());
-  if (ctx.backend().device_type() == AMPX_DEVICE_CPU) ctx.raise_index_errors();
+  ctx.check_indices(nn_of(ctx, "embedding"), indices.data(), indices.dtype, indices.numel(), check,
+                    nullptr);
 }
 
 }  // namespace
@@ -190,6 +190,7 @@ Tensor* op_reshape(Tensor& x_in, int32_t ndim, const int64_t* dims) {
 }
 
 Tensor* op_transpose(Tensor& x_in, int32_t dim0, int32_t dim1) {
+  require_capabilities(*x_in.ctx, "transpose", Capability::Nn);
   const int32_t d0 = dim_arg(dim0, x_in.shape.ndim, "dim0", x_in);
   const int32_t d1 = dim_arg(dim1, x_in.shape.ndim, "dim1", x_in);
   Context& ctx = *x_in.ctx;
@@ -198,7 +199,7 @@ Tensor* op_transpose(Tensor& x_in, int32_t dim0, int32_t dim1) {
   Shape shape = x.shape;
   std::swap(shape.dims[d0], shape.dims[d1]);
   TensorRef out = new_tensor(ctx, x.dtype, shape);
-  transpose_into(ctx.backend(), x, out->data(), d0, d1);
+  transpose_into(nn_of(ctx, "transpose"), x, out->data(), d0, d1);
   if (should_record(ctx, {&x})) {
     auto node = make_node<TransposeNode>({&in[0]});
     node->d0 = d0, node->d1 = d1;
@@ -214,6 +215,7 @@ Tensor* op_concat(const std::vector<Tensor*>& tensors, int32_t dim_in) {
   if (first.shape.ndim < 1)
     fail(AMPX_ERR_SHAPE, "'tensors[0]' is ", first.describe(),
          "; concat needs at least one dimension");
+  require_capabilities(*first.ctx, "concat", Capability::Nn);
   const int32_t dim = dim_arg(dim_in, first.shape.ndim, "dim", first);
   for (size_t i = 1; i < tensors.size(); ++i) {
     const Tensor& t = *tensors[i];
@@ -245,9 +247,9 @@ Tensor* op_concat(const std::vector<Tensor*>& tensors, int32_t dim_in) {
   int64_t offset = 0;
   for (const TensorRef& t : in) {
     const int64_t extent = t->shape.dims[dim];
-    ctx.backend().copy_strided(byte_offset(out->data(), offset * inner, dtype), t->data(),
-                               dtype_size(dtype),
-                               block(outer, extent * inner, total * inner, extent * inner));
+    nn_of(ctx, "concat")
+        .copy_strided(byte_offset(out->data(), offset * inner, dtype), t->data(), dtype_size(dtype),
+                      block(outer, extent * inner, total * inner, extent * inner));
     offset += extent;
   }
   std::vector<Tensor*> computed;
@@ -266,6 +268,7 @@ Tensor* op_concat(const std::vector<Tensor*>& tensors, int32_t dim_in) {
 }
 
 Tensor* op_embedding(Tensor& weight_in, Tensor& indices) {
+  require_capabilities(*weight_in.ctx, "embedding", Capability::Nn);
   check_same_context(weight_in, indices, "weight", "indices");
   check_floating(weight_in, "weight");
   if (indices.dtype != DType::I32 && indices.dtype != DType::I64)
@@ -284,8 +287,9 @@ Tensor* op_embedding(Tensor& weight_in, Tensor& indices) {
   shape.dims[shape.ndim++] = cols;
   TensorRef out = new_tensor(ctx, weight.dtype, shape);
   if (out->numel() > 0)
-    ctx.backend().gather_rows(weight.data(), static_cast<size_t>(cols) * dtype_size(weight.dtype),
-                              rows, indices.data(), indices.dtype, indices.numel(), out->data());
+    nn_of(ctx, "embedding")
+        .gather_rows(weight.data(), static_cast<size_t>(cols) * dtype_size(weight.dtype), rows,
+                     indices.data(), indices.dtype, indices.numel(), out->data());
   if (should_record(ctx, {&weight}))
     record(ctx, make_node<EmbeddingNode>({&in[0], &in[1]}), {out.get()});
   return out.take();

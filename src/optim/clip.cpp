@@ -22,23 +22,22 @@ Tensor* clip_grad_norm(Optimizer& optimizer, double max_norm, NormType type,
     fail(AMPX_ERR_INVALID_ARGUMENT, "max_norm is ", max_norm, "; it must be finite and >= 0");
   check_grads_unscaled(optimizer);
   Context& ctx = optimizer.context();
-  Backend& backend = ctx.backend();
+  AmpPrimitives& amp = ctx.backend().require<AmpPrimitives>("clip_grad_norm");
   const std::vector<TensorSpan> grads = optimizer.effective_grads();
   TensorRef total(make_filled_f32(ctx, vector_shape(1), 0.0f));
   TensorRef coef(make_filled_f32(ctx, vector_shape(1), 1.0f));
   auto* total_ptr = static_cast<float*>(total->data());
-  backend.multi_tensor_norm(grads, type, total_ptr);
+  amp.multi_tensor_norm(grads, type, total_ptr);
   if (error_if_nonfinite) {
     float value = 0.0f;
-    ctx.raise_index_errors();
-    backend.copy_to_host(&value, total_ptr, sizeof value);
+    ctx.read_to_host(&value, total_ptr, sizeof value);
     if (!std::isfinite(value))
       fail(AMPX_ERR_INVALID_ARGUMENT, "the total norm of the gradients is ", value,
            "; nothing was clipped (pass error_if_nonfinite = 0 to clip anyway)");
   }
   auto* coef_ptr = static_cast<float*>(coef->data());
-  backend.clip_coefficient(total_ptr, static_cast<float>(max_norm), coef_ptr);
-  backend.multi_tensor_scale(grads, grads, coef_ptr, false, nullptr);
+  amp.clip_coefficient(total_ptr, static_cast<float>(max_norm), coef_ptr);
+  amp.multi_tensor_scale(grads, grads, coef_ptr, false, nullptr);
   return total.take();
 }
 
@@ -46,8 +45,10 @@ void clip_grad_value(Optimizer& optimizer, double clip_value) {
   if (!(clip_value >= 0.0) || !(clip_value <= FLT_MAX))
     fail(AMPX_ERR_INVALID_ARGUMENT, "clip_value is ", clip_value, "; it must be finite and >= 0");
   check_grads_unscaled(optimizer);
-  optimizer.context().backend().multi_tensor_clamp(optimizer.effective_grads(),
-                                                   static_cast<float>(clip_value));
+  optimizer.context()
+      .backend()
+      .require<AmpPrimitives>("clip_grad_value")
+      .multi_tensor_clamp(optimizer.effective_grads(), static_cast<float>(clip_value));
 }
 
 std::vector<NonfiniteGrad> find_nonfinite_grads(Optimizer& optimizer) {
@@ -57,10 +58,11 @@ std::vector<NonfiniteGrad> find_nonfinite_grads(Optimizer& optimizer) {
   if (grads.empty()) return found;
   Context& ctx = optimizer.context();
   TensorRef counts(Tensor::empty(ctx, DType::I64, vector_shape(2 * static_cast<int64_t>(grads.size()))));
-  ctx.backend().multi_tensor_count_nonfinite(grads, static_cast<int64_t*>(counts->data()));
+  ctx.backend()
+      .require<AmpPrimitives>("find_nonfinite_grads")
+      .multi_tensor_count_nonfinite(grads, static_cast<int64_t*>(counts->data()));
   std::vector<int64_t> host(2 * grads.size());
-  ctx.raise_index_errors();
-  ctx.backend().copy_to_host(host.data(), counts->data(), counts->nbytes());
+  ctx.read_to_host(host.data(), counts->data(), counts->nbytes());
   for (size_t i = 0; i < grads.size(); ++i)
     if (host[2 * i] + host[2 * i + 1] > 0)
       found.push_back({owners[i]->param, host[2 * i], host[2 * i + 1]});

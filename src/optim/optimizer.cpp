@@ -281,13 +281,14 @@ std::vector<TensorSpan> Optimizer::effective_grads(std::vector<const Param*>* ow
 
 void Optimizer::step(const float* found_inf) {
   Backend& backend = ctx_->backend();
+  AmpPrimitives& amp = backend.require<AmpPrimitives>("the optimizer step");
   std::vector<OptimParam> list;
   auto* steps = static_cast<int64_t*>(steps_->data());
   // Step counters advance in runs of consecutive parameters that have a
   // gradient (usually one run: all of them).
   int64_t run_begin = -1;
   auto flush_run = [&](int64_t end) {
-    if (run_begin >= 0) backend.increment_steps(steps + run_begin, end - run_begin, found_inf);
+    if (run_begin >= 0) amp.increment_steps(steps + run_begin, end - run_begin, found_inf);
     run_begin = -1;
   };
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -325,9 +326,9 @@ void Optimizer::step(const float* found_inf) {
   StepScalars scalars{found_inf, static_cast<const float*>(lr_->data()),
                       static_cast<const float*>(weight_decay_->data())};
   if (hyper_.kind == OptimizerKind::Sgd)
-    backend.sgd_step(list, hyper_.sgd, scalars);
+    amp.sgd_step(list, hyper_.sgd, scalars);
   else
-    backend.adam_step(list, hyper_.adam, scalars);
+    amp.adam_step(list, hyper_.adam, scalars);
   for (const Param& p : params_)
     if (p.param->grad) p.param->storage->note_write();
   if (found_inf)
@@ -391,9 +392,7 @@ int64_t Optimizer::param_steps(const Tensor& param) {
   const Param& entry = param_entry(param, "param");
   const size_t index = static_cast<size_t>(&entry - params_.data());
   int64_t steps = 0;
-  ctx_->raise_index_errors();
-  ctx_->backend().copy_to_host(&steps, static_cast<const int64_t*>(steps_->data()) + index,
-                               sizeof steps);
+  ctx_->read_to_host(&steps, static_cast<const int64_t*>(steps_->data()) + index, sizeof steps);
   return steps;
 }
 
@@ -438,8 +437,7 @@ void Optimizer::save_state(void* buffer, size_t bytes) {
   }
   std::vector<int64_t> steps(params_.size());
   Backend& backend = ctx_->backend();
-  ctx_->raise_index_errors();
-  if (!steps.empty()) backend.copy_to_host(steps.data(), steps_->data(), steps_->nbytes());
+  if (!steps.empty()) ctx_->read_to_host(steps.data(), steps_->data(), steps_->nbytes());
   for (size_t i = 0; i < params_.size(); ++i) {
     const Param& p = params_[i];
     StateParam sp{};

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
+#include "core/backend_amp.h"
 #include "core/context.h"
 #include "core/tensor.h"
 

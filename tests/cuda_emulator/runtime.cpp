@@ -227,6 +227,13 @@ struct CUstream_st {
   bool idle() const { return queue.empty() && !running; }
 };
 
+struct CUevent_st {
+  std::mutex mutex;
+  std::condition_variable changed;
+  uint64_t recorded = 0;   // records made (host side)
+  uint64_t completed = 0;  // the highest record whose marked work has run
+};
+
 namespace ampx_emu {
 namespace {
 
@@ -363,6 +370,23 @@ cudaError_t copy_async(void* dst, const void* src, size_t bytes, cudaStream_t st
   const cudaError_t status = enqueue(stream, [dst, src, bytes] { std::memmove(dst, src, bytes); });
   if (status == cudaSuccess && pageable_dst && stream != nullptr) wait_idle(stream);
   return status;
+}
+
+struct Events {
+  std::mutex mutex;
+  std::map<CUevent_st*, std::shared_ptr<CUevent_st>> live;
+};
+
+Events& events() {
+  static Events* e = new Events;
+  return *e;
+}
+
+std::shared_ptr<CUevent_st> live_event(cudaEvent_t event) {
+  Events& e = events();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  const auto it = e.live.find(event);
+  return it == e.live.end() ? nullptr : it->second;
 }
 
 }  // namespace
@@ -620,6 +644,89 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_data) {
   if (fn == nullptr) return record_error(cudaErrorInvalidValue);
   return enqueue(stream, [fn, user_data] { fn(user_data); });
+}
+
+// ---- events -------------------------------------------------------------------
+// An event counts the records made of it and the records whose marked work
+// has run: a record enqueues "completed = n" on its stream, a wait enqueues
+// "until completed >= the records made so far". Records and waits inside a
+// capture are refused (the emulator does not model cross-stream graphs).
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  if (event == nullptr || (flags & ~cudaEventDisableTiming) != 0)
+    return record_error(cudaErrorInvalidValue);
+  auto created = std::make_shared<CUevent_st>();
+  Events& e = events();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  *event = created.get();
+  e.live[created.get()] = std::move(created);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  Events& e = events();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  // Work already enqueued that refers to the event keeps it alive.
+  if (e.live.erase(event) == 0) return record_error(cudaErrorInvalidResourceHandle);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  std::shared_ptr<CUevent_st> owner = live_event(event);
+  if (!owner) return record_error(cudaErrorInvalidResourceHandle);
+  if (stream != nullptr && capturing(stream)) {
+    invalidate_capture(stream);
+    return record_error(cudaErrorStreamCaptureUnsupported);
+  }
+  uint64_t mark = 0;
+  {
+    std::lock_guard<std::mutex> lock(owner->mutex);
+    mark = ++owner->recorded;
+  }
+  return enqueue(stream, [owner, mark] {
+    std::lock_guard<std::mutex> lock(owner->mutex);
+    if (owner->completed < mark) owner->completed = mark;
+    owner->changed.notify_all();
+  });
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  std::shared_ptr<CUevent_st> owner = live_event(event);
+  if (!owner || flags != 0)
+    return record_error(owner ? cudaErrorInvalidValue : cudaErrorInvalidResourceHandle);
+  if (stream != nullptr && capturing(stream)) {
+    invalidate_capture(stream);
+    return record_error(cudaErrorStreamCaptureUnsupported);
+  }
+  uint64_t mark = 0;
+  {
+    std::lock_guard<std::mutex> lock(owner->mutex);
+    mark = owner->recorded;
+  }
+  if (mark == 0) return cudaSuccess;  // never recorded: nothing to wait for
+  return enqueue(stream, [owner, mark] {
+    std::unique_lock<std::mutex> lock(owner->mutex);
+    owner->changed.wait(lock, [&] { return owner->completed >= mark; });
+  });
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  std::shared_ptr<CUevent_st> owner = live_event(event);
+  if (!owner) return record_error(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t refused = refuse_if_capturing()) return refused;
+  std::unique_lock<std::mutex> lock(owner->mutex);
+  const uint64_t mark = owner->recorded;
+  owner->changed.wait(lock, [&] { return owner->completed >= mark; });
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  std::shared_ptr<CUevent_st> owner = live_event(event);
+  if (!owner) return record_error(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::mutex> lock(owner->mutex);
+  return owner->completed >= owner->recorded ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {

@@ -22,6 +22,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "support.h"
+#include "unit/backend_caps.h"
 
 namespace {
 
@@ -251,8 +252,8 @@ TEST_CASE("amp primitives: unscaling multiplies by the reciprocal taken in doubl
   Buffer grads(d, x);
   Buffer factor = scalar(d, scale);
   Buffer found = scalar(d, 0.0f);
-  d->multi_tensor_scale({grads.span(DType::F32)}, {grads.span(DType::F32)}, factor.as<float>(),
-                        true, found.as<float>());
+  ampx_test::amp_of(d).multi_tensor_scale({grads.span(DType::F32)}, {grads.span(DType::F32)},
+                                          factor.as<float>(), true, found.as<float>());
   const HostTensor y = grads.get(DType::F32);
   int wrong = 0;
   // x * inv is exact in double (24 + 24 significant bits): rounding it once
@@ -314,7 +315,7 @@ void check_unscale(const std::vector<Injection>& injections, bool expect_found) 
   }
   Buffer factor = scalar(d, scale);
   Buffer found = scalar(d, 0.0f);
-  d->multi_tensor_scale(ins, outs, factor.as<float>(), true, found.as<float>());
+  ampx_test::amp_of(d).multi_tensor_scale(ins, outs, factor.as<float>(), true, found.as<float>());
 
   CHECK(found.get<float>()[0] == (expect_found ? 1.0f : 0.0f));
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -363,7 +364,7 @@ TEST_CASE("amp primitives: found_inf is only ever set, and outputs are optional"
   SUBCASE("a flag already set stays set over clean grads") {
     Buffer factor = scalar(d, 4.0f);
     Buffer found = scalar(d, 1.0f);
-    d->multi_tensor_scale({g}, {g}, factor.as<float>(), true, found.as<float>());
+    ampx_test::amp_of(d).multi_tensor_scale({g}, {g}, factor.as<float>(), true, found.as<float>());
     CHECK(found.get<float>()[0] == 1.0f);
     CHECK(grads.get<float>() == std::vector<float>{0.25f, -0.5f, 0.125f});
   }
@@ -372,8 +373,8 @@ TEST_CASE("amp primitives: found_inf is only ever set, and outputs are optional"
     Buffer other(d, bad);
     Buffer factor = scalar(d, 4.0f);
     Buffer found = scalar(d, 0.0f);
-    d->multi_tensor_scale({g, other.span(DType::F32)}, {}, factor.as<float>(), true,
-                          found.as<float>());
+    ampx_test::amp_of(d).multi_tensor_scale({g, other.span(DType::F32)}, {}, factor.as<float>(),
+                                            true, found.as<float>());
     CHECK(found.get<float>()[0] == 1.0f);
     CHECK(other.get<float>() == bad);
     CHECK(grads.get<float>() == clean);
@@ -382,14 +383,14 @@ TEST_CASE("amp primitives: found_inf is only ever set, and outputs are optional"
     Buffer big(d, std::vector<float>{0x1p100f, 1.0f});
     Buffer factor = scalar(d, 0x1p30f);
     Buffer found = scalar(d, 0.0f);
-    d->multi_tensor_scale({big.span(DType::F32)}, {big.span(DType::F32)}, factor.as<float>(), false,
-                          found.as<float>());
+    ampx_test::amp_of(d).multi_tensor_scale({big.span(DType::F32)}, {big.span(DType::F32)},
+                                            factor.as<float>(), false, found.as<float>());
     CHECK(found.get<float>()[0] == 1.0f);
     CHECK(big.get<float>() == std::vector<float>{static_cast<float>(kInf), 0x1p30f});
   }
   SUBCASE("without a flag the grads are scaled all the same") {
     Buffer factor = scalar(d, 0.5f);
-    d->multi_tensor_scale({g}, {g}, factor.as<float>(), false, nullptr);
+    ampx_test::amp_of(d).multi_tensor_scale({g}, {g}, factor.as<float>(), false, nullptr);
     CHECK(grads.get<float>() == std::vector<float>{0.5f, -1.0f, 0.25f});
   }
 }
@@ -449,7 +450,7 @@ double inf_reference(const std::vector<HostTensor>& ts) {
 
 float device_norm(Device& d, const std::vector<TensorSpan>& spans, NormType type) {
   Buffer out = scalar(d, -1.0f);
-  d->multi_tensor_norm(spans, type, out.as<float>());
+  ampx_test::amp_of(d).multi_tensor_norm(spans, type, out.as<float>());
   return out.get<float>()[0];
 }
 
@@ -549,7 +550,7 @@ TEST_CASE("amp primitives: the clip coefficient is torch's max_norm / (total + 1
     CAPTURE(max_norm);
     Buffer t = scalar(d, total);
     Buffer coef = scalar(d, -1.0f);
-    d->clip_coefficient(t.as<float>(), max_norm, coef.as<float>());
+    ampx_test::amp_of(d).clip_coefficient(t.as<float>(), max_norm, coef.as<float>());
     CHECK_SAME(coef.get<float>()[0], torch_coef(total, max_norm));
   }
   // The boundary: a norm equal to max_norm still scales, by 1/(1 + 1e-6).
@@ -574,7 +575,7 @@ TEST_CASE("amp primitives: clamp bounds every element to [-limit, limit]") {
   ts[1].set_raw(1, nan_raw(DType::F16));
   ts[2].set_raw(0, inf_raw(DType::BF16, false));
   const TensorList list(d, ts);
-  d->multi_tensor_clamp(list.spans, limit);
+  ampx_test::amp_of(d).multi_tensor_clamp(list.spans, limit);
 
   for (size_t i = 0; i < ts.size(); ++i) {
     const HostTensor got = list.buffers[i].get(ts[i].dtype);
@@ -610,7 +611,7 @@ TEST_CASE("amp primitives: count_nonfinite counts NaNs and infinities per tensor
 
   const TensorList list(d, ts);
   Buffer counts(d, std::vector<int64_t>(2 * ts.size(), 999));
-  d->multi_tensor_count_nonfinite(list.spans, counts.as<int64_t>());
+  ampx_test::amp_of(d).multi_tensor_count_nonfinite(list.spans, counts.as<int64_t>());
   const std::vector<int64_t> got = counts.get<int64_t>();
   for (size_t i = 0; i < ts.size(); ++i) {
     int64_t nans = 0, infs = 0;
@@ -652,23 +653,23 @@ class Scaler {
         overflow_(scalar(d, 1.0f)) {}
 
   void update(bool found_inf) {
-    d_->scaler_update(state_.as<ScalerState>(),
-                      {found_inf ? overflow_.as<float>() : clean_.as<float>()}, config_, false,
-                      0.0f);
+    ampx_test::amp_of(d_).scaler_update(state_.as<ScalerState>(),
+                                        {found_inf ? overflow_.as<float>() : clean_.as<float>()},
+                                        config_, false, 0.0f);
   }
   void update_many(int n, bool found_inf) {
     for (int i = 0; i < n; ++i) update(found_inf);
   }
   void force(bool found_inf, float scale) {
-    d_->scaler_update(state_.as<ScalerState>(),
-                      {found_inf ? overflow_.as<float>() : clean_.as<float>()}, config_, true,
-                      scale);
+    ampx_test::amp_of(d_).scaler_update(state_.as<ScalerState>(),
+                                        {found_inf ? overflow_.as<float>() : clean_.as<float>()},
+                                        config_, true, scale);
   }
   // Several optimizers' flags, as update() combines them.
   void update_with(const std::vector<bool>& flags) {
     std::vector<const float*> ptrs;
     for (bool f : flags) ptrs.push_back(f ? overflow_.as<float>() : clean_.as<float>());
-    d_->scaler_update(state_.as<ScalerState>(), ptrs, config_, false, 0.0f);
+    ampx_test::amp_of(d_).scaler_update(state_.as<ScalerState>(), ptrs, config_, false, 0.0f);
   }
   ScalerState get() const { return state_.get<ScalerState>()[0]; }
 
@@ -882,13 +883,13 @@ TEST_CASE("amp primitives: increment_steps counts only steps taken") {
   Buffer steps(d, std::vector<int64_t>{0, 5, 41});
   Buffer set = scalar(d, 1.0f);
   Buffer clear = scalar(d, 0.0f);
-  d->increment_steps(steps.as<int64_t>(), 3, set.as<float>());
+  ampx_test::amp_of(d).increment_steps(steps.as<int64_t>(), 3, set.as<float>());
   CHECK(steps.get<int64_t>() == std::vector<int64_t>{0, 5, 41});
-  d->increment_steps(steps.as<int64_t>(), 3, clear.as<float>());
+  ampx_test::amp_of(d).increment_steps(steps.as<int64_t>(), 3, clear.as<float>());
   CHECK(steps.get<int64_t>() == std::vector<int64_t>{1, 6, 42});
-  d->increment_steps(steps.as<int64_t>(), 3, nullptr);
+  ampx_test::amp_of(d).increment_steps(steps.as<int64_t>(), 3, nullptr);
   CHECK(steps.get<int64_t>() == std::vector<int64_t>{2, 7, 43});
-  d->increment_steps(steps.as<int64_t>(), 2, nullptr);
+  ampx_test::amp_of(d).increment_steps(steps.as<int64_t>(), 2, nullptr);
   CHECK(steps.get<int64_t>() == std::vector<int64_t>{3, 8, 43});
 }
 
@@ -1099,7 +1100,8 @@ void run_steps(Device& d, OptimizerRig& rig, std::mt19937& rng, const float (&lr
     Buffer found = scalar(d, skip ? 1.0f : 0.0f);
     const auto before = rig.snapshot();
     if (!skip) rig.sync();
-    d->increment_steps(rig.steps(), static_cast<int64_t>(rig.params().size()), found.as<float>());
+    ampx_test::amp_of(d).increment_steps(rig.steps(), static_cast<int64_t>(rig.params().size()),
+                                         found.as<float>());
     step(ampx::StepScalars{found.as<float>(), lr_buf.as<float>(), wd_buf.as<float>()});
     if (skip) {
       CHECK_MESSAGE(rig.snapshot() == before, "a skipped step changed something");
@@ -1163,7 +1165,9 @@ void run_sgd(const std::vector<ParamSpec>& specs, const SgdCase& c, int calls,
   const ampx::math::SgdConfig config{c.momentum, c.dampening, c.nesterov, c.maximize};
   run_steps(
       d, rig, rng, {0.1f, 0.05f}, {c.weight_decay, 2 * c.weight_decay}, calls, kSgdFactor,
-      [&](const ampx::StepScalars& scalars) { d->sgd_step(rig.list(), config, scalars); },
+      [&](const ampx::StepScalars& scalars) {
+        ampx_test::amp_of(d).sgd_step(rig.list(), config, scalars);
+      },
       [&](TestParam& p, double lr, double wd) { sgd_reference(p, lr, wd, c); });
 }
 
@@ -1261,7 +1265,9 @@ void run_adam(const std::vector<ParamSpec>& specs, const AdamCase& c, int calls,
   const ampx::math::AdamConfig config{kBeta1, kBeta2, kEps, c.amsgrad, c.maximize, c.adamw};
   run_steps(
       d, rig, rng, {1e-2f, 3e-3f}, {c.weight_decay, c.weight_decay / 2}, calls, kAdamFactor,
-      [&](const ampx::StepScalars& scalars) { d->adam_step(rig.list(), config, scalars); },
+      [&](const ampx::StepScalars& scalars) {
+        ampx_test::amp_of(d).adam_step(rig.list(), config, scalars);
+      },
       [&](TestParam& p, double lr, double wd) { adam_reference(p, lr, wd, c); });
 }
 
@@ -1308,28 +1314,37 @@ TEST_CASE("amp primitives: malformed calls fail before writing anything") {
   float* f = found.as<float>();
 
   CHECK(status_of([&] {
-          d->multi_tensor_scale({a}, {a, a}, one.as<float>(), true, f);
+          ampx_test::amp_of(d).multi_tensor_scale({a}, {a, a}, one.as<float>(), true, f);
         }) == AMPX_ERR_SHAPE);
-  CHECK(status_of([&] { d->multi_tensor_scale({a}, {short_a}, one.as<float>(), true, f); }) ==
-        AMPX_ERR_SHAPE);
-  CHECK(status_of([&] { d->multi_tensor_scale({i32}, {}, one.as<float>(), true, f); }) ==
-        AMPX_ERR_DTYPE);
-  CHECK(status_of([&] { d->multi_tensor_scale({a}, {a_as_f16}, one.as<float>(), true, f); }) ==
-        AMPX_ERR_DTYPE);
-  CHECK(status_of([&] { d->multi_tensor_scale({a}, {a}, nullptr, true, f); }) ==
+  CHECK(status_of([&] {
+          ampx_test::amp_of(d).multi_tensor_scale({a}, {short_a}, one.as<float>(), true, f);
+        }) == AMPX_ERR_SHAPE);
+  CHECK(status_of([&] {
+          ampx_test::amp_of(d).multi_tensor_scale({i32}, {}, one.as<float>(), true, f);
+        }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] {
+          ampx_test::amp_of(d).multi_tensor_scale({a}, {a_as_f16}, one.as<float>(), true, f);
+        }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] { ampx_test::amp_of(d).multi_tensor_scale({a}, {a}, nullptr, true, f); }) ==
         AMPX_ERR_INVALID_ARGUMENT);
-  CHECK(status_of([&] { d->multi_tensor_norm({a, i32}, NormType::L2, f); }) == AMPX_ERR_DTYPE);
-  CHECK(status_of([&] { d->multi_tensor_clamp({a}, -1.0f); }) == AMPX_ERR_INVALID_ARGUMENT);
-  CHECK(status_of([&] { d->multi_tensor_clamp({a}, static_cast<float>(kNaN)); }) ==
+  CHECK(status_of([&] {
+          ampx_test::amp_of(d).multi_tensor_norm({a, i32}, NormType::L2, f);
+        }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] { ampx_test::amp_of(d).multi_tensor_clamp({a}, -1.0f); }) ==
         AMPX_ERR_INVALID_ARGUMENT);
-  CHECK(status_of([&] { d->multi_tensor_clamp({i32}, 1.0f); }) == AMPX_ERR_DTYPE);
-  CHECK(status_of([&] { d->multi_tensor_count_nonfinite({i32}, nullptr); }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] {
+          ampx_test::amp_of(d).multi_tensor_clamp({a}, static_cast<float>(kNaN));
+        }) == AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(status_of([&] { ampx_test::amp_of(d).multi_tensor_clamp({i32}, 1.0f); }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] { ampx_test::amp_of(d).multi_tensor_count_nonfinite({i32}, nullptr); }) ==
+        AMPX_ERR_DTYPE);
   CHECK(data.get<float>() == values);
   CHECK(found.get<float>()[0] == 0.0f);
 
   Buffer state(d, std::vector<ScalerState>{ScalerState{}});
   CHECK(status_of([&] {
-          d->scaler_update(state.as<ScalerState>(), {f, nullptr}, scaler_config(10), false, 0.0f);
+          ampx_test::amp_of(d).scaler_update(state.as<ScalerState>(), {f, nullptr},
+                                             scaler_config(10), false, 0.0f);
         }) == AMPX_ERR_INVALID_ARGUMENT);
   CHECK(state.get<ScalerState>()[0].updates == 0);
 }
@@ -1364,9 +1379,11 @@ TEST_CASE("amp primitives: malformed optimizer parameters fail before any update
     return std::vector<OptimParam>{good, p};
   };
   auto sgd = [&](const std::vector<OptimParam>& ps, const ampx::math::SgdConfig& c,
-                 const ampx::StepScalars& s) { return status_of([&] { d->sgd_step(ps, c, s); }); };
+                 const ampx::StepScalars& s) {
+    return status_of([&] { ampx_test::amp_of(d).sgd_step(ps, c, s); });
+  };
   auto adam = [&](const std::vector<OptimParam>& ps) {
-    return status_of([&] { d->adam_step(ps, amsgrad, scalars); });
+    return status_of([&] { ampx_test::amp_of(d).adam_step(ps, amsgrad, scalars); });
   };
 
   CHECK(sgd({good}, {0.9f, 0.1f, true, false}, scalars) ==

@@ -5,8 +5,6 @@
 // 16-bit pattern is an input (subnormals, infinities, NaN payloads), run
 // lengths straddle the tile size and the thread split, and the FTZ/DAZ modes
 // that hosts set for speed change nothing the definition does not.
-#include "support.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -20,6 +18,8 @@
 #include "math/activations.h"
 #include "math/amp.h"
 #include "math/convert.h"
+#include "support.h"
+#include "unit/backend_caps.h"
 
 #if defined(__x86_64__)
 #include <xmmintrin.h>
@@ -145,12 +145,12 @@ void check_unary(ampx::Backend& backend) {
         store(t, want_dx, i, act_backward(op, load(t, x, i), load(t, dy, i)));
       }
       Bytes y(x.size()), dx(x.size());
-      backend.unary(op, x.data(), y.data(), t, kCount);
-      backend.unary_backward(op, x.data(), dy.data(), dx.data(), t, kCount);
+      ampx_test::nn_of(backend).unary(op, x.data(), y.data(), t, kCount);
+      ampx_test::nn_of(backend).unary_backward(op, x.data(), dy.data(), dx.data(), t, kCount);
       CHECK(same_values(t, y, want_y));
       CHECK(same_values(t, dx, want_dx));
       Bytes in_place = x;
-      backend.unary(op, in_place.data(), in_place.data(), t, kCount);
+      ampx_test::nn_of(backend).unary(op, in_place.data(), in_place.data(), t, kCount);
       CHECK(same_values(t, in_place, want_y));
     }
   }
@@ -179,15 +179,17 @@ TEST_CASE("cpu tiles: binary ops, broadcast rows wider than a tile, affine") {
           store(t, want, i, op == BinaryOp::Add ? u + v : op == BinaryOp::Sub ? u - v : u * v);
         }
         Bytes out(a.size());
-        backend->binary(op, a.data(), b.data(), out.data(), t, static_cast<int64_t>(kCount),
-                        static_cast<int64_t>(b_count));
+        ampx_test::nn_of(backend).binary(op, a.data(), b.data(), out.data(), t,
+                                         static_cast<int64_t>(kCount),
+                                         static_cast<int64_t>(b_count));
         CHECK(same_values(t, out, want));
       }
     }
     Bytes want(a.size());
     for (size_t i = 0; i < kCount; ++i) store(t, want, i, load(t, a, i) * 0.375f + -1.5f);
     Bytes out(a.size());
-    backend->affine(a.data(), out.data(), t, static_cast<int64_t>(kCount), 0.375f, -1.5f);
+    ampx_test::nn_of(backend).affine(a.data(), out.data(), t, static_cast<int64_t>(kCount), 0.375f,
+                                     -1.5f);
     CHECK(same_values(t, out, want));
   }
 }
@@ -203,7 +205,8 @@ TEST_CASE("cpu tiles: add_into between every pair of floating types") {
       Bytes want = dst;
       for (size_t i = 0; i < kCount; ++i)
         store(dst_type, want, i, load(dst_type, dst, i) + load(src_type, src, i));
-      backend->add_into(dst.data(), dst_type, src.data(), src_type, static_cast<int64_t>(kCount));
+      ampx_test::nn_of(backend).add_into(dst.data(), dst_type, src.data(), src_type,
+                                         static_cast<int64_t>(kCount));
       CHECK(same_values(dst_type, dst, want));
     }
   }
@@ -230,10 +233,10 @@ TEST_CASE("cpu tiles: row and whole sums accumulate each element's exact value i
       }
       for (size_t i = 0; i < rows * cols; ++i) total += load(t, x, i);
       Bytes out(want.size());
-      backend->sum_rows(x.data(), t, rows, cols, out.data(), out_type);
+      ampx_test::nn_of(backend).sum_rows(x.data(), t, rows, cols, out.data(), out_type);
       CHECK(same_values(out_type, out, want));
       float sum = 0.0f;
-      backend->sum_all(x.data(), t, static_cast<int64_t>(rows * cols), &sum);
+      ampx_test::nn_of(backend).sum_all(x.data(), t, static_cast<int64_t>(rows * cols), &sum);
       // sum_all adds fixed blocks of 2^15 and then the blocks: all 17500
       // elements are one block here, so the order is the reference's.
       CHECK(sum == static_cast<float>(total));
@@ -260,9 +263,9 @@ TEST_CASE("cpu tiles: unscaling and the non-finite check see every pattern") {
       REQUIRE(want_found);
       Bytes out(want.size());
       float found_inf = 0.0f;
-      backend->multi_tensor_scale({{in.data(), in_type, static_cast<int64_t>(kCount)}},
-                                  {{out.data(), out_type, static_cast<int64_t>(kCount)}}, &factor,
-                                  true, &found_inf);
+      ampx_test::amp_of(backend).multi_tensor_scale(
+          {{in.data(), in_type, static_cast<int64_t>(kCount)}},
+          {{out.data(), out_type, static_cast<int64_t>(kCount)}}, &factor, true, &found_inf);
       CHECK(same_values(out_type, out, want));
       CHECK(found_inf == 1.0f);
 
@@ -280,12 +283,14 @@ TEST_CASE("cpu tiles: unscaling and the non-finite check see every pattern") {
         squares += static_cast<double>(finite[i]) * finite[i];
       }
       found_inf = 0.0f;
-      backend->multi_tensor_scale({{clean.data(), in_type, static_cast<int64_t>(finite.size())}},
-                                  {}, &factor, true, &found_inf);
+      ampx_test::amp_of(backend).multi_tensor_scale(
+          {{clean.data(), in_type, static_cast<int64_t>(finite.size())}}, {}, &factor, true,
+          &found_inf);
       CHECK(found_inf == 0.0f);
       float norm = 0.0f;
-      backend->multi_tensor_norm({{clean.data(), in_type, static_cast<int64_t>(finite.size())}},
-                                 ampx::NormType::L2, &norm);
+      ampx_test::amp_of(backend).multi_tensor_norm(
+          {{clean.data(), in_type, static_cast<int64_t>(finite.size())}}, ampx::NormType::L2,
+          &norm);
       // Chunks summed in double, then together: the order differs from the
       // reference's by far less than the final rounding to float.
       const float want_norm = static_cast<float>(std::sqrt(squares));

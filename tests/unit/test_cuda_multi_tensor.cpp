@@ -12,6 +12,7 @@
 //  - element indices past 2^31.
 // The cases run when the suite targets CUDA (the unit_cuda test).
 #include "support.h"
+#include "unit/backend_caps.h"
 
 #ifdef AMPX_WITH_CUDA
 
@@ -224,9 +225,10 @@ TEST_CASE("cuda multi-tensor: scaling at every alignment equals the CPU bit for 
           MirroredList outs = outputs_for(b, ins, out, shift);
           float cpu_found = 0.0f;
           float* gpu_found = scalars.make(0.0f);
-          b.cpu->multi_tensor_scale(cpu_spans(ins), cpu_spans(outs), &cpu_factor, true, &cpu_found);
-          b.gpu->multi_tensor_scale(gpu_spans(ins), gpu_spans(outs), scalars.make(scale), true,
-                                    gpu_found);
+          ampx_test::amp_of(b.cpu).multi_tensor_scale(cpu_spans(ins), cpu_spans(outs), &cpu_factor,
+                                                      true, &cpu_found);
+          ampx_test::amp_of(b.gpu).multi_tensor_scale(gpu_spans(ins), gpu_spans(outs),
+                                                      scalars.make(scale), true, gpu_found);
           CHECK(differing_tensors(outs) == 0);
           CHECK(gpu_scalar(b, gpu_found) == cpu_found);
           CHECK(cpu_found == (special ? 1.0f : 0.0f));
@@ -235,13 +237,15 @@ TEST_CASE("cuda multi-tensor: scaling at every alignment equals the CPU bit for 
       // Check only, and in place (which then equals the CPU's in place).
       float cpu_found = 0.0f;
       float* gpu_found = scalars.make(0.0f);
-      b.gpu->multi_tensor_scale(gpu_spans(ins), {}, scalars.make(scale), true, gpu_found);
+      ampx_test::amp_of(b.gpu).multi_tensor_scale(gpu_spans(ins), {}, scalars.make(scale), true,
+                                                  gpu_found);
       CHECK(gpu_scalar(b, gpu_found) == (special ? 1.0f : 0.0f));
       CHECK(differing_tensors(ins) == 0);
       gpu_found = scalars.make(0.0f);
-      b.cpu->multi_tensor_scale(cpu_spans(ins), cpu_spans(ins), &cpu_factor, false, &cpu_found);
-      b.gpu->multi_tensor_scale(gpu_spans(ins), gpu_spans(ins), scalars.make(scale), false,
-                                gpu_found);
+      ampx_test::amp_of(b.cpu).multi_tensor_scale(cpu_spans(ins), cpu_spans(ins), &cpu_factor,
+                                                  false, &cpu_found);
+      ampx_test::amp_of(b.gpu).multi_tensor_scale(gpu_spans(ins), gpu_spans(ins),
+                                                  scalars.make(scale), false, gpu_found);
       CHECK(differing_tensors(ins) == 0);
       CHECK(gpu_scalar(b, gpu_found) == cpu_found);
     }
@@ -261,8 +265,8 @@ TEST_CASE("cuda multi-tensor: clamp, counts and norms at every alignment equal t
 
       for (NormType type : {NormType::L2, NormType::Inf}) {
         float want = 0.0f;
-        b.cpu->multi_tensor_norm(cpu_spans(list), type, &want);
-        b.gpu->multi_tensor_norm(gpu_spans(list), type, out);
+        ampx_test::amp_of(b.cpu).multi_tensor_norm(cpu_spans(list), type, &want);
+        ampx_test::amp_of(b.gpu).multi_tensor_norm(gpu_spans(list), type, out);
         const float got = gpu_scalar(b, out);
         CHECK(std::isnan(got) == nan);
         CHECK(std::isnan(want) == nan);
@@ -271,17 +275,17 @@ TEST_CASE("cuda multi-tensor: clamp, counts and norms at every alignment equal t
       }
 
       std::vector<int64_t> want(2 * list.size());
-      b.cpu->multi_tensor_count_nonfinite(cpu_spans(list), want.data());
+      ampx_test::amp_of(b.cpu).multi_tensor_count_nonfinite(cpu_spans(list), want.data());
       auto* counts = static_cast<int64_t*>(b.gpu_memory->allocate(want.size() * sizeof(int64_t)));
       REQUIRE(counts != nullptr);
-      b.gpu->multi_tensor_count_nonfinite(gpu_spans(list), counts);
+      ampx_test::amp_of(b.gpu).multi_tensor_count_nonfinite(gpu_spans(list), counts);
       std::vector<int64_t> got(want.size());
       b.gpu->copy_to_host(got.data(), counts, got.size() * sizeof(int64_t));
       b.gpu_memory->deallocate(counts, want.size() * sizeof(int64_t));
       CHECK(got == want);
 
-      b.cpu->multi_tensor_clamp(cpu_spans(list), 2.5f);
-      b.gpu->multi_tensor_clamp(gpu_spans(list), 2.5f);
+      ampx_test::amp_of(b.cpu).multi_tensor_clamp(cpu_spans(list), 2.5f);
+      ampx_test::amp_of(b.gpu).multi_tensor_clamp(gpu_spans(list), 2.5f);
       CHECK(differing_tensors(list) == 0);
     }
 
@@ -291,10 +295,10 @@ TEST_CASE("cuda multi-tensor: clamp, counts and norms at every alignment equal t
     MirroredList list = sweep(b, t, rng, false);
     for (NormType type : {NormType::L2, NormType::Inf}) {
       float want = 0.0f;
-      b.cpu->multi_tensor_norm(cpu_spans(list), type, &want);
-      b.gpu->multi_tensor_norm(gpu_spans(list), type, out);
+      ampx_test::amp_of(b.cpu).multi_tensor_norm(cpu_spans(list), type, &want);
+      ampx_test::amp_of(b.gpu).multi_tensor_norm(gpu_spans(list), type, out);
       const float first = gpu_scalar(b, out);
-      b.gpu->multi_tensor_norm(gpu_spans(list), type, out);
+      ampx_test::amp_of(b.gpu).multi_tensor_norm(gpu_spans(list), type, out);
       const float again = gpu_scalar(b, out);
       CHECK(std::memcmp(&first, &again, sizeof first) == 0);
       if (type == NormType::Inf)
@@ -422,18 +426,18 @@ TEST_CASE("cuda multi-tensor: SGD and Adam at odd offsets and over many launches
       float* gpu_found = scalars.make(cpu_found);
       const ampx::StepScalars cpu_scalars{&cpu_found, lr, wd};
       const ampx::StepScalars gpu_scalars{gpu_found, gpu_lr, gpu_wd};
-      b.cpu->increment_steps(cpu_steps.data(), n, &cpu_found);
-      b.gpu->increment_steps(gpu_steps, n, gpu_found);
+      ampx_test::amp_of(b.cpu).increment_steps(cpu_steps.data(), n, &cpu_found);
+      ampx_test::amp_of(b.gpu).increment_steps(gpu_steps, n, gpu_found);
       if (adam) {
         const ampx::math::AdamConfig config{0.9f, 0.999f, 1e-8f, optimizer == 3, optimizer == 3,
                                             optimizer == 2};
-        b.cpu->adam_step(cpu_list, config, cpu_scalars);
-        b.gpu->adam_step(gpu_list, config, gpu_scalars);
+        ampx_test::amp_of(b.cpu).adam_step(cpu_list, config, cpu_scalars);
+        ampx_test::amp_of(b.gpu).adam_step(gpu_list, config, gpu_scalars);
       } else {
         const ampx::math::SgdConfig config{0.9f, optimizer == 0 ? 0.1f : 0.0f, optimizer == 1,
                                            optimizer == 1};
-        b.cpu->sgd_step(cpu_list, config, cpu_scalars);
-        b.gpu->sgd_step(gpu_list, config, gpu_scalars);
+        ampx_test::amp_of(b.cpu).sgd_step(cpu_list, config, cpu_scalars);
+        ampx_test::amp_of(b.gpu).sgd_step(gpu_list, config, gpu_scalars);
       }
     }
 
@@ -544,16 +548,16 @@ struct StepRig {
   // One iteration, enqueued only.
   void iterate() {
     backend.fill(found_inf, 4, 0, 1);
-    backend.multi_tensor_scale(grads16, grads32, scale, true, found_inf);
-    backend.multi_tensor_norm(grads32, NormType::L2, norm);
-    backend.clip_coefficient(norm, 1.0f, coef);
-    backend.multi_tensor_scale(grads32, grads32, coef, false, nullptr);
-    backend.multi_tensor_count_nonfinite(grads32, counts);
-    backend.increment_steps(steps, kParams, found_inf);
+    ampx_test::amp_of(backend).multi_tensor_scale(grads16, grads32, scale, true, found_inf);
+    ampx_test::amp_of(backend).multi_tensor_norm(grads32, NormType::L2, norm);
+    ampx_test::amp_of(backend).clip_coefficient(norm, 1.0f, coef);
+    ampx_test::amp_of(backend).multi_tensor_scale(grads32, grads32, coef, false, nullptr);
+    ampx_test::amp_of(backend).multi_tensor_count_nonfinite(grads32, counts);
+    ampx_test::amp_of(backend).increment_steps(steps, kParams, found_inf);
     const ampx::math::AdamConfig config{0.9f, 0.999f, 1e-8f, false, false, true};
-    backend.adam_step(params, config, ampx::StepScalars{found_inf, lr, wd});
+    ampx_test::amp_of(backend).adam_step(params, config, ampx::StepScalars{found_inf, lr, wd});
     ampx::math::ScalerConfig scaler{2.0, 0.5, 1, 1, 0.0f, 0.0f};
-    backend.scaler_update(state, {found_inf}, scaler, false, 0.0f);
+    ampx_test::amp_of(backend).scaler_update(state, {found_inf}, scaler, false, 0.0f);
   }
 
   // Every byte the iteration writes.
@@ -624,7 +628,7 @@ TEST_CASE("cuda multi-tensor: one scaler update combines up to 256 found-inf fla
 
   std::vector<const float*> flags(256, scalars.make(0.0f));
   flags[255] = scalars.make(1.0f);  // only the last one is set
-  b.gpu->scaler_update(state, flags, config, false, 0.0f);
+  ampx_test::amp_of(b.gpu).scaler_update(state, flags, config, false, 0.0f);
   ampx::math::ScalerState after{};
   b.gpu->copy_to_host(&after, state, sizeof after);
   CHECK(after.scale == 512.0f);
@@ -634,7 +638,7 @@ TEST_CASE("cuda multi-tensor: one scaler update combines up to 256 found-inf fla
   ampx_status status = AMPX_OK;
   std::string message;
   try {
-    b.gpu->scaler_update(state, flags, config, false, 0.0f);
+    ampx_test::amp_of(b.gpu).scaler_update(state, flags, config, false, 0.0f);
   } catch (const ampx::Error& e) {
     status = e.status();
     message = e.what();
@@ -664,7 +668,7 @@ TEST_CASE("cuda multi-tensor: element indices past 2^31") {
 
   auto* counts = static_cast<int64_t*>(b.gpu_memory->allocate(2 * sizeof(int64_t)));
   REQUIRE(counts != nullptr);
-  b.gpu->multi_tensor_count_nonfinite(list, counts);
+  ampx_test::amp_of(b.gpu).multi_tensor_count_nonfinite(list, counts);
   int64_t got[2] = {};
   b.gpu->copy_to_host(got, counts, sizeof got);
   CHECK(got[0] == 1);
@@ -672,11 +676,11 @@ TEST_CASE("cuda multi-tensor: element indices past 2^31") {
   b.gpu_memory->deallocate(counts, 2 * sizeof(int64_t));
 
   float* norm = scalars.make(0.0f);
-  b.gpu->multi_tensor_norm(list, NormType::Inf, norm);
+  ampx_test::amp_of(b.gpu).multi_tensor_norm(list, NormType::Inf, norm);
   CHECK(std::isnan(gpu_scalar(b, norm)));
 
   // Clamping writes past 2^31: the inf becomes the bound, the NaN stays.
-  b.gpu->multi_tensor_clamp(list, 0.5f);
+  ampx_test::amp_of(b.gpu).multi_tensor_clamp(list, 0.5f);
   uint16_t tail[8] = {};
   b.gpu->copy_to_host(tail, x + 2 * (n - 8), sizeof tail);
   for (uint16_t v : tail) CHECK(v == 0x3f00);

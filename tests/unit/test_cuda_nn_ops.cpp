@@ -36,6 +36,7 @@
 //    evaluated in double. Non-finite CPU results must be matched exactly
 //    (NaN by NaN).
 #include "support.h"
+#include "unit/backend_caps.h"
 
 #ifdef AMPX_WITH_CUDA
 
@@ -207,12 +208,12 @@ TEST_CASE("cuda nn ops: gather_rows copies the CPU's bytes for every row size an
         const Bytes idx = index_bytes(it, indices);
         const size_t out_bytes = static_cast<size_t>(rc.count) * rc.row_bytes;
         Bytes want(out_bytes);
-        b.cpu->gather_rows(table.data(), rc.row_bytes, table_rows, idx.data(), it, rc.count,
-                           want.data());
+        ampx_test::nn_of(b.cpu).gather_rows(table.data(), rc.row_bytes, table_rows, idx.data(), it,
+                                            rc.count, want.data());
         const Gpu gtable(b, table, off[0]), gidx(b, idx);
         const Guarded gout(b, Bytes(out_bytes), off[1]);
-        b.gpu->gather_rows(gtable.ptr(), rc.row_bytes, table_rows, gidx.ptr(), it, rc.count,
-                           gout.ptr());
+        ampx_test::nn_of(b.gpu).gather_rows(gtable.ptr(), rc.row_bytes, table_rows, gidx.ptr(), it,
+                                            rc.count, gout.ptr());
         compare_bytes("gather_rows", gout.bytes(), want);
       }
 
@@ -220,7 +221,7 @@ TEST_CASE("cuda nn ops: gather_rows copies the CPU's bytes for every row size an
   const Bytes sentinel(64, 0xA5);
   const Gpu gtable(b, random_bytes(64, rng)), gidx(b, index_bytes(DType::I64, {0})),
       gout(b, sentinel);
-  b.gpu->gather_rows(gtable.ptr(), 16, 4, gidx.ptr(), DType::I64, 0, gout.ptr());
+  ampx_test::nn_of(b.gpu).gather_rows(gtable.ptr(), 16, 4, gidx.ptr(), DType::I64, 0, gout.ptr());
   CHECK(gout.bytes() == sentinel);
 }
 
@@ -243,8 +244,8 @@ Bytes check_scatter(Backends& b, std::mt19937& rng, DType src_type, DType index_
   const Bytes idx = index_bytes(index_type, indices);
   const std::vector<float> dst0 = mixed_floats(static_cast<size_t>(rows * cols), rng);
   std::vector<float> want = dst0;
-  b.cpu->scatter_add_rows(src.data(), src_type, cols, idx.data(), index_type, count, want.data(),
-                          rows);
+  ampx_test::nn_of(b.cpu).scatter_add_rows(src.data(), src_type, cols, idx.data(), index_type,
+                                           count, want.data(), rows);
   // The chain the contract defines; an index is what the index type holds.
   std::vector<float> chain = dst0;
   for (size_t i = 0; i < indices.size(); ++i) {
@@ -258,8 +259,8 @@ Bytes check_scatter(Backends& b, std::mt19937& rng, DType src_type, DType index_
   std::memcpy(dst_bytes.data(), dst0.data(), dst_bytes.size());
   const Gpu gsrc(b, src), gidx(b, idx);
   const Guarded gdst(b, dst_bytes);
-  b.gpu->scatter_add_rows(gsrc.ptr(), src_type, cols, gidx.ptr(), index_type, count,
-                          gdst.as<float>(), rows);
+  ampx_test::nn_of(b.gpu).scatter_add_rows(gsrc.ptr(), src_type, cols, gidx.ptr(), index_type,
+                                           count, gdst.as<float>(), rows);
   Bytes want_bytes(want.size() * 4), chain_bytes(chain.size() * 4);
   std::memcpy(want_bytes.data(), want.data(), want_bytes.size());
   std::memcpy(chain_bytes.data(), chain.data(), chain_bytes.size());
@@ -307,8 +308,8 @@ TEST_CASE("cuda nn ops: scatter_add_rows adds in the CPU's order, bit for bit") 
   // count 0 changes nothing.
   const Bytes dst = encode(DType::F32, {1.0f, 2.0f, 3.0f});
   const Gpu gdst(b, dst), gsrc(b, Bytes(12)), gidx(b, index_bytes(DType::I32, {0}));
-  b.gpu->scatter_add_rows(gsrc.ptr(), DType::F32, 3, gidx.ptr(), DType::I32, 0, gdst.as<float>(),
-                          1);
+  ampx_test::nn_of(b.gpu).scatter_add_rows(gsrc.ptr(), DType::F32, 3, gidx.ptr(), DType::I32, 0,
+                                           gdst.as<float>(), 1);
   CHECK(gdst.bytes() == dst);
 }
 
@@ -323,8 +324,8 @@ TEST_CASE("cuda nn ops: scatter_add_rows gives the same bits on every run") {
   std::vector<Bytes> runs;
   for (int run = 0; run < 3; ++run) {
     const Gpu gdst(b, Bytes(static_cast<size_t>(rows * cols) * 4));
-    b.gpu->scatter_add_rows(gsrc.ptr(), DType::F16, cols, gidx.ptr(), DType::I64, count,
-                            gdst.as<float>(), rows);
+    ampx_test::nn_of(b.gpu).scatter_add_rows(gsrc.ptr(), DType::F16, cols, gidx.ptr(), DType::I64,
+                                             count, gdst.as<float>(), rows);
     runs.push_back(gdst.bytes());
   }
   CHECK(runs[1] == runs[0]);
@@ -416,13 +417,13 @@ TEST_CASE("cuda nn ops: gather_rows writes zero rows for out-of-range indices, a
         }
         // Outputs start non-zero, so the zero rows are written, not left.
         Bytes want(out_bytes, 0xC3);
-        b.cpu->gather_rows(table.data(), rc.row_bytes, table_rows, idx.data(), it, rc.count,
-                           want.data());
+        ampx_test::nn_of(b.cpu).gather_rows(table.data(), rc.row_bytes, table_rows, idx.data(), it,
+                                            rc.count, want.data());
         compare_bytes("gather_rows on the CPU against the contract", want, expected);
         const Gpu gtable(b, table), gidx(b, idx);
         const Guarded gout(b, Bytes(out_bytes, 0xC3), off);
-        b.gpu->gather_rows(gtable.ptr(), rc.row_bytes, table_rows, gidx.ptr(), it, rc.count,
-                           gout.ptr());
+        ampx_test::nn_of(b.gpu).gather_rows(gtable.ptr(), rc.row_bytes, table_rows, gidx.ptr(), it,
+                                            rc.count, gout.ptr());
         compare_bytes("gather_rows with out-of-range indices", gout.bytes(), want);
       }
 
@@ -434,12 +435,13 @@ TEST_CASE("cuda nn ops: gather_rows writes zero rows for out-of-range indices, a
     const auto count = static_cast<int64_t>(bad.size());
     const Gpu gtable(b, random_bytes(static_cast<size_t>(table_rows) * 16, rng)), gidx(b, idx);
     const Guarded gout(b, Bytes(bad.size() * 16, 0xC3));
-    b.gpu->gather_rows(gtable.ptr(), 16, table_rows, gidx.ptr(), it, count, gout.ptr());
+    ampx_test::nn_of(b.gpu).gather_rows(gtable.ptr(), 16, table_rows, gidx.ptr(), it, count,
+                                        gout.ptr());
     CHECK(gout.bytes() == Bytes(bad.size() * 16, 0));
     const Bytes small = index_bytes(it, {0, 1, -1, 3});
     const Gpu gsmall(b, small);
     const Guarded gzero(b, Bytes(4 * 16, 0xC3));
-    b.gpu->gather_rows(gtable.ptr(), 16, 0, gsmall.ptr(), it, 4, gzero.ptr());
+    ampx_test::nn_of(b.gpu).gather_rows(gtable.ptr(), 16, 0, gsmall.ptr(), it, 4, gzero.ptr());
     CHECK(gzero.bytes() == Bytes(4 * 16, 0));
   }
 }
@@ -478,7 +480,8 @@ TEST_CASE("cuda nn ops: scatter_add_rows skips out-of-range indices, bit for bit
     // A dst of no rows: nothing is written (the guards check it).
     const Gpu gsrc(b, encode(DType::F32, {1.0f, 2.0f})), gidx(b, index_bytes(it, {0, -1}));
     const Guarded gdst(b, Bytes());
-    b.gpu->scatter_add_rows(gsrc.ptr(), DType::F32, 1, gidx.ptr(), it, 2, gdst.as<float>(), 0);
+    ampx_test::nn_of(b.gpu).scatter_add_rows(gsrc.ptr(), DType::F32, 1, gidx.ptr(), it, 2,
+                                             gdst.as<float>(), 0);
     CHECK(gdst.bytes().empty());
   }
 }
@@ -506,8 +509,8 @@ TEST_CASE("cuda nn ops: scatter_add_rows with I32 indices into more than 2^31 ro
   const Gpu gsrc(b, encode(DType::F32, values)), gidx(b, index_bytes(DType::I32, indices));
   Big dst(b, dst_bytes);
   b.gpu->fill(dst.ptr(), 4, ampx::math::float_bits(1.0f), rows);
-  b.gpu->scatter_add_rows(gsrc.ptr(), DType::F32, 1, gidx.ptr(), DType::I32, count,
-                          reinterpret_cast<float*>(dst.ptr()), rows);
+  ampx_test::nn_of(b.gpu).scatter_add_rows(gsrc.ptr(), DType::F32, 1, gidx.ptr(), DType::I32, count,
+                                           reinterpret_cast<float*>(dst.ptr()), rows);
   // The first 8 rows and the last 128 (2^31 - 64 .. 2^31 + 63).
   auto check_rows = [&](int64_t first, int64_t n) {
     std::vector<float> want(static_cast<size_t>(n), 1.0f);
@@ -549,8 +552,8 @@ void check_copy(Backends& b, std::mt19937& rng, const StridedCopy& l, size_t ele
   const Bytes src = random_bytes(src_elems * elem, rng);
   Bytes want(dst_elems * elem, 0xA5);  // elements the copy skips keep this
   const Gpu gsrc(b, src), gdst(b, want);
-  b.cpu->copy_strided(want.data(), src.data(), elem, l);
-  b.gpu->copy_strided(gdst.ptr(), gsrc.ptr(), elem, l);
+  ampx_test::nn_of(b.cpu).copy_strided(want.data(), src.data(), elem, l);
+  ampx_test::nn_of(b.gpu).copy_strided(gdst.ptr(), gsrc.ptr(), elem, l);
   compare_bytes("copy_strided " + what, gdst.bytes(), want);
 }
 
@@ -660,22 +663,25 @@ TEST_CASE("cuda nn ops: dropout draws the CPU's mask, bit for bit") {
             values[values.size() - 1 - i] = specials[i];
           const Bytes x = encode(t, values);
           Bytes want(x.size());
-          b.cpu->dropout(x.data(), want.data(), t, count, seed, offset, threshold, scale);
+          ampx_test::nn_of(b.cpu).dropout(x.data(), want.data(), t, count, seed, offset, threshold,
+                                          scale);
           // Out of place, aligned (the vector path) and one element off.
           for (size_t element_offset : {size_t{0}, size_t{1}}) {
             const Gpu gx(b, x, element_offset * width(t)),
                 gy(b, Bytes(x.size(), 0xA5), element_offset * width(t));
-            b.gpu->dropout(gx.ptr(), gy.ptr(), t, count, seed, offset, threshold, scale);
+            ampx_test::nn_of(b.gpu).dropout(gx.ptr(), gy.ptr(), t, count, seed, offset, threshold,
+                                            scale);
             compare_exact("dropout", t, gy.bytes(), want);
             CHECK(gx.bytes() == x);
           }
           // In place, on both backends.
           Bytes in_place = x;
-          b.cpu->dropout(in_place.data(), in_place.data(), t, count, seed, offset, threshold,
-                         scale);
+          ampx_test::nn_of(b.cpu).dropout(in_place.data(), in_place.data(), t, count, seed, offset,
+                                          threshold, scale);
           compare_exact("dropout in place on the CPU", t, in_place, want);
           const Gpu gx(b, x);
-          b.gpu->dropout(gx.ptr(), gx.ptr(), t, count, seed, offset, threshold, scale);
+          ampx_test::nn_of(b.gpu).dropout(gx.ptr(), gx.ptr(), t, count, seed, offset, threshold,
+                                          scale);
           compare_exact("dropout in place", t, gx.bytes(), want);
         }
 }
@@ -707,12 +713,13 @@ TEST_CASE("cuda nn ops: bce_with_logits within the expf/log1pf bound of the CPU"
       }
       const Bytes x = encode(t, xs), y = encode(t, ts);
       Bytes want(xs.size() * 4);
-      b.cpu->bce_with_logits(x.data(), y.data(), t, count, reinterpret_cast<float*>(want.data()));
+      ampx_test::nn_of(b.cpu).bce_with_logits(x.data(), y.data(), t, count,
+                                              reinterpret_cast<float*>(want.data()));
       // Aligned (packets), and logits one element off (single elements).
       for (size_t element_offset : {size_t{0}, size_t{1}}) {
         CAPTURE(element_offset);
         const Gpu gx(b, x, element_offset * width(t)), gt(b, y), gl(b, Bytes(want.size()));
-        b.gpu->bce_with_logits(gx.ptr(), gt.ptr(), t, count, gl.as<float>());
+        ampx_test::nn_of(b.gpu).bce_with_logits(gx.ptr(), gt.ptr(), t, count, gl.as<float>());
         const Bytes got = gl.bytes();
         size_t wrong = 0;
         std::ostringstream first;
@@ -761,12 +768,12 @@ TEST_CASE("cuda nn ops: gather, dropout and scatter_add replay from a CUDA graph
     };
     auto step = [&](Outputs& o) {
       ampx::Backend& g = *b.gpu;
-      g.gather_rows(table.ptr(), row_bytes, rows, idx.ptr(), DType::I64, count,
-                    o.gathered->ptr());
-      g.dropout(o.gathered->ptr(), o.gathered->ptr(), DType::BF16, count * cols, 99, 7, threshold,
-                1.0f / 0.75f);
-      g.scatter_add_rows(o.gathered->ptr(), DType::BF16, cols, idx.ptr(), DType::I64, count,
-                         o.grad->as<float>(), rows);
+      ampx_test::nn_of(g).gather_rows(table.ptr(), row_bytes, rows, idx.ptr(), DType::I64, count,
+                                      o.gathered->ptr());
+      ampx_test::nn_of(g).dropout(o.gathered->ptr(), o.gathered->ptr(), DType::BF16, count * cols,
+                                  99, 7, threshold, 1.0f / 0.75f);
+      ampx_test::nn_of(g).scatter_add_rows(o.gathered->ptr(), DType::BF16, cols, idx.ptr(),
+                                           DType::I64, count, o.grad->as<float>(), rows);
     };
     Outputs direct = make_outputs(), graphed = make_outputs();
     step(direct);  // loads every kernel first
@@ -793,26 +800,28 @@ TEST_CASE("cuda nn ops: integer data, floating indices and odd element sizes are
   const int64_t rows = 32;  // of 8 bytes in buf
   ampx::Backend& g = *b.gpu;
   CHECK(status_of([&] {
-          g.scatter_add_rows(buf.ptr(), DType::I32, 2, idx.ptr(), DType::I32, 2, buf.as<float>(),
-                             rows);
+          ampx_test::nn_of(g).scatter_add_rows(buf.ptr(), DType::I32, 2, idx.ptr(), DType::I32, 2,
+                                               buf.as<float>(), rows);
         }) == AMPX_ERR_DTYPE);
   CHECK(status_of([&] {
-          g.scatter_add_rows(buf.ptr(), DType::F32, 2, idx.ptr(), DType::F32, 2, buf.as<float>(),
-                             rows);
+          ampx_test::nn_of(g).scatter_add_rows(buf.ptr(), DType::F32, 2, idx.ptr(), DType::F32, 2,
+                                               buf.as<float>(), rows);
         }) == AMPX_ERR_DTYPE);
   CHECK(status_of([&] {
-          g.gather_rows(buf.ptr(), 8, rows, idx.ptr(), DType::F16, 2, buf.ptr());
+          ampx_test::nn_of(g).gather_rows(buf.ptr(), 8, rows, idx.ptr(), DType::F16, 2, buf.ptr());
         }) == AMPX_ERR_DTYPE);
-  CHECK(status_of([&] { g.dropout(buf.ptr(), buf.ptr(), DType::I64, 4, 1, 0, 0, 1.0f); }) ==
-        AMPX_ERR_DTYPE);
   CHECK(status_of([&] {
-          g.bce_with_logits(buf.ptr(), buf.ptr(), DType::I32, 4, buf.as<float>());
+          ampx_test::nn_of(g).dropout(buf.ptr(), buf.ptr(), DType::I64, 4, 1, 0, 0, 1.0f);
+        }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] {
+          ampx_test::nn_of(g).bce_with_logits(buf.ptr(), buf.ptr(), DType::I32, 4, buf.as<float>());
         }) == AMPX_ERR_DTYPE);
   StridedCopy l;
   l.ndim = 1;
   l.sizes[0] = 4;
   l.src_strides[0] = l.dst_strides[0] = 1;
-  CHECK(status_of([&] { g.copy_strided(buf.ptr(), buf.ptr(), 3, l); }) == AMPX_ERR_INTERNAL);
+  CHECK(status_of([&] { ampx_test::nn_of(g).copy_strided(buf.ptr(), buf.ptr(), 3, l); }) ==
+        AMPX_ERR_INTERNAL);
 }
 
 TEST_CASE("cuda nn ops: copy_strided and dropout past 2^32 and 2^31 elements") {
@@ -838,7 +847,7 @@ TEST_CASE("cuda nn ops: copy_strided and dropout past 2^32 and 2^31 elements") {
     l.sizes[0] = rows, l.sizes[1] = cols;
     l.src_strides[0] = src_pitch, l.src_strides[1] = 1;
     l.dst_strides[0] = cols, l.dst_strides[1] = 1;
-    b.gpu->copy_strided(dst.ptr(), src.ptr(), 1, l);
+    ampx_test::nn_of(b.gpu).copy_strided(dst.ptr(), src.ptr(), 1, l);
     for (int64_t row : {int64_t{0}, rows / 2, rows - 1}) {
       Bytes got(static_cast<size_t>(cols));
       b.gpu->copy_to_host(got.data(), dst.ptr() + row * cols, got.size());
@@ -855,7 +864,8 @@ TEST_CASE("cuda nn ops: copy_strided and dropout past 2^32 and 2^31 elements") {
     b.gpu->fill(x.ptr(), 2, 0x3c00, count);  // 1.0
     const uint64_t seed = 0x0123456789abcdefull, offset = (uint64_t{1} << 32) + 3;
     const uint32_t threshold = ampx::math::dropout_threshold(0.5);
-    b.gpu->dropout(x.ptr(), x.ptr(), DType::F16, count, seed, offset, threshold, 2.0f);
+    ampx_test::nn_of(b.gpu).dropout(x.ptr(), x.ptr(), DType::F16, count, seed, offset, threshold,
+                                    2.0f);
     const int64_t tail = 61;
     std::vector<uint16_t> got(static_cast<size_t>(tail));
     b.gpu->copy_to_host(got.data(), x.ptr() + 2 * (count - tail), got.size() * 2);

@@ -38,6 +38,7 @@
 // Non-finite CPU results must be matched exactly (NaN by NaN). Every GPU
 // call is repeated and must give the same bits.
 #include "support.h"
+#include "unit/backend_caps.h"
 
 #ifdef AMPX_WITH_CUDA
 
@@ -212,14 +213,15 @@ TEST_CASE("cuda norm: layer_norm within the reordering bound of the CPU, the sam
         const std::string what = name(t) + " layer_norm of " + std::to_string(s.rows) + " x " +
                                  std::to_string(s.cols) + ", affine " + std::to_string(affine);
         Bytes want_y(x.size()), want_mean(rows * 4), want_rstd(rows * 4);
-        b.cpu->layer_norm(x.data(), has_w ? weight.data() : nullptr,
-                          has_b ? bias.data() : nullptr, t, s.rows, s.cols, kLnEps,
-                          want_y.data(), reinterpret_cast<float*>(want_mean.data()),
-                          reinterpret_cast<float*>(want_rstd.data()));
+        ampx_test::nn_of(b.cpu).layer_norm(
+            x.data(), has_w ? weight.data() : nullptr, has_b ? bias.data() : nullptr, t, s.rows,
+            s.cols, kLnEps, want_y.data(), reinterpret_cast<float*>(want_mean.data()),
+            reinterpret_cast<float*>(want_rstd.data()));
         const Gpu gy(b, x.size()), gmean(b, rows * 4), grstd(b, rows * 4);
         auto run = [&] {
-          b.gpu->layer_norm(gx.ptr(), has_w ? gw.ptr() : nullptr, has_b ? gb.ptr() : nullptr, t,
-                            s.rows, s.cols, kLnEps, gy.ptr(), gmean.f32(), grstd.f32());
+          ampx_test::nn_of(b.gpu).layer_norm(gx.ptr(), has_w ? gw.ptr() : nullptr,
+                                             has_b ? gb.ptr() : nullptr, t, s.rows, s.cols, kLnEps,
+                                             gy.ptr(), gmean.f32(), grstd.f32());
         };
         run();
         const Bytes got_y = gy.bytes(), got_mean = gmean.bytes(), got_rstd = grstd.bytes();
@@ -231,8 +233,8 @@ TEST_CASE("cuda norm: layer_norm within the reordering bound of the CPU, the sam
         CHECK_MESSAGE(grstd.bytes() == got_rstd, what, ": a second run differs");
         if (affine == 2) {  // in place gives what out of place gives
           const Gpu buffer(b, x);
-          b.gpu->layer_norm(buffer.ptr(), gw.ptr(), gb.ptr(), t, s.rows, s.cols, kLnEps,
-                            buffer.ptr(), gmean.f32(), grstd.f32());
+          ampx_test::nn_of(b.gpu).layer_norm(buffer.ptr(), gw.ptr(), gb.ptr(), t, s.rows, s.cols,
+                                             kLnEps, buffer.ptr(), gmean.f32(), grstd.f32());
           CHECK_MESSAGE(buffer.bytes() == got_y, what, ": in place differs");
         }
       }
@@ -252,9 +254,9 @@ TEST_CASE("cuda norm: layer_norm_backward within the reordering bound of the CPU
       const Bytes dy = random_values(t, rows * cols, rng, 1.0f);
       const Bytes weight = random_values(t, cols, rng, 0.5f, 1.0f);
       Bytes y(x.size()), mean(rows * 4), rstd(rows * 4);
-      b.cpu->layer_norm(x.data(), nullptr, nullptr, t, s.rows, s.cols, kLnEps, y.data(),
-                        reinterpret_cast<float*>(mean.data()),
-                        reinterpret_cast<float*>(rstd.data()));
+      ampx_test::nn_of(b.cpu).layer_norm(x.data(), nullptr, nullptr, t, s.rows, s.cols, kLnEps,
+                                         y.data(), reinterpret_cast<float*>(mean.data()),
+                                         reinterpret_cast<float*>(rstd.data()));
       const Gpu gx(b, x), gdy(b, dy), gw(b, weight), gmean(b, mean), grstd(b, rstd);
       for (bool has_w : {false, true}) {
         // Per row: the means of g = dy w and g xhat, and their magnitudes;
@@ -284,19 +286,18 @@ TEST_CASE("cuda norm: layer_norm_backward within the reordering bound of the CPU
                                    " x " + std::to_string(s.cols) + (has_w ? ", weight" : "") +
                                    ", outputs " + std::to_string(outputs);
           Bytes want_dx_b(x.size()), want_dw_b(cols * width(t)), want_db_b(cols * width(t));
-          b.cpu->layer_norm_backward(x.data(), dy.data(), has_w ? weight.data() : nullptr, t,
-                                     s.rows, s.cols, reinterpret_cast<const float*>(mean.data()),
-                                     reinterpret_cast<const float*>(rstd.data()),
-                                     want_dx ? want_dx_b.data() : nullptr,
-                                     want_dw ? want_dw_b.data() : nullptr,
-                                     want_db ? want_db_b.data() : nullptr);
+          ampx_test::nn_of(b.cpu).layer_norm_backward(
+              x.data(), dy.data(), has_w ? weight.data() : nullptr, t, s.rows, s.cols,
+              reinterpret_cast<const float*>(mean.data()),
+              reinterpret_cast<const float*>(rstd.data()), want_dx ? want_dx_b.data() : nullptr,
+              want_dw ? want_dw_b.data() : nullptr, want_db ? want_db_b.data() : nullptr);
           const auto gdx = maybe(b, Bytes(x.size()), want_dx);
           const auto gdw = maybe(b, Bytes(want_dw_b.size()), want_dw);
           const auto gdb = maybe(b, Bytes(want_db_b.size()), want_db);
           auto run = [&] {
-            b.gpu->layer_norm_backward(gx.ptr(), gdy.ptr(), has_w ? gw.ptr() : nullptr, t, s.rows,
-                                       s.cols, gmean.f32(), grstd.f32(), ptr(gdx), ptr(gdw),
-                                       ptr(gdb));
+            ampx_test::nn_of(b.gpu).layer_norm_backward(
+                gx.ptr(), gdy.ptr(), has_w ? gw.ptr() : nullptr, t, s.rows, s.cols, gmean.f32(),
+                grstd.f32(), ptr(gdx), ptr(gdw), ptr(gdb));
           };
           run();
           if (gdx) {
@@ -333,9 +334,9 @@ TEST_CASE("cuda norm: layer_norm_backward within the reordering bound of the CPU
           }
           if (outputs == 1) {  // dx in place of dy gives what out of place gives
             const Gpu buffer(b, dy);
-            b.gpu->layer_norm_backward(gx.ptr(), buffer.ptr(), has_w ? gw.ptr() : nullptr, t,
-                                       s.rows, s.cols, gmean.f32(), grstd.f32(), buffer.ptr(),
-                                       nullptr, nullptr);
+            ampx_test::nn_of(b.gpu).layer_norm_backward(
+                gx.ptr(), buffer.ptr(), has_w ? gw.ptr() : nullptr, t, s.rows, s.cols, gmean.f32(),
+                grstd.f32(), buffer.ptr(), nullptr, nullptr);
             CHECK_MESSAGE(buffer.bytes() == gdx->bytes(), what, ": in place differs");
           }
         }
@@ -398,16 +399,16 @@ TEST_CASE("cuda norm: batch_norm statistics, running statistics and forward agai
                                  (update ? " with running statistics" : "");
         Bytes want_mean(channels * 4), want_var(channels * 4);
         Bytes want_rm = running_mean, want_rv = running_var;
-        b.cpu->batch_norm_stats(x.data(), t, s.n, s.channels, s.inner, kMomentum,
-                                reinterpret_cast<float*>(want_mean.data()),
-                                reinterpret_cast<float*>(want_var.data()),
-                                update ? reinterpret_cast<float*>(want_rm.data()) : nullptr,
-                                update ? reinterpret_cast<float*>(want_rv.data()) : nullptr);
+        ampx_test::nn_of(b.cpu).batch_norm_stats(
+            x.data(), t, s.n, s.channels, s.inner, kMomentum,
+            reinterpret_cast<float*>(want_mean.data()), reinterpret_cast<float*>(want_var.data()),
+            update ? reinterpret_cast<float*>(want_rm.data()) : nullptr,
+            update ? reinterpret_cast<float*>(want_rv.data()) : nullptr);
         const Gpu gmean(b, channels * 4), gvar(b, channels * 4);
         const Gpu grm(b, running_mean), grv(b, running_var);
-        b.gpu->batch_norm_stats(gx.ptr(), t, s.n, s.channels, s.inner, kMomentum, gmean.f32(),
-                                gvar.f32(), update ? grm.f32() : nullptr,
-                                update ? grv.f32() : nullptr);
+        ampx_test::nn_of(b.gpu).batch_norm_stats(
+            gx.ptr(), t, s.n, s.channels, s.inner, kMomentum, gmean.f32(), gvar.f32(),
+            update ? grm.f32() : nullptr, update ? grv.f32() : nullptr);
         const Bytes got_mean = gmean.bytes(), got_var = gvar.bytes();
         const Bytes got_rm = grm.bytes(), got_rv = grv.bytes();
         if (!update) {  // untouched
@@ -439,9 +440,9 @@ TEST_CASE("cuda norm: batch_norm statistics, running statistics and forward agai
         }
         // The same bits on a second run (from the same running statistics).
         const Gpu grm2(b, running_mean), grv2(b, running_var);
-        b.gpu->batch_norm_stats(gx.ptr(), t, s.n, s.channels, s.inner, kMomentum, gmean.f32(),
-                                gvar.f32(), update ? grm2.f32() : nullptr,
-                                update ? grv2.f32() : nullptr);
+        ampx_test::nn_of(b.gpu).batch_norm_stats(
+            gx.ptr(), t, s.n, s.channels, s.inner, kMomentum, gmean.f32(), gvar.f32(),
+            update ? grm2.f32() : nullptr, update ? grv2.f32() : nullptr);
         CHECK_MESSAGE(gmean.bytes() == got_mean, what, ": a second run differs");
         CHECK_MESSAGE(gvar.bytes() == got_var, what, ": a second run differs");
         CHECK_MESSAGE(grm2.bytes() == got_rm, what, ": a second run differs");
@@ -451,9 +452,10 @@ TEST_CASE("cuda norm: batch_norm statistics, running statistics and forward agai
       // The forward with given statistics -- the batch's (the CPU's) or
       // running ones (evaluation) -- is element-wise: bit for bit.
       Bytes batch_mean(channels * 4), batch_var(channels * 4);
-      b.cpu->batch_norm_stats(x.data(), t, s.n, s.channels, s.inner, kMomentum,
-                              reinterpret_cast<float*>(batch_mean.data()),
-                              reinterpret_cast<float*>(batch_var.data()), nullptr, nullptr);
+      ampx_test::nn_of(b.cpu).batch_norm_stats(x.data(), t, s.n, s.channels, s.inner, kMomentum,
+                                               reinterpret_cast<float*>(batch_mean.data()),
+                                               reinterpret_cast<float*>(batch_var.data()), nullptr,
+                                               nullptr);
       const Bytes weight = f32_bytes(random_floats(channels, rng, 0.5f, 1.5f));
       const Bytes bias = f32_bytes(random_floats(channels, rng, -1.0f, 1.0f));
       const Gpu gw(b, weight), gb(b, bias);
@@ -466,16 +468,15 @@ TEST_CASE("cuda norm: batch_norm statistics, running statistics and forward agai
           const std::string what = name(t) + " batch_norm of " + describe(s) +
                                    (eval ? " (eval)" : "") + ", affine " + std::to_string(affine);
           Bytes want(x.size());
-          b.cpu->batch_norm(x.data(), t, s.n, s.channels, s.inner,
-                            reinterpret_cast<const float*>(mean.data()),
-                            reinterpret_cast<const float*>(var.data()),
-                            has_w ? reinterpret_cast<const float*>(weight.data()) : nullptr,
-                            has_b ? reinterpret_cast<const float*>(bias.data()) : nullptr, kBnEps,
-                            want.data());
+          ampx_test::nn_of(b.cpu).batch_norm(
+              x.data(), t, s.n, s.channels, s.inner, reinterpret_cast<const float*>(mean.data()),
+              reinterpret_cast<const float*>(var.data()),
+              has_w ? reinterpret_cast<const float*>(weight.data()) : nullptr,
+              has_b ? reinterpret_cast<const float*>(bias.data()) : nullptr, kBnEps, want.data());
           const Gpu gy(b, x.size());
-          b.gpu->batch_norm(gx.ptr(), t, s.n, s.channels, s.inner, gmean.f32(), gvar.f32(),
-                            has_w ? gw.f32() : nullptr, has_b ? gb.f32() : nullptr, kBnEps,
-                            gy.ptr());
+          ampx_test::nn_of(b.gpu).batch_norm(gx.ptr(), t, s.n, s.channels, s.inner, gmean.f32(),
+                                             gvar.f32(), has_w ? gw.f32() : nullptr,
+                                             has_b ? gb.f32() : nullptr, kBnEps, gy.ptr());
           compare_bits(what, t, gy.bytes(), want);
         }
       }
@@ -495,9 +496,10 @@ TEST_CASE("cuda norm: batch_norm_backward in training and evaluation against the
       const Bytes x = random_values(t, numel, rng, 1.5f, -2.0f);
       const Bytes dy = random_values(t, numel, rng, 1.0f);
       Bytes batch_mean(channels * 4), batch_var(channels * 4);
-      b.cpu->batch_norm_stats(x.data(), t, s.n, s.channels, s.inner, kMomentum,
-                              reinterpret_cast<float*>(batch_mean.data()),
-                              reinterpret_cast<float*>(batch_var.data()), nullptr, nullptr);
+      ampx_test::nn_of(b.cpu).batch_norm_stats(x.data(), t, s.n, s.channels, s.inner, kMomentum,
+                                               reinterpret_cast<float*>(batch_mean.data()),
+                                               reinterpret_cast<float*>(batch_var.data()), nullptr,
+                                               nullptr);
       const Bytes running_mean = f32_bytes(random_floats(channels, rng, -1.0f, 1.0f));
       const Bytes running_var = f32_bytes(random_floats(channels, rng, 0.5f, 2.0f));
       const Bytes weight = f32_bytes(random_floats(channels, rng, 0.5f, 1.5f));
@@ -537,7 +539,7 @@ TEST_CASE("cuda norm: batch_norm_backward in training and evaluation against the
                                      (batch_stats ? "" : " (eval)") + (has_w ? ", weight" : "") +
                                      ", outputs " + std::to_string(outputs);
             Bytes want_dx_b(x.size()), want_dw_b(channels * 4), want_db_b(channels * 4);
-            b.cpu->batch_norm_backward(
+            ampx_test::nn_of(b.cpu).batch_norm_backward(
                 x.data(), dy.data(), t, s.n, s.channels, s.inner,
                 reinterpret_cast<const float*>(mean.data()),
                 reinterpret_cast<const float*>(var.data()),
@@ -549,9 +551,9 @@ TEST_CASE("cuda norm: batch_norm_backward in training and evaluation against the
             const auto gdw = maybe(b, Bytes(channels * 4), want_dw);
             const auto gdb = maybe(b, Bytes(channels * 4), want_db);
             auto run = [&] {
-              b.gpu->batch_norm_backward(gx.ptr(), gdy.ptr(), t, s.n, s.channels, s.inner,
-                                         gmean.f32(), gvar.f32(), has_w ? gw.f32() : nullptr,
-                                         kBnEps, batch_stats, ptr(gdx), f32(gdw), f32(gdb));
+              ampx_test::nn_of(b.gpu).batch_norm_backward(
+                  gx.ptr(), gdy.ptr(), t, s.n, s.channels, s.inner, gmean.f32(), gvar.f32(),
+                  has_w ? gw.f32() : nullptr, kBnEps, batch_stats, ptr(gdx), f32(gdw), f32(gdb));
             };
             run();
             if (gdx) {
@@ -651,17 +653,19 @@ TEST_CASE("cuda norm: layer norm and batch norm forward and backward replay from
     };
     auto step = [&](Outputs& o) {
       ampx::Backend& g = *b.gpu;
-      g.layer_norm(x.ptr(), w.ptr(), bias.ptr(), t, rows, cols, kLnEps, o.y->ptr(), o.mean->f32(),
-                   o.rstd->f32());
-      g.layer_norm_backward(x.ptr(), dy.ptr(), w.ptr(), t, rows, cols, o.mean->f32(),
-                            o.rstd->f32(), o.dx->ptr(), o.dw->ptr(), o.db->ptr());
-      g.batch_norm_stats(bx.ptr(), t, n, channels, inner, kMomentum, o.bmean->f32(),
-                         o.bvar->f32(), o.rmean->f32(), o.rvar->f32());
-      g.batch_norm(bx.ptr(), t, n, channels, inner, o.bmean->f32(), o.bvar->f32(), bw.f32(),
-                   bb.f32(), kBnEps, o.by->ptr());
-      g.batch_norm_backward(bx.ptr(), bdy.ptr(), t, n, channels, inner, o.bmean->f32(),
-                            o.bvar->f32(), bw.f32(), kBnEps, true, o.bdx->ptr(), o.bdw->f32(),
-                            o.bdb->f32());
+      ampx_test::nn_of(g).layer_norm(x.ptr(), w.ptr(), bias.ptr(), t, rows, cols, kLnEps,
+                                     o.y->ptr(), o.mean->f32(), o.rstd->f32());
+      ampx_test::nn_of(g).layer_norm_backward(x.ptr(), dy.ptr(), w.ptr(), t, rows, cols,
+                                              o.mean->f32(), o.rstd->f32(), o.dx->ptr(),
+                                              o.dw->ptr(), o.db->ptr());
+      ampx_test::nn_of(g).batch_norm_stats(bx.ptr(), t, n, channels, inner, kMomentum,
+                                           o.bmean->f32(), o.bvar->f32(), o.rmean->f32(),
+                                           o.rvar->f32());
+      ampx_test::nn_of(g).batch_norm(bx.ptr(), t, n, channels, inner, o.bmean->f32(), o.bvar->f32(),
+                                     bw.f32(), bb.f32(), kBnEps, o.by->ptr());
+      ampx_test::nn_of(g).batch_norm_backward(bx.ptr(), bdy.ptr(), t, n, channels, inner,
+                                              o.bmean->f32(), o.bvar->f32(), bw.f32(), kBnEps, true,
+                                              o.bdx->ptr(), o.bdw->f32(), o.bdb->f32());
     };
     auto results = [&](const Outputs& o) {
       std::vector<Bytes> all;
@@ -691,12 +695,12 @@ TEST_CASE("cuda norm: integer data is refused") {
   const Gpu buf(b, 256);
   ampx::Backend& g = *b.gpu;
   CHECK(status_of([&] {
-          g.layer_norm(buf.ptr(), nullptr, nullptr, DType::I32, 2, 2, kLnEps, buf.ptr(),
-                       buf.f32(), buf.f32());
+          ampx_test::nn_of(g).layer_norm(buf.ptr(), nullptr, nullptr, DType::I32, 2, 2, kLnEps,
+                                         buf.ptr(), buf.f32(), buf.f32());
         }) == AMPX_ERR_DTYPE);
   CHECK(status_of([&] {
-          g.batch_norm(buf.ptr(), DType::I64, 2, 2, 1, buf.f32(), buf.f32(), nullptr, nullptr,
-                       kBnEps, buf.ptr());
+          ampx_test::nn_of(g).batch_norm(buf.ptr(), DType::I64, 2, 2, 1, buf.f32(), buf.f32(),
+                                         nullptr, nullptr, kBnEps, buf.ptr());
         }) == AMPX_ERR_DTYPE);
 }
 
@@ -722,10 +726,11 @@ TEST_CASE("cuda norm: element indices past 2^31") {
   const Bytes last = random_values(t, static_cast<size_t>(cols), rng, 3.0f, 1.0f);
   b.gpu->copy_from_host(last_row, last.data(), last.size());
   Bytes want(last.size()), want_mean(4), want_rstd(4);
-  b.cpu->layer_norm(last.data(), nullptr, nullptr, t, 1, cols, kLnEps, want.data(),
-                    reinterpret_cast<float*>(want_mean.data()),
-                    reinterpret_cast<float*>(want_rstd.data()));
-  b.gpu->layer_norm(x, nullptr, nullptr, t, rows, cols, kLnEps, x, mean.f32(), rstd.f32());
+  ampx_test::nn_of(b.cpu).layer_norm(last.data(), nullptr, nullptr, t, 1, cols, kLnEps, want.data(),
+                                     reinterpret_cast<float*>(want_mean.data()),
+                                     reinterpret_cast<float*>(want_rstd.data()));
+  ampx_test::nn_of(b.gpu).layer_norm(x, nullptr, nullptr, t, rows, cols, kLnEps, x, mean.f32(),
+                                     rstd.f32());
   Bytes got(last.size()), got_mean(4), got_rstd(4);
   b.gpu->copy_to_host(got.data(), last_row, got.size());
   b.gpu->copy_to_host(got_mean.data(), mean.f32() + rows - 1, 4);
@@ -746,8 +751,8 @@ TEST_CASE("cuda norm: element indices past 2^31") {
     int64_t n, channels, inner, twos;  // twos: elements of 2 in the last channel
   };
   for (const View& v : {View{rows, cols, 1, 1}, View{1, 2, rows * cols / 2, cols}}) {
-    b.gpu->batch_norm_stats(x, t, v.n, v.channels, v.inner, kMomentum, bmean.f32(), bvar.f32(),
-                            nullptr, nullptr);
+    ampx_test::nn_of(b.gpu).batch_norm_stats(x, t, v.n, v.channels, v.inner, kMomentum, bmean.f32(),
+                                             bvar.f32(), nullptr, nullptr);
     const double count = static_cast<double>(v.n * v.inner), twos = static_cast<double>(v.twos);
     const double m = (count + twos) / count;
     const double var = ((count - twos) * (1 - m) * (1 - m) + twos * (2 - m) * (2 - m)) / count;
@@ -759,18 +764,19 @@ TEST_CASE("cuda norm: element indices past 2^31") {
   }
   // The forward in place on the [rows, 1024] view: the last row as the CPU
   // normalises it with the same statistics.
-  b.gpu->batch_norm_stats(x, t, rows, cols, 1, kMomentum, bmean.f32(), bvar.f32(), nullptr,
-                          nullptr);
+  ampx_test::nn_of(b.gpu).batch_norm_stats(x, t, rows, cols, 1, kMomentum, bmean.f32(), bvar.f32(),
+                                           nullptr, nullptr);
   Bytes stats_mean(static_cast<size_t>(cols) * 4), stats_var(static_cast<size_t>(cols) * 4);
   b.gpu->copy_to_host(stats_mean.data(), bmean.ptr(), stats_mean.size());
   b.gpu->copy_to_host(stats_var.data(), bvar.ptr(), stats_var.size());
   Bytes twos(static_cast<size_t>(cols) * 2);
   b.gpu->copy_to_host(twos.data(), last_row, twos.size());
   Bytes want_bn(twos.size());
-  b.cpu->batch_norm(twos.data(), t, 1, cols, 1, reinterpret_cast<const float*>(stats_mean.data()),
-                    reinterpret_cast<const float*>(stats_var.data()), nullptr, nullptr, kBnEps,
-                    want_bn.data());
-  b.gpu->batch_norm(x, t, rows, cols, 1, bmean.f32(), bvar.f32(), nullptr, nullptr, kBnEps, x);
+  ampx_test::nn_of(b.cpu).batch_norm(
+      twos.data(), t, 1, cols, 1, reinterpret_cast<const float*>(stats_mean.data()),
+      reinterpret_cast<const float*>(stats_var.data()), nullptr, nullptr, kBnEps, want_bn.data());
+  ampx_test::nn_of(b.gpu).batch_norm(x, t, rows, cols, 1, bmean.f32(), bvar.f32(), nullptr, nullptr,
+                                     kBnEps, x);
   Bytes got_bn(twos.size());
   b.gpu->copy_to_host(got_bn.data(), last_row, got_bn.size());
   compare_exact("batch_norm of the last row", t, got_bn, want_bn);

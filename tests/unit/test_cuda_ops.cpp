@@ -42,6 +42,7 @@
 //    value within it.
 // Non-finite CPU results must be matched exactly (NaN by NaN).
 #include "support.h"
+#include "unit/backend_caps.h"
 
 #ifdef AMPX_WITH_CUDA
 
@@ -119,12 +120,12 @@ TEST_CASE("cuda ops: activations and their derivatives match the CPU") {
                                    ", " + std::to_string(n) + " elements at offsets " +
                                    std::to_string(l.in) + "/" + std::to_string(l.out);
           Bytes want(x.size());
-          b.cpu->unary(op, x.data(), want.data(), t, count);
-          b.gpu->unary(op, gx.ptr(), gout.ptr(), t, count);
+          ampx_test::nn_of(b.cpu).unary(op, x.data(), want.data(), t, count);
+          ampx_test::nn_of(b.gpu).unary(op, gx.ptr(), gout.ptr(), t, count);
           const Bytes got = gout.bytes();
           Bytes want_dx(x.size());
-          b.cpu->unary_backward(op, x.data(), dy.data(), want_dx.data(), t, count);
-          b.gpu->unary_backward(op, gx.ptr(), gdy.ptr(), gout.ptr(), t, count);
+          ampx_test::nn_of(b.cpu).unary_backward(op, x.data(), dy.data(), want_dx.data(), t, count);
+          ampx_test::nn_of(b.gpu).unary_backward(op, gx.ptr(), gdy.ptr(), gout.ptr(), t, count);
           const Bytes got_dx = gout.bytes();
           if (op == UnaryOp::Relu) {
             compare_exact(what + " forward", t, got, want);
@@ -142,8 +143,8 @@ TEST_CASE("cuda ops: activations and their derivatives match the CPU") {
     // In place gives what out of place gives.
     const Bytes x = random_values(t, 5000, rng, 2.0f);
     const Gpu gx(b, x), gout(b, x.size()), buffer(b, x);
-    b.gpu->unary(UnaryOp::Gelu, gx.ptr(), gout.ptr(), t, 5000);
-    b.gpu->unary(UnaryOp::Gelu, buffer.ptr(), buffer.ptr(), t, 5000);
+    ampx_test::nn_of(b.gpu).unary(UnaryOp::Gelu, gx.ptr(), gout.ptr(), t, 5000);
+    ampx_test::nn_of(b.gpu).unary(UnaryOp::Gelu, buffer.ptr(), buffer.ptr(), t, 5000);
     CHECK(buffer.bytes() == gout.bytes());
   }
 }
@@ -170,22 +171,24 @@ TEST_CASE("cuda ops: binary, affine and add_into equal the CPU bit for bit") {
             const std::string what = name(t) + " binary " + std::to_string(static_cast<int>(op)) +
                                      ", " + std::to_string(n) + " by " + std::to_string(bn);
             Bytes want(a.size());
-            b.cpu->binary(op, a.data(), bv.data(), want.data(), t, count, static_cast<int64_t>(bn));
-            b.gpu->binary(op, ga.ptr(), gb.ptr(), gout.ptr(), t, count, static_cast<int64_t>(bn));
+            ampx_test::nn_of(b.cpu).binary(op, a.data(), bv.data(), want.data(), t, count,
+                                           static_cast<int64_t>(bn));
+            ampx_test::nn_of(b.gpu).binary(op, ga.ptr(), gb.ptr(), gout.ptr(), t, count,
+                                           static_cast<int64_t>(bn));
             compare_exact(what, t, gout.bytes(), want);
           }
         }
         const Gpu ga(b, a, offset), gout(b, a.size());
         Bytes want(a.size());
-        b.cpu->affine(a.data(), want.data(), t, count, -1.75f, 0.3f);
-        b.gpu->affine(ga.ptr(), gout.ptr(), t, count, -1.75f, 0.3f);
+        ampx_test::nn_of(b.cpu).affine(a.data(), want.data(), t, count, -1.75f, 0.3f);
+        ampx_test::nn_of(b.gpu).affine(ga.ptr(), gout.ptr(), t, count, -1.75f, 0.3f);
         compare_exact(name(t) + " affine of " + std::to_string(n), t, gout.bytes(), want);
         for (DType src_type : kFloatTypes) {
           const Bytes src = random_values(src_type, n, rng, 1.0f);
           const Gpu gdst(b, a, offset), gsrc(b, src, (1 - shift) * width(src_type));
           Bytes dst = a;
-          b.cpu->add_into(dst.data(), t, src.data(), src_type, count);
-          b.gpu->add_into(gdst.ptr(), t, gsrc.ptr(), src_type, count);
+          ampx_test::nn_of(b.cpu).add_into(dst.data(), t, src.data(), src_type, count);
+          ampx_test::nn_of(b.gpu).add_into(gdst.ptr(), t, gsrc.ptr(), src_type, count);
           compare_exact(name(src_type) + " into " + name(t) + ", " + std::to_string(n), t,
                         gdst.bytes(), dst);
         }
@@ -194,13 +197,13 @@ TEST_CASE("cuda ops: binary, affine and add_into equal the CPU bit for bit") {
     // In place: the bias add of linear (out == a) and a square (b == a).
     const Bytes a = random_values(t, 4096, rng, 1.0f), row = random_values(t, 64, rng, 1.0f);
     Bytes want(a.size());
-    b.cpu->binary(BinaryOp::Add, a.data(), row.data(), want.data(), t, 4096, 64);
+    ampx_test::nn_of(b.cpu).binary(BinaryOp::Add, a.data(), row.data(), want.data(), t, 4096, 64);
     const Gpu ga(b, a), grow(b, row);
-    b.gpu->binary(BinaryOp::Add, ga.ptr(), grow.ptr(), ga.ptr(), t, 4096, 64);
+    ampx_test::nn_of(b.gpu).binary(BinaryOp::Add, ga.ptr(), grow.ptr(), ga.ptr(), t, 4096, 64);
     compare_exact(name(t) + " bias add in place", t, ga.bytes(), want);
-    b.cpu->binary(BinaryOp::Mul, a.data(), a.data(), want.data(), t, 4096, 4096);
+    ampx_test::nn_of(b.cpu).binary(BinaryOp::Mul, a.data(), a.data(), want.data(), t, 4096, 4096);
     const Gpu gs(b, a), gsq(b, a.size());
-    b.gpu->binary(BinaryOp::Mul, gs.ptr(), gs.ptr(), gsq.ptr(), t, 4096, 4096);
+    ampx_test::nn_of(b.gpu).binary(BinaryOp::Mul, gs.ptr(), gs.ptr(), gsq.ptr(), t, 4096, 4096);
     compare_exact(name(t) + " square", t, gsq.bytes(), want);
   }
 }
@@ -228,14 +231,14 @@ TEST_CASE("cuda ops: sums within fp32 accumulation bounds of the CPU, the same o
         std::vector<double> magnitude(static_cast<size_t>(s.cols), 0.0);
         for (size_t i = 0; i < n; ++i) magnitude[i % static_cast<size_t>(s.cols)] += std::fabs(get(x, t, i));
         Bytes want(static_cast<size_t>(s.cols) * width(out_type));
-        b.cpu->sum_rows(x.data(), t, s.rows, s.cols, want.data(), out_type);
+        ampx_test::nn_of(b.cpu).sum_rows(x.data(), t, s.rows, s.cols, want.data(), out_type);
         const Gpu gx(b, x), gout(b, want.size());
-        b.gpu->sum_rows(gx.ptr(), t, s.rows, s.cols, gout.ptr(), out_type);
+        ampx_test::nn_of(b.gpu).sum_rows(gx.ptr(), t, s.rows, s.cols, gout.ptr(), out_type);
         const Bytes got = gout.bytes();
         compare(what, out_type, got, want, [&](size_t c, double) {
           return static_cast<double>(s.rows + 2) * kEps * magnitude[c];
         });
-        b.gpu->sum_rows(gx.ptr(), t, s.rows, s.cols, gout.ptr(), out_type);
+        ampx_test::nn_of(b.gpu).sum_rows(gx.ptr(), t, s.rows, s.cols, gout.ptr(), out_type);
         CHECK_MESSAGE(gout.bytes() == got, what, ": a second run differs");
       }
     }
@@ -245,15 +248,15 @@ TEST_CASE("cuda ops: sums within fp32 accumulation bounds of the CPU, the same o
       double magnitude = 0.0;
       for (size_t i = 0; i < n; ++i) magnitude += std::fabs(get(x, t, i));
       float want = -1.0f;
-      b.cpu->sum_all(x.data(), t, static_cast<int64_t>(n), &want);
+      ampx_test::nn_of(b.cpu).sum_all(x.data(), t, static_cast<int64_t>(n), &want);
       for (size_t shift : {size_t{0}, size_t{1}}) {
         const Gpu gx(b, x, shift * width(t)), gout(b, 4);
-        b.gpu->sum_all(gx.ptr(), t, static_cast<int64_t>(n), gout.as<float>());
+        ampx_test::nn_of(b.gpu).sum_all(gx.ptr(), t, static_cast<int64_t>(n), gout.as<float>());
         const Bytes got = gout.bytes();
         Mismatches wrong(what + " at element offset " + std::to_string(shift));
         wrong.check(0, get(got, DType::F32, 0), want,
                     static_cast<double>(n + 2) * kEps * magnitude);
-        b.gpu->sum_all(gx.ptr(), t, static_cast<int64_t>(n), gout.as<float>());
+        ampx_test::nn_of(b.gpu).sum_all(gx.ptr(), t, static_cast<int64_t>(n), gout.as<float>());
         CHECK_MESSAGE(gout.bytes() == got, what, ": a second run differs");
       }
       if (n == 0) CHECK(want == 0.0f);
@@ -312,14 +315,14 @@ TEST_CASE("cuda ops: softmax and log-softmax within the reordering bound of the 
                                  std::to_string(r.rows) + " x " + std::to_string(r.cols);
         const Bytes x = encode(t, r.values);
         Bytes want(x.size());
-        b.cpu->softmax(x.data(), want.data(), t, r.rows, r.cols, log);
+        ampx_test::nn_of(b.cpu).softmax(x.data(), want.data(), t, r.rows, r.cols, log);
         const Gpu gx(b, x), gy(b, x.size()), in_place(b, x);
-        b.gpu->softmax(gx.ptr(), gy.ptr(), t, r.rows, r.cols, log);
+        ampx_test::nn_of(b.gpu).softmax(gx.ptr(), gy.ptr(), t, r.rows, r.cols, log);
         const Bytes got = gy.bytes();
         compare(what, t, got, want, [&](size_t, double w) { return row_bound(r.cols, w); });
-        b.gpu->softmax(gx.ptr(), gy.ptr(), t, r.rows, r.cols, log);
+        ampx_test::nn_of(b.gpu).softmax(gx.ptr(), gy.ptr(), t, r.rows, r.cols, log);
         CHECK_MESSAGE(gy.bytes() == got, what, ": a second run differs");
-        b.gpu->softmax(in_place.ptr(), in_place.ptr(), t, r.rows, r.cols, log);
+        ampx_test::nn_of(b.gpu).softmax(in_place.ptr(), in_place.ptr(), t, r.rows, r.cols, log);
         CHECK_MESSAGE(in_place.bytes() == got, what, ": in place differs");
       }
     }
@@ -338,12 +341,14 @@ TEST_CASE("cuda ops: softmax and log-softmax backward within the reordering boun
                                  std::to_string(logits.rows) + " x " + std::to_string(logits.cols);
         const Bytes x = encode(t, logits.values);
         Bytes y(x.size());
-        b.cpu->softmax(x.data(), y.data(), t, logits.rows, logits.cols, log);
+        ampx_test::nn_of(b.cpu).softmax(x.data(), y.data(), t, logits.rows, logits.cols, log);
         const Bytes dy = random_values(t, logits.values.size(), rng, 1.0f);
         Bytes want(x.size());
-        b.cpu->softmax_backward(y.data(), dy.data(), want.data(), t, logits.rows, logits.cols, log);
+        ampx_test::nn_of(b.cpu).softmax_backward(y.data(), dy.data(), want.data(), t, logits.rows,
+                                                 logits.cols, log);
         const Gpu gy(b, y), gdy(b, dy), gdx(b, x.size());
-        b.gpu->softmax_backward(gy.ptr(), gdy.ptr(), gdx.ptr(), t, logits.rows, logits.cols, log);
+        ampx_test::nn_of(b.gpu).softmax_backward(gy.ptr(), gdy.ptr(), gdx.ptr(), t, logits.rows,
+                                                 logits.cols, log);
         // Per row: the reduction, the sum of its terms' magnitudes.
         const size_t cols = static_cast<size_t>(logits.cols);
         std::vector<double> reduced(static_cast<size_t>(logits.rows)), magnitude(reduced.size());
@@ -402,15 +407,18 @@ TEST_CASE("cuda ops: cross-entropy and its gradient within the reordering bound 
                                    std::to_string(ignore_index);
           const Bytes x = encode(t, r.values);
           Bytes want_loss(64 * 4), want_grad(x.size());
-          b.cpu->cross_entropy(x.data(), t, label_bytes.data(), label_type, 64, cols,
-                               ignore_index, reinterpret_cast<float*>(want_loss.data()));
-          b.cpu->cross_entropy_backward(x.data(), t, label_bytes.data(), label_type, 64, cols,
-                                        ignore_index, &dloss, scale, want_grad.data());
+          ampx_test::nn_of(b.cpu).cross_entropy(x.data(), t, label_bytes.data(), label_type, 64,
+                                                cols, ignore_index,
+                                                reinterpret_cast<float*>(want_loss.data()));
+          ampx_test::nn_of(b.cpu).cross_entropy_backward(x.data(), t, label_bytes.data(),
+                                                         label_type, 64, cols, ignore_index, &dloss,
+                                                         scale, want_grad.data());
           const Gpu gx(b, x), gloss(b, want_loss.size()), ggrad(b, want_grad.size());
-          b.gpu->cross_entropy(gx.ptr(), t, glabels.ptr(), label_type, 64, cols, ignore_index,
-                               gloss.as<float>());
-          b.gpu->cross_entropy_backward(gx.ptr(), t, glabels.ptr(), label_type, 64, cols,
-                                        ignore_index, gdloss.as<float>(), scale, ggrad.ptr());
+          ampx_test::nn_of(b.gpu).cross_entropy(gx.ptr(), t, glabels.ptr(), label_type, 64, cols,
+                                                ignore_index, gloss.as<float>());
+          ampx_test::nn_of(b.gpu).cross_entropy_backward(gx.ptr(), t, glabels.ptr(), label_type, 64,
+                                                         cols, ignore_index, gdloss.as<float>(),
+                                                         scale, ggrad.ptr());
           const Bytes got_loss = gloss.bytes(), got_grad = ggrad.bytes();
           compare(what + ": losses", DType::F32, got_loss, want_loss,
                   [&](size_t, double w) { return row_bound(cols, w); });
@@ -418,8 +426,9 @@ TEST_CASE("cuda ops: cross-entropy and its gradient within the reordering bound 
                   [&](size_t, double w) { return row_bound(cols, w); });
           CHECK(get(got_loss, DType::F32, 61) == 0.0f);
           CHECK(std::isnan(get(got_loss, DType::F32, 62)));
-          b.gpu->cross_entropy_backward(gx.ptr(), t, glabels.ptr(), label_type, 64, cols,
-                                        ignore_index, gdloss.as<float>(), scale, ggrad.ptr());
+          ampx_test::nn_of(b.gpu).cross_entropy_backward(gx.ptr(), t, glabels.ptr(), label_type, 64,
+                                                         cols, ignore_index, gdloss.as<float>(),
+                                                         scale, ggrad.ptr());
           CHECK_MESSAGE(ggrad.bytes() == got_grad, what, ": a second run differs");
         }
       }
@@ -521,7 +530,7 @@ std::string check_gemm(Backends& b, const GemmCase& cs, std::mt19937& rng) {
   const Gpu ga(b, a, shift * width(cs.ab)), gb(b, bm, shift * width(cs.ab)),
       gc(b, c, shift * width(cs.c));
   g.a = ga.ptr(), g.b = gb.ptr(), g.c = gc.ptr();
-  b.gpu->gemm(g);
+  ampx_test::gemm_of(b.gpu).gemm(g);
   const Bytes got_bytes = gc.bytes();
   for (int64_t mi = 0; mi < c_matrices; ++mi)
     for (int64_t e = 0; e < c_span; ++e) {
@@ -686,23 +695,26 @@ TEST_CASE("cuda ops: the primitives of a forward and backward pass replay from a
       GemmArgs fwd;
       fwd.m = rows, fwd.n = out, fwd.k = in, fwd.a = x.ptr(), fwd.b = w.ptr(), fwd.trans_b = true;
       fwd.ab_type = t, fwd.c = o.z->ptr(), fwd.c_type = t;
-      g.gemm(fwd);
-      g.binary(BinaryOp::Add, o.z->ptr(), bias.ptr(), o.z->ptr(), t, rows * out, out);
-      g.unary(UnaryOp::Gelu, o.z->ptr(), o.h->ptr(), t, rows * out);
-      g.softmax(o.h->ptr(), o.p->ptr(), t, rows, out, true);
-      g.cross_entropy(o.h->ptr(), t, labels.ptr(), DType::I32, rows, out, -100,
-                      o.losses->as<float>());
-      g.sum_all(o.losses->ptr(), DType::F32, rows, o.loss->as<float>());
-      g.affine(o.loss->ptr(), o.loss->ptr(), DType::F32, 1, 1.0f / rows, 0.0f);
-      g.cross_entropy_backward(o.h->ptr(), t, labels.ptr(), DType::I32, rows, out, -100,
-                               one.as<float>(), 1.0f / rows, o.dlogits->ptr());
-      g.unary_backward(UnaryOp::Gelu, o.z->ptr(), o.dlogits->ptr(), o.dh->ptr(), t, rows * out);
-      g.sum_rows(o.dh->ptr(), t, rows, out, o.dbias->ptr(), DType::F32);
+      ampx_test::gemm_of(g).gemm(fwd);
+      ampx_test::nn_of(g).binary(BinaryOp::Add, o.z->ptr(), bias.ptr(), o.z->ptr(), t, rows * out,
+                                 out);
+      ampx_test::nn_of(g).unary(UnaryOp::Gelu, o.z->ptr(), o.h->ptr(), t, rows * out);
+      ampx_test::nn_of(g).softmax(o.h->ptr(), o.p->ptr(), t, rows, out, true);
+      ampx_test::nn_of(g).cross_entropy(o.h->ptr(), t, labels.ptr(), DType::I32, rows, out, -100,
+                                        o.losses->as<float>());
+      ampx_test::nn_of(g).sum_all(o.losses->ptr(), DType::F32, rows, o.loss->as<float>());
+      ampx_test::nn_of(g).affine(o.loss->ptr(), o.loss->ptr(), DType::F32, 1, 1.0f / rows, 0.0f);
+      ampx_test::nn_of(g).cross_entropy_backward(o.h->ptr(), t, labels.ptr(), DType::I32, rows, out,
+                                                 -100, one.as<float>(), 1.0f / rows,
+                                                 o.dlogits->ptr());
+      ampx_test::nn_of(g).unary_backward(UnaryOp::Gelu, o.z->ptr(), o.dlogits->ptr(), o.dh->ptr(),
+                                         t, rows * out);
+      ampx_test::nn_of(g).sum_rows(o.dh->ptr(), t, rows, out, o.dbias->ptr(), DType::F32);
       GemmArgs dw;
       dw.m = out, dw.n = in, dw.k = rows, dw.a = o.dh->ptr(), dw.trans_a = true, dw.b = x.ptr();
       dw.ab_type = t, dw.c = o.dw->ptr(), dw.c_type = DType::F32;
-      g.gemm(dw);
-      g.add_into(o.dw->ptr(), DType::F32, o.dw->ptr(), DType::F32, out * in);
+      ampx_test::gemm_of(g).gemm(dw);
+      ampx_test::nn_of(g).add_into(o.dw->ptr(), DType::F32, o.dw->ptr(), DType::F32, out * in);
     };
     auto results = [&](const Outputs& o) {
       std::vector<Bytes> all;
@@ -734,20 +746,25 @@ TEST_CASE("cuda ops: integer data, floating labels and a bad broadcast are refus
   Backends b;
   const Gpu buf(b, 64), labels(b, 16);
   ampx::Backend& g = *b.gpu;
-  CHECK(status_of([&] { g.unary(UnaryOp::Relu, buf.ptr(), buf.ptr(), DType::I32, 4); }) ==
-        AMPX_ERR_DTYPE);
-  CHECK(status_of([&] { g.add_into(buf.ptr(), DType::F32, buf.ptr(), DType::I64, 4); }) ==
-        AMPX_ERR_DTYPE);
-  CHECK(status_of([&] { g.sum_rows(buf.ptr(), DType::F32, 2, 2, buf.ptr(), DType::I32); }) ==
-        AMPX_ERR_DTYPE);
-  CHECK(status_of([&] { g.softmax(buf.ptr(), buf.ptr(), DType::I64, 2, 2, false); }) ==
-        AMPX_ERR_DTYPE);
   CHECK(status_of([&] {
-          g.cross_entropy(buf.ptr(), DType::F32, labels.ptr(), DType::F32, 2, 2, -100,
-                          buf.as<float>());
+          ampx_test::nn_of(g).unary(UnaryOp::Relu, buf.ptr(), buf.ptr(), DType::I32, 4);
         }) == AMPX_ERR_DTYPE);
   CHECK(status_of([&] {
-          g.binary(BinaryOp::Add, buf.ptr(), buf.ptr(), buf.ptr(), DType::F32, 10, 4);
+          ampx_test::nn_of(g).add_into(buf.ptr(), DType::F32, buf.ptr(), DType::I64, 4);
+        }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] {
+          ampx_test::nn_of(g).sum_rows(buf.ptr(), DType::F32, 2, 2, buf.ptr(), DType::I32);
+        }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] {
+          ampx_test::nn_of(g).softmax(buf.ptr(), buf.ptr(), DType::I64, 2, 2, false);
+        }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] {
+          ampx_test::nn_of(g).cross_entropy(buf.ptr(), DType::F32, labels.ptr(), DType::F32, 2, 2,
+                                            -100, buf.as<float>());
+        }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] {
+          ampx_test::nn_of(g).binary(BinaryOp::Add, buf.ptr(), buf.ptr(), buf.ptr(), DType::F32, 10,
+                                     4);
         }) == AMPX_ERR_INTERNAL);
   // A label out of range (which the ops never pass) reads nothing outside
   // the row: the loss and the gradient row are NaN.
@@ -756,9 +773,10 @@ TEST_CASE("cuda ops: integer data, floating labels and a bad broadcast are refus
   Bytes label_bytes(4);
   std::memcpy(label_bytes.data(), &label, 4);
   const Gpu glabel(b, label_bytes), loss(b, 4), grad(b, 12), one(b, encode(DType::F32, {1.0f}));
-  g.cross_entropy(logits.ptr(), DType::F32, glabel.ptr(), DType::I32, 1, 3, -100, loss.as<float>());
-  g.cross_entropy_backward(logits.ptr(), DType::F32, glabel.ptr(), DType::I32, 1, 3, -100,
-                           one.as<float>(), 1.0f, grad.ptr());
+  ampx_test::nn_of(g).cross_entropy(logits.ptr(), DType::F32, glabel.ptr(), DType::I32, 1, 3, -100,
+                                    loss.as<float>());
+  ampx_test::nn_of(g).cross_entropy_backward(logits.ptr(), DType::F32, glabel.ptr(), DType::I32, 1,
+                                             3, -100, one.as<float>(), 1.0f, grad.ptr());
   CHECK(std::isnan(get(loss.bytes(), DType::F32, 0)));
   for (float v : decode(DType::F32, grad.bytes())) CHECK(std::isnan(v));
 }
@@ -780,15 +798,15 @@ TEST_CASE("cuda ops: element indices past 2^31") {
 
   // Sums over every element: exact in double, one rounding to f32.
   const Gpu total(b, 4);
-  b.gpu->sum_all(x, DType::BF16, n, total.as<float>());
+  ampx_test::nn_of(b.gpu).sum_all(x, DType::BF16, n, total.as<float>());
   CHECK(get(total.bytes(), DType::F32, 0) == static_cast<float>(n));
-  b.gpu->sum_rows(x, DType::BF16, rows, cols, sums, DType::F32);
+  ampx_test::nn_of(b.gpu).sum_rows(x, DType::BF16, rows, cols, sums, DType::F32);
   std::vector<float> column_sums(static_cast<size_t>(cols));
   b.gpu->copy_to_host(column_sums.data(), sums, column_sums.size() * 4);
   for (float s : column_sums) CHECK(s == static_cast<float>(rows));
 
   // Element-wise writes past 2^31: 1 * 2 + 0.5 everywhere.
-  b.gpu->affine(x, x, DType::BF16, n, 2.0f, 0.5f);
+  ampx_test::nn_of(b.gpu).affine(x, x, DType::BF16, n, 2.0f, 0.5f);
   uint16_t tail[8] = {};
   b.gpu->copy_to_host(tail, x + 2 * (n - 8), sizeof tail);
   for (uint16_t v : tail) CHECK(v == 0x4020);  // 2.5
@@ -799,8 +817,8 @@ TEST_CASE("cuda ops: element indices past 2^31") {
   uint8_t* last_row = x + 2 * (n - cols);
   b.gpu->copy_from_host(last_row, last.data(), last.size());
   Bytes want(last.size());
-  b.cpu->softmax(last.data(), want.data(), DType::BF16, 1, cols, false);
-  b.gpu->softmax(x, x, DType::BF16, rows, cols, false);
+  ampx_test::nn_of(b.cpu).softmax(last.data(), want.data(), DType::BF16, 1, cols, false);
+  ampx_test::nn_of(b.gpu).softmax(x, x, DType::BF16, rows, cols, false);
   Bytes got(last.size());
   b.gpu->copy_to_host(got.data(), last_row, got.size());
   compare("softmax of the last row", DType::BF16, got, want,

@@ -31,6 +31,7 @@
 #include "core/convert_bulk.h"
 #include "core/error.h"
 #include "support.h"
+#include "unit/backend_caps.h"
 
 namespace {
 
@@ -112,7 +113,7 @@ Target backend_target(int32_t threads) {
         dc(backend, *device->allocator, c), dbias(backend, *device->allocator, bias);
     args.a = da.get(), args.b = db.get(), args.c = dc.get();
     args.bias = bias.empty() ? nullptr : dbias.get();
-    backend.gemm(args);
+    ampx_test::gemm_of(backend).gemm(args);
     backend.synchronize();
     if (!c.empty()) backend.copy_to_host(c.data(), dc.get(), c.size());
   };

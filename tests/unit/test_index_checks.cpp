@@ -4,8 +4,6 @@
 // test device, and the C API's reporting -- at once on the CPU, at the next
 // call that waits for the device on a GPU, once either way, with every
 // object as it was.
-#include "support.h"
-
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -16,7 +14,9 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "support.h"
 #include "training_fixture.h"
+#include "unit/backend_caps.h"
 
 using ampx_fixture::make;
 using ampx_test::contains;
@@ -92,8 +92,9 @@ Found run(DeviceBuffers& d, const std::vector<Index>& idx, DType type, const Ind
   const float sentinel = -1.0f;
   void* valid = d.upload(&sentinel, sizeof sentinel);
   void* record = d.upload(before.data(), sizeof before);
-  d.backend->check_indices(indices, type, static_cast<int64_t>(idx.size()), check,
-                           static_cast<float*>(valid), static_cast<int64_t*>(record));
+  ampx_test::nn_of(d.backend).check_indices(indices, type, static_cast<int64_t>(idx.size()), check,
+                                            static_cast<float*>(valid),
+                                            static_cast<int64_t*>(record));
   Found f;
   f.valid = d.download<float>(valid);
   f.record = d.download<Record>(record);
@@ -281,14 +282,15 @@ TEST_CASE("index checks: gathers and scatter-adds skip rows outside the table") 
   void* i = d.upload(idx.data(), idx.size() * sizeof(int64_t));
   std::vector<float> out_host(10, 7.0f);
   void* out = d.upload(out_host.data(), out_host.size() * sizeof(float));
-  d.backend->gather_rows(t, 2 * sizeof(float), 3, i, DType::I64, 5, out);
+  ampx_test::nn_of(d.backend).gather_rows(t, 2 * sizeof(float), 3, i, DType::I64, 5, out);
   d.backend->copy_to_host(out_host.data(), out, out_host.size() * sizeof(float));
   CHECK(out_host == std::vector<float>{4, 5, 0, 0, 0, 0, 0, 1, 0, 0});
   const std::vector<float> src = {1, 1, 2, 2, 3, 3, 4, 4, 5, 5};
   void* s = d.upload(src.data(), src.size() * sizeof(float));
   std::vector<float> dst_host(6, 0.0f);
   void* dst = d.upload(dst_host.data(), dst_host.size() * sizeof(float));
-  d.backend->scatter_add_rows(s, DType::F32, 2, i, DType::I64, 5, static_cast<float*>(dst), 3);
+  ampx_test::nn_of(d.backend).scatter_add_rows(s, DType::F32, 2, i, DType::I64, 5,
+                                               static_cast<float*>(dst), 3);
   d.backend->copy_to_host(dst_host.data(), dst, dst_host.size() * sizeof(float));
   CHECK(dst_host == std::vector<float>{4, 4, 0, 0, 1, 1});
 }

@@ -46,6 +46,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "support.h"
+#include "unit/backend_caps.h"
 
 namespace {
 
@@ -233,16 +234,21 @@ bool ported(const char* primitive, const std::function<void()>& empty_call) {
 }
 
 bool has_unary(const Device& d) {
-  return ported("unary", [&] { d->unary(UnaryOp::Relu, nullptr, nullptr, DType::F32, 0); }) &&
+  return ported(
+             "unary",
+             [&] { ampx_test::nn_of(d).unary(UnaryOp::Relu, nullptr, nullptr, DType::F32, 0); }) &&
          ported("unary_backward", [&] {
-           d->unary_backward(UnaryOp::Relu, nullptr, nullptr, nullptr, DType::F32, 0);
+           ampx_test::nn_of(d).unary_backward(UnaryOp::Relu, nullptr, nullptr, nullptr, DType::F32,
+                                              0);
          });
 }
 
 bool has_softmax(const Device& d) {
-  return ported("softmax", [&] { d->softmax(nullptr, nullptr, DType::F32, 0, 4, false); }) &&
-         ported("softmax_backward",
-                [&] { d->softmax_backward(nullptr, nullptr, nullptr, DType::F32, 0, 4, false); });
+  return ported("softmax",
+                [&] { ampx_test::nn_of(d).softmax(nullptr, nullptr, DType::F32, 0, 4, false); }) &&
+         ported("softmax_backward", [&] {
+           ampx_test::nn_of(d).softmax_backward(nullptr, nullptr, nullptr, DType::F32, 0, 4, false);
+         });
 }
 
 bool has_cross_entropy(const Device& d) {
@@ -251,17 +257,18 @@ bool has_cross_entropy(const Device& d) {
   d->copy_from_host(dloss.as(), &one, sizeof one);
   return ported("cross_entropy",
                 [&] {
-                  d->cross_entropy(nullptr, DType::F32, nullptr, DType::I64, 0, 4, -100, nullptr);
+                  ampx_test::nn_of(d).cross_entropy(nullptr, DType::F32, nullptr, DType::I64, 0, 4,
+                                                    -100, nullptr);
                 }) &&
          ported("cross_entropy_backward", [&] {
-           d->cross_entropy_backward(nullptr, DType::F32, nullptr, DType::I64, 0, 4, -100,
-                                     dloss.as<float>(), 1.0f, nullptr);
+           ampx_test::nn_of(d).cross_entropy_backward(nullptr, DType::F32, nullptr, DType::I64, 0,
+                                                      4, -100, dloss.as<float>(), 1.0f, nullptr);
          });
 }
 
 std::vector<double> run_unary(const Device& d, UnaryOp op, DType t, const std::vector<double>& x) {
   Mem in(d, t, x), out(d, x.size() * width(t));
-  d->unary(op, in.as(), out.as(), t, static_cast<int64_t>(x.size()));
+  ampx_test::nn_of(d).unary(op, in.as(), out.as(), t, static_cast<int64_t>(x.size()));
   return out.values(t, x.size());
 }
 
@@ -269,7 +276,8 @@ std::vector<double> run_unary_backward(const Device& d, UnaryOp op, DType t,
                                        const std::vector<double>& x,
                                        const std::vector<double>& dy) {
   Mem in(d, t, x), grad(d, t, dy), out(d, x.size() * width(t));
-  d->unary_backward(op, in.as(), grad.as(), out.as(), t, static_cast<int64_t>(x.size()));
+  ampx_test::nn_of(d).unary_backward(op, in.as(), grad.as(), out.as(), t,
+                                     static_cast<int64_t>(x.size()));
   return out.values(t, x.size());
 }
 
@@ -553,12 +561,12 @@ TEST_CASE("nn primitives: activations run in place") {
   const std::vector<double> x = rounded(DType::BF16, {-3.0, -0.5, 0.25, 2.0, 7.0});
   const std::vector<double> want = run_unary(d, UnaryOp::Silu, DType::BF16, x);
   Mem buf(d, DType::BF16, x);
-  d->unary(UnaryOp::Silu, buf.as(), buf.as(), DType::BF16, 5);
+  ampx_test::nn_of(d).unary(UnaryOp::Silu, buf.as(), buf.as(), DType::BF16, 5);
   CHECK(buf.values(DType::BF16, 5) == want);
   const std::vector<double> dy = rounded(DType::BF16, {1.0, -2.0, 0.5, 3.0, -1.0});
   const std::vector<double> want_dx = run_unary_backward(d, UnaryOp::Silu, DType::BF16, x, dy);
   Mem in(d, DType::BF16, x), grad(d, DType::BF16, dy);
-  d->unary_backward(UnaryOp::Silu, in.as(), grad.as(), grad.as(), DType::BF16, 5);
+  ampx_test::nn_of(d).unary_backward(UnaryOp::Silu, in.as(), grad.as(), grad.as(), DType::BF16, 5);
   CHECK(grad.values(DType::BF16, 5) == want_dx);
 }
 
@@ -616,7 +624,7 @@ struct Matrix {
 
 std::vector<double> run_softmax(const Device& d, DType t, const Matrix& x, bool log) {
   Mem in(d, t, x.values), out(d, x.values.size() * width(t));
-  d->softmax(in.as(), out.as(), t, x.rows, x.cols, log);
+  ampx_test::nn_of(d).softmax(in.as(), out.as(), t, x.rows, x.cols, log);
   return out.values(t, x.values.size());
 }
 
@@ -712,7 +720,7 @@ TEST_CASE("nn primitives: softmax runs in place") {
   for (bool log : {false, true}) {
     const std::vector<double> want = run_softmax(d, DType::F16, x, log);
     Mem buf(d, DType::F16, x.values);
-    d->softmax(buf.as(), buf.as(), DType::F16, x.rows, x.cols, log);
+    ampx_test::nn_of(d).softmax(buf.as(), buf.as(), DType::F16, x.rows, x.cols, log);
     CHECK(buf.values(DType::F16, x.values.size()) == want);
   }
 }
@@ -734,7 +742,8 @@ TEST_CASE("nn primitives: softmax and log-softmax backward") {
         const Matrix dy{logits.rows, logits.cols,
                         rounded(t, random_matrix(logits.rows, logits.cols, 1.0, 5).values)};
         Mem y_mem(d, t, y.values), dy_mem(d, t, dy.values), dx_mem(d, y.values.size() * width(t));
-        d->softmax_backward(y_mem.as(), dy_mem.as(), dx_mem.as(), t, y.rows, y.cols, log);
+        ampx_test::nn_of(d).softmax_backward(y_mem.as(), dy_mem.as(), dx_mem.as(), t, y.rows,
+                                             y.cols, log);
         const std::vector<double> dx = dx_mem.values(t, y.values.size());
 
         Mismatches wrong(name(t) + (log ? " log-softmax" : " softmax") + " backward, " +
@@ -771,7 +780,7 @@ TEST_CASE("nn primitives: softmax and log-softmax backward") {
 
   // A one-hot log-softmax row: exp(-inf) = 0 leaves dx = dy there.
   Mem y(d, DType::F32, {0.0, -kInf}), dy(d, DType::F32, {0.5, 0.25}), dx(d, 8);
-  d->softmax_backward(y.as(), dy.as(), dx.as(), DType::F32, 1, 2, true);
+  ampx_test::nn_of(d).softmax_backward(y.as(), dy.as(), dx.as(), DType::F32, 1, 2, true);
   const std::vector<double> got = dx.values(DType::F32, 2);
   CHECK(got[0] == -0.25);
   CHECK(got[1] == 0.25);
@@ -840,10 +849,11 @@ TEST_CASE("nn primitives: cross-entropy and its backward, i32 and i64 labels") {
         const size_t n = x.values.size(), rows = static_cast<size_t>(x.rows);
         Mem logits(d, t, x.values), labels(d, label_bytes(label_type, raw.labels));
         Mem losses(d, rows * 4), dloss_mem(d, std::vector<float>{dloss}), grad(d, n * width(t));
-        d->cross_entropy(logits.as(), t, labels.as(), label_type, x.rows, x.cols, ignore_index,
-                         losses.as<float>());
-        d->cross_entropy_backward(logits.as(), t, labels.as(), label_type, x.rows, x.cols,
-                                  ignore_index, dloss_mem.as<float>(), scale, grad.as());
+        ampx_test::nn_of(d).cross_entropy(logits.as(), t, labels.as(), label_type, x.rows, x.cols,
+                                          ignore_index, losses.as<float>());
+        ampx_test::nn_of(d).cross_entropy_backward(logits.as(), t, labels.as(), label_type, x.rows,
+                                                   x.cols, ignore_index, dloss_mem.as<float>(),
+                                                   scale, grad.as());
         const std::vector<float> loss = losses.floats(rows);
         const std::vector<double> dx = grad.values(t, n);
 
@@ -887,10 +897,10 @@ TEST_CASE("nn primitives: cross-entropy of NaN rows is NaN, of a confident row p
   const Matrix x{2, 3, {1.0, kNaN, 2.0, 30.0, 0.0, 0.0}};
   Mem logits(d, DType::F32, x.values), labels(d, std::vector<int32_t>{0, 0});
   Mem losses(d, 8), one(d, std::vector<float>{1.0f}), grad(d, 24);
-  d->cross_entropy(logits.as(), DType::F32, labels.as(), DType::I32, 2, 3, -100,
-                   losses.as<float>());
-  d->cross_entropy_backward(logits.as(), DType::F32, labels.as(), DType::I32, 2, 3, -100,
-                            one.as<float>(), 1.0f, grad.as());
+  ampx_test::nn_of(d).cross_entropy(logits.as(), DType::F32, labels.as(), DType::I32, 2, 3, -100,
+                                    losses.as<float>());
+  ampx_test::nn_of(d).cross_entropy_backward(logits.as(), DType::F32, labels.as(), DType::I32, 2, 3,
+                                             -100, one.as<float>(), 1.0f, grad.as());
   const std::vector<float> loss = losses.floats(2);
   const std::vector<double> dx = grad.values(DType::F32, 6);
   CHECK(std::isnan(loss[0]));
@@ -912,19 +922,20 @@ TEST_CASE("nn primitives: results do not depend on the number of threads") {
     if (!has_unary(d) || !has_softmax(d) || !has_cross_entropy(d)) return;
     const Matrix x = random_matrix(301, 999, 12.0, 21);
     Mem in(d, DType::F32, x.values), out(d, x.values.size() * 4);
-    d->unary(UnaryOp::GeluTanh, in.as(), out.as(), DType::F32, static_cast<int64_t>(x.values.size()));
+    ampx_test::nn_of(d).unary(UnaryOp::GeluTanh, in.as(), out.as(), DType::F32,
+                              static_cast<int64_t>(x.values.size()));
     results[k].push_back(out.bytes());
     Mem half(d, DType::F16, x.values), soft(d, x.values.size() * 2);
-    d->softmax(half.as(), soft.as(), DType::F16, x.rows, x.cols, true);
+    ampx_test::nn_of(d).softmax(half.as(), soft.as(), DType::F16, x.rows, x.cols, true);
     results[k].push_back(soft.bytes());
     std::vector<int64_t> label_values;
     for (int64_t r = 0; r < x.rows; ++r) label_values.push_back(r % 5 == 0 ? -1 : (r * 7) % 999);
     Mem labels(d, label_values), losses(d, static_cast<size_t>(x.rows) * 4);
     Mem one(d, std::vector<float>{1.0f}), grad(d, x.values.size() * 4);
-    d->cross_entropy(in.as(), DType::F32, labels.as(), DType::I64, x.rows, x.cols, -1,
-                     losses.as<float>());
-    d->cross_entropy_backward(in.as(), DType::F32, labels.as(), DType::I64, x.rows, x.cols, -1,
-                              one.as<float>(), 0.5f, grad.as());
+    ampx_test::nn_of(d).cross_entropy(in.as(), DType::F32, labels.as(), DType::I64, x.rows, x.cols,
+                                      -1, losses.as<float>());
+    ampx_test::nn_of(d).cross_entropy_backward(in.as(), DType::F32, labels.as(), DType::I64, x.rows,
+                                               x.cols, -1, one.as<float>(), 0.5f, grad.as());
     results[k].push_back(losses.bytes());
     results[k].push_back(grad.bytes());
   }
@@ -943,12 +954,14 @@ TEST_CASE("nn primitives: integer data and floating labels are refused") {
     }
     return AMPX_OK;
   };
-  CHECK(status_of([&] { d->unary(UnaryOp::Relu, buf.as(), buf.as(), DType::I32, 4); }) ==
-        AMPX_ERR_DTYPE);
-  CHECK(status_of([&] { d->softmax(buf.as(), buf.as(), DType::I64, 2, 2, false); }) ==
-        AMPX_ERR_DTYPE);
   CHECK(status_of([&] {
-          d->cross_entropy(buf.as(), DType::F32, labels.as(), DType::F32, 2, 2, -100,
-                           buf.as<float>());
+          ampx_test::nn_of(d).unary(UnaryOp::Relu, buf.as(), buf.as(), DType::I32, 4);
+        }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] {
+          ampx_test::nn_of(d).softmax(buf.as(), buf.as(), DType::I64, 2, 2, false);
+        }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] {
+          ampx_test::nn_of(d).cross_entropy(buf.as(), DType::F32, labels.as(), DType::F32, 2, 2,
+                                            -100, buf.as<float>());
         }) == AMPX_ERR_DTYPE);
 }

@@ -26,21 +26,6 @@ constexpr int64_t kChunkSize = int64_t{1} << 16;
 constexpr int64_t kInlineElements = int64_t{1} << 15;
 
 template <int D>
-using DtypeTag = std::integral_constant<int, D>;
-
-// Calls fn(DtypeTag<D>{}) for the floating dtype t, so that element loops
-// are compiled once per dtype. The argument checks have excluded the others.
-template <class Fn>
-void with_float_dtype(DType t, Fn&& fn) {
-  switch (t) {
-    case DType::F32: fn(DtypeTag<AMPX_F32>{}); return;
-    case DType::F16: fn(DtypeTag<AMPX_F16>{}); return;
-    case DType::BF16: fn(DtypeTag<AMPX_BF16>{}); return;
-    default: fail(AMPX_ERR_INTERNAL, "a multi-tensor primitive reached dtype ", dtype_name(t));
-  }
-}
-
-template <int D>
 math::storage_t<D>* typed(void* data) {
   return static_cast<math::storage_t<D>*>(data);
 }
@@ -82,10 +67,10 @@ bool skipped(const float* found_inf) { return found_inf != nullptr && *found_inf
 // and g is the gradient element read as float.
 template <class Update>
 void update_chunk(const OptimParam& p, const Chunk& c, Update&& update) {
-  with_float_dtype(p.grad_dtype, [&](auto grad_tag) {
+  visit_floating(p.grad_dtype, [&](auto grad_tag) {
     constexpr int G = decltype(grad_tag)::value;
     const auto* grad = typed<G>(p.grad);
-    with_float_dtype(p.param_dtype, [&](auto param_tag) {
+    visit_floating(p.param_dtype, [&](auto param_tag) {
       constexpr int P = decltype(param_tag)::value;
       auto* param = typed<P>(p.param);
       for (int64_t j = c.begin; j < c.end; ++j) {
@@ -190,14 +175,12 @@ AdamDenseFn adam_dense_fn(bool maximize, bool decoupled, float weight_decay) {
 void multi_tensor_scale(ThreadPool& pool, const std::vector<TensorSpan>& ins,
                         const std::vector<TensorSpan>& outs, const float* factor, bool reciprocal,
                         float* found_inf) {
-  check_scale_args(ins, outs, factor);
-  if (outs.empty() && found_inf == nullptr) return;
   const float m = reciprocal ? math::reciprocal_scale(*factor) : *factor;
   std::atomic<bool> nonfinite{false};
   Plan(element_counts(ins)).for_each_chunk(pool, [&](int64_t, const Chunk& c) {
     const TensorSpan& in = ins[static_cast<size_t>(c.tensor)];
     bool found = false;
-    with_float_dtype(in.dtype, [&](auto in_tag) {
+    visit_floating(in.dtype, [&](auto in_tag) {
       constexpr int S = decltype(in_tag)::value;
       const auto* x = typed<S>(static_cast<const void*>(in.data));
       TileReader<S> read;
@@ -209,7 +192,7 @@ void multi_tensor_scale(ThreadPool& pool, const std::vector<TensorSpan>& ins,
         return;
       }
       const TensorSpan& out = outs[static_cast<size_t>(c.tensor)];
-      with_float_dtype(out.dtype, [&](auto out_tag) {
+      visit_floating(out.dtype, [&](auto out_tag) {
         constexpr int D = decltype(out_tag)::value;
         auto* y = typed<D>(out.data);
         TileWriter<D> write;
@@ -232,15 +215,13 @@ void multi_tensor_scale(ThreadPool& pool, const std::vector<TensorSpan>& ins,
 
 void multi_tensor_norm(ThreadPool& pool, const std::vector<TensorSpan>& tensors, NormType type,
                        float* out) {
-  check_float_tensors("multi_tensor_norm", tensors);
-  if (out == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "multi_tensor_norm: out is null");
   const Plan plan(element_counts(tensors));
   // Partials in double, one per chunk, combined in chunk order: the sum is
   // then the same for any number of threads.
   std::vector<double> partial(plan.chunks.size());
   plan.for_each_chunk(pool, [&](int64_t i, const Chunk& c) {
     const TensorSpan& t = tensors[static_cast<size_t>(c.tensor)];
-    with_float_dtype(t.dtype, [&](auto tag) {
+    visit_floating(t.dtype, [&](auto tag) {
       constexpr int D = decltype(tag)::value;
       const auto* x = typed<D>(static_cast<const void*>(t.data));
       double acc = 0.0;
@@ -263,18 +244,13 @@ void multi_tensor_norm(ThreadPool& pool, const std::vector<TensorSpan>& tensors,
 }
 
 void clip_coefficient(const float* total_norm, float max_norm, float* coef) {
-  if (total_norm == nullptr || coef == nullptr)
-    fail(AMPX_ERR_INVALID_ARGUMENT, "clip_coefficient: total_norm and coef must both be given");
   *coef = math::clip_coefficient(*total_norm, max_norm);
 }
 
 void multi_tensor_clamp(ThreadPool& pool, const std::vector<TensorSpan>& tensors, float limit) {
-  check_float_tensors("multi_tensor_clamp", tensors);
-  if (!(limit >= 0.0f))
-    fail(AMPX_ERR_INVALID_ARGUMENT, "multi_tensor_clamp: limit is ", limit, "; it must be >= 0");
   Plan(element_counts(tensors)).for_each_chunk(pool, [&](int64_t, const Chunk& c) {
     const TensorSpan& t = tensors[static_cast<size_t>(c.tensor)];
-    with_float_dtype(t.dtype, [&](auto tag) {
+    visit_floating(t.dtype, [&](auto tag) {
       constexpr int D = decltype(tag)::value;
       auto* x = typed<D>(t.data);
       const auto low = math::store_float<D>(-limit);
@@ -294,15 +270,11 @@ void multi_tensor_clamp(ThreadPool& pool, const std::vector<TensorSpan>& tensors
 
 void multi_tensor_count_nonfinite(ThreadPool& pool, const std::vector<TensorSpan>& tensors,
                                   int64_t* counts) {
-  check_float_tensors("multi_tensor_count_nonfinite", tensors);
-  if (tensors.empty()) return;
-  if (counts == nullptr)
-    fail(AMPX_ERR_INVALID_ARGUMENT, "multi_tensor_count_nonfinite: counts is null");
   const Plan plan(element_counts(tensors));
   std::vector<int64_t> partial(2 * plan.chunks.size());
   plan.for_each_chunk(pool, [&](int64_t i, const Chunk& c) {
     const TensorSpan& t = tensors[static_cast<size_t>(c.tensor)];
-    with_float_dtype(t.dtype, [&](auto tag) {
+    visit_floating(t.dtype, [&](auto tag) {
       constexpr int D = decltype(tag)::value;
       const auto* x = typed<D>(static_cast<const void*>(t.data));
       int64_t nans = 0;
@@ -326,13 +298,8 @@ void multi_tensor_count_nonfinite(ThreadPool& pool, const std::vector<TensorSpan
 
 void scaler_update(math::ScalerState* state, const std::vector<const float*>& found_infs,
                    const math::ScalerConfig& config, bool force, float forced_scale) {
-  if (state == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "scaler_update: state is null");
   bool found = false;
-  for (size_t i = 0; i < found_infs.size(); ++i) {
-    if (found_infs[i] == nullptr)
-      fail(AMPX_ERR_INVALID_ARGUMENT, "scaler_update: found_infs[", i, "] is null");
-    found = found || *found_infs[i] != 0.0f;
-  }
+  for (const float* flag : found_infs) found = found || *flag != 0.0f;
   if (force)
     math::scaler_force(*state, found, forced_scale);
   else
@@ -340,16 +307,12 @@ void scaler_update(math::ScalerState* state, const std::vector<const float*>& fo
 }
 
 void increment_steps(int64_t* steps, int64_t count, const float* found_inf) {
-  if (count < 0 || (count > 0 && steps == nullptr))
-    fail(AMPX_ERR_INVALID_ARGUMENT, "increment_steps: ", count, " counters at ",
-         static_cast<const void*>(steps));
   if (skipped(found_inf)) return;
   for (int64_t i = 0; i < count; ++i) ++steps[i];
 }
 
 void sgd_step(ThreadPool& pool, const std::vector<OptimParam>& params,
               const math::SgdConfig& config, const StepScalars& scalars) {
-  check_sgd_args(params, config, scalars);
   if (skipped(scalars.found_inf)) return;
   Plan(element_counts(params)).for_each_chunk(pool, [&](int64_t, const Chunk& c) {
     const OptimParam& p = params[static_cast<size_t>(c.tensor)];
@@ -366,7 +329,6 @@ void sgd_step(ThreadPool& pool, const std::vector<OptimParam>& params,
 
 void adam_step(ThreadPool& pool, const std::vector<OptimParam>& params,
                const math::AdamConfig& config, const StepScalars& scalars) {
-  check_adam_args(params, config, scalars);
   if (skipped(scalars.found_inf)) return;
   std::vector<math::AdamStepFactors> factors(params.size());
   for (size_t i = 0; i < params.size(); ++i)

@@ -1,5 +1,6 @@
 // cpu_amp.h -- the CPU backend's multi-tensor primitives of mixed-precision
-// training (see backend.h for what each computes).
+// training (see backend_amp.h for what each computes; the arguments were
+// checked there).
 //
 // Each runs over the chunk plan of core/multi_tensor.h, chunks split over
 // the thread pool (a list with little work runs on the calling thread), and
@@ -11,7 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/thread_pool.h"
-#include "core/backend.h"
+#include "core/backend_amp.h"
 
 namespace ampx {
 namespace cpu {

@@ -29,7 +29,7 @@ void binary(ThreadPool& pool, BinaryOp op, const void* a, const void* b, void* o
             int64_t count, int64_t b_count) {
   if (b_count <= 0 || count % b_count != 0)
     fail(AMPX_ERR_INTERNAL, "binary: ", b_count, " does not divide ", count);
-  visit_float(type, "binary", [&](auto tag) {
+  visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* x = static_cast<const Elem<D>*>(a);
     const auto* y = static_cast<const Elem<D>*>(b);
@@ -59,7 +59,7 @@ void binary(ThreadPool& pool, BinaryOp op, const void* a, const void* b, void* o
 
 void affine(ThreadPool& pool, const void* x, void* y, DType type, int64_t count, float scale,
             float shift) {
-  visit_float(type, "affine", [&](auto tag) {
+  visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     auto* out = static_cast<Elem<D>*>(y);
@@ -78,9 +78,9 @@ void affine(ThreadPool& pool, const void* x, void* y, DType type, int64_t count,
 
 void add_into(ThreadPool& pool, void* dst, DType dst_type, const void* src, DType src_type,
               int64_t count) {
-  visit_float(dst_type, "add_into", [&](auto dst_tag) {
+  visit_floating(dst_type, [&](auto dst_tag) {
     constexpr int D = decltype(dst_tag)::value;
-    visit_float(src_type, "add_into", [&](auto src_tag) {
+    visit_floating(src_type, [&](auto src_tag) {
       constexpr int S = decltype(src_tag)::value;
       auto* d = static_cast<Elem<D>*>(dst);
       const auto* s = static_cast<const Elem<S>*>(src);
@@ -102,9 +102,9 @@ void add_into(ThreadPool& pool, void* dst, DType dst_type, const void* src, DTyp
 
 void sum_rows(ThreadPool& pool, const void* x, DType type, int64_t rows, int64_t cols, void* out,
               DType out_type) {
-  visit_float(type, "sum_rows", [&](auto tag) {
+  visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
-    visit_float(out_type, "sum_rows", [&](auto out_tag) {
+    visit_floating(out_type, [&](auto out_tag) {
       constexpr int O = decltype(out_tag)::value;
       const auto* in = static_cast<const Elem<D>*>(x);
       auto* result = static_cast<Elem<O>*>(out);
@@ -128,7 +128,7 @@ void sum_rows(ThreadPool& pool, const void* x, DType type, int64_t rows, int64_t
 }
 
 void sum_all(ThreadPool& pool, const void* x, DType type, int64_t count, float* out) {
-  visit_float(type, "sum_all", [&](auto tag) {
+  visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     // Fixed blocks summed in block order: the same result for any thread count.

@@ -77,23 +77,6 @@ struct Sgemm {
 // pool is nullptr.
 using SgemmFn = void (*)(ThreadPool* pool, const Sgemm& s);
 
-void check_args(const GemmArgs& g) {
-  if (g.batch < 0 || g.m < 0 || g.n < 0 || g.k < 0)
-    fail(AMPX_ERR_INVALID_ARGUMENT, "gemm: negative size (batch ", g.batch, ", m ", g.m, ", n ",
-         g.n, ", k ", g.k, ")");
-  if (!is_floating(g.ab_type))
-    fail(AMPX_ERR_DTYPE, "gemm: A and B must be of a floating type, not ", dtype_name(g.ab_type));
-  if (g.c_type != g.ab_type && g.c_type != DType::F32)
-    fail(AMPX_ERR_DTYPE, "gemm: C must be ", dtype_name(g.ab_type), " (like A and B) or f32, not ",
-         dtype_name(g.c_type));
-  if (g.bias != nullptr && g.batch != 1)
-    fail(AMPX_ERR_INTERNAL, "gemm: a bias epilogue needs a single product, not ", g.batch);
-  if (g.batch == 0 || g.m == 0 || g.n == 0) return;
-  if (g.c == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "gemm: C is NULL");
-  if (g.k > 0 && (g.a == nullptr || g.b == nullptr))
-    fail(AMPX_ERR_INVALID_ARGUMENT, "gemm: ", g.a == nullptr ? "A" : "B", " is NULL");
-}
-
 const void* at(const void* p, DType type, int64_t elements) {
   return static_cast<const char*>(p) + elements * static_cast<int64_t>(dtype_size(type));
 }
@@ -480,17 +463,16 @@ void builtin_sgemm(ThreadPool* pool, const Sgemm& s) {
 }  // namespace
 
 void gemm_fallback(ThreadPool& pool, const GemmArgs& args) {
-  check_args(args);
+  check_gemm_args(args);  // called directly by the tests, past the front door
   run_gemm(pool, args, spread_batch(pool, args), builtin_sgemm);
 }
 
 void gemm(ThreadPool& pool, const GemmArgs& args) {
   const Cblas* blas = loaded_cblas();
   if (!blas) {
-    gemm_fallback(pool, args);
+    run_gemm(pool, args, spread_batch(pool, args), builtin_sgemm);
     return;
   }
-  check_args(args);
   const bool spread = spread_batch(pool, args);
   const OpenBlasThreads threads(*blas, spread ? 1 : pool.size());
   run_gemm(pool, args, spread, blas_sgemm);

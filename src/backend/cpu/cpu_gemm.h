@@ -4,14 +4,14 @@
 #pragma once
 
 #include "backend/cpu/thread_pool.h"
-#include "core/backend.h"
+#include "core/backend_gemm.h"
 
 namespace ampx {
 namespace cpu {
 
 // cpu::gemm with the library's own cache-blocked kernel in place of CBLAS's
 // sgemm: what cpu::gemm runs when no CBLAS could be loaded. Same contract
-// (backend.h's GemmArgs), same conversions, same threading of the batch.
+// (backend_gemm.h's GemmArgs), same conversions, same threading of the batch.
 void gemm_fallback(ThreadPool& pool, const GemmArgs& args);
 
 }  // namespace cpu

@@ -15,7 +15,7 @@ constexpr int64_t kGrain = int64_t{1} << 14;
 
 void bce_with_logits(ThreadPool& pool, const void* logits, const void* targets, DType type,
                      int64_t count, float* losses) {
-  visit_float(type, "bce_with_logits", [&](auto tag) {
+  visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* x = static_cast<const math::storage_t<D>*>(logits);
     const auto* t = static_cast<const math::storage_t<D>*>(targets);

@@ -76,7 +76,7 @@ RowStats row_stats(const Elem<D>* row, int64_t cols) {
 }  // namespace
 
 void unary(ThreadPool& pool, UnaryOp op, const void* x, void* y, DType type, int64_t count) {
-  visit_float(type, "unary", [&](auto tag) {
+  visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     auto* out = static_cast<Elem<D>*>(y);
@@ -98,7 +98,7 @@ void unary(ThreadPool& pool, UnaryOp op, const void* x, void* y, DType type, int
 
 void unary_backward(ThreadPool& pool, UnaryOp op, const void* x, const void* dy, void* dx,
                     DType type, int64_t count) {
-  visit_float(type, "unary_backward", [&](auto tag) {
+  visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     const auto* grad_out = static_cast<const Elem<D>*>(dy);
@@ -124,7 +124,7 @@ void unary_backward(ThreadPool& pool, UnaryOp op, const void* x, const void* dy,
 // written, element by element: y may be x.
 void softmax(ThreadPool& pool, const void* x, void* y, DType type, int64_t rows, int64_t cols,
              bool log) {
-  visit_float(type, "softmax", [&](auto tag) {
+  visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     auto* out = static_cast<Elem<D>*>(y);
@@ -144,7 +144,7 @@ void softmax(ThreadPool& pool, const void* x, void* y, DType type, int64_t rows,
 
 void softmax_backward(ThreadPool& pool, const void* y, const void* dy, void* dx, DType type,
                       int64_t rows, int64_t cols, bool log) {
-  visit_float(type, "softmax_backward", [&](auto tag) {
+  visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* out = static_cast<const Elem<D>*>(y);
     const auto* grad_out = static_cast<const Elem<D>*>(dy);
@@ -177,7 +177,7 @@ void cross_entropy(ThreadPool& pool, const void* logits, DType type, const void*
                    DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
                    float* losses) {
   const Labels label(labels, label_type);
-  visit_float(type, "cross_entropy", [&](auto tag) {
+  visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* x = static_cast<const Elem<D>*>(logits);
     pool.parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
@@ -200,7 +200,7 @@ void cross_entropy_backward(ThreadPool& pool, const void* logits, DType type, co
                             const float* dloss, float scale, void* dlogits) {
   const Labels label(labels, label_type);
   const float g = *dloss * scale;
-  visit_float(type, "cross_entropy_backward", [&](auto tag) {
+  visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* x = static_cast<const Elem<D>*>(logits);
     auto* dx = static_cast<Elem<D>*>(dlogits);

@@ -53,7 +53,7 @@ struct ChannelIndex {
 
 void layer_norm(ThreadPool& pool, const void* x, const void* weight, const void* bias, DType type,
                 int64_t rows, int64_t cols, float eps, void* y, float* mean, float* rstd) {
-  visit_float(type, "layer_norm", [&](auto tag) {
+  visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     const auto* w = static_cast<const Elem<D>*>(weight);
@@ -81,7 +81,7 @@ void layer_norm(ThreadPool& pool, const void* x, const void* weight, const void*
 void layer_norm_backward(ThreadPool& pool, const void* x, const void* dy, const void* weight,
                          DType type, int64_t rows, int64_t cols, const float* mean,
                          const float* rstd, void* dx, void* dweight, void* dbias) {
-  visit_float(type, "layer_norm_backward", [&](auto tag) {
+  visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     const auto* grad_out = static_cast<const Elem<D>*>(dy);
@@ -136,7 +136,7 @@ void layer_norm_backward(ThreadPool& pool, const void* x, const void* dy, const 
 void batch_norm_stats(ThreadPool& pool, const void* x, DType type, int64_t n, int64_t channels,
                       int64_t inner, float momentum, float* mean, float* var, float* running_mean,
                       float* running_var) {
-  visit_float(type, "batch_norm_stats", [&](auto tag) {
+  visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     const int64_t count = n * inner;
@@ -161,7 +161,7 @@ void batch_norm(ThreadPool& pool, const void* x, DType type, int64_t n, int64_t 
                 const float* bias, float eps, void* y) {
   std::vector<float> rstd(static_cast<size_t>(channels));
   for (int64_t c = 0; c < channels; ++c) rstd[static_cast<size_t>(c)] = math::inv_std(var[c], eps);
-  visit_float(type, "batch_norm", [&](auto tag) {
+  visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     auto* out = static_cast<Elem<D>*>(y);
@@ -185,7 +185,7 @@ void batch_norm_backward(ThreadPool& pool, const void* x, const void* dy, DType 
                          int64_t channels, int64_t inner, const float* mean, const float* var,
                          const float* weight, float eps, bool batch_stats, void* dx, float* dweight,
                          float* dbias) {
-  visit_float(type, "batch_norm_backward", [&](auto tag) {
+  visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
     const auto* grad_out = static_cast<const Elem<D>*>(dy);

@@ -1,4 +1,5 @@
-// cpu_ops.h -- the CPU backend's primitives of the ops (backend.h), one file
+// cpu_ops.h -- the CPU backend's primitives of the ops (backend_nn.h and
+// backend_gemm.h; their arguments were checked there), one file
 // per family: cpu_elementwise.cpp (binary, affine, add_into, sums),
 // cpu_nn.cpp (activations, softmax, cross-entropy), cpu_gemm.cpp (GEMM),
 // cpu_norm.cpp (layer and batch norm), cpu_shape.cpp (strided copies,
@@ -6,7 +7,8 @@
 #pragma once
 
 #include "backend/cpu/thread_pool.h"
-#include "core/backend.h"
+#include "core/backend_gemm.h"
+#include "core/backend_nn.h"
 
 namespace ampx {
 namespace cpu {

@@ -17,7 +17,7 @@ constexpr int64_t kBlockGrain = int64_t{1} << 12;
 
 void dropout(ThreadPool& pool, const void* x, void* y, DType type, int64_t count, uint64_t seed,
              uint64_t offset, uint32_t threshold, float scale) {
-  visit_float(type, "dropout", [&](auto tag) {
+  visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const math::storage_t<D>*>(x);
     auto* out = static_cast<math::storage_t<D>*>(y);

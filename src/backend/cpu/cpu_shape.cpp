@@ -5,6 +5,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/float_dispatch.h"
+#include "core/error.h"
 
 namespace ampx {
 namespace cpu {
@@ -74,7 +75,7 @@ void copy_strided(ThreadPool& pool, void* dst, const void* src, size_t elem_size
 // cheaper than the op that follows.
 void check_indices(const void* indices, DType type, int64_t count, const IndexCheck& check,
                    float* valid, int64_t* record) {
-  const IndexReader index(indices, type, "check_indices");
+  const IndexReader index(indices, type);
   int64_t counted = 0;
   int64_t bad = -1;
   for (int64_t i = 0; i < count; ++i) {
@@ -95,7 +96,7 @@ void check_indices(const void* indices, DType type, int64_t count, const IndexCh
 
 void gather_rows(ThreadPool& pool, const void* table, size_t row_bytes, int64_t table_rows,
                  const void* indices, DType index_type, int64_t count, void* out) {
-  const IndexReader index(indices, index_type, "gather_rows");
+  const IndexReader index(indices, index_type);
   const auto* from = static_cast<const char*>(table);
   auto* to = static_cast<char*>(out);
   const auto row = static_cast<int64_t>(row_bytes);
@@ -113,8 +114,8 @@ void gather_rows(ThreadPool& pool, const void* table, size_t row_bytes, int64_t 
 void scatter_add_rows(ThreadPool& pool, const void* src, DType src_type, int64_t cols,
                       const void* indices, DType index_type, int64_t count, float* dst,
                       int64_t dst_rows) {
-  const IndexReader index(indices, index_type, "scatter_add_rows");
-  visit_float(src_type, "scatter_add_rows", [&](auto tag) {
+  const IndexReader index(indices, index_type);
+  visit_floating(src_type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const math::storage_t<D>*>(src);
     // Split by columns, never by i: two tasks never add into one element,

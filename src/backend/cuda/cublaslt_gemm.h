@@ -37,7 +37,7 @@
 #include <map>
 #include <memory>
 
-#include "core/backend.h"
+#include "core/backend_gemm.h"
 #include "fill_convert.cuh"
 
 namespace ampx {

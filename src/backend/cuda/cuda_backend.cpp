@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "backend/cuda/cublaslt_gemm.h"
+#include "core/backend_amp.h"
+#include "core/backend_gemm.h"
+#include "core/backend_nn.h"
 #include "core/error.h"
 #include "core/multi_tensor.h"
 #include "fill_convert.cuh"
@@ -132,32 +135,358 @@ class StreamScratch {
   void* ptr_ = nullptr;
 };
 
-// The type checks of the ops' primitives: AMPX_ERR_DTYPE, as on the CPU,
-// for data that is not floating and labels that are not integers.
-void require_float(const char* primitive, DType t) {
-  if (!is_floating(t))
-    fail(AMPX_ERR_DTYPE, primitive, ": got ", dtype_name(t), "; it needs f32, f16 or bf16");
-}
-
-void require_labels(const char* primitive, DType t) {
-  if (t != DType::I32 && t != DType::I64)
-    fail(AMPX_ERR_DTYPE, primitive, ": labels are ", dtype_name(t), "; they need i32 or i64");
-}
-
-class CudaBackend final : public Backend {
+class CudaEvent final : public DeviceEvent {
  public:
-  // The cuBLASLt handle is created here, with the device current, and lives
-  // as long as the backend.
-  explicit CudaBackend(std::shared_ptr<const CudaDevice> device) : device_(std::move(device)) {
+  explicit CudaEvent(int32_t device) : device_(device) {
+    make_current(device_);
+    // No timing: a timed event costs a GPU timestamp at every record.
+    check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  }
+  ~CudaEvent() override {
+    bool failed = cudaSetDevice(device_) != cudaSuccess;
+    failed |= cudaEventDestroy(event_) != cudaSuccess;
+    if (failed) cudaGetLastError();
+  }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  int32_t device_;
+  cudaEvent_t event_ = nullptr;
+};
+
+// The multi-tensor primitives (kernels/multi_tensor_ops.cuh). Their front
+// doors (backend_amp.cpp) checked the arguments; the launchers only
+// enqueue, so none of these waits for the device and a training step stays
+// capturable in a CUDA graph.
+class CudaAmp final : public AmpPrimitives {
+ public:
+  explicit CudaAmp(std::shared_ptr<const CudaDevice> device) : device_(std::move(device)) {}
+
+ protected:
+  void run_multi_tensor_scale(const std::vector<TensorSpan>& ins,
+                              const std::vector<TensorSpan>& outs, const float* factor,
+                              bool reciprocal, float* found_inf) override {
+    make_current(device_->index);
+    check(
+        cuda::launch_multi_tensor_scale(ins, outs, factor, reciprocal, found_inf, device_->launch),
+        "multi_tensor_scale kernel launch");
+  }
+
+  void run_multi_tensor_norm(const std::vector<TensorSpan>& tensors, NormType type,
+                             float* out) override {
+    make_current(device_->index);
+    const auto partials = static_cast<size_t>(cuda::multi_tensor_norm_partials(tensors));
+    const StreamScratch scratch(device_, partials * sizeof(double), "multi_tensor_norm");
+    check(cuda::launch_multi_tensor_norm(tensors, type, static_cast<double*>(scratch.get()), out,
+                                         device_->launch),
+          "multi_tensor_norm kernel launch");
+  }
+
+  void run_clip_coefficient(const float* total_norm, float max_norm, float* coef) override {
+    make_current(device_->index);
+    check(cuda::launch_clip_coefficient(total_norm, max_norm, coef, device_->launch),
+          "clip_coefficient kernel launch");
+  }
+
+  void run_multi_tensor_clamp(const std::vector<TensorSpan>& tensors, float limit) override {
+    make_current(device_->index);
+    check(cuda::launch_multi_tensor_clamp(tensors, limit, device_->launch),
+          "multi_tensor_clamp kernel launch");
+  }
+
+  void run_multi_tensor_count_nonfinite(const std::vector<TensorSpan>& tensors,
+                                        int64_t* counts) override {
+    make_current(device_->index);
+    // The kernels add each chunk's counts to these zeros; a zero-size tensor
+    // has no chunk and keeps them.
+    check(cudaMemsetAsync(counts, 0, 2 * tensors.size() * sizeof(int64_t), device_->stream),
+          "cudaMemsetAsync (nonfinite counts)");
+    check(cuda::launch_multi_tensor_count_nonfinite(tensors, counts, device_->launch),
+          "multi_tensor_count_nonfinite kernel launch");
+  }
+
+  void run_scaler_update(math::ScalerState* state, const std::vector<const float*>& found_infs,
+                         const math::ScalerConfig& config, bool force,
+                         float forced_scale) override {
+    if (found_infs.size() > cuda::kMaxScalerFlags)
+      fail(AMPX_ERR_INTERNAL, "scaler_update: ", found_infs.size(),
+           " found-inf flags (one per optimizer stepped since the last update); the CUDA "
+           "backend combines at most ",
+           cuda::kMaxScalerFlags, " in one update");
+    make_current(device_->index);
+    check(
+        cuda::launch_scaler_update(state, found_infs, config, force, forced_scale, device_->launch),
+        "scaler_update kernel launch");
+  }
+
+  void run_increment_steps(int64_t* steps, int64_t count, const float* found_inf) override {
+    make_current(device_->index);
+    check(cuda::launch_increment_steps(steps, count, found_inf, device_->launch),
+          "increment_steps kernel launch");
+  }
+
+  void run_sgd_step(const std::vector<OptimParam>& params, const math::SgdConfig& config,
+                    const StepScalars& scalars) override {
+    make_current(device_->index);
+    check(cuda::launch_sgd_step(params, config, scalars, device_->launch),
+          "sgd_step kernel launch");
+  }
+
+  void run_adam_step(const std::vector<OptimParam>& params, const math::AdamConfig& config,
+                     const StepScalars& scalars) override {
+    make_current(device_->index);
+    check(cuda::launch_adam_step(params, config, scalars, device_->launch),
+          "adam_step kernel launch");
+  }
+
+ private:
+  std::shared_ptr<const CudaDevice> device_;
+};
+
+// The primitives of the ops (kernels/ops_launch.cuh, nn_launch.cuh). Sums
+// and sorts take their scratch from the pool in stream order
+// (StreamScratch).
+class CudaNn final : public NnPrimitives {
+ public:
+  explicit CudaNn(std::shared_ptr<const CudaDevice> device) : device_(std::move(device)) {}
+
+ protected:
+  void run_unary(UnaryOp op, const void* x, void* y, DType type, int64_t count) override {
+    make_current(device_->index);
+    check(cuda::launch_unary(op, x, y, type, count, device_->launch), "unary kernel launch");
+  }
+
+  void run_unary_backward(UnaryOp op, const void* x, const void* dy, void* dx, DType type,
+                          int64_t count) override {
+    make_current(device_->index);
+    check(cuda::launch_unary_backward(op, x, dy, dx, type, count, device_->launch),
+          "unary_backward kernel launch");
+  }
+
+  void run_binary(BinaryOp op, const void* a, const void* b, void* out, DType type, int64_t count,
+                  int64_t b_count) override {
+    make_current(device_->index);
+    check(cuda::launch_binary(op, a, b, out, type, count, b_count, device_->launch),
+          "binary kernel launch");
+  }
+
+  void run_affine(const void* x, void* y, DType type, int64_t count, float scale,
+                  float shift) override {
+    make_current(device_->index);
+    check(cuda::launch_affine(x, y, type, count, scale, shift, device_->launch),
+          "affine kernel launch");
+  }
+
+  void run_add_into(void* dst, DType dst_type, const void* src, DType src_type,
+                    int64_t count) override {
+    make_current(device_->index);
+    check(cuda::launch_add_into(dst, dst_type, src, src_type, count, device_->launch),
+          "add_into kernel launch");
+  }
+
+  void run_sum_rows(const void* x, DType type, int64_t rows, int64_t cols, void* out,
+                    DType out_type) override {
+    make_current(device_->index);
+    const auto partials = static_cast<size_t>(cuda::sum_rows_partials(rows, cols, device_->launch));
+    const StreamScratch scratch(device_, partials * sizeof(double), "sum_rows");
+    check(cuda::launch_sum_rows(x, type, rows, cols, out, out_type,
+                                static_cast<double*>(scratch.get()), device_->launch),
+          "sum_rows kernel launch");
+  }
+
+  void run_sum_all(const void* x, DType type, int64_t count, float* out) override {
+    make_current(device_->index);
+    const auto partials = static_cast<size_t>(cuda::sum_all_partials(count, device_->launch));
+    const StreamScratch scratch(device_, partials * sizeof(double), "sum_all");
+    check(cuda::launch_sum_all(x, type, count, out, static_cast<double*>(scratch.get()),
+                               device_->launch),
+          "sum_all kernel launch");
+  }
+
+  void run_softmax(const void* x, void* y, DType type, int64_t rows, int64_t cols,
+                   bool log) override {
+    make_current(device_->index);
+    check(cuda::launch_softmax(x, y, type, rows, cols, log, device_->launch),
+          "softmax kernel launch");
+  }
+
+  void run_softmax_backward(const void* y, const void* dy, void* dx, DType type, int64_t rows,
+                            int64_t cols, bool log) override {
+    make_current(device_->index);
+    check(cuda::launch_softmax_backward(y, dy, dx, type, rows, cols, log, device_->launch),
+          "softmax_backward kernel launch");
+  }
+
+  void run_cross_entropy(const void* logits, DType type, const void* labels, DType label_type,
+                         int64_t rows, int64_t cols, int64_t ignore_index, float* losses) override {
+    make_current(device_->index);
+    check(cuda::launch_cross_entropy(logits, type, labels, label_type, rows, cols, ignore_index,
+                                     losses, device_->launch),
+          "cross_entropy kernel launch");
+  }
+
+  void run_cross_entropy_backward(const void* logits, DType type, const void* labels,
+                                  DType label_type, int64_t rows, int64_t cols,
+                                  int64_t ignore_index, const float* dloss, float scale,
+                                  void* dlogits) override {
+    make_current(device_->index);
+    check(cuda::launch_cross_entropy_backward(logits, type, labels, label_type, rows, cols,
+                                              ignore_index, dloss, scale, dlogits, device_->launch),
+          "cross_entropy_backward kernel launch");
+  }
+
+  void run_layer_norm(const void* x, const void* weight, const void* bias, DType type, int64_t rows,
+                      int64_t cols, float eps, void* y, float* mean, float* rstd) override {
+    make_current(device_->index);
+    check(cuda::launch_layer_norm(x, weight, bias, type, rows, cols, eps, y, mean, rstd,
+                                  device_->launch),
+          "layer_norm kernel launch");
+  }
+
+  void run_layer_norm_backward(const void* x, const void* dy, const void* weight, DType type,
+                               int64_t rows, int64_t cols, const float* mean, const float* rstd,
+                               void* dx, void* dweight, void* dbias) override {
+    make_current(device_->index);
+    const bool sums = dweight != nullptr || dbias != nullptr;  // the only users of scratch
+    const StreamScratch scratch(
+        device_, sums ? cuda::layer_norm_backward_scratch_bytes(rows, cols, device_->launch) : 0,
+        "layer_norm_backward");
+    check(cuda::launch_layer_norm_backward(x, dy, weight, type, rows, cols, mean, rstd, dx, dweight,
+                                           dbias, scratch.get(), device_->launch),
+          "layer_norm_backward kernel launch");
+  }
+
+  void run_batch_norm_stats(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
+                            float momentum, float* mean, float* var, float* running_mean,
+                            float* running_var) override {
+    make_current(device_->index);
+    const StreamScratch scratch(
+        device_, cuda::batch_norm_stats_scratch_bytes(n, channels, inner, device_->launch),
+        "batch_norm_stats");
+    check(cuda::launch_batch_norm_stats(x, type, n, channels, inner, momentum, mean, var,
+                                        running_mean, running_var, scratch.get(), device_->launch),
+          "batch_norm_stats kernel launch");
+  }
+
+  void run_batch_norm(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
+                      const float* mean, const float* var, const float* weight, const float* bias,
+                      float eps, void* y) override {
+    make_current(device_->index);
+    check(cuda::launch_batch_norm(x, type, n, channels, inner, mean, var, weight, bias, eps, y,
+                                  device_->launch),
+          "batch_norm kernel launch");
+  }
+
+  void run_batch_norm_backward(const void* x, const void* dy, DType type, int64_t n,
+                               int64_t channels, int64_t inner, const float* mean, const float* var,
+                               const float* weight, float eps, bool batch_stats, void* dx,
+                               float* dweight, float* dbias) override {
+    make_current(device_->index);
+    const StreamScratch scratch(
+        device_, cuda::batch_norm_backward_scratch_bytes(n, channels, inner, device_->launch),
+        "batch_norm_backward");
+    check(cuda::launch_batch_norm_backward(x, dy, type, n, channels, inner, mean, var, weight, eps,
+                                           batch_stats, dx, dweight, dbias, scratch.get(),
+                                           device_->launch),
+          "batch_norm_backward kernel launch");
+  }
+
+  void run_gather_rows(const void* table, size_t row_bytes, int64_t table_rows, const void* indices,
+                       DType index_type, int64_t count, void* out) override {
+    make_current(device_->index);
+    check(cuda::launch_gather_rows(table, row_bytes, table_rows, indices, index_type, count, out,
+                                   device_->launch),
+          "gather_rows kernel launch");
+  }
+
+  void run_scatter_add_rows(const void* src, DType src_type, int64_t cols, const void* indices,
+                            DType index_type, int64_t count, float* dst,
+                            int64_t dst_rows) override {
+    make_current(device_->index);
+    const StreamScratch scratch(
+        device_, cuda::scatter_add_rows_scratch_bytes(count, index_type, device_->launch),
+        "scatter_add_rows");
+    check(cuda::launch_scatter_add_rows(src, src_type, cols, indices, index_type, count, dst,
+                                        dst_rows, scratch.get(), device_->launch),
+          "scatter_add_rows kernel launch");
+  }
+
+  void run_copy_strided(void* dst, const void* src, size_t elem_size,
+                        const StridedCopy& layout) override {
+    make_current(device_->index);
+    check(cuda::launch_copy_strided(dst, src, elem_size, layout, device_->launch),
+          "copy_strided kernel launch");
+  }
+
+  void run_dropout(const void* x, void* y, DType type, int64_t count, uint64_t seed,
+                   uint64_t offset, uint32_t threshold, float scale) override {
+    make_current(device_->index);
+    check(cuda::launch_dropout(x, y, type, count, seed, offset, threshold, scale, device_->launch),
+          "dropout kernel launch");
+  }
+
+  void run_check_indices(const void* indices, DType type, int64_t count, const IndexCheck& rule,
+                         float* valid, int64_t* record) override {
+    make_current(device_->index);
+    const StreamScratch scratch(device_, cuda::check_indices_scratch_bytes(), "check_indices");
+    check(cuda::launch_check_indices(indices, type, count, rule, valid, record, scratch.get(),
+                                     device_->launch),
+          "check_indices kernel launch");
+  }
+
+  void run_bce_with_logits(const void* logits, const void* targets, DType type, int64_t count,
+                           float* losses) override {
+    make_current(device_->index);
+    check(cuda::launch_bce_with_logits(logits, targets, type, count, losses, device_->launch),
+          "bce_with_logits kernel launch");
+  }
+
+ private:
+  std::shared_ptr<const CudaDevice> device_;
+};
+
+// cuBLASLt (cublaslt_gemm.h): the handle is created with the device
+// current and lives as long as the backend.
+class CudaGemm final : public GemmPrimitives {
+ public:
+  explicit CudaGemm(std::shared_ptr<const CudaDevice> device) : device_(std::move(device)) {
     make_current(device_->index);
     gemm_ = std::make_unique<cuda::CublasLtGemm>(std::make_unique<CudaAllocator>(device_),
                                                  device_->launch);
   }
 
-  ampx_device_type device_type() const override { return AMPX_DEVICE_CUDA; }
-  int32_t device_index() const override { return device_->index; }
-  // What every CUDA allocation routine guarantees, and what our pool returns.
-  size_t alignment() const override { return 256; }
+ protected:
+  void run_gemm(const GemmArgs& args) override {
+    make_current(device_->index);
+    gemm_->run(args);
+  }
+
+ private:
+  std::shared_ptr<const CudaDevice> device_;
+  std::unique_ptr<cuda::CublasLtGemm> gemm_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(std::shared_ptr<const CudaDevice> device)
+      // 256: what every CUDA allocation routine guarantees, and what our pool returns.
+      : Backend(BackendInfo{AMPX_DEVICE_CUDA, device->index, 256, false,
+                            cat("CUDA device ", device->index)}),
+        device_(device),
+        amp_(device),
+        nn_(device),
+        gemm_(device) {}
+
+  ~CudaBackend() override {
+    if (comm_stream_ == nullptr) return;
+    // The driver releases the stream once its queued work has completed.
+    bool failed = cudaSetDevice(device_->index) != cudaSuccess;
+    failed |= cudaStreamDestroy(comm_stream_) != cudaSuccess;
+    if (failed) cudaGetLastError();
+  }
 
   std::unique_ptr<Allocator> make_default_allocator() override {
     return std::make_unique<CudaAllocator>(device_);
@@ -183,385 +512,96 @@ class CudaBackend final : public Backend {
          "on CUDA device ", device_->index, " needs memory of that device");
   }
 
+  void synchronize() override {
+    make_current(device_->index);
+    check(cudaStreamSynchronize(device_->stream), "cudaStreamSynchronize");
+    if (comm_stream_ != nullptr)
+      check(cudaStreamSynchronize(comm_stream_), "cudaStreamSynchronize (communication)");
+  }
+
+  std::unique_ptr<DeviceEvent> make_event() override {
+    return std::make_unique<CudaEvent>(device_->index);
+  }
+
+  void record_event(DeviceEvent& event, Stream stream) override {
+    cudaStream_t target = stream_of(stream);
+    check(cudaEventRecord(static_cast<CudaEvent&>(event).get(), target), "cudaEventRecord");
+  }
+
+  void wait_event(Stream stream, const DeviceEvent& event) override {
+    cudaStream_t waiter = stream_of(stream);
+    check(cudaStreamWaitEvent(waiter, static_cast<const CudaEvent&>(event).get(), 0),
+          "cudaStreamWaitEvent");
+  }
+
+  void* native_stream(Stream stream) override { return stream_of(stream); }
+
+ protected:
+  BackendCapability* find_capability(Capability capability) const override {
+    switch (capability) {
+      case Capability::MultiTensorAmp:
+        return &amp_;
+      case Capability::Nn:
+        return &nn_;
+      case Capability::Gemm:
+        return &gemm_;
+      default:
+        return nullptr;
+    }
+  }
+
   // backend.h promises that the host copies have completed on return, so the
   // caller may reuse or read its host buffer at once: hence the synchronize.
-  void copy_from_host(void* dst, const void* host_src, size_t bytes) override {
-    if (bytes == 0) return;
+  void run_copy_from_host(void* dst, const void* host_src, size_t bytes) override {
     make_current(device_->index);
     check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, device_->stream),
           "cudaMemcpyAsync (host to device)");
     check(cudaStreamSynchronize(device_->stream), "cudaStreamSynchronize");
   }
 
-  void copy_to_host(void* host_dst, const void* src, size_t bytes) override {
-    if (bytes == 0) return;
+  void run_copy_to_host(void* host_dst, const void* src, size_t bytes) override {
     make_current(device_->index);
     check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, device_->stream),
           "cudaMemcpyAsync (device to host)");
     check(cudaStreamSynchronize(device_->stream), "cudaStreamSynchronize");
   }
 
-  void copy(void* dst, const void* src, size_t bytes) override {
-    if (bytes == 0 || dst == src) return;
+  void run_copy(void* dst, const void* src, size_t bytes) override {
     make_current(device_->index);
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, device_->stream),
           "cudaMemcpyAsync (device to device)");
   }
 
-  void fill(void* dst, size_t elem_size, uint64_t pattern, int64_t count) override {
-    if (elem_size != 1 && elem_size != 2 && elem_size != 4 && elem_size != 8) {
-      fail(AMPX_ERR_INTERNAL, "fill: element size ", elem_size, " is not 1, 2, 4 or 8");
-    }
+  void run_fill(void* dst, size_t elem_size, uint64_t pattern, int64_t count) override {
     make_current(device_->index);
     check(cuda::launch_fill(dst, elem_size, pattern, count, device_->launch), "fill kernel launch");
   }
 
-  void convert(void* dst, DType dst_type, const void* src, DType src_type,
-               int64_t count) override {
+  void run_convert(void* dst, DType dst_type, const void* src, DType src_type,
+                   int64_t count) override {
     make_current(device_->index);
     check(cuda::launch_convert(dst, dst_type, src, src_type, count, device_->launch),
           "convert kernel launch");
   }
 
-  void synchronize() override {
-    make_current(device_->index);
-    check(cudaStreamSynchronize(device_->stream), "cudaStreamSynchronize");
-  }
-
-  // ---- multi-tensor primitives (kernels/multi_tensor_ops.cuh) ------------
-  // Arguments are checked by the same functions, in the same words, as on
-  // the CPU. The launchers only enqueue, so none of these waits for the
-  // device: a training step stays capturable in a CUDA graph.
-
-  void multi_tensor_scale(const std::vector<TensorSpan>& ins, const std::vector<TensorSpan>& outs,
-                          const float* factor, bool reciprocal, float* found_inf) override {
-    check_scale_args(ins, outs, factor);
-    make_current(device_->index);
-    check(cuda::launch_multi_tensor_scale(ins, outs, factor, reciprocal, found_inf,
-                                          device_->launch),
-          "multi_tensor_scale kernel launch");
-  }
-
-  void multi_tensor_norm(const std::vector<TensorSpan>& tensors, NormType type,
-                         float* out) override {
-    check_float_tensors("multi_tensor_norm", tensors);
-    if (out == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "multi_tensor_norm: out is null");
-    make_current(device_->index);
-    const auto partials = static_cast<size_t>(cuda::multi_tensor_norm_partials(tensors));
-    const StreamScratch scratch(device_, partials * sizeof(double), "multi_tensor_norm");
-    check(cuda::launch_multi_tensor_norm(tensors, type, static_cast<double*>(scratch.get()), out,
-                                         device_->launch),
-          "multi_tensor_norm kernel launch");
-  }
-
-  void clip_coefficient(const float* total_norm, float max_norm, float* coef) override {
-    if (total_norm == nullptr || coef == nullptr)
-      fail(AMPX_ERR_INVALID_ARGUMENT, "clip_coefficient: total_norm and coef must both be given");
-    make_current(device_->index);
-    check(cuda::launch_clip_coefficient(total_norm, max_norm, coef, device_->launch),
-          "clip_coefficient kernel launch");
-  }
-
-  void multi_tensor_clamp(const std::vector<TensorSpan>& tensors, float limit) override {
-    check_float_tensors("multi_tensor_clamp", tensors);
-    if (!(limit >= 0.0f))
-      fail(AMPX_ERR_INVALID_ARGUMENT, "multi_tensor_clamp: limit is ", limit, "; it must be >= 0");
-    make_current(device_->index);
-    check(cuda::launch_multi_tensor_clamp(tensors, limit, device_->launch),
-          "multi_tensor_clamp kernel launch");
-  }
-
-  void multi_tensor_count_nonfinite(const std::vector<TensorSpan>& tensors,
-                                    int64_t* counts) override {
-    check_float_tensors("multi_tensor_count_nonfinite", tensors);
-    if (tensors.empty()) return;
-    if (counts == nullptr)
-      fail(AMPX_ERR_INVALID_ARGUMENT, "multi_tensor_count_nonfinite: counts is null");
-    make_current(device_->index);
-    // The kernels add each chunk's counts to these zeros; a zero-size tensor
-    // has no chunk and keeps them.
-    check(cudaMemsetAsync(counts, 0, 2 * tensors.size() * sizeof(int64_t), device_->stream),
-          "cudaMemsetAsync (nonfinite counts)");
-    check(cuda::launch_multi_tensor_count_nonfinite(tensors, counts, device_->launch),
-          "multi_tensor_count_nonfinite kernel launch");
-  }
-
-  void scaler_update(math::ScalerState* state, const std::vector<const float*>& found_infs,
-                     const math::ScalerConfig& config, bool force, float forced_scale) override {
-    if (state == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "scaler_update: state is null");
-    for (size_t i = 0; i < found_infs.size(); ++i)
-      if (found_infs[i] == nullptr)
-        fail(AMPX_ERR_INVALID_ARGUMENT, "scaler_update: found_infs[", i, "] is null");
-    if (found_infs.size() > cuda::kMaxScalerFlags)
-      fail(AMPX_ERR_INTERNAL, "scaler_update: ", found_infs.size(),
-           " found-inf flags (one per optimizer stepped since the last update); the CUDA "
-           "backend combines at most ", cuda::kMaxScalerFlags, " in one update");
-    make_current(device_->index);
-    check(cuda::launch_scaler_update(state, found_infs, config, force, forced_scale,
-                                     device_->launch),
-          "scaler_update kernel launch");
-  }
-
-  void increment_steps(int64_t* steps, int64_t count, const float* found_inf) override {
-    if (count < 0 || (count > 0 && steps == nullptr))
-      fail(AMPX_ERR_INVALID_ARGUMENT, "increment_steps: ", count, " counters at ",
-           static_cast<const void*>(steps));
-    make_current(device_->index);
-    check(cuda::launch_increment_steps(steps, count, found_inf, device_->launch),
-          "increment_steps kernel launch");
-  }
-
-  void sgd_step(const std::vector<OptimParam>& params, const math::SgdConfig& config,
-                const StepScalars& scalars) override {
-    check_sgd_args(params, config, scalars);
-    make_current(device_->index);
-    check(cuda::launch_sgd_step(params, config, scalars, device_->launch),
-          "sgd_step kernel launch");
-  }
-
-  void adam_step(const std::vector<OptimParam>& params, const math::AdamConfig& config,
-                 const StepScalars& scalars) override {
-    check_adam_args(params, config, scalars);
-    make_current(device_->index);
-    check(cuda::launch_adam_step(params, config, scalars, device_->launch),
-          "adam_step kernel launch");
-  }
-
-  // ---- primitives of the ops (kernels/ops_launch.cuh, cublaslt_gemm.h) ---
-  // Types are checked here, as the CPU backend checks them; the launchers
-  // only enqueue, so none of these waits for the device. Sums take their
-  // partials from the pool in stream order (StreamScratch).
-
-  void unary(UnaryOp op, const void* x, void* y, DType type, int64_t count) override {
-    require_float("unary", type);
-    make_current(device_->index);
-    check(cuda::launch_unary(op, x, y, type, count, device_->launch), "unary kernel launch");
-  }
-
-  void unary_backward(UnaryOp op, const void* x, const void* dy, void* dx, DType type,
-                      int64_t count) override {
-    require_float("unary_backward", type);
-    make_current(device_->index);
-    check(cuda::launch_unary_backward(op, x, dy, dx, type, count, device_->launch),
-          "unary_backward kernel launch");
-  }
-
-  void binary(BinaryOp op, const void* a, const void* b, void* out, DType type, int64_t count,
-              int64_t b_count) override {
-    require_float("binary", type);
-    if (b_count <= 0 || count % b_count != 0)
-      fail(AMPX_ERR_INTERNAL, "binary: ", b_count, " does not divide ", count);
-    make_current(device_->index);
-    check(cuda::launch_binary(op, a, b, out, type, count, b_count, device_->launch),
-          "binary kernel launch");
-  }
-
-  void affine(const void* x, void* y, DType type, int64_t count, float scale,
-              float shift) override {
-    require_float("affine", type);
-    make_current(device_->index);
-    check(cuda::launch_affine(x, y, type, count, scale, shift, device_->launch),
-          "affine kernel launch");
-  }
-
-  void add_into(void* dst, DType dst_type, const void* src, DType src_type,
-                int64_t count) override {
-    require_float("add_into", dst_type);
-    require_float("add_into", src_type);
-    make_current(device_->index);
-    check(cuda::launch_add_into(dst, dst_type, src, src_type, count, device_->launch),
-          "add_into kernel launch");
-  }
-
-  void sum_rows(const void* x, DType type, int64_t rows, int64_t cols, void* out,
-                DType out_type) override {
-    require_float("sum_rows", type);
-    require_float("sum_rows", out_type);
-    make_current(device_->index);
-    const auto partials = static_cast<size_t>(cuda::sum_rows_partials(rows, cols, device_->launch));
-    const StreamScratch scratch(device_, partials * sizeof(double), "sum_rows");
-    check(cuda::launch_sum_rows(x, type, rows, cols, out, out_type,
-                                static_cast<double*>(scratch.get()), device_->launch),
-          "sum_rows kernel launch");
-  }
-
-  void sum_all(const void* x, DType type, int64_t count, float* out) override {
-    require_float("sum_all", type);
-    make_current(device_->index);
-    const auto partials = static_cast<size_t>(cuda::sum_all_partials(count, device_->launch));
-    const StreamScratch scratch(device_, partials * sizeof(double), "sum_all");
-    check(cuda::launch_sum_all(x, type, count, out, static_cast<double*>(scratch.get()),
-                               device_->launch),
-          "sum_all kernel launch");
-  }
-
-  void softmax(const void* x, void* y, DType type, int64_t rows, int64_t cols, bool log) override {
-    require_float("softmax", type);
-    make_current(device_->index);
-    check(cuda::launch_softmax(x, y, type, rows, cols, log, device_->launch),
-          "softmax kernel launch");
-  }
-
-  void softmax_backward(const void* y, const void* dy, void* dx, DType type, int64_t rows,
-                        int64_t cols, bool log) override {
-    require_float("softmax_backward", type);
-    make_current(device_->index);
-    check(cuda::launch_softmax_backward(y, dy, dx, type, rows, cols, log, device_->launch),
-          "softmax_backward kernel launch");
-  }
-
-  void cross_entropy(const void* logits, DType type, const void* labels, DType label_type,
-                     int64_t rows, int64_t cols, int64_t ignore_index, float* losses) override {
-    require_labels("cross_entropy", label_type);
-    require_float("cross_entropy", type);
-    make_current(device_->index);
-    check(cuda::launch_cross_entropy(logits, type, labels, label_type, rows, cols, ignore_index,
-                                     losses, device_->launch),
-          "cross_entropy kernel launch");
-  }
-
-  void cross_entropy_backward(const void* logits, DType type, const void* labels,
-                              DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
-                              const float* dloss, float scale, void* dlogits) override {
-    require_labels("cross_entropy_backward", label_type);
-    require_float("cross_entropy_backward", type);
-    make_current(device_->index);
-    check(cuda::launch_cross_entropy_backward(logits, type, labels, label_type, rows, cols,
-                                              ignore_index, dloss, scale, dlogits,
-                                              device_->launch),
-          "cross_entropy_backward kernel launch");
-  }
-
-  void gemm(const GemmArgs& args) override {
-    make_current(device_->index);
-    gemm_->run(args);
-  }
-
-  // ---- normalisation, indexing, dropout, losses (kernels/nn_launch.cuh) ---
-
-  void layer_norm(const void* x, const void* weight, const void* bias, DType type, int64_t rows,
-                  int64_t cols, float eps, void* y, float* mean, float* rstd) override {
-    require_float("layer_norm", type);
-    make_current(device_->index);
-    check(cuda::launch_layer_norm(x, weight, bias, type, rows, cols, eps, y, mean, rstd,
-                                  device_->launch),
-          "layer_norm kernel launch");
-  }
-
-  void layer_norm_backward(const void* x, const void* dy, const void* weight, DType type,
-                           int64_t rows, int64_t cols, const float* mean, const float* rstd,
-                           void* dx, void* dweight, void* dbias) override {
-    require_float("layer_norm_backward", type);
-    make_current(device_->index);
-    const bool sums = dweight != nullptr || dbias != nullptr;  // the only users of scratch
-    const StreamScratch scratch(
-        device_, sums ? cuda::layer_norm_backward_scratch_bytes(rows, cols, device_->launch) : 0,
-        "layer_norm_backward");
-    check(cuda::launch_layer_norm_backward(x, dy, weight, type, rows, cols, mean, rstd, dx,
-                                           dweight, dbias, scratch.get(), device_->launch),
-          "layer_norm_backward kernel launch");
-  }
-
-  void batch_norm_stats(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
-                        float momentum, float* mean, float* var, float* running_mean,
-                        float* running_var) override {
-    require_float("batch_norm_stats", type);
-    make_current(device_->index);
-    const StreamScratch scratch(
-        device_, cuda::batch_norm_stats_scratch_bytes(n, channels, inner, device_->launch),
-        "batch_norm_stats");
-    check(cuda::launch_batch_norm_stats(x, type, n, channels, inner, momentum, mean, var,
-                                        running_mean, running_var, scratch.get(),
-                                        device_->launch),
-          "batch_norm_stats kernel launch");
-  }
-
-  void batch_norm(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
-                  const float* mean, const float* var, const float* weight, const float* bias,
-                  float eps, void* y) override {
-    require_float("batch_norm", type);
-    make_current(device_->index);
-    check(cuda::launch_batch_norm(x, type, n, channels, inner, mean, var, weight, bias, eps, y,
-                                  device_->launch),
-          "batch_norm kernel launch");
-  }
-
-  void batch_norm_backward(const void* x, const void* dy, DType type, int64_t n, int64_t channels,
-                           int64_t inner, const float* mean, const float* var,
-                           const float* weight, float eps, bool batch_stats, void* dx,
-                           float* dweight, float* dbias) override {
-    require_float("batch_norm_backward", type);
-    make_current(device_->index);
-    const StreamScratch scratch(
-        device_, cuda::batch_norm_backward_scratch_bytes(n, channels, inner, device_->launch),
-        "batch_norm_backward");
-    check(cuda::launch_batch_norm_backward(x, dy, type, n, channels, inner, mean, var, weight,
-                                           eps, batch_stats, dx, dweight, dbias, scratch.get(),
-                                           device_->launch),
-          "batch_norm_backward kernel launch");
-  }
-
-  void gather_rows(const void* table, size_t row_bytes, int64_t table_rows, const void* indices,
-                   DType index_type, int64_t count, void* out) override {
-    require_labels("gather_rows", index_type);
-    make_current(device_->index);
-    check(cuda::launch_gather_rows(table, row_bytes, table_rows, indices, index_type, count, out,
-                                   device_->launch),
-          "gather_rows kernel launch");
-  }
-
-  void scatter_add_rows(const void* src, DType src_type, int64_t cols, const void* indices,
-                        DType index_type, int64_t count, float* dst, int64_t dst_rows) override {
-    require_float("scatter_add_rows", src_type);
-    require_labels("scatter_add_rows", index_type);
-    if (count <= 0 || cols <= 0 || dst_rows <= 0) return;  // nothing to add
-    make_current(device_->index);
-    const StreamScratch scratch(
-        device_, cuda::scatter_add_rows_scratch_bytes(count, index_type, device_->launch),
-        "scatter_add_rows");
-    check(cuda::launch_scatter_add_rows(src, src_type, cols, indices, index_type, count, dst,
-                                        dst_rows, scratch.get(), device_->launch),
-          "scatter_add_rows kernel launch");
-  }
-
-  void copy_strided(void* dst, const void* src, size_t elem_size,
-                    const StridedCopy& layout) override {
-    if (elem_size != 1 && elem_size != 2 && elem_size != 4 && elem_size != 8)
-      fail(AMPX_ERR_INTERNAL, "copy_strided: elements of ", elem_size, " bytes");
-    make_current(device_->index);
-    check(cuda::launch_copy_strided(dst, src, elem_size, layout, device_->launch),
-          "copy_strided kernel launch");
-  }
-
-  void dropout(const void* x, void* y, DType type, int64_t count, uint64_t seed, uint64_t offset,
-               uint32_t threshold, float scale) override {
-    require_float("dropout", type);
-    make_current(device_->index);
-    check(cuda::launch_dropout(x, y, type, count, seed, offset, threshold, scale, device_->launch),
-          "dropout kernel launch");
-  }
-
-  void check_indices(const void* indices, DType type, int64_t count, const IndexCheck& rule,
-                     float* valid, int64_t* record) override {
-    require_labels("check_indices", type);
-    make_current(device_->index);
-    const StreamScratch scratch(device_, cuda::check_indices_scratch_bytes(), "check_indices");
-    check(cuda::launch_check_indices(indices, type, count, rule, valid, record, scratch.get(),
-                                     device_->launch),
-          "check_indices kernel launch");
-  }
-
-  void bce_with_logits(const void* logits, const void* targets, DType type, int64_t count,
-                       float* losses) override {
-    require_float("bce_with_logits", type);
-    make_current(device_->index);
-    check(cuda::launch_bce_with_logits(logits, targets, type, count, losses, device_->launch),
-          "bce_with_logits kernel launch");
-  }
-
  private:
+  // The device made current; the communication stream made at its first
+  // use (non-blocking, like ampx's own compute stream, so that neither
+  // serialises with the legacy default stream).
+  cudaStream_t stream_of(Stream stream) {
+    make_current(device_->index);
+    if (stream == Stream::Compute) return device_->stream;
+    if (comm_stream_ == nullptr)
+      check(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking),
+            "cudaStreamCreateWithFlags (communication)");
+    return comm_stream_;
+  }
+
   std::shared_ptr<const CudaDevice> device_;
-  std::unique_ptr<cuda::CublasLtGemm> gemm_;
+  cudaStream_t comm_stream_ = nullptr;
+  mutable CudaAmp amp_;
+  mutable CudaNn nn_;
+  mutable CudaGemm gemm_;
 };
 
 int device_attribute(cudaDeviceAttr attribute, int32_t device) {
@@ -613,8 +653,8 @@ std::unique_ptr<Backend> make_cuda_backend(int32_t device_index, void* cuda_stre
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
     cudaGetLastError();
-    fail(AMPX_ERR_NO_DEVICE, "no usable CUDA device: cudaGetDeviceCount failed: ",
-         cudaGetErrorString(status));
+    fail(AMPX_ERR_NO_DEVICE,
+         "no usable CUDA device: cudaGetDeviceCount failed: ", cudaGetErrorString(status));
   }
   if (device_index < 0 || device_index >= count) {
     fail(AMPX_ERR_NO_DEVICE, "CUDA device index ", device_index, " is out of range: ", count,

@@ -1,0 +1,177 @@
+// backend_nn.cpp -- the front doors of the nn primitives: the dtype checks
+// of backend_nn.h, once, for all backends.
+#include "core/backend_nn.h"
+
+#include "core/error.h"
+
+namespace ampx {
+namespace {
+
+void require_float(const char* primitive, DType t) {
+  if (!is_floating(t))
+    fail(AMPX_ERR_DTYPE, primitive, ": got ", dtype_name(t), "; it needs f32, f16 or bf16");
+}
+
+void require_indices(const char* primitive, DType t) {
+  if (t != DType::I32 && t != DType::I64)
+    fail(AMPX_ERR_DTYPE, primitive, ": indices are ", dtype_name(t), "; they need i32 or i64");
+}
+
+void require_element_size(const char* primitive, size_t elem_size) {
+  if (elem_size != 1 && elem_size != 2 && elem_size != 4 && elem_size != 8)
+    fail(AMPX_ERR_INTERNAL, primitive, ": elements of ", elem_size, " bytes");
+}
+
+}  // namespace
+
+void NnPrimitives::unary(UnaryOp op, const void* x, void* y, DType type, int64_t count) {
+  require_float("unary", type);
+  run_unary(op, x, y, type, count);
+}
+
+void NnPrimitives::unary_backward(UnaryOp op, const void* x, const void* dy, void* dx, DType type,
+                                  int64_t count) {
+  require_float("unary_backward", type);
+  run_unary_backward(op, x, dy, dx, type, count);
+}
+
+void NnPrimitives::binary(BinaryOp op, const void* a, const void* b, void* out, DType type,
+                          int64_t count, int64_t b_count) {
+  require_float("binary", type);
+  if (count > 0 && (b_count <= 0 || count % b_count != 0))
+    fail(AMPX_ERR_INTERNAL, "binary: ", b_count, " does not divide ", count);
+  run_binary(op, a, b, out, type, count, b_count);
+}
+
+void NnPrimitives::affine(const void* x, void* y, DType type, int64_t count, float scale,
+                          float shift) {
+  require_float("affine", type);
+  run_affine(x, y, type, count, scale, shift);
+}
+
+void NnPrimitives::add_into(void* dst, DType dst_type, const void* src, DType src_type,
+                            int64_t count) {
+  require_float("add_into", dst_type);
+  require_float("add_into", src_type);
+  run_add_into(dst, dst_type, src, src_type, count);
+}
+
+void NnPrimitives::sum_rows(const void* x, DType type, int64_t rows, int64_t cols, void* out,
+                            DType out_type) {
+  require_float("sum_rows", type);
+  require_float("sum_rows", out_type);
+  run_sum_rows(x, type, rows, cols, out, out_type);
+}
+
+void NnPrimitives::sum_all(const void* x, DType type, int64_t count, float* out) {
+  require_float("sum_all", type);
+  run_sum_all(x, type, count, out);
+}
+
+void NnPrimitives::softmax(const void* x, void* y, DType type, int64_t rows, int64_t cols,
+                           bool log) {
+  require_float("softmax", type);
+  run_softmax(x, y, type, rows, cols, log);
+}
+
+void NnPrimitives::softmax_backward(const void* y, const void* dy, void* dx, DType type,
+                                    int64_t rows, int64_t cols, bool log) {
+  require_float("softmax_backward", type);
+  run_softmax_backward(y, dy, dx, type, rows, cols, log);
+}
+
+void NnPrimitives::cross_entropy(const void* logits, DType type, const void* labels,
+                                 DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
+                                 float* losses) {
+  require_float("cross_entropy", type);
+  require_indices("cross_entropy", label_type);
+  run_cross_entropy(logits, type, labels, label_type, rows, cols, ignore_index, losses);
+}
+
+void NnPrimitives::cross_entropy_backward(const void* logits, DType type, const void* labels,
+                                          DType label_type, int64_t rows, int64_t cols,
+                                          int64_t ignore_index, const float* dloss, float scale,
+                                          void* dlogits) {
+  require_float("cross_entropy_backward", type);
+  require_indices("cross_entropy_backward", label_type);
+  run_cross_entropy_backward(logits, type, labels, label_type, rows, cols, ignore_index, dloss,
+                             scale, dlogits);
+}
+
+void NnPrimitives::layer_norm(const void* x, const void* weight, const void* bias, DType type,
+                              int64_t rows, int64_t cols, float eps, void* y, float* mean,
+                              float* rstd) {
+  require_float("layer_norm", type);
+  run_layer_norm(x, weight, bias, type, rows, cols, eps, y, mean, rstd);
+}
+
+void NnPrimitives::layer_norm_backward(const void* x, const void* dy, const void* weight,
+                                       DType type, int64_t rows, int64_t cols, const float* mean,
+                                       const float* rstd, void* dx, void* dweight, void* dbias) {
+  require_float("layer_norm_backward", type);
+  run_layer_norm_backward(x, dy, weight, type, rows, cols, mean, rstd, dx, dweight, dbias);
+}
+
+void NnPrimitives::batch_norm_stats(const void* x, DType type, int64_t n, int64_t channels,
+                                    int64_t inner, float momentum, float* mean, float* var,
+                                    float* running_mean, float* running_var) {
+  require_float("batch_norm_stats", type);
+  run_batch_norm_stats(x, type, n, channels, inner, momentum, mean, var, running_mean, running_var);
+}
+
+void NnPrimitives::batch_norm(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
+                              const float* mean, const float* var, const float* weight,
+                              const float* bias, float eps, void* y) {
+  require_float("batch_norm", type);
+  run_batch_norm(x, type, n, channels, inner, mean, var, weight, bias, eps, y);
+}
+
+void NnPrimitives::batch_norm_backward(const void* x, const void* dy, DType type, int64_t n,
+                                       int64_t channels, int64_t inner, const float* mean,
+                                       const float* var, const float* weight, float eps,
+                                       bool batch_stats, void* dx, float* dweight, float* dbias) {
+  require_float("batch_norm_backward", type);
+  run_batch_norm_backward(x, dy, type, n, channels, inner, mean, var, weight, eps, batch_stats, dx,
+                          dweight, dbias);
+}
+
+void NnPrimitives::gather_rows(const void* table, size_t row_bytes, int64_t table_rows,
+                               const void* indices, DType index_type, int64_t count, void* out) {
+  require_indices("gather_rows", index_type);
+  run_gather_rows(table, row_bytes, table_rows, indices, index_type, count, out);
+}
+
+void NnPrimitives::scatter_add_rows(const void* src, DType src_type, int64_t cols,
+                                    const void* indices, DType index_type, int64_t count,
+                                    float* dst, int64_t dst_rows) {
+  require_float("scatter_add_rows", src_type);
+  require_indices("scatter_add_rows", index_type);
+  if (count <= 0 || cols <= 0 || dst_rows <= 0) return;  // nothing to add
+  run_scatter_add_rows(src, src_type, cols, indices, index_type, count, dst, dst_rows);
+}
+
+void NnPrimitives::copy_strided(void* dst, const void* src, size_t elem_size,
+                                const StridedCopy& layout) {
+  require_element_size("copy_strided", elem_size);
+  run_copy_strided(dst, src, elem_size, layout);
+}
+
+void NnPrimitives::dropout(const void* x, void* y, DType type, int64_t count, uint64_t seed,
+                           uint64_t offset, uint32_t threshold, float scale) {
+  require_float("dropout", type);
+  run_dropout(x, y, type, count, seed, offset, threshold, scale);
+}
+
+void NnPrimitives::bce_with_logits(const void* logits, const void* targets, DType type,
+                                   int64_t count, float* losses) {
+  require_float("bce_with_logits", type);
+  run_bce_with_logits(logits, targets, type, count, losses);
+}
+
+void NnPrimitives::check_indices(const void* indices, DType type, int64_t count,
+                                 const IndexCheck& check, float* valid, int64_t* record) {
+  require_indices("check_indices", type);
+  run_check_indices(indices, type, count, check, valid, record);
+}
+
+}  // namespace ampx

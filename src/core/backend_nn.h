@@ -1,0 +1,217 @@
+// backend_nn.h -- the primitives of the ops (section 11 of ampx.h), a
+// backend capability (backend.h): element-wise functions, sums, softmax,
+// losses, normalisation, indexing, strided copies and dropout. Their
+// per-element math is in kernels/math.
+//
+// Front doors check the dtypes (AMPX_ERR_DTYPE naming the primitive); the
+// ops above have validated shapes.
+// Extents are > 0 unless a comment allows 0; statistics are F32 and
+// computed in fp32 or wider.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/backend.h"
+
+namespace ampx {
+
+// Element-wise functions of the ops; their math is in kernels/math/activations.h.
+enum class UnaryOp { Relu, Gelu, GeluTanh, Silu, Sigmoid, Tanh };
+enum class BinaryOp { Add, Sub, Mul };
+
+// Where a strided copy reads and writes: element (i_0, ..., i_{ndim-1}),
+// i_k < sizes[k], goes from src[sum i_k src_strides[k]] to dst[sum i_k
+// dst_strides[k]] (strides in elements). Transposes, concatenation and
+// slicing are all such copies.
+struct StridedCopy {
+  int32_t ndim = 0;
+  int64_t sizes[AMPX_MAX_DIMS] = {};
+  int64_t dst_strides[AMPX_MAX_DIMS] = {};
+  int64_t src_strides[AMPX_MAX_DIMS] = {};
+};
+
+// The ops whose indices NnPrimitives::check_indices checks, named in a finding.
+enum IndexCheckOp : int64_t { kCheckCrossEntropyLabels = 1, kCheckEmbeddingIndices = 2 };
+
+// What check_indices looks for, and how its finding is labelled.
+struct IndexCheck {
+  int64_t limit = 0;        // indices must lie in [0, limit)
+  bool has_ignore = false;  // ... unless equal to ignore_index
+  int64_t ignore_index = 0;
+  int64_t op = 0;    // IndexCheckOp, recorded with a finding
+  int64_t call = 0;  // the op's call number, recorded with a finding
+};
+
+// The fields of the device record check_indices fills (int64 each).
+enum IndexRecordField : int {
+  kRecordPosition,
+  kRecordValue,
+  kRecordLimit,
+  kRecordOp,
+  kRecordCall,
+  kRecordFields
+};
+
+class NnPrimitives : public BackendCapability {
+ public:
+  static constexpr Capability kId = Capability::Nn;
+
+  // y = f(x), x and y of one floating type (in place allowed).
+  void unary(UnaryOp op, const void* x, void* y, DType type, int64_t count);
+  // dx = dy * f'(x), where x is the forward input.
+  void unary_backward(UnaryOp op, const void* x, const void* dy, void* dx, DType type,
+                      int64_t count);
+  // out[i] = a[i] op b[i % b_count]; b_count divides count (b_count ==
+  // count: no broadcast). One floating type throughout.
+  void binary(BinaryOp op, const void* a, const void* b, void* out, DType type, int64_t count,
+              int64_t b_count);
+  // y = x * scale + shift.
+  void affine(const void* x, void* y, DType type, int64_t count, float scale, float shift);
+  // dst += src, element-wise; the floating types may differ.
+  void add_into(void* dst, DType dst_type, const void* src, DType src_type, int64_t count);
+  // out[c] = sum over r of x[r * cols + c], accumulated in fp32 at least.
+  void sum_rows(const void* x, DType type, int64_t rows, int64_t cols, void* out, DType out_type);
+  // *out = sum of all elements (device F32 scalar); count may be 0.
+  void sum_all(const void* x, DType type, int64_t count, float* out);
+  // Softmax (or log-softmax) of each row of a rows x cols matrix.
+  void softmax(const void* x, void* y, DType type, int64_t rows, int64_t cols, bool log);
+  // dx from the forward output y and dy.
+  void softmax_backward(const void* y, const void* dy, void* dx, DType type, int64_t rows,
+                        int64_t cols, bool log);
+  // Per-row cross-entropy losses[r] = logsumexp(x_r) - x_r[label_r] (0 where
+  // label_r == ignore_index); labels are I32 or I64 and already checked.
+  void cross_entropy(const void* logits, DType type, const void* labels, DType label_type,
+                     int64_t rows, int64_t cols, int64_t ignore_index, float* losses);
+  // dlogits_r = (softmax(x_r) - onehot(label_r)) * (*dloss) * scale (0 rows
+  // where ignored); dloss is a device F32 scalar.
+  void cross_entropy_backward(const void* logits, DType type, const void* labels, DType label_type,
+                              int64_t rows, int64_t cols, int64_t ignore_index, const float* dloss,
+                              float scale, void* dlogits);
+
+  // Layer norm of each row of a rows x cols matrix: y = (x - mean) * rstd *
+  // weight + bias, with the row's mean and rstd = 1 / sqrt(biased variance
+  // + eps) also written to mean[rows] and rstd[rows]. weight and bias
+  // ([cols], of `type`) may each be nullptr (1 and 0).
+  void layer_norm(const void* x, const void* weight, const void* bias, DType type, int64_t rows,
+                  int64_t cols, float eps, void* y, float* mean, float* rstd);
+  // Its gradients from the forward's x, mean and rstd: dx, and dweight and
+  // dbias ([cols], sums over the rows), all of `type`; an output that is
+  // nullptr is not computed.
+  void layer_norm_backward(const void* x, const void* dy, const void* weight, DType type,
+                           int64_t rows, int64_t cols, const float* mean, const float* rstd,
+                           void* dx, void* dweight, void* dbias);
+  // Batch-norm statistics of x viewed as [n, channels, inner]: each
+  // channel's mean and biased variance over its n * inner elements. When
+  // running_mean and running_var are not nullptr they are updated as torch
+  // does, r = momentum * batch + (1 - momentum) * r, with the unbiased
+  // variance for r_var (then n * inner > 1).
+  void batch_norm_stats(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
+                        float momentum, float* mean, float* var, float* running_mean,
+                        float* running_var);
+  // y = (x - mean[c]) / sqrt(var[c] + eps) * weight[c] + bias[c] on the same
+  // view; x and y of `type`, the rest F32; weight and bias may be nullptr.
+  void batch_norm(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
+                  const float* mean, const float* var, const float* weight, const float* bias,
+                  float eps, void* y);
+  // Its gradients: dx of `type`, dweight and dbias F32 [channels] (nullptr:
+  // not computed). batch_stats: mean and var are this x's own statistics,
+  // so the gradient also flows through them; else they are constants (the
+  // running statistics of evaluation).
+  void batch_norm_backward(const void* x, const void* dy, DType type, int64_t n, int64_t channels,
+                           int64_t inner, const float* mean, const float* var, const float* weight,
+                           float eps, bool batch_stats, void* dx, float* dweight, float* dbias);
+  // out row i = table row indices[i] for i < count, rows of row_bytes bytes,
+  // or zero bytes where indices[i] (I32 or I64) is outside [0, table_rows):
+  // the op reports such an index (check_indices), possibly after this has
+  // run, so it must never read outside the table.
+  void gather_rows(const void* table, size_t row_bytes, int64_t table_rows, const void* indices,
+                   DType index_type, int64_t count, void* out);
+  // dst row indices[i] += src row i for i < count, rows of `cols` elements
+  // (src floating, dst F32). Deterministic: every dst row receives its
+  // additions in the order of i, whatever the device's parallelism. An
+  // index outside [0, dst_rows) adds nothing (see gather_rows). Any extent
+  // may be 0 (nothing to add).
+  void scatter_add_rows(const void* src, DType src_type, int64_t cols, const void* indices,
+                        DType index_type, int64_t count, float* dst, int64_t dst_rows);
+  // The copy `layout` describes, of elements of elem_size bytes (1, 2, 4 or
+  // 8); any extent may be 0. dst and src do not overlap.
+  void copy_strided(void* dst, const void* src, size_t elem_size, const StridedCopy& layout);
+  // y[i] = math::dropout_value(x[i], word i, threshold, scale), where word i
+  // is lane i % 4 of math::dropout_block(math::dropout_key(seed), offset,
+  // i / 4) (kernels/math/random.h). In place allowed. The backward pass is
+  // the same call on dy.
+  void dropout(const void* x, void* y, DType type, int64_t count, uint64_t seed, uint64_t offset,
+               uint32_t threshold, float scale);
+  // losses[i] = math::bce_with_logits_loss(logits[i], targets[i]), one
+  // floating type in, F32 out.
+  void bce_with_logits(const void* logits, const void* targets, DType type, int64_t count,
+                       float* losses);
+  // Checks indices (I32 or I64) where they live, so that ops need no round
+  // trip to the host: *valid (F32; skipped when nullptr) = how many of the
+  // count indices are not check.ignore_index (with check.has_ignore), and,
+  // when record[kRecordPosition] is -1 and some index is neither ignored nor
+  // in [0, check.limit), record (kRecordFields device int64s) = the
+  // position and value of the first such, check.limit, check.op and
+  // check.call. A record already set is kept: it holds the earliest finding
+  // until the context reads and clears it. count may be 0.
+  void check_indices(const void* indices, DType type, int64_t count, const IndexCheck& check,
+                     float* valid, int64_t* record);
+
+ protected:
+  virtual void run_unary(UnaryOp op, const void* x, void* y, DType type, int64_t count) = 0;
+  virtual void run_unary_backward(UnaryOp op, const void* x, const void* dy, void* dx, DType type,
+                                  int64_t count) = 0;
+  virtual void run_binary(BinaryOp op, const void* a, const void* b, void* out, DType type,
+                          int64_t count, int64_t b_count) = 0;
+  virtual void run_affine(const void* x, void* y, DType type, int64_t count, float scale,
+                          float shift) = 0;
+  virtual void run_add_into(void* dst, DType dst_type, const void* src, DType src_type,
+                            int64_t count) = 0;
+  virtual void run_sum_rows(const void* x, DType type, int64_t rows, int64_t cols, void* out,
+                            DType out_type) = 0;
+  virtual void run_sum_all(const void* x, DType type, int64_t count, float* out) = 0;
+  virtual void run_softmax(const void* x, void* y, DType type, int64_t rows, int64_t cols,
+                           bool log) = 0;
+  virtual void run_softmax_backward(const void* y, const void* dy, void* dx, DType type,
+                                    int64_t rows, int64_t cols, bool log) = 0;
+  virtual void run_cross_entropy(const void* logits, DType type, const void* labels,
+                                 DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
+                                 float* losses) = 0;
+  virtual void run_cross_entropy_backward(const void* logits, DType type, const void* labels,
+                                          DType label_type, int64_t rows, int64_t cols,
+                                          int64_t ignore_index, const float* dloss, float scale,
+                                          void* dlogits) = 0;
+  virtual void run_layer_norm(const void* x, const void* weight, const void* bias, DType type,
+                              int64_t rows, int64_t cols, float eps, void* y, float* mean,
+                              float* rstd) = 0;
+  virtual void run_layer_norm_backward(const void* x, const void* dy, const void* weight,
+                                       DType type, int64_t rows, int64_t cols, const float* mean,
+                                       const float* rstd, void* dx, void* dweight, void* dbias) = 0;
+  virtual void run_batch_norm_stats(const void* x, DType type, int64_t n, int64_t channels,
+                                    int64_t inner, float momentum, float* mean, float* var,
+                                    float* running_mean, float* running_var) = 0;
+  virtual void run_batch_norm(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
+                              const float* mean, const float* var, const float* weight,
+                              const float* bias, float eps, void* y) = 0;
+  virtual void run_batch_norm_backward(const void* x, const void* dy, DType type, int64_t n,
+                                       int64_t channels, int64_t inner, const float* mean,
+                                       const float* var, const float* weight, float eps,
+                                       bool batch_stats, void* dx, float* dweight,
+                                       float* dbias) = 0;
+  virtual void run_gather_rows(const void* table, size_t row_bytes, int64_t table_rows,
+                               const void* indices, DType index_type, int64_t count, void* out) = 0;
+  virtual void run_scatter_add_rows(const void* src, DType src_type, int64_t cols,
+                                    const void* indices, DType index_type, int64_t count,
+                                    float* dst, int64_t dst_rows) = 0;
+  virtual void run_copy_strided(void* dst, const void* src, size_t elem_size,
+                                const StridedCopy& layout) = 0;
+  virtual void run_dropout(const void* x, void* y, DType type, int64_t count, uint64_t seed,
+                           uint64_t offset, uint32_t threshold, float scale) = 0;
+  virtual void run_bce_with_logits(const void* logits, const void* targets, DType type,
+                                   int64_t count, float* losses) = 0;
+  virtual void run_check_indices(const void* indices, DType type, int64_t count,
+                                 const IndexCheck& check, float* valid, int64_t* record) = 0;
+};
+
+}  // namespace ampx
