@@ -14,34 +14,12 @@ std::string path_arg(const char* path) {
   return path;
 }
 
-std::vector<Tensor*> tensor_list(const ampx_tensor* params, size_t count) {
-  if (count > 0) require_pointer(params, "params");
-  std::vector<Tensor*> list;
-  list.reserve(count);
-  for (size_t i = 0; i < count; ++i) {
-    const std::string arg = cat("params[", i, "]");
-    list.push_back(&tensor_arg(params[i], arg.c_str()));
-  }
-  return list;
-}
-
 Optimizer* optional_optimizer(ampx_optimizer handle) {
   return handle ? &object_arg<Optimizer>(handle, "optimizer", "an ampx_optimizer") : nullptr;
 }
 
 Scaler* optional_scaler(ampx_scaler handle) {
   return handle ? &object_arg<Scaler>(handle, "scaler", "an ampx_scaler") : nullptr;
-}
-
-// Between unscale/step and update the optimizer has moved on but the scale
-// has not: a checkpoint taken there would resume into a different run, and
-// restoring into an iteration half done would mix two runs.
-void require_between_iterations(const Optimizer* optimizer, const Scaler* scaler,
-                                const char* action) {
-  if ((optimizer && optimizer->amp_state != AmpState::Ready) ||
-      (scaler && scaler->iteration_in_progress()))
-    fail(AMPX_ERR_ORDER, "a checkpoint can only be ", action,
-         " between iterations (after ampx_scaler_update), not between unscale/step and update");
 }
 
 }  // namespace
@@ -52,10 +30,9 @@ ampx_status ampx_checkpoint_file_save(const char* path, const ampx_tensor* param
                                       ampx_optimizer optimizer, ampx_scaler scaler) {
   return guard(__func__, [&] {
     const std::string file = path_arg(path);
-    const std::vector<Tensor*> tensors = tensor_list(params, count);
+    const std::vector<Tensor*> tensors = tensor_list_arg(params, count, "params");
     Optimizer* o = optional_optimizer(optimizer);
     Scaler* s = optional_scaler(scaler);
-    require_between_iterations(o, s, "saved");
     io::save_checkpoint_file(file, tensors, o, s);
   });
 }
@@ -64,10 +41,9 @@ ampx_status ampx_checkpoint_file_load(const char* path, const ampx_tensor* param
                                       ampx_optimizer optimizer, ampx_scaler scaler) {
   return guard(__func__, [&] {
     const std::string file = path_arg(path);
-    const std::vector<Tensor*> tensors = tensor_list(params, count);
+    const std::vector<Tensor*> tensors = tensor_list_arg(params, count, "params");
     Optimizer* o = optional_optimizer(optimizer);
     Scaler* s = optional_scaler(scaler);
-    require_between_iterations(o, s, "loaded");
     io::load_checkpoint_file(file, tensors, o, s);
   });
 }

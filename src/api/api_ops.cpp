@@ -124,13 +124,8 @@ ampx_status ampx_checkpoint(ampx_context ctx, ampx_segment_fn fn, void* user_dat
   return guard(__func__, [&] {
     Context& c = context_arg(ctx, "ctx");
     require_pointer(outputs, "outputs");
-    if (input_count > 0) require_pointer(inputs, "inputs");
-    std::vector<Tensor*> in;
-    for (size_t i = 0; i < input_count; ++i) {
-      const std::string arg = cat("inputs[", i, "]");
-      in.push_back(&tensor_arg(inputs[i], arg.c_str()));
-    }
-    std::vector<TensorRef> out = checkpoint(c, fn, user_data, in, output_count);
+    std::vector<TensorRef> out =
+        checkpoint(c, fn, user_data, tensor_list_arg(inputs, input_count, "inputs"), output_count);
     for (size_t i = 0; i < out.size(); ++i) outputs[i] = to_handle(deliver(c, std::move(out[i])));
   });
 }

@@ -56,13 +56,7 @@ ampx_status ampx_transpose(ampx_tensor x, int32_t dim0, int32_t dim1, ampx_tenso
 
 ampx_status ampx_concat(const ampx_tensor* tensors, size_t count, int32_t dim, ampx_tensor* out) {
   return run_op(__func__, out, [&] {
-    if (count > 0) require_pointer(tensors, "tensors");
-    std::vector<Tensor*> list;
-    for (size_t i = 0; i < count; ++i) {
-      const std::string arg = cat("tensors[", i, "]");
-      list.push_back(&tensor_arg(tensors[i], arg.c_str()));
-    }
-    return op_concat(list, dim);
+    return op_concat(tensor_list_arg(tensors, count, "tensors"), dim);
   });
 }
 

@@ -20,17 +20,6 @@ Scaler& scaler_arg(ampx_scaler handle, const char* arg) {
   return object_arg<Scaler>(handle, arg, "an ampx_scaler");
 }
 
-std::vector<Tensor*> param_list(const ampx_tensor* params, size_t count) {
-  if (count > 0) require_pointer(params, "params");
-  std::vector<Tensor*> list;
-  list.reserve(count);
-  for (size_t i = 0; i < count; ++i) {
-    const std::string arg = cat("params[", i, "]");
-    list.push_back(&tensor_arg(params[i], arg.c_str()));
-  }
-  return list;
-}
-
 bool flag(int32_t value) { return value != 0; }
 
 ampx_optimizer to_handle(Optimizer* o) { return reinterpret_cast<ampx_optimizer>(o); }
@@ -99,7 +88,7 @@ ampx_status ampx_optimizer_create_sgd(ampx_context ctx, const ampx_tensor* param
     hyper.sgd.maximize = flag(o.maximize);
     if (!std::isfinite(o.momentum) || !std::isfinite(o.dampening))
       fail(AMPX_ERR_INVALID_ARGUMENT, "momentum and dampening must be finite");
-    *out = to_handle(Optimizer::create(c, param_list(params, count), hyper));
+    *out = to_handle(Optimizer::create(c, tensor_list_arg(params, count, "params"), hyper));
   });
 }
 
@@ -125,7 +114,7 @@ ampx_status ampx_optimizer_create_adam(ampx_context ctx, const ampx_tensor* para
     hyper.adam.decoupled_weight_decay = flag(o.decoupled_weight_decay);
     if (!std::isfinite(o.eps) || o.eps < 0.0)
       fail(AMPX_ERR_INVALID_ARGUMENT, "eps is ", o.eps, "; it must be finite and >= 0");
-    *out = to_handle(Optimizer::create(c, param_list(params, count), hyper));
+    *out = to_handle(Optimizer::create(c, tensor_list_arg(params, count, "params"), hyper));
   });
 }
 
@@ -142,7 +131,7 @@ ampx_status ampx_optimizer_add_group(ampx_optimizer optimizer, const ampx_tensor
     if (o.amp_state != AmpState::Ready)
       fail(AMPX_ERR_ORDER, "param groups can only be added between iterations (after "
                            "ampx_scaler_update), not between unscale/step and update");
-    const int32_t group = o.add_group(param_list(params, count), lr, weight_decay);
+    const int32_t group = o.add_group(tensor_list_arg(params, count, "params"), lr, weight_decay);
     if (group_index) *group_index = group;
   });
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "ampx/ampx.h"
 #include "core/context.h"
@@ -68,6 +69,20 @@ T& object_arg(Handle handle, const char* arg, const char* type_name) {
 
 inline Tensor& tensor_arg(ampx_tensor handle, const char* arg) {
   return object_arg<Tensor>(handle, arg, "an ampx_tensor");
+}
+
+// The tensors of a handle array `arg`[0..count-1] (NULL allowed when count
+// is 0), each checked and named "<arg>[i]" in an error.
+inline std::vector<Tensor*> tensor_list_arg(const ampx_tensor* handles, size_t count,
+                                           const char* arg) {
+  if (count > 0) require_pointer(handles, arg);
+  std::vector<Tensor*> list;
+  list.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    const std::string name = cat(arg, "[", i, "]");
+    list.push_back(&tensor_arg(handles[i], name.c_str()));
+  }
+  return list;
 }
 
 inline DType dtype_arg(ampx_dtype value, const char* arg) {

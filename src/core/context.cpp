@@ -72,9 +72,15 @@ Context* Context::create(const ampx_context_options& options) {
   backend_options.num_threads = options.num_threads;
   backend_options.cuda_stream = options.cuda_stream;
 
+  return create_with_backend(options, create_backend(backend_options));
+}
+
+Context* Context::create_with_backend(const ampx_context_options& options,
+                                      std::unique_ptr<Backend> backend) {
+  if (!backend) fail(AMPX_ERR_INTERNAL, "a context needs a backend");
   auto* ctx = new Context();
+  ctx->backend_ = std::move(backend);
   try {
-    ctx->backend_ = create_backend(backend_options);
     if (options.allocator.alloc)
       ctx->allocator_ = std::make_unique<HookAllocator>(options.allocator, ctx->backend_->alignment());
     else

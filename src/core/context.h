@@ -59,6 +59,12 @@ class Context {
 
   // Validates options (already merged with defaults) and creates the backend.
   static Context* create(const ampx_context_options& options);
+  // A context on a backend made by the caller (a backend that is not built
+  // in, such as the tests' core-only one), with options create() has
+  // validated; their device fields are not read. Takes over the backend,
+  // also when it throws.
+  static Context* create_with_backend(const ampx_context_options& options,
+                                      std::unique_ptr<Backend> backend);
 
   bool is_live() const { return magic_ == kLiveMagic; }
   bool is_dead() const { return magic_ == kDeadMagic; }

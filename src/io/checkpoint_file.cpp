@@ -769,10 +769,22 @@ void check_scaler(const Contents& c, const Scaler& s) {
          s.enabled() ? "enabled" : "disabled");
 }
 
+// Between unscale/step and update the optimizer has moved on but the scale
+// has not: a checkpoint taken there would resume into a different run, and
+// restoring into an iteration half done would mix two runs.
+void require_between_iterations(const Optimizer* optimizer, const Scaler* scaler,
+                                const char* action) {
+  if ((optimizer && optimizer->amp_state != AmpState::Ready) ||
+      (scaler && scaler->iteration_in_progress()))
+    fail(AMPX_ERR_ORDER, "a checkpoint can only be ", action,
+         " between iterations (after ampx_scaler_update), not between unscale/step and update");
+}
+
 }  // namespace
 
 void save_checkpoint_file(const std::string& path, const std::vector<Tensor*>& tensors,
                           Optimizer* optimizer, Scaler* scaler) {
+  require_between_iterations(optimizer, scaler, "saved");
   // Everything that can fail for a reason other than the disk happens
   // before the temporary file exists.
   std::vector<unsigned char> blob;
@@ -826,6 +838,7 @@ void save_checkpoint_file(const std::string& path, const std::vector<Tensor*>& t
 
 void load_checkpoint_file(const std::string& path, const std::vector<Tensor*>& tensors,
                           Optimizer* optimizer, Scaler* scaler) {
+  require_between_iterations(optimizer, scaler, "loaded");
   uint32_t section_count = 0;
   const std::vector<unsigned char> file = read_file(path, &section_count);
   const Contents contents = parse(file, section_count, path);

@@ -17,7 +17,8 @@ namespace io {
 // Writes a temporary file next to `path` and renames it over `path`, so a
 // crash at any instant leaves either the old file or the new one. A failure
 // removes the temporary file and leaves `path` as it was. `optimizer` and
-// `scaler` may be null.
+// `scaler` may be null. Both calls are refused (AMPX_ERR_ORDER) between
+// an unscale/step and the scaler's update.
 void save_checkpoint_file(const std::string& path, const std::vector<Tensor*>& tensors,
                           Optimizer* optimizer, Scaler* scaler);
 
