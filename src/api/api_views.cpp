@@ -128,7 +128,8 @@ ampx_status ampx_grad_ready(ampx_tensor param) {
   return guard(__func__, [&] {
     Tensor& t = tensor_arg(param, "param");
     if (!t.grad)
-      fail(AMPX_ERR_INVALID_ARGUMENT, "'param' (", describe_param(t),
+      fail(AMPX_ERR_INVALID_ARGUMENT, "'param' (",
+           t.name.empty() ? t.describe() : cat("'", t.name, "', ", t.describe()),
            ") has no gradient; attach one with ampx_tensor_set_grad first");
     Context& c = *t.ctx;
     // Listeners go with the program's last context reference: none is left.
