@@ -1231,6 +1231,117 @@ AMPX_API ampx_status ampx_checkpoint_file_load(const char *path, const ampx_tens
                                                size_t count, ampx_optimizer optimizer,
                                                ampx_scaler scaler);
 
+/* ========================================================================== */
+/* 13. Tensor views and gradient hooks (EXPERIMENTAL)                         */
+/* ========================================================================== */
+
+/* Views let a program lay many tensors out in one flat buffer (parameters
+ * and gradients in buckets, flat optimizer state) and still name each one;
+ * gradient hooks tell it when each parameter's gradient is final during
+ * backward, so communication can overlap the rest of the pass. */
+
+/** Creates a view: a new tensor of `dtype` and shape shape[0..ndim-1] whose
+ *  first element lies `byte_offset` bytes past the first element of `base`,
+ *  on base's memory (no copy). Writes through either are seen by both, and
+ *  the memory -- a wrapped tensor's deleter and DLPack owner included --
+ *  lives until the base and every view of it are released, in any order.
+ *  The view must lie wholly inside base's bytes (byte_offset + its byte
+ *  size <= base's ampx_tensor_nbytes; an offset near SIZE_MAX is refused,
+ *  never wrapped). byte_offset must be a multiple of dtype's size, and the
+ *  first element's address aligned to it. Any dtype: a view may reinterpret
+ *  base's bytes (an F32 view of I32 bits). A view of a view is a view of
+ *  the same memory. In-place writes through a view count as writes to its
+ *  base for ampx_backward's check of saved tensors, and the other way round.
+ *  A view is a leaf: making it records nothing on the tape, so gradients
+ *  do not flow between a view and its base, and its requires_grad (off at
+ *  creation), gradient and name are its own. ampx_tensor_data of a view is
+ *  its first element; ampx_tensor_to_dlpack exports the allocation's
+ *  address as `data` and the view's offset as `byte_offset` (consumers add
+ *  them, as DLPack asks). Views may be optimizer parameters and gradients
+ *  (ampx_tensor_set_grad); ampx does not check that views given to one
+ *  optimizer do not overlap.
+ *  Ownership: *out is a new tensor owned by the caller (release it with
+ *  ampx_tensor_release); `base` is borrowed and may be released at once;
+ *  `shape` is read during the call only.
+ *  Threads: as any call on base's context (see the rules at the top).
+ *  Errors: SHAPE (the view does not fit inside base; ndim or an extent out
+ *  of range; a byte size that overflows); INVALID_ARGUMENT (out or base
+ *  NULL, shape NULL with ndim > 0, byte_offset not a multiple of the element
+ *  size or an address that is not aligned); DTYPE (not an ampx_dtype);
+ *  STALE_HANDLE. On error nothing is created. */
+AMPX_API ampx_status ampx_tensor_view(ampx_tensor base, size_t byte_offset, ampx_dtype dtype,
+                                      int32_t ndim, const int64_t *shape, ampx_tensor *out);
+
+/** A grad-ready hook: told that the gradient of `param` (ampx_tensor_grad)
+ *  is final for the running backward pass. `param` is borrowed for the call
+ *  (retain it to keep it). Return AMPX_OK, or an error status to stop the
+ *  backward pass (ampx_backward then fails with that status). */
+typedef ampx_status (*ampx_grad_ready_fn)(void *user_data, ampx_tensor param);
+
+/** Installs `fn` as the context's grad-ready hook, replacing the previous
+ *  one; fn NULL removes it. During ampx_backward the hook is called once
+ *  for every leaf that received a gradient in that pass (parameters, and
+ *  any other tensor with requires_grad set), as soon as the last
+ *  accumulation into that gradient has been enqueued, in the order the
+ *  pass finishes them (roughly reverse forward order), so a program can
+ *  start copying or reducing a gradient while the rest of backward runs.
+ *  Gradient accumulation: every ampx_backward notifies again (the gradient
+ *  then holds the sum so far). A parameter used several times (a tied
+ *  weight) is notified once, after its last use. Parameters that a
+ *  checkpointed segment (ampx_checkpoint) reads through its user_data are
+ *  notified after the segment's recompute, and any parameter whose last
+ *  use comes after (in backward order) the oldest checkpoint the pass
+ *  recomputes waits for that recompute too, since the segment might use
+ *  it again. On a CUDA context the gradient is complete in stream order:
+ *  work the hook enqueues on the context's stream (or a copy to the host,
+ *  which synchronizes) sees it.
+ *  What the hook may do: read and copy tensors (e.g. ampx_tensor_to_host
+ *  of the gradient), write the gradient in place (e.g. average it over
+ *  ranks), run ops, which are not recorded (grad mode is off during the
+ *  call and restored after it). It must not call ampx_backward or
+ *  ampx_grad_ready (refused with AMPX_ERR_ORDER), nor
+ *  ampx_set_grad_ready_hook (refused likewise), nor write tensors the rest
+ *  of the backward pass reads, nor release objects it does not own.
+ *  If the hook returns an error, the backward pass stops with that status;
+ *  its message names the hook and the parameter and ends with the message
+ *  the hook left in ampx_last_error during the call, if it left one (a
+ *  hook that sets none gives just its status). The tape is cleared as for
+ *  any failed ampx_backward, and gradients hold what was accumulated before
+ *  the stop: zero them before the next step.
+ *  Ownership: ampx takes `user_data` and `release` over in every case:
+ *  release(user_data), when release is not NULL, is called exactly once --
+ *  when the hook is replaced or removed, or when the program releases its
+ *  last reference to the context (ampx_context_release; at the latest
+ *  when the context is destroyed); and at once, before this call returns,
+ *  when fn is NULL or the call fails (so a garbage-collected binding keeps
+ *  its closure alive until release and never needs to branch). release runs
+ *  on the thread making that call and must not call ampx functions on this
+ *  context other than releasing objects.
+ *  Threads: the hook runs on the thread that calls ampx_backward (or
+ *  ampx_grad_ready), inside that call; as any call on `ctx` otherwise.
+ *  Errors: INVALID_ARGUMENT (ctx NULL); STALE_HANDLE (a released context);
+ *  ORDER (called while a backward pass or a notification runs on `ctx`: from
+ *  a hook, or from a checkpointed segment's recompute). On error the hook
+ *  in place stays as it was. */
+AMPX_API ampx_status ampx_set_grad_ready_hook(ampx_context ctx, ampx_grad_ready_fn fn,
+                                              void *user_data,
+                                              void (*release)(void *user_data));
+
+/** For engines with their own backward pass: tells the grad-ready hook (and
+ *  ampx's other listeners) that `param`'s gradient (ampx_tensor_grad) is
+ *  final for this step, exactly as ampx_backward does for its leaves; the
+ *  hook runs inside this call, on this thread. The engine calls it once
+ *  per parameter per step, when its own backward has written that
+ *  gradient (on a CUDA context: enqueued it on the context's stream).
+ *  After the program released its last reference to the context there is
+ *  no hook, and the call does nothing. `param` is borrowed.
+ *  Threads: as any call on param's context.
+ *  Errors: INVALID_ARGUMENT (param NULL, or it has no gradient attached);
+ *  STALE_HANDLE; ORDER (called from a grad-ready hook, or while
+ *  ampx_backward runs on the context); whatever the hook returns, with the
+ *  message formed as under ampx_set_grad_ready_hook. */
+AMPX_API ampx_status ampx_grad_ready(ampx_tensor param);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -54,7 +54,8 @@ Scaler* Scaler::create(Context& ctx, const ScalerOptions& options) {
   validate_scaler_options(options);
   TensorRef state(Tensor::empty(ctx, DType::I32,
                                 vector_shape(sizeof(math::ScalerState) / sizeof(int32_t))));
-  TensorRef scale(Tensor::create(ctx, DType::F32, vector_shape(1), state->storage));
+  TensorRef scale(Tensor::alias(ctx, *state, DType::F32, vector_shape(1),
+                                offsetof(math::ScalerState, scale)));
   math::ScalerState initial{};
   initial.scale = options.enabled ? static_cast<float>(options.init_scale) : 1.0f;
   initial.hysteresis_left = options.hysteresis;

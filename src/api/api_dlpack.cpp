@@ -84,14 +84,16 @@ ampx_status ampx_tensor_to_dlpack(ampx_tensor tensor, struct DLManagedTensor** o
       stride *= t.shape.dims[i];
     }
     DLTensor& dl = exported->managed.dl_tensor;
-    dl.data = t.data();
+    // As the DLPack spec asks: the allocation's address plus an offset (a
+    // consumer that ignored byte_offset would read the base's elements).
+    dl.data = t.storage->data();
     dl.device.device_type = t.ctx->backend().device_type() == AMPX_DEVICE_CPU ? kDLCPU : kDLCUDA;
     dl.device.device_id = t.ctx->backend().device_index();
     dl.ndim = t.shape.ndim;
     dl.dtype = dlpack_type(t.dtype);
     dl.shape = exported->shape;
     dl.strides = exported->strides;
-    dl.byte_offset = 0;
+    dl.byte_offset = t.byte_offset;
     exported->managed.manager_ctx = exported.get();
     exported->managed.deleter = delete_exported;
     t.retain();

@@ -116,6 +116,9 @@ class CheckpointNode final : public Node {
   }
 
   const char* name() const override { return "checkpoint"; }
+  // The recompute accumulates into the parameters the segment reads
+  // through user_data, which are not among this record's inputs.
+  bool runs_nested_backward() const override { return true; }
 
   std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& output_grads) override {
     std::vector<TensorRef> input_grads(inputs.size());

@@ -1,6 +1,7 @@
 #include "autograd/tape.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -36,6 +37,9 @@ bool should_record(Context& ctx, const std::vector<Tensor*>& inputs) {
 
 void prune_tape(Context& ctx) {
   AutogradState& state = autograd_state(ctx);
+  // A listener runs inside the walk, which indexes this very tape (a
+  // listener that pops a scope must not free records under it).
+  if (state.notifying) return;
   for (auto it = state.tape.rbegin(); it != state.tape.rend(); ++it) {
     bool reachable = false;
     for (const auto& token : (*it)->output_tokens) reachable = reachable || !token.expired();
@@ -99,6 +103,61 @@ void clear_tape(AutogradState& state) {
 
 }  // namespace
 
+// What the outermost walk needs to tell listeners, in walk order, when each
+// leaf's gradient is final. A leaf is due once the last running record that
+// accumulates into it has been processed -- or, if that record is newer than
+// the oldest running record with a nested backward (a checkpoint, which may
+// reach any leaf through its recompute), once that record has: only then is
+// no further accumulation possible. Leaves that only nested walks reach are
+// due there too.
+struct GradReadyPlan {
+  struct Due {
+    size_t after;  // notify once the record at this tape index is processed
+    size_t last;   // the last running record (in walk order) taking the leaf as input
+    size_t input;  // the leaf's last position among that record's inputs
+    TensorRef leaf;
+  };
+  std::vector<Due> due;  // in notification order
+  size_t next = 0;
+  size_t barrier = SIZE_MAX;  // the oldest running record with a nested backward
+  // Leaves made after the walk began belong to it (checkpoint's copies of
+  // its inputs) and are never the program's parameters.
+  uint64_t newest_leaf_id = 0;
+  std::unordered_set<uint64_t> predicted, received, notified;
+  std::vector<TensorRef> nested;  // reached by nested walks only, first-reached order
+};
+
+namespace {
+
+void note_received(AutogradState& state, Tensor& leaf) {
+  GradReadyPlan* plan = state.grad_ready_plan;
+  if (!plan || leaf.id > plan->newest_leaf_id) return;
+  if (!plan->received.insert(leaf.id).second) return;
+  if (state.node_backward_depth > 0 && plan->predicted.count(leaf.id) == 0) {
+    leaf.retain();
+    plan->nested.emplace_back(&leaf);
+  }
+}
+
+void notify_once(Context& ctx, GradReadyPlan& plan, Tensor& leaf) {
+  if (plan.received.count(leaf.id) == 0) return;  // no gradient reached it
+  if (!plan.notified.insert(leaf.id).second) return;
+  notify_grad_ready(ctx, leaf);
+}
+
+// Called after the walk processed tape index n (whether the record ran or
+// not); SIZE_MAX at the end of the walk.
+void notify_due(Context& ctx, GradReadyPlan& plan, size_t n) {
+  while (plan.next < plan.due.size() && (n == SIZE_MAX || plan.due[plan.next].after == n)) {
+    Tensor& leaf = *plan.due[plan.next++].leaf;
+    notify_once(ctx, plan, leaf);
+  }
+  if (n == plan.barrier || n == SIZE_MAX)
+    for (size_t i = 0; i < plan.nested.size(); ++i) notify_once(ctx, plan, *plan.nested[i]);
+}
+
+}  // namespace
+
 void accumulate_into_leaf(Context& ctx, Tensor& leaf, Tensor& grad) {
   NnPrimitives& nn = ctx.backend().require<NnPrimitives>("backward");
   if (!leaf.grad) {
@@ -107,6 +166,55 @@ void accumulate_into_leaf(Context& ctx, Tensor& leaf, Tensor& grad) {
     leaf.grad = zeros.take();
   }
   nn.add_into(leaf.grad->data(), leaf.grad->dtype, grad.data(), grad.dtype, grad.numel());
+  note_received(autograd_state(ctx), leaf);
+}
+
+uint64_t add_grad_ready_listener(Context& ctx, GradReadyListener listener) {
+  AutogradState& state = autograd_state(ctx);
+  state.grad_ready_listeners.reserve(state.grad_ready_listeners.size() + 1);
+  const uint64_t id = ++state.last_listener_id;
+  state.grad_ready_listeners.emplace_back(id, std::move(listener));
+  return id;
+}
+
+bool remove_grad_ready_listener(Context& ctx, uint64_t id) {
+  auto& listeners = autograd_state(ctx).grad_ready_listeners;
+  for (auto it = listeners.begin(); it != listeners.end(); ++it) {
+    if (it->first != id) continue;
+    // Moved out first: its destructor (a hook's release) may look at the list.
+    GradReadyListener gone = std::move(it->second);
+    listeners.erase(it);
+    return true;
+  }
+  return false;
+}
+
+void notify_grad_ready(Context& ctx, Tensor& leaf) {
+  AutogradState& state = autograd_state(ctx);
+  if (state.notifying)
+    fail(AMPX_ERR_ORDER, "a grad-ready listener is already running on this context; listeners "
+                         "must not report gradients themselves");
+  if (state.grad_ready_listeners.empty()) return;
+  // Ops a listener runs are not recorded: a record would join the tape the
+  // walk is reading.
+  struct Notifying {
+    AutogradState& state;
+    bool grad_enabled;
+    ~Notifying() {
+      state.notifying = false;
+      state.grad_enabled = grad_enabled;
+    }
+  } notifying{state, state.grad_enabled};
+  state.notifying = true;
+  state.grad_enabled = false;
+  leaf.retain();
+  const TensorRef hold(&leaf);
+  // By index: a listener may not add or remove listeners (the C API refuses
+  // while one runs), but the list is read afresh each time regardless.
+  for (size_t i = 0; i < state.grad_ready_listeners.size(); ++i) {
+    const GradReadyListener listener = state.grad_ready_listeners[i].second;
+    listener(leaf);
+  }
 }
 
 // Refuses, before anything changes, a backward that would read memory the
@@ -117,13 +225,26 @@ void accumulate_into_leaf(Context& ctx, Tensor& leaf, Tensor& grad) {
 // this backward runs are checked: those an output of which leads to loss.
 namespace {
 
-void check_saved_memory(AutogradState& state, const Tensor& loss) {
-  std::unordered_set<uint64_t> needed{loss.id};
+// Calls visit(n, node) for each record, newest first, that a walk seeded
+// with gradients of the tensors `needed` names would run: those an output of
+// which leads to a seed. It may run fewer (a record can return no gradient
+// for an input), never more.
+template <class Visit>
+void for_each_running_node(AutogradState& state, std::unordered_set<uint64_t> needed,
+                           Visit&& visit) {
   for (size_t n = state.tape.size(); n-- > 0;) {
-    const Node& node = *state.tape[n];
+    Node& node = *state.tape[n];
     const bool runs = std::any_of(node.output_ids.begin(), node.output_ids.end(),
                                   [&](uint64_t id) { return needed.count(id) != 0; });
     if (!runs) continue;
+    visit(n, node);
+    for (const TensorRef& input : node.inputs)
+      if (input) needed.insert(input->id);
+  }
+}
+
+void check_saved_memory(AutogradState& state, const Tensor& loss) {
+  for_each_running_node(state, {loss.id}, [](size_t, const Node& node) {
     for (const auto& [storage, version] : node.saved_versions)
       if (storage->version() != version)
         fail(AMPX_ERR_ORDER, "a tensor that '", node.name(),
@@ -131,15 +252,62 @@ void check_saved_memory(AutogradState& state, const Tensor& loss) {
              "ran (ampx_tensor_copy_from_host/_copy/_fill, an optimizer step or zero_grad, a "
              "state load), so its gradients would mix old and new values; run the forward "
              "again after such writes");
-    for (const TensorRef& input : node.inputs)
-      if (input) needed.insert(input->id);
+  });
+}
+
+std::unique_ptr<GradReadyPlan> plan_grad_ready(Context& ctx, AutogradState& state,
+                                               const std::unordered_map<uint64_t, TensorRef>& grads) {
+  auto plan = std::make_unique<GradReadyPlan>();
+  plan->newest_leaf_id = ctx.next_tensor_id();  // ids only grow: later tensors have larger ones
+  std::unordered_set<uint64_t> seeds;
+  for (const auto& entry : grads) seeds.insert(entry.first);
+  std::unordered_map<uint64_t, size_t> slot;  // leaf id -> its entry in plan->due
+  for_each_running_node(state, std::move(seeds), [&](size_t n, Node& node) {
+    if (node.runs_nested_backward()) plan->barrier = n;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      Tensor* input = node.inputs[i].get();
+      if (!input || !flows_grad(ctx, *input) || on_tape(ctx, *input)) continue;
+      const auto [it, fresh] = slot.emplace(input->id, plan->due.size());
+      if (fresh) {
+        input->retain();
+        plan->due.push_back({0, n, i, TensorRef(input)});
+      } else {
+        plan->due[it->second].last = n;
+        plan->due[it->second].input = i;
+      }
+    }
+  });
+  for (GradReadyPlan::Due& d : plan->due) {
+    d.after = std::min(d.last, plan->barrier);
+    plan->predicted.insert(d.leaf->id);
   }
+  std::sort(plan->due.begin(), plan->due.end(),
+            [](const GradReadyPlan::Due& a, const GradReadyPlan::Due& b) {
+              if (a.after != b.after) return a.after > b.after;
+              if (a.last != b.last) return a.last > b.last;
+              return a.input < b.input;
+            });
+  return plan;
 }
 
 }  // namespace
 
 void run_backward(Context& ctx, std::unordered_map<uint64_t, TensorRef>& grads) {
   AutogradState& state = autograd_state(ctx);
+  // Only the outermost walk notifies: a nested one (a checkpoint's
+  // recompute) cannot know whether the outer walk reaches its leaves again.
+  std::unique_ptr<GradReadyPlan> plan;
+  if (state.node_backward_depth == 0 && !state.grad_ready_plan &&
+      !state.grad_ready_listeners.empty())
+    plan = plan_grad_ready(ctx, state, grads);
+  struct PlanInPlace {
+    AutogradState& state;
+    bool active;
+    ~PlanInPlace() {
+      if (active) state.grad_ready_plan = nullptr;
+    }
+  } plan_in_place{state, plan != nullptr};
+  if (plan) state.grad_ready_plan = plan.get();
   // By index: a node's backward may run a nested tape (checkpointing), which
   // swaps this vector out and back.
   for (size_t n = state.tape.size(); n-- > 0;) {
@@ -151,24 +319,49 @@ void run_backward(Context& ctx, std::unordered_map<uint64_t, TensorRef>& grads) 
       output_grads.push_back(found == grads.end() ? nullptr : found->second.get());
       any = any || found != grads.end();
     }
-    if (!any) continue;
-    std::vector<TensorRef> input_grads = node.backward(ctx, output_grads);
-    for (uint64_t id : node.output_ids) grads.erase(id);  // no longer needed
-    for (size_t i = 0; i < node.inputs.size() && i < input_grads.size(); ++i) {
-      if (!node.inputs[i] || !input_grads[i]) continue;
-      Tensor& input = *node.inputs[i];
-      if (!flows_grad(ctx, input)) continue;
-      if (on_tape(ctx, input))
-        accumulate(ctx, grads[input.id], *input_grads[i]);
-      else
-        accumulate_into_leaf(ctx, input, *input_grads[i]);
+    if (any) {
+      std::vector<TensorRef> input_grads;
+      {
+        struct InNode {
+          int& depth;
+          ~InNode() { --depth; }
+        } in_node{++state.node_backward_depth};
+        input_grads = node.backward(ctx, output_grads);
+      }
+      for (uint64_t id : node.output_ids) grads.erase(id);  // no longer needed
+      for (size_t i = 0; i < node.inputs.size() && i < input_grads.size(); ++i) {
+        if (!node.inputs[i] || !input_grads[i]) continue;
+        Tensor& input = *node.inputs[i];
+        if (!flows_grad(ctx, input)) continue;
+        if (on_tape(ctx, input))
+          accumulate(ctx, grads[input.id], *input_grads[i]);
+        else
+          accumulate_into_leaf(ctx, input, *input_grads[i]);
+      }
     }
+    if (plan) notify_due(ctx, *plan, n);
   }
+  if (plan) notify_due(ctx, *plan, SIZE_MAX);
 }
 
 void backward(Tensor& loss, Scaler* scaler) {
   Context& ctx = *loss.ctx;
+  // Held for the whole pass: a hook or a segment that releases the
+  // program's last context reference would otherwise drop the state this
+  // walk reads; the drop then happens when the pass is over.
+  struct HandleHeld {
+    Context& ctx;
+    bool held;
+    ~HandleHeld() {
+      if (held) ctx.release_handle();
+    }
+  } handle_held{ctx, ctx.is_open()};
+  if (handle_held.held) ctx.retain_handle();
   AutogradState& state = autograd_state(ctx);
+  if (state.in_backward)
+    fail(AMPX_ERR_ORDER, "a backward pass is already running on this context (this call came "
+                         "from a grad-ready hook or a checkpointed segment's recompute); run "
+                         "ampx_backward after it returns");
   if (loss.numel() != 1)
     fail(AMPX_ERR_SHAPE, "'loss' is ", loss.describe(),
          "; backward starts from a one-element loss (reduce it with ampx_sum or ampx_mean)");
@@ -183,8 +376,12 @@ void backward(Tensor& loss, Scaler* scaler) {
 
   struct ClearOnExit {
     AutogradState& state;
-    ~ClearOnExit() { clear_tape(state); }
+    ~ClearOnExit() {
+      clear_tape(state);
+      state.in_backward = false;
+    }
   } clear_on_exit{state};
+  state.in_backward = true;
 
   Backend& backend = ctx.backend();
   std::unordered_map<uint64_t, TensorRef> grads;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -38,11 +39,22 @@ class Node {
   virtual bool reads_input(size_t) const { return true; }
   void saves(const Tensor& t) { saved_versions.emplace_back(t.storage.get(), t.storage->version()); }
 
+  // Whether backward runs a nested tape (checkpointing recomputes its
+  // segment), which may accumulate into leaves that are not among `inputs`:
+  // the walk cannot tell in advance which leaves such a node reaches.
+  virtual bool runs_nested_backward() const { return false; }
+
   std::vector<TensorRef> inputs;
   std::vector<std::pair<const Storage*, uint64_t>> saved_versions;
   std::vector<uint64_t> output_ids;
   std::vector<std::weak_ptr<const void>> output_tokens;  // expired once released
 };
+
+// Told that `leaf`'s gradient is final for the backward pass that runs (its
+// last accumulation is enqueued). Throwing stops that backward.
+using GradReadyListener = std::function<void(Tensor& leaf)>;
+
+struct GradReadyPlan;  // tape.cpp
 
 struct AutogradState : ContextExtension {
   bool grad_enabled = true;
@@ -51,6 +63,16 @@ struct AutogradState : ContextExtension {
   std::vector<std::unique_ptr<Node>> tape;
   size_t tape_size_after_prune = 0;
   std::vector<std::vector<TensorRef>> scopes;
+
+  // Listeners by id (see add_grad_ready_listener), and the one
+  // ampx_set_grad_ready_hook installed (0: none).
+  std::vector<std::pair<uint64_t, GradReadyListener>> grad_ready_listeners;
+  uint64_t last_listener_id = 0;
+  uint64_t api_hook_listener = 0;
+  bool in_backward = false;     // backward() runs (a nested walk included)
+  bool notifying = false;       // a listener runs
+  int node_backward_depth = 0;  // Node::backward calls in progress
+  GradReadyPlan* grad_ready_plan = nullptr;  // of the outermost walk, while it runs
 };
 
 AutogradState& autograd_state(Context& ctx);
@@ -83,6 +105,18 @@ void prune_tape_if_doubled(Context& ctx);
 // ampx_backward: seeds with the scaler's scale (or 1), accumulates into
 // leaves, clears the tape (also when it fails).
 void backward(Tensor& loss, Scaler* scaler);
+
+// Subscribes to grad-ready notifications (ampx_backward's, and the
+// program's ampx_grad_ready); returns an id for remove_grad_ready_listener.
+// Listeners run in subscription order on the thread running backward.
+uint64_t add_grad_ready_listener(Context& ctx, GradReadyListener listener);
+// Drops a listener (destroying its callable); false when the id is unknown.
+bool remove_grad_ready_listener(Context& ctx, uint64_t id);
+
+// Runs every listener for `leaf`, with grad mode off and the tape protected
+// from pruning; rethrows what a listener throws. Refused (ORDER) while a
+// listener already runs.
+void notify_grad_ready(Context& ctx, Tensor& leaf);
 
 // leaf.grad += grad (creating a zero gradient of the leaf's dtype first).
 void accumulate_into_leaf(Context& ctx, Tensor& leaf, Tensor& grad);

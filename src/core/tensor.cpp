@@ -101,6 +101,13 @@ Tensor* Tensor::empty(Context& ctx, DType dtype, const Shape& shape) {
   return create(ctx, dtype, shape, Storage::allocate(ctx, bytes));
 }
 
+Tensor* Tensor::alias(Context& ctx, const Tensor& base, DType dtype, const Shape& shape,
+                      size_t extra_offset) {
+  Tensor* tensor = create(ctx, dtype, shape, base.storage);
+  tensor->byte_offset = base.byte_offset + extra_offset;
+  return tensor;
+}
+
 void Tensor::release() {
   if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   Context* owner = ctx;

@@ -79,19 +79,30 @@ struct Tensor : Object {
   static Tensor* create(Context& ctx, DType dtype, const Shape& shape,
                         std::shared_ptr<Storage> storage);
   static Tensor* empty(Context& ctx, DType dtype, const Shape& shape);
+  // A new tensor on base's memory, starting `extra_offset` bytes past base's
+  // first element (base may itself be a view): it shares the storage, so it
+  // keeps the memory alive and shares the version counter. The caller has
+  // checked that dtype/shape fit inside base's bytes from there.
+  static Tensor* alias(Context& ctx, const Tensor& base, DType dtype, const Shape& shape,
+                       size_t extra_offset = 0);
 
   void retain() { refs.fetch_add(1, std::memory_order_relaxed); }
   void release();
 
   int64_t numel() const { return shape.numel(); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
-  void* data() const { return storage->data(); }
+  // Every access to a tensor's memory goes through here, so a view's offset
+  // is never forgotten. No offset is applied to an empty storage's NULL.
+  void* data() const {
+    return byte_offset ? static_cast<char*>(storage->data()) + byte_offset : storage->data();
+  }
   std::string describe() const;  // "f16[2, 3]"
 
   Context* ctx = nullptr;
   DType dtype = DType::F32;
   Shape shape;
   std::shared_ptr<Storage> storage;
+  size_t byte_offset = 0;  // of the first element in storage (non-zero for some views)
   std::string name;
   Tensor* grad = nullptr;  // retained; see ampx_tensor_set_grad
   uint64_t id = 0;         // unique within the context

@@ -43,7 +43,7 @@ Tensor* op_dropout(Tensor& x_in, double p, bool training) {
     // Nothing is dropped: the output shares x's memory, as torch returns
     // its input.
     node->identity = true;
-    out = TensorRef(Tensor::create(ctx, x.dtype, x.shape, x.storage));
+    out = TensorRef(Tensor::alias(ctx, x, x.dtype, x.shape));
   } else {
     // Allocated before the mask is drawn: a call that fails leaves the
     // random stream where it was, so a retry draws the mask it would have.

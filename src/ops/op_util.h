@@ -56,7 +56,7 @@ inline Shape scalar_shape() { return Shape{}; }
 // backward: holding the output itself would keep its tape token alive, so
 // the record could never be pruned once the program released the output.
 inline TensorRef saved_output(Context& ctx, Tensor& t) {
-  return TensorRef(Tensor::create(ctx, t.dtype, t.shape, t.storage));
+  return TensorRef(Tensor::alias(ctx, t, t.dtype, t.shape));
 }
 
 inline TensorRef retained(Tensor& t) {

@@ -184,7 +184,7 @@ Tensor* op_reshape(Tensor& x_in, int32_t ndim, const int64_t* dims) {
   Context& ctx = *x_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, "reshape", {&x_in});
   Tensor& x = *in[0];
-  TensorRef out(Tensor::create(ctx, x.dtype, shape, x.storage));
+  TensorRef out(Tensor::alias(ctx, x, x.dtype, shape));
   if (should_record(ctx, {&x})) record(ctx, make_node<ReshapeNode>({&in[0]}), {out.get()});
   return out.take();
 }

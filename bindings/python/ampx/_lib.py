@@ -67,6 +67,8 @@ ALLOC_FN = CFUNCTYPE(c_void_p, c_void_p, c_size_t, c_size_t)
 FREE_FN = CFUNCTYPE(None, c_void_p, c_void_p, c_size_t)
 DELETER_FN = CFUNCTYPE(None, c_void_p, c_void_p)
 SEGMENT_FN = CFUNCTYPE(c_int32, c_void_p, handle_p, c_size_t, handle_p, c_size_t)
+GRAD_READY_FN = CFUNCTYPE(c_int32, c_void_p, c_void_p)
+RELEASE_FN = CFUNCTYPE(None, c_void_p)
 
 
 class Allocator(Structure):
@@ -306,6 +308,10 @@ _PROTOTYPES = {
     # 12. training checkpoint files
     "ampx_checkpoint_file_save": (_STATUS, [c_char_p, handle_p, c_size_t, handle, handle]),
     "ampx_checkpoint_file_load": (_STATUS, [c_char_p, handle_p, c_size_t, handle, handle]),
+    # 13. tensor views and gradient hooks
+    "ampx_tensor_view": (_STATUS, [handle, c_size_t, c_enum, c_int32, int64_p, handle_p]),
+    "ampx_set_grad_ready_hook": (_STATUS, [handle, GRAD_READY_FN, c_void_p, RELEASE_FN]),
+    "ampx_grad_ready": (_STATUS, [handle]),
 }
 
 

@@ -7,7 +7,7 @@ import weakref
 from typing import Callable
 
 from ._args import int_arg
-from ._lib import SEGMENT_FN, keep_forever, lib
+from ._lib import GRAD_READY_FN, RELEASE_FN, SEGMENT_FN, keep_forever, lib
 from .context import Context, default_context
 from . import amp
 from .errors import ArgumentTypeError, Error, InvalidArgumentError, Status
@@ -21,16 +21,20 @@ def backward(loss: Tensor, scaler=None) -> None:
     ``Tensor.grad``). With a :class:`ampx.Scaler` the seed is its scale, so
     the gradients come out scaled, ready for ``scaler.unscale_``/``step``.
     An exception raised by a :func:`checkpoint` segment while it is run
-    again is re-raised here.
+    again, or by the grad-ready hook (:func:`set_grad_ready_hook`), is
+    re-raised here.
     """
     if scaler is not None and not isinstance(scaler, amp.Scaler):
         raise ArgumentTypeError(f"scaler must be an ampx.Scaler, not {type(scaler).__name__}")
     handle = handle_of(loss, "loss")
-    segments = loss.context._state.segments
+    state = loss.context._state
+    segments = state.segments
     try:
         lib.ampx_backward(handle, None if scaler is None else scaler.handle)
     except Error as exc:
         failed = next((s for s in segments.values() if s.error is not None), None)
+        if failed is None and state.grad_hook is not None and state.grad_hook.error is not None:
+            failed = state.grad_hook
         if failed is not None:
             raise failed.take_error() from exc
         raise
@@ -139,3 +143,89 @@ def checkpoint(fn: Callable, *inputs: Tensor, num_outputs: int = 1,
         context._state.segments.pop(token, None)  # nothing recorded it
     results = tuple(Tensor._from_op(outputs[i], context) for i in range(count))
     return results[0] if count == 1 else results
+
+
+class _GradReadyHook:
+    """A Python callable installed by set_grad_ready_hook."""
+
+    def __init__(self, fn: Callable, context: Context):
+        self.fn = fn
+        # Weak: the registry below holds this object until ampx releases it,
+        # which happens when the Context goes -- a strong reference would
+        # keep the Context alive forever.
+        self.context = weakref.ref(context)
+        self.error: BaseException | None = None
+
+    def take_error(self) -> BaseException:
+        error, self.error = self.error, None
+        return error
+
+
+# Hooks ampx holds, by token, until it calls _release_hook with the token.
+_live_hooks: dict = {}
+_hook_tokens = itertools.count(1)
+
+
+@keep_forever
+@GRAD_READY_FN
+def _run_hook(user_data, param):
+    hook = _live_hooks.get(user_data)
+    context = hook.context() if hook is not None else None
+    if context is None:
+        return Status.INTERNAL
+    try:
+        hook.fn(Tensor._borrowed(param, context))
+        return Status.OK
+    except BaseException as exc:  # noqa: B902  (nothing may unwind into C)
+        hook.error = exc
+        return exc.status if isinstance(exc, Error) else Status.INVALID_ARGUMENT
+
+
+@keep_forever
+@RELEASE_FN
+def _release_hook(user_data):
+    _live_hooks.pop(user_data, None)
+
+
+def set_grad_ready_hook(fn: Callable | None, context: Context | None = None) -> None:
+    """Calls ``fn(param)`` during each backward pass as soon as ``param.grad``
+    is final for that pass (``ampx_set_grad_ready_hook``); None removes it.
+
+    Every leaf that received a gradient is reported once per backward, in
+    the order backward finishes them (parameters of a checkpointed segment
+    after its recompute), so communication can overlap the rest of the pass.
+    ``fn`` may read and copy tensors and run ops (they are not recorded);
+    it must not call backward or grad_ready. An exception it raises stops
+    the backward pass and is re-raised by :func:`backward` (or
+    :func:`grad_ready`). Replaces the context's previous hook.
+    """
+    if fn is not None and not callable(fn):
+        raise ArgumentTypeError(f"fn must be callable or None, not {type(fn).__name__}")
+    context = default_context() if context is None else context
+    if not isinstance(context, Context):
+        raise ArgumentTypeError(f"context must be an ampx.Context, not {type(context).__name__}")
+    if fn is None:
+        lib.ampx_set_grad_ready_hook(context.handle, GRAD_READY_FN(), None, RELEASE_FN())
+        context._state.grad_hook = None
+        return
+    handle = context.handle  # raises for a closed Context before ampx owns anything
+    hook = _GradReadyHook(fn, context)
+    token = next(_hook_tokens)
+    _live_hooks[token] = hook
+    # ampx owns the token from here: it calls _release_hook exactly once,
+    # also when this call fails.
+    lib.ampx_set_grad_ready_hook(handle, _run_hook, token, _release_hook)
+    context._state.grad_hook = hook
+
+
+def grad_ready(param: Tensor) -> None:
+    """Tells the grad-ready hook that ``param.grad`` is final for this step
+    (``ampx_grad_ready``), for programs that compute gradients themselves."""
+    handle = handle_of(param, "param")
+    hook = param.context._state.grad_hook
+    try:
+        lib.ampx_grad_ready(handle)
+    except Error as exc:
+        if hook is not None and hook.error is not None:
+            raise hook.take_error() from exc
+        raise

@@ -28,13 +28,16 @@ class _ContextState:
     (op outputs are owned by the innermost open scope, so a Python tensor
     must add its own reference while one is open). ``segments`` holds the
     callables of :func:`ampx.checkpoint` until a backward pass has run them.
+    ``grad_hook`` is the hook :func:`ampx.set_grad_ready_hook` installed (for
+    its exception), or None.
     """
 
-    __slots__ = ("scope_depth", "segments")
+    __slots__ = ("scope_depth", "segments", "grad_hook")
 
     def __init__(self):
         self.scope_depth = 0
         self.segments: dict = {}
+        self.grad_hook = None
 
 
 def _release_context(handle: int, state: _ContextState) -> None:

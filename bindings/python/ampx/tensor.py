@@ -20,7 +20,7 @@ import itertools
 import numpy as np
 
 from . import _dlpack
-from ._args import bool_arg, enum_arg, float_arg, shape_arg, str_arg
+from ._args import bool_arg, enum_arg, float_arg, int_arg, shape_arg, str_arg
 from ._lib import DELETER_FN, keep_forever, lib
 from ._resource import Resource
 from .context import Context, default_context
@@ -301,6 +301,26 @@ class Tensor(Resource):
     def clone(self) -> "Tensor":
         """A copy in new memory, with the same dtype."""
         return self.to(self.dtype)
+
+    def view(self, byte_offset: int, shape, dtype=None) -> "Tensor":
+        """A tensor of ``shape`` and ``dtype`` (default: this tensor's) on this
+        tensor's memory, starting ``byte_offset`` bytes past its first element
+        (``ampx_tensor_view``; no copy).
+
+        Writes through either are seen by both, and the memory lives until
+        both are gone. The view must lie inside this tensor's bytes and
+        ``byte_offset`` be a multiple of the element size. A view is a leaf:
+        gradients do not flow between it and its base, and its
+        ``requires_grad``, ``grad`` and ``name`` are its own.
+        """
+        dims = shape_arg(shape, "shape")
+        dt = self.dtype if dtype is None else enum_arg(DType, dtype, "dtype")
+        offset = int_arg(byte_offset, "byte_offset", bits=8 * ctypes.sizeof(ctypes.c_size_t),
+                         unsigned=True)
+        out = ctypes.c_void_p()
+        lib.ampx_tensor_view(self.handle, offset, dt, len(dims), _int64_array(dims),
+                             ctypes.byref(out))
+        return Tensor(out.value, self._context)
 
     def backward(self, scaler=None) -> None:
         """Backpropagates from this one-element loss (see :func:`ampx.backward`)."""

@@ -281,6 +281,18 @@ pub type ampx_segment_fn = Option<
 >;
 
 // ---------------------------------------------------------------------------
+// 13. Tensor views and gradient hooks
+// ---------------------------------------------------------------------------
+
+/// `ampx_grad_ready_fn`: told that `param`'s gradient is final for the
+/// running backward pass (see [`ampx_set_grad_ready_hook`]).
+pub type ampx_grad_ready_fn =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, param: ampx_tensor) -> ampx_status>;
+
+/// The `release` callback of [`ampx_set_grad_ready_hook`].
+pub type ampx_release_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
+
+// ---------------------------------------------------------------------------
 // 10. Autocast
 // ---------------------------------------------------------------------------
 
@@ -623,6 +635,23 @@ extern "C" {
         optimizer: ampx_optimizer,
         scaler: ampx_scaler,
     ) -> ampx_status;
+
+    // 13. Tensor views and gradient hooks
+    pub fn ampx_tensor_view(
+        base: ampx_tensor,
+        byte_offset: usize,
+        dtype: ampx_dtype,
+        ndim: i32,
+        shape: *const i64,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_set_grad_ready_hook(
+        ctx: ampx_context,
+        fn_: ampx_grad_ready_fn,
+        user_data: *mut c_void,
+        release: ampx_release_fn,
+    ) -> ampx_status;
+    pub fn ampx_grad_ready(param: ampx_tensor) -> ampx_status;
 }
 
 /// Sizes, alignments and field offsets of the header's structs as a C

@@ -207,3 +207,35 @@ pub(crate) fn check_with_segments(status: sys::ampx_status, function: &str) -> R
         (Err(e), None) => Err(e),
     }
 }
+
+thread_local! {
+    /// The error of the last failing Rust grad-ready hook on this thread,
+    /// kept for the same reason as SEGMENT_ERROR.
+    static HOOK_ERROR: RefCell<Option<Error>> = const { RefCell::new(None) };
+}
+
+pub(crate) fn set_hook_error(error: Error) {
+    HOOK_ERROR.with(|slot| *slot.borrow_mut() = Some(error));
+}
+
+pub(crate) fn clear_hook_error() {
+    HOOK_ERROR.with(|slot| slot.borrow_mut().take());
+}
+
+/// As [`check`], for calls that may run a Rust grad-ready hook (backward,
+/// grad_ready): when the hook failed during the call, its error is reported;
+/// otherwise as [`check_with_segments`].
+pub(crate) fn check_with_hooks(status: sys::ampx_status, function: &str) -> Result<()> {
+    let hook = HOOK_ERROR.with(|slot| slot.borrow_mut().take());
+    match hook {
+        Some(e) if status != sys::AMPX_OK => {
+            SEGMENT_ERROR.with(|slot| slot.borrow_mut().take());
+            Err(Error {
+                status: e.status,
+                message: format!("{function}: the grad-ready hook failed: {}", e.message),
+                panic: e.panic,
+            })
+        }
+        _ => check_with_segments(status, function),
+    }
+}

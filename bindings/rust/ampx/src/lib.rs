@@ -96,6 +96,7 @@ mod checkpoint_file;
 mod context;
 mod dtype;
 mod error;
+mod hooks;
 mod ops;
 mod optim;
 mod scaler;

@@ -7,7 +7,7 @@ use ampx_sys as sys;
 
 use crate::context::Context;
 use crate::dtype::{DType, Element};
-use crate::error::{check, check_with_segments, clear_segment_error, Error, Result, Status};
+use crate::error::{check, check_with_hooks, clear_hook_error, clear_segment_error, Error, Result, Status};
 use crate::scaler::Scaler;
 
 /// A tensor (`ampx_tensor`): a dense, contiguous, row-major array of at
@@ -414,9 +414,32 @@ impl Tensor {
     /// for [`Scaler::unscale`]/[`Scaler::step`].
     pub fn backward(&self, scaler: Option<&Scaler>) -> Result<()> {
         clear_segment_error();
+        clear_hook_error();
         let scaler = scaler.map_or(ptr::null_mut(), Scaler::as_raw);
         // SAFETY: live tensor and scaler (or NULL).
-        check_with_segments(unsafe { sys::ampx_backward(self.as_raw(), scaler) }, "ampx_backward")
+        check_with_hooks(unsafe { sys::ampx_backward(self.as_raw(), scaler) }, "ampx_backward")
+    }
+
+    /// A tensor of `dtype` and `shape` on this tensor's memory, starting
+    /// `byte_offset` bytes past its first element (`ampx_tensor_view`; no
+    /// copy). Writes through either are seen by both; the memory lives
+    /// until both are dropped. A view is a leaf: gradients do not flow
+    /// between it and its base.
+    pub fn view(&self, byte_offset: usize, dtype: DType, shape: &[i64]) -> Result<Tensor> {
+        let (ndim, dims) = shape_arg(shape)?;
+        // SAFETY: live tensor; `dims` holds `ndim` extents.
+        Tensor::created(|out| unsafe {
+            sys::ampx_tensor_view(self.as_raw(), byte_offset, dtype.to_raw(), ndim, dims, out)
+        })
+    }
+
+    /// Tells the context's grad-ready hook that this tensor's gradient is
+    /// final for this step (`ampx_grad_ready`), for engines with their own
+    /// backward pass. The hook's error, if it fails, is returned.
+    pub fn grad_ready(&self) -> Result<()> {
+        clear_hook_error();
+        // SAFETY: live tensor.
+        check_with_hooks(unsafe { sys::ampx_grad_ready(self.as_raw()) }, "ampx_grad_ready")
     }
 }
 
