@@ -4,6 +4,7 @@
 #include <limits>
 #include <sstream>
 
+#include "core/convert_bulk.h"
 #include "core/error.h"
 
 namespace ampx {
@@ -131,6 +132,114 @@ Shape vector_shape(int64_t count) {
   shape.ndim = 1;
   shape.dims[0] = count;
   return shape;
+}
+
+namespace {
+
+void check_byte_count(const Tensor& t, size_t bytes, const char* arg) {
+  if (bytes != t.nbytes())
+    fail(AMPX_ERR_SHAPE, "argument '", arg, "' is ", bytes, " bytes but tensor ", t.describe(),
+         " holds ", t.nbytes(), " bytes");
+}
+
+size_t byte_size_for(DType dtype, const Shape& shape, size_t bytes) {
+  const size_t expected = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  if (bytes != expected)
+    fail(AMPX_ERR_SHAPE, "argument 'bytes' is ", bytes, " but shape ", shape.str(), " of ",
+         dtype_name(dtype), " needs ", expected, " bytes");
+  return expected;
+}
+
+}  // namespace
+
+Tensor* make_zeros(Context& ctx, DType dtype, const Shape& shape) {
+  TensorRef t(Tensor::empty(ctx, dtype, shape));
+  if (t->numel() > 0) ctx.backend().fill(t->data(), dtype_size(dtype), 0, t->numel());
+  return t.take();
+}
+
+Tensor* tensor_from_host(Context& ctx, DType dtype, const Shape& shape, const void* data,
+                         size_t bytes) {
+  const size_t expected = byte_size_for(dtype, shape, bytes);
+  if (expected > 0 && data == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'data' is NULL");
+  TensorRef t(Tensor::empty(ctx, dtype, shape));
+  ctx.backend().copy_from_host(t->data(), data, expected);
+  return t.take();
+}
+
+Tensor* wrap_memory(Context& ctx, DType dtype, const Shape& shape, void* data, size_t bytes,
+                    Storage::ReleaseFn release, void* release_arg) {
+  const size_t expected = byte_size_for(dtype, shape, bytes);
+  if (expected > 0) {
+    if (data == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'data' is NULL");
+    if (reinterpret_cast<uintptr_t>(data) % dtype_size(dtype) != 0)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'data' (", data, ") is not aligned to the ",
+           dtype_size(dtype), "-byte size of ", dtype_name(dtype));
+    ctx.backend().check_device_pointer(data, "argument 'data'");
+  }
+  auto storage = Storage::external(ctx, data, expected);
+  Tensor* t = Tensor::create(ctx, dtype, shape, storage);
+  storage->set_release(release, release_arg);
+  return t;
+}
+
+void copy_tensor_to_host(const Tensor& t, void* dst, size_t bytes) {
+  check_byte_count(t, bytes, "bytes");
+  if (bytes == 0) return;
+  if (dst == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'dst' is NULL");
+  t.ctx->read_to_host(dst, t.data(), bytes);
+}
+
+void copy_tensor_from_host(Tensor& t, const void* src, size_t bytes) {
+  check_byte_count(t, bytes, "bytes");
+  if (bytes == 0) return;
+  if (src == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'src' is NULL");
+  t.ctx->backend().copy_from_host(t.data(), src, bytes);
+  t.storage->note_write();
+}
+
+void copy_converting(Tensor& dst, const Tensor& src) {
+  if (dst.ctx != src.ctx) fail(AMPX_ERR_DEVICE, "'dst' and 'src' belong to different contexts");
+  if (dst.numel() != src.numel())
+    fail(AMPX_ERR_SHAPE, "'dst' is ", dst.describe(), " (", dst.numel(), " elements) but 'src' is ",
+         src.describe(), " (", src.numel(), " elements)");
+  if (dst.numel() == 0) return;
+  if (dst.dtype == src.dtype)
+    dst.ctx->backend().copy(dst.data(), src.data(), dst.nbytes());
+  else
+    dst.ctx->backend().convert(dst.data(), dst.dtype, src.data(), src.dtype, dst.numel());
+  dst.storage->note_write();
+}
+
+void fill_tensor(Tensor& t, double value) {
+  if (t.numel() == 0) return;
+  t.ctx->backend().fill(t.data(), dtype_size(t.dtype), element_bits_from_double(t.dtype, value),
+                        t.numel());
+  t.storage->note_write();
+}
+
+void set_grad(Tensor& t, Tensor* g) {
+  if (g) {
+    if (g == &t) fail(AMPX_ERR_INVALID_ARGUMENT, "a tensor cannot be its own gradient");
+    // Each tensor retains its gradient: a cycle would keep all of them
+    // (and their context) alive forever.
+    for (const Tensor* link = g->grad; link; link = link->grad)
+      if (link == &t)
+        fail(AMPX_ERR_INVALID_ARGUMENT,
+             "'tensor' is already the gradient of 'grad' (directly or through other gradients); "
+             "gradients cannot form a cycle");
+    if (g->ctx != t.ctx)
+      fail(AMPX_ERR_DEVICE, "'grad' belongs to a different context than 'tensor'");
+    if (g->numel() != t.numel())
+      fail(AMPX_ERR_SHAPE, "'grad' is ", g->describe(), " but 'tensor' is ", t.describe(),
+           "; a gradient has the tensor's number of elements");
+    if (!is_floating(g->dtype))
+      fail(AMPX_ERR_DTYPE, "'grad' is ", g->describe(), "; gradients are f32, f16 or bf16");
+    g->retain();
+  }
+  Tensor* old = t.grad;
+  t.grad = g;
+  if (old) old->release();
 }
 
 Tensor* make_filled_f32(Context& ctx, const Shape& shape, float value) {

@@ -156,6 +156,32 @@ class TensorRef {
 // A one-dimensional shape.
 Shape vector_shape(int64_t count);
 
+// ---- what the tensor section of the C API does, one function each ------------
+// Each validates what the C shim cannot (byte counts, contexts, dtypes) and
+// changes nothing when it throws.
+
+// A new tensor of zeros.
+Tensor* make_zeros(Context& ctx, DType dtype, const Shape& shape);
+// A new tensor holding `bytes` bytes of host memory (numel * element size).
+Tensor* tensor_from_host(Context& ctx, DType dtype, const Shape& shape, const void* data,
+                         size_t bytes);
+// A tensor on memory the caller owns (host memory for the CPU, device memory
+// of the context's device otherwise), aligned to the element size; release
+// is called with (release_arg, data) when its last user is gone, but not if
+// this throws.
+Tensor* wrap_memory(Context& ctx, DType dtype, const Shape& shape, void* data, size_t bytes,
+                    Storage::ReleaseFn release, void* release_arg);
+// Host copies of a tensor's contents; `bytes` must be its nbytes.
+void copy_tensor_to_host(const Tensor& t, void* dst, size_t bytes);
+void copy_tensor_from_host(Tensor& t, const void* src, size_t bytes);
+// dst = src converted to dst's type: same context, same element count.
+void copy_converting(Tensor& dst, const Tensor& src);
+// Every element = value converted to the tensor's type.
+void fill_tensor(Tensor& t, double value);
+// Attaches (retains) `grad` as t's gradient, or detaches with nullptr:
+// same context and element count, floating, and no cycle of gradients.
+void set_grad(Tensor& t, Tensor* grad);
+
 // A new F32 tensor of `shape` with every element `value`.
 Tensor* make_filled_f32(Context& ctx, const Shape& shape, float value);
 

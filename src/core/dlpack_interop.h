@@ -1,0 +1,20 @@
+// dlpack_interop.h -- tensors to and from DLPack's DLManagedTensor.
+#pragma once
+
+#include <dlpack/dlpack.h>
+
+#include "core/tensor.h"
+
+namespace ampx {
+
+// A DLManagedTensor sharing t's memory (data = the allocation, byte_offset
+// = a view's offset) that holds a reference to t until its deleter runs.
+DLManagedTensor* export_dlpack(Tensor& t);
+
+// A tensor sharing src's memory; it calls src.deleter when destroyed. src
+// must be on ctx's device, dense row-major and of a type ampx has; on
+// error (DEVICE, NOT_SUPPORTED, DTYPE, SHAPE, INVALID_ARGUMENT) src is
+// untouched and still the caller's.
+Tensor* import_dlpack(Context& ctx, DLManagedTensor& src);
+
+}  // namespace ampx
