@@ -176,6 +176,7 @@ AdamRef fresh_reference() {
 TEST_CASE("semantics: Adam and AdamW equal torch's algorithm with double betas") {
   Ctx ctx;
   int cases = 0;
+  double worst = 0.0;
   for (double beta2 : {0.999, 0.9999, 0.99999})
     for (int variant = 0; variant < 3; ++variant) {
       // Adam, Adam with L2 decay, AdamW.
@@ -200,16 +201,16 @@ TEST_CASE("semantics: Adam and AdamW equal torch's algorithm with double betas")
         // One step: a product and a sum per moment, each rounded once, and
         // fp32(1 - beta); later steps carry the earlier roundings, damped
         // by beta.
-        const double bound = k == 0 ? 4.0 : 12.0;
+        const double bound = k == 0 ? 4.0 : 8.0;
         CHECK(e.m <= bound);
         CHECK(e.v <= bound);
         CHECK(e.p <= bound);
-        MESSAGE("beta2 ", beta2, " variant ", variant, " step ", k + 1, ": roundings m ", e.m,
-                " v ", e.v, " p ", e.p);
+        worst = std::max({worst, e.m, e.v, e.p});
       }
       ++cases;
     }
   CHECK(cases == 9);
+  MESSAGE("Adam vs torch's algorithm in double: worst error ", worst, " fp32 roundings");
 }
 
 TEST_CASE("semantics: an Adam state load restores the betas' exact doubles") {
@@ -251,9 +252,9 @@ TEST_CASE("semantics: an Adam state load restores the betas' exact doubles") {
   CHECK(state_of(a, pa, AMPX_STATE_EXP_AVG_SQ) == state_of(b, pb, AMPX_STATE_EXP_AVG_SQ));
   CHECK(state_of(a, pa, AMPX_STATE_MOMENTUM) == state_of(b, pb, AMPX_STATE_MOMENTUM));
   const AdamErrors e = adam_errors(b, pb, ref);
-  CHECK(e.m <= 12.0);
-  CHECK(e.v <= 12.0);
-  CHECK(e.p <= 12.0);
+  CHECK(e.m <= 8.0);
+  CHECK(e.v <= 8.0);
+  CHECK(e.p <= 8.0);
 }
 
 // ---- loss-scaler hysteresis and bounds -------------------------------------
