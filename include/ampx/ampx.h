@@ -502,7 +502,12 @@ typedef struct ampx_sgd_options {
 /** Adam / AdamW: t += 1; g = maximize ? -g : g; Adam: g += weight_decay * p;
  *  AdamW: p *= 1 - lr * weight_decay; m = b1 m + (1 - b1) g;
  *  v = b2 v + (1 - b2) g^2; vhat = amsgrad ? (vmax = max(vmax, v)) : v;
- *  p -= lr / (1 - b1^t) * m / (sqrt(vhat) / sqrt(1 - b2^t) + eps). */
+ *  p -= lr / (1 - b1^t) * m / (sqrt(vhat) / sqrt(1 - b2^t) + eps).
+ *  As torch: b1, b2, 1 - b1, 1 - b2, 1 - lr * weight_decay, lr / (1 - b1^t)
+ *  and sqrt(1 - b2^t) are each formed in double from the double betas
+ *  given here (and the group's lr and weight decay as stored on the device,
+ *  in fp32) and rounded once to fp32; the element-wise update runs in fp32.
+ *  Saved state keeps the betas' doubles. */
 typedef struct ampx_adam_options {
   size_t struct_size;              /**< sizeof(ampx_adam_options) */
   double lr;                       /**< default 1e-3; >= 0 */
