@@ -9,7 +9,8 @@
  * rules step by step:
  *
  *   hysteresis 2   a single overflow is skipped without lowering the
- *                  scale; only the 2nd consecutive one backs off (Megatron
+ *                  scale; the 2nd one before the allowance comes back (at
+ *                  the next completed growth interval) backs off (Megatron
  *                  and DeepSpeed do this to ride out rare spikes);
  *   growth 3       three clean steps in a row double the scale;
  *   update_to      one update forces the scale to 1024 instead of applying

@@ -3,9 +3,10 @@
 // weights for f16/bf16 parameters.
 //
 //   skipped entirely when *found_inf != 0
-//   per block:    f = math::adam_step_factors(*step, lr[group])  (bias corrections)
+//   per block:    f = math::adam_step_factors(*step, lr[group], wd[group])
+//                 (fp32 betas, 1 - beta, AdamW's decay, bias corrections)
 //   per element:  w = P == F32 ? param : master
-//                 adam_update(w, load_float<G>(grad), m, v, vmax, lr, wd, f)
+//                 adam_update(w, load_float<G>(grad), m, v, vmax, wd, f)
 //                 P != F32: param = store_float<P>(w)
 //
 // Memory traffic per element: reads the grad (sizeof(G)), w, m and v (12),
@@ -35,7 +36,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   const OptimView<P, G> p(args, c.slot, scalars);
   // Every thread derives the factors itself: a few double operations, and no
   // barrier to share them.
-  const math::AdamStepFactors factors = math::adam_step_factors(p.step, p.lr, config);
+  const math::AdamStepFactors factors =
+      math::adam_step_factors(p.step, p.lr, p.weight_decay, config);
   float* const exp_avg = static_cast<float*>(args.ptr[kFirstState][c.slot]);
   float* const exp_avg_sq = static_cast<float*>(args.ptr[kFirstState + 1][c.slot]);
   // Without amsgrad the running max is neither required nor touched.
@@ -53,7 +55,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     if constexpr (Amsgrad) v_max = load_pack<W>(max_exp_avg_sq + j);
 #pragma unroll
     for (int k = 0; k < W; ++k)
-      math::adam_update(w.v[k], math::load_float<G>(g.v[k]), m.v[k], v.v[k], v_max.v[k], p.lr,
+      math::adam_update(w.v[k], math::load_float<G>(g.v[k]), m.v[k], v.v[k], v_max.v[k],
                         p.weight_decay, factors, config);
     store_pack(p.weight + j, w);
     store_pack(exp_avg + j, m);

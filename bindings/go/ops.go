@@ -114,7 +114,7 @@ func Sum(x *Tensor) (*Tensor, error) {
 	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_sum(x, out) })
 }
 
-// Mean returns the mean of all elements (one element, fp32 class).
+// Mean returns the mean of all elements (one element of x's dtype, accumulated in fp32).
 func Mean(x *Tensor) (*Tensor, error) {
 	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_mean(x, out) })
 }

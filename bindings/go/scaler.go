@@ -11,8 +11,14 @@ type ScalerOptions struct {
 	InitScale, GrowthFactor, BackoffFactor float64
 	GrowthInterval                         int32
 	Enabled                                bool
-	Hysteresis                             int32   // back off at the Nth consecutive overflow
-	MinScale, MaxScale                     float64 // 0: no bound
+	// Back off from the Nth overflow since the allowance was last restored
+	// (at a completed growth interval; the overflows need not be consecutive).
+	Hysteresis         int32
+	MinScale, MaxScale float64 // 0: no bound; a growth above MaxScale is not taken
+	// Every clean update restores the allowance (ampx_scaler_options).
+	ConsecutiveHysteresis bool
+	// A growth above MaxScale sets the scale to MaxScale.
+	ClampToMaxScale bool
 }
 
 // DefaultScalerOptions returns the library's defaults (init scale 65536,
@@ -21,7 +27,8 @@ func DefaultScalerOptions() ScalerOptions {
 	c := C.ampx_scaler_options_default()
 	return ScalerOptions{float64(c.init_scale), float64(c.growth_factor), float64(c.backoff_factor),
 		int32(c.growth_interval), c.enabled != 0, int32(c.hysteresis),
-		float64(c.min_scale), float64(c.max_scale)}
+		float64(c.min_scale), float64(c.max_scale),
+		c.consecutive_hysteresis != 0, c.clamp_to_max_scale != 0}
 }
 
 func (o *ScalerOptions) toC() *C.ampx_scaler_options {
@@ -34,6 +41,8 @@ func (o *ScalerOptions) toC() *C.ampx_scaler_options {
 	c.growth_interval, c.enabled, c.hysteresis = C.int32_t(o.GrowthInterval), cbool(o.Enabled),
 		C.int32_t(o.Hysteresis)
 	c.min_scale, c.max_scale = C.double(o.MinScale), C.double(o.MaxScale)
+	c.consecutive_hysteresis, c.clamp_to_max_scale = cbool(o.ConsecutiveHysteresis),
+		cbool(o.ClampToMaxScale)
 	return &c
 }
 
@@ -163,6 +172,7 @@ type ScalerState struct {
 	GrowthInterval, GrowthTracker, Hysteresis, HysteresisLeft int32
 	MinScale, MaxScale                                        float64
 	Counters                                                  ScalerCounters
+	ConsecutiveHysteresis, ClampToMaxScale                    bool
 }
 
 // State reads the whole state (synchronizes).
@@ -174,7 +184,7 @@ func (s *Scaler) State() (ScalerState, error) {
 	return ScalerState{float64(c.scale), float64(c.growth_factor), float64(c.backoff_factor),
 		int32(c.growth_interval), int32(c.growth_tracker), int32(c.hysteresis),
 		int32(c.hysteresis_left), float64(c.min_scale), float64(c.max_scale),
-		countersFromC(c.counters)}, err
+		countersFromC(c.counters), c.consecutive_hysteresis != 0, c.clamp_to_max_scale != 0}, err
 }
 
 // SetState restores a state read by State, between iterations only.
@@ -185,6 +195,8 @@ func (s *Scaler) SetState(state ScalerState) error {
 	c.growth_interval, c.growth_tracker = C.int32_t(state.GrowthInterval), C.int32_t(state.GrowthTracker)
 	c.hysteresis, c.hysteresis_left = C.int32_t(state.Hysteresis), C.int32_t(state.HysteresisLeft)
 	c.min_scale, c.max_scale = C.double(state.MinScale), C.double(state.MaxScale)
+	c.consecutive_hysteresis, c.clamp_to_max_scale = cbool(state.ConsecutiveHysteresis),
+		cbool(state.ClampToMaxScale)
 	c.counters = C.ampx_scaler_counters{struct_size: C.sizeof_ampx_scaler_counters,
 		updates: C.int64_t(state.Counters.Updates), skipped: C.int64_t(state.Counters.Skipped),
 		backoffs: C.int64_t(state.Counters.Backoffs), growths: C.int64_t(state.Counters.Growths)}

@@ -502,7 +502,12 @@ typedef struct ampx_sgd_options {
 /** Adam / AdamW: t += 1; g = maximize ? -g : g; Adam: g += weight_decay * p;
  *  AdamW: p *= 1 - lr * weight_decay; m = b1 m + (1 - b1) g;
  *  v = b2 v + (1 - b2) g^2; vhat = amsgrad ? (vmax = max(vmax, v)) : v;
- *  p -= lr / (1 - b1^t) * m / (sqrt(vhat) / sqrt(1 - b2^t) + eps). */
+ *  p -= lr / (1 - b1^t) * m / (sqrt(vhat) / sqrt(1 - b2^t) + eps).
+ *  As torch: b1, b2, 1 - b1, 1 - b2, 1 - lr * weight_decay, lr / (1 - b1^t)
+ *  and sqrt(1 - b2^t) are each formed in double from the double betas
+ *  given here (and the group's lr and weight decay as stored on the device,
+ *  in fp32) and rounded once to fp32; the element-wise update runs in fp32.
+ *  Saved state keeps the betas' doubles. */
 typedef struct ampx_adam_options {
   size_t struct_size;              /**< sizeof(ampx_adam_options) */
   double lr;                       /**< default 1e-3; >= 0 */
@@ -649,6 +654,19 @@ AMPX_API ampx_status ampx_optimizer_load_state(ampx_optimizer optimizer, const v
  * explicitly with ampx_scaler_attach) and cannot change scalers. */
 typedef struct ampx_scaler_s *ampx_scaler;
 
+/** Options of a scaler. An update with an inf/NaN gradient ("overflow")
+ *  skips the step, restarts the growth tracker and spends one unit of the
+ *  hysteresis allowance (which starts at `hysteresis`); once the allowance
+ *  is 0 -- at that overflow and at every further one while it stays 0 --
+ *  the scale backs off: scale = max(scale * backoff_factor, min_scale).
+ *  A clean update adds one to the tracker; at the growth_interval-th clean
+ *  update in a row the tracker restarts, the allowance is restored to
+ *  `hysteresis`, and the scale grows: scale * growth_factor, unless that is
+ *  inf or above max_scale (see there). The allowance is restored at that
+ *  moment even when the growth is not taken, since a whole interval was
+ *  clean. With hysteresis 1 (the default) every overflow backs off, as
+ *  torch.amp.GradScaler. Products are taken in double and rounded to the
+ *  float scale. */
 typedef struct ampx_scaler_options {
   size_t struct_size;      /**< sizeof(ampx_scaler_options) */
   double init_scale;       /**< default 65536; finite, > 0 */
@@ -657,16 +675,44 @@ typedef struct ampx_scaler_options {
   int32_t growth_interval; /**< default 2000; >= 1 */
   int32_t enabled;         /**< default 1 */
   int32_t hysteresis;      /**< default 1 (back off on every overflow, as
-                                torch); N: back off only at the Nth
-                                consecutive overflowing update, then at every
-                                further consecutive one; a clean update
-                                restores the allowance */
-  double min_scale;        /**< default 0 (none): backoff never goes below */
-  double max_scale;        /**< default 0 (none): growth never goes above */
+                                torch); >= 1. N: the Nth overflow since the
+                                allowance was last restored backs off, and
+                                so does every further one until it is
+                                restored (at a completed growth interval, or
+                                see consecutive_hysteresis). As Megatron-LM's
+                                DynamicGradScaler and DeepSpeed's default,
+                                the N overflows need not be consecutive. */
+  double min_scale;        /**< default 0 (none). Lower bound: a backoff
+                                whose result would be below min_scale sets
+                                the scale to min_scale; at min_scale an
+                                overflow leaves the scale as it is, and
+                                counters.backoffs counts only the updates
+                                that lowered the scale. */
+  double max_scale;        /**< default 0 (none). Upper bound: a growth
+                                whose result would be above max_scale is not
+                                taken -- the scale stays where it is, so it
+                                remains init_scale times powers of the
+                                factors (with the default factors, a power
+                                of two, and scaling stays exact) and never
+                                exceeds max_scale -- unless
+                                clamp_to_max_scale. counters.growths counts
+                                only the updates that raised the scale. A
+                                growth to inf is never taken either. */
+  int32_t consecutive_hysteresis; /**< default 0. 1: every clean update
+                                       restores the allowance, so only N
+                                       consecutive overflows back off
+                                       (ampx's rule before this field
+                                       existed; DeepSpeed's
+                                       consecutive_hysteresis=True). */
+  int32_t clamp_to_max_scale;     /**< default 0. 1: a growth above
+                                       max_scale sets the scale to max_scale
+                                       (ampx's rule before this field
+                                       existed), which need not be a
+                                       power-of-two multiple of the scale. */
 } ampx_scaler_options;
 
 #define AMPX_SCALER_OPTIONS_INIT \
-  { sizeof(ampx_scaler_options), 65536.0, 2.0, 0.5, 2000, 1, 1, 0.0, 0.0 }
+  { sizeof(ampx_scaler_options), 65536.0, 2.0, 0.5, 2000, 1, 1, 0.0, 0.0, 0, 0 }
 
 /** Default options (same as AMPX_SCALER_OPTIONS_INIT). */
 AMPX_API ampx_scaler_options ampx_scaler_options_default(void);
@@ -757,17 +803,21 @@ AMPX_API ampx_status ampx_scaler_get_counters(ampx_scaler scaler,
 /** The scaler's persistent state (torch's GradScaler.state_dict() plus
  *  ampx's extras). */
 typedef struct ampx_scaler_state {
-  size_t struct_size; /**< set by the caller */
-  double scale;
-  double growth_factor;
-  double backoff_factor;
-  int32_t growth_interval;
-  int32_t growth_tracker;
-  int32_t hysteresis;
-  int32_t hysteresis_left;
-  double min_scale;
-  double max_scale;
-  ampx_scaler_counters counters;
+  size_t struct_size;      /**< set by the caller */
+  double scale;            /**< the current scale */
+  double growth_factor;    /**< as ampx_scaler_options */
+  double backoff_factor;   /**< as ampx_scaler_options */
+  int32_t growth_interval; /**< as ampx_scaler_options */
+  int32_t growth_tracker;  /**< clean updates since the last completed
+                                interval or overflow; in [0, interval) */
+  int32_t hysteresis;      /**< as ampx_scaler_options */
+  int32_t hysteresis_left; /**< the allowance: overflows still tolerated
+                                before backing off; in [0, hysteresis] */
+  double min_scale;        /**< as ampx_scaler_options */
+  double max_scale;        /**< as ampx_scaler_options */
+  ampx_scaler_counters counters; /**< as ampx_scaler_get_counters */
+  int32_t consecutive_hysteresis; /**< appended; see ampx_scaler_options */
+  int32_t clamp_to_max_scale;     /**< appended; see ampx_scaler_options */
 } ampx_scaler_state;
 
 /** Reads the whole state (synchronizes). Typically saved with a checkpoint. */
@@ -775,7 +825,11 @@ AMPX_API ampx_status ampx_scaler_get_state(ampx_scaler scaler, ampx_scaler_state
 
 /** Restores a state from ampx_scaler_get_state; validated like the options
  *  (nothing changes on error). Only allowed between iterations (every
- *  optimizer READY), else AMPX_ERR_ORDER. */
+ *  optimizer READY), else AMPX_ERR_ORDER. state->struct_size must be
+ *  sizeof(ampx_scaler_state), or offsetof(ampx_scaler_state,
+ *  consecutive_hysteresis) for a state from a program built before the two
+ *  flags were appended: consecutive_hysteresis and clamp_to_max_scale then
+ *  take their defaults (0). Any other size is INVALID_ARGUMENT. */
 AMPX_API ampx_status ampx_scaler_set_state(ampx_scaler scaler, const ampx_scaler_state *state);
 
 /* ========================================================================== */
@@ -903,9 +957,9 @@ AMPX_API ampx_status ampx_checkpoint(ampx_context ctx, ampx_segment_fn fn, void 
 /* An autocast policy makes ops choose their compute precision, as
  * torch.autocast: "lower precision" ops (matmul, linear) cast floating
  * inputs to the policy's dtype and accumulate in fp32; "fp32" ops (softmax,
- * log_softmax, losses, norms, exp/log, sums) cast inputs up to F32;
+ * log_softmax, losses, norms, exp/log, sum) cast inputs up to F32;
  * "promote" ops (add, sub, mul, concat) compute in the widest input type;
- * other ops keep their input type. Casts of F32 leaves that require grad
+ * other ops (mean among them, as in torch) keep their input type. Casts of F32 leaves that require grad
  * are cached for the life of the outermost autocast region. The gradient
  * of a cast is returned in the source dtype (F32 parameters get F32
  * gradients). Beyond torch: any op's class can be overridden at run time. */
@@ -991,7 +1045,13 @@ AMPX_API ampx_status ampx_silu(ampx_tensor x, ampx_tensor *out);
 AMPX_API ampx_status ampx_sigmoid(ampx_tensor x, ampx_tensor *out);
 AMPX_API ampx_status ampx_tanh(ampx_tensor x, ampx_tensor *out);
 
-/** Sum and mean of all elements: a one-element tensor ("sum", "mean": fp32). */
+/** Sum and mean of all elements, each a one-element tensor, accumulated in
+ *  fp32. ampx_sum returns F32 ("sum": fp32). ampx_mean returns x's dtype,
+ *  as torch.mean ("mean": keep; it is in neither of torch's autocast lists,
+ *  so an F16/BF16 input gives an F16/BF16 mean, under autocast or not): the
+ *  fp32 sum times fp32(1 / numel), rounded once to x's dtype (the mean of
+ *  no element is NaN). Its gradient, x's dtype, is the output's gradient
+ *  times fp32(1 / numel) in fp32, rounded once. */
 AMPX_API ampx_status ampx_sum(ampx_tensor x, ampx_tensor *out);
 AMPX_API ampx_status ampx_mean(ampx_tensor x, ampx_tensor *out);
 
@@ -1161,7 +1221,12 @@ AMPX_API ampx_status ampx_bce_with_logits(ampx_tensor logits, ampx_tensor target
  * Format: little-endian; a header with the magic "AMPXCKPT", the format
  * version and the file size; then sections, each with its own CRC-32C
  * (Castagnoli); then a CRC-32C of the whole file. This library reads and
- * writes format version 1.
+ * writes format version 1. Its scaler section comes in two layouts: 104
+ * bytes, written by this library, with consecutive_hysteresis and
+ * clamp_to_max_scale; and 96 bytes, written by libraries from before those
+ * options, which this library still reads, as the rule they applied: both
+ * options 1. Libraries from before the options refuse a 104-byte scaler
+ * section as CORRUPT.
  *
  * Crash safety: the file is written to a temporary file in the same
  * directory (named <path>.tmp-<random hex>), flushed to disk (fsync),

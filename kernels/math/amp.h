@@ -30,6 +30,13 @@ struct ScalerConfig {
   int32_t hysteresis;  // 1 = back off on every overflow, as PyTorch
   float min_scale;     // 0 = no floor
   float max_scale;     // 0 = no ceiling (growth still never reaches inf)
+  // false (Megatron-LM, DeepSpeed's default): the allowance is restored
+  // only when a growth interval completes; true: by every clean update.
+  bool consecutive_hysteresis = false;
+  // false: a growth past max_scale is not taken, so the scale stays a
+  // power-of-two multiple of the last one and scaling stays exact; true:
+  // the scale is clamped to max_scale.
+  bool clamp_to_max_scale = false;
 };
 
 AMPX_HD bool is_finite(float x) { return x - x == 0.0f; }
@@ -40,12 +47,16 @@ AMPX_HD float reciprocal_scale(float scale) {
 }
 
 // One update() of the scale.
-//  overflow: tracker = 0; after `hysteresis` consecutive overflowing updates
-//            (and on every further consecutive one) scale *= backoff, but
-//            not below min_scale;
-//  clean:    hysteresis is restored; tracker += 1; at growth_interval the
-//            scale grows by growth_factor if the result is finite (and is
-//            capped at max_scale), and the tracker restarts.
+//  overflow: tracker = 0; the allowance drops by one (not below 0); once it
+//            is 0 the scale backs off, scale *= backoff, but not below
+//            min_scale (counted as a backoff only when the scale fell);
+//  clean:    tracker += 1 (consecutive_hysteresis: the allowance is
+//            restored); at growth_interval the tracker restarts, the
+//            allowance is restored, and the scale grows by growth_factor
+//            when the result is finite and not above max_scale (with
+//            clamp_to_max_scale: capped at max_scale instead). The allowance
+//            is restored even when no growth follows: a whole interval was
+//            clean.
 AMPX_HD void scaler_update(ScalerState& s, bool found_inf, const ScalerConfig& c) {
   ++s.updates;
   if (found_inf) {
@@ -62,16 +73,20 @@ AMPX_HD void scaler_update(ScalerState& s, bool found_inf, const ScalerConfig& c
     }
     return;
   }
-  s.hysteresis_left = c.hysteresis;
+  if (c.consecutive_hysteresis) s.hysteresis_left = c.hysteresis;
   const int32_t successful = s.growth_tracker + 1;
   if (successful < c.growth_interval) {
     s.growth_tracker = successful;
     return;
   }
   s.growth_tracker = 0;
+  s.hysteresis_left = c.hysteresis;
   float grown = static_cast<float>(static_cast<double>(s.scale) * c.growth_factor);
   if (!is_finite(grown)) return;
-  if (c.max_scale > 0.0f && grown > c.max_scale) grown = c.max_scale;
+  if (c.max_scale > 0.0f && grown > c.max_scale) {
+    if (!c.clamp_to_max_scale) return;
+    grown = c.max_scale;
+  }
   if (grown > s.scale) {
     s.scale = grown;
     ++s.growths;

@@ -84,6 +84,8 @@ math::ScalerConfig Scaler::config() const {
   c.hysteresis = options_.hysteresis;
   c.min_scale = static_cast<float>(options_.min_scale);
   c.max_scale = static_cast<float>(options_.max_scale);
+  c.consecutive_hysteresis = options_.consecutive_hysteresis;
+  c.clamp_to_max_scale = options_.clamp_to_max_scale;
   return c;
 }
 

@@ -21,6 +21,8 @@ struct ScalerOptions {
   int32_t hysteresis = 1;
   double min_scale = 0.0;
   double max_scale = 0.0;
+  bool consecutive_hysteresis = false;  // see math::ScalerConfig
+  bool clamp_to_max_scale = false;
 };
 
 // Throws AMPX_ERR_INVALID_ARGUMENT naming the first bad option.

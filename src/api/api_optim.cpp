@@ -1,5 +1,6 @@
 // api_optim.cpp -- optimizers, loss scalers, clipping and diagnostics.
 #include <cfloat>
+#include <cstddef>
 #include <cmath>
 #include <cstring>
 
@@ -48,6 +49,8 @@ ScalerOptions scaler_options_from(const ampx_scaler_options& o) {
   options.hysteresis = o.hysteresis;
   options.min_scale = o.min_scale;
   options.max_scale = o.max_scale;
+  options.consecutive_hysteresis = flag(o.consecutive_hysteresis);
+  options.clamp_to_max_scale = flag(o.clamp_to_max_scale);
   return options;
 }
 
@@ -106,8 +109,8 @@ ampx_status ampx_optimizer_create_adam(ampx_context ctx, const ampx_tensor* para
     hyper.kind = OptimizerKind::Adam;
     hyper.lr = o.lr;
     hyper.weight_decay = o.weight_decay;
-    hyper.adam.beta1 = static_cast<float>(o.beta1);
-    hyper.adam.beta2 = static_cast<float>(o.beta2);
+    hyper.adam.beta1 = o.beta1;
+    hyper.adam.beta2 = o.beta2;
     hyper.adam.eps = static_cast<float>(o.eps);
     hyper.adam.amsgrad = flag(o.amsgrad);
     hyper.adam.maximize = flag(o.maximize);
@@ -369,6 +372,8 @@ ampx_status ampx_scaler_get_state(ampx_scaler scaler, ampx_scaler_state* state) 
     full.min_scale = o.min_scale;
     full.max_scale = o.max_scale;
     full.counters = {sizeof(ampx_scaler_counters), d.updates, d.skipped, d.backoffs, d.growths};
+    full.consecutive_hysteresis = o.consecutive_hysteresis ? 1 : 0;
+    full.clamp_to_max_scale = o.clamp_to_max_scale ? 1 : 0;
     write_struct(state, full, "state");
   });
 }
@@ -377,9 +382,15 @@ ampx_status ampx_scaler_set_state(ampx_scaler scaler, const ampx_scaler_state* s
   return guard(__func__, [&] {
     Scaler& s = scaler_arg(scaler, "scaler");
     require_pointer(state, "state");
-    if (state->struct_size < sizeof(ampx_scaler_state))
+    // A state from a program built before the two flags were appended is
+    // complete for that program; the flags then read as their defaults.
+    constexpr size_t kFlagsStart = offsetof(ampx_scaler_state, consecutive_hysteresis);
+    if (state->struct_size != kFlagsStart && state->struct_size < sizeof(ampx_scaler_state))
       fail(AMPX_ERR_INVALID_ARGUMENT, "state->struct_size is ", state->struct_size,
-           "; a state to restore must be a complete ampx_scaler_state (from ampx_scaler_get_state)");
+           "; a state to restore must be a complete ampx_scaler_state (from ampx_scaler_get_state): ",
+           sizeof(ampx_scaler_state), " bytes, or ", kFlagsStart, " from a program built before ",
+           "consecutive_hysteresis and clamp_to_max_scale");
+    const bool has_flags = state->struct_size >= sizeof(ampx_scaler_state);
     if (s.iteration_in_progress())
       fail(AMPX_ERR_ORDER, "the scaler state can only be restored between iterations (after "
                            "ampx_scaler_update)");
@@ -394,6 +405,8 @@ ampx_status ampx_scaler_set_state(ampx_scaler scaler, const ampx_scaler_state* s
     options.hysteresis = state->hysteresis;
     options.min_scale = state->min_scale;
     options.max_scale = state->max_scale;
+    options.consecutive_hysteresis = has_flags && flag(state->consecutive_hysteresis);
+    options.clamp_to_max_scale = has_flags && flag(state->clamp_to_max_scale);
     validate_scaler_options(options);
     if (state->growth_tracker < 0 || state->growth_tracker >= state->growth_interval)
       fail(AMPX_ERR_INVALID_ARGUMENT, "growth_tracker is ", state->growth_tracker,

@@ -12,7 +12,7 @@ const std::unordered_map<std::string, OpClass>& op_table() {
       {"matmul", OpClass::LowerPrecision}, {"linear", OpClass::LowerPrecision},
       {"softmax", OpClass::Fp32},          {"log_softmax", OpClass::Fp32},
       {"cross_entropy", OpClass::Fp32},    {"mse_loss", OpClass::Fp32},
-      {"sum", OpClass::Fp32},              {"mean", OpClass::Fp32},
+      {"sum", OpClass::Fp32},              {"mean", OpClass::Keep},
       {"add", OpClass::Promote},           {"sub", OpClass::Promote},
       {"mul", OpClass::Promote},           {"affine", OpClass::Keep},
       {"relu", OpClass::Keep},             {"gelu", OpClass::Keep},

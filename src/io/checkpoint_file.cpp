@@ -37,7 +37,9 @@ namespace {
 //           u32 name size, name, u32 dtype, u32 group, u32 ndim, i64
 //           dims[ndim]; then u64 size and the bytes of
 //           ampx_optimizer_save_state
-//   "SCAL": the scaler, kScalerPayloadBytes (see write_scaler)
+//   "SCAL": the scaler, kScalerPayloadBytes (see write_scaler); files from
+//           before consecutive_hysteresis and clamp_to_max_scale hold the
+//           kScalerPayloadBytesV1 bytes before those two flags
 // trailer: u32 CRC-32C of every byte before it
 //
 // The header is checked before the rest is read, so a file that is not a
@@ -49,7 +51,8 @@ constexpr uint32_t kVersion = 1;
 constexpr size_t kHeaderBytes = 32;
 constexpr size_t kSectionHeadBytes = 16;
 constexpr size_t kChecksumBytes = 4;
-constexpr uint64_t kScalerPayloadBytes = 96;
+constexpr uint64_t kScalerPayloadBytes = 104;
+constexpr uint64_t kScalerPayloadBytesV1 = 96;
 
 constexpr uint32_t tag_of(const char (&text)[5]) {
   return static_cast<uint32_t>(static_cast<unsigned char>(text[0])) |
@@ -347,6 +350,8 @@ void write_scaler(Writer& w, const ScalerRecord& s) {
   w.value(s.options.hysteresis);
   w.value(s.options.min_scale);
   w.value(s.options.max_scale);
+  w.value(static_cast<uint32_t>(s.options.consecutive_hysteresis));
+  w.value(static_cast<uint32_t>(s.options.clamp_to_max_scale));
   if (w.written() - start != kScalerPayloadBytes)
     fail(AMPX_ERR_INTERNAL, "the scaler record is ", w.written() - start, " bytes, not ",
          kScalerPayloadBytes);
@@ -511,7 +516,10 @@ OptimizerRecord parse_optimizer(Reader r, uint64_t payload_bytes) {
   return o;
 }
 
-ScalerRecord parse_scaler(Reader r) {
+ScalerRecord parse_scaler(Reader r, uint64_t payload) {
+  if (payload != kScalerPayloadBytes && payload != kScalerPayloadBytesV1)
+    fail(AMPX_ERR_CORRUPT, "the scaler section is ", payload, " bytes; expected ",
+         kScalerPayloadBytes, " (or ", kScalerPayloadBytesV1, " from an older ampx)");
   ScalerRecord s;
   const uint32_t enabled = r.value<uint32_t>();
   if (enabled > 1) fail(AMPX_ERR_CORRUPT, "the scaler section's enabled flag is ", enabled);
@@ -531,6 +539,19 @@ ScalerRecord parse_scaler(Reader r) {
   s.options.hysteresis = r.value<int32_t>();
   s.options.min_scale = r.value<double>();
   s.options.max_scale = r.value<double>();
+  if (payload == kScalerPayloadBytesV1) {
+    // The rule those files' scalers ran under, so they resume as they ran.
+    s.options.consecutive_hysteresis = true;
+    s.options.clamp_to_max_scale = true;
+  } else {
+    const uint32_t consecutive = r.value<uint32_t>();
+    const uint32_t clamp = r.value<uint32_t>();
+    if (consecutive > 1 || clamp > 1)
+      fail(AMPX_ERR_CORRUPT, "the scaler section's consecutive_hysteresis and clamp_to_max_scale "
+                             "flags are ", consecutive, " and ", clamp, "; each must be 0 or 1");
+    s.options.consecutive_hysteresis = consecutive != 0;
+    s.options.clamp_to_max_scale = clamp != 0;
+  }
   r.expect_end();
   // What ampx_scaler_set_state would refuse, so a crafted file cannot put
   // the scaler in a state no program could.
@@ -616,7 +637,7 @@ Contents parse(const std::vector<unsigned char>& file, uint32_t section_count,
       contents.optimizer = parse_optimizer(Reader(data, payload, "optimizer section"), payload);
     } else if (tag == kScalerTag) {
       once(contents.scaler.has_value());
-      contents.scaler = parse_scaler(Reader(data, payload, "scaler section"));
+      contents.scaler = parse_scaler(Reader(data, payload, "scaler section"), payload);
     } else {
       fail(AMPX_ERR_CORRUPT, "section ", s, " of '", path, "' has the unknown tag '",
            tag_text(tag), "'");

@@ -1,5 +1,6 @@
 // reduce.cpp -- sum/mean, softmax/log-softmax, cross-entropy, MSE. Sums and
-// losses return one F32 element (fp32 is where reductions belong).
+// losses return one F32 element (fp32 is where reductions belong); a mean
+// returns its input's dtype, as torch's, from an fp32 accumulation.
 #include <cmath>
 #include <vector>
 
@@ -133,10 +134,17 @@ Tensor* op_sum(Tensor& x_in, bool mean) {
   std::vector<TensorRef> in = op_inputs(ctx, mean ? "mean" : "sum", {&x_in});
   Tensor& x = *in[0];
   const float scale = mean ? 1.0f / static_cast<float>(x.numel()) : 1.0f;
-  TensorRef out = new_tensor(ctx, DType::F32, scalar_shape());
-  auto* result = static_cast<float*>(out->data());
-  nn_of(ctx, mean ? "mean" : "sum").sum_all(x.data(), x.dtype, x.numel(), result);
-  if (mean) nn_of(ctx, mean ? "mean" : "sum").affine(result, result, DType::F32, 1, scale, 0.0f);
+  // torch's mean keeps its input's dtype (it is in neither autocast list)
+  // and accumulates in fp32; its sum here stays fp32 (the fp32 class).
+  const DType out_dtype = mean ? x.dtype : DType::F32;
+  TensorRef out = new_tensor(ctx, out_dtype, scalar_shape());
+  TensorRef accumulator =
+      out_dtype == DType::F32 ? retained(*out) : new_tensor(ctx, DType::F32, scalar_shape());
+  auto* result = static_cast<float*>(accumulator->data());
+  NnPrimitives& nn = nn_of(ctx, mean ? "mean" : "sum");
+  nn.sum_all(x.data(), x.dtype, x.numel(), result);
+  if (mean) nn.affine(result, result, DType::F32, 1, scale, 0.0f);
+  if (out_dtype != DType::F32) ctx.backend().convert(out->data(), out_dtype, result, DType::F32, 1);
   if (should_record(ctx, {&x})) {
     auto node = make_node<SumNode>({&in[0]});
     node->scale = scale;

@@ -82,9 +82,9 @@ void validate_hyper(const OptimizerHyper& h) {
       fail(AMPX_ERR_INVALID_ARGUMENT, "nesterov needs momentum > 0 and dampening 0 (momentum is ",
            h.sgd.momentum, ", dampening ", h.sgd.dampening, ")");
   } else {
-    if (!(h.adam.beta1 >= 0.0f && h.adam.beta1 < 1.0f))
+    if (!(h.adam.beta1 >= 0.0 && h.adam.beta1 < 1.0))
       fail(AMPX_ERR_INVALID_ARGUMENT, "beta1 is ", h.adam.beta1, "; it must be in [0, 1)");
-    if (!(h.adam.beta2 >= 0.0f && h.adam.beta2 < 1.0f))
+    if (!(h.adam.beta2 >= 0.0 && h.adam.beta2 < 1.0))
       fail(AMPX_ERR_INVALID_ARGUMENT, "beta2 is ", h.adam.beta2, "; it must be in [0, 1)");
     check_non_negative(h.adam.eps, "eps");
   }
@@ -534,8 +534,8 @@ void Optimizer::load_state(const void* buffer, size_t bytes) {
   restored.adam.maximize = header.maximize != 0;
   restored.adam.amsgrad = header.amsgrad != 0;
   restored.adam.decoupled_weight_decay = header.decoupled_weight_decay != 0;
-  restored.adam.beta1 = static_cast<float>(header.beta1);
-  restored.adam.beta2 = static_cast<float>(header.beta2);
+  restored.adam.beta1 = header.beta1;
+  restored.adam.beta2 = header.beta2;
   restored.adam.eps = static_cast<float>(header.eps);
   try {
     validate_hyper(restored);

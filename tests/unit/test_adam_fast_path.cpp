@@ -81,10 +81,10 @@ TEST_CASE("cpu adam: the vectorised path equals math::adam_update bit for bit") 
           const StepScalars scalars{nullptr, &lr, &weight_decay};
           cpu::adam_step(pool, {p}, config, scalars);
 
-          const math::AdamStepFactors f = math::adam_step_factors(step, lr, config);
+          const math::AdamStepFactors f = math::adam_step_factors(step, lr, weight_decay, config);
           float no_max = 0.0f;
           for (size_t j = 0; j < n; ++j)
-            math::adam_update(rw[j], g[j], rm[j], rv[j], no_max, lr, weight_decay, f, config);
+            math::adam_update(rw[j], g[j], rm[j], rv[j], no_max, weight_decay, f, config);
           CHECK(same_bits(w, rw));
           CHECK(same_bits(m, rm));
           CHECK(same_bits(v, rv));

@@ -731,7 +731,11 @@ TEST_CASE("amp primitives: a scale of 1e38 grows once and never becomes inf") {
 
 TEST_CASE("amp primitives: hysteresis backs off from the 3rd consecutive overflow on") {
   Device d;
-  Scaler s(d, 1024.0f, scaler_config(100, 3));
+  // The rule this case states, no longer the default: a clean update
+  // restores the allowance.
+  ScalerConfig c = scaler_config(100, 3);
+  c.consecutive_hysteresis = true;
+  Scaler s(d, 1024.0f, c);
   // Each row: the flag of one update and the scale after it.
   const std::pair<bool, float> sequence[] = {
       {true, 1024}, {true, 1024}, {true, 512},  // the 3rd consecutive overflow backs off
@@ -766,7 +770,9 @@ TEST_CASE("amp primitives: min_scale floors a backoff and max_scale caps a growt
     CHECK(s.get().skipped == 2);
   }
   SUBCASE("cap") {
-    Scaler s(d, 6.0f, scaler_config(1, 1, 0.0f, 10.0f));
+    ScalerConfig c = scaler_config(1, 1, 0.0f, 10.0f);
+    c.clamp_to_max_scale = true;  // the rule this case states; no longer the default
+    Scaler s(d, 6.0f, c);
     s.update(false);
     CHECK(s.get().scale == 10.0f);
     s.update(false);
@@ -831,6 +837,9 @@ TEST_CASE("amp primitives: random update sequences follow the scaler's rules") {
   ScalerConfig c = scaler_config(3, 2, 0x1p-6f, 0x1p20f);
   c.backoff_factor = 0.25;
   c.growth_factor = 3.0;
+  // The rules the model states, no longer the defaults.
+  c.consecutive_hysteresis = true;
+  c.clamp_to_max_scale = true;
   Device d;
   Scaler s(d, 1000.0f, c);
   Model m{1000.0f};

@@ -451,6 +451,7 @@ TEST_CASE("scaler: hysteresis 2 and 3 back off only at the Nth consecutive overf
   SUBCASE("hysteresis 2") {
     ampx_scaler_options o = scaler_options(1024, 2);
     o.hysteresis = 2;
+    o.consecutive_hysteresis = 1;  // the rule this case states; no longer the default
     ScriptRig rig(o);
     rig.run("I");
     CHECK(scale_of(rig.scaler) == 1024);  // tolerated once
@@ -466,6 +467,7 @@ TEST_CASE("scaler: hysteresis 2 and 3 back off only at the Nth consecutive overf
   SUBCASE("hysteresis 3") {
     ampx_scaler_options o = scaler_options(1 << 20, 4);
     o.hysteresis = 3;
+    o.consecutive_hysteresis = 1;  // the rule this case states; no longer the default
     ScriptRig rig(o);
     rig.run("IIC");
     CHECK(scale_of(rig.scaler) == (1 << 20));
@@ -497,6 +499,7 @@ TEST_CASE("scaler: min_scale and max_scale bound the scale") {
   SUBCASE("max_scale") {
     ampx_scaler_options o = scaler_options(1024, 1);
     o.max_scale = 3000;
+    o.clamp_to_max_scale = 1;  // the rule this case states; no longer the default
     ScriptRig rig(o);
     rig.run("CCCC");
     CHECK(scale_of(rig.scaler) == 3000);

@@ -363,6 +363,7 @@ struct ScalerRef {
   double scale = 65536, growth = 2, backoff = 0.5;
   int interval = 2000, hysteresis = 1;
   double min_scale = 0, max_scale = 0;
+  bool consecutive_hysteresis = false, clamp_to_max_scale = false;
   int tracker = 0, hysteresis_left = 1;
   int64_t updates = 0, skipped = 0, backoffs = 0, growths = 0;
 
@@ -375,6 +376,8 @@ struct ScalerRef {
     r.hysteresis = r.hysteresis_left = o.hysteresis;
     r.min_scale = o.min_scale;
     r.max_scale = o.max_scale;
+    r.consecutive_hysteresis = o.consecutive_hysteresis != 0;
+    r.clamp_to_max_scale = o.clamp_to_max_scale != 0;
     return r;
   }
 
@@ -394,12 +397,16 @@ struct ScalerRef {
       }
       return;
     }
-    hysteresis_left = hysteresis;
+    if (consecutive_hysteresis) hysteresis_left = hysteresis;
     if (++tracker < interval) return;
     tracker = 0;
+    hysteresis_left = hysteresis;  // a whole clean interval, grown or not
     double grown = static_cast<float>(scale * growth);
     if (!std::isfinite(grown)) return;
-    if (max_scale > 0 && grown > max_scale) grown = static_cast<float>(max_scale);
+    if (max_scale > 0 && grown > max_scale) {
+      if (!clamp_to_max_scale) return;
+      grown = static_cast<float>(max_scale);
+    }
     if (grown > scale) {
       scale = grown;
       ++growths;

@@ -183,6 +183,8 @@ struct ScalerOptions
     hysteresis::Int32
     min_scale::Float64
     max_scale::Float64
+    consecutive_hysteresis::Int32
+    clamp_to_max_scale::Int32
 end
 
 "`ampx_scaler_counters`."
@@ -207,6 +209,8 @@ struct ScalerState
     min_scale::Float64
     max_scale::Float64
     counters::ScalerCounters
+    consecutive_hysteresis::Int32
+    clamp_to_max_scale::Int32
 end
 
 "`ampx_autocast_options`; see `autocast_options`."

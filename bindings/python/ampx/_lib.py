@@ -104,7 +104,8 @@ class ScalerOptions(Structure):
     _fields_ = [("struct_size", c_size_t), ("init_scale", c_double),
                 ("growth_factor", c_double), ("backoff_factor", c_double),
                 ("growth_interval", c_int32), ("enabled", c_int32), ("hysteresis", c_int32),
-                ("min_scale", c_double), ("max_scale", c_double)]
+                ("min_scale", c_double), ("max_scale", c_double),
+                ("consecutive_hysteresis", c_int32), ("clamp_to_max_scale", c_int32)]
 
 
 class ScalerCountersStruct(Structure):
@@ -117,7 +118,8 @@ class ScalerStateStruct(Structure):
                 ("backoff_factor", c_double), ("growth_interval", c_int32),
                 ("growth_tracker", c_int32), ("hysteresis", c_int32),
                 ("hysteresis_left", c_int32), ("min_scale", c_double),
-                ("max_scale", c_double), ("counters", ScalerCountersStruct)]
+                ("max_scale", c_double), ("counters", ScalerCountersStruct),
+                ("consecutive_hysteresis", c_int32), ("clamp_to_max_scale", c_int32)]
 
 
 class NonfiniteGradStruct(Structure):

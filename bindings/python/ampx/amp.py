@@ -98,7 +98,8 @@ class ScalerCounters(NamedTuple):
 
 
 _STATE_FIELDS = ("scale", "growth_factor", "backoff_factor", "growth_interval",
-                 "growth_tracker", "hysteresis", "hysteresis_left", "min_scale", "max_scale")
+                 "growth_tracker", "hysteresis", "hysteresis_left", "min_scale", "max_scale",
+                 "consecutive_hysteresis", "clamp_to_max_scale")
 
 
 def _optimizer_handle(optimizer) -> int:
@@ -118,9 +119,17 @@ class Scaler(Resource):
         backoff_factor: 0.5.
         growth_interval: 2000.
         enabled: True; a disabled scaler is a pass-through (scale 1).
-        hysteresis: 1 (back off at every overflow, as torch); N: only at the
-            Nth consecutive overflowing update.
-        min_scale, max_scale: 0 (no bound).
+        hysteresis: 1 (back off at every overflow, as torch); N: at the Nth
+            overflow since the allowance was last restored, and at every
+            further one; the allowance is restored when a growth interval
+            completes (Megatron-LM, DeepSpeed), so the N need not be
+            consecutive.
+        min_scale, max_scale: 0 (no bound). A growth above max_scale is not
+            taken (the scale stays a power-of-two multiple).
+        consecutive_hysteresis: False; True: every clean update restores the
+            allowance (only N consecutive overflows back off).
+        clamp_to_max_scale: False; True: a growth above max_scale sets the
+            scale to max_scale.
 
     The loop is ``backward(loss, scaler)`` (or ``scaler.scale(loss)``),
     ``unscale_(opt)`` (optional, before clipping), ``step(opt)``,
@@ -133,7 +142,8 @@ class Scaler(Resource):
                  growth_factor: float | None = None, backoff_factor: float | None = None,
                  growth_interval: int | None = None, enabled: bool = True,
                  hysteresis: int | None = None, min_scale: float | None = None,
-                 max_scale: float | None = None):
+                 max_scale: float | None = None, consecutive_hysteresis: bool = False,
+                 clamp_to_max_scale: bool = False):
         context = _context_arg(context)
         options = lib.ampx_scaler_options_default()
         for field, value in (("init_scale", init_scale), ("growth_factor", growth_factor),
@@ -146,6 +156,9 @@ class Scaler(Resource):
         if hysteresis is not None:
             options.hysteresis = int_arg(hysteresis, "hysteresis")
         options.enabled = bool_arg(enabled, "enabled")
+        options.consecutive_hysteresis = bool_arg(consecutive_hysteresis,
+                                                  "consecutive_hysteresis")
+        options.clamp_to_max_scale = bool_arg(clamp_to_max_scale, "clamp_to_max_scale")
         out = ctypes.c_void_p()
         lib.ampx_scaler_create(context.handle, ctypes.byref(options), ctypes.byref(out))
         super().__init__(out.value, lib.ampx_scaler_release)
@@ -235,7 +248,8 @@ class Scaler(Resource):
             if field in state:
                 value = state[field]
                 is_int = field in ("growth_interval", "growth_tracker", "hysteresis",
-                                   "hysteresis_left")
+                                   "hysteresis_left", "consecutive_hysteresis",
+                                   "clamp_to_max_scale")
                 setattr(out, field, int_arg(value, field) if is_int else float_arg(value, field))
         for field, value in state.get("counters", {}).items():
             if field not in ScalerCounters._fields:

@@ -98,7 +98,7 @@ def sum(x: Tensor) -> Tensor:  # noqa: A001  (as torch.sum)
 
 
 def mean(x: Tensor) -> Tensor:
-    """The mean of all elements, a one-element tensor (computed in fp32)."""
+    """The mean of all elements, a one-element tensor of x's dtype (accumulated in fp32)."""
     return _unary(lib.ampx_mean, x)
 
 

@@ -42,7 +42,8 @@ const STRUCTS: &[(&str, &[&str])] = &[
         "ampx_scaler_options",
         &[
             "struct_size", "init_scale", "growth_factor", "backoff_factor", "growth_interval",
-            "enabled", "hysteresis", "min_scale", "max_scale",
+            "enabled", "hysteresis", "min_scale", "max_scale", "consecutive_hysteresis",
+            "clamp_to_max_scale",
         ],
     ),
     ("ampx_scaler_counters", &["struct_size", "updates", "skipped", "backoffs", "growths"]),
@@ -51,6 +52,7 @@ const STRUCTS: &[(&str, &[&str])] = &[
         &[
             "struct_size", "scale", "growth_factor", "backoff_factor", "growth_interval",
             "growth_tracker", "hysteresis", "hysteresis_left", "min_scale", "max_scale", "counters",
+            "consecutive_hysteresis", "clamp_to_max_scale",
         ],
     ),
     ("ampx_nonfinite_grad", &["param", "name", "nan_count", "inf_count"]),

@@ -102,16 +102,19 @@ __attribute__((always_inline)) inline void adam_dense(float* __restrict w,
                                                       int64_t n, float lr, float weight_decay,
                                                       math::AdamStepFactors f,
                                                       math::AdamConfig c) {
-  const float one_minus_beta1 = 1.0f - c.beta1, one_minus_beta2 = 1.0f - c.beta2;
-  const float decay = 1.0f - lr * weight_decay;
+  // Copies the compiler can keep in registers: f is passed by value, but
+  // the stores through w, m and v would otherwise not rule out aliasing.
+  const float beta1 = f.beta1, one_minus_beta1 = f.one_minus_beta1;
+  const float beta2 = f.beta2, one_minus_beta2 = f.one_minus_beta2;
+  const float decay = f.decay;
   for (int64_t j = 0; j < n; ++j) {
     float grad = g[j];
     if constexpr (Maximize) grad = -grad;
     float weight = w[j];
     if constexpr (D == Decay::Decoupled) weight *= decay;
     if constexpr (D == Decay::L2) grad += weight_decay * weight;
-    const float mj = c.beta1 * m[j] + one_minus_beta1 * grad;
-    const float vj = c.beta2 * v[j] + one_minus_beta2 * grad * grad;
+    const float mj = beta1 * m[j] + one_minus_beta1 * grad;
+    const float vj = beta2 * v[j] + one_minus_beta2 * grad * grad;
     m[j] = mj;
     v[j] = vj;
     const float denom = std::sqrt(vj) / f.bias_correction2_sqrt + c.eps;
@@ -333,7 +336,8 @@ void adam_step(ThreadPool& pool, const std::vector<OptimParam>& params,
   std::vector<math::AdamStepFactors> factors(params.size());
   for (size_t i = 0; i < params.size(); ++i)
     if (params[i].count > 0)
-      factors[i] = math::adam_step_factors(*params[i].step, scalars.lr[params[i].group], config);
+      factors[i] = math::adam_step_factors(*params[i].step, scalars.lr[params[i].group],
+                                           scalars.weight_decay[params[i].group], config);
   Plan(element_counts(params)).for_each_chunk(pool, [&](int64_t, const Chunk& c) {
     const size_t i = static_cast<size_t>(c.tensor);
     const OptimParam& p = params[i];
@@ -353,7 +357,7 @@ void adam_step(ThreadPool& pool, const std::vector<OptimParam>& params,
     float no_max = 0.0f;  // adam_update leaves it alone without amsgrad
     update_chunk(p, c, [&](float& w, float g, int64_t j) {
       math::adam_update(w, g, p.state0[j], p.state1[j], p.state2 != nullptr ? p.state2[j] : no_max,
-                        lr, weight_decay, factors[i], config);
+                        weight_decay, factors[i], config);
     });
   });
 }

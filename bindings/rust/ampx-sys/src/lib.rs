@@ -219,6 +219,8 @@ pub struct ampx_scaler_options {
     pub hysteresis: i32,
     pub min_scale: c_double,
     pub max_scale: c_double,
+    pub consecutive_hysteresis: i32,
+    pub clamp_to_max_scale: i32,
 }
 
 /// `ampx_scaler_counters` (set `struct_size` before the call).
@@ -247,6 +249,8 @@ pub struct ampx_scaler_state {
     pub min_scale: c_double,
     pub max_scale: c_double,
     pub counters: ampx_scaler_counters,
+    pub consecutive_hysteresis: i32,
+    pub clamp_to_max_scale: i32,
 }
 
 // ---------------------------------------------------------------------------

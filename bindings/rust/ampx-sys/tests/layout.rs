@@ -36,9 +36,9 @@ fn rust_layout() -> Vec<(String, usize)> {
         ampx_memory_stats { struct_size, current_bytes, peak_bytes, allocation_count, reserved_bytes }
         ampx_sgd_options { struct_size, lr, momentum, dampening, weight_decay, nesterov, maximize }
         ampx_adam_options { struct_size, lr, beta1, beta2, eps, weight_decay, amsgrad, maximize, decoupled_weight_decay }
-        ampx_scaler_options { struct_size, init_scale, growth_factor, backoff_factor, growth_interval, enabled, hysteresis, min_scale, max_scale }
+        ampx_scaler_options { struct_size, init_scale, growth_factor, backoff_factor, growth_interval, enabled, hysteresis, min_scale, max_scale, consecutive_hysteresis, clamp_to_max_scale }
         ampx_scaler_counters { struct_size, updates, skipped, backoffs, growths }
-        ampx_scaler_state { struct_size, scale, growth_factor, backoff_factor, growth_interval, growth_tracker, hysteresis, hysteresis_left, min_scale, max_scale, counters }
+        ampx_scaler_state { struct_size, scale, growth_factor, backoff_factor, growth_interval, growth_tracker, hysteresis, hysteresis_left, min_scale, max_scale, counters, consecutive_hysteresis, clamp_to_max_scale }
         ampx_nonfinite_grad { param, name, nan_count, inf_count }
         ampx_autocast_options { struct_size, dtype, enabled, cache }
     }
@@ -80,11 +80,17 @@ fn layouts_match_hand_computed_lp64_values() {
     assert_eq!(offset_of!(sys::ampx_sgd_options, maximize), 44);
     assert_eq!(size_of::<sys::ampx_adam_options>(), 64);
     assert_eq!(offset_of!(sys::ampx_adam_options, decoupled_weight_decay), 56);
-    assert_eq!(size_of::<sys::ampx_scaler_options>(), 64);
+    // 64 and 104 bytes before consecutive_hysteresis and clamp_to_max_scale
+    // were appended: the old prefixes are unchanged.
+    assert_eq!(size_of::<sys::ampx_scaler_options>(), 72);
     assert_eq!(offset_of!(sys::ampx_scaler_options, min_scale), 48);
+    assert_eq!(offset_of!(sys::ampx_scaler_options, consecutive_hysteresis), 64);
+    assert_eq!(offset_of!(sys::ampx_scaler_options, clamp_to_max_scale), 68);
     assert_eq!(size_of::<sys::ampx_scaler_counters>(), 40);
-    assert_eq!(size_of::<sys::ampx_scaler_state>(), 104);
+    assert_eq!(size_of::<sys::ampx_scaler_state>(), 112);
     assert_eq!(offset_of!(sys::ampx_scaler_state, counters), 64);
+    assert_eq!(offset_of!(sys::ampx_scaler_state, consecutive_hysteresis), 104);
+    assert_eq!(offset_of!(sys::ampx_scaler_state, clamp_to_max_scale), 108);
     assert_eq!(size_of::<sys::ampx_nonfinite_grad>(), 32);
     assert_eq!(size_of::<sys::ampx_autocast_options>(), 24);
     // Enums are C ints; function pointers in Option are one pointer.
@@ -107,6 +113,7 @@ fn default_options_report_their_struct_size() {
         let scaler = sys::ampx_scaler_options_default();
         assert_eq!(scaler.struct_size, size_of::<sys::ampx_scaler_options>());
         assert_eq!((scaler.init_scale, scaler.growth_interval, scaler.hysteresis), (65536.0, 2000, 1));
+        assert_eq!((scaler.consecutive_hysteresis, scaler.clamp_to_max_scale), (0, 0));
         let autocast = sys::ampx_autocast_options_default();
         assert_eq!(autocast.struct_size, size_of::<sys::ampx_autocast_options>());
         assert_eq!(autocast.dtype, sys::AMPX_F16);

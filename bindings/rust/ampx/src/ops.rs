@@ -156,7 +156,8 @@ unary_ops! {
     tanh => ampx_tanh;
     /// Sum of all elements, one element ("sum": fp32).
     sum => ampx_sum;
-    /// Mean of all elements, one element ("mean": fp32).
+    /// Mean of all elements, one element of x's dtype, accumulated in fp32
+    /// ("mean": keep).
     mean => ampx_mean;
     /// Softmax over the last dimension ("softmax": fp32).
     softmax => ampx_softmax;

@@ -21,12 +21,17 @@ pub struct ScalerOptions {
     pub growth_interval: i32,
     /// A disabled scaler is a pass-through (default enabled).
     pub enabled: bool,
-    /// Back off only at the Nth consecutive overflow (default 1).
+    /// Back off from the Nth overflow since the allowance was last
+    /// restored, at a completed growth interval (default 1).
     pub hysteresis: i32,
     /// Lower bound of backoff (0: none).
     pub min_scale: f64,
-    /// Upper bound of growth (0: none).
+    /// Upper bound of growth (0: none); a growth above it is not taken.
     pub max_scale: f64,
+    /// Every clean update restores the allowance (default false).
+    pub consecutive_hysteresis: bool,
+    /// A growth above `max_scale` sets the scale to it (default false).
+    pub clamp_to_max_scale: bool,
 }
 
 impl Default for ScalerOptions {
@@ -42,6 +47,8 @@ impl Default for ScalerOptions {
             hysteresis: o.hysteresis,
             min_scale: o.min_scale,
             max_scale: o.max_scale,
+            consecutive_hysteresis: o.consecutive_hysteresis != 0,
+            clamp_to_max_scale: o.clamp_to_max_scale != 0,
         }
     }
 }
@@ -99,6 +106,10 @@ pub struct ScalerState {
     pub max_scale: f64,
     /// The counters.
     pub counters: ScalerCounters,
+    /// See [`ScalerOptions::consecutive_hysteresis`].
+    pub consecutive_hysteresis: bool,
+    /// See [`ScalerOptions::clamp_to_max_scale`].
+    pub clamp_to_max_scale: bool,
 }
 
 /// A dynamic loss scaler. The loop: `loss.backward(Some(&scaler))` (or
@@ -125,6 +136,8 @@ impl Scaler {
         o.hysteresis = options.hysteresis;
         o.min_scale = options.min_scale;
         o.max_scale = options.max_scale;
+        o.consecutive_hysteresis = options.consecutive_hysteresis.into();
+        o.clamp_to_max_scale = options.clamp_to_max_scale.into();
         let mut out = ptr::null_mut();
         // SAFETY: live context, valid pointers.
         check(unsafe { sys::ampx_scaler_create(ctx.as_raw(), &o, &mut out) })?;
@@ -230,6 +243,8 @@ impl Scaler {
             min_scale: s.min_scale,
             max_scale: s.max_scale,
             counters: ScalerCounters::from_raw(&s.counters),
+            consecutive_hysteresis: s.consecutive_hysteresis != 0,
+            clamp_to_max_scale: s.clamp_to_max_scale != 0,
         })
     }
 
@@ -247,6 +262,8 @@ impl Scaler {
             min_scale: state.min_scale,
             max_scale: state.max_scale,
             counters: state.counters.to_raw(),
+            consecutive_hysteresis: state.consecutive_hysteresis.into(),
+            clamp_to_max_scale: state.clamp_to_max_scale.into(),
         };
         // SAFETY: live handle, valid struct.
         check(unsafe { sys::ampx_scaler_set_state(self.as_raw(), &s) })
