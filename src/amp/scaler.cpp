@@ -61,16 +61,16 @@ Scaler* Scaler::create(Context& ctx, const ScalerOptions& options) {
   initial.hysteresis_left = options.hysteresis;
   ctx.backend().copy_from_host(state->data(), &initial, sizeof initial);
   auto* scaler = new Scaler(ctx, options);
-  scaler->state_ = state.take();
-  scaler->scale_ = scale.take();
+  scaler->state_ = std::move(state);
+  scaler->scale_ = std::move(scale);
   return scaler;
 }
 
 void Scaler::release() {
   if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   magic = kDeadMagic;
-  release_tensor(state_);
-  release_tensor(scale_);
+  state_.reset();
+  scale_.reset();
   Context& ctx = *ctx_;
   ctx.quarantine(this);
   ctx.release();
@@ -195,6 +195,29 @@ math::ScalerState Scaler::read_state() {
   math::ScalerState state{};
   ctx_->read_to_host(&state, state_->data(), sizeof state);
   return state;
+}
+
+void Scaler::set_state(const ScalerOptions& options, const math::ScalerState& state) {
+  if (iteration_in_progress())
+    fail(AMPX_ERR_ORDER, "the scaler state can only be restored between iterations (after "
+                         "ampx_scaler_update)");
+  if (!(options.init_scale > 0.0) || !(options.init_scale <= FLT_MAX))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "state->scale is ", options.init_scale,
+         "; it must be finite and > 0 (and representable as float)");
+  validate_scaler_options(options);
+  if (state.growth_tracker < 0 || state.growth_tracker >= options.growth_interval)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "growth_tracker is ", state.growth_tracker,
+         "; it must be in [0, growth_interval)");
+  if (state.hysteresis_left < 0 || state.hysteresis_left > options.hysteresis)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "hysteresis_left is ", state.hysteresis_left,
+         "; it must be in [0, hysteresis]");
+  if (state.updates < 0 || state.skipped < 0 || state.backoffs < 0 || state.growths < 0 ||
+      state.skipped > state.updates)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "the counters are inconsistent (negative, or more skipped "
+                                    "than updates)");
+  math::ScalerState device = state;
+  device.scale = options.enabled ? static_cast<float>(options.init_scale) : 1.0f;
+  restore(options, device);
 }
 
 void Scaler::restore(const ScalerOptions& options, const math::ScalerState& state) {

@@ -54,6 +54,13 @@ class Scaler : public Object {
   const ScalerOptions& options() const { return options_; }
   // Replaces options and device state together (validated by the caller).
   void restore(const ScalerOptions& options, const math::ScalerState& state);
+  // A state the program restores (ampx_scaler_set_state): options with
+  // init_scale standing for the current scale, and the tracker, hysteresis
+  // allowance and counters of `state` (its scale is not read). Validated
+  // like the options, and the tracker in [0, growth_interval), the
+  // allowance in [0, hysteresis], the counters non-negative with skipped <=
+  // updates; AMPX_ERR_ORDER during an iteration. Changes nothing on error.
+  void set_state(const ScalerOptions& options, const math::ScalerState& state);
   bool iteration_in_progress() const { return !active_.empty(); }
 
   // An attached optimizer being destroyed.
@@ -67,8 +74,8 @@ class Scaler : public Object {
 
   Context* ctx_;
   ScalerOptions options_;
-  Tensor* state_ = nullptr;  // the bytes of one math::ScalerState
-  Tensor* scale_ = nullptr;  // F32[1] sharing state_'s memory: ScalerState::scale
+  TensorRef state_;  // the bytes of one math::ScalerState
+  TensorRef scale_;  // F32[1] sharing state_'s memory: ScalerState::scale
   // Optimizers unscaled since the last update (attached ones; not retained:
   // an optimizer removes itself when destroyed).
   std::vector<Optimizer*> active_;

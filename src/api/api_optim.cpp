@@ -89,8 +89,6 @@ ampx_status ampx_optimizer_create_sgd(ampx_context ctx, const ampx_tensor* param
     hyper.sgd.dampening = static_cast<float>(o.dampening);
     hyper.sgd.nesterov = flag(o.nesterov);
     hyper.sgd.maximize = flag(o.maximize);
-    if (!std::isfinite(o.momentum) || !std::isfinite(o.dampening))
-      fail(AMPX_ERR_INVALID_ARGUMENT, "momentum and dampening must be finite");
     *out = to_handle(Optimizer::create(c, tensor_list_arg(params, count, "params"), hyper));
   });
 }
@@ -101,10 +99,6 @@ ampx_status ampx_optimizer_create_adam(ampx_context ctx, const ampx_tensor* para
     require_pointer(out, "out");
     Context& c = context_arg(ctx, "ctx");
     const ampx_adam_options o = read_options(options, ampx_adam_options_default(), "options");
-    if (!(o.beta1 >= 0.0 && o.beta1 < 1.0))
-      fail(AMPX_ERR_INVALID_ARGUMENT, "beta1 is ", o.beta1, "; it must be in [0, 1)");
-    if (!(o.beta2 >= 0.0 && o.beta2 < 1.0))
-      fail(AMPX_ERR_INVALID_ARGUMENT, "beta2 is ", o.beta2, "; it must be in [0, 1)");
     OptimizerHyper hyper;
     hyper.kind = OptimizerKind::Adam;
     hyper.lr = o.lr;
@@ -115,8 +109,6 @@ ampx_status ampx_optimizer_create_adam(ampx_context ctx, const ampx_tensor* para
     hyper.adam.amsgrad = flag(o.amsgrad);
     hyper.adam.maximize = flag(o.maximize);
     hyper.adam.decoupled_weight_decay = flag(o.decoupled_weight_decay);
-    if (!std::isfinite(o.eps) || o.eps < 0.0)
-      fail(AMPX_ERR_INVALID_ARGUMENT, "eps is ", o.eps, "; it must be finite and >= 0");
     *out = to_handle(Optimizer::create(c, tensor_list_arg(params, count, "params"), hyper));
   });
 }
@@ -131,9 +123,6 @@ ampx_status ampx_optimizer_add_group(ampx_optimizer optimizer, const ampx_tensor
                                      int32_t* group_index) {
   return guard(__func__, [&] {
     Optimizer& o = optimizer_arg(optimizer, "optimizer");
-    if (o.amp_state != AmpState::Ready)
-      fail(AMPX_ERR_ORDER, "param groups can only be added between iterations (after "
-                           "ampx_scaler_update), not between unscale/step and update");
     const int32_t group = o.add_group(tensor_list_arg(params, count, "params"), lr, weight_decay);
     if (group_index) *group_index = group;
   });
@@ -161,13 +150,7 @@ ampx_status ampx_optimizer_get_lr(ampx_optimizer optimizer, int32_t group, doubl
 
 ampx_status ampx_optimizer_step(ampx_optimizer optimizer) {
   return guard(__func__, [&] {
-    Optimizer& o = optimizer_arg(optimizer, "optimizer");
-    if (o.scaler && o.scaler->enabled())
-      fail(AMPX_ERR_ORDER,
-           "this optimizer is used with a loss scaler, so its gradients are scaled; call "
-           "ampx_scaler_step(scaler, optimizer), which unscales them and skips steps with "
-           "inf/NaN gradients");
-    o.step(nullptr);
+    optimizer_arg(optimizer, "optimizer").step_unscaled();
   });
 }
 
@@ -181,28 +164,19 @@ ampx_status ampx_optimizer_state_tensor(ampx_optimizer optimizer, ampx_tensor pa
     Optimizer& o = optimizer_arg(optimizer, "optimizer");
     const Tensor& p = tensor_arg(param, "param");
     require_pointer(out, "out");
-    const Optimizer::Param& entry = o.param_entry(p, "param");
-    Tensor* result = nullptr;
+    Optimizer::StateKind state;
     switch (kind) {
-      case AMPX_STATE_MASTER: result = &entry.master_or_param(); break;
-      case AMPX_STATE_MOMENTUM: result = entry.state[0]; break;
-      case AMPX_STATE_EXP_AVG_SQ:
-        result = o.hyper().kind == OptimizerKind::Adam ? entry.state[1] : nullptr;
-        break;
-      case AMPX_STATE_MAX_EXP_AVG_SQ:
-        result = o.hyper().kind == OptimizerKind::Adam ? entry.state[2] : nullptr;
-        break;
+      case AMPX_STATE_MASTER: state = Optimizer::StateKind::Master; break;
+      case AMPX_STATE_MOMENTUM: state = Optimizer::StateKind::Momentum; break;
+      case AMPX_STATE_EXP_AVG_SQ: state = Optimizer::StateKind::ExpAvgSq; break;
+      case AMPX_STATE_MAX_EXP_AVG_SQ: state = Optimizer::StateKind::MaxExpAvgSq; break;
       default:
         fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'kind' is ", static_cast<int>(kind),
              ", which is not an ampx_optimizer_state");
     }
-    if (!result)
-      fail(AMPX_ERR_NOT_SUPPORTED, "this optimizer keeps no ",
-           kind == AMPX_STATE_MOMENTUM ? "momentum buffer (momentum is 0)"
-           : kind == AMPX_STATE_EXP_AVG_SQ ? "exp_avg_sq (it is not Adam)"
-                                           : "max_exp_avg_sq (amsgrad is off)");
-    result->retain();
-    *out = to_handle(result);
+    Tensor& result = o.state_tensor(p, state);
+    result.retain();
+    *out = to_handle(&result);
   });
 }
 
@@ -236,9 +210,6 @@ ampx_status ampx_optimizer_load_state(ampx_optimizer optimizer, const void* buff
   return guard(__func__, [&] {
     Optimizer& o = optimizer_arg(optimizer, "optimizer");
     require_pointer(buffer, "buffer");
-    if (o.amp_state != AmpState::Ready)
-      fail(AMPX_ERR_ORDER, "optimizer state can only be loaded between iterations (after "
-                           "ampx_scaler_update)");
     o.load_state(buffer, bytes);
   });
 }
@@ -247,10 +218,7 @@ ampx_status ampx_optimizer_last_step_taken(ampx_optimizer optimizer, int32_t* ta
   return guard(__func__, [&] {
     Optimizer& o = optimizer_arg(optimizer, "optimizer");
     require_pointer(taken, "taken");
-    if (!o.has_stepped()) fail(AMPX_ERR_ORDER, "the optimizer has not stepped yet");
-    float skipped = 0.0f;
-    o.context().read_to_host(&skipped, o.last_step_skipped().data(), sizeof skipped);
-    *taken = skipped == 0.0f ? 1 : 0;
+    *taken = o.last_step_taken() ? 1 : 0;
   });
 }
 
@@ -391,12 +359,6 @@ ampx_status ampx_scaler_set_state(ampx_scaler scaler, const ampx_scaler_state* s
            sizeof(ampx_scaler_state), " bytes, or ", kFlagsStart, " from a program built before ",
            "consecutive_hysteresis and clamp_to_max_scale");
     const bool has_flags = state->struct_size >= sizeof(ampx_scaler_state);
-    if (s.iteration_in_progress())
-      fail(AMPX_ERR_ORDER, "the scaler state can only be restored between iterations (after "
-                           "ampx_scaler_update)");
-    if (!(state->scale > 0.0) || !(state->scale <= FLT_MAX))
-      fail(AMPX_ERR_INVALID_ARGUMENT, "state->scale is ", state->scale,
-           "; it must be finite and > 0 (and representable as float)");
     ScalerOptions options = s.options();
     options.init_scale = state->scale;
     options.growth_factor = state->growth_factor;
@@ -407,26 +369,14 @@ ampx_status ampx_scaler_set_state(ampx_scaler scaler, const ampx_scaler_state* s
     options.max_scale = state->max_scale;
     options.consecutive_hysteresis = has_flags && flag(state->consecutive_hysteresis);
     options.clamp_to_max_scale = has_flags && flag(state->clamp_to_max_scale);
-    validate_scaler_options(options);
-    if (state->growth_tracker < 0 || state->growth_tracker >= state->growth_interval)
-      fail(AMPX_ERR_INVALID_ARGUMENT, "growth_tracker is ", state->growth_tracker,
-           "; it must be in [0, growth_interval)");
-    if (state->hysteresis_left < 0 || state->hysteresis_left > state->hysteresis)
-      fail(AMPX_ERR_INVALID_ARGUMENT, "hysteresis_left is ", state->hysteresis_left,
-           "; it must be in [0, hysteresis]");
-    const ampx_scaler_counters& c = state->counters;
-    if (c.updates < 0 || c.skipped < 0 || c.backoffs < 0 || c.growths < 0 || c.skipped > c.updates)
-      fail(AMPX_ERR_INVALID_ARGUMENT, "the counters are inconsistent (negative, or more skipped "
-                                      "than updates)");
     math::ScalerState d{};
-    d.scale = options.enabled ? static_cast<float>(state->scale) : 1.0f;
     d.growth_tracker = state->growth_tracker;
     d.hysteresis_left = state->hysteresis_left;
-    d.updates = c.updates;
-    d.skipped = c.skipped;
-    d.backoffs = c.backoffs;
-    d.growths = c.growths;
-    s.restore(options, d);
+    d.updates = state->counters.updates;
+    d.skipped = state->counters.skipped;
+    d.backoffs = state->counters.backoffs;
+    d.growths = state->counters.growths;
+    s.set_state(options, d);
   });
 }
 

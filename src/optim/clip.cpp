@@ -65,7 +65,7 @@ std::vector<NonfiniteGrad> find_nonfinite_grads(Optimizer& optimizer) {
   ctx.read_to_host(host.data(), counts->data(), counts->nbytes());
   for (size_t i = 0; i < grads.size(); ++i)
     if (host[2 * i] + host[2 * i + 1] > 0)
-      found.push_back({owners[i]->param, host[2 * i], host[2 * i + 1]});
+      found.push_back({owners[i]->param.get(), host[2 * i], host[2 * i + 1]});
   return found;
 }
 

@@ -98,18 +98,12 @@ Optimizer::Optimizer(Context& ctx, const OptimizerHyper& hyper)
 Optimizer::~Optimizer() = default;
 
 void Optimizer::free_resources() {
-  for (Param& p : params_) {
-    release_tensor(p.param);
-    release_tensor(p.master);
-    for (Tensor*& s : p.state) release_tensor(s);
-    release_tensor(p.unscaled_grad);
-  }
   params_.clear();
-  release_tensor(lr_);
-  release_tensor(weight_decay_);
-  release_tensor(steps_);
-  release_tensor(found_inf_);
-  release_tensor(last_step_skipped_);
+  lr_.reset();
+  weight_decay_.reset();
+  steps_.reset();
+  found_inf_.reset();
+  last_step_skipped_.reset();
 }
 
 Optimizer* Optimizer::create(Context& ctx, const std::vector<Tensor*>& params,
@@ -117,8 +111,8 @@ Optimizer* Optimizer::create(Context& ctx, const std::vector<Tensor*>& params,
   validate_hyper(hyper);
   auto* opt = new Optimizer(ctx, hyper);
   try {
-    opt->found_inf_ = make_filled_f32(ctx, vector_shape(1), 0.0f);
-    opt->last_step_skipped_ = make_filled_f32(ctx, vector_shape(1), 0.0f);
+    opt->found_inf_ = TensorRef(make_filled_f32(ctx, vector_shape(1), 0.0f));
+    opt->last_step_skipped_ = TensorRef(make_filled_f32(ctx, vector_shape(1), 0.0f));
     opt->add_group(params, hyper.lr, hyper.weight_decay);
   } catch (...) {
     opt->free_resources();
@@ -158,41 +152,32 @@ int Optimizer::state_count() const { return state_count_of(hyper_); }
 std::vector<Optimizer::Param> Optimizer::make_params(const std::vector<Tensor*>& params,
                                                      int32_t group) const {
   std::vector<Param> made;
-  auto release_made = [&made] {
-    for (Param& p : made) {
-      release_tensor(p.param);
-      release_tensor(p.master);
-      for (Tensor*& s : p.state) release_tensor(s);
+  made.reserve(params.size());
+  for (Tensor* t : params) {
+    Param entry;
+    entry.group = group;
+    t->retain();
+    entry.param = TensorRef(t);
+    if (t->dtype != DType::F32) {
+      entry.master = TensorRef(Tensor::empty(*ctx_, DType::F32, t->shape));
+      if (t->numel() > 0)
+        ctx_->backend().convert(entry.master->data(), DType::F32, t->data(), t->dtype, t->numel());
     }
-  };
-  try {
-    for (Tensor* t : params) {
-      Param p;
-      p.group = group;
-      t->retain();
-      p.param = t;
-      made.push_back(p);
-      Param& entry = made.back();
-      if (t->dtype != DType::F32) {
-        TensorRef master(Tensor::empty(*ctx_, DType::F32, t->shape));
-        if (t->numel() > 0)
-          ctx_->backend().convert(master->data(), DType::F32, t->data(), t->dtype, t->numel());
-        entry.master = master.take();
-      }
-      for (int k = 0; k < state_count(); ++k) entry.state[k] = make_filled_f32(*ctx_, t->shape, 0.0f);
-    }
-  } catch (...) {
-    release_made();
-    throw;
+    for (int k = 0; k < state_count(); ++k)
+      entry.state[k] = TensorRef(make_filled_f32(*ctx_, t->shape, 0.0f));
+    made.push_back(std::move(entry));
   }
   return made;
 }
 
 int32_t Optimizer::add_group(const std::vector<Tensor*>& params, double lr, double weight_decay) {
+  if (amp_state != AmpState::Ready)
+    fail(AMPX_ERR_ORDER, "param groups can only be added between iterations (after "
+                         "ampx_scaler_update), not between unscale/step and update");
   check_non_negative(lr, "lr");
   check_non_negative(weight_decay, "weight_decay");
   std::unordered_set<const Tensor*> seen;
-  for (const Param& p : params_) seen.insert(p.param);
+  for (const Param& p : params_) seen.insert(p.param.get());
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor* t = params[i];
     if (t->ctx != ctx_)
@@ -210,7 +195,7 @@ int32_t Optimizer::add_group(const std::vector<Tensor*>& params, double lr, doub
   const int64_t new_params = old_params + static_cast<int64_t>(params.size());
 
   std::vector<Param> made = make_params(params, group);
-  try {
+  {
     Backend& backend = ctx_->backend();
     TensorRef lr_new(Tensor::empty(*ctx_, DType::F32, vector_shape(group + 1)));
     TensorRef wd_new(Tensor::empty(*ctx_, DType::F32, vector_shape(group + 1)));
@@ -229,23 +214,13 @@ int32_t Optimizer::add_group(const std::vector<Tensor*>& params, double lr, doub
     weight_decay_host_.reserve(weight_decay_host_.size() + 1);
     params_.reserve(params_.size() + made.size());
     // Nothing below can fail: commit.
-    release_tensor(lr_);
-    release_tensor(weight_decay_);
-    release_tensor(steps_);
-    lr_ = lr_new.take();
-    weight_decay_ = wd_new.take();
-    steps_ = steps_new.take();
-  } catch (...) {
-    for (Param& p : made) {
-      release_tensor(p.param);
-      release_tensor(p.master);
-      for (Tensor*& s : p.state) release_tensor(s);
-    }
-    throw;
+    lr_ = std::move(lr_new);
+    weight_decay_ = std::move(wd_new);
+    steps_ = std::move(steps_new);
   }
   lr_host_.push_back(lr);
   weight_decay_host_.push_back(weight_decay);
-  for (Param& p : made) params_.push_back(p);
+  for (Param& p : made) params_.push_back(std::move(p));
   return group;
 }
 
@@ -338,6 +313,41 @@ void Optimizer::step(const float* found_inf) {
   has_stepped_ = true;
 }
 
+void Optimizer::step_unscaled() {
+  if (scaler && scaler->enabled())
+    fail(AMPX_ERR_ORDER,
+         "this optimizer is used with a loss scaler, so its gradients are scaled; call "
+         "ampx_scaler_step(scaler, optimizer), which unscales them and skips steps with "
+         "inf/NaN gradients");
+  step(nullptr);
+}
+
+bool Optimizer::last_step_taken() {
+  if (!has_stepped_) fail(AMPX_ERR_ORDER, "the optimizer has not stepped yet");
+  float skipped = 0.0f;
+  ctx_->read_to_host(&skipped, last_step_skipped_->data(), sizeof skipped);
+  return skipped == 0.0f;
+}
+
+Tensor& Optimizer::state_tensor(const Tensor& param, StateKind kind) const {
+  const Param& entry = param_entry(param, "param");
+  const bool adam = hyper_.kind == OptimizerKind::Adam;
+  switch (kind) {
+    case StateKind::Master: return entry.master_or_param();
+    case StateKind::Momentum:
+      if (!entry.state[0]) fail(AMPX_ERR_NOT_SUPPORTED, "this optimizer keeps no momentum buffer (momentum is 0)");
+      return *entry.state[0];
+    case StateKind::ExpAvgSq:
+      if (!adam) fail(AMPX_ERR_NOT_SUPPORTED, "this optimizer keeps no exp_avg_sq (it is not Adam)");
+      return *entry.state[1];
+    case StateKind::MaxExpAvgSq:
+      if (!adam || !entry.state[2])
+        fail(AMPX_ERR_NOT_SUPPORTED, "this optimizer keeps no max_exp_avg_sq (amsgrad is off)");
+      return *entry.state[2];
+  }
+  fail(AMPX_ERR_INTERNAL, "unknown optimizer state kind");
+}
+
 void Optimizer::zero_grad() {
   for (const Param& p : params_) {
     Tensor* g = p.param->grad;
@@ -359,8 +369,7 @@ void Optimizer::prepare_unscale(std::vector<TensorSpan>& ins, std::vector<Tensor
     allocated.emplace_back(&p, TensorRef(Tensor::empty(*ctx_, DType::F32, p.param->shape)));
   }
   for (auto& [p, buffer] : allocated) {
-    release_tensor(p->unscaled_grad);
-    p->unscaled_grad = buffer.take();
+    p->unscaled_grad = std::move(buffer);
   }
   for (Param& p : params_) {
     Tensor* g = p.param->grad;
@@ -382,7 +391,7 @@ void Optimizer::mark_unscaled(bool unscaled) {
 
 const Optimizer::Param& Optimizer::param_entry(const Tensor& param, const char* arg) const {
   for (const Param& p : params_)
-    if (p.param == &param) return p;
+    if (p.param.get() == &param) return p;
   fail(AMPX_ERR_INVALID_ARGUMENT, "argument '", arg, "' (", param.describe(),
        param.name.empty() ? "" : " '", param.name, param.name.empty() ? "" : "'",
        ") is not a parameter of this optimizer");
@@ -464,6 +473,9 @@ void Optimizer::save_state(void* buffer, size_t bytes) {
 }
 
 void Optimizer::load_state(const void* buffer, size_t bytes) {
+  if (amp_state != AmpState::Ready)
+    fail(AMPX_ERR_ORDER, "optimizer state can only be loaded between iterations (after "
+                         "ampx_scaler_update)");
   const auto* in = static_cast<const unsigned char*>(buffer);
   const size_t expected = state_size();
   StateHeader header{};

@@ -37,10 +37,10 @@ class Optimizer : public Object {
   static constexpr uint64_t kDeadMagic = 0x646561642d6f7074ull;  // "dead-opt"
 
   struct Param {
-    Tensor* param = nullptr;          // retained
-    Tensor* master = nullptr;         // owned; nullptr when param is F32
-    Tensor* state[3] = {};            // owned: momentum/exp_avg, exp_avg_sq, max_exp_avg_sq
-    Tensor* unscaled_grad = nullptr;  // owned F32 copy of an F16/BF16 grad, made by unscale
+    TensorRef param;          // the program's parameter
+    TensorRef master;         // empty when param is F32
+    TensorRef state[3];       // momentum/exp_avg, exp_avg_sq, max_exp_avg_sq
+    TensorRef unscaled_grad;  // F32 copy of an F16/BF16 grad, made by unscale
     bool use_unscaled = false;        // unscaled_grad holds this iteration's gradient
     int32_t group = 0;
 
@@ -56,6 +56,7 @@ class Optimizer : public Object {
   const std::vector<Param>& params() const { return params_; }
   int32_t group_count() const { return static_cast<int32_t>(lr_host_.size()); }
 
+  // A new param group (ORDER between an unscale/step and the update).
   int32_t add_group(const std::vector<Tensor*>& params, double lr, double weight_decay);
   void set_lr(int32_t group, double lr);
   double lr(int32_t group) const;
@@ -63,6 +64,17 @@ class Optimizer : public Object {
   // One step over every parameter with a gradient; skipped on the device
   // when found_inf (device, may be nullptr) is non-zero.
   void step(const float* found_inf);
+  // ampx_optimizer_step: a step on the gradients as they are, refused
+  // (ORDER) when an enabled scaler's scale is still in them.
+  void step_unscaled();
+  // Whether the latest step was taken (not skipped); synchronizes. ORDER
+  // before the first step.
+  bool last_step_taken();
+
+  // A parameter's state tensor of `kind`; NOT_SUPPORTED when this optimizer
+  // keeps none (SGD without momentum, SGD's second moments, amsgrad off).
+  enum class StateKind { Master, Momentum, ExpAvgSq, MaxExpAvgSq };
+  Tensor& state_tensor(const Tensor& param, StateKind kind) const;
   void zero_grad();
 
   // The gradients the next step uses (unscaled copies where they exist),
@@ -84,6 +96,7 @@ class Optimizer : public Object {
 
   size_t state_size() const;
   void save_state(void* buffer, size_t bytes);
+  // ORDER between an unscale/step and the update.
   void load_state(const void* buffer, size_t bytes);
 
   // Set by the scaler the optimizer is attached to.
@@ -110,18 +123,12 @@ class Optimizer : public Object {
   std::vector<Param> params_;
   std::vector<double> lr_host_;
   std::vector<double> weight_decay_host_;
-  Tensor* lr_ = nullptr;            // F32[groups] on the device
-  Tensor* weight_decay_ = nullptr;  // F32[groups]
-  Tensor* steps_ = nullptr;         // I64[params]
-  Tensor* found_inf_ = nullptr;     // F32[1]: set by the scaler's unscale
-  Tensor* last_step_skipped_ = nullptr;  // F32[1]: found_inf as the last step saw it
+  TensorRef lr_;                 // F32[groups] on the device
+  TensorRef weight_decay_;       // F32[groups]
+  TensorRef steps_;              // I64[params]
+  TensorRef found_inf_;          // F32[1]: set by the scaler's unscale
+  TensorRef last_step_skipped_;  // F32[1]: found_inf as the last step saw it
   bool has_stepped_ = false;
 };
-
-// Releases a tensor pointer if set (for owned internal tensors).
-inline void release_tensor(Tensor*& t) {
-  if (t) t->release();
-  t = nullptr;
-}
 
 }  // namespace ampx
