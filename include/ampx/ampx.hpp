@@ -19,6 +19,14 @@
 #include <utility>
 #include <vector>
 
+// This layer wraps the experimental tier of ampx.h (autograd, scopes,
+// autocast, ops, checkpoint files), so it asks for it: including ampx.hpp
+// makes sections 9-12 of ampx.h visible to the including file as well. (If
+// ampx.h was already included without AMPX_EXPERIMENTAL, the include below
+// adds the experimental declarations; see the end of ampx.h.)
+#ifndef AMPX_EXPERIMENTAL
+#define AMPX_EXPERIMENTAL
+#endif
 #include "ampx/ampx.h"
 
 namespace ampx {
