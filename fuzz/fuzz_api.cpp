@@ -397,7 +397,7 @@ class Program {
     ampx_context_options o = ampx_context_options_default();
     o.num_threads = chance(16) ? 2 : 1;
     o.seed = in_.ConsumeIntegral<uint8_t>();
-    o.allocator = {&Memory::alloc, &Memory::release, &memory};
+    o.allocator = {sizeof(ampx_allocator), &Memory::alloc, &Memory::release, &memory};
     switch (in_.ConsumeIntegral<uint8_t>() % 16) {
       case 0:
         o.struct_size = 4;

@@ -321,7 +321,9 @@ class GradMode {
   GradMode(const Context& ctx, bool enabled) : ctx_(ctx.get()) {
     check(ampx_set_grad_enabled(ctx_, enabled ? 1 : 0, &previous_));
   }
-  ~GradMode() { ampx_set_grad_enabled(ctx_, previous_, nullptr); }
+  // Destructors never throw; these restores fail only when the context
+  // was released meanwhile, and then there is nothing left to restore.
+  ~GradMode() { (void)ampx_set_grad_enabled(ctx_, previous_, nullptr); }
   GradMode(const GradMode&) = delete;
   GradMode& operator=(const GradMode&) = delete;
 
@@ -341,7 +343,7 @@ class NoGrad : public GradMode {
 class Scope {
  public:
   explicit Scope(const Context& ctx) : ctx_(ctx.get()) { check(ampx_scope_push(ctx_)); }
-  ~Scope() { ampx_scope_pop(ctx_); }
+  ~Scope() { (void)ampx_scope_pop(ctx_); }  // see ~GradMode
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
 
@@ -396,7 +398,7 @@ class Autocast {
       : owned_(ctx, dtype), policy_(owned_.get()) {
     check(ampx_autocast_enter(policy_));
   }
-  ~Autocast() { ampx_autocast_exit(policy_); }
+  ~Autocast() { (void)ampx_autocast_exit(policy_); }  // see ~GradMode
   Autocast(const Autocast&) = delete;
   Autocast& operator=(const Autocast&) = delete;
 
@@ -457,11 +459,12 @@ Tensor run_op(ampx_tensor any_input, Call call) {
   if (status == AMPX_OK) status = ampx_tensor_retain(out);
   if (status != AMPX_OK) {
     Error error(status, ampx_last_error());
-    ampx_scope_pop(ctx);
+    (void)ampx_scope_pop(ctx);  // the op's error is the one to report
     throw error;
   }
-  ampx_scope_pop(ctx);
-  return Tensor(out);
+  Tensor result(out);
+  check(ampx_scope_pop(ctx));
+  return result;
 }
 
 }  // namespace detail
