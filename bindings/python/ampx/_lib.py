@@ -275,8 +275,6 @@ _PROTOTYPES = {
     "ampx_scope_pop": (_STATUS, [handle]),
     "ampx_checkpoint_segment": (_STATUS, [handle, POINTER(Segment), handle_p, c_size_t, handle_p,
                                           c_size_t]),
-    "ampx_checkpoint": (_STATUS, [handle, SEGMENT_FN, c_void_p, handle_p, c_size_t, handle_p,
-                                  c_size_t]),
     # 10. autocast
     "ampx_autocast_options_default": (AutocastOptions, []),
     "ampx_autocast_create": (_STATUS, [handle, POINTER(AutocastOptions), handle_p]),
