@@ -100,7 +100,8 @@
  * C++17 gets [[nodiscard]] (a (void) cast silences it); GCC and Clang in C
  * get warn_unused_result, which GCC does not let a (void) cast silence --
  * test or store the status instead. A program that wants neither defines
- * AMPX_NODISCARD as empty before including ampx.h. */
+ * AMPX_NODISCARD as empty before including ampx.h. It comes first in a
+ * declaration, where every compiler accepts a standard attribute. */
 #ifndef AMPX_NODISCARD
 #  if defined(__cplusplus) && __cplusplus >= 201703L
 #    define AMPX_NODISCARD [[nodiscard]]
@@ -186,7 +187,7 @@ AMPX_API const char *ampx_last_error(void);
 
 /** The status of the most recent failed call on the calling thread (AMPX_OK
  *  if none has failed). Thread-safe (per thread). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_last_status(void);
+AMPX_NODISCARD AMPX_API ampx_status ampx_last_status(void);
 
 /** Sets the calling thread's last error -- ampx_last_status() becomes
  *  `status`, ampx_last_error() a copy of `message` -- and returns `status`.
@@ -200,7 +201,7 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_last_status(void);
  *  message and status too (AMPX_OK is not a failure, so nothing is
  *  reported). The copy may be cut short when host memory is exhausted.
  *  Never fails. Thread-safe (per thread). */
-AMPX_API ampx_status ampx_set_error(ampx_status status, const char *message);
+AMPX_NODISCARD AMPX_API ampx_status ampx_set_error(ampx_status status, const char *message);
 
 /* ========================================================================== */
 /* 3. Data types and devices                                                  */
@@ -326,7 +327,7 @@ AMPX_API ampx_context_options ampx_context_options_default(void);
  *  OPENBLAS_THREAD_TIMEOUT=4, so OpenBLAS's idle threads sleep instead of
  *  spinning on the cores ampx's own threads need. A host that reads the
  *  environment from another thread at that moment may see them. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_context_create(const ampx_context_options *options,
+AMPX_NODISCARD AMPX_API ampx_status ampx_context_create(const ampx_context_options *options,
                                          ampx_context *out);
 
 /** Drops the caller's reference to `ctx`. The context is destroyed once its
@@ -338,10 +339,10 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_context_create(const ampx_context_optio
 AMPX_API void ampx_context_release(ampx_context ctx);
 
 /** Adds a reference to `ctx` (released with ampx_context_release). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_context_retain(ampx_context ctx);
+AMPX_NODISCARD AMPX_API ampx_status ampx_context_retain(ampx_context ctx);
 
 /** The device of a context. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_context_device(ampx_context ctx,
+AMPX_NODISCARD AMPX_API ampx_status ampx_context_device(ampx_context ctx,
                                          ampx_device_type *device_type,
                                          int32_t *device_index);
 
@@ -350,7 +351,7 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_context_device(ampx_context ctx,
  *  a bad class label or embedding index that an earlier ampx_cross_entropy
  *  or ampx_embedding found on the device as AMPX_ERR_INVALID_ARGUMENT (see
  *  ampx_cross_entropy; reported once). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_context_synchronize(ampx_context ctx);
+AMPX_NODISCARD AMPX_API ampx_status ampx_context_synchronize(ampx_context ctx);
 
 /** Memory statistics of a context's tensor storage (bytes the tensors own,
  *  not the allocator's cache). */
@@ -368,11 +369,11 @@ typedef struct ampx_memory_stats {
 
 /** Fills *stats (whose struct_size the caller sets) with the context's
  *  memory statistics. Fields beyond struct_size are not written. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_memory_stats_get(ampx_context ctx,
+AMPX_NODISCARD AMPX_API ampx_status ampx_memory_stats_get(ampx_context ctx,
                                            ampx_memory_stats *stats);
 
 /** Sets peak_bytes to current_bytes. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_memory_reset_peak(ampx_context ctx);
+AMPX_NODISCARD AMPX_API ampx_status ampx_memory_reset_peak(ampx_context ctx);
 
 /* ========================================================================== */
 /* 5. Tensors                                                                 */
@@ -387,12 +388,12 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_memory_reset_peak(ampx_context ctx);
  *  Errors: INVALID_ARGUMENT (NULL ctx/out, shape NULL with ndim > 0),
  *  SHAPE (ndim or an extent out of range), DTYPE, OUT_OF_MEMORY,
  *  STALE_HANDLE. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_empty(ampx_context ctx, ampx_dtype dtype,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_empty(ampx_context ctx, ampx_dtype dtype,
                                        int32_t ndim, const int64_t *shape,
                                        ampx_tensor *out);
 
 /** Creates a tensor filled with zeros. Errors as ampx_tensor_empty. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_zeros(ampx_context ctx, ampx_dtype dtype,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_zeros(ampx_context ctx, ampx_dtype dtype,
                                        int32_t ndim, const int64_t *shape,
                                        ampx_tensor *out);
 
@@ -400,7 +401,7 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_zeros(ampx_context ctx, ampx_dty
  *  must equal numel * ampx_dtype_size(dtype) (else AMPX_ERR_SHAPE). `data` is
  *  borrowed for the duration of the call only. On a CUDA context the copy has
  *  completed when the call returns. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_from_host(ampx_context ctx, ampx_dtype dtype,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_from_host(ampx_context ctx, ampx_dtype dtype,
                                            int32_t ndim, const int64_t *shape,
                                            const void *data, size_t bytes,
                                            ampx_tensor *out);
@@ -416,7 +417,7 @@ typedef void (*ampx_deleter)(void *user_data, void *data);
  *  if `deleter` is not NULL; otherwise the memory must simply outlive the
  *  tensor. If this call fails the deleter is NOT called: the memory stays
  *  the caller's. Wrapped memory does not count in ampx_memory_stats. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_wrap(ampx_context ctx, ampx_dtype dtype,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_wrap(ampx_context ctx, ampx_dtype dtype,
                                       int32_t ndim, const int64_t *shape,
                                       void *data, size_t bytes,
                                       ampx_deleter deleter,
@@ -424,7 +425,7 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_wrap(ampx_context ctx, ampx_dtyp
                                       ampx_tensor *out);
 
 /** Adds a reference to `tensor`. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_retain(ampx_tensor tensor);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_retain(ampx_tensor tensor);
 
 /** Drops one reference; the last one frees the tensor (its memory, or calls
  *  the wrap deleter) and the tensor's reference to its context. NULL is a
@@ -437,13 +438,13 @@ AMPX_API void ampx_tensor_release(ampx_tensor tensor);
  *  the device, it first reports a bad class label or embedding index that
  *  an earlier op found on a GPU (AMPX_ERR_INVALID_ARGUMENT, nothing copied;
  *  see ampx_cross_entropy). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_to_host(ampx_tensor tensor, void *dst,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_to_host(ampx_tensor tensor, void *dst,
                                          size_t bytes);
 
 /** Overwrites the tensor's contents with `bytes` bytes of host memory
  *  (numel * element size, else AMPX_ERR_SHAPE). `src` may be reused when the
  *  call returns. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_copy_from_host(ampx_tensor tensor,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_copy_from_host(ampx_tensor tensor,
                                                 const void *src, size_t bytes);
 
 /** dst = src, converting the element type when they differ (floating types
@@ -452,51 +453,51 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_copy_from_host(ampx_tensor tenso
  *  nearest). Both tensors must belong to the same context and have the same
  *  number of elements (shapes may differ: the copy is in row-major order).
  *  dst and src may be the same tensor. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_copy(ampx_tensor dst, ampx_tensor src);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_copy(ampx_tensor dst, ampx_tensor src);
 
 /** Creates a new tensor of `dtype` holding `src` converted as by
  *  ampx_tensor_copy, with src's shape. The name is not copied. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_cast(ampx_tensor src, ampx_dtype dtype,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_cast(ampx_tensor src, ampx_dtype dtype,
                                       ampx_tensor *out);
 
 /** Sets every element to `value` converted to the tensor's type (as by
  *  ampx_tensor_copy from a double). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_fill(ampx_tensor tensor, double value);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_fill(ampx_tensor tensor, double value);
 
 /** Sets the tensor's name (copied; NULL or "" clears it). Names are used in
  *  diagnostics such as non-finite gradient reports. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_set_name(ampx_tensor tensor, const char *name);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_set_name(ampx_tensor tensor, const char *name);
 
 /** *name receives the tensor's name ("" if none), owned by the tensor and
  *  valid until the name is changed or the tensor is destroyed. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_name(ampx_tensor tensor, const char **name);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_name(ampx_tensor tensor, const char **name);
 
 /** Element type of a tensor. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_dtype(ampx_tensor tensor, ampx_dtype *dtype);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_dtype(ampx_tensor tensor, ampx_dtype *dtype);
 
 /** Number of dimensions of a tensor. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_ndim(ampx_tensor tensor, int32_t *ndim);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_ndim(ampx_tensor tensor, int32_t *ndim);
 
 /** Writes the tensor's extents into dims[0..ndim-1]; `capacity` is the
  *  length of `dims` and must be >= ndim (else AMPX_ERR_INVALID_ARGUMENT).
  *  `dims` may be NULL when ndim is 0. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_shape(ampx_tensor tensor, int64_t *dims,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_shape(ampx_tensor tensor, int64_t *dims,
                                        int32_t capacity);
 
 /** Number of elements (the product of the extents; 1 for ndim 0). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_numel(ampx_tensor tensor, int64_t *numel);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_numel(ampx_tensor tensor, int64_t *numel);
 
 /** Size of the contents in bytes (numel * element size). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_nbytes(ampx_tensor tensor, size_t *nbytes);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_nbytes(ampx_tensor tensor, size_t *nbytes);
 
 /** Address of the first element, on the tensor's device (a host pointer for
  *  CPU tensors, a device pointer for CUDA tensors). Borrowed: valid while the
  *  tensor lives. Writing through it is allowed; on a CUDA context order such
  *  writes on the context's stream. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_data(ampx_tensor tensor, void **data);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_data(ampx_tensor tensor, void **data);
 
 /** The context a tensor belongs to (borrowed: no reference is added). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_context(ampx_tensor tensor, ampx_context *ctx);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_context(ampx_tensor tensor, ampx_context *ctx);
 
 /** Attaches `grad` as the gradient of `tensor` (the tensor retains it,
  *  replacing -- and releasing -- any previous one; NULL detaches). The
@@ -506,12 +507,12 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_context(ampx_tensor tensor, ampx
  *  (an engine with its own backward pass) hands them to optimizers: attach
  *  once, then write new values into the gradient's memory every step.
  *  Errors: DEVICE (other context), SHAPE, DTYPE. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_set_grad(ampx_tensor tensor, ampx_tensor grad);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_set_grad(ampx_tensor tensor, ampx_tensor grad);
 
 /** *grad receives the gradient attached to `tensor`, or NULL if none. The
  *  handle is borrowed (no reference is added): it stays valid while it is
  *  attached; retain it to keep it longer. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_grad(ampx_tensor tensor, ampx_tensor *grad);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_grad(ampx_tensor tensor, ampx_tensor *grad);
 
 /* DLPack interop (DLPack 0.6+ `DLManagedTensor`; include <dlpack/dlpack.h>
  * to use the struct).
@@ -535,7 +536,7 @@ struct DLManagedTensor;
  *  DLPack tensor holds a reference to `tensor`; the consumer calls its
  *  `deleter` exactly once when done, which drops that reference. Device:
  *  kDLCPU for CPU contexts, kDLCUDA with the device ordinal for CUDA ones. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_to_dlpack(ampx_tensor tensor,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_to_dlpack(ampx_tensor tensor,
                                            struct DLManagedTensor **out);
 
 /** Imports a DLManagedTensor as a tensor sharing its memory (no copy). On
@@ -545,7 +546,7 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_to_dlpack(ampx_tensor tensor,
  *  and row-major (strides NULL or compact), with byte_offset honoured, and of
  *  a supported type (float 32/16, bfloat 16, int 32/64, lanes 1); otherwise
  *  AMPX_ERR_DEVICE, AMPX_ERR_NOT_SUPPORTED or AMPX_ERR_DTYPE. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_from_dlpack(ampx_context ctx,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_from_dlpack(ampx_context ctx,
                                              struct DLManagedTensor *src,
                                              ampx_tensor *out);
 
@@ -619,13 +620,13 @@ AMPX_API ampx_adam_options ampx_adamw_options_default(void);
  *  Errors: INVALID_ARGUMENT (bad option values, with the option named;
  *  NULL params with count > 0; a duplicate parameter), DTYPE, DEVICE,
  *  OUT_OF_MEMORY, STALE_HANDLE. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_optimizer_create_sgd(ampx_context ctx, const ampx_tensor *params,
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_create_sgd(ampx_context ctx, const ampx_tensor *params,
                                                size_t count, const ampx_sgd_options *options,
                                                ampx_optimizer *out);
 
 /** Creates an Adam or AdamW optimizer (see ampx_adam_options); otherwise as
  *  ampx_optimizer_create_sgd. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_optimizer_create_adam(ampx_context ctx, const ampx_tensor *params,
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_create_adam(ampx_context ctx, const ampx_tensor *params,
                                                 size_t count,
                                                 const ampx_adam_options *options,
                                                 ampx_optimizer *out);
@@ -637,32 +638,32 @@ AMPX_API void ampx_optimizer_release(ampx_optimizer optimizer);
 
 /** Adds a param group with its own lr and weight decay; *group_index (may
  *  be NULL) receives its index (groups are numbered from 0 in order). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_optimizer_add_group(ampx_optimizer optimizer,
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_add_group(ampx_optimizer optimizer,
                                               const ampx_tensor *params, size_t count,
                                               double lr, double weight_decay,
                                               int32_t *group_index);
 
 /** Number of param groups. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_optimizer_group_count(ampx_optimizer optimizer, int32_t *count);
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_group_count(ampx_optimizer optimizer, int32_t *count);
 
 /** Sets a group's learning rate (>= 0) for the following steps. Does not
  *  wait for the device: the value is written in stream order, so a step
  *  already enqueued keeps the old rate. Learning-rate schedules live in the
  *  host program and call this every step. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_optimizer_set_lr(ampx_optimizer optimizer, int32_t group, double lr);
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_set_lr(ampx_optimizer optimizer, int32_t group, double lr);
 
 /** A group's learning rate as last set (no device access). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_optimizer_get_lr(ampx_optimizer optimizer, int32_t group, double *lr);
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_get_lr(ampx_optimizer optimizer, int32_t group, double *lr);
 
 /** One optimizer step over every parameter that has a gradient, using the
  *  gradients as they are. Errors: AMPX_ERR_ORDER when the optimizer is used
  *  with an enabled loss scaler and its gradients are still scaled (use
  *  ampx_scaler_step instead); SHAPE/DTYPE/DEVICE for a bad gradient. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_optimizer_step(ampx_optimizer optimizer);
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_step(ampx_optimizer optimizer);
 
 /** Sets every attached gradient of the optimizer's parameters to zero (the
  *  gradients stay attached, so an engine's buffers keep their identity). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_optimizer_zero_grad(ampx_optimizer optimizer);
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_zero_grad(ampx_optimizer optimizer);
 
 /** Kinds of per-parameter optimizer state, for ampx_optimizer_state_tensor. */
 typedef enum ampx_optimizer_state {
@@ -680,22 +681,22 @@ typedef enum ampx_optimizer_state {
  *  state. Errors: INVALID_ARGUMENT when `param` is not a parameter of this
  *  optimizer; NOT_SUPPORTED when this optimizer has no such state (SGD
  *  without momentum has no momentum buffer). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_optimizer_state_tensor(ampx_optimizer optimizer, ampx_tensor param,
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_state_tensor(ampx_optimizer optimizer, ampx_tensor param,
                                                  ampx_optimizer_state kind, ampx_tensor *out);
 
 /** Number of steps `param` has taken (skipped steps do not count).
  *  Synchronizes with the device. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_optimizer_param_steps(ampx_optimizer optimizer, ampx_tensor param,
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_param_steps(ampx_optimizer optimizer, ampx_tensor param,
                                                 int64_t *steps);
 
 /** Size in bytes of the optimizer's serialised state (hyperparameters,
  *  groups and learning rates, step counts, masters, moments). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_optimizer_state_size(ampx_optimizer optimizer, size_t *bytes);
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_state_size(ampx_optimizer optimizer, size_t *bytes);
 
 /** Serialises the optimizer's state into `buffer` of exactly `bytes` bytes
  *  (ampx_optimizer_state_size). Synchronizes with the device. The format is
  *  versioned and checksummed. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_optimizer_save_state(ampx_optimizer optimizer, void *buffer,
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_save_state(ampx_optimizer optimizer, void *buffer,
                                                size_t bytes);
 
 /** Restores state saved by ampx_optimizer_save_state into an optimizer of
@@ -709,7 +710,7 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_optimizer_save_state(ampx_optimizer opt
  *  truncated or mismatching buffer gives AMPX_ERR_CORRUPT (or SHAPE/DTYPE
  *  naming the parameter) and leaves the optimizer as it was. F16/BF16
  *  parameters are rewritten from the restored masters. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_optimizer_load_state(ampx_optimizer optimizer, const void *buffer,
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_load_state(ampx_optimizer optimizer, const void *buffer,
                                                size_t bytes);
 
 /* ========================================================================== */
@@ -766,7 +767,7 @@ AMPX_API ampx_scaler_options ampx_scaler_options_default(void);
  *  Errors: INVALID_ARGUMENT naming the bad option (growth <= 1, backoff
  *  outside (0,1), interval < 1, scale not finite or <= 0, hysteresis < 1,
  *  min/max negative or min > max, init outside [min, max]). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_scaler_create(ampx_context ctx, const ampx_scaler_options *options,
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_create(ampx_context ctx, const ampx_scaler_options *options,
                                         ampx_scaler *out);
 
 /** Releases the caller's reference (optimizers attached to the scaler keep
@@ -777,21 +778,21 @@ AMPX_API void ampx_scaler_release(ampx_scaler scaler);
  *  the very first iteration (clipping or stepping still-scaled gradients) is
  *  detected too. Attaching again to the same scaler is a no-op; to another
  *  scaler is AMPX_ERR_INVALID_ARGUMENT. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_scaler_attach(ampx_scaler scaler, ampx_optimizer optimizer);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_attach(ampx_scaler scaler, ampx_optimizer optimizer);
 
 /** *out receives a new tensor holding loss * scale (F32, loss's shape).
  *  `loss` must be a floating tensor of the scaler's context. Disabled
  *  scaler: a copy of loss in F32. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_scaler_scale_loss(ampx_scaler scaler, ampx_tensor loss,
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_scale_loss(ampx_scaler scaler, ampx_tensor loss,
                                             ampx_tensor *out);
 
 /** *out receives a new reference to the one-element F32 tensor on the
  *  device that holds the current scale, for programs that seed their own
  *  backward pass with it. Treat it as read-only; it changes at each update. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_scaler_scale_tensor(ampx_scaler scaler, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_scale_tensor(ampx_scaler scaler, ampx_tensor *out);
 
 /** The current scale. Synchronizes with the device. 1 when disabled. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_scaler_get_scale(ampx_scaler scaler, double *scale);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_get_scale(ampx_scaler scaler, double *scale);
 
 /** Divides the gradients of `optimizer`'s parameters by the scale: F32
  *  gradients in place; F16/BF16 gradients into fp32 buffers that the
@@ -799,36 +800,36 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_scaler_get_scale(ampx_scaler scaler, do
  *  value is inf/NaN (the gradients are unscaled even then).
  *  Errors: ORDER when already unscaled or stepped since the last update.
  *  Disabled scaler: does nothing. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_scaler_unscale(ampx_scaler scaler, ampx_optimizer optimizer);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_unscale(ampx_scaler scaler, ampx_optimizer optimizer);
 
 /** Unscales first if that has not been done since the last update, then
  *  takes the optimizer step unless an inf/NaN was found -- decided on the
  *  device: a skipped step changes no parameter, master, moment or step
  *  count. Errors: ORDER when already stepped since the last update.
  *  Disabled scaler: exactly ampx_optimizer_step. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_scaler_step(ampx_scaler scaler, ampx_optimizer optimizer);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_step(ampx_scaler scaler, ampx_optimizer optimizer);
 
 /** Ends the iteration: combines the found-inf flags of every optimizer
  *  stepped since the last update (logical OR), then backs off or grows the
  *  scale (see ampx_scaler_options), and returns every optimizer to READY.
  *  Errors: ORDER when no optimizer was stepped since the last update. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_scaler_update(ampx_scaler scaler);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_update(ampx_scaler scaler);
 
 /** As ampx_scaler_update, but sets the scale to `new_scale` (finite, > 0)
  *  instead of applying the growth/backoff rule; the growth tracker is left
  *  as it is (torch's update(new_scale)). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_scaler_update_to(ampx_scaler scaler, double new_scale);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_update_to(ampx_scaler scaler, double new_scale);
 
 /** *found receives 1 when the last unscale of `optimizer`'s gradients since
  *  the last update found an inf/NaN, else 0. Synchronizes.
  *  Errors: ORDER when the optimizer was not unscaled since the last update. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_scaler_found_inf(ampx_scaler scaler, ampx_optimizer optimizer,
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_found_inf(ampx_scaler scaler, ampx_optimizer optimizer,
                                            int32_t *found);
 
 /** *taken receives 1 if the optimizer's most recent step (through a scaler
  *  or not) was taken, 0 if it was skipped for inf/NaN gradients.
  *  Synchronizes. Errors: ORDER before any step. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_optimizer_last_step_taken(ampx_optimizer optimizer, int32_t *taken);
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_last_step_taken(ampx_optimizer optimizer, int32_t *taken);
 
 /** Counters since creation (or since they were restored). */
 typedef struct ampx_scaler_counters {
@@ -842,7 +843,7 @@ typedef struct ampx_scaler_counters {
 #define AMPX_SCALER_COUNTERS_INIT { sizeof(ampx_scaler_counters), 0, 0, 0, 0 }
 
 /** Fills *counters (fields up to its struct_size). Synchronizes. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_scaler_get_counters(ampx_scaler scaler,
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_get_counters(ampx_scaler scaler,
                                               ampx_scaler_counters *counters);
 
 /** The scaler's persistent state (torch's GradScaler.state_dict() plus
@@ -862,12 +863,12 @@ typedef struct ampx_scaler_state {
 } ampx_scaler_state;
 
 /** Reads the whole state (synchronizes). Typically saved with a checkpoint. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_scaler_get_state(ampx_scaler scaler, ampx_scaler_state *state);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_get_state(ampx_scaler scaler, ampx_scaler_state *state);
 
 /** Restores a state from ampx_scaler_get_state; validated like the options
  *  (nothing changes on error). Only allowed between iterations (every
  *  optimizer READY), else AMPX_ERR_ORDER. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_scaler_set_state(ampx_scaler scaler, const ampx_scaler_state *state);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_set_state(ampx_scaler scaler, const ampx_scaler_state *state);
 
 /* ========================================================================== */
 /* 8. Gradient clipping and diagnostics                                       */
@@ -883,14 +884,14 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_scaler_set_state(ampx_scaler scaler, co
  *  Refused with AMPX_ERR_ORDER while the gradients are still multiplied by
  *  a loss scale (call ampx_scaler_unscale first): clipping scaled gradients
  *  silently clips far too hard. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_clip_grad_norm(ampx_optimizer optimizer, double max_norm,
+AMPX_NODISCARD AMPX_API ampx_status ampx_clip_grad_norm(ampx_optimizer optimizer, double max_norm,
                                          double norm_type, int32_t error_if_nonfinite,
                                          ampx_tensor *total_norm);
 
 /** Clamps every gradient element to [-clip_value, clip_value]
  *  (torch.nn.utils.clip_grad_value_). Refused like ampx_clip_grad_norm while
  *  the gradients are scaled. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_clip_grad_value(ampx_optimizer optimizer, double clip_value);
+AMPX_NODISCARD AMPX_API ampx_status ampx_clip_grad_value(ampx_optimizer optimizer, double clip_value);
 
 /** One parameter whose gradient holds non-finite values. */
 typedef struct ampx_nonfinite_grad {
@@ -906,7 +907,7 @@ typedef struct ampx_nonfinite_grad {
  *  NULL when capacity is 0) and the total number of such parameters to
  *  *found. Synchronizes. Borrowed pointers stay valid until the next call
  *  that changes the optimizer or the names. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_find_nonfinite_grads(ampx_optimizer optimizer,
+AMPX_NODISCARD AMPX_API ampx_status ampx_find_nonfinite_grads(ampx_optimizer optimizer,
                                                ampx_nonfinite_grad *entries, size_t capacity,
                                                size_t *found);
 
@@ -948,15 +949,15 @@ extern "C" {
 /** Marks a tensor made by the program (a leaf) as needing a gradient.
  *  Errors: DTYPE for an integer tensor; INVALID_ARGUMENT for a tensor made
  *  by a recorded op (only leaves can be marked). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_set_requires_grad(ampx_tensor tensor, int32_t requires_grad);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_set_requires_grad(ampx_tensor tensor, int32_t requires_grad);
 
 /** *requires_grad receives 1 when gradients flow to or through `tensor`. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_tensor_requires_grad(ampx_tensor tensor, int32_t *requires_grad);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_requires_grad(ampx_tensor tensor, int32_t *requires_grad);
 
 /** Turns recording on (the default) or off for the context (inference, or
  *  work the program does not want differentiated). *previous (may be NULL)
  *  receives the former setting, to restore it. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_set_grad_enabled(ampx_context ctx, int32_t enabled, int32_t *previous);
+AMPX_NODISCARD AMPX_API ampx_status ampx_set_grad_enabled(ampx_context ctx, int32_t enabled, int32_t *previous);
 
 /** Backpropagates from `loss`, a one-element floating tensor made by a
  *  recorded op. The seed gradient is the scaler's scale when `scaler` is
@@ -974,7 +975,7 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_set_grad_enabled(ampx_context ctx, int3
  *  _copy or _fill, an optimizer step or zero_grad, or a state load: the
  *  gradients would mix old and new values; writes through wrapped or
  *  DLPack-shared memory are not seen). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_backward(ampx_tensor loss, ampx_scaler scaler);
+AMPX_NODISCARD AMPX_API ampx_status ampx_backward(ampx_tensor loss, ampx_scaler scaler);
 
 /** Scopes own op outputs, so a training step in C needs no release per
  *  intermediate. While a scope is open on the context, every tensor an op
@@ -982,19 +983,19 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_backward(ampx_tensor loss, ampx_scaler 
  *  borrowed, valid until that scope is popped (ampx_tensor_retain it to
  *  keep it longer). With no scope open, op outputs are owned by the caller.
  *  Scopes nest; pushes and pops must pair. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_scope_push(ampx_context ctx);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scope_push(ampx_context ctx);
 
 /** Closes the innermost scope, releasing its references. Its cost follows
  *  what it releases, not the length of the recorded forward, so a scope
  *  per op (as bindings use) stays cheap in long forwards.
  *  Errors: ORDER when no scope is open. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_scope_pop(ampx_context ctx);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scope_pop(ampx_context ctx);
 
 /** *depth receives the number of scopes open on the context (0 when none
  *  is), so a binding can tell whether an op's output will be borrowed from
  *  a scope or owned by the caller. Changes nothing.
  *  Errors: INVALID_ARGUMENT (depth NULL), STALE_HANDLE. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_scope_depth(ampx_context ctx, int32_t *depth);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scope_depth(ampx_context ctx, int32_t *depth);
 
 /** A segment of a forward pass for ampx_checkpoint_segment: computes
  *  outputs[0..output_count-1] from inputs[0..input_count-1] with ampx ops
@@ -1051,7 +1052,7 @@ typedef struct ampx_segment {
  *  context); whatever fn returns, with the message fn set (ampx_set_error,
  *  or a failed ampx call inside fn), or, when it set none, a message saying
  *  that the segment returned that status without one. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_checkpoint_segment(ampx_context ctx,
+AMPX_NODISCARD AMPX_API ampx_status ampx_checkpoint_segment(ampx_context ctx,
                                                             const ampx_segment *segment,
                                                             const ampx_tensor *inputs,
                                                             size_t input_count,
@@ -1062,8 +1063,8 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_checkpoint_segment(ampx_context ctx,
  *  and no release (user_data must then outlive the record, which the
  *  program cannot observe). Errors as ampx_checkpoint_segment, with 'fn'
  *  for segment->fn. */
-AMPX_DEPRECATED("use ampx_checkpoint_segment")
-AMPX_API AMPX_NODISCARD ampx_status ampx_checkpoint(ampx_context ctx, ampx_segment_fn fn, void *user_data,
+AMPX_NODISCARD AMPX_DEPRECATED("use ampx_checkpoint_segment")
+AMPX_API ampx_status ampx_checkpoint(ampx_context ctx, ampx_segment_fn fn, void *user_data,
                                      const ampx_tensor *inputs, size_t input_count,
                                      ampx_tensor *outputs, size_t output_count);
 
@@ -1105,7 +1106,7 @@ typedef struct ampx_autocast_options {
 AMPX_API ampx_autocast_options ampx_autocast_options_default(void);
 
 /** Creates a policy for `ctx`. Errors: DTYPE unless F16/BF16. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_autocast_create(ampx_context ctx, const ampx_autocast_options *options,
+AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_create(ampx_context ctx, const ampx_autocast_options *options,
                                           ampx_autocast *out);
 
 /** Releases a policy (it must not be entered). NULL is a no-op. */
@@ -1113,24 +1114,24 @@ AMPX_API void ampx_autocast_release(ampx_autocast autocast);
 
 /** Overrides the class of the op named `op_name` (as in the section 11
  *  names, e.g. "softmax", "matmul") for this policy. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_autocast_set_op_class(ampx_autocast autocast, const char *op_name,
+AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_set_op_class(ampx_autocast autocast, const char *op_name,
                                                 ampx_op_class op_class);
 
 /** The class `op_name` gets under this policy (its override or default). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_autocast_op_class(ampx_autocast autocast, const char *op_name,
+AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_op_class(ampx_autocast autocast, const char *op_name,
                                             ampx_op_class *op_class);
 
 /** Enters the policy on its context: ops follow it until the matching exit.
  *  Regions nest like a stack. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_autocast_enter(ampx_autocast autocast);
+AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_enter(ampx_autocast autocast);
 
 /** Leaves the innermost region, which must be this policy's (else ORDER).
  *  Leaving the outermost region drops the cast cache. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_autocast_exit(ampx_autocast autocast);
+AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_exit(ampx_autocast autocast);
 
 /** Number of casts served from the cache since the policy was created (for
  *  tests and diagnostics) and casts performed into it. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_autocast_cache_stats(ampx_autocast autocast, int64_t *hits,
+AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_cache_stats(ampx_autocast autocast, int64_t *hits,
                                                int64_t *misses);
 
 /* ========================================================================== */
@@ -1147,30 +1148,30 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_autocast_cache_stats(ampx_autocast auto
 /** Element-wise a + b, a - b, a * b ("add", "sub", "mul": promote). `b` may
  *  also be a row vector matching a's last dimension, broadcast over the
  *  other dimensions. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_add(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
-AMPX_API AMPX_NODISCARD ampx_status ampx_sub(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
-AMPX_API AMPX_NODISCARD ampx_status ampx_mul(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_add(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_sub(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_mul(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
 
 /** out = a * scale + shift, element-wise, in a's type ("affine": keep). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_affine(ampx_tensor a, double scale, double shift, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_affine(ampx_tensor a, double scale, double shift, ampx_tensor *out);
 
 /** Activations ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh":
  *  keep). gelu is the erf form; gelu_tanh the tanh approximation. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_relu(ampx_tensor x, ampx_tensor *out);
-AMPX_API AMPX_NODISCARD ampx_status ampx_gelu(ampx_tensor x, ampx_tensor *out);
-AMPX_API AMPX_NODISCARD ampx_status ampx_gelu_tanh(ampx_tensor x, ampx_tensor *out);
-AMPX_API AMPX_NODISCARD ampx_status ampx_silu(ampx_tensor x, ampx_tensor *out);
-AMPX_API AMPX_NODISCARD ampx_status ampx_sigmoid(ampx_tensor x, ampx_tensor *out);
-AMPX_API AMPX_NODISCARD ampx_status ampx_tanh(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_relu(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_gelu(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_gelu_tanh(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_silu(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_sigmoid(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tanh(ampx_tensor x, ampx_tensor *out);
 
 /** Sum and mean of all elements: a one-element tensor ("sum", "mean": fp32). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_sum(ampx_tensor x, ampx_tensor *out);
-AMPX_API AMPX_NODISCARD ampx_status ampx_mean(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_sum(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_mean(ampx_tensor x, ampx_tensor *out);
 
 /** Softmax / log-softmax over the last dimension ("softmax",
  *  "log_softmax": fp32). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_softmax(ampx_tensor x, ampx_tensor *out);
-AMPX_API AMPX_NODISCARD ampx_status ampx_log_softmax(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_softmax(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_log_softmax(ampx_tensor x, ampx_tensor *out);
 
 /** Loss reductions. */
 typedef enum ampx_reduction {
@@ -1191,17 +1192,17 @@ typedef enum ampx_reduction {
  *  ampx_tensor_to_host, ampx_scaler_get_scale and the other readers of
  *  device values -- so a training step needs no host round trip and can be
  *  captured in a CUDA graph. ("cross_entropy": fp32.) */
-AMPX_API AMPX_NODISCARD ampx_status ampx_cross_entropy(ampx_tensor logits, ampx_tensor labels,
+AMPX_NODISCARD AMPX_API ampx_status ampx_cross_entropy(ampx_tensor logits, ampx_tensor labels,
                                         ampx_reduction reduction, int64_t ignore_index,
                                         ampx_tensor *out);
 
 /** Mean-squared error between two tensors of one shape ("mse_loss": fp32). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_mse_loss(ampx_tensor input, ampx_tensor target,
+AMPX_NODISCARD AMPX_API ampx_status ampx_mse_loss(ampx_tensor input, ampx_tensor target,
                                    ampx_reduction reduction, ampx_tensor *out);
 
 /** Matrix product ("matmul": lower precision): [M, K] x [K, N] -> [M, N],
  *  or batched [B, M, K] x [B, K, N] -> [B, M, N]. Accumulates in fp32. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_matmul(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_matmul(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
 
 /** Activation fused into ampx_linear. */
 typedef enum ampx_activation {
@@ -1218,7 +1219,7 @@ typedef enum ampx_activation {
  *  rounded to the compute dtype once. ReLU keeps no pre-activation copy for
  *  backward (its derivative is read from y); GELU (the erf form) keeps
  *  x W^T + b. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_linear(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
+AMPX_NODISCARD AMPX_API ampx_status ampx_linear(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
                                  ampx_activation activation, ampx_tensor *out);
 
 /** Layer normalisation over the last dimension ("layer_norm": fp32):
@@ -1229,7 +1230,7 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_linear(ampx_tensor x, ampx_tensor weigh
  *  x's shape and the compute dtype. Gradients flow to x, weight and bias.
  *  Errors: SHAPE (x a scalar, weight/bias not [D]), DTYPE, DEVICE,
  *  INVALID_ARGUMENT (eps negative or not finite). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_layer_norm(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
+AMPX_NODISCARD AMPX_API ampx_status ampx_layer_norm(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
                                      double eps, ampx_tensor *out);
 
 /** Batch normalisation of x [N, C] or [N, C, L] per channel
@@ -1250,7 +1251,7 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_layer_norm(ampx_tensor x, ampx_tensor w
  *  N * L <= 1), DTYPE (x not floating, a parameter or statistic not F32),
  *  DEVICE, INVALID_ARGUMENT (only one running statistic, momentum outside
  *  [0, 1], eps negative or not finite). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_batch_norm(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
+AMPX_NODISCARD AMPX_API ampx_status ampx_batch_norm(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
                                      ampx_tensor running_mean, ampx_tensor running_var,
                                      int32_t training, double momentum, double eps,
                                      ampx_tensor *out);
@@ -1266,7 +1267,7 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_batch_norm(ampx_tensor x, ampx_tensor w
  *  p == 0 or training == 0 nothing is drawn, the output shares x's memory
  *  (as for ampx_reshape) and the gradient passes unchanged.
  *  Errors: INVALID_ARGUMENT (p not in [0, 1)), DTYPE. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_dropout(ampx_tensor x, double p, int32_t training, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_dropout(ampx_tensor x, double p, int32_t training, ampx_tensor *out);
 
 /** Rows of a table ("embedding": keep): out[i..., :] = weight[indices[i...],
  *  :] for weight [V, D] (floating) and indices of any shape (I32 or I64),
@@ -1278,7 +1279,7 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_dropout(ampx_tensor x, double p, int32_
  *  next call that waits for the device on a GPU, where meanwhile its row
  *  reads as zeros and gets no gradient), SHAPE (weight not 2-D, indices
  *  with AMPX_MAX_DIMS dimensions), DTYPE, DEVICE. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_embedding(ampx_tensor weight, ampx_tensor indices, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_embedding(ampx_tensor weight, ampx_tensor indices, ampx_tensor *out);
 
 /** The elements of x with the shape shape[0..ndim-1] ("reshape": keep), in
  *  row-major order; one extent may be -1, inferred from the others. The
@@ -1289,14 +1290,14 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_embedding(ampx_tensor weight, ampx_tens
  *  Errors: SHAPE (another number of elements, two -1, an extent below -1,
  *  a -1 that cannot be inferred, ndim outside 0..AMPX_MAX_DIMS),
  *  INVALID_ARGUMENT (shape NULL with ndim > 0). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_reshape(ampx_tensor x, int32_t ndim, const int64_t *shape,
+AMPX_NODISCARD AMPX_API ampx_status ampx_reshape(ampx_tensor x, int32_t ndim, const int64_t *shape,
                                   ampx_tensor *out);
 
 /** x with dimensions dim0 and dim1 exchanged, copied into a new contiguous
  *  tensor ("transpose": keep). Negative dims count from the end (-1 is the
  *  last). Any dtype.
  *  Errors: INVALID_ARGUMENT (a dim outside [-ndim, ndim)). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_transpose(ampx_tensor x, int32_t dim0, int32_t dim1,
+AMPX_NODISCARD AMPX_API ampx_status ampx_transpose(ampx_tensor x, int32_t dim0, int32_t dim1,
                                     ampx_tensor *out);
 
 /** Joins tensors[0..count-1] along `dim` ("concat": promote): their shapes
@@ -1307,7 +1308,7 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_transpose(ampx_tensor x, int32_t dim0, 
  *  Errors: INVALID_ARGUMENT (count 0, tensors NULL, dim out of range),
  *  SHAPE (shapes that differ elsewhere, 0-D tensors), DTYPE (floating mixed
  *  with integer, two integer types), DEVICE. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_concat(const ampx_tensor *tensors, size_t count, int32_t dim,
+AMPX_NODISCARD AMPX_API ampx_status ampx_concat(const ampx_tensor *tensors, size_t count, int32_t dim,
                                  ampx_tensor *out);
 
 /** Binary cross-entropy of logits against targets of the same shape
@@ -1317,7 +1318,7 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_concat(const ampx_tensor *tensors, size
  *  accurate for any finite logit. The mean of no element is NaN, as torch.
  *  Gradients flow to the logits and, when they require one, to the targets.
  *  Errors: SHAPE, DTYPE, DEVICE, INVALID_ARGUMENT (reduction). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_bce_with_logits(ampx_tensor logits, ampx_tensor targets,
+AMPX_NODISCARD AMPX_API ampx_status ampx_bce_with_logits(ampx_tensor logits, ampx_tensor targets,
                                           ampx_reduction reduction, ampx_tensor *out);
 
 /* ========================================================================== */
@@ -1368,7 +1369,7 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_bce_with_logits(ampx_tensor logits, amp
  *  temporary file removed; or, after the rename, the directory could not be
  *  flushed -- `path` then holds the new file, which a power loss may undo,
  *  and the message says so); OUT_OF_MEMORY; DEVICE. */
-AMPX_API AMPX_NODISCARD ampx_status ampx_checkpoint_file_save(const char *path, const ampx_tensor *params,
+AMPX_NODISCARD AMPX_API ampx_status ampx_checkpoint_file_save(const char *path, const ampx_tensor *params,
                                                size_t count, ampx_optimizer optimizer,
                                                ampx_scaler scaler);
 
@@ -1401,7 +1402,7 @@ AMPX_API AMPX_NODISCARD ampx_status ampx_checkpoint_file_save(const char *path, 
  *  part); IO (the file cannot be opened or read); STALE_HANDLE; ORDER;
  *  OUT_OF_MEMORY; DEVICE (a device failure while the checked data is being
  *  copied in, the one case that can leave the objects partly restored). */
-AMPX_API AMPX_NODISCARD ampx_status ampx_checkpoint_file_load(const char *path, const ampx_tensor *params,
+AMPX_NODISCARD AMPX_API ampx_status ampx_checkpoint_file_load(const char *path, const ampx_tensor *params,
                                                size_t count, ampx_optimizer optimizer,
                                                ampx_scaler scaler);
 
