@@ -706,9 +706,9 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_save_state(ampx_optimizer opt
  *  other, so loading never turns an Adam optimizer into AdamW or back; to
  *  change the flavour, create the optimizer of the other kind. Every other
  *  saved hyperparameter (betas, eps, maximize, momentum, learning rates,
- *  weight decays) replaces the live one. Everything is validated before anything changes: a corrupt,
- *  truncated or mismatching buffer gives AMPX_ERR_CORRUPT (or SHAPE/DTYPE
- *  naming the parameter) and leaves the optimizer as it was. F16/BF16
+ *  weight decays) replaces the live one. Everything is validated before
+ *  anything changes: a corrupt, truncated or mismatching buffer gives
+ *  AMPX_ERR_CORRUPT (or SHAPE/DTYPE naming the parameter) and leaves the optimizer as it was. F16/BF16
  *  parameters are rewritten from the restored masters. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_load_state(ampx_optimizer optimizer, const void *buffer,
                                                size_t bytes);
