@@ -1,5 +1,5 @@
 /*
- * bench_checkpoint.c -- what gradient checkpointing (ampx_checkpoint) saves
+ * bench_checkpoint.c -- what gradient checkpointing (ampx_checkpoint_segment) saves
  * and costs: one training step of a residual MLP, run directly and with
  * every block checkpointed, on the best device present. Prints the peak
  * bytes held (ampx_memory_stats) and the time per step of both, measured
@@ -76,9 +76,12 @@ static double step(ampx_context ctx, block *blocks, int count, ampx_tensor x, in
   CHECK(ampx_scope_push(ctx));
   for (i = 0; i < count; ++i) {
     ampx_tensor out = NULL;
-    if (checkpointed)
-      CHECK(ampx_checkpoint(ctx, block_segment, &blocks[i], &h, 1, &out, 1));
-    else
+    if (checkpointed) {
+      ampx_segment segment = AMPX_SEGMENT_INIT;
+      segment.fn = block_segment;
+      segment.user_data = &blocks[i];
+      CHECK(ampx_checkpoint_segment(ctx, &segment, &h, 1, &out, 1));
+    } else
       CHECK(block_segment(&blocks[i], &h, 1, &out, 1));
     h = out;
   }

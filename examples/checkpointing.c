@@ -5,7 +5,7 @@
  * A stack of residual MLP blocks, y = x + W2 gelu(W1 x + b1), runs forward
  * and backward under autocast f16 twice, on two contexts with the same
  * weights: once directly, once with every block wrapped in
- * ampx_checkpoint. A direct run keeps each block's inner activations
+ * ampx_checkpoint_segment. A direct run keeps each block's inner activations
  * (the [batch, 4 * width] pre-activation and GELU output) until backward
  * reaches it; a checkpointed run keeps only the blocks' inputs and outputs
  * and recomputes one block's inner activations at a time during backward.
@@ -43,7 +43,7 @@ typedef struct block {
   ampx_tensor w1, b1, w2;
 } block;
 
-/* The segment ampx_checkpoint runs -- once in the forward pass and again in
+/* The segment ampx_checkpoint_segment runs -- once in the forward pass and again in
  * the backward pass -- and the direct run calls as is. */
 static ampx_status block_forward(void *user_data, const ampx_tensor *inputs, size_t input_count,
                                  ampx_tensor *outputs, size_t output_count) {
@@ -121,13 +121,18 @@ static void run_once(run *r, int blocks, int64_t batch, int checkpointed) {
   h = r->x;
   for (i = 0; i < blocks; ++i) {
     ampx_tensor out = NULL;
-    if (checkpointed) CHECK(ampx_checkpoint(r->ctx, block_forward, &r->blocks[i], &h, 1, &out, 1));
+    if (checkpointed) {
+      ampx_segment segment = AMPX_SEGMENT_INIT;
+      segment.fn = block_forward;
+      segment.user_data = &r->blocks[i]; /* lives as long as the run: no release needed */
+      CHECK(ampx_checkpoint_segment(r->ctx, &segment, &h, 1, &out, 1));
+    }
     else CHECK(block_forward(&r->blocks[i], &h, 1, &out, 1));
     h = out;
   }
   CHECK(ampx_mse_loss(h, r->target, AMPX_REDUCTION_MEAN, &loss));
   CHECK(ampx_autocast_exit(autocast));
-  /* Backward after the region, as usual: ampx_checkpoint recomputes each
+  /* Backward after the region, as usual: ampx_checkpoint_segment recomputes each
    * segment under the autocast regions its forward pass ran under. */
   CHECK(ampx_backward(loss, NULL));
   CHECK(ampx_scope_pop(r->ctx));

@@ -208,7 +208,7 @@ class Program {
   // error only): a known failure is put there first.
   template <class Call>
   static bool refused(const char* function, Call call) {
-    ampx_tensor_retain(nullptr);
+    (void)ampx_tensor_retain(nullptr);  // fails on purpose: a known last error
     call();
     return std::strncmp(ampx_last_error(), function, std::strlen(function)) == 0;
   }
@@ -397,7 +397,7 @@ class Program {
     ampx_context_options o = ampx_context_options_default();
     o.num_threads = chance(16) ? 2 : 1;
     o.seed = in_.ConsumeIntegral<uint8_t>();
-    o.allocator = {&Memory::alloc, &Memory::release, &memory};
+    o.allocator = {sizeof(ampx_allocator), &Memory::alloc, &Memory::release, &memory};
     switch (in_.ConsumeIntegral<uint8_t>() % 16) {
       case 0:
         o.struct_size = 4;
@@ -836,8 +836,11 @@ void Program::op_call() {
       ampx_tensor outputs[2] = {};
       const size_t n_out = in_.ConsumeIntegralInRange<size_t>(0, 2);
       ampx_context c = context();
-      if (checked(ampx_checkpoint(c, chance(8) ? nullptr : &segment_fn, &segments_.back(), inputs,
-                                  n_in, outputs, n_out)) == AMPX_OK)
+      // The segments live as long as the fuzzer's run: no release hook.
+      ampx_segment segment = AMPX_SEGMENT_INIT;
+      segment.fn = chance(8) ? nullptr : &segment_fn;
+      segment.user_data = &segments_.back();
+      if (checked(ampx_checkpoint_segment(c, &segment, inputs, n_in, outputs, n_out)) == AMPX_OK)
         for (size_t i = 0; i < n_out; ++i) adopt(Kind::Tensor, outputs[i], true);
       return;
     }

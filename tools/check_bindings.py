@@ -119,7 +119,10 @@ def parse_header(path: Path) -> list[CFunction]:
     typedefs = header_typedefs(text)
     functions = []
     for match in re.finditer(r"\bAMPX_API\b([^;]*);", text):
-        decl = " ".join(match.group(1).split())
+        # Attribute macros (AMPX_NODISCARD, AMPX_DEPRECATED("...")) say
+        # nothing a binding must match.
+        decl = re.sub(r"\bAMPX_DEPRECATED\s*\([^)]*\)|\bAMPX_NODISCARD\b", " ", match.group(1))
+        decl = " ".join(decl.split())
         line = text.count("\n", 0, match.start()) + 1
         head = re.match(r"(.*?)\b(" + IDENT + r")\s*\((.*)\)\s*$", decl)
         if not head:

@@ -33,10 +33,12 @@
 //
 // # Building
 //
-// The package links -lampx; point cgo at the library and header with
+// The package uses the experimental tier of ampx.h (autograd, autocast,
+// ops: -DAMPX_EXPERIMENTAL, set below) and links -lampx; point cgo at the library and header with
 // CGO_CFLAGS=-I<include dir> and CGO_LDFLAGS="-L<lib dir> -Wl,-rpath,<lib dir>".
 package ampx
 
+// #cgo CFLAGS: -DAMPX_EXPERIMENTAL
 // #cgo LDFLAGS: -lampx
 // #include <ampx/ampx.h>
 import "C"

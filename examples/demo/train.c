@@ -235,9 +235,17 @@ ampx_status demo_train(ampx_context ctx, const demo_config *config, const demo_t
   result->psnr = demo_psnr(result->image, task->target, 3 * (long)rows);
 
 done:
-  if (autocast_open) ampx_autocast_exit(autocast);
-  if (scope_open) ampx_scope_pop(ctx);
-  if (grad_disabled) ampx_set_grad_enabled(ctx, grad_was_enabled, NULL);
+  /* The regions close on every path; the first failure is the one reported. */
+  {
+    ampx_status closed = AMPX_OK;
+    if (autocast_open && (closed = ampx_autocast_exit(autocast)) != AMPX_OK && status == AMPX_OK)
+      status = closed;
+    if (scope_open && (closed = ampx_scope_pop(ctx)) != AMPX_OK && status == AMPX_OK)
+      status = closed;
+    if (grad_disabled && (closed = ampx_set_grad_enabled(ctx, grad_was_enabled, NULL)) != AMPX_OK &&
+        status == AMPX_OK)
+      status = closed;
+  }
   ampx_tensor_release(image);
   ampx_autocast_release(autocast);
   ampx_scaler_release(scaler);

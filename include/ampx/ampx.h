@@ -19,10 +19,18 @@
  *  10. Autocast (EXPERIMENTAL)
  *  11. Ops (EXPERIMENTAL)
  *  12. Training checkpoint files (EXPERIMENTAL)
+ *  13. Tensor views and gradient hooks (EXPERIMENTAL)
  *
  * Stability: sections 1-8 are stable: their functions keep their
  * signatures and meaning within an ABI major version. Sections marked
- * EXPERIMENTAL may still change in a minor version.
+ * EXPERIMENTAL may still change in a minor version, and are declared only
+ * when the program defines AMPX_EXPERIMENTAL before including this header
+ * (e.g. `cc -DAMPX_EXPERIMENTAL`, or `#define AMPX_EXPERIMENTAL` first);
+ * without it, a call to one of them does not compile (C++) or is an
+ * implicit declaration (C). The library exports them either way.
+ * A function that is to be removed is first marked AMPX_DEPRECATED (a
+ * compiler warning that names its replacement) for at least one minor
+ * version.
  *
  * General rules (they hold for every function unless its comment says
  * otherwise):
@@ -76,6 +84,35 @@
 #  define AMPX_API
 #endif
 
+/* AMPX_DEPRECATED(message) marks a declaration that a later ABI major
+ * version removes; using it warns with `message`, which names the
+ * replacement. */
+#if defined(__GNUC__) || defined(__clang__)
+#  define AMPX_DEPRECATED(message) __attribute__((deprecated(message)))
+#elif defined(_MSC_VER)
+#  define AMPX_DEPRECATED(message) __declspec(deprecated(message))
+#else
+#  define AMPX_DEPRECATED(message)
+#endif
+
+/* AMPX_NODISCARD marks every function that returns an ampx_status, so a
+ * compiler warns where a status is ignored (-Wunused-result): an unchecked
+ * failure leaves the program working on objects the call did not change.
+ * C++17 gets [[nodiscard]] (a (void) cast silences it); GCC and Clang in C
+ * get warn_unused_result, which GCC does not let a (void) cast silence --
+ * test or store the status instead. A program that wants neither defines
+ * AMPX_NODISCARD as empty before including ampx.h. It comes first in a
+ * declaration, where every compiler accepts a standard attribute. */
+#ifndef AMPX_NODISCARD
+#  if defined(__cplusplus) && __cplusplus >= 201703L
+#    define AMPX_NODISCARD [[nodiscard]]
+#  elif defined(__GNUC__) || defined(__clang__)
+#    define AMPX_NODISCARD __attribute__((warn_unused_result))
+#  else
+#    define AMPX_NODISCARD
+#  endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -127,8 +164,14 @@ typedef enum ampx_status {
   AMPX_ERR_IO = 10,              /**< a file could not be read or written */
   AMPX_ERR_CORRUPT = 11,         /**< data that fails validation */
   AMPX_ERR_INTERNAL = 12,        /**< a bug in ampx; please report it */
-  AMPX_STATUS_MAX_ENUM = 0x7fffffff /**< not a status: makes every value of
-                                         a 32-bit int valid to pass */
+  AMPX_STATUS_MIN_ENUM = -0x7fffffff - 1, /**< not a status: with MAX_ENUM,
+                                         pins the underlying type to a signed
+                                         32-bit int, so every value of an
+                                         int32_t -- negative ones too -- is
+                                         defined to pass through a foreign
+                                         function interface; functions
+                                         refuse the values not listed */
+  AMPX_STATUS_MAX_ENUM = 0x7fffffff /**< not a status (see MIN_ENUM) */
 } ampx_status;
 
 /** A short static English name for a status ("AMPX_ERR_SHAPE"), or
@@ -145,7 +188,21 @@ AMPX_API const char *ampx_last_error(void);
 
 /** The status of the most recent failed call on the calling thread (AMPX_OK
  *  if none has failed). Thread-safe (per thread). */
-AMPX_API ampx_status ampx_last_status(void);
+AMPX_NODISCARD AMPX_API ampx_status ampx_last_status(void);
+
+/** Sets the calling thread's last error -- ampx_last_status() becomes
+ *  `status`, ampx_last_error() a copy of `message` -- and returns `status`.
+ *  For callbacks the program gives ampx (e.g. an ampx_segment_fn), so the
+ *  caller of the ampx function that ran the callback sees the callback's
+ *  own words: `return ampx_set_error(AMPX_ERR_IO, "batch file missing");`.
+ *  When a callback returns a non-OK status without having set a message
+ *  (by this function, or by an ampx call inside it that failed), ampx says
+ *  so instead of repeating an older, unrelated message. `message` is
+ *  borrowed for the call only; NULL counts as "". `status` AMPX_OK sets the
+ *  message and status too (AMPX_OK is not a failure, so nothing is
+ *  reported). The copy may be cut short when host memory is exhausted.
+ *  Never fails. Thread-safe (per thread). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_set_error(ampx_status status, const char *message);
 
 /* ========================================================================== */
 /* 3. Data types and devices                                                  */
@@ -159,6 +216,7 @@ typedef enum ampx_dtype {
   AMPX_BF16 = 3, /**< bfloat16: fp32's exponent, 8 significant bits */
   AMPX_I32 = 4,
   AMPX_I64 = 5,
+  AMPX_DTYPE_MIN_ENUM = -0x7fffffff - 1, /**< not a type (see AMPX_STATUS_MIN_ENUM) */
   AMPX_DTYPE_MAX_ENUM = 0x7fffffff /**< not a type (see AMPX_STATUS_MAX_ENUM) */
 } ampx_dtype;
 
@@ -174,6 +232,7 @@ AMPX_API const char *ampx_dtype_name(ampx_dtype dtype);
 typedef enum ampx_device_type {
   AMPX_DEVICE_CPU = 1,
   AMPX_DEVICE_CUDA = 2,
+  AMPX_DEVICE_MIN_ENUM = -0x7fffffff - 1, /**< not a device (see AMPX_STATUS_MIN_ENUM) */
   AMPX_DEVICE_MAX_ENUM = 0x7fffffff /**< not a device (see AMPX_STATUS_MAX_ENUM) */
 } ampx_device_type;
 
@@ -208,13 +267,26 @@ typedef struct ampx_tensor_s *ampx_tensor;
  *  on another, so the hooks must be safe to call concurrently. Leave both NULL for ampx's own allocator; set
  *  both or neither. */
 typedef struct ampx_allocator {
+  size_t struct_size; /**< sizeof(ampx_allocator); fields are only appended.
+                           A smaller value is AMPX_ERR_INVALID_ARGUMENT,
+                           except that an allocator left all zero (0, NULL,
+                           NULL, NULL) means ampx's own allocator */
   void *(*alloc)(void *user_data, size_t bytes, size_t alignment);
   void (*free)(void *user_data, void *ptr, size_t bytes);
   void *user_data; /**< passed back to alloc and free; borrowed, must outlive
                         the context */
 } ampx_allocator;
 
-/** Options for ampx_context_create. */
+#define AMPX_ALLOCATOR_INIT { sizeof(ampx_allocator), NULL, NULL, NULL }
+
+/** Options for ampx_context_create.
+ *  Layouts: until ampx 0.1.0 the embedded ampx_allocator had no
+ *  struct_size, so this struct was 64 bytes on LP64 platforms (the legacy
+ *  layout). ampx_context_create reads a struct_size up to that legacy size
+ *  as the legacy layout (the allocator's three fields without a
+ *  struct_size), and sizeof(ampx_context_options) or more as this one;
+ *  a size in between is AMPX_ERR_INVALID_ARGUMENT. Programs built against
+ *  the older header therefore keep working unchanged. */
 typedef struct ampx_context_options {
   size_t struct_size;           /**< sizeof(ampx_context_options) */
   ampx_device_type device_type; /**< default AMPX_DEVICE_CPU */
@@ -231,7 +303,7 @@ typedef struct ampx_context_options {
 } ampx_context_options;
 
 #define AMPX_CONTEXT_OPTIONS_INIT \
-  { sizeof(ampx_context_options), AMPX_DEVICE_CPU, 0, 0, 0, {NULL, NULL, NULL}, NULL }
+  { sizeof(ampx_context_options), AMPX_DEVICE_CPU, 0, 0, 0, AMPX_ALLOCATOR_INIT, NULL }
 
 /** Returns the default options (the same values as the INIT macro), for
  *  languages that cannot use macros. Thread-safe. */
@@ -240,9 +312,10 @@ AMPX_API ampx_context_options ampx_context_options_default(void);
 /** Creates a context. `options` may be NULL for the defaults (a CPU
  *  context). On success *out holds a new context owned by the caller (release
  *  it with ampx_context_release).
- *  Errors: AMPX_ERR_INVALID_ARGUMENT (out NULL, struct_size too small, bad
- *  device type, negative thread count, only one allocator hook set, a stream
- *  given for the CPU); AMPX_ERR_NO_DEVICE (CUDA requested but the library was
+ *  Errors: AMPX_ERR_INVALID_ARGUMENT (out NULL, struct_size too small or
+ *  between the legacy and the current layout, allocator.struct_size too
+ *  small, bad device type -- negative values included --, negative thread
+ *  count, only one allocator hook set, a stream given for the CPU); AMPX_ERR_NO_DEVICE (CUDA requested but the library was
  *  built without CUDA, no device is present, or device_index is out of
  *  range); AMPX_ERR_OUT_OF_MEMORY. Thread-safe.
  *  CPU matrix products use a CBLAS loaded at the first one: OpenBLAS
@@ -255,7 +328,7 @@ AMPX_API ampx_context_options ampx_context_options_default(void);
  *  OPENBLAS_THREAD_TIMEOUT=4, so OpenBLAS's idle threads sleep instead of
  *  spinning on the cores ampx's own threads need. A host that reads the
  *  environment from another thread at that moment may see them. */
-AMPX_API ampx_status ampx_context_create(const ampx_context_options *options,
+AMPX_NODISCARD AMPX_API ampx_status ampx_context_create(const ampx_context_options *options,
                                          ampx_context *out);
 
 /** Drops the caller's reference to `ctx`. The context is destroyed once its
@@ -267,10 +340,10 @@ AMPX_API ampx_status ampx_context_create(const ampx_context_options *options,
 AMPX_API void ampx_context_release(ampx_context ctx);
 
 /** Adds a reference to `ctx` (released with ampx_context_release). */
-AMPX_API ampx_status ampx_context_retain(ampx_context ctx);
+AMPX_NODISCARD AMPX_API ampx_status ampx_context_retain(ampx_context ctx);
 
 /** The device of a context. */
-AMPX_API ampx_status ampx_context_device(ampx_context ctx,
+AMPX_NODISCARD AMPX_API ampx_status ampx_context_device(ampx_context ctx,
                                          ampx_device_type *device_type,
                                          int32_t *device_index);
 
@@ -279,7 +352,7 @@ AMPX_API ampx_status ampx_context_device(ampx_context ctx,
  *  a bad class label or embedding index that an earlier ampx_cross_entropy
  *  or ampx_embedding found on the device as AMPX_ERR_INVALID_ARGUMENT (see
  *  ampx_cross_entropy; reported once). */
-AMPX_API ampx_status ampx_context_synchronize(ampx_context ctx);
+AMPX_NODISCARD AMPX_API ampx_status ampx_context_synchronize(ampx_context ctx);
 
 /** Memory statistics of a context's tensor storage (bytes the tensors own,
  *  not the allocator's cache). */
@@ -297,11 +370,11 @@ typedef struct ampx_memory_stats {
 
 /** Fills *stats (whose struct_size the caller sets) with the context's
  *  memory statistics. Fields beyond struct_size are not written. */
-AMPX_API ampx_status ampx_memory_stats_get(ampx_context ctx,
+AMPX_NODISCARD AMPX_API ampx_status ampx_memory_stats_get(ampx_context ctx,
                                            ampx_memory_stats *stats);
 
 /** Sets peak_bytes to current_bytes. */
-AMPX_API ampx_status ampx_memory_reset_peak(ampx_context ctx);
+AMPX_NODISCARD AMPX_API ampx_status ampx_memory_reset_peak(ampx_context ctx);
 
 /* ========================================================================== */
 /* 5. Tensors                                                                 */
@@ -316,12 +389,12 @@ AMPX_API ampx_status ampx_memory_reset_peak(ampx_context ctx);
  *  Errors: INVALID_ARGUMENT (NULL ctx/out, shape NULL with ndim > 0),
  *  SHAPE (ndim or an extent out of range), DTYPE, OUT_OF_MEMORY,
  *  STALE_HANDLE. */
-AMPX_API ampx_status ampx_tensor_empty(ampx_context ctx, ampx_dtype dtype,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_empty(ampx_context ctx, ampx_dtype dtype,
                                        int32_t ndim, const int64_t *shape,
                                        ampx_tensor *out);
 
 /** Creates a tensor filled with zeros. Errors as ampx_tensor_empty. */
-AMPX_API ampx_status ampx_tensor_zeros(ampx_context ctx, ampx_dtype dtype,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_zeros(ampx_context ctx, ampx_dtype dtype,
                                        int32_t ndim, const int64_t *shape,
                                        ampx_tensor *out);
 
@@ -329,7 +402,7 @@ AMPX_API ampx_status ampx_tensor_zeros(ampx_context ctx, ampx_dtype dtype,
  *  must equal numel * ampx_dtype_size(dtype) (else AMPX_ERR_SHAPE). `data` is
  *  borrowed for the duration of the call only. On a CUDA context the copy has
  *  completed when the call returns. */
-AMPX_API ampx_status ampx_tensor_from_host(ampx_context ctx, ampx_dtype dtype,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_from_host(ampx_context ctx, ampx_dtype dtype,
                                            int32_t ndim, const int64_t *shape,
                                            const void *data, size_t bytes,
                                            ampx_tensor *out);
@@ -345,7 +418,7 @@ typedef void (*ampx_deleter)(void *user_data, void *data);
  *  if `deleter` is not NULL; otherwise the memory must simply outlive the
  *  tensor. If this call fails the deleter is NOT called: the memory stays
  *  the caller's. Wrapped memory does not count in ampx_memory_stats. */
-AMPX_API ampx_status ampx_tensor_wrap(ampx_context ctx, ampx_dtype dtype,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_wrap(ampx_context ctx, ampx_dtype dtype,
                                       int32_t ndim, const int64_t *shape,
                                       void *data, size_t bytes,
                                       ampx_deleter deleter,
@@ -353,7 +426,7 @@ AMPX_API ampx_status ampx_tensor_wrap(ampx_context ctx, ampx_dtype dtype,
                                       ampx_tensor *out);
 
 /** Adds a reference to `tensor`. */
-AMPX_API ampx_status ampx_tensor_retain(ampx_tensor tensor);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_retain(ampx_tensor tensor);
 
 /** Drops one reference; the last one frees the tensor (its memory, or calls
  *  the wrap deleter) and the tensor's reference to its context. NULL is a
@@ -366,13 +439,13 @@ AMPX_API void ampx_tensor_release(ampx_tensor tensor);
  *  the device, it first reports a bad class label or embedding index that
  *  an earlier op found on a GPU (AMPX_ERR_INVALID_ARGUMENT, nothing copied;
  *  see ampx_cross_entropy). */
-AMPX_API ampx_status ampx_tensor_to_host(ampx_tensor tensor, void *dst,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_to_host(ampx_tensor tensor, void *dst,
                                          size_t bytes);
 
 /** Overwrites the tensor's contents with `bytes` bytes of host memory
  *  (numel * element size, else AMPX_ERR_SHAPE). `src` may be reused when the
  *  call returns. */
-AMPX_API ampx_status ampx_tensor_copy_from_host(ampx_tensor tensor,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_copy_from_host(ampx_tensor tensor,
                                                 const void *src, size_t bytes);
 
 /** dst = src, converting the element type when they differ (floating types
@@ -381,51 +454,51 @@ AMPX_API ampx_status ampx_tensor_copy_from_host(ampx_tensor tensor,
  *  nearest). Both tensors must belong to the same context and have the same
  *  number of elements (shapes may differ: the copy is in row-major order).
  *  dst and src may be the same tensor. */
-AMPX_API ampx_status ampx_tensor_copy(ampx_tensor dst, ampx_tensor src);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_copy(ampx_tensor dst, ampx_tensor src);
 
 /** Creates a new tensor of `dtype` holding `src` converted as by
  *  ampx_tensor_copy, with src's shape. The name is not copied. */
-AMPX_API ampx_status ampx_tensor_cast(ampx_tensor src, ampx_dtype dtype,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_cast(ampx_tensor src, ampx_dtype dtype,
                                       ampx_tensor *out);
 
 /** Sets every element to `value` converted to the tensor's type (as by
  *  ampx_tensor_copy from a double). */
-AMPX_API ampx_status ampx_tensor_fill(ampx_tensor tensor, double value);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_fill(ampx_tensor tensor, double value);
 
 /** Sets the tensor's name (copied; NULL or "" clears it). Names are used in
  *  diagnostics such as non-finite gradient reports. */
-AMPX_API ampx_status ampx_tensor_set_name(ampx_tensor tensor, const char *name);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_set_name(ampx_tensor tensor, const char *name);
 
 /** *name receives the tensor's name ("" if none), owned by the tensor and
  *  valid until the name is changed or the tensor is destroyed. */
-AMPX_API ampx_status ampx_tensor_name(ampx_tensor tensor, const char **name);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_name(ampx_tensor tensor, const char **name);
 
 /** Element type of a tensor. */
-AMPX_API ampx_status ampx_tensor_dtype(ampx_tensor tensor, ampx_dtype *dtype);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_dtype(ampx_tensor tensor, ampx_dtype *dtype);
 
 /** Number of dimensions of a tensor. */
-AMPX_API ampx_status ampx_tensor_ndim(ampx_tensor tensor, int32_t *ndim);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_ndim(ampx_tensor tensor, int32_t *ndim);
 
 /** Writes the tensor's extents into dims[0..ndim-1]; `capacity` is the
  *  length of `dims` and must be >= ndim (else AMPX_ERR_INVALID_ARGUMENT).
  *  `dims` may be NULL when ndim is 0. */
-AMPX_API ampx_status ampx_tensor_shape(ampx_tensor tensor, int64_t *dims,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_shape(ampx_tensor tensor, int64_t *dims,
                                        int32_t capacity);
 
 /** Number of elements (the product of the extents; 1 for ndim 0). */
-AMPX_API ampx_status ampx_tensor_numel(ampx_tensor tensor, int64_t *numel);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_numel(ampx_tensor tensor, int64_t *numel);
 
 /** Size of the contents in bytes (numel * element size). */
-AMPX_API ampx_status ampx_tensor_nbytes(ampx_tensor tensor, size_t *nbytes);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_nbytes(ampx_tensor tensor, size_t *nbytes);
 
 /** Address of the first element, on the tensor's device (a host pointer for
  *  CPU tensors, a device pointer for CUDA tensors). Borrowed: valid while the
  *  tensor lives. Writing through it is allowed; on a CUDA context order such
  *  writes on the context's stream. */
-AMPX_API ampx_status ampx_tensor_data(ampx_tensor tensor, void **data);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_data(ampx_tensor tensor, void **data);
 
 /** The context a tensor belongs to (borrowed: no reference is added). */
-AMPX_API ampx_status ampx_tensor_context(ampx_tensor tensor, ampx_context *ctx);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_context(ampx_tensor tensor, ampx_context *ctx);
 
 /** Attaches `grad` as the gradient of `tensor` (the tensor retains it,
  *  replacing -- and releasing -- any previous one; NULL detaches). The
@@ -435,22 +508,36 @@ AMPX_API ampx_status ampx_tensor_context(ampx_tensor tensor, ampx_context *ctx);
  *  (an engine with its own backward pass) hands them to optimizers: attach
  *  once, then write new values into the gradient's memory every step.
  *  Errors: DEVICE (other context), SHAPE, DTYPE. */
-AMPX_API ampx_status ampx_tensor_set_grad(ampx_tensor tensor, ampx_tensor grad);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_set_grad(ampx_tensor tensor, ampx_tensor grad);
 
 /** *grad receives the gradient attached to `tensor`, or NULL if none. The
  *  handle is borrowed (no reference is added): it stays valid while it is
  *  attached; retain it to keep it longer. */
-AMPX_API ampx_status ampx_tensor_grad(ampx_tensor tensor, ampx_tensor *grad);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_grad(ampx_tensor tensor, ampx_tensor *grad);
 
 /* DLPack interop (DLPack 0.6+ `DLManagedTensor`; include <dlpack/dlpack.h>
- * to use the struct). */
+ * to use the struct).
+ *
+ * DLPack 1.x (`DLManagedTensorVersioned`, "dltensor_versioned" capsules)
+ * is not supported by these two functions, which only take and make the
+ * unversioned struct (the dlpack headers ampx builds against, libdlpack-dev
+ * 0.6, do not define the versioned one). Both structs carry the same
+ * DLTensor, so a binding handed a versioned tensor imports it without a
+ * copy through ampx_tensor_wrap: check that it is dense row-major, on the
+ * context's device and of a supported type as ampx_tensor_from_dlpack
+ * does, and refuse it when flags has DLPACK_FLAG_BITMASK_READ_ONLY (ampx
+ * may write to a tensor's memory); then wrap dl_tensor.data +
+ * byte_offset with a deleter that calls the versioned tensor's deleter.
+ * To export a versioned tensor, fill one from ampx_tensor_data,
+ * ampx_tensor_shape and ampx_tensor_dtype, holding a reference
+ * (ampx_tensor_retain) that its deleter releases. */
 struct DLManagedTensor;
 
 /** Exports a tensor as a DLManagedTensor sharing its memory (no copy). The
  *  DLPack tensor holds a reference to `tensor`; the consumer calls its
  *  `deleter` exactly once when done, which drops that reference. Device:
  *  kDLCPU for CPU contexts, kDLCUDA with the device ordinal for CUDA ones. */
-AMPX_API ampx_status ampx_tensor_to_dlpack(ampx_tensor tensor,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_to_dlpack(ampx_tensor tensor,
                                            struct DLManagedTensor **out);
 
 /** Imports a DLManagedTensor as a tensor sharing its memory (no copy). On
@@ -460,7 +547,7 @@ AMPX_API ampx_status ampx_tensor_to_dlpack(ampx_tensor tensor,
  *  and row-major (strides NULL or compact), with byte_offset honoured, and of
  *  a supported type (float 32/16, bfloat 16, int 32/64, lanes 1); otherwise
  *  AMPX_ERR_DEVICE, AMPX_ERR_NOT_SUPPORTED or AMPX_ERR_DTYPE. */
-AMPX_API ampx_status ampx_tensor_from_dlpack(ampx_context ctx,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_from_dlpack(ampx_context ctx,
                                              struct DLManagedTensor *src,
                                              ampx_tensor *out);
 
@@ -539,13 +626,13 @@ AMPX_API ampx_adam_options ampx_adamw_options_default(void);
  *  Errors: INVALID_ARGUMENT (bad option values, with the option named;
  *  NULL params with count > 0; a duplicate parameter), DTYPE, DEVICE,
  *  OUT_OF_MEMORY, STALE_HANDLE. */
-AMPX_API ampx_status ampx_optimizer_create_sgd(ampx_context ctx, const ampx_tensor *params,
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_create_sgd(ampx_context ctx, const ampx_tensor *params,
                                                size_t count, const ampx_sgd_options *options,
                                                ampx_optimizer *out);
 
 /** Creates an Adam or AdamW optimizer (see ampx_adam_options); otherwise as
  *  ampx_optimizer_create_sgd. */
-AMPX_API ampx_status ampx_optimizer_create_adam(ampx_context ctx, const ampx_tensor *params,
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_create_adam(ampx_context ctx, const ampx_tensor *params,
                                                 size_t count,
                                                 const ampx_adam_options *options,
                                                 ampx_optimizer *out);
@@ -557,32 +644,32 @@ AMPX_API void ampx_optimizer_release(ampx_optimizer optimizer);
 
 /** Adds a param group with its own lr and weight decay; *group_index (may
  *  be NULL) receives its index (groups are numbered from 0 in order). */
-AMPX_API ampx_status ampx_optimizer_add_group(ampx_optimizer optimizer,
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_add_group(ampx_optimizer optimizer,
                                               const ampx_tensor *params, size_t count,
                                               double lr, double weight_decay,
                                               int32_t *group_index);
 
 /** Number of param groups. */
-AMPX_API ampx_status ampx_optimizer_group_count(ampx_optimizer optimizer, int32_t *count);
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_group_count(ampx_optimizer optimizer, int32_t *count);
 
 /** Sets a group's learning rate (>= 0) for the following steps. Does not
  *  wait for the device: the value is written in stream order, so a step
  *  already enqueued keeps the old rate. Learning-rate schedules live in the
  *  host program and call this every step. */
-AMPX_API ampx_status ampx_optimizer_set_lr(ampx_optimizer optimizer, int32_t group, double lr);
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_set_lr(ampx_optimizer optimizer, int32_t group, double lr);
 
 /** A group's learning rate as last set (no device access). */
-AMPX_API ampx_status ampx_optimizer_get_lr(ampx_optimizer optimizer, int32_t group, double *lr);
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_get_lr(ampx_optimizer optimizer, int32_t group, double *lr);
 
 /** One optimizer step over every parameter that has a gradient, using the
  *  gradients as they are. Errors: AMPX_ERR_ORDER when the optimizer is used
  *  with an enabled loss scaler and its gradients are still scaled (use
  *  ampx_scaler_step instead); SHAPE/DTYPE/DEVICE for a bad gradient. */
-AMPX_API ampx_status ampx_optimizer_step(ampx_optimizer optimizer);
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_step(ampx_optimizer optimizer);
 
 /** Sets every attached gradient of the optimizer's parameters to zero (the
  *  gradients stay attached, so an engine's buffers keep their identity). */
-AMPX_API ampx_status ampx_optimizer_zero_grad(ampx_optimizer optimizer);
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_zero_grad(ampx_optimizer optimizer);
 
 /** Kinds of per-parameter optimizer state, for ampx_optimizer_state_tensor. */
 typedef enum ampx_optimizer_state {
@@ -591,6 +678,7 @@ typedef enum ampx_optimizer_state {
   AMPX_STATE_MOMENTUM = 2,       /**< SGD momentum buffer / Adam exp_avg */
   AMPX_STATE_EXP_AVG_SQ = 3,     /**< Adam exp_avg_sq */
   AMPX_STATE_MAX_EXP_AVG_SQ = 4, /**< Adam max_exp_avg_sq (amsgrad) */
+  AMPX_STATE_MIN_ENUM = -0x7fffffff - 1, /**< not a kind (see AMPX_STATUS_MIN_ENUM) */
   AMPX_STATE_MAX_ENUM = 0x7fffffff /**< not a kind (see AMPX_STATUS_MAX_ENUM) */
 } ampx_optimizer_state;
 
@@ -599,31 +687,36 @@ typedef enum ampx_optimizer_state {
  *  state. Errors: INVALID_ARGUMENT when `param` is not a parameter of this
  *  optimizer; NOT_SUPPORTED when this optimizer has no such state (SGD
  *  without momentum has no momentum buffer). */
-AMPX_API ampx_status ampx_optimizer_state_tensor(ampx_optimizer optimizer, ampx_tensor param,
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_state_tensor(ampx_optimizer optimizer, ampx_tensor param,
                                                  ampx_optimizer_state kind, ampx_tensor *out);
 
 /** Number of steps `param` has taken (skipped steps do not count).
  *  Synchronizes with the device. */
-AMPX_API ampx_status ampx_optimizer_param_steps(ampx_optimizer optimizer, ampx_tensor param,
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_param_steps(ampx_optimizer optimizer, ampx_tensor param,
                                                 int64_t *steps);
 
 /** Size in bytes of the optimizer's serialised state (hyperparameters,
  *  groups and learning rates, step counts, masters, moments). */
-AMPX_API ampx_status ampx_optimizer_state_size(ampx_optimizer optimizer, size_t *bytes);
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_state_size(ampx_optimizer optimizer, size_t *bytes);
 
 /** Serialises the optimizer's state into `buffer` of exactly `bytes` bytes
  *  (ampx_optimizer_state_size). Synchronizes with the device. The format is
  *  versioned and checksummed. */
-AMPX_API ampx_status ampx_optimizer_save_state(ampx_optimizer optimizer, void *buffer,
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_save_state(ampx_optimizer optimizer, void *buffer,
                                                size_t bytes);
 
 /** Restores state saved by ampx_optimizer_save_state into an optimizer of
  *  the same kind over parameters of the same shapes and types, in the same
- *  groups. Everything is validated before anything changes: a corrupt,
- *  truncated or mismatching buffer gives AMPX_ERR_CORRUPT (or SHAPE/DTYPE
- *  naming the parameter) and leaves the optimizer as it was. F16/BF16
+ *  groups. Adam and AdamW count as different kinds (as in
+ *  ampx_checkpoint_file_load): a state saved from one is refused by the
+ *  other, so loading never turns an Adam optimizer into AdamW or back; to
+ *  change the flavour, create the optimizer of the other kind. Every other
+ *  saved hyperparameter (betas, eps, maximize, momentum, learning rates,
+ *  weight decays) replaces the live one. Everything is validated before
+ *  anything changes: a corrupt, truncated or mismatching buffer gives
+ *  AMPX_ERR_CORRUPT (or SHAPE/DTYPE naming the parameter) and leaves the optimizer as it was. F16/BF16
  *  parameters are rewritten from the restored masters. */
-AMPX_API ampx_status ampx_optimizer_load_state(ampx_optimizer optimizer, const void *buffer,
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_load_state(ampx_optimizer optimizer, const void *buffer,
                                                size_t bytes);
 
 /* ========================================================================== */
@@ -721,7 +814,7 @@ AMPX_API ampx_scaler_options ampx_scaler_options_default(void);
  *  Errors: INVALID_ARGUMENT naming the bad option (growth <= 1, backoff
  *  outside (0,1), interval < 1, scale not finite or <= 0, hysteresis < 1,
  *  min/max negative or min > max, init outside [min, max]). */
-AMPX_API ampx_status ampx_scaler_create(ampx_context ctx, const ampx_scaler_options *options,
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_create(ampx_context ctx, const ampx_scaler_options *options,
                                         ampx_scaler *out);
 
 /** Releases the caller's reference (optimizers attached to the scaler keep
@@ -732,21 +825,21 @@ AMPX_API void ampx_scaler_release(ampx_scaler scaler);
  *  the very first iteration (clipping or stepping still-scaled gradients) is
  *  detected too. Attaching again to the same scaler is a no-op; to another
  *  scaler is AMPX_ERR_INVALID_ARGUMENT. */
-AMPX_API ampx_status ampx_scaler_attach(ampx_scaler scaler, ampx_optimizer optimizer);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_attach(ampx_scaler scaler, ampx_optimizer optimizer);
 
 /** *out receives a new tensor holding loss * scale (F32, loss's shape).
  *  `loss` must be a floating tensor of the scaler's context. Disabled
  *  scaler: a copy of loss in F32. */
-AMPX_API ampx_status ampx_scaler_scale_loss(ampx_scaler scaler, ampx_tensor loss,
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_scale_loss(ampx_scaler scaler, ampx_tensor loss,
                                             ampx_tensor *out);
 
 /** *out receives a new reference to the one-element F32 tensor on the
  *  device that holds the current scale, for programs that seed their own
  *  backward pass with it. Treat it as read-only; it changes at each update. */
-AMPX_API ampx_status ampx_scaler_scale_tensor(ampx_scaler scaler, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_scale_tensor(ampx_scaler scaler, ampx_tensor *out);
 
 /** The current scale. Synchronizes with the device. 1 when disabled. */
-AMPX_API ampx_status ampx_scaler_get_scale(ampx_scaler scaler, double *scale);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_get_scale(ampx_scaler scaler, double *scale);
 
 /** Divides the gradients of `optimizer`'s parameters by the scale: F32
  *  gradients in place; F16/BF16 gradients into fp32 buffers that the
@@ -754,36 +847,36 @@ AMPX_API ampx_status ampx_scaler_get_scale(ampx_scaler scaler, double *scale);
  *  value is inf/NaN (the gradients are unscaled even then).
  *  Errors: ORDER when already unscaled or stepped since the last update.
  *  Disabled scaler: does nothing. */
-AMPX_API ampx_status ampx_scaler_unscale(ampx_scaler scaler, ampx_optimizer optimizer);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_unscale(ampx_scaler scaler, ampx_optimizer optimizer);
 
 /** Unscales first if that has not been done since the last update, then
  *  takes the optimizer step unless an inf/NaN was found -- decided on the
  *  device: a skipped step changes no parameter, master, moment or step
  *  count. Errors: ORDER when already stepped since the last update.
  *  Disabled scaler: exactly ampx_optimizer_step. */
-AMPX_API ampx_status ampx_scaler_step(ampx_scaler scaler, ampx_optimizer optimizer);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_step(ampx_scaler scaler, ampx_optimizer optimizer);
 
 /** Ends the iteration: combines the found-inf flags of every optimizer
  *  stepped since the last update (logical OR), then backs off or grows the
  *  scale (see ampx_scaler_options), and returns every optimizer to READY.
  *  Errors: ORDER when no optimizer was stepped since the last update. */
-AMPX_API ampx_status ampx_scaler_update(ampx_scaler scaler);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_update(ampx_scaler scaler);
 
 /** As ampx_scaler_update, but sets the scale to `new_scale` (finite, > 0)
  *  instead of applying the growth/backoff rule; the growth tracker is left
  *  as it is (torch's update(new_scale)). */
-AMPX_API ampx_status ampx_scaler_update_to(ampx_scaler scaler, double new_scale);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_update_to(ampx_scaler scaler, double new_scale);
 
 /** *found receives 1 when the last unscale of `optimizer`'s gradients since
  *  the last update found an inf/NaN, else 0. Synchronizes.
  *  Errors: ORDER when the optimizer was not unscaled since the last update. */
-AMPX_API ampx_status ampx_scaler_found_inf(ampx_scaler scaler, ampx_optimizer optimizer,
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_found_inf(ampx_scaler scaler, ampx_optimizer optimizer,
                                            int32_t *found);
 
 /** *taken receives 1 if the optimizer's most recent step (through a scaler
  *  or not) was taken, 0 if it was skipped for inf/NaN gradients.
  *  Synchronizes. Errors: ORDER before any step. */
-AMPX_API ampx_status ampx_optimizer_last_step_taken(ampx_optimizer optimizer, int32_t *taken);
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_last_step_taken(ampx_optimizer optimizer, int32_t *taken);
 
 /** Counters since creation (or since they were restored). */
 typedef struct ampx_scaler_counters {
@@ -797,7 +890,7 @@ typedef struct ampx_scaler_counters {
 #define AMPX_SCALER_COUNTERS_INIT { sizeof(ampx_scaler_counters), 0, 0, 0, 0 }
 
 /** Fills *counters (fields up to its struct_size). Synchronizes. */
-AMPX_API ampx_status ampx_scaler_get_counters(ampx_scaler scaler,
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_get_counters(ampx_scaler scaler,
                                               ampx_scaler_counters *counters);
 
 /** The scaler's persistent state (torch's GradScaler.state_dict() plus
@@ -821,7 +914,7 @@ typedef struct ampx_scaler_state {
 } ampx_scaler_state;
 
 /** Reads the whole state (synchronizes). Typically saved with a checkpoint. */
-AMPX_API ampx_status ampx_scaler_get_state(ampx_scaler scaler, ampx_scaler_state *state);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_get_state(ampx_scaler scaler, ampx_scaler_state *state);
 
 /** Restores a state from ampx_scaler_get_state; validated like the options
  *  (nothing changes on error). Only allowed between iterations (every
@@ -830,7 +923,7 @@ AMPX_API ampx_status ampx_scaler_get_state(ampx_scaler scaler, ampx_scaler_state
  *  consecutive_hysteresis) for a state from a program built before the two
  *  flags were appended: consecutive_hysteresis and clamp_to_max_scale then
  *  take their defaults (0). Any other size is INVALID_ARGUMENT. */
-AMPX_API ampx_status ampx_scaler_set_state(ampx_scaler scaler, const ampx_scaler_state *state);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_set_state(ampx_scaler scaler, const ampx_scaler_state *state);
 
 /* ========================================================================== */
 /* 8. Gradient clipping and diagnostics                                       */
@@ -846,14 +939,14 @@ AMPX_API ampx_status ampx_scaler_set_state(ampx_scaler scaler, const ampx_scaler
  *  Refused with AMPX_ERR_ORDER while the gradients are still multiplied by
  *  a loss scale (call ampx_scaler_unscale first): clipping scaled gradients
  *  silently clips far too hard. */
-AMPX_API ampx_status ampx_clip_grad_norm(ampx_optimizer optimizer, double max_norm,
+AMPX_NODISCARD AMPX_API ampx_status ampx_clip_grad_norm(ampx_optimizer optimizer, double max_norm,
                                          double norm_type, int32_t error_if_nonfinite,
                                          ampx_tensor *total_norm);
 
 /** Clamps every gradient element to [-clip_value, clip_value]
  *  (torch.nn.utils.clip_grad_value_). Refused like ampx_clip_grad_norm while
  *  the gradients are scaled. */
-AMPX_API ampx_status ampx_clip_grad_value(ampx_optimizer optimizer, double clip_value);
+AMPX_NODISCARD AMPX_API ampx_status ampx_clip_grad_value(ampx_optimizer optimizer, double clip_value);
 
 /** One parameter whose gradient holds non-finite values. */
 typedef struct ampx_nonfinite_grad {
@@ -869,9 +962,33 @@ typedef struct ampx_nonfinite_grad {
  *  NULL when capacity is 0) and the total number of such parameters to
  *  *found. Synchronizes. Borrowed pointers stay valid until the next call
  *  that changes the optimizer or the names. */
-AMPX_API ampx_status ampx_find_nonfinite_grads(ampx_optimizer optimizer,
+AMPX_NODISCARD AMPX_API ampx_status ampx_find_nonfinite_grads(ampx_optimizer optimizer,
                                                ampx_nonfinite_grad *entries, size_t capacity,
                                                size_t *found);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* AMPX_H */
+
+/* ========================================================================== */
+/* Experimental tier (sections 9-12): AMPX_EXPERIMENTAL                        */
+/* ========================================================================== */
+
+/* The declarations below exist only for a translation unit that defines
+ * AMPX_EXPERIMENTAL before including ampx.h (as zstd's
+ * ZSTD_STATIC_LINKING_ONLY), so using an API that may still change in a
+ * minor version is a visible choice. They sit outside the include guard
+ * with a guard of their own, so a unit that included ampx.h without the
+ * macro (e.g. through another header) can define it and include ampx.h
+ * again to get them. */
+#if defined(AMPX_EXPERIMENTAL) && !defined(AMPX_H_EXPERIMENTAL)
+#define AMPX_H_EXPERIMENTAL
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* ========================================================================== */
 /* 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)                   */
@@ -887,15 +1004,15 @@ AMPX_API ampx_status ampx_find_nonfinite_grads(ampx_optimizer optimizer,
 /** Marks a tensor made by the program (a leaf) as needing a gradient.
  *  Errors: DTYPE for an integer tensor; INVALID_ARGUMENT for a tensor made
  *  by a recorded op (only leaves can be marked). */
-AMPX_API ampx_status ampx_tensor_set_requires_grad(ampx_tensor tensor, int32_t requires_grad);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_set_requires_grad(ampx_tensor tensor, int32_t requires_grad);
 
 /** *requires_grad receives 1 when gradients flow to or through `tensor`. */
-AMPX_API ampx_status ampx_tensor_requires_grad(ampx_tensor tensor, int32_t *requires_grad);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_requires_grad(ampx_tensor tensor, int32_t *requires_grad);
 
 /** Turns recording on (the default) or off for the context (inference, or
  *  work the program does not want differentiated). *previous (may be NULL)
  *  receives the former setting, to restore it. */
-AMPX_API ampx_status ampx_set_grad_enabled(ampx_context ctx, int32_t enabled, int32_t *previous);
+AMPX_NODISCARD AMPX_API ampx_status ampx_set_grad_enabled(ampx_context ctx, int32_t enabled, int32_t *previous);
 
 /** Backpropagates from `loss`, a one-element floating tensor made by a
  *  recorded op. The seed gradient is the scaler's scale when `scaler` is
@@ -913,7 +1030,7 @@ AMPX_API ampx_status ampx_set_grad_enabled(ampx_context ctx, int32_t enabled, in
  *  _copy or _fill, an optimizer step or zero_grad, or a state load: the
  *  gradients would mix old and new values; writes through wrapped or
  *  DLPack-shared memory are not seen). */
-AMPX_API ampx_status ampx_backward(ampx_tensor loss, ampx_scaler scaler);
+AMPX_NODISCARD AMPX_API ampx_status ampx_backward(ampx_tensor loss, ampx_scaler scaler);
 
 /** Scopes own op outputs, so a training step in C needs no release per
  *  intermediate. While a scope is open on the context, every tensor an op
@@ -921,31 +1038,87 @@ AMPX_API ampx_status ampx_backward(ampx_tensor loss, ampx_scaler scaler);
  *  borrowed, valid until that scope is popped (ampx_tensor_retain it to
  *  keep it longer). With no scope open, op outputs are owned by the caller.
  *  Scopes nest; pushes and pops must pair. */
-AMPX_API ampx_status ampx_scope_push(ampx_context ctx);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scope_push(ampx_context ctx);
 
 /** Closes the innermost scope, releasing its references. Its cost follows
  *  what it releases, not the length of the recorded forward, so a scope
  *  per op (as bindings use) stays cheap in long forwards.
  *  Errors: ORDER when no scope is open. */
-AMPX_API ampx_status ampx_scope_pop(ampx_context ctx);
+AMPX_NODISCARD AMPX_API ampx_status ampx_scope_pop(ampx_context ctx);
 
-/** A segment of a forward pass for ampx_checkpoint: computes
+/** *depth receives the number of scopes open on the context (0 when none
+ *  is), so a binding can tell whether an op's output will be borrowed from
+ *  a scope or owned by the caller. Changes nothing.
+ *  Errors: INVALID_ARGUMENT (depth NULL), STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_scope_depth(ampx_context ctx, int32_t *depth);
+
+/** A segment of a forward pass for ampx_checkpoint_segment: computes
  *  outputs[0..output_count-1] from inputs[0..input_count-1] with ampx ops
  *  (the handles it stores in `outputs` may be borrowed from the open scope)
- *  and returns AMPX_OK. It must be deterministic and must not release its
+ *  and returns AMPX_OK, or an error status -- preferably as
+ *  `return ampx_set_error(status, "what went wrong");`, so the caller of
+ *  ampx_checkpoint_segment or ampx_backward sees that message. It must be
+ *  deterministic and must not release its
  *  inputs: it runs once in the forward pass and again in the backward pass.
  *  Parameters it reads through user_data receive their gradients as usual. */
 typedef ampx_status (*ampx_segment_fn)(void *user_data, const ampx_tensor *inputs,
                                        size_t input_count, ampx_tensor *outputs,
                                        size_t output_count);
 
-/** Gradient checkpointing (torch.utils.checkpoint): runs `fn` without
- *  keeping its intermediate activations, and runs it again when backward
- *  reaches it, so memory holds only the segment's inputs and outputs between
- *  the passes. Gradients equal those of running fn directly. The outputs
- *  are op outputs (owned as described under ampx_scope_push).
- *  Errors: INVALID_ARGUMENT (NULL fn, output_count 0, an output left
- *  unset); whatever `fn` returns, with its message. */
+/** A segment for ampx_checkpoint_segment: the function, its data, and
+ *  what ampx calls once it no longer needs the data (a garbage-collected
+ *  binding frees the closure there). */
+typedef struct ampx_segment {
+  size_t struct_size;              /**< sizeof(ampx_segment); fields are
+                                        only appended (unknown ones read as
+                                        NULL) */
+  ampx_segment_fn fn;              /**< required */
+  void *user_data;                 /**< passed to fn and release */
+  void (*release)(void *user_data); /**< may be NULL; see below */
+} ampx_segment;
+
+#define AMPX_SEGMENT_INIT { sizeof(ampx_segment), NULL, NULL, NULL }
+
+/** Gradient checkpointing (torch.utils.checkpoint): runs segment->fn
+ *  without keeping its intermediate activations, and runs it again when
+ *  backward reaches it, so memory holds only the segment's inputs and
+ *  outputs between the passes. Gradients equal those of running fn
+ *  directly. The outputs are op outputs (owned as described under
+ *  ampx_scope_push). When grad mode is off, fn runs once and nothing is
+ *  recorded. `segment` is read during the call only (it may be a local).
+ *  release: when segment->release is not NULL, ampx calls
+ *  release(user_data) exactly once, on the thread of the ampx call that
+ *  ends ampx's last use of user_data, and never again calls fn after it:
+ *   - before this call returns, when it fails (refused arguments included)
+ *     or records nothing (grad mode off);
+ *   - otherwise when the recompute record is destroyed: by the
+ *     ampx_backward that runs it (also when that backward fails), by a
+ *     backward or ampx_scope_pop that clears or prunes the tape without
+ *     running it (the program released the segment's outputs, or the
+ *     record was not on the loss's path), by an op or checkpoint call
+ *     whose recording prunes the tape, or by the ampx_context_release that
+ *     drops the program's last reference to the context.
+ *  It is not called when `segment` is NULL or its struct_size too small
+ *  (ampx cannot read release then). release must not call ampx functions
+ *  on the segment's context.
+ *  Errors: INVALID_ARGUMENT (segment NULL, struct_size too small, fn NULL,
+ *  output_count 0, outputs NULL, inputs NULL with input_count > 0, an
+ *  output left unset); STALE_HANDLE; DEVICE (an input or output of another
+ *  context); whatever fn returns, with the message fn set (ampx_set_error,
+ *  or a failed ampx call inside fn), or, when it set none, a message saying
+ *  that the segment returned that status without one. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_checkpoint_segment(ampx_context ctx,
+                                                            const ampx_segment *segment,
+                                                            const ampx_tensor *inputs,
+                                                            size_t input_count,
+                                                            ampx_tensor *outputs,
+                                                            size_t output_count);
+
+/** Deprecated: ampx_checkpoint_segment with a segment of fn and user_data
+ *  and no release (user_data must then outlive the record, which the
+ *  program cannot observe). Errors as ampx_checkpoint_segment, with 'fn'
+ *  for segment->fn. */
+AMPX_NODISCARD AMPX_DEPRECATED("use ampx_checkpoint_segment")
 AMPX_API ampx_status ampx_checkpoint(ampx_context ctx, ampx_segment_fn fn, void *user_data,
                                      const ampx_tensor *inputs, size_t input_count,
                                      ampx_tensor *outputs, size_t output_count);
@@ -971,6 +1144,7 @@ typedef enum ampx_op_class {
   AMPX_OP_FP32 = 2,            /**< cast to F32 */
   AMPX_OP_PROMOTE = 3,         /**< widest input type */
   AMPX_OP_KEEP = 4,            /**< no cast */
+  AMPX_OP_CLASS_MIN_ENUM = -0x7fffffff - 1, /**< not a class (see AMPX_STATUS_MIN_ENUM) */
   AMPX_OP_CLASS_MAX_ENUM = 0x7fffffff
 } ampx_op_class;
 
@@ -987,7 +1161,7 @@ typedef struct ampx_autocast_options {
 AMPX_API ampx_autocast_options ampx_autocast_options_default(void);
 
 /** Creates a policy for `ctx`. Errors: DTYPE unless F16/BF16. */
-AMPX_API ampx_status ampx_autocast_create(ampx_context ctx, const ampx_autocast_options *options,
+AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_create(ampx_context ctx, const ampx_autocast_options *options,
                                           ampx_autocast *out);
 
 /** Releases a policy (it must not be entered). NULL is a no-op. */
@@ -995,24 +1169,24 @@ AMPX_API void ampx_autocast_release(ampx_autocast autocast);
 
 /** Overrides the class of the op named `op_name` (as in the section 11
  *  names, e.g. "softmax", "matmul") for this policy. */
-AMPX_API ampx_status ampx_autocast_set_op_class(ampx_autocast autocast, const char *op_name,
+AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_set_op_class(ampx_autocast autocast, const char *op_name,
                                                 ampx_op_class op_class);
 
 /** The class `op_name` gets under this policy (its override or default). */
-AMPX_API ampx_status ampx_autocast_op_class(ampx_autocast autocast, const char *op_name,
+AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_op_class(ampx_autocast autocast, const char *op_name,
                                             ampx_op_class *op_class);
 
 /** Enters the policy on its context: ops follow it until the matching exit.
  *  Regions nest like a stack. */
-AMPX_API ampx_status ampx_autocast_enter(ampx_autocast autocast);
+AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_enter(ampx_autocast autocast);
 
 /** Leaves the innermost region, which must be this policy's (else ORDER).
  *  Leaving the outermost region drops the cast cache. */
-AMPX_API ampx_status ampx_autocast_exit(ampx_autocast autocast);
+AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_exit(ampx_autocast autocast);
 
 /** Number of casts served from the cache since the policy was created (for
  *  tests and diagnostics) and casts performed into it. */
-AMPX_API ampx_status ampx_autocast_cache_stats(ampx_autocast autocast, int64_t *hits,
+AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_cache_stats(ampx_autocast autocast, int64_t *hits,
                                                int64_t *misses);
 
 /* ========================================================================== */
@@ -1029,21 +1203,21 @@ AMPX_API ampx_status ampx_autocast_cache_stats(ampx_autocast autocast, int64_t *
 /** Element-wise a + b, a - b, a * b ("add", "sub", "mul": promote). `b` may
  *  also be a row vector matching a's last dimension, broadcast over the
  *  other dimensions. */
-AMPX_API ampx_status ampx_add(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
-AMPX_API ampx_status ampx_sub(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
-AMPX_API ampx_status ampx_mul(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_add(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_sub(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_mul(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
 
 /** out = a * scale + shift, element-wise, in a's type ("affine": keep). */
-AMPX_API ampx_status ampx_affine(ampx_tensor a, double scale, double shift, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_affine(ampx_tensor a, double scale, double shift, ampx_tensor *out);
 
 /** Activations ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh":
  *  keep). gelu is the erf form; gelu_tanh the tanh approximation. */
-AMPX_API ampx_status ampx_relu(ampx_tensor x, ampx_tensor *out);
-AMPX_API ampx_status ampx_gelu(ampx_tensor x, ampx_tensor *out);
-AMPX_API ampx_status ampx_gelu_tanh(ampx_tensor x, ampx_tensor *out);
-AMPX_API ampx_status ampx_silu(ampx_tensor x, ampx_tensor *out);
-AMPX_API ampx_status ampx_sigmoid(ampx_tensor x, ampx_tensor *out);
-AMPX_API ampx_status ampx_tanh(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_relu(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_gelu(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_gelu_tanh(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_silu(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_sigmoid(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_tanh(ampx_tensor x, ampx_tensor *out);
 
 /** Sum and mean of all elements, each a one-element tensor, accumulated in
  *  fp32. ampx_sum returns F32 ("sum": fp32). ampx_mean returns x's dtype,
@@ -1052,18 +1226,19 @@ AMPX_API ampx_status ampx_tanh(ampx_tensor x, ampx_tensor *out);
  *  fp32 sum times fp32(1 / numel), rounded once to x's dtype (the mean of
  *  no element is NaN). Its gradient, x's dtype, is the output's gradient
  *  times fp32(1 / numel) in fp32, rounded once. */
-AMPX_API ampx_status ampx_sum(ampx_tensor x, ampx_tensor *out);
-AMPX_API ampx_status ampx_mean(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_sum(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_mean(ampx_tensor x, ampx_tensor *out);
 
 /** Softmax / log-softmax over the last dimension ("softmax",
  *  "log_softmax": fp32). */
-AMPX_API ampx_status ampx_softmax(ampx_tensor x, ampx_tensor *out);
-AMPX_API ampx_status ampx_log_softmax(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_softmax(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_log_softmax(ampx_tensor x, ampx_tensor *out);
 
 /** Loss reductions. */
 typedef enum ampx_reduction {
   AMPX_REDUCTION_MEAN = 1,
   AMPX_REDUCTION_SUM = 2,
+  AMPX_REDUCTION_MIN_ENUM = -0x7fffffff - 1, /**< not a reduction (see AMPX_STATUS_MIN_ENUM) */
   AMPX_REDUCTION_MAX_ENUM = 0x7fffffff
 } ampx_reduction;
 
@@ -1078,23 +1253,24 @@ typedef enum ampx_reduction {
  *  ampx_tensor_to_host, ampx_scaler_get_scale and the other readers of
  *  device values -- so a training step needs no host round trip and can be
  *  captured in a CUDA graph. ("cross_entropy": fp32.) */
-AMPX_API ampx_status ampx_cross_entropy(ampx_tensor logits, ampx_tensor labels,
+AMPX_NODISCARD AMPX_API ampx_status ampx_cross_entropy(ampx_tensor logits, ampx_tensor labels,
                                         ampx_reduction reduction, int64_t ignore_index,
                                         ampx_tensor *out);
 
 /** Mean-squared error between two tensors of one shape ("mse_loss": fp32). */
-AMPX_API ampx_status ampx_mse_loss(ampx_tensor input, ampx_tensor target,
+AMPX_NODISCARD AMPX_API ampx_status ampx_mse_loss(ampx_tensor input, ampx_tensor target,
                                    ampx_reduction reduction, ampx_tensor *out);
 
 /** Matrix product ("matmul": lower precision): [M, K] x [K, N] -> [M, N],
  *  or batched [B, M, K] x [B, K, N] -> [B, M, N]. Accumulates in fp32. */
-AMPX_API ampx_status ampx_matmul(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_matmul(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
 
 /** Activation fused into ampx_linear. */
 typedef enum ampx_activation {
   AMPX_ACTIVATION_NONE = 0,
   AMPX_ACTIVATION_RELU = 1,
   AMPX_ACTIVATION_GELU = 2,
+  AMPX_ACTIVATION_MIN_ENUM = -0x7fffffff - 1, /**< not an activation (see AMPX_STATUS_MIN_ENUM) */
   AMPX_ACTIVATION_MAX_ENUM = 0x7fffffff
 } ampx_activation;
 
@@ -1104,7 +1280,7 @@ typedef enum ampx_activation {
  *  rounded to the compute dtype once. ReLU keeps no pre-activation copy for
  *  backward (its derivative is read from y); GELU (the erf form) keeps
  *  x W^T + b. */
-AMPX_API ampx_status ampx_linear(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
+AMPX_NODISCARD AMPX_API ampx_status ampx_linear(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
                                  ampx_activation activation, ampx_tensor *out);
 
 /** Layer normalisation over the last dimension ("layer_norm": fp32):
@@ -1115,7 +1291,7 @@ AMPX_API ampx_status ampx_linear(ampx_tensor x, ampx_tensor weight, ampx_tensor 
  *  x's shape and the compute dtype. Gradients flow to x, weight and bias.
  *  Errors: SHAPE (x a scalar, weight/bias not [D]), DTYPE, DEVICE,
  *  INVALID_ARGUMENT (eps negative or not finite). */
-AMPX_API ampx_status ampx_layer_norm(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
+AMPX_NODISCARD AMPX_API ampx_status ampx_layer_norm(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
                                      double eps, ampx_tensor *out);
 
 /** Batch normalisation of x [N, C] or [N, C, L] per channel
@@ -1136,7 +1312,7 @@ AMPX_API ampx_status ampx_layer_norm(ampx_tensor x, ampx_tensor weight, ampx_ten
  *  N * L <= 1), DTYPE (x not floating, a parameter or statistic not F32),
  *  DEVICE, INVALID_ARGUMENT (only one running statistic, momentum outside
  *  [0, 1], eps negative or not finite). */
-AMPX_API ampx_status ampx_batch_norm(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
+AMPX_NODISCARD AMPX_API ampx_status ampx_batch_norm(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
                                      ampx_tensor running_mean, ampx_tensor running_var,
                                      int32_t training, double momentum, double eps,
                                      ampx_tensor *out);
@@ -1152,7 +1328,7 @@ AMPX_API ampx_status ampx_batch_norm(ampx_tensor x, ampx_tensor weight, ampx_ten
  *  p == 0 or training == 0 nothing is drawn, the output shares x's memory
  *  (as for ampx_reshape) and the gradient passes unchanged.
  *  Errors: INVALID_ARGUMENT (p not in [0, 1)), DTYPE. */
-AMPX_API ampx_status ampx_dropout(ampx_tensor x, double p, int32_t training, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_dropout(ampx_tensor x, double p, int32_t training, ampx_tensor *out);
 
 /** Rows of a table ("embedding": keep): out[i..., :] = weight[indices[i...],
  *  :] for weight [V, D] (floating) and indices of any shape (I32 or I64),
@@ -1164,7 +1340,7 @@ AMPX_API ampx_status ampx_dropout(ampx_tensor x, double p, int32_t training, amp
  *  next call that waits for the device on a GPU, where meanwhile its row
  *  reads as zeros and gets no gradient), SHAPE (weight not 2-D, indices
  *  with AMPX_MAX_DIMS dimensions), DTYPE, DEVICE. */
-AMPX_API ampx_status ampx_embedding(ampx_tensor weight, ampx_tensor indices, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_embedding(ampx_tensor weight, ampx_tensor indices, ampx_tensor *out);
 
 /** The elements of x with the shape shape[0..ndim-1] ("reshape": keep), in
  *  row-major order; one extent may be -1, inferred from the others. The
@@ -1175,14 +1351,14 @@ AMPX_API ampx_status ampx_embedding(ampx_tensor weight, ampx_tensor indices, amp
  *  Errors: SHAPE (another number of elements, two -1, an extent below -1,
  *  a -1 that cannot be inferred, ndim outside 0..AMPX_MAX_DIMS),
  *  INVALID_ARGUMENT (shape NULL with ndim > 0). */
-AMPX_API ampx_status ampx_reshape(ampx_tensor x, int32_t ndim, const int64_t *shape,
+AMPX_NODISCARD AMPX_API ampx_status ampx_reshape(ampx_tensor x, int32_t ndim, const int64_t *shape,
                                   ampx_tensor *out);
 
 /** x with dimensions dim0 and dim1 exchanged, copied into a new contiguous
  *  tensor ("transpose": keep). Negative dims count from the end (-1 is the
  *  last). Any dtype.
  *  Errors: INVALID_ARGUMENT (a dim outside [-ndim, ndim)). */
-AMPX_API ampx_status ampx_transpose(ampx_tensor x, int32_t dim0, int32_t dim1,
+AMPX_NODISCARD AMPX_API ampx_status ampx_transpose(ampx_tensor x, int32_t dim0, int32_t dim1,
                                     ampx_tensor *out);
 
 /** Joins tensors[0..count-1] along `dim` ("concat": promote): their shapes
@@ -1193,7 +1369,7 @@ AMPX_API ampx_status ampx_transpose(ampx_tensor x, int32_t dim0, int32_t dim1,
  *  Errors: INVALID_ARGUMENT (count 0, tensors NULL, dim out of range),
  *  SHAPE (shapes that differ elsewhere, 0-D tensors), DTYPE (floating mixed
  *  with integer, two integer types), DEVICE. */
-AMPX_API ampx_status ampx_concat(const ampx_tensor *tensors, size_t count, int32_t dim,
+AMPX_NODISCARD AMPX_API ampx_status ampx_concat(const ampx_tensor *tensors, size_t count, int32_t dim,
                                  ampx_tensor *out);
 
 /** Binary cross-entropy of logits against targets of the same shape
@@ -1203,7 +1379,7 @@ AMPX_API ampx_status ampx_concat(const ampx_tensor *tensors, size_t count, int32
  *  accurate for any finite logit. The mean of no element is NaN, as torch.
  *  Gradients flow to the logits and, when they require one, to the targets.
  *  Errors: SHAPE, DTYPE, DEVICE, INVALID_ARGUMENT (reduction). */
-AMPX_API ampx_status ampx_bce_with_logits(ampx_tensor logits, ampx_tensor targets,
+AMPX_NODISCARD AMPX_API ampx_status ampx_bce_with_logits(ampx_tensor logits, ampx_tensor targets,
                                           ampx_reduction reduction, ampx_tensor *out);
 
 /* ========================================================================== */
@@ -1259,7 +1435,7 @@ AMPX_API ampx_status ampx_bce_with_logits(ampx_tensor logits, ampx_tensor target
  *  temporary file removed; or, after the rename, the directory could not be
  *  flushed -- `path` then holds the new file, which a power loss may undo,
  *  and the message says so); OUT_OF_MEMORY; DEVICE. */
-AMPX_API ampx_status ampx_checkpoint_file_save(const char *path, const ampx_tensor *params,
+AMPX_NODISCARD AMPX_API ampx_status ampx_checkpoint_file_save(const char *path, const ampx_tensor *params,
                                                size_t count, ampx_optimizer optimizer,
                                                ampx_scaler scaler);
 
@@ -1292,7 +1468,7 @@ AMPX_API ampx_status ampx_checkpoint_file_save(const char *path, const ampx_tens
  *  part); IO (the file cannot be opened or read); STALE_HANDLE; ORDER;
  *  OUT_OF_MEMORY; DEVICE (a device failure while the checked data is being
  *  copied in, the one case that can leave the objects partly restored). */
-AMPX_API ampx_status ampx_checkpoint_file_load(const char *path, const ampx_tensor *params,
+AMPX_NODISCARD AMPX_API ampx_status ampx_checkpoint_file_load(const char *path, const ampx_tensor *params,
                                                size_t count, ampx_optimizer optimizer,
                                                ampx_scaler scaler);
 
@@ -1334,7 +1510,7 @@ AMPX_API ampx_status ampx_checkpoint_file_load(const char *path, const ampx_tens
  *  NULL, shape NULL with ndim > 0, byte_offset not a multiple of the element
  *  size or an address that is not aligned); DTYPE (not an ampx_dtype);
  *  STALE_HANDLE. On error nothing is created. */
-AMPX_API ampx_status ampx_tensor_view(ampx_tensor base, size_t byte_offset, ampx_dtype dtype,
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_view(ampx_tensor base, size_t byte_offset, ampx_dtype dtype,
                                       int32_t ndim, const int64_t *shape, ampx_tensor *out);
 
 /** A grad-ready hook: told that the gradient of `param` (ampx_tensor_grad)
@@ -1388,7 +1564,7 @@ typedef ampx_status (*ampx_grad_ready_fn)(void *user_data, ampx_tensor param);
  *  ORDER (called while a backward pass or a notification runs on `ctx`: from
  *  a hook, or from a checkpointed segment's recompute). On error the hook
  *  in place stays as it was. */
-AMPX_API ampx_status ampx_set_grad_ready_hook(ampx_context ctx, ampx_grad_ready_fn fn,
+AMPX_NODISCARD AMPX_API ampx_status ampx_set_grad_ready_hook(ampx_context ctx, ampx_grad_ready_fn fn,
                                               void *user_data,
                                               void (*release)(void *user_data));
 
@@ -1405,10 +1581,10 @@ AMPX_API ampx_status ampx_set_grad_ready_hook(ampx_context ctx, ampx_grad_ready_
  *  STALE_HANDLE; ORDER (called from a grad-ready hook, or while
  *  ampx_backward runs on the context); whatever the hook returns, with the
  *  message formed as under ampx_set_grad_ready_hook. */
-AMPX_API ampx_status ampx_grad_ready(ampx_tensor param);
+AMPX_NODISCARD AMPX_API ampx_status ampx_grad_ready(ampx_tensor param);
 
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
 
-#endif /* AMPX_H */
+#endif /* AMPX_EXPERIMENTAL && !AMPX_H_EXPERIMENTAL */

@@ -19,6 +19,14 @@
 #include <utility>
 #include <vector>
 
+// This layer wraps the experimental tier of ampx.h (autograd, scopes,
+// autocast, ops, checkpoint files), so it asks for it: including ampx.hpp
+// makes sections 9-12 of ampx.h visible to the including file as well. (If
+// ampx.h was already included without AMPX_EXPERIMENTAL, the include below
+// adds the experimental declarations; see the end of ampx.h.)
+#ifndef AMPX_EXPERIMENTAL
+#define AMPX_EXPERIMENTAL
+#endif
 #include "ampx/ampx.h"
 
 namespace ampx {
@@ -313,7 +321,9 @@ class GradMode {
   GradMode(const Context& ctx, bool enabled) : ctx_(ctx.get()) {
     check(ampx_set_grad_enabled(ctx_, enabled ? 1 : 0, &previous_));
   }
-  ~GradMode() { ampx_set_grad_enabled(ctx_, previous_, nullptr); }
+  // Destructors never throw; these restores fail only when the context
+  // was released meanwhile, and then there is nothing left to restore.
+  ~GradMode() { (void)ampx_set_grad_enabled(ctx_, previous_, nullptr); }
   GradMode(const GradMode&) = delete;
   GradMode& operator=(const GradMode&) = delete;
 
@@ -333,7 +343,7 @@ class NoGrad : public GradMode {
 class Scope {
  public:
   explicit Scope(const Context& ctx) : ctx_(ctx.get()) { check(ampx_scope_push(ctx_)); }
-  ~Scope() { ampx_scope_pop(ctx_); }
+  ~Scope() { (void)ampx_scope_pop(ctx_); }  // see ~GradMode
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
 
@@ -388,7 +398,7 @@ class Autocast {
       : owned_(ctx, dtype), policy_(owned_.get()) {
     check(ampx_autocast_enter(policy_));
   }
-  ~Autocast() { ampx_autocast_exit(policy_); }
+  ~Autocast() { (void)ampx_autocast_exit(policy_); }  // see ~GradMode
   Autocast(const Autocast&) = delete;
   Autocast& operator=(const Autocast&) = delete;
 
@@ -449,11 +459,12 @@ Tensor run_op(ampx_tensor any_input, Call call) {
   if (status == AMPX_OK) status = ampx_tensor_retain(out);
   if (status != AMPX_OK) {
     Error error(status, ampx_last_error());
-    ampx_scope_pop(ctx);
+    (void)ampx_scope_pop(ctx);  // the op's error is the one to report
     throw error;
   }
-  ampx_scope_pop(ctx);
-  return Tensor(out);
+  Tensor result(out);
+  check(ampx_scope_pop(ctx));
+  return result;
 }
 
 }  // namespace detail

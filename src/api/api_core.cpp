@@ -10,6 +10,7 @@ namespace {
 struct LastError {
   ampx_status status = AMPX_OK;
   std::string message;
+  uint64_t count = 0;  // errors set on this thread, see thread_error_count
 };
 
 LastError& last_error() {
@@ -17,11 +18,79 @@ LastError& last_error() {
   return error;
 }
 
+// ampx_context_options as it was before ampx_allocator gained its
+// struct_size (ampx 0.1.0): programs built against that header pass this
+// layout, with a struct_size of at most its size.
+struct LegacyAllocator {
+  void* (*alloc)(void* user_data, size_t bytes, size_t alignment);
+  void (*free)(void* user_data, void* ptr, size_t bytes);
+  void* user_data;
+};
+struct LegacyContextOptions {
+  size_t struct_size;
+  ampx_device_type device_type;
+  int32_t device_index;
+  int32_t num_threads;
+  uint64_t seed;
+  LegacyAllocator allocator;
+  void* cuda_stream;
+};
+static_assert(sizeof(LegacyContextOptions) < sizeof(ampx_context_options),
+              "the layouts must be told apart by struct_size");
+
+ampx_context_options context_options_arg(const ampx_context_options* given) {
+  const ampx_context_options defaults = ampx_context_options_default();
+  if (!given) return defaults;
+  if (given->struct_size < sizeof(size_t))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'options' has struct_size ", given->struct_size,
+         "; set it to sizeof(ampx_context_options) (or use AMPX_CONTEXT_OPTIONS_INIT)");
+  if (given->struct_size <= sizeof(LegacyContextOptions)) {
+    LegacyContextOptions legacy_defaults{};
+    legacy_defaults.struct_size = sizeof(LegacyContextOptions);
+    legacy_defaults.device_type = defaults.device_type;
+    legacy_defaults.device_index = defaults.device_index;
+    legacy_defaults.num_threads = defaults.num_threads;
+    legacy_defaults.seed = defaults.seed;
+    legacy_defaults.cuda_stream = defaults.cuda_stream;
+    const LegacyContextOptions legacy = read_options(
+        reinterpret_cast<const LegacyContextOptions*>(given), legacy_defaults, "options");
+    ampx_context_options options = defaults;
+    options.device_type = legacy.device_type;
+    options.device_index = legacy.device_index;
+    options.num_threads = legacy.num_threads;
+    options.seed = legacy.seed;
+    options.allocator.alloc = legacy.allocator.alloc;
+    options.allocator.free = legacy.allocator.free;
+    options.allocator.user_data = legacy.allocator.user_data;
+    options.cuda_stream = legacy.cuda_stream;
+    return options;
+  }
+  if (given->struct_size < sizeof(ampx_context_options))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'options' has struct_size ", given->struct_size,
+         ", between the legacy layout (at most ", sizeof(LegacyContextOptions),
+         " bytes) and the current one (", sizeof(ampx_context_options),
+         "); set it to sizeof(ampx_context_options) (or use AMPX_CONTEXT_OPTIONS_INIT)");
+  ampx_context_options options = read_options(given, defaults, "options");
+  const ampx_allocator& a = given->allocator;
+  const bool all_zero = a.struct_size == 0 && !a.alloc && !a.free && !a.user_data;
+  if (all_zero) {
+    options.allocator = defaults.allocator;
+  } else if (a.struct_size < sizeof(ampx_allocator)) {
+    fail(AMPX_ERR_INVALID_ARGUMENT, "options->allocator.struct_size is ", a.struct_size,
+         "; set it to sizeof(ampx_allocator) (or use AMPX_ALLOCATOR_INIT)");
+  }
+  options.allocator.struct_size = sizeof(ampx_allocator);
+  return options;
+}
+
 }  // namespace
+
+uint64_t thread_error_count() noexcept { return last_error().count; }
 
 void set_last_error(ampx_status status, const std::string& message) noexcept {
   LastError& error = last_error();
   error.status = status;
+  ++error.count;
   try {
     error.message = message;
   } catch (...) {
@@ -68,6 +137,7 @@ const char* ampx_status_string(ampx_status status) {
     case AMPX_ERR_IO: return "AMPX_ERR_IO";
     case AMPX_ERR_CORRUPT: return "AMPX_ERR_CORRUPT";
     case AMPX_ERR_INTERNAL: return "AMPX_ERR_INTERNAL";
+    case AMPX_STATUS_MIN_ENUM:
     case AMPX_STATUS_MAX_ENUM: break;
   }
   return "AMPX_UNKNOWN_STATUS";
@@ -76,6 +146,11 @@ const char* ampx_status_string(ampx_status status) {
 const char* ampx_last_error(void) { return last_error().message.c_str(); }
 
 ampx_status ampx_last_status(void) { return last_error().status; }
+
+ampx_status ampx_set_error(ampx_status status, const char* message) {
+  set_last_error(status, message ? message : "");
+  return status;
+}
 
 size_t ampx_dtype_size(ampx_dtype dtype) {
   return is_valid_dtype(dtype) ? dtype_size(static_cast<DType>(dtype)) : 0;
@@ -101,9 +176,7 @@ ampx_context_options ampx_context_options_default(void) {
 ampx_status ampx_context_create(const ampx_context_options* options, ampx_context* out) {
   return guard(__func__, [&] {
     require_pointer(out, "out");
-    const ampx_context_options merged =
-        read_options(options, ampx_context_options_default(), "options");
-    *out = to_handle(Context::create(merged));
+    *out = to_handle(Context::create(context_options_arg(options)));
   });
 }
 

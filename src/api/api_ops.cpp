@@ -118,15 +118,63 @@ ampx_status ampx_scope_pop(ampx_context ctx) {
   });
 }
 
+}  // extern "C"
+
+namespace {
+
+// Both checkpoint entry points, once the segment is held (so that its
+// release hook runs on every failure below).
+void checkpoint_call(ampx_context ctx, Segment segment, const char* fn_arg,
+                     const ampx_tensor* inputs, size_t input_count, ampx_tensor* outputs,
+                     size_t output_count) {
+  if (!segment.fn) fail(AMPX_ERR_INVALID_ARGUMENT, "argument '", fn_arg, "' is NULL");
+  Context& c = context_arg(ctx, "ctx");
+  require_pointer(outputs, "outputs");
+  const std::vector<Tensor*> in = tensor_list_arg(inputs, input_count, "inputs");
+  // Room in the scope first: once the record exists, handing out the
+  // outputs must not fail (the call would fail with the record kept).
+  AutogradState& state = autograd_state(c);
+  if (!state.scopes.empty()) state.scopes.back().reserve(state.scopes.back().size() + output_count);
+  std::vector<TensorRef> out = checkpoint(c, std::move(segment), in, output_count);
+  for (size_t i = 0; i < out.size(); ++i) outputs[i] = to_handle(deliver(c, std::move(out[i])));
+}
+
+}  // namespace
+
+extern "C" {
+
+ampx_status ampx_checkpoint_segment(ampx_context ctx, const ampx_segment* segment,
+                                    const ampx_tensor* inputs, size_t input_count,
+                                    ampx_tensor* outputs, size_t output_count) {
+  return guard(__func__, [&] {
+    require_pointer(segment, "segment");
+    if (segment->struct_size < sizeof(size_t) + sizeof(ampx_segment_fn))
+      fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'segment' has struct_size ", segment->struct_size,
+           "; set it to sizeof(ampx_segment) (or use AMPX_SEGMENT_INIT)");
+    ampx_segment defaults = AMPX_SEGMENT_INIT;
+    const ampx_segment given = read_options(segment, defaults, "segment");
+    checkpoint_call(ctx, Segment(given.fn, given.user_data, given.release), "segment->fn", inputs,
+                    input_count, outputs, output_count);
+  });
+}
+
 ampx_status ampx_checkpoint(ampx_context ctx, ampx_segment_fn fn, void* user_data,
                             const ampx_tensor* inputs, size_t input_count, ampx_tensor* outputs,
                             size_t output_count) {
   return guard(__func__, [&] {
+    checkpoint_call(ctx, Segment(fn, user_data, nullptr), "fn", inputs, input_count, outputs,
+                    output_count);
+  });
+}
+
+ampx_status ampx_scope_depth(ampx_context ctx, int32_t* depth) {
+  return guard(__func__, [&] {
     Context& c = context_arg(ctx, "ctx");
-    require_pointer(outputs, "outputs");
-    std::vector<TensorRef> out =
-        checkpoint(c, fn, user_data, tensor_list_arg(inputs, input_count, "inputs"), output_count);
-    for (size_t i = 0; i < out.size(); ++i) outputs[i] = to_handle(deliver(c, std::move(out[i])));
+    require_pointer(depth, "depth");
+    const size_t open = autograd_state(c).scopes.size();
+    if (open > static_cast<size_t>(INT32_MAX))
+      fail(AMPX_ERR_INTERNAL, open, " scopes are open, more than an int32_t counts");
+    *depth = static_cast<int32_t>(open);
   });
 }
 

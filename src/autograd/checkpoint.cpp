@@ -17,10 +17,8 @@ std::vector<TensorRef> call_segment(Context& ctx, ampx_segment_fn fn, void* user
   std::vector<ampx_tensor> in;
   for (Tensor* t : inputs) in.push_back(reinterpret_cast<ampx_tensor>(t));
   std::vector<ampx_tensor> out(output_count, nullptr);
-  const ampx_status status = fn(user_data, in.data(), in.size(), out.data(), out.size());
-  if (status != AMPX_OK)
-    fail(status, "the checkpointed segment returned ", ampx_status_string(status), ": ",
-         ampx_last_error());
+  call_status_callback("the checkpointed segment",
+                       [&] { return fn(user_data, in.data(), in.size(), out.data(), out.size()); });
   std::vector<TensorRef> result;
   for (size_t i = 0; i < out.size(); ++i) {
     auto* t = reinterpret_cast<Tensor*>(out[i]);
@@ -105,8 +103,9 @@ class AutocastRegionsSwap {
 
 class CheckpointNode final : public Node {
  public:
-  ampx_segment_fn fn = nullptr;
-  void* user_data = nullptr;
+  explicit CheckpointNode(Segment&& segment) : segment(std::move(segment)) {}
+
+  Segment segment;  // its release hook runs when the record is destroyed
   size_t output_count = 0;
   uint64_t random_offset = 0;  // where the first run's random numbers started
   std::vector<Autocast*> autocast_regions;  // open at the first run (retained)
@@ -147,7 +146,7 @@ class CheckpointNode final : public Node {
       std::vector<TensorRef> outputs;
       try {
         const AutocastRegionsSwap regions(ctx, autocast_regions);
-        outputs = call_segment(ctx, fn, user_data, segment_inputs, output_count);
+        outputs = call_segment(ctx, segment.fn, segment.user_data, segment_inputs, output_count);
       } catch (...) {
         ctx.set_random_offset(resume_offset);
         throw;
@@ -178,9 +177,10 @@ class CheckpointNode final : public Node {
 
 }  // namespace
 
-std::vector<TensorRef> checkpoint(Context& ctx, ampx_segment_fn fn, void* user_data,
+std::vector<TensorRef> checkpoint(Context& ctx, Segment segment,
                                   const std::vector<Tensor*>& inputs, size_t output_count) {
-  if (!fn) fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'fn' is NULL");
+  ampx_segment_fn fn = segment.fn;
+  void* user_data = segment.user_data;
   if (output_count == 0) fail(AMPX_ERR_INVALID_ARGUMENT, "a segment needs at least one output");
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i]->ctx != &ctx)
@@ -194,13 +194,11 @@ std::vector<TensorRef> checkpoint(Context& ctx, ampx_segment_fn fn, void* user_d
   if (!recording) return outputs;
   // Recorded whenever grad mode is on: the segment may use parameters that
   // require grad without taking them as inputs.
-  auto node = std::make_unique<CheckpointNode>();
+  auto node = std::make_unique<CheckpointNode>(std::move(segment));
   for (Tensor* t : inputs) {
     t->retain();
     node->inputs.emplace_back(t);
   }
-  node->fn = fn;
-  node->user_data = user_data;
   node->output_count = output_count;
   node->random_offset = random_offset;
   if (ctx.autocast) {

@@ -19,6 +19,7 @@ std::unique_ptr<Backend> create_backend(const BackendOptions& options) {
 #else
       fail(AMPX_ERR_NO_DEVICE, "this build of ampx has no CUDA backend (rebuild with -DAMPX_CUDA=ON)");
 #endif
+    case AMPX_DEVICE_MIN_ENUM:
     case AMPX_DEVICE_MAX_ENUM: break;
   }
   fail(AMPX_ERR_INVALID_ARGUMENT, "unknown device type ", static_cast<int>(options.device_type));

@@ -6,6 +6,7 @@
 // involved; the entry point prefixes the function name.
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -36,6 +37,28 @@ std::string cat(Parts&&... parts) {
 template <class... Parts>
 [[noreturn]] void fail(ampx_status status, Parts&&... parts) {
   throw Error(status, cat(std::forward<Parts>(parts)...));
+}
+
+// The number of errors set on the calling thread so far (by a failing ampx
+// call or by ampx_set_error); defined with the last error in api_core.cpp.
+uint64_t thread_error_count() noexcept;
+
+// Calls a callback of the program that returns an ampx_status (a
+// checkpoint segment, a gradient hook) and throws its failure as an Error.
+// The message is the one set while the callback ran -- through
+// ampx_set_error or by an ampx call inside it that failed -- or, when it
+// set none, says so: the thread's last error then belongs to some earlier
+// call, and repeating it would send the program after the wrong failure.
+// `what` names the callback ("the checkpointed segment").
+template <class Callback>
+void call_status_callback(const char* what, Callback&& callback) {
+  const uint64_t errors_before = thread_error_count();
+  const ampx_status status = callback();
+  if (status == AMPX_OK) return;
+  if (thread_error_count() != errors_before)
+    fail(status, what, " returned ", ampx_status_string(status), ": ", ampx_last_error());
+  fail(status, what, " returned ", ampx_status_string(status),
+       " without a message (it neither called ampx_set_error nor had an ampx call fail)");
 }
 
 }  // namespace ampx

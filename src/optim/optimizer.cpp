@@ -495,6 +495,15 @@ void Optimizer::load_state(const void* buffer, size_t bytes) {
     fail(AMPX_ERR_CORRUPT, "the state was saved from ",
          header.kind == static_cast<uint32_t>(OptimizerKind::Sgd) ? "an SGD" : "an Adam",
          " optimizer but this one is ", hyper_.kind == OptimizerKind::Sgd ? "SGD" : "Adam");
+  // AdamW is a kind of its own, as in checkpoint files: adopting the saved
+  // flag would silently turn an Adam optimizer into AdamW (or back) under
+  // a binding's Adam/AdamW class.
+  if (hyper_.kind == OptimizerKind::Adam &&
+      (header.decoupled_weight_decay != 0) != hyper_.adam.decoupled_weight_decay)
+    fail(AMPX_ERR_CORRUPT, "the state was saved from an ",
+         header.decoupled_weight_decay ? "AdamW" : "Adam", " optimizer but this one is ",
+         hyper_.adam.decoupled_weight_decay ? "AdamW" : "Adam",
+         "; create an optimizer of the saved kind to load it");
   if (header.group_count != lr_host_.size() || header.param_count != params_.size())
     fail(AMPX_ERR_CORRUPT, "the state has ", header.group_count, " group(s) and ",
          header.param_count, " parameter(s) but the optimizer has ", lr_host_.size(), " and ",

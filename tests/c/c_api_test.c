@@ -229,12 +229,253 @@ static void test_allocator_hooks_and_wrap(void) {
   EXPECT(counter.frees == 1 && counter.live_bytes == 0);
 }
 
+/* ampx_context_options as the 0.1.0 header laid it out, before
+ * ampx_allocator gained struct_size: a program built then passes this. */
+typedef struct legacy_allocator {
+  void *(*alloc)(void *user_data, size_t bytes, size_t alignment);
+  void (*free)(void *user_data, void *ptr, size_t bytes);
+  void *user_data;
+} legacy_allocator;
+typedef struct legacy_context_options {
+  size_t struct_size;
+  ampx_device_type device_type;
+  int32_t device_index;
+  int32_t num_threads;
+  uint64_t seed;
+  legacy_allocator allocator;
+  void *cuda_stream;
+} legacy_context_options;
+
+static void test_legacy_options_layout(void) {
+  counting_allocator counter = {0, 0, 0, 0};
+  legacy_context_options legacy;
+  ampx_context_options options = AMPX_CONTEXT_OPTIONS_INIT;
+  ampx_context ctx = NULL;
+  ampx_tensor t = NULL;
+  const int64_t shape[1] = {4};
+
+  /* Without hooks. */
+  memset(&legacy, 0, sizeof legacy);
+  legacy.struct_size = sizeof legacy;
+  legacy.device_type = AMPX_DEVICE_CPU;
+  legacy.num_threads = 1;
+  EXPECT(ampx_context_create((const ampx_context_options *)(const void *)&legacy, &ctx) ==
+         AMPX_OK);
+  EXPECT(ampx_tensor_zeros(ctx, AMPX_F32, 1, shape, &t) == AMPX_OK);
+  ampx_tensor_release(t);
+  t = NULL;
+  ampx_context_release(ctx);
+  ctx = NULL;
+
+  /* With hooks: they are called. */
+  legacy.allocator.alloc = counting_alloc;
+  legacy.allocator.free = counting_free;
+  legacy.allocator.user_data = &counter;
+  EXPECT(ampx_context_create((const ampx_context_options *)(const void *)&legacy, &ctx) ==
+         AMPX_OK);
+  EXPECT(ampx_tensor_zeros(ctx, AMPX_F32, 1, shape, &t) == AMPX_OK);
+  EXPECT(counter.allocations == 1 && counter.live_bytes == 16);
+  ampx_tensor_release(t);
+  t = NULL;
+  EXPECT(counter.frees == 1 && counter.live_bytes == 0);
+  ampx_context_release(ctx);
+  ctx = NULL;
+  /* A legacy struct with one hook is refused as before. */
+  legacy.allocator.free = NULL;
+  EXPECT_ERROR(ampx_context_create((const ampx_context_options *)(const void *)&legacy, &ctx),
+               AMPX_ERR_INVALID_ARGUMENT, "ampx_context_create", "allocator");
+  EXPECT(ctx == NULL);
+
+  /* The current layout with hooks. */
+  counter.allocations = counter.frees = 0;
+  options.allocator.alloc = counting_alloc;
+  options.allocator.free = counting_free;
+  options.allocator.user_data = &counter;
+  EXPECT(ampx_context_create(&options, &ctx) == AMPX_OK);
+  EXPECT(ampx_tensor_zeros(ctx, AMPX_F32, 1, shape, &t) == AMPX_OK);
+  EXPECT(counter.allocations == 1);
+  ampx_tensor_release(t);
+  t = NULL;
+  EXPECT(counter.frees == 1);
+  ampx_context_release(ctx);
+  ctx = NULL;
+
+  /* An allocator whose struct_size is too small, and a size between the
+   * two layouts, are refused. An all-zero allocator means ampx's own. */
+  options.allocator.struct_size = sizeof(size_t);
+  EXPECT_ERROR(ampx_context_create(&options, &ctx), AMPX_ERR_INVALID_ARGUMENT,
+               "ampx_context_create", "allocator.struct_size");
+  options = ampx_context_options_default();
+  options.struct_size = sizeof(legacy_context_options) + 1;
+  EXPECT_ERROR(ampx_context_create(&options, &ctx), AMPX_ERR_INVALID_ARGUMENT,
+               "ampx_context_create", "legacy");
+  EXPECT(ctx == NULL);
+  options = ampx_context_options_default();
+  memset(&options.allocator, 0, sizeof options.allocator);
+  EXPECT(ampx_context_create(&options, &ctx) == AMPX_OK);
+  ampx_context_release(ctx);
+}
+
+/* Negative values of every enum a C entry takes are refused by name. */
+static void test_negative_enums(void) {
+  ampx_context ctx = NULL;
+  ampx_context_options options = AMPX_CONTEXT_OPTIONS_INIT;
+  ampx_tensor t = NULL, out = NULL;
+  const int64_t shape[1] = {2};
+  const float values[2] = {1.0f, 2.0f};
+  ampx_autocast_options autocast_options = AMPX_AUTOCAST_OPTIONS_INIT;
+  ampx_autocast autocast = NULL;
+  ampx_optimizer opt = NULL;
+
+  EXPECT(strcmp(ampx_status_string(AMPX_STATUS_MIN_ENUM), "AMPX_UNKNOWN_STATUS") == 0);
+  EXPECT(strcmp(ampx_status_string((ampx_status)-1), "AMPX_UNKNOWN_STATUS") == 0);
+  EXPECT(ampx_dtype_size((ampx_dtype)-1) == 0);
+  EXPECT(strcmp(ampx_dtype_name(AMPX_DTYPE_MIN_ENUM), "invalid") == 0);
+  options.device_type = (ampx_device_type)-1;
+  EXPECT_ERROR(ampx_context_create(&options, &ctx), AMPX_ERR_INVALID_ARGUMENT,
+               "ampx_context_create", "device_type");
+  options.device_type = AMPX_DEVICE_MIN_ENUM;
+  EXPECT_ERROR(ampx_context_create(&options, &ctx), AMPX_ERR_INVALID_ARGUMENT,
+               "ampx_context_create", "device_type");
+  EXPECT(ctx == NULL);
+  if (ampx_context_create(NULL, &ctx) != AMPX_OK) {
+    EXPECT(!"context");
+    return;
+  }
+  EXPECT_ERROR(ampx_tensor_zeros(ctx, (ampx_dtype)-5, 1, shape, &t), AMPX_ERR_DTYPE,
+               "ampx_tensor_zeros", "dtype");
+  EXPECT(ampx_tensor_from_host(ctx, AMPX_F32, 1, shape, values, sizeof values, &t) == AMPX_OK);
+  EXPECT(ampx_tensor_set_requires_grad(t, 1) == AMPX_OK);
+  EXPECT_ERROR(ampx_tensor_cast(t, AMPX_DTYPE_MIN_ENUM, &out), AMPX_ERR_DTYPE,
+               "ampx_tensor_cast", "dtype");
+  EXPECT_ERROR(ampx_mse_loss(t, t, (ampx_reduction)-1, &out), AMPX_ERR_INVALID_ARGUMENT,
+               "ampx_mse_loss", "reduction");
+  EXPECT_ERROR(ampx_bce_with_logits(t, t, AMPX_REDUCTION_MIN_ENUM, &out),
+               AMPX_ERR_INVALID_ARGUMENT, "ampx_bce_with_logits", "reduction");
+  EXPECT_ERROR(ampx_linear(t, t, NULL, (ampx_activation)-1, &out), AMPX_ERR_INVALID_ARGUMENT,
+               "ampx_linear", "activation");
+  EXPECT(out == NULL);
+  autocast_options.dtype = (ampx_dtype)-2;
+  EXPECT_ERROR(ampx_autocast_create(ctx, &autocast_options, &autocast), AMPX_ERR_DTYPE,
+               "ampx_autocast_create", "");
+  autocast_options.dtype = AMPX_BF16;
+  EXPECT(ampx_autocast_create(ctx, &autocast_options, &autocast) == AMPX_OK);
+  EXPECT_ERROR(ampx_autocast_set_op_class(autocast, "matmul", (ampx_op_class)-1),
+               AMPX_ERR_INVALID_ARGUMENT, "ampx_autocast_set_op_class", "op_class");
+  EXPECT(ampx_optimizer_create_sgd(ctx, &t, 1, NULL, &opt) == AMPX_OK);
+  EXPECT_ERROR(ampx_optimizer_state_tensor(opt, t, (ampx_optimizer_state)-1, &out),
+               AMPX_ERR_INVALID_ARGUMENT, "ampx_optimizer_state_tensor", "kind");
+  EXPECT(out == NULL);
+  ampx_optimizer_release(opt);
+  ampx_autocast_release(autocast);
+  ampx_tensor_release(t);
+  ampx_context_release(ctx);
+}
+
+/* A segment that fails with its own words, one that fails without any,
+ * and one that counts the releases of its data. */
+static ampx_status io_failure_segment(void *user_data, const ampx_tensor *inputs,
+                                      size_t input_count, ampx_tensor *outputs,
+                                      size_t output_count) {
+  (void)user_data;
+  (void)inputs;
+  (void)input_count;
+  (void)outputs;
+  (void)output_count;
+  return ampx_set_error(AMPX_ERR_IO, "batch file missing");
+}
+
+static ampx_status wordless_segment(void *user_data, const ampx_tensor *inputs,
+                                    size_t input_count, ampx_tensor *outputs,
+                                    size_t output_count) {
+  (void)user_data;
+  (void)inputs;
+  (void)input_count;
+  (void)outputs;
+  (void)output_count;
+  return AMPX_ERR_NOT_SUPPORTED;
+}
+
+static ampx_status relu_segment(void *user_data, const ampx_tensor *inputs, size_t input_count,
+                                ampx_tensor *outputs, size_t output_count) {
+  (void)user_data;
+  (void)input_count;
+  (void)output_count;
+  return ampx_relu(inputs[0], &outputs[0]);
+}
+
+static void count_release(void *user_data) { ++*(int *)user_data; }
+
+static void test_segment_errors_and_release(void) {
+  ampx_context ctx = NULL;
+  ampx_tensor x = NULL, out = NULL, loss = NULL;
+  const int64_t shape[1] = {3};
+  const float values[3] = {-1.0f, 2.0f, 3.0f};
+  ampx_segment segment = AMPX_SEGMENT_INIT;
+  int releases = 0;
+  int32_t depth = -1;
+  ampx_status status;
+
+  if (ampx_context_create(NULL, &ctx) != AMPX_OK) {
+    EXPECT(!"context");
+    return;
+  }
+  EXPECT(ampx_tensor_from_host(ctx, AMPX_F32, 1, shape, values, sizeof values, &x) == AMPX_OK);
+  EXPECT(ampx_tensor_set_requires_grad(x, 1) == AMPX_OK);
+
+  segment.fn = io_failure_segment;
+  segment.user_data = &releases;
+  segment.release = count_release;
+  EXPECT_ERROR(ampx_checkpoint_segment(ctx, &segment, &x, 1, &out, 1), AMPX_ERR_IO,
+               "ampx_checkpoint_segment", "batch file missing");
+  EXPECT(releases == 1); /* the call failed: released before returning */
+  EXPECT(out == NULL);
+
+  /* An unrelated failure first; the wordless segment must not inherit it. */
+  EXPECT_ERROR(ampx_tensor_fill(NULL, 1.0), AMPX_ERR_INVALID_ARGUMENT, "ampx_tensor_fill",
+               "tensor");
+  segment.fn = wordless_segment;
+  EXPECT_ERROR(ampx_checkpoint_segment(ctx, &segment, &x, 1, &out, 1), AMPX_ERR_NOT_SUPPORTED,
+               "ampx_checkpoint_segment", "without a message");
+  EXPECT(strstr(ampx_last_error(), "ampx_tensor_fill") == NULL);
+  EXPECT(releases == 2);
+
+  /* Recorded, then backpropagated: released once, after backward. */
+  segment.fn = relu_segment;
+  EXPECT(ampx_scope_push(ctx) == AMPX_OK);
+  EXPECT(ampx_scope_depth(ctx, &depth) == AMPX_OK && depth == 1);
+  EXPECT(ampx_checkpoint_segment(ctx, &segment, &x, 1, &out, 1) == AMPX_OK);
+  EXPECT(releases == 2);
+  EXPECT(ampx_sum(out, &loss) == AMPX_OK);
+  EXPECT(ampx_backward(loss, NULL) == AMPX_OK);
+  EXPECT(releases == 3);
+  EXPECT(ampx_scope_pop(ctx) == AMPX_OK);
+  EXPECT(releases == 3);
+  EXPECT(ampx_scope_depth(ctx, &depth) == AMPX_OK && depth == 0);
+  EXPECT_ERROR(ampx_scope_depth(ctx, NULL), AMPX_ERR_INVALID_ARGUMENT, "ampx_scope_depth",
+               "depth");
+
+  /* Recorded, never backpropagated, the context released: released then. */
+  out = NULL;
+  status = ampx_checkpoint_segment(ctx, &segment, &x, 1, &out, 1);
+  EXPECT(status == AMPX_OK);
+  EXPECT(releases == 3);
+  ampx_context_release(ctx);
+  EXPECT(releases == 4);
+  ampx_tensor_release(out);
+  ampx_tensor_release(x);
+  EXPECT(releases == 4);
+}
+
 int main(void) {
   test_version_and_strings();
   test_context_errors();
   test_short_options();
   test_tensor_round_trip();
   test_allocator_hooks_and_wrap();
+  test_legacy_options_layout();
+  test_negative_enums();
+  test_segment_errors_and_release();
   printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }

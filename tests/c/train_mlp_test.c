@@ -149,11 +149,14 @@ static double accuracy(ampx_context ctx, const model *m, ampx_tensor x, ampx_aut
   static float logits_host[N_SAMPLES * CLASSES];
   ampx_tensor logits = NULL, logits32 = NULL;
   int32_t previous = 1;
-  int i, right = 0;
+  int i, right = 0, closed = 1, entered = 0;
   if (ampx_set_grad_enabled(ctx, 0, &previous) != AMPX_OK || ampx_scope_push(ctx) != AMPX_OK)
     return -1.0;
-  if (policy) ampx_autocast_enter(policy);
-  if (forward(m, x, &logits) == AMPX_OK &&
+  if (policy) {
+    entered = ampx_autocast_enter(policy) == AMPX_OK;
+    if (!entered) right = -N_SAMPLES;
+  }
+  if (right == 0 && forward(m, x, &logits) == AMPX_OK &&
       ampx_tensor_cast(logits, AMPX_F32, &logits32) == AMPX_OK &&
       ampx_tensor_to_host(logits32, logits_host, sizeof logits_host) == AMPX_OK) {
     for (i = 0; i < N_SAMPLES; ++i) {
@@ -167,9 +170,10 @@ static double accuracy(ampx_context ctx, const model *m, ampx_tensor x, ampx_aut
     right = -N_SAMPLES;
   }
   ampx_tensor_release(logits32);
-  if (policy) ampx_autocast_exit(policy);
-  ampx_scope_pop(ctx);
-  ampx_set_grad_enabled(ctx, previous, NULL);
+  if (entered && ampx_autocast_exit(policy) != AMPX_OK) closed = 0;
+  if (ampx_scope_pop(ctx) != AMPX_OK) closed = 0;
+  if (ampx_set_grad_enabled(ctx, previous, NULL) != AMPX_OK) closed = 0;
+  if (!closed) return -1.0;
   return (double)right / N_SAMPLES;
 }
 

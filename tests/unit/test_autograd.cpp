@@ -483,7 +483,7 @@ TEST_CASE("autograd: an output of an earlier, cleared tape is a constant, not a 
   const Vec gx = values_of(grad_handle(x));
   REQUIRE(ampx_mul(y, y, z.out()) == AMPX_OK);
   REQUIRE(ampx_sum(z, loss2.out()) == AMPX_OK);
-  ampx_backward(loss2, nullptr);
+  (void)ampx_backward(loss2, nullptr);  // whether it runs is not what this case checks
   CHECK(grad_handle(y) == nullptr);
   CHECK(values_of(grad_handle(x)) == gx);
 }

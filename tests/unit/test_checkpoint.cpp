@@ -1,6 +1,7 @@
 // Gradient checkpointing: the same gradients as running the segments
 // directly (bit for bit: the same ops run on the same values), less memory
 // held between the passes, and clear errors from bad segments.
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -12,6 +13,10 @@ using ampx_test::contains;
 using ampx_test::Ctx;
 using ampx_test::last_error;
 using ampx_test::Tensor;
+
+// The cases below before "checkpoint_segment" exercise the deprecated
+// ampx_checkpoint on purpose: it must keep working until it is removed.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 namespace {
 
@@ -249,4 +254,198 @@ TEST_CASE("checkpoint: dropout inside a segment recomputes with the same mask") 
   for (double v : direct) zeros += v == 0.0;
   CHECK(zeros > 0);
   CHECK(zeros < direct.size());
+}
+
+// ---- ampx_checkpoint_segment: the release hook and callback messages ------------------
+
+namespace {
+
+struct Counted {
+  int runs = 0;
+  int releases = 0;
+};
+
+ampx_status counted_tanh(void* user_data, const ampx_tensor* inputs, size_t, ampx_tensor* outputs,
+                         size_t) {
+  ++static_cast<Counted*>(user_data)->runs;
+  return ampx_tanh(inputs[0], &outputs[0]);
+}
+
+void counted_release(void* user_data) { ++static_cast<Counted*>(user_data)->releases; }
+
+ampx_segment counted_segment(Counted& counted, ampx_segment_fn fn = counted_tanh) {
+  ampx_segment segment = AMPX_SEGMENT_INIT;
+  segment.fn = fn;
+  segment.user_data = &counted;
+  segment.release = counted_release;
+  return segment;
+}
+
+ampx_status io_failure_segment(void*, const ampx_tensor*, size_t, ampx_tensor*, size_t) {
+  return ampx_set_error(AMPX_ERR_IO, "batch file missing");
+}
+
+ampx_status wordless_failure_segment(void*, const ampx_tensor*, size_t, ampx_tensor*, size_t) {
+  return AMPX_ERR_CORRUPT;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint_segment: release runs exactly once on every path") {
+  OPS_REQUIRE_CPU();
+  Ctx ctx;
+  Tensor x(make(ctx, AMPX_F32, {2, 3}, {1, 2, 3, 4, 5, 6}, true));
+  ampx_tensor in = x;
+
+  SUBCASE("backward ran the record") {
+    Counted c;
+    const ampx_segment segment = counted_segment(c);
+    ampx_tensor out = nullptr;
+    REQUIRE(ampx_checkpoint_segment(ctx, &segment, &in, 1, &out, 1) == AMPX_OK);
+    Tensor owned(out);
+    CHECK(c.runs == 1);
+    CHECK(c.releases == 0);  // the record still needs the data
+    Tensor loss;
+    REQUIRE(ampx_sum(out, loss.out()) == AMPX_OK);
+    REQUIRE_MESSAGE(ampx_backward(loss, nullptr) == AMPX_OK, last_error());
+    CHECK(c.runs == 2);
+    CHECK(c.releases == 1);
+  }
+  SUBCASE("the record was pruned without backward") {
+    Counted c;
+    const ampx_segment segment = counted_segment(c);
+    REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+    ampx_tensor out = nullptr;
+    REQUIRE(ampx_checkpoint_segment(ctx, &segment, &in, 1, &out, 1) == AMPX_OK);
+    CHECK(c.releases == 0);
+    REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);  // frees the output: the record goes
+    CHECK(c.runs == 1);
+    CHECK(c.releases == 1);
+  }
+  SUBCASE("grad mode off: nothing recorded, released before returning") {
+    Counted c;
+    const ampx_segment segment = counted_segment(c);
+    REQUIRE(ampx_set_grad_enabled(ctx, 0, nullptr) == AMPX_OK);
+    ampx_tensor out = nullptr;
+    REQUIRE(ampx_checkpoint_segment(ctx, &segment, &in, 1, &out, 1) == AMPX_OK);
+    Tensor owned(out);
+    CHECK(c.runs == 1);
+    CHECK(c.releases == 1);
+    REQUIRE(ampx_set_grad_enabled(ctx, 1, nullptr) == AMPX_OK);
+  }
+  SUBCASE("failed calls release before returning and change nothing") {
+    Counted c;
+    ampx_tensor out = nullptr;
+    ampx_segment segment = counted_segment(c);
+    CHECK_FAILS_WITH(ampx_checkpoint_segment(ctx, &segment, &in, 1, &out, 0),
+                     AMPX_ERR_INVALID_ARGUMENT, "output");
+    CHECK(c.releases == 1);
+    CHECK_FAILS_WITH(ampx_checkpoint_segment(nullptr, &segment, &in, 1, &out, 1),
+                     AMPX_ERR_INVALID_ARGUMENT, "ctx");
+    CHECK(c.releases == 2);
+    CHECK_FAILS_WITH(ampx_checkpoint_segment(ctx, &segment, &in, 1, nullptr, 1),
+                     AMPX_ERR_INVALID_ARGUMENT, "outputs");
+    CHECK(c.releases == 3);
+    segment.fn = nullptr;
+    CHECK_FAILS_WITH(ampx_checkpoint_segment(ctx, &segment, &in, 1, &out, 1),
+                     AMPX_ERR_INVALID_ARGUMENT, "segment->fn");
+    CHECK(c.releases == 4);
+    segment = counted_segment(c, io_failure_segment);
+    CHECK_FAILS_WITH(ampx_checkpoint_segment(ctx, &segment, &in, 1, &out, 1), AMPX_ERR_IO,
+                     "batch file missing");
+    CHECK(c.releases == 5);
+    CHECK(c.runs == 0);
+    CHECK(out == nullptr);
+    // A struct ampx cannot read: no release (it cannot know the hook).
+    segment = counted_segment(c);
+    segment.struct_size = 4;
+    CHECK_FAILS_WITH(ampx_checkpoint_segment(ctx, &segment, &in, 1, &out, 1),
+                     AMPX_ERR_INVALID_ARGUMENT, "struct_size");
+    CHECK_FAILS_WITH(ampx_checkpoint_segment(ctx, nullptr, &in, 1, &out, 1),
+                     AMPX_ERR_INVALID_ARGUMENT, "segment");
+    CHECK(c.releases == 5);
+  }
+  SUBCASE("an older, shorter ampx_segment reads release as NULL") {
+    Counted c;
+    ampx_segment segment = counted_segment(c);
+    segment.struct_size = offsetof(ampx_segment, release);
+    ampx_tensor out = nullptr;
+    REQUIRE(ampx_set_grad_enabled(ctx, 0, nullptr) == AMPX_OK);
+    REQUIRE(ampx_checkpoint_segment(ctx, &segment, &in, 1, &out, 1) == AMPX_OK);
+    Tensor owned(out);
+    CHECK(c.runs == 1);
+    CHECK(c.releases == 0);
+    REQUIRE(ampx_set_grad_enabled(ctx, 1, nullptr) == AMPX_OK);
+  }
+}
+
+TEST_CASE("checkpoint_segment: a pending record is released with the context") {
+  OPS_REQUIRE_CPU();
+  Counted c;
+  const ampx_segment segment = counted_segment(c);
+  ampx_context raw = nullptr;
+  REQUIRE(ampx_context_create(nullptr, &raw) == AMPX_OK);
+  ampx_tensor out = nullptr;
+  {
+    Tensor x(make(raw, AMPX_F32, {3}, {1, 2, 3}, true));
+    ampx_tensor in = x;
+    REQUIRE(ampx_checkpoint_segment(raw, &segment, &in, 1, &out, 1) == AMPX_OK);
+  }
+  CHECK(c.releases == 0);
+  ampx_context_release(raw);  // the program's last reference: the tape goes
+  CHECK(c.releases == 1);
+  ampx_tensor_release(out);
+  CHECK(c.releases == 1);
+  CHECK(c.runs == 1);
+}
+
+TEST_CASE("checkpoint_segment: the message the caller sees is the segment's own") {
+  OPS_REQUIRE_CPU();
+  Ctx ctx;
+  Tensor x(make(ctx, AMPX_F32, {2}, {1, 2}, true));
+  ampx_tensor in = x, out = nullptr;
+  ampx_segment segment = AMPX_SEGMENT_INIT;
+  segment.fn = io_failure_segment;
+  CHECK_FAILS_WITH(ampx_checkpoint_segment(ctx, &segment, &in, 1, &out, 1), AMPX_ERR_IO,
+                   "batch file missing");
+  CHECK(contains(last_error(), "ampx_checkpoint_segment"));
+  CHECK(ampx_last_status() == AMPX_ERR_IO);
+
+  // An unrelated earlier failure must not be passed off as the segment's.
+  CHECK_FAILS_WITH(ampx_tensor_fill(nullptr, 0.0), AMPX_ERR_INVALID_ARGUMENT, "tensor");
+  segment.fn = wordless_failure_segment;
+  CHECK_FAILS_WITH(ampx_checkpoint_segment(ctx, &segment, &in, 1, &out, 1), AMPX_ERR_CORRUPT,
+                   "without a message");
+  CHECK_FALSE(contains(last_error(), "ampx_tensor_fill"));
+  // The deprecated entry point reports the same way.
+  CHECK_FAILS_WITH(ampx_checkpoint(ctx, wordless_failure_segment, nullptr, &in, 1, &out, 1),
+                   AMPX_ERR_CORRUPT, "without a message");
+  CHECK(out == nullptr);
+}
+
+TEST_CASE("checkpoint_segment: ampx_set_error sets status and message and returns the status") {
+  CHECK(ampx_set_error(AMPX_ERR_NOT_SUPPORTED, "custom words") == AMPX_ERR_NOT_SUPPORTED);
+  CHECK(ampx_last_status() == AMPX_ERR_NOT_SUPPORTED);
+  CHECK(std::strcmp(ampx_last_error(), "custom words") == 0);
+  CHECK(ampx_set_error(AMPX_ERR_IO, nullptr) == AMPX_ERR_IO);
+  CHECK(std::strcmp(ampx_last_error(), "") == 0);
+}
+
+TEST_CASE("scopes: ampx_scope_depth counts the open scopes") {
+  Ctx ctx;
+  int32_t depth = -1;
+  REQUIRE(ampx_scope_depth(ctx, &depth) == AMPX_OK);
+  CHECK(depth == 0);
+  REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+  REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+  REQUIRE(ampx_scope_depth(ctx, &depth) == AMPX_OK);
+  CHECK(depth == 2);
+  REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+  REQUIRE(ampx_scope_depth(ctx, &depth) == AMPX_OK);
+  CHECK(depth == 1);
+  REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+  depth = 7;
+  CHECK_FAILS_WITH(ampx_scope_depth(ctx, nullptr), AMPX_ERR_INVALID_ARGUMENT, "depth");
+  CHECK_FAILS_WITH(ampx_scope_depth(nullptr, &depth), AMPX_ERR_INVALID_ARGUMENT, "ctx");
+  CHECK(depth == 7);
 }

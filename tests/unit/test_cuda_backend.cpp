@@ -116,6 +116,7 @@ HostConvert host_convert_from(ampx_dtype dst) {
     case AMPX_BF16: return &convert_on_host<AMPX_BF16, Src>;
     case AMPX_I32: return &convert_on_host<AMPX_I32, Src>;
     case AMPX_I64: return &convert_on_host<AMPX_I64, Src>;
+    case AMPX_DTYPE_MIN_ENUM:
     case AMPX_DTYPE_MAX_ENUM: break;
   }
   return nullptr;
@@ -128,6 +129,7 @@ HostConvert host_convert(ampx_dtype dst, ampx_dtype src) {
     case AMPX_BF16: return host_convert_from<AMPX_BF16>(dst);
     case AMPX_I32: return host_convert_from<AMPX_I32>(dst);
     case AMPX_I64: return host_convert_from<AMPX_I64>(dst);
+    case AMPX_DTYPE_MIN_ENUM:
     case AMPX_DTYPE_MAX_ENUM: break;
   }
   return nullptr;
@@ -146,6 +148,7 @@ std::vector<uint8_t> expected_fill(ampx_dtype dtype, double value, size_t count)
     case AMPX_BF16: return fill_on_host<AMPX_BF16>(value, count);
     case AMPX_I32: return fill_on_host<AMPX_I32>(value, count);
     case AMPX_I64: return fill_on_host<AMPX_I64>(value, count);
+    case AMPX_DTYPE_MIN_ENUM:
     case AMPX_DTYPE_MAX_ENUM: break;
   }
   return {};
@@ -258,6 +261,7 @@ std::vector<uint8_t> conversion_inputs(ampx_dtype dtype, std::mt19937_64& rng) {
       }
       return as_bytes(v);
     }
+    case AMPX_DTYPE_MIN_ENUM:
     case AMPX_DTYPE_MAX_ENUM: break;
   }
   return {};

@@ -100,7 +100,7 @@ struct Model {
     ampx_context_options o = ampx_context_options_default();
     o.num_threads = 1;
     o.seed = 7;
-    o.allocator = {&FaultAllocator::alloc, &FaultAllocator::release, &memory};
+    o.allocator = {sizeof(ampx_allocator), &FaultAllocator::alloc, &FaultAllocator::release, &memory};
     REQUIRE_MESSAGE(ampx_context_create(&o, &ctx) == AMPX_OK, last_error());
     Rng rng(11);
     x = make(ctx, AMPX_F32, dims({kBatch, kIn}), rng.vector(kBatch * kIn, -1.0, 1.0));
@@ -367,7 +367,7 @@ TEST_CASE("fault injection: release paths leave no memory behind") {
   FaultAllocator memory;
   ampx_context_options o = ampx_context_options_default();
   o.num_threads = 1;
-  o.allocator = {&FaultAllocator::alloc, &FaultAllocator::release, &memory};
+  o.allocator = {sizeof(ampx_allocator), &FaultAllocator::alloc, &FaultAllocator::release, &memory};
 
   SUBCASE("ops on the tensors of a released context record nothing") {
     ampx_context ctx = nullptr;

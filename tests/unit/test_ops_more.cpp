@@ -332,7 +332,7 @@ struct Policy {
     REQUIRE_MESSAGE(ampx_autocast_enter(handle) == AMPX_OK, last_error());
   }
   ~Policy() {
-    ampx_autocast_exit(handle);
+    CHECK(ampx_autocast_exit(handle) == AMPX_OK);
     ampx_autocast_release(handle);
   }
   Policy(const Policy&) = delete;

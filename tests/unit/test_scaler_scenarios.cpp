@@ -1267,6 +1267,29 @@ TEST_CASE("scaler: an optimizer state of another kind or layout is AMPX_ERR_CORR
   }
 }
 
+// ampx.h: Adam and AdamW are different kinds for ampx_optimizer_load_state.
+TEST_CASE("scaler: an Adam state does not load into AdamW, nor the reverse") {
+  Ctx ctx;
+  Tensor a(make(ctx, AMPX_F32, {1, 2}));
+  ampx_tensor params[] = {a.handle};
+  ampx_adam_options adam_options = AMPX_ADAM_OPTIONS_INIT;
+  ampx_adam_options adamw_options = AMPX_ADAMW_OPTIONS_INIT;
+  Optimizer adam, adamw;
+  REQUIRE(ampx_optimizer_create_adam(ctx, params, 1, &adam_options, &adam.handle) == AMPX_OK);
+  REQUIRE(ampx_optimizer_create_adam(ctx, params, 1, &adamw_options, &adamw.handle) == AMPX_OK);
+  size_t bytes = 0;
+  REQUIRE(ampx_optimizer_state_size(adam, &bytes) == AMPX_OK);
+  std::vector<unsigned char> adam_state(bytes), adamw_state(bytes);
+  REQUIRE(ampx_optimizer_save_state(adam, adam_state.data(), bytes) == AMPX_OK);
+  REQUIRE(ampx_optimizer_save_state(adamw, adamw_state.data(), bytes) == AMPX_OK);
+  CHECK_FAILS_WITH(ampx_optimizer_load_state(adamw, adam_state.data(), bytes), AMPX_ERR_CORRUPT,
+                   "saved from an Adam optimizer but this one is AdamW");
+  CHECK_FAILS_WITH(ampx_optimizer_load_state(adam, adamw_state.data(), bytes), AMPX_ERR_CORRUPT,
+                   "saved from an AdamW optimizer but this one is Adam");
+  CHECK(ampx_optimizer_load_state(adam, adam_state.data(), bytes) == AMPX_OK);
+  CHECK(ampx_optimizer_load_state(adamw, adamw_state.data(), bytes) == AMPX_OK);
+}
+
 // ---- 9. a disabled scaler ----------------------------------------------------------------
 
 TEST_CASE("scaler: a disabled scaler is a transparent pass-through (the bf16 recipe)") {

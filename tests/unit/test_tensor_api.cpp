@@ -93,6 +93,7 @@ ld reference(ampx_dtype to, ld x) {
     case AMPX_BF16: return round_to_format(x, 8, -126, 127);
     case AMPX_I32: return to_integer(x, -2147483648.0L, 2147483647.0L);
     case AMPX_I64: return to_integer(x, -9223372036854775808.0L, 9223372036854775807.0L);
+    case AMPX_DTYPE_MIN_ENUM:
     case AMPX_DTYPE_MAX_ENUM: break;
   }
   return NAN;
@@ -133,6 +134,7 @@ struct Column {
       case AMPX_BF16: return decode_bf16(raw<uint16_t>(i));
       case AMPX_I32: return raw<int32_t>(i);
       case AMPX_I64: return static_cast<ld>(raw<int64_t>(i));
+      case AMPX_DTYPE_MIN_ENUM:
       case AMPX_DTYPE_MAX_ENUM: break;
     }
     return NAN;

@@ -145,7 +145,7 @@ struct CountingAllocator {
 ampx_context counting_context(CountingAllocator& memory) {
   ampx_context_options o = ampx_context_options_default();
   o.num_threads = 2;
-  o.allocator = {&CountingAllocator::alloc, &CountingAllocator::release, &memory};
+  o.allocator = {sizeof(ampx_allocator), &CountingAllocator::alloc, &CountingAllocator::release, &memory};
   ampx_context ctx = nullptr;
   REQUIRE_MESSAGE(ampx_context_create(&o, &ctx) == AMPX_OK, last_error());
   return ctx;

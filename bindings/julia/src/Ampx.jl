@@ -123,6 +123,7 @@ dtype_name(dtype::DType) = unsafe_string(ccall((:ampx_dtype_name, libampx), Cstr
 
 "Allocator hooks (`ampx_allocator`): C function pointers, e.g. from `@cfunction`."
 struct Allocator
+    struct_size::Csize_t
     alloc::Ptr{Cvoid}
     free::Ptr{Cvoid}
     user_data::Ptr{Cvoid}

@@ -71,8 +71,17 @@ GRAD_READY_FN = CFUNCTYPE(c_int32, c_void_p, c_void_p)
 RELEASE_FN = CFUNCTYPE(None, c_void_p)
 
 
+RELEASE_FN = CFUNCTYPE(None, c_void_p)
+
+
 class Allocator(Structure):
-    _fields_ = [("alloc", ALLOC_FN), ("free", FREE_FN), ("user_data", c_void_p)]
+    _fields_ = [("struct_size", c_size_t), ("alloc", ALLOC_FN), ("free", FREE_FN),
+                ("user_data", c_void_p)]
+
+
+class Segment(Structure):
+    _fields_ = [("struct_size", c_size_t), ("fn", SEGMENT_FN), ("user_data", c_void_p),
+                ("release", RELEASE_FN)]
 
 
 class ContextOptions(Structure):
@@ -268,8 +277,8 @@ _PROTOTYPES = {
     "ampx_backward": (_STATUS, [handle, handle]),
     "ampx_scope_push": (_STATUS, [handle]),
     "ampx_scope_pop": (_STATUS, [handle]),
-    "ampx_checkpoint": (_STATUS, [handle, SEGMENT_FN, c_void_p, handle_p, c_size_t, handle_p,
-                                  c_size_t]),
+    "ampx_checkpoint_segment": (_STATUS, [handle, POINTER(Segment), handle_p, c_size_t, handle_p,
+                                          c_size_t]),
     # 10. autocast
     "ampx_autocast_options_default": (AutocastOptions, []),
     "ampx_autocast_create": (_STATUS, [handle, POINTER(AutocastOptions), handle_p]),

@@ -7,7 +7,7 @@ import weakref
 from typing import Callable
 
 from ._args import int_arg
-from ._lib import GRAD_READY_FN, RELEASE_FN, SEGMENT_FN, keep_forever, lib
+from ._lib import GRAD_READY_FN, RELEASE_FN, SEGMENT_FN, Segment, keep_forever, lib
 from .context import Context, default_context
 from . import amp
 from .errors import ArgumentTypeError, Error, InvalidArgumentError, Status
@@ -48,7 +48,7 @@ def no_grad(context: Context | None = None):
 
 
 class _Segment:
-    """A Python callable run by ampx_checkpoint, now and again in backward."""
+    """A Python callable run by ampx_checkpoint_segment, now and again in backward."""
 
     def __init__(self, fn: Callable, context: Context, output_count: int):
         self.fn = fn
@@ -87,6 +87,16 @@ class _Segment:
 
 _live_segments: "weakref.WeakValueDictionary[int, _Segment]" = weakref.WeakValueDictionary()
 _segment_tokens = itertools.count(1)
+# The strong references ampx holds through a segment's user_data: each is
+# dropped by _release_segment, which ampx calls exactly once, when its
+# record of the segment is gone (ampx_checkpoint_segment in ampx.h).
+_held_segments: dict = {}
+
+
+@keep_forever
+@RELEASE_FN
+def _release_segment(user_data):
+    _held_segments.pop(user_data, None)
 
 
 @keep_forever
@@ -128,10 +138,12 @@ def checkpoint(fn: Callable, *inputs: Tensor, num_outputs: int = 1,
     token = next(_segment_tokens)
     _live_segments[token] = segment
     context._state.segments[token] = segment
+    _held_segments[token] = segment
+    spec = Segment(ctypes.sizeof(Segment), _run_segment, token, _release_segment)
     outputs = (ctypes.c_void_p * count)()
     try:
-        lib.ampx_checkpoint(context.handle, _run_segment, token, handles, len(tensors),
-                            outputs, count)
+        lib.ampx_checkpoint_segment(context.handle, ctypes.byref(spec), handles, len(tensors),
+                                    outputs, count)
     except Error as exc:
         context._state.segments.pop(token, None)
         if segment.error is not None:

@@ -18,7 +18,7 @@ use std::process::Command;
 
 /// Every struct of ampx.h with its fields, for the layout check.
 const STRUCTS: &[(&str, &[&str])] = &[
-    ("ampx_allocator", &["alloc", "free", "user_data"]),
+    ("ampx_allocator", &["struct_size", "alloc", "free", "user_data"]),
     (
         "ampx_context_options",
         &["struct_size", "device_type", "device_index", "num_threads", "seed", "allocator", "cuda_stream"],
@@ -124,6 +124,8 @@ fn c_layout(out_dir: &Path) -> Result<String, String> {
     let compiler = env::var("CC").ok().filter(|c| !c.is_empty()).unwrap_or_else(|| "cc".into());
     let status = Command::new(&compiler)
         .arg("-std=c11")
+        // The probe measures structs of the experimental tier too.
+        .arg("-DAMPX_EXPERIMENTAL")
         .arg("-I")
         .arg(&include)
         .arg(&source)

@@ -126,6 +126,8 @@ pub type ampx_free_fn =
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ampx_allocator {
+    /// `size_of::<ampx_allocator>()`.
+    pub struct_size: usize,
     pub alloc: ampx_alloc_fn,
     pub free: ampx_free_fn,
     pub user_data: *mut c_void,
@@ -284,6 +286,18 @@ pub type ampx_segment_fn = Option<
     ) -> ampx_status,
 >;
 
+/// `ampx_segment`: a segment for [`ampx_checkpoint_segment`], with the hook
+/// that ampx calls exactly once when it no longer needs `user_data`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_segment {
+    /// `size_of::<ampx_segment>()`.
+    pub struct_size: usize,
+    pub fn_: ampx_segment_fn,
+    pub user_data: *mut c_void,
+    pub release: Option<unsafe extern "C" fn(user_data: *mut c_void)>,
+}
+
 // ---------------------------------------------------------------------------
 // 13. Tensor views and gradient hooks
 // ---------------------------------------------------------------------------
@@ -349,6 +363,7 @@ extern "C" {
     pub fn ampx_status_string(status: ampx_status) -> *const c_char;
     pub fn ampx_last_error() -> *const c_char;
     pub fn ampx_last_status() -> ampx_status;
+    pub fn ampx_set_error(status: ampx_status, message: *const c_char) -> ampx_status;
 
     // 3. Data types and devices
     pub fn ampx_dtype_size(dtype: ampx_dtype) -> usize;
@@ -521,6 +536,15 @@ extern "C" {
     pub fn ampx_backward(loss: ampx_tensor, scaler: ampx_scaler) -> ampx_status;
     pub fn ampx_scope_push(ctx: ampx_context) -> ampx_status;
     pub fn ampx_scope_pop(ctx: ampx_context) -> ampx_status;
+    pub fn ampx_scope_depth(ctx: ampx_context, depth: *mut i32) -> ampx_status;
+    pub fn ampx_checkpoint_segment(
+        ctx: ampx_context,
+        segment: *const ampx_segment,
+        inputs: *const ampx_tensor,
+        input_count: usize,
+        outputs: *mut ampx_tensor,
+        output_count: usize,
+    ) -> ampx_status;
     pub fn ampx_checkpoint(
         ctx: ampx_context,
         fn_: ampx_segment_fn,

@@ -31,7 +31,7 @@ fn rust_layout() -> Vec<(String, usize)> {
         )*};
     }
     layout! {
-        ampx_allocator { alloc, free, user_data }
+        ampx_allocator { struct_size, alloc, free, user_data }
         ampx_context_options { struct_size, device_type, device_index, num_threads, seed, allocator, cuda_stream }
         ampx_memory_stats { struct_size, current_bytes, peak_bytes, allocation_count, reserved_bytes }
         ampx_sgd_options { struct_size, lr, momentum, dampening, weight_decay, nesterov, maximize }
@@ -70,11 +70,15 @@ fn layouts_match_the_c_compiler() {
 #[cfg(target_pointer_width = "64")]
 #[test]
 fn layouts_match_hand_computed_lp64_values() {
-    assert_eq!(size_of::<sys::ampx_allocator>(), 24);
-    assert_eq!(size_of::<sys::ampx_context_options>(), 64);
+    assert_eq!(size_of::<sys::ampx_allocator>(), 32);
+    assert_eq!(size_of::<sys::ampx_context_options>(), 72);
     assert_eq!(offset_of!(sys::ampx_context_options, seed), 24);
     assert_eq!(offset_of!(sys::ampx_context_options, allocator), 32);
-    assert_eq!(offset_of!(sys::ampx_context_options, cuda_stream), 56);
+    assert_eq!(offset_of!(sys::ampx_context_options, cuda_stream), 64);
+    // ampx_segment's `fn` is `fn_` in Rust, so it is checked here by hand.
+    assert_eq!(size_of::<sys::ampx_segment>(), 32);
+    assert_eq!(offset_of!(sys::ampx_segment, fn_), 8);
+    assert_eq!(offset_of!(sys::ampx_segment, release), 24);
     assert_eq!(size_of::<sys::ampx_memory_stats>(), 40);
     assert_eq!(size_of::<sys::ampx_sgd_options>(), 48);
     assert_eq!(offset_of!(sys::ampx_sgd_options, maximize), 44);

@@ -45,6 +45,7 @@ fn counted_context() -> (Context, &'static Counter) {
     let ctx = unsafe {
         let mut options = sys::ampx_context_options_default();
         options.allocator = sys::ampx_allocator {
+            struct_size: std::mem::size_of::<sys::ampx_allocator>(),
             alloc: Some(counting_alloc),
             free: Some(counting_free),
             user_data: counter as *const Counter as *mut c_void,
