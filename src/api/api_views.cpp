@@ -30,23 +30,12 @@ std::string describe_param(const Tensor& t) {
   return t.name.empty() ? cat("a parameter ", t.describe()) : cat("'", t.name, "' (", t.describe(), ")");
 }
 
-// The hook's failure message is made here (and only here), from the status
-// it returned and whatever it left in the thread's last error during the
-// call: the thread's error is cleared before the call so that an older
-// message is never passed off as the hook's.
+// The hook's failure carries the message it set while it ran, never an
+// older one (call_status_callback).
 void call_api_hook(const ApiHook& hook, Tensor& leaf) {
-  const ampx_status saved_status = ampx_last_status();
-  const std::string saved_message = ampx_last_error();
-  set_last_error(AMPX_OK, "");
-  const ampx_status status = hook.fn(hook.user_data, to_handle(&leaf));
-  if (status == AMPX_OK) {
-    set_last_error(saved_status, saved_message);  // a successful pass changes nothing
-    return;
-  }
-  const std::string left = ampx_last_error();
-  fail(status, "the grad-ready hook (ampx_set_grad_ready_hook) returned ",
-       ampx_status_string(status), " for ", describe_param(leaf),
-       left.empty() ? std::string() : cat(": ", left));
+  const std::string what =
+      cat("the grad-ready hook (ampx_set_grad_ready_hook) for ", describe_param(leaf));
+  call_status_callback(what.c_str(), [&] { return hook.fn(hook.user_data, to_handle(&leaf)); });
 }
 
 // Calls release(user_data) when the call ends unless the hook took it over,
