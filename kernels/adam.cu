@@ -21,7 +21,7 @@
 #include "math/convert.h"
 #include "math/optim.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 }  // namespace
 
 cudaError_t launch_adam_step(const std::vector<OptimParam>& params, const math::AdamConfig& config,
-                             const StepScalars& scalars, const Launch& launch) {
+                             const StepScalars& scalars, const LaunchConfig& launch) {
   return launch_optimizer<kAdamDepth>(
       params, [&](auto param_tag, auto grad_tag, const TensorListArgs<kAdamDepth>& args,
                   unsigned int blocks) {
@@ -80,4 +80,4 @@ cudaError_t launch_adam_step(const std::vector<OptimParam>& params, const math::
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

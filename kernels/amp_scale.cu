@@ -17,7 +17,7 @@
 #include "math/amp.h"
 #include "math/convert.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -69,7 +69,8 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 cudaError_t launch_multi_tensor_scale(const std::vector<TensorSpan>& ins,
                                       const std::vector<TensorSpan>& outs, const float* factor,
-                                      bool reciprocal, float* found_inf, const Launch& launch) {
+                                      bool reciprocal, float* found_inf,
+                                      const LaunchConfig& launch) {
   const bool write = !outs.empty();
   if (!write && found_inf == nullptr) return cudaSuccess;
   std::vector<DType> in_types, out_types;
@@ -100,4 +101,4 @@ cudaError_t launch_multi_tensor_scale(const std::vector<TensorSpan>& ins,
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

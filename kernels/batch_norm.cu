@@ -64,7 +64,7 @@
 #include "multi_tensor.cuh"
 #include "nn_launch.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -104,7 +104,7 @@ BnShape make_shape(int64_t n, int64_t channels, int64_t inner) {
   return {n, channels, inner, n * inner, channels * inner};
 }
 
-BnPlan plan_passes(const BnShape& s, const Launch& launch) {
+BnPlan plan_passes(const BnShape& s, const LaunchConfig& launch) {
   BnPlan p{};
   p.columns = s.inner < kSliceInner;
   int64_t for_device = 0, wanted = 0, length = 0;
@@ -131,7 +131,7 @@ BnPlan plan_passes(const BnShape& s, const Launch& launch) {
   return p;
 }
 
-unsigned int item_blocks(const BnPlan& p, const Launch& launch) {
+unsigned int item_blocks(const BnPlan& p, const LaunchConfig& launch) {
   const int64_t items = p.items();
   return static_cast<unsigned int>(items < launch.max_blocks ? items : launch.max_blocks);
 }
@@ -375,7 +375,7 @@ __device__ __forceinline__ void channel_totals(const double* partials, int64_t s
 
 constexpr int kChannelsPerBlock = kBlockThreads / 32;
 
-unsigned int channel_blocks(int64_t channels, const Launch& launch) {
+unsigned int channel_blocks(int64_t channels, const LaunchConfig& launch) {
   const int64_t wanted = (channels + kChannelsPerBlock - 1) / kChannelsPerBlock;
   return static_cast<unsigned int>(wanted < launch.max_blocks ? wanted : launch.max_blocks);
 }
@@ -441,7 +441,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 template <class Pass>
 cudaError_t run_reduce(const Pass& pass, const BnShape& s, const BnPlan& p, double* partials,
-                       int64_t stride, const Launch& launch) {
+                       int64_t stride, const LaunchConfig& launch) {
   // No items (inner == 0): every channel's sums are empty, which the
   // finishing kernels read as 0 without looking at the partials.
   if (p.items() == 0) return cudaSuccess;
@@ -450,7 +450,8 @@ cudaError_t run_reduce(const Pass& pass, const BnShape& s, const BnPlan& p, doub
 }
 
 template <class Pass>
-cudaError_t run_apply(const Pass& pass, const BnShape& s, const BnPlan& p, const Launch& launch) {
+cudaError_t run_apply(const Pass& pass, const BnShape& s, const BnPlan& p,
+                      const LaunchConfig& launch) {
   if (p.items() == 0 || s.count == 0) return cudaSuccess;
   const auto kernel = p.columns ? apply_kernel<Pass, true> : apply_kernel<Pass, false>;
   return enqueue(kernel, item_blocks(p, launch), launch, pass, s, p);
@@ -459,7 +460,7 @@ cudaError_t run_apply(const Pass& pass, const BnShape& s, const BnPlan& p, const
 }  // namespace
 
 size_t batch_norm_stats_scratch_bytes(int64_t n, int64_t channels, int64_t inner,
-                                      const Launch& launch) {
+                                      const LaunchConfig& launch) {
   if (n < 0 || channels <= 0 || inner < 0) return 0;
   const BnShape s = make_shape(n, channels, inner);
   return static_cast<size_t>(plan_passes(s, launch).partials(s) + channels) * sizeof(double);
@@ -468,7 +469,7 @@ size_t batch_norm_stats_scratch_bytes(int64_t n, int64_t channels, int64_t inner
 cudaError_t launch_batch_norm_stats(const void* x, DType type, int64_t n, int64_t channels,
                                     int64_t inner, float momentum, float* mean, float* var,
                                     float* running_mean, float* running_var, void* scratch,
-                                    const Launch& launch) {
+                                    const LaunchConfig& launch) {
   // With no elements a channel's statistics are 0 / 0, as on the CPU.
   if (n < 0 || channels <= 0 || inner < 0) return cudaSuccess;
   const BnShape s = make_shape(n, channels, inner);
@@ -493,10 +494,9 @@ cudaError_t launch_batch_norm_stats(const void* x, DType type, int64_t n, int64_
   });
 }
 
-cudaError_t launch_batch_norm(const void* x, DType type, int64_t n, int64_t channels,
-                              int64_t inner, const float* mean, const float* var,
-                              const float* weight, const float* bias, float eps, void* y,
-                              const Launch& launch) {
+cudaError_t launch_batch_norm(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
+                              const float* mean, const float* var, const float* weight,
+                              const float* bias, float eps, void* y, const LaunchConfig& launch) {
   if (n <= 0 || channels <= 0 || inner <= 0) return cudaSuccess;
   const BnShape s = make_shape(n, channels, inner);
   const BnPlan p = plan_passes(s, launch);
@@ -509,7 +509,7 @@ cudaError_t launch_batch_norm(const void* x, DType type, int64_t n, int64_t chan
 }
 
 size_t batch_norm_backward_scratch_bytes(int64_t n, int64_t channels, int64_t inner,
-                                         const Launch& launch) {
+                                         const LaunchConfig& launch) {
   if (n < 0 || channels <= 0 || inner < 0) return 0;
   const BnShape s = make_shape(n, channels, inner);
   return static_cast<size_t>(2 * plan_passes(s, launch).partials(s)) * sizeof(double) +
@@ -520,7 +520,7 @@ cudaError_t launch_batch_norm_backward(const void* x, const void* dy, DType type
                                        int64_t channels, int64_t inner, const float* mean,
                                        const float* var, const float* weight, float eps,
                                        bool batch_stats, void* dx, float* dweight, float* dbias,
-                                       void* scratch, const Launch& launch) {
+                                       void* scratch, const LaunchConfig& launch) {
   if (n < 0 || channels <= 0 || inner < 0) return cudaSuccess;
   if (!dx && !dweight && !dbias) return cudaSuccess;
   const BnShape s = make_shape(n, channels, inner);
@@ -549,4 +549,4 @@ cudaError_t launch_batch_norm_backward(const void* x, const void* dy, DType type
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -25,7 +25,7 @@
 #include "nn_launch.cuh"
 #include "stretch.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 }  // namespace
 
 cudaError_t launch_bce_with_logits(const void* logits, const void* targets, DType type,
-                                   int64_t count, float* losses, const Launch& launch) {
+                                   int64_t count, float* losses, const LaunchConfig& launch) {
   if (count <= 0) return cudaSuccess;
   const Stretches st = plan_stretches(count, launch);
   return visit_floating(type, [&](auto tag) {
@@ -67,4 +67,4 @@ cudaError_t launch_bce_with_logits(const void* logits, const void* targets, DTyp
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

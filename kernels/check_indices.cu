@@ -20,7 +20,7 @@
 #include "multi_tensor.cuh"
 #include "nn_launch.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -69,8 +69,8 @@ __global__ void finish_kernel(const Index* idx, IndexCheck check,
 
 template <class Index>
 cudaError_t check_typed(const Index* idx, int64_t count, const IndexCheck& check, float* valid,
-                        int64_t* record, unsigned long long* sums, const Launch& launch) {
-  const Launch one{launch.stream, 1};
+                        int64_t* record, unsigned long long* sums, const LaunchConfig& launch) {
+  const LaunchConfig one{launch.stream, 1};
   cudaError_t status = enqueue(clear_kernel, 1, one, sums);
   if (status != cudaSuccess) return status;
   if (count > 0) {
@@ -87,7 +87,7 @@ size_t check_indices_scratch_bytes() { return 2 * sizeof(unsigned long long); }
 
 cudaError_t launch_check_indices(const void* indices, DType type, int64_t count,
                                  const IndexCheck& check, float* valid, int64_t* record,
-                                 void* scratch, const Launch& launch) {
+                                 void* scratch, const LaunchConfig& launch) {
   auto* sums = static_cast<unsigned long long*>(scratch);
   if (type == DType::I32)
     return check_typed(static_cast<const int32_t*>(indices), count, check, valid, record, sums,
@@ -99,4 +99,4 @@ cudaError_t launch_check_indices(const void* indices, DType type, int64_t count,
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

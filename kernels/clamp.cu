@@ -14,7 +14,7 @@
 #include "multi_tensor_ops.cuh"
 #include "math/convert.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 }  // namespace
 
 cudaError_t launch_multi_tensor_clamp(const std::vector<TensorSpan>& tensors, float limit,
-                                      const Launch& launch) {
+                                      const LaunchConfig& launch) {
   std::vector<DType> types;
   for (const TensorSpan& t : tensors) types.push_back(t.dtype);
   for (const DtypeGroup& group : group_by_dtypes(types, types, element_counts(tensors))) {
@@ -71,4 +71,4 @@ cudaError_t launch_multi_tensor_clamp(const std::vector<TensorSpan>& tensors, fl
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

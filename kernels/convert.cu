@@ -13,7 +13,7 @@
 #include "fill_convert.cuh"
 #include "math/convert.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -28,7 +28,7 @@ __global__ void convert_kernel(math::storage_t<Dst>* __restrict__ dst,
 }
 
 template <int Dst, int Src>
-cudaError_t convert_pair(void* dst, const void* src, int64_t count, const Launch& launch) {
+cudaError_t convert_pair(void* dst, const void* src, int64_t count, const LaunchConfig& launch) {
   if constexpr (Dst == Src) {
     if (dst == src) return cudaSuccess;
     return cudaMemcpyAsync(dst, src, static_cast<size_t>(count) * sizeof(math::storage_t<Src>),
@@ -42,7 +42,7 @@ cudaError_t convert_pair(void* dst, const void* src, int64_t count, const Launch
 
 template <int Src>
 cudaError_t convert_from(void* dst, DType dst_type, const void* src, int64_t count,
-                         const Launch& launch) {
+                         const LaunchConfig& launch) {
   switch (dst_type) {
     case DType::F32: return convert_pair<AMPX_F32, Src>(dst, src, count, launch);
     case DType::F16: return convert_pair<AMPX_F16, Src>(dst, src, count, launch);
@@ -56,7 +56,7 @@ cudaError_t convert_from(void* dst, DType dst_type, const void* src, int64_t cou
 }  // namespace
 
 cudaError_t launch_convert(void* dst, DType dst_type, const void* src, DType src_type,
-                           int64_t count, const Launch& launch) {
+                           int64_t count, const LaunchConfig& launch) {
   if (count <= 0) return cudaSuccess;
   switch (src_type) {
     case DType::F32: return convert_from<AMPX_F32>(dst, dst_type, src, count, launch);
@@ -69,4 +69,4 @@ cudaError_t launch_convert(void* dst, DType dst_type, const void* src, DType src
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

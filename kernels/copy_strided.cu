@@ -25,7 +25,7 @@
 
 #include "nn_launch.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 template <class T, class Index>
 cudaError_t enqueue_copy(void* dst, const void* src, const Layout& l, int n, int64_t total,
-                         const Launch& launch) {
+                         const LaunchConfig& launch) {
   const unsigned int blocks = grid_blocks(total, launch);
   T* d = static_cast<T*>(dst);
   const T* s = static_cast<const T*>(src);
@@ -107,7 +107,7 @@ cudaError_t enqueue_copy(void* dst, const void* src, const Layout& l, int n, int
 
 template <class T>
 cudaError_t enqueue_copy(void* dst, const void* src, const Layout& l, int n, int64_t total,
-                         const Launch& launch) {
+                         const LaunchConfig& launch) {
   if (total <= static_cast<int64_t>(UINT32_MAX) - static_cast<int64_t>(kBlockThreads) *
                                                        launch.max_blocks)
     return enqueue_copy<T, uint32_t>(dst, src, l, n, total, launch);
@@ -117,7 +117,7 @@ cudaError_t enqueue_copy(void* dst, const void* src, const Layout& l, int n, int
 }  // namespace
 
 cudaError_t launch_copy_strided(void* dst, const void* src, size_t elem_size,
-                                const StridedCopy& layout, const Launch& launch) {
+                                const StridedCopy& layout, const LaunchConfig& launch) {
   if (layout.ndim < 0 || layout.ndim > kMaxDims) return cudaErrorInvalidValue;
   // Simplified dimensions, outermost first.
   int64_t sizes[kMaxDims], dst_strides[kMaxDims], src_strides[kMaxDims];
@@ -174,4 +174,4 @@ cudaError_t launch_copy_strided(void* dst, const void* src, size_t elem_size,
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -15,11 +15,11 @@
 #include "math/amp.h"
 #include "math/convert.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
-// Slot arrays: ptr[0] = the tensor; tag = its index in the list.
+// Slot arrays: ptr[0] = the tensor; tensor_info = its index in the list.
 template <int D>
 __global__ void __launch_bounds__(kBlockThreads)
     count_nonfinite_kernel(const __grid_constant__ TensorListArgs<1> args, int64_t* counts) {
@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   nans = block_reduce(nans, sum);
   infs = block_reduce(infs, sum);
   if (threadIdx.x != 0) return;
-  auto* tensor_counts = reinterpret_cast<unsigned long long*>(counts + 2 * int64_t{args.tag[c.slot]});
+  auto* tensor_counts =
+      reinterpret_cast<unsigned long long*>(counts + 2 * int64_t{args.tensor_info[c.slot]});
   if (nans != 0) atomicAdd(tensor_counts, static_cast<unsigned long long>(nans));
   if (infs != 0) atomicAdd(tensor_counts + 1, static_cast<unsigned long long>(infs));
 }
@@ -51,7 +52,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 }  // namespace
 
 cudaError_t launch_multi_tensor_count_nonfinite(const std::vector<TensorSpan>& tensors,
-                                                int64_t* counts, const Launch& launch) {
+                                                int64_t* counts, const LaunchConfig& launch) {
   std::vector<DType> types;
   for (const TensorSpan& t : tensors) types.push_back(t.dtype);
   for (const DtypeGroup& group : group_by_dtypes(types, types, element_counts(tensors))) {
@@ -61,7 +62,7 @@ cudaError_t launch_multi_tensor_count_nonfinite(const std::vector<TensorSpan>& t
           group,
           [&](TensorListArgs<1>& args, int slot, int64_t i) {
             args.ptr[0][slot] = tensors[static_cast<size_t>(i)].data;
-            args.tag[slot] = static_cast<int32_t>(i);
+            args.tensor_info[slot] = static_cast<int32_t>(i);
           },
           [&](const TensorListArgs<1>& args, unsigned int blocks, int64_t) {
             return enqueue(kernel, blocks, launch, args, counts);
@@ -73,4 +74,4 @@ cudaError_t launch_multi_tensor_count_nonfinite(const std::vector<TensorSpan>& t
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -31,7 +31,7 @@
 #include "ops_launch.cuh"
 #include "row_reduce.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -97,8 +97,8 @@ cudaError_t with_label_type(DType label_type, Fn&& fn) {
 }  // namespace
 
 cudaError_t launch_cross_entropy(const void* logits, DType type, const void* labels,
-                                 DType label_type, int64_t rows, int64_t cols,
-                                 int64_t ignore_index, float* losses, const Launch& launch) {
+                                 DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
+                                 float* losses, const LaunchConfig& launch) {
   if (rows <= 0) return cudaSuccess;
   return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
@@ -117,7 +117,7 @@ cudaError_t launch_cross_entropy(const void* logits, DType type, const void* lab
 cudaError_t launch_cross_entropy_backward(const void* logits, DType type, const void* labels,
                                           DType label_type, int64_t rows, int64_t cols,
                                           int64_t ignore_index, const float* dloss, float scale,
-                                          void* dlogits, const Launch& launch) {
+                                          void* dlogits, const LaunchConfig& launch) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
@@ -135,4 +135,4 @@ cudaError_t launch_cross_entropy_backward(const void* logits, DType type, const 
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

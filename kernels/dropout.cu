@@ -23,7 +23,7 @@
 #include "multi_tensor.cuh"
 #include "nn_launch.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 cudaError_t launch_dropout(const void* x, void* y, DType type, int64_t count, uint64_t seed,
                            uint64_t offset, uint32_t threshold, float scale,
-                           const Launch& launch) {
+                           const LaunchConfig& launch) {
   if (count <= 0) return cudaSuccess;
   const math::PhiloxKey key = math::dropout_key(seed);
   return visit_floating(type, [&](auto tag) {
@@ -87,4 +87,4 @@ cudaError_t launch_dropout(const void* x, void* y, DType type, int64_t count, ui
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -28,7 +28,7 @@
 #include "ops_launch.cuh"
 #include "stretch.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -185,7 +185,7 @@ cudaError_t with_activation(UnaryOp op, Fn&& fn) {
 
 template <bool Backward>
 cudaError_t launch_activation(UnaryOp op, const void* x, const void* dy, void* out, DType type,
-                              int64_t count, const Launch& launch) {
+                              int64_t count, const LaunchConfig& launch) {
   if (count <= 0) return cudaSuccess;
   const Stretches st = plan_stretches(count, launch);
   return visit_floating(type, [&](auto tag) {
@@ -200,7 +200,7 @@ cudaError_t launch_activation(UnaryOp op, const void* x, const void* dy, void* o
 
 template <int D, BinaryOp Op>
 cudaError_t launch_binary_op(const void* a, const void* b, void* out, int64_t count,
-                             int64_t b_count, const Launch& launch) {
+                             int64_t b_count, const LaunchConfig& launch) {
   const Stretches st = plan_stretches(count, launch);
   const auto kernel = b_count == count ? binary_kernel<D, Op, false> : binary_kernel<D, Op, true>;
   return enqueue(kernel, st.blocks, launch, static_cast<const Elem<D>*>(a),
@@ -211,17 +211,17 @@ cudaError_t launch_binary_op(const void* a, const void* b, void* out, int64_t co
 }  // namespace
 
 cudaError_t launch_unary(UnaryOp op, const void* x, void* y, DType type, int64_t count,
-                         const Launch& launch) {
+                         const LaunchConfig& launch) {
   return launch_activation<false>(op, x, nullptr, y, type, count, launch);
 }
 
 cudaError_t launch_unary_backward(UnaryOp op, const void* x, const void* dy, void* dx, DType type,
-                                  int64_t count, const Launch& launch) {
+                                  int64_t count, const LaunchConfig& launch) {
   return launch_activation<true>(op, x, dy, dx, type, count, launch);
 }
 
 cudaError_t launch_binary(BinaryOp op, const void* a, const void* b, void* out, DType type,
-                          int64_t count, int64_t b_count, const Launch& launch) {
+                          int64_t count, int64_t b_count, const LaunchConfig& launch) {
   if (count <= 0) return cudaSuccess;
   return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
@@ -238,7 +238,7 @@ cudaError_t launch_binary(BinaryOp op, const void* a, const void* b, void* out, 
 }
 
 cudaError_t launch_affine(const void* x, void* y, DType type, int64_t count, float scale,
-                          float shift, const Launch& launch) {
+                          float shift, const LaunchConfig& launch) {
   if (count <= 0) return cudaSuccess;
   const Stretches st = plan_stretches(count, launch);
   return visit_floating(type, [&](auto tag) {
@@ -249,7 +249,7 @@ cudaError_t launch_affine(const void* x, void* y, DType type, int64_t count, flo
 }
 
 cudaError_t launch_add_into(void* dst, DType dst_type, const void* src, DType src_type,
-                            int64_t count, const Launch& launch) {
+                            int64_t count, const LaunchConfig& launch) {
   if (count <= 0) return cudaSuccess;
   const Stretches st = plan_stretches(count, launch);
   return visit_floating(dst_type, [&](auto dst_tag) {
@@ -263,7 +263,7 @@ cudaError_t launch_add_into(void* dst, DType dst_type, const void* src, DType sr
 }
 
 cudaError_t launch_scale_matrices(void* c, DType type, int64_t batch, int64_t elements,
-                                  int64_t stride, float beta, const Launch& launch) {
+                                  int64_t stride, float beta, const LaunchConfig& launch) {
   if (batch <= 0 || elements <= 0) return cudaSuccess;
   return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
@@ -273,7 +273,8 @@ cudaError_t launch_scale_matrices(void* c, DType type, int64_t batch, int64_t el
 }
 
 cudaError_t launch_bias_epilogue(void* c, DType type, const float* product, float beta,
-                                 const void* bias, int64_t m, int64_t n, const Launch& launch) {
+                                 const void* bias, int64_t m, int64_t n,
+                                 const LaunchConfig& launch) {
   if (m <= 0 || n <= 0) return cudaSuccess;
   return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
@@ -284,4 +285,4 @@ cudaError_t launch_bias_epilogue(void* c, DType type, const float* product, floa
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -14,7 +14,7 @@
 
 #include "fill_convert.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -42,7 +42,7 @@ uint64_t replicate(uint64_t pattern) {
 }
 
 template <class T>
-cudaError_t fill_typed(void* dst, uint64_t pattern, int64_t count, const Launch& launch) {
+cudaError_t fill_typed(void* dst, uint64_t pattern, int64_t count, const LaunchConfig& launch) {
   constexpr int64_t per_vector = 16 / sizeof(T);
   const uint64_t word = replicate<T>(pattern);
   const auto low = static_cast<unsigned int>(word);
@@ -62,7 +62,7 @@ cudaError_t fill_typed(void* dst, uint64_t pattern, int64_t count, const Launch&
 }  // namespace
 
 cudaError_t launch_fill(void* dst, size_t elem_size, uint64_t pattern, int64_t count,
-                        const Launch& launch) {
+                        const LaunchConfig& launch) {
   if (count <= 0) return cudaSuccess;
   switch (elem_size) {
     case 1: return fill_typed<uint8_t>(dst, pattern, count, launch);
@@ -79,4 +79,4 @@ cudaError_t probe_kernel_image() {
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

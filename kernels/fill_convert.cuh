@@ -3,7 +3,7 @@
 // Plain C++ outside the __CUDACC__ section, so the CUDA backend, which the
 // host compiler builds, can include it. Launchers only enqueue: they return
 // the launch status and never wait for the kernel. Translating a status into
-// an ampx::Error is the backend's job, so kernels stay free of library types.
+// an ampx::impl::StatusError is the backend's job, so kernels stay free of library types.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,12 +14,12 @@
 
 #include "core/dtype.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 
 // Grid size and stream of a launch. `max_blocks` (>= 1) is how many 256-thread
 // blocks make the device fully resident; grid-stride loops cover the rest.
-struct Launch {
+struct LaunchConfig {
   cudaStream_t stream;
   int max_blocks;
 };
@@ -27,7 +27,7 @@ struct Launch {
 constexpr int kBlockThreads = 256;
 
 // Blocks for `work` items of one thread each: at least one, at most max_blocks.
-inline unsigned int grid_blocks(int64_t work, const Launch& launch) {
+inline unsigned int grid_blocks(int64_t work, const LaunchConfig& launch) {
   const int64_t wanted = (work + kBlockThreads - 1) / kBlockThreads;
   if (wanted < 1) return 1;
   return static_cast<unsigned int>(wanted < launch.max_blocks ? wanted : launch.max_blocks);
@@ -40,7 +40,7 @@ inline unsigned int grid_blocks(int64_t work, const Launch& launch) {
 // left behind by an unrelated earlier runtime call -- for example the
 // cudaErrorNotReady of a cudaStreamQuery in the host program.
 template <class... Params, class... Args>
-cudaError_t enqueue(void (*kernel)(Params...), unsigned int blocks, const Launch& launch,
+cudaError_t enqueue(void (*kernel)(Params...), unsigned int blocks, const LaunchConfig& launch,
                     Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(blocks);
@@ -54,18 +54,18 @@ cudaError_t enqueue(void (*kernel)(Params...), unsigned int blocks, const Launch
 // elem_size bytes of `pattern`. `dst` must be aligned to elem_size.
 // Returns cudaErrorInvalidValue for another elem_size.
 cudaError_t launch_fill(void* dst, size_t elem_size, uint64_t pattern, int64_t count,
-                        const Launch& launch);
+                        const LaunchConfig& launch);
 
 // dst[i] = math::convert_value<dst_type, src_type>(src[i]) for i < count.
 // Both pointers must be aligned to their element size; they may be equal only
 // when the types are (then nothing is enqueued). Returns cudaErrorInvalidValue
 // for a type outside DType.
 cudaError_t launch_convert(void* dst, DType dst_type, const void* src, DType src_type,
-                           int64_t count, const Launch& launch);
+                           int64_t count, const LaunchConfig& launch);
 
 // cudaSuccess when this build holds code the current device can run (SASS for
 // its architecture or PTX it can JIT); otherwise the error a launch would get.
 cudaError_t probe_kernel_image();
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

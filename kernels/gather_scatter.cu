@@ -95,7 +95,7 @@
 #include "multi_tensor.cuh"
 #include "nn_launch.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 template <class Word>
 cudaError_t enqueue_gather(const void* table, size_t row_bytes, uint64_t table_rows,
                            const void* indices, DType index_type, int64_t count, void* out,
-                           const Launch& launch) {
+                           const LaunchConfig& launch) {
   const auto words = static_cast<int64_t>(row_bytes / sizeof(Word));
   int shift = 0;
   while ((int64_t{1} << shift) < words && (1 << shift) < kBlockThreads) ++shift;
@@ -193,7 +193,7 @@ struct SortPlan {
   int64_t blocks;
 };
 
-SortPlan plan_sort(int64_t count, const Launch& launch) {
+SortPlan plan_sort(int64_t count, const LaunchConfig& launch) {
   const int64_t cap = launch.max_blocks < kSortMaxBlocks ? launch.max_blocks : kSortMaxBlocks;
   int64_t length = (count + cap - 1) / cap;
   if (length < kSortMinLength) length = kSortMinLength;
@@ -448,7 +448,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 cudaError_t launch_gather_rows(const void* table, size_t row_bytes, int64_t table_rows,
                                const void* indices, DType index_type, int64_t count, void* out,
-                               const Launch& launch) {
+                               const LaunchConfig& launch) {
   if (count <= 0 || row_bytes == 0) return cudaSuccess;
   // No rows (or a negative count of them): every index is out of range and
   // every output row zero; the table is never read.
@@ -468,7 +468,8 @@ cudaError_t launch_gather_rows(const void* table, size_t row_bytes, int64_t tabl
   return copy(uint8_t{});
 }
 
-size_t scatter_add_rows_scratch_bytes(int64_t count, DType /*index_type*/, const Launch& launch) {
+size_t scatter_add_rows_scratch_bytes(int64_t count, DType /*index_type*/,
+                                      const LaunchConfig& launch) {
   if (count <= 0) return 0;
   return scratch_bytes(count, plan_sort(count, launch));
 }
@@ -476,7 +477,7 @@ size_t scatter_add_rows_scratch_bytes(int64_t count, DType /*index_type*/, const
 cudaError_t launch_scatter_add_rows(const void* src, DType src_type, int64_t cols,
                                     const void* indices, DType index_type, int64_t count,
                                     float* dst, int64_t dst_rows, void* scratch,
-                                    const Launch& launch) {
+                                    const LaunchConfig& launch) {
   if (count <= 0 || cols <= 0) return cudaSuccess;
   if (src_type != DType::F32 && src_type != DType::F16 && src_type != DType::BF16)
     return cudaErrorInvalidValue;
@@ -542,4 +543,4 @@ cudaError_t launch_scatter_add_rows(const void* src, DType src_type, int64_t col
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -11,7 +11,7 @@
 #include "multi_tensor.cuh"
 #include "multi_tensor_ops.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -27,11 +27,11 @@ __global__ void __launch_bounds__(kBlockThreads)
 }  // namespace
 
 cudaError_t launch_increment_steps(int64_t* steps, int64_t count, const float* found_inf,
-                                   const Launch& launch) {
+                                   const LaunchConfig& launch) {
   if (count <= 0) return cudaSuccess;
   return enqueue(increment_steps_kernel, grid_blocks(count, launch), launch, steps, count,
                  found_inf);
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

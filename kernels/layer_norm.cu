@@ -52,7 +52,7 @@
 #include "nn_launch.cuh"
 #include "row_reduce.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -166,7 +166,7 @@ struct ColumnPlan {
   int64_t split_rows;  // rows per range (the last may have fewer)
 };
 
-ColumnPlan plan_columns(int64_t rows, int64_t cols, const Launch& launch) {
+ColumnPlan plan_columns(int64_t rows, int64_t cols, const LaunchConfig& launch) {
   ColumnPlan p{};
   p.width = 1;
   while (p.width < 32 && p.width < cols) p.width *= 2;
@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 cudaError_t launch_layer_norm(const void* x, const void* weight, const void* bias, DType type,
                               int64_t rows, int64_t cols, float eps, void* y, float* mean,
-                              float* rstd, const Launch& launch) {
+                              float* rstd, const LaunchConfig& launch) {
   // cols == 0 runs: like the CPU, each row's statistics are then 0 / 0.
   if (rows <= 0 || cols < 0) return cudaSuccess;
   return visit_floating(type, [&](auto tag) {
@@ -271,7 +271,7 @@ cudaError_t launch_layer_norm(const void* x, const void* weight, const void* bia
   });
 }
 
-size_t layer_norm_backward_scratch_bytes(int64_t rows, int64_t cols, const Launch& launch) {
+size_t layer_norm_backward_scratch_bytes(int64_t rows, int64_t cols, const LaunchConfig& launch) {
   if (rows < 0 || cols <= 0) return 0;
   const ColumnPlan p = plan_columns(rows, cols, launch);
   return p.splits > 1 ? static_cast<size_t>(2 * p.splits * cols) * sizeof(double) : 0;
@@ -280,7 +280,7 @@ size_t layer_norm_backward_scratch_bytes(int64_t rows, int64_t cols, const Launc
 cudaError_t launch_layer_norm_backward(const void* x, const void* dy, const void* weight,
                                        DType type, int64_t rows, int64_t cols, const float* mean,
                                        const float* rstd, void* dx, void* dweight, void* dbias,
-                                       void* scratch, const Launch& launch) {
+                                       void* scratch, const LaunchConfig& launch) {
   if (rows < 0 || cols <= 0) return cudaSuccess;
   return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
@@ -313,4 +313,4 @@ cudaError_t launch_layer_norm_backward(const void* x, const void* dy, const void
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

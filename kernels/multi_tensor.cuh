@@ -39,7 +39,7 @@
 #include "fill_convert.cuh"
 #include "math/convert.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 
 // 32Ki elements per block: enough work to hide the block's setup (slot
@@ -71,7 +71,7 @@ struct TensorListArgs {
   int64_t begin[kSlots];        // first element of the slot's first chunk
   int64_t end[kSlots];          // one past the last element of its last chunk
   int32_t first_block[kSlots];  // blockIdx.x of its first chunk; increasing
-  int32_t tag[kSlots];          // a per-tensor value: param group, list index
+  int32_t tensor_info[kSlots];  // a per-tensor value: param group, list index
   int32_t slots;
 };
 
@@ -227,17 +227,17 @@ inline std::vector<DtypeGroup> group_by_dtypes(const std::vector<DType>& first,
 }
 
 // Enqueues the launches covering `group`. fill(args, slot, member) writes the
-// pointers and tag of one slot for list index `member`;
+// pointers and tensor_info of one slot for list index `member`;
 // enqueue_one(args, blocks, first_chunk) launches one grid, where first_chunk
 // numbers the launch's first chunk within the group.
 template <int Depth, class Fill, class Enqueue>
 cudaError_t launch_group(const DtypeGroup& group, Fill&& fill, Enqueue&& enqueue_one) {
   using Args = TensorListArgs<Depth>;
   static_assert(sizeof(Args) <= kListArgBytes, "the tensor list outgrew its parameter budget");
-  const std::vector<ampx::Launch> launches = plan_launches(
-      plan_chunks(group.counts, kChunkElements), kMaxLaunchChunks, Args::kSlots);
+  const std::vector<ampx::impl::PlannedLaunch> launches =
+      plan_launches(plan_chunks(group.counts, kChunkElements), kMaxLaunchChunks, Args::kSlots);
   int64_t first_chunk = 0;
-  for (const ampx::Launch& launch : launches) {
+  for (const ampx::impl::PlannedLaunch& launch : launches) {
     Args args{};
     args.slots = static_cast<int32_t>(launch.tensors.size());
     for (size_t c = 0; c < launch.chunks.size(); ++c) {
@@ -261,7 +261,8 @@ cudaError_t launch_group(const DtypeGroup& group, Fill&& fill, Enqueue&& enqueue
 // Enqueues `kernel` as a single thread: the per-step scalar updates, whose
 // work is one value and whose cost is the launch itself.
 template <class... Params, class... Args>
-cudaError_t enqueue_single_thread(void (*kernel)(Params...), const Launch& launch, Args&&... args) {
+cudaError_t enqueue_single_thread(void (*kernel)(Params...), const LaunchConfig& launch,
+                                  Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(1);
   config.blockDim = dim3(1);
@@ -270,4 +271,4 @@ cudaError_t enqueue_single_thread(void (*kernel)(Params...), const Launch& launc
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -19,7 +19,7 @@
 #include "math/amp.h"
 #include "math/convert.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -74,7 +74,7 @@ __global__ void clip_coefficient_kernel(const float* total_norm, float max_norm,
 
 template <NormType Type>
 cudaError_t launch_norm(const std::vector<TensorSpan>& tensors, double* partials, float* out,
-                        const Launch& launch) {
+                        const LaunchConfig& launch) {
   std::vector<DType> types;
   for (const TensorSpan& t : tensors) types.push_back(t.dtype);
   // Groups take consecutive ranges of partials, in group order.
@@ -106,15 +106,15 @@ int64_t multi_tensor_norm_partials(const std::vector<TensorSpan>& tensors) {
 }
 
 cudaError_t launch_multi_tensor_norm(const std::vector<TensorSpan>& tensors, NormType type,
-                                     double* partials, float* out, const Launch& launch) {
+                                     double* partials, float* out, const LaunchConfig& launch) {
   return type == NormType::L2 ? launch_norm<NormType::L2>(tensors, partials, out, launch)
                               : launch_norm<NormType::Inf>(tensors, partials, out, launch);
 }
 
 cudaError_t launch_clip_coefficient(const float* total_norm, float max_norm, float* coef,
-                                    const Launch& launch) {
+                                    const LaunchConfig& launch) {
   return enqueue_single_thread(clip_coefficient_kernel, launch, total_norm, max_norm, coef);
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

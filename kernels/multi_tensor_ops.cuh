@@ -20,12 +20,13 @@
 #include "core/backend_amp.h"
 #include "fill_convert.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 
 cudaError_t launch_multi_tensor_scale(const std::vector<TensorSpan>& ins,
                                       const std::vector<TensorSpan>& outs, const float* factor,
-                                      bool reciprocal, float* found_inf, const Launch& launch);
+                                      bool reciprocal, float* found_inf,
+                                      const LaunchConfig& launch);
 
 // The norm is taken in two passes: one double partial per chunk into
 // `partials`, then one block combining them in chunk order, so the result
@@ -33,33 +34,33 @@ cudaError_t launch_multi_tensor_scale(const std::vector<TensorSpan>& ins,
 // multi_tensor_norm_partials(tensors) elements (none: may be null).
 int64_t multi_tensor_norm_partials(const std::vector<TensorSpan>& tensors);
 cudaError_t launch_multi_tensor_norm(const std::vector<TensorSpan>& tensors, NormType type,
-                                     double* partials, float* out, const Launch& launch);
+                                     double* partials, float* out, const LaunchConfig& launch);
 
 cudaError_t launch_clip_coefficient(const float* total_norm, float max_norm, float* coef,
-                                    const Launch& launch);
+                                    const LaunchConfig& launch);
 
 cudaError_t launch_multi_tensor_clamp(const std::vector<TensorSpan>& tensors, float limit,
-                                      const Launch& launch);
+                                      const LaunchConfig& launch);
 
 // Adds each tensor's NaN and infinity counts to counts[2*i] and
 // counts[2*i + 1]; the caller zeroes them first.
 cudaError_t launch_multi_tensor_count_nonfinite(const std::vector<TensorSpan>& tensors,
-                                                int64_t* counts, const Launch& launch);
+                                                int64_t* counts, const LaunchConfig& launch);
 
 // The found-inf flags travel in the kernel parameters; this many fit.
 constexpr size_t kMaxScalerFlags = 256;
 cudaError_t launch_scaler_update(math::ScalerState* state,
                                  const std::vector<const float*>& found_infs,
                                  const math::ScalerConfig& config, bool force, float forced_scale,
-                                 const Launch& launch);
+                                 const LaunchConfig& launch);
 
 cudaError_t launch_increment_steps(int64_t* steps, int64_t count, const float* found_inf,
-                                   const Launch& launch);
+                                   const LaunchConfig& launch);
 
 cudaError_t launch_sgd_step(const std::vector<OptimParam>& params, const math::SgdConfig& config,
-                            const StepScalars& scalars, const Launch& launch);
+                            const StepScalars& scalars, const LaunchConfig& launch);
 cudaError_t launch_adam_step(const std::vector<OptimParam>& params, const math::AdamConfig& config,
-                             const StepScalars& scalars, const Launch& launch);
+                             const StepScalars& scalars, const LaunchConfig& launch);
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

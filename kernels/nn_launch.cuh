@@ -24,65 +24,64 @@
 #include "core/backend_nn.h"
 #include "fill_convert.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 
 // ---- normalisation (layer_norm.cu, batch_norm.cu) ----------------------------
 
 cudaError_t launch_layer_norm(const void* x, const void* weight, const void* bias, DType type,
                               int64_t rows, int64_t cols, float eps, void* y, float* mean,
-                              float* rstd, const Launch& launch);
-size_t layer_norm_backward_scratch_bytes(int64_t rows, int64_t cols, const Launch& launch);
+                              float* rstd, const LaunchConfig& launch);
+size_t layer_norm_backward_scratch_bytes(int64_t rows, int64_t cols, const LaunchConfig& launch);
 cudaError_t launch_layer_norm_backward(const void* x, const void* dy, const void* weight,
                                        DType type, int64_t rows, int64_t cols, const float* mean,
                                        const float* rstd, void* dx, void* dweight, void* dbias,
-                                       void* scratch, const Launch& launch);
+                                       void* scratch, const LaunchConfig& launch);
 
 size_t batch_norm_stats_scratch_bytes(int64_t n, int64_t channels, int64_t inner,
-                                      const Launch& launch);
+                                      const LaunchConfig& launch);
 cudaError_t launch_batch_norm_stats(const void* x, DType type, int64_t n, int64_t channels,
                                     int64_t inner, float momentum, float* mean, float* var,
                                     float* running_mean, float* running_var, void* scratch,
-                                    const Launch& launch);
-cudaError_t launch_batch_norm(const void* x, DType type, int64_t n, int64_t channels,
-                              int64_t inner, const float* mean, const float* var,
-                              const float* weight, const float* bias, float eps, void* y,
-                              const Launch& launch);
+                                    const LaunchConfig& launch);
+cudaError_t launch_batch_norm(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
+                              const float* mean, const float* var, const float* weight,
+                              const float* bias, float eps, void* y, const LaunchConfig& launch);
 size_t batch_norm_backward_scratch_bytes(int64_t n, int64_t channels, int64_t inner,
-                                         const Launch& launch);
+                                         const LaunchConfig& launch);
 cudaError_t launch_batch_norm_backward(const void* x, const void* dy, DType type, int64_t n,
                                        int64_t channels, int64_t inner, const float* mean,
                                        const float* var, const float* weight, float eps,
                                        bool batch_stats, void* dx, float* dweight, float* dbias,
-                                       void* scratch, const Launch& launch);
+                                       void* scratch, const LaunchConfig& launch);
 
 // ---- indexing and copies (gather_scatter.cu, copy_strided.cu) ----------------
 
 cudaError_t launch_gather_rows(const void* table, size_t row_bytes, int64_t table_rows,
                                const void* indices, DType index_type, int64_t count, void* out,
-                               const Launch& launch);
-size_t scatter_add_rows_scratch_bytes(int64_t count, DType index_type, const Launch& launch);
+                               const LaunchConfig& launch);
+size_t scatter_add_rows_scratch_bytes(int64_t count, DType index_type, const LaunchConfig& launch);
 cudaError_t launch_scatter_add_rows(const void* src, DType src_type, int64_t cols,
                                     const void* indices, DType index_type, int64_t count,
                                     float* dst, int64_t dst_rows, void* scratch,
-                                    const Launch& launch);
+                                    const LaunchConfig& launch);
 cudaError_t launch_copy_strided(void* dst, const void* src, size_t elem_size,
-                                const StridedCopy& layout, const Launch& launch);
+                                const StridedCopy& layout, const LaunchConfig& launch);
 
 // ---- index checks (check_indices.cu) -----------------------------------------
 
 size_t check_indices_scratch_bytes();
 cudaError_t launch_check_indices(const void* indices, DType type, int64_t count,
                                  const IndexCheck& check, float* valid, int64_t* record,
-                                 void* scratch, const Launch& launch);
+                                 void* scratch, const LaunchConfig& launch);
 
 // ---- dropout and the BCE loss (dropout.cu, bce_with_logits.cu) ---------------
 
 cudaError_t launch_dropout(const void* x, void* y, DType type, int64_t count, uint64_t seed,
                            uint64_t offset, uint32_t threshold, float scale,
-                           const Launch& launch);
+                           const LaunchConfig& launch);
 cudaError_t launch_bce_with_logits(const void* logits, const void* targets, DType type,
-                                   int64_t count, float* losses, const Launch& launch);
+                                   int64_t count, float* losses, const LaunchConfig& launch);
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

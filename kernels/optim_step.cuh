@@ -12,12 +12,12 @@
 #include "multi_tensor.cuh"
 #include "math/convert.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 
 // Arrays of a parameter's slot; the optimizer's state buffers follow from
 // kFirstState on (SGD: momentum; Adam: exp_avg, exp_avg_sq, max_exp_avg_sq).
-// The slot's tag is the parameter's group.
+// The slot's tensor_info is the parameter's group.
 enum OptimArray : int { kParamArray, kMasterArray, kGradArray, kStepArray, kFirstState };
 
 // One parameter of a step, typed: P is the parameter's dtype, G its
@@ -41,8 +41,8 @@ struct OptimView {
         master(static_cast<float*>(args.ptr[kMasterArray][slot])),
         grad(static_cast<const math::storage_t<G>*>(args.ptr[kGradArray][slot])),
         step(*static_cast<const int64_t*>(args.ptr[kStepArray][slot])),
-        lr(scalars.lr[args.tag[slot]]),
-        weight_decay(scalars.weight_decay[args.tag[slot]]) {
+        lr(scalars.lr[args.tensor_info[slot]]),
+        weight_decay(scalars.weight_decay[args.tensor_info[slot]]) {
     if constexpr (P == AMPX_F32)
       weight = param;
     else
@@ -88,14 +88,14 @@ cudaError_t launch_optimizer(const std::vector<OptimParam>& params, LaunchKernel
   }
   const auto fill = [&](TensorListArgs<Depth>& args, int slot, int64_t i) {
     const OptimParam& p = params[static_cast<size_t>(i)];
-    float* const state[3] = {p.state0, p.state1, p.state2};
+    float* const state[3] = {p.momentum, p.exp_avg_sq, p.max_exp_avg_sq};
     args.ptr[kParamArray][slot] = p.param;
     args.ptr[kMasterArray][slot] = p.master;
     // Read-only for the kernels; the list stores every array alike.
     args.ptr[kGradArray][slot] = const_cast<void*>(p.grad);
     args.ptr[kStepArray][slot] = const_cast<int64_t*>(p.step);
     for (int s = kFirstState; s < Depth; ++s) args.ptr[s][slot] = state[s - kFirstState];
-    args.tag[slot] = p.group;
+    args.tensor_info[slot] = p.group;
   };
   for (const DtypeGroup& group : group_by_dtypes(param_types, grad_types, element_counts(params))) {
     const cudaError_t status = visit_floating(group.first, [&](auto param_tag) {
@@ -112,4 +112,4 @@ cudaError_t launch_optimizer(const std::vector<OptimParam>& params, LaunchKernel
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -32,7 +32,7 @@
 #include "ops_launch.cuh"
 #include "stretch.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -51,7 +51,7 @@ struct RowSumPlan {
   int64_t split_rows;  // rows per range (the last may have fewer)
 };
 
-RowSumPlan plan_row_sum(int64_t rows, int64_t cols, const Launch& launch) {
+RowSumPlan plan_row_sum(int64_t rows, int64_t cols, const LaunchConfig& launch) {
   RowSumPlan p{};
   p.width = 1;
   while (p.width < 32 && p.width < cols) p.width *= 2;
@@ -139,14 +139,14 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 }  // namespace
 
-int64_t sum_rows_partials(int64_t rows, int64_t cols, const Launch& launch) {
+int64_t sum_rows_partials(int64_t rows, int64_t cols, const LaunchConfig& launch) {
   if (cols <= 0) return 0;
   const RowSumPlan p = plan_row_sum(rows, cols, launch);
   return p.splits > 1 ? p.splits * cols : 0;
 }
 
 cudaError_t launch_sum_rows(const void* x, DType type, int64_t rows, int64_t cols, void* out,
-                            DType out_type, double* partials, const Launch& launch) {
+                            DType out_type, double* partials, const LaunchConfig& launch) {
   if (cols <= 0) return cudaSuccess;
   const RowSumPlan plan = plan_row_sum(rows, cols, launch);
   const int64_t items = plan.tiles * plan.splits;
@@ -167,12 +167,12 @@ cudaError_t launch_sum_rows(const void* x, DType type, int64_t rows, int64_t col
   });
 }
 
-int64_t sum_all_partials(int64_t count, const Launch& launch) {
+int64_t sum_all_partials(int64_t count, const LaunchConfig& launch) {
   return count > 0 ? plan_stretches(count, launch).blocks : 0;
 }
 
-cudaError_t launch_sum_all(const void* x, DType type, int64_t count, float* out,
-                           double* partials, const Launch& launch) {
+cudaError_t launch_sum_all(const void* x, DType type, int64_t count, float* out, double* partials,
+                           const LaunchConfig& launch) {
   return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     int64_t blocks = 0;
@@ -189,4 +189,4 @@ cudaError_t launch_sum_all(const void* x, DType type, int64_t count, float* out,
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

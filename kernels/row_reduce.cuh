@@ -18,7 +18,7 @@
 #include "math/activations.h"
 #include "math/convert.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 
 constexpr unsigned int kFullWarp = 0xffffffffu;
@@ -149,10 +149,10 @@ cudaError_t with_row_group(int64_t cols, Fn&& fn) {
 // Blocks for `rows` rows of G threads each: one row per group, at most the
 // resident count, more rows per group beyond.
 template <int G>
-unsigned int row_blocks(int64_t rows, const Launch& launch) {
+unsigned int row_blocks(int64_t rows, const LaunchConfig& launch) {
   const int64_t wanted = (rows + RowGroup<G>::kRowsPerBlock - 1) / RowGroup<G>::kRowsPerBlock;
   return static_cast<unsigned int>(wanted < launch.max_blocks ? wanted : launch.max_blocks);
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -13,7 +13,7 @@
 #include "multi_tensor_ops.cuh"
 #include "math/amp.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -38,7 +38,7 @@ __global__ void scaler_update_kernel(math::ScalerState* state,
 cudaError_t launch_scaler_update(math::ScalerState* state,
                                  const std::vector<const float*>& found_infs,
                                  const math::ScalerConfig& config, bool force, float forced_scale,
-                                 const Launch& launch) {
+                                 const LaunchConfig& launch) {
   if (found_infs.size() > kMaxScalerFlags) return cudaErrorInvalidValue;
   FoundInfFlags flags{};
   for (size_t i = 0; i < found_infs.size(); ++i) flags.flag[i] = found_infs[i];
@@ -48,4 +48,4 @@ cudaError_t launch_scaler_update(math::ScalerState* state,
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

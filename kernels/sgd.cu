@@ -18,7 +18,7 @@
 #include "math/convert.h"
 #include "math/optim.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 }  // namespace
 
 cudaError_t launch_sgd_step(const std::vector<OptimParam>& params, const math::SgdConfig& config,
-                            const StepScalars& scalars, const Launch& launch) {
+                            const StepScalars& scalars, const LaunchConfig& launch) {
   return launch_optimizer<kSgdDepth>(
       params, [&](auto param_tag, auto grad_tag, const TensorListArgs<kSgdDepth>& args,
                   unsigned int blocks) {
@@ -65,4 +65,4 @@ cudaError_t launch_sgd_step(const std::vector<OptimParam>& params, const math::S
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -27,7 +27,7 @@
 #include "ops_launch.cuh"
 #include "row_reduce.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -76,8 +76,8 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 }  // namespace
 
-cudaError_t launch_softmax(const void* x, void* y, DType type, int64_t rows, int64_t cols,
-                           bool log, const Launch& launch) {
+cudaError_t launch_softmax(const void* x, void* y, DType type, int64_t rows, int64_t cols, bool log,
+                           const LaunchConfig& launch) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
@@ -91,7 +91,8 @@ cudaError_t launch_softmax(const void* x, void* y, DType type, int64_t rows, int
 }
 
 cudaError_t launch_softmax_backward(const void* y, const void* dy, void* dx, DType type,
-                                    int64_t rows, int64_t cols, bool log, const Launch& launch) {
+                                    int64_t rows, int64_t cols, bool log,
+                                    const LaunchConfig& launch) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
@@ -106,4 +107,4 @@ cudaError_t launch_softmax_backward(const void* y, const void* dy, void* dx, DTy
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

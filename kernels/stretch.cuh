@@ -11,7 +11,7 @@
 
 #include "fill_convert.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 
 // At least 16 elements per thread: below that a block's setup (the head
@@ -28,7 +28,7 @@ struct Stretches {
 // elements, so arrays aligned at element 0 are 16-byte aligned at every
 // stretch's first element too and no block spends a step on a scalar head.
 // `count` must be positive.
-inline Stretches plan_stretches(int64_t count, const Launch& launch) {
+inline Stretches plan_stretches(int64_t count, const LaunchConfig& launch) {
   int64_t length = (count + launch.max_blocks - 1) / launch.max_blocks;
   if (length < kMinStretch) length = kMinStretch;
   length = (length + 15) / 16 * 16;
@@ -47,4 +47,4 @@ __device__ __forceinline__ Stretch block_stretch(int64_t count, int64_t length) 
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -22,7 +22,7 @@
 
 #include "math/hd.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace math {
 
 constexpr float kInvSqrt2 = 0.70710678118654752f;
@@ -171,4 +171,4 @@ AMPX_HD float cross_entropy_grad(float log_p, bool is_label, float g) {
 }
 
 }  // namespace math
-}  // namespace ampx
+}  // namespace ampx::impl

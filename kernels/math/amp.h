@@ -7,7 +7,7 @@
 
 #include "math/hd.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace math {
 
 // The scaler's state as it lives in device memory. A training step reads
@@ -110,4 +110,4 @@ AMPX_HD float clip_coefficient(float total_norm, float max_norm) {
 }
 
 }  // namespace math
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -21,7 +21,7 @@
 #include "ampx/ampx.h"
 #include "math/hd.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace math {
 
 AMPX_HD uint32_t float_bits(float f) {
@@ -213,4 +213,4 @@ AMPX_HD storage_t<Dst> convert_value(storage_t<Src> v) {
 }
 
 }  // namespace math
-}  // namespace ampx
+}  // namespace ampx::impl

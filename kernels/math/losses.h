@@ -7,7 +7,7 @@
 #include "math/activations.h"
 #include "math/hd.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace math {
 
 // Binary cross-entropy of logit x against target t, in the form that
@@ -22,4 +22,4 @@ AMPX_HD float bce_with_logits_loss(float x, float t) {
 AMPX_HD float bce_with_logits_grad(float x, float t) { return sigmoid_with_slope(x).value - t; }
 
 }  // namespace math
-}  // namespace ampx
+}  // namespace ampx::impl

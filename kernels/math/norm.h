@@ -14,7 +14,7 @@
 
 #include "math/hd.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace math {
 
 AMPX_HD float inv_std(float var, float eps) { return 1.0f / sqrtf(var + eps); }
@@ -34,4 +34,4 @@ AMPX_HD float running_stat(float running, float batch, float momentum) {
 }
 
 }  // namespace math
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -8,7 +8,7 @@
 
 #include "math/hd.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace math {
 
 struct SgdConfig {
@@ -98,4 +98,4 @@ AMPX_HD void adam_update(float& p, float g, float& m, float& v, float& vmax, flo
 }
 
 }  // namespace math
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -13,7 +13,7 @@
 
 #include "math/hd.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace math {
 
 struct Philox4x32 {
@@ -87,4 +87,4 @@ AMPX_HD float dropout_value(float x, uint32_t word, uint32_t threshold, float sc
 }
 
 }  // namespace math
-}  // namespace ampx
+}  // namespace ampx::impl

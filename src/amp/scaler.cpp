@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "optim/optimizer.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 static_assert(sizeof(math::ScalerState) % sizeof(int32_t) == 0, "ScalerState is whole int32s");
@@ -43,40 +43,40 @@ void validate_scaler_options(const ScalerOptions& o) {
          o.min_scale, ", max_scale ", o.max_scale, "]");
 }
 
-Scaler::Scaler(Context& ctx, const ScalerOptions& options)
-    : Object(kLiveMagic, &Scaler::destroy_shell), ctx_(&ctx), options_(options) {
+LossScaler::LossScaler(DeviceContext& ctx, const ScalerOptions& options)
+    : Object(kLiveMagic, &LossScaler::destroy_shell), ctx_(&ctx), options_(options) {
   ctx.retain();
 }
 
-Scaler::~Scaler() = default;
+LossScaler::~LossScaler() = default;
 
-Scaler* Scaler::create(Context& ctx, const ScalerOptions& options) {
+LossScaler* LossScaler::create(DeviceContext& ctx, const ScalerOptions& options) {
   validate_scaler_options(options);
-  TensorRef state(Tensor::empty(ctx, DType::I32,
-                                vector_shape(sizeof(math::ScalerState) / sizeof(int32_t))));
-  TensorRef scale(Tensor::alias(ctx, *state, DType::F32, vector_shape(1),
-                                offsetof(math::ScalerState, scale)));
+  TensorRef state(DeviceTensor::empty(ctx, DType::I32,
+                                      vector_shape(sizeof(math::ScalerState) / sizeof(int32_t))));
+  TensorRef scale(DeviceTensor::alias(ctx, *state, DType::F32, vector_shape(1),
+                                      offsetof(math::ScalerState, scale)));
   math::ScalerState initial{};
   initial.scale = options.enabled ? static_cast<float>(options.init_scale) : 1.0f;
   initial.hysteresis_left = options.hysteresis;
   ctx.backend().copy_from_host(state->data(), &initial, sizeof initial);
-  auto* scaler = new Scaler(ctx, options);
+  auto* scaler = new LossScaler(ctx, options);
   scaler->state_ = std::move(state);
   scaler->scale_ = std::move(scale);
   return scaler;
 }
 
-void Scaler::release() {
+void LossScaler::release() {
   if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   magic = kDeadMagic;
   state_.reset();
   scale_.reset();
-  Context& ctx = *ctx_;
+  DeviceContext& ctx = *ctx_;
   ctx.quarantine(this);
   ctx.release();
 }
 
-math::ScalerConfig Scaler::config() const {
+math::ScalerConfig LossScaler::config() const {
   math::ScalerConfig c{};
   c.growth_factor = options_.growth_factor;
   c.backoff_factor = options_.backoff_factor;
@@ -89,7 +89,7 @@ math::ScalerConfig Scaler::config() const {
   return c;
 }
 
-void Scaler::check_attachable(const Optimizer& optimizer) const {
+void LossScaler::check_attachable(const FusedOptimizer& optimizer) const {
   if (optimizer.scaler == this) return;
   if (optimizer.scaler)
     fail(AMPX_ERR_INVALID_ARGUMENT,
@@ -98,7 +98,7 @@ void Scaler::check_attachable(const Optimizer& optimizer) const {
     fail(AMPX_ERR_DEVICE, "the optimizer belongs to a different context than the scaler");
 }
 
-void Scaler::attach(Optimizer& optimizer) {
+void LossScaler::attach(FusedOptimizer& optimizer) {
   check_attachable(optimizer);
   if (optimizer.scaler == this) return;
   retain();
@@ -106,12 +106,12 @@ void Scaler::attach(Optimizer& optimizer) {
   optimizer.amp_state = AmpState::Ready;
 }
 
-Tensor* Scaler::scale_loss(const Tensor& loss) {
+DeviceTensor* LossScaler::scale_loss(const DeviceTensor& loss) {
   if (loss.ctx != ctx_) fail(AMPX_ERR_DEVICE, "'loss' belongs to a different context than the scaler");
   if (!is_floating(loss.dtype))
     fail(AMPX_ERR_DTYPE, "'loss' is ", loss.describe(), "; a loss is f32, f16 or bf16");
   AmpPrimitives& amp = ctx_->backend().require<AmpPrimitives>("scale_loss");
-  TensorRef out(Tensor::empty(*ctx_, DType::F32, loss.shape));
+  TensorRef out(DeviceTensor::empty(*ctx_, DType::F32, loss.shape));
   const TensorSpan in{loss.data(), loss.dtype, loss.numel()};
   const TensorSpan result{out->data(), DType::F32, out->numel()};
   // A disabled scaler's device scale is 1, so this is a plain f32 copy.
@@ -119,7 +119,7 @@ Tensor* Scaler::scale_loss(const Tensor& loss) {
   return out.take();
 }
 
-void Scaler::unscale(Optimizer& optimizer) {
+void LossScaler::unscale(FusedOptimizer& optimizer) {
   if (!options_.enabled) return;
   AmpPrimitives& amp = ctx_->backend().require<AmpPrimitives>("unscale");
   check_attachable(optimizer);
@@ -146,7 +146,7 @@ void Scaler::unscale(Optimizer& optimizer) {
     active_.push_back(&optimizer);
 }
 
-void Scaler::step(Optimizer& optimizer) {
+void LossScaler::step(FusedOptimizer& optimizer) {
   if (!options_.enabled) {
     optimizer.step(nullptr);
     return;
@@ -161,7 +161,7 @@ void Scaler::step(Optimizer& optimizer) {
   optimizer.amp_state = AmpState::Stepped;
 }
 
-void Scaler::update(bool force, double new_scale) {
+void LossScaler::update(bool force, double new_scale) {
   if (!options_.enabled) return;
   if (force) check_scale_value(new_scale, "new_scale");
   if (active_.empty())
@@ -169,19 +169,20 @@ void Scaler::update(bool force, double new_scale) {
          "no inf checks were recorded since the last update; call ampx_scaler_step (or "
          "ampx_scaler_unscale) for at least one optimizer before ampx_scaler_update");
   std::vector<const float*> found_infs;
-  for (Optimizer* o : active_) found_infs.push_back(static_cast<const float*>(o->found_inf().data()));
+  for (FusedOptimizer* o : active_)
+    found_infs.push_back(static_cast<const float*>(o->found_inf().data()));
   ctx_->backend()
       .require<AmpPrimitives>("the scaler update")
       .scaler_update(static_cast<math::ScalerState*>(state_->data()), found_infs, config(), force,
                      static_cast<float>(new_scale));
-  for (Optimizer* o : active_) {
+  for (FusedOptimizer* o : active_) {
     o->amp_state = AmpState::Ready;
     o->mark_unscaled(false);
   }
   active_.clear();
 }
 
-bool Scaler::found_inf(Optimizer& optimizer) {
+bool LossScaler::found_inf(FusedOptimizer& optimizer) {
   if (optimizer.scaler != this || optimizer.amp_state == AmpState::Ready)
     fail(AMPX_ERR_ORDER,
          "no inf check was recorded for this optimizer since the last update; call "
@@ -191,13 +192,13 @@ bool Scaler::found_inf(Optimizer& optimizer) {
   return value != 0.0f;
 }
 
-math::ScalerState Scaler::read_state() {
+math::ScalerState LossScaler::read_state() {
   math::ScalerState state{};
   ctx_->read_to_host(&state, state_->data(), sizeof state);
   return state;
 }
 
-void Scaler::set_state(const ScalerOptions& options, const math::ScalerState& state) {
+void LossScaler::set_state(const ScalerOptions& options, const math::ScalerState& state) {
   if (iteration_in_progress())
     fail(AMPX_ERR_ORDER, "the scaler state can only be restored between iterations (after "
                          "ampx_scaler_update)");
@@ -220,13 +221,13 @@ void Scaler::set_state(const ScalerOptions& options, const math::ScalerState& st
   restore(options, device);
 }
 
-void Scaler::restore(const ScalerOptions& options, const math::ScalerState& state) {
+void LossScaler::restore(const ScalerOptions& options, const math::ScalerState& state) {
   ctx_->backend().copy_from_host(state_->data(), &state, sizeof state);
   options_ = options;
 }
 
-void Scaler::forget(const Optimizer& optimizer) {
+void LossScaler::forget(const FusedOptimizer& optimizer) {
   active_.erase(std::remove(active_.begin(), active_.end(), &optimizer), active_.end());
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -8,9 +8,9 @@
 #include "core/context.h"
 #include "core/tensor.h"
 
-namespace ampx {
+namespace ampx::impl {
 
-class Optimizer;
+class FusedOptimizer;
 
 struct ScalerOptions {
   double init_scale = 65536.0;
@@ -28,27 +28,27 @@ struct ScalerOptions {
 // Throws AMPX_ERR_INVALID_ARGUMENT naming the first bad option.
 void validate_scaler_options(const ScalerOptions& options);
 
-class Scaler : public Object {
+class LossScaler : public Object {
  public:
   static constexpr uint64_t kLiveMagic = 0x414d50582d53434cull;  // "AMPX-SCL"
   static constexpr uint64_t kDeadMagic = 0x646561642d73636cull;  // "dead-scl"
 
-  static Scaler* create(Context& ctx, const ScalerOptions& options);
+  static LossScaler* create(DeviceContext& ctx, const ScalerOptions& options);
   void retain() { refs.fetch_add(1, std::memory_order_relaxed); }
   void release();
 
-  Context& context() const { return *ctx_; }
+  DeviceContext& context() const { return *ctx_; }
   bool enabled() const { return options_.enabled; }
 
   // Throws unless `optimizer` is attached to this scaler or can be.
-  void check_attachable(const Optimizer& optimizer) const;
-  void attach(Optimizer& optimizer);
-  Tensor* scale_loss(const Tensor& loss);
-  Tensor& scale_tensor() const { return *scale_; }
-  void unscale(Optimizer& optimizer);
-  void step(Optimizer& optimizer);
+  void check_attachable(const FusedOptimizer& optimizer) const;
+  void attach(FusedOptimizer& optimizer);
+  DeviceTensor* scale_loss(const DeviceTensor& loss);
+  DeviceTensor& scale_tensor() const { return *scale_; }
+  void unscale(FusedOptimizer& optimizer);
+  void step(FusedOptimizer& optimizer);
   void update(bool force, double new_scale);
-  bool found_inf(Optimizer& optimizer);  // synchronizes
+  bool found_inf(FusedOptimizer& optimizer);  // synchronizes
 
   math::ScalerState read_state();  // synchronizes
   const ScalerOptions& options() const { return options_; }
@@ -64,21 +64,23 @@ class Scaler : public Object {
   bool iteration_in_progress() const { return !active_.empty(); }
 
   // An attached optimizer being destroyed.
-  void forget(const Optimizer& optimizer);
+  void forget(const FusedOptimizer& optimizer);
 
  private:
-  Scaler(Context& ctx, const ScalerOptions& options);
-  ~Scaler();
-  static void destroy_shell(Object* shell) { delete static_cast<Scaler*>(shell); }  // see Optimizer: release() frees, the shell owns nothing
+  LossScaler(DeviceContext& ctx, const ScalerOptions& options);
+  ~LossScaler();
+  static void destroy_shell(Object* shell) {
+    delete static_cast<LossScaler*>(shell);
+  }  // see FusedOptimizer: release() frees, the shell owns nothing
   math::ScalerConfig config() const;
 
-  Context* ctx_;
+  DeviceContext* ctx_;
   ScalerOptions options_;
   TensorRef state_;  // the bytes of one math::ScalerState
   TensorRef scale_;  // F32[1] sharing state_'s memory: ScalerState::scale
   // Optimizers unscaled since the last update (attached ones; not retained:
   // an optimizer removes itself when destroyed).
-  std::vector<Optimizer*> active_;
+  std::vector<FusedOptimizer*> active_;
 };
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -4,7 +4,7 @@
 #include "io/checkpoint_file.h"
 #include "optim/optimizer.h"
 
-using namespace ampx;
+using namespace ampx::impl;
 
 namespace {
 
@@ -14,12 +14,12 @@ std::string path_arg(const char* path) {
   return path;
 }
 
-Optimizer* optional_optimizer(ampx_optimizer handle) {
-  return handle ? &object_arg<Optimizer>(handle, "optimizer", "an ampx_optimizer") : nullptr;
+FusedOptimizer* optional_optimizer(ampx_optimizer handle) {
+  return handle ? &object_arg<FusedOptimizer>(handle, "optimizer", "an ampx_optimizer") : nullptr;
 }
 
-Scaler* optional_scaler(ampx_scaler handle) {
-  return handle ? &object_arg<Scaler>(handle, "scaler", "an ampx_scaler") : nullptr;
+LossScaler* optional_scaler(ampx_scaler handle) {
+  return handle ? &object_arg<LossScaler>(handle, "scaler", "an ampx_scaler") : nullptr;
 }
 
 }  // namespace
@@ -30,9 +30,9 @@ ampx_status ampx_checkpoint_file_save(const char* path, const ampx_tensor* param
                                       ampx_optimizer optimizer, ampx_scaler scaler) {
   return guard(__func__, [&] {
     const std::string file = path_arg(path);
-    const std::vector<Tensor*> tensors = tensor_list_arg(params, count, "params");
-    Optimizer* o = optional_optimizer(optimizer);
-    Scaler* s = optional_scaler(scaler);
+    const std::vector<DeviceTensor*> tensors = tensor_list_arg(params, count, "params");
+    FusedOptimizer* o = optional_optimizer(optimizer);
+    LossScaler* s = optional_scaler(scaler);
     io::save_checkpoint_file(file, tensors, o, s);
   });
 }
@@ -41,9 +41,9 @@ ampx_status ampx_checkpoint_file_load(const char* path, const ampx_tensor* param
                                       ampx_optimizer optimizer, ampx_scaler scaler) {
   return guard(__func__, [&] {
     const std::string file = path_arg(path);
-    const std::vector<Tensor*> tensors = tensor_list_arg(params, count, "params");
-    Optimizer* o = optional_optimizer(optimizer);
-    Scaler* s = optional_scaler(scaler);
+    const std::vector<DeviceTensor*> tensors = tensor_list_arg(params, count, "params");
+    FusedOptimizer* o = optional_optimizer(optimizer);
+    LossScaler* s = optional_scaler(scaler);
     io::load_checkpoint_file(file, tensors, o, s);
   });
 }

@@ -4,7 +4,7 @@
 #include "api/guard.h"
 #include "core/backend.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 struct LastError {
@@ -98,9 +98,9 @@ void set_last_error(ampx_status status, const std::string& message) noexcept {
   }
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl
 
-using namespace ampx;
+using namespace ampx::impl;
 
 #define AMPX_STRINGIFY2(x) #x
 #define AMPX_STRINGIFY(x) AMPX_STRINGIFY2(x)
@@ -176,14 +176,14 @@ ampx_context_options ampx_context_options_default(void) {
 ampx_status ampx_context_create(const ampx_context_options* options, ampx_context* out) {
   return guard(__func__, [&] {
     require_pointer(out, "out");
-    *out = to_handle(Context::create(context_options_arg(options)));
+    *out = to_handle(DeviceContext::create(context_options_arg(options)));
   });
 }
 
 void ampx_context_release(ampx_context ctx) {
   if (!ctx) return;
   guard(__func__, [&] {
-    Context& c = context_arg(ctx, "ctx");
+    DeviceContext& c = context_arg(ctx, "ctx");
     if (!c.release_handle())
       fail(AMPX_ERR_STALE_HANDLE, "argument 'ctx' was released more times than it was retained");
   });
@@ -196,7 +196,7 @@ ampx_status ampx_context_retain(ampx_context ctx) {
 ampx_status ampx_context_device(ampx_context ctx, ampx_device_type* device_type,
                                 int32_t* device_index) {
   return guard(__func__, [&] {
-    Context& c = context_arg(ctx, "ctx");
+    DeviceContext& c = context_arg(ctx, "ctx");
     require_pointer(device_type, "device_type");
     require_pointer(device_index, "device_index");
     *device_type = c.backend().device_type();
@@ -206,7 +206,7 @@ ampx_status ampx_context_device(ampx_context ctx, ampx_device_type* device_type,
 
 ampx_status ampx_context_synchronize(ampx_context ctx) {
   return guard(__func__, [&] {
-    Context& c = context_arg(ctx, "ctx");
+    DeviceContext& c = context_arg(ctx, "ctx");
     c.raise_index_errors();
     c.backend().synchronize();
   });
@@ -214,7 +214,7 @@ ampx_status ampx_context_synchronize(ampx_context ctx) {
 
 ampx_status ampx_memory_stats_get(ampx_context ctx, ampx_memory_stats* stats) {
   return guard(__func__, [&] {
-    Context& c = context_arg(ctx, "ctx");
+    DeviceContext& c = context_arg(ctx, "ctx");
     require_pointer(stats, "stats");
     if (stats->struct_size < sizeof(size_t))
       fail(AMPX_ERR_INVALID_ARGUMENT, "stats->struct_size is ", stats->struct_size,

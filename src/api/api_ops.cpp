@@ -12,15 +12,15 @@
 #include "autograd/tape.h"
 #include "ops/ops.h"
 
-using namespace ampx;
+using namespace ampx::impl;
 
 namespace {
 
-Autocast& autocast_arg(ampx_autocast handle, const char* arg) {
-  return object_arg<Autocast>(handle, arg, "an ampx_autocast");
+PrecisionPolicy& autocast_arg(ampx_autocast handle, const char* arg) {
+  return object_arg<PrecisionPolicy>(handle, arg, "an ampx_autocast");
 }
 
-ampx_autocast to_handle(Autocast* a) { return reinterpret_cast<ampx_autocast>(a); }
+ampx_autocast to_handle(PrecisionPolicy* a) { return reinterpret_cast<ampx_autocast>(a); }
 
 Activation activation_arg(ampx_activation a) {
   switch (a) {
@@ -55,7 +55,7 @@ extern "C" {
 
 ampx_status ampx_tensor_set_requires_grad(ampx_tensor tensor, int32_t requires_grad) {
   return guard(__func__, [&] {
-    Tensor& t = tensor_arg(tensor, "tensor");
+    DeviceTensor& t = tensor_arg(tensor, "tensor");
     if (on_tape(*t.ctx, t))
       fail(AMPX_ERR_INVALID_ARGUMENT, "the tensor was made by a recorded op; only leaves "
                                       "(tensors the program made) can be marked");
@@ -68,7 +68,7 @@ ampx_status ampx_tensor_set_requires_grad(ampx_tensor tensor, int32_t requires_g
 
 ampx_status ampx_tensor_requires_grad(ampx_tensor tensor, int32_t* requires_grad) {
   return guard(__func__, [&] {
-    Tensor& t = tensor_arg(tensor, "tensor");
+    DeviceTensor& t = tensor_arg(tensor, "tensor");
     require_pointer(requires_grad, "requires_grad");
     *requires_grad = t.requires_grad ? 1 : 0;
   });
@@ -84,8 +84,8 @@ ampx_status ampx_set_grad_enabled(ampx_context ctx, int32_t enabled, int32_t* pr
 
 ampx_status ampx_backward(ampx_tensor loss, ampx_scaler scaler) {
   return guard(__func__, [&] {
-    Tensor& l = tensor_arg(loss, "loss");
-    Scaler* s = scaler ? &object_arg<Scaler>(scaler, "scaler", "an ampx_scaler") : nullptr;
+    DeviceTensor& l = tensor_arg(loss, "loss");
+    LossScaler* s = scaler ? &object_arg<LossScaler>(scaler, "scaler", "an ampx_scaler") : nullptr;
     backward(l, s);
   });
 }
@@ -96,7 +96,7 @@ ampx_status ampx_scope_push(ampx_context ctx) {
 
 ampx_status ampx_scope_pop(ampx_context ctx) {
   return guard(__func__, [&] {
-    Context& c = context_arg(ctx, "ctx");
+    DeviceContext& c = context_arg(ctx, "ctx");
     AutogradState& state = autograd_state(c);
     if (state.scopes.empty()) fail(AMPX_ERR_ORDER, "no scope is open (pushes and pops must pair)");
     std::vector<TensorRef> owned = std::move(state.scopes.back());
@@ -128,9 +128,9 @@ void checkpoint_call(ampx_context ctx, Segment segment, const char* fn_arg,
                      const ampx_tensor* inputs, size_t input_count, ampx_tensor* outputs,
                      size_t output_count) {
   if (!segment.fn) fail(AMPX_ERR_INVALID_ARGUMENT, "argument '", fn_arg, "' is NULL");
-  Context& c = context_arg(ctx, "ctx");
+  DeviceContext& c = context_arg(ctx, "ctx");
   require_pointer(outputs, "outputs");
-  const std::vector<Tensor*> in = tensor_list_arg(inputs, input_count, "inputs");
+  const std::vector<DeviceTensor*> in = tensor_list_arg(inputs, input_count, "inputs");
   // Room in the scope first: once the record exists, handing out the
   // outputs must not fail (the call would fail with the record kept).
   AutogradState& state = autograd_state(c);
@@ -169,7 +169,7 @@ ampx_status ampx_checkpoint(ampx_context ctx, ampx_segment_fn fn, void* user_dat
 
 ampx_status ampx_scope_depth(ampx_context ctx, int32_t* depth) {
   return guard(__func__, [&] {
-    Context& c = context_arg(ctx, "ctx");
+    DeviceContext& c = context_arg(ctx, "ctx");
     require_pointer(depth, "depth");
     const size_t open = autograd_state(c).scopes.size();
     if (open > static_cast<size_t>(INT32_MAX))
@@ -189,18 +189,18 @@ ampx_status ampx_autocast_create(ampx_context ctx, const ampx_autocast_options* 
                                  ampx_autocast* out) {
   return guard(__func__, [&] {
     require_pointer(out, "out");
-    Context& c = context_arg(ctx, "ctx");
+    DeviceContext& c = context_arg(ctx, "ctx");
     const ampx_autocast_options o =
         read_options(options, ampx_autocast_options_default(), "options");
     const DType dtype = dtype_arg(o.dtype, "options.dtype");
-    *out = to_handle(Autocast::create(c, dtype, o.enabled != 0, o.cache != 0));
+    *out = to_handle(PrecisionPolicy::create(c, dtype, o.enabled != 0, o.cache != 0));
   });
 }
 
 void ampx_autocast_release(ampx_autocast autocast) {
   if (!autocast) return;
   guard(__func__, [&] {
-    Autocast& a = autocast_arg(autocast, "autocast");
+    PrecisionPolicy& a = autocast_arg(autocast, "autocast");
     if (a.entered > 0)
       fail(AMPX_ERR_ORDER, "the policy is still entered; exit its regions first");
     a.release();
@@ -210,7 +210,7 @@ void ampx_autocast_release(ampx_autocast autocast) {
 ampx_status ampx_autocast_set_op_class(ampx_autocast autocast, const char* op_name,
                                        ampx_op_class op_class) {
   return guard(__func__, [&] {
-    Autocast& a = autocast_arg(autocast, "autocast");
+    PrecisionPolicy& a = autocast_arg(autocast, "autocast");
     const std::string name = op_name_arg(op_name);
     a.set_op_class(name, op_class_arg(op_class));
   });
@@ -219,7 +219,7 @@ ampx_status ampx_autocast_set_op_class(ampx_autocast autocast, const char* op_na
 ampx_status ampx_autocast_op_class(ampx_autocast autocast, const char* op_name,
                                    ampx_op_class* op_class) {
   return guard(__func__, [&] {
-    Autocast& a = autocast_arg(autocast, "autocast");
+    PrecisionPolicy& a = autocast_arg(autocast, "autocast");
     require_pointer(op_class, "op_class");
     *op_class = static_cast<ampx_op_class>(a.op_class(op_name_arg(op_name)));
   });
@@ -235,7 +235,7 @@ ampx_status ampx_autocast_exit(ampx_autocast autocast) {
 
 ampx_status ampx_autocast_cache_stats(ampx_autocast autocast, int64_t* hits, int64_t* misses) {
   return guard(__func__, [&] {
-    Autocast& a = autocast_arg(autocast, "autocast");
+    PrecisionPolicy& a = autocast_arg(autocast, "autocast");
     if (hits) *hits = a.hits;
     if (misses) *misses = a.misses;
   });
@@ -309,7 +309,7 @@ ampx_status ampx_matmul(ampx_tensor a, ampx_tensor b, ampx_tensor* out) {
 ampx_status ampx_linear(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
                         ampx_activation activation, ampx_tensor* out) {
   return run_op(__func__, out, [&] {
-    Tensor* b = bias ? &tensor_arg(bias, "bias") : nullptr;
+    DeviceTensor* b = bias ? &tensor_arg(bias, "bias") : nullptr;
     return op_linear(tensor_arg(x, "x"), tensor_arg(weight, "weight"), b,
                      activation_arg(activation));
   });

@@ -5,11 +5,11 @@
 
 #include "api/op_api.h"
 
-using namespace ampx;
+using namespace ampx::impl;
 
 namespace {
 
-Tensor* optional_tensor(ampx_tensor handle, const char* arg) {
+DeviceTensor* optional_tensor(ampx_tensor handle, const char* arg) {
   return handle ? &tensor_arg(handle, arg) : nullptr;
 }
 

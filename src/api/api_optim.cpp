@@ -9,22 +9,22 @@
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 
-using namespace ampx;
+using namespace ampx::impl;
 
 namespace {
 
-Optimizer& optimizer_arg(ampx_optimizer handle, const char* arg) {
-  return object_arg<Optimizer>(handle, arg, "an ampx_optimizer");
+FusedOptimizer& optimizer_arg(ampx_optimizer handle, const char* arg) {
+  return object_arg<FusedOptimizer>(handle, arg, "an ampx_optimizer");
 }
 
-Scaler& scaler_arg(ampx_scaler handle, const char* arg) {
-  return object_arg<Scaler>(handle, arg, "an ampx_scaler");
+LossScaler& scaler_arg(ampx_scaler handle, const char* arg) {
+  return object_arg<LossScaler>(handle, arg, "an ampx_scaler");
 }
 
 bool flag(int32_t value) { return value != 0; }
 
-ampx_optimizer to_handle(Optimizer* o) { return reinterpret_cast<ampx_optimizer>(o); }
-ampx_scaler to_handle(Scaler* s) { return reinterpret_cast<ampx_scaler>(s); }
+ampx_optimizer to_handle(FusedOptimizer* o) { return reinterpret_cast<ampx_optimizer>(o); }
+ampx_scaler to_handle(LossScaler* s) { return reinterpret_cast<ampx_scaler>(s); }
 
 // Copies the first `struct_size` bytes of `full` into `dst`, keeping the
 // caller's struct_size (for output structs that may grow).
@@ -79,7 +79,7 @@ ampx_status ampx_optimizer_create_sgd(ampx_context ctx, const ampx_tensor* param
                                       const ampx_sgd_options* options, ampx_optimizer* out) {
   return guard(__func__, [&] {
     require_pointer(out, "out");
-    Context& c = context_arg(ctx, "ctx");
+    DeviceContext& c = context_arg(ctx, "ctx");
     const ampx_sgd_options o = read_options(options, ampx_sgd_options_default(), "options");
     OptimizerHyper hyper;
     hyper.kind = OptimizerKind::Sgd;
@@ -89,7 +89,7 @@ ampx_status ampx_optimizer_create_sgd(ampx_context ctx, const ampx_tensor* param
     hyper.sgd.dampening = static_cast<float>(o.dampening);
     hyper.sgd.nesterov = flag(o.nesterov);
     hyper.sgd.maximize = flag(o.maximize);
-    *out = to_handle(Optimizer::create(c, tensor_list_arg(params, count, "params"), hyper));
+    *out = to_handle(FusedOptimizer::create(c, tensor_list_arg(params, count, "params"), hyper));
   });
 }
 
@@ -97,7 +97,7 @@ ampx_status ampx_optimizer_create_adam(ampx_context ctx, const ampx_tensor* para
                                        const ampx_adam_options* options, ampx_optimizer* out) {
   return guard(__func__, [&] {
     require_pointer(out, "out");
-    Context& c = context_arg(ctx, "ctx");
+    DeviceContext& c = context_arg(ctx, "ctx");
     const ampx_adam_options o = read_options(options, ampx_adam_options_default(), "options");
     OptimizerHyper hyper;
     hyper.kind = OptimizerKind::Adam;
@@ -109,7 +109,7 @@ ampx_status ampx_optimizer_create_adam(ampx_context ctx, const ampx_tensor* para
     hyper.adam.amsgrad = flag(o.amsgrad);
     hyper.adam.maximize = flag(o.maximize);
     hyper.adam.decoupled_weight_decay = flag(o.decoupled_weight_decay);
-    *out = to_handle(Optimizer::create(c, tensor_list_arg(params, count, "params"), hyper));
+    *out = to_handle(FusedOptimizer::create(c, tensor_list_arg(params, count, "params"), hyper));
   });
 }
 
@@ -122,7 +122,7 @@ ampx_status ampx_optimizer_add_group(ampx_optimizer optimizer, const ampx_tensor
                                      size_t count, double lr, double weight_decay,
                                      int32_t* group_index) {
   return guard(__func__, [&] {
-    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
     const int32_t group = o.add_group(tensor_list_arg(params, count, "params"), lr, weight_decay);
     if (group_index) *group_index = group;
   });
@@ -130,7 +130,7 @@ ampx_status ampx_optimizer_add_group(ampx_optimizer optimizer, const ampx_tensor
 
 ampx_status ampx_optimizer_group_count(ampx_optimizer optimizer, int32_t* count) {
   return guard(__func__, [&] {
-    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
     require_pointer(count, "count");
     *count = o.group_count();
   });
@@ -142,7 +142,7 @@ ampx_status ampx_optimizer_set_lr(ampx_optimizer optimizer, int32_t group, doubl
 
 ampx_status ampx_optimizer_get_lr(ampx_optimizer optimizer, int32_t group, double* lr) {
   return guard(__func__, [&] {
-    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
     require_pointer(lr, "lr");
     *lr = o.lr(group);
   });
@@ -161,20 +161,28 @@ ampx_status ampx_optimizer_zero_grad(ampx_optimizer optimizer) {
 ampx_status ampx_optimizer_state_tensor(ampx_optimizer optimizer, ampx_tensor param,
                                         ampx_optimizer_state kind, ampx_tensor* out) {
   return guard(__func__, [&] {
-    Optimizer& o = optimizer_arg(optimizer, "optimizer");
-    const Tensor& p = tensor_arg(param, "param");
+    FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
+    const DeviceTensor& p = tensor_arg(param, "param");
     require_pointer(out, "out");
-    Optimizer::StateKind state;
+    FusedOptimizer::StateKind state;
     switch (kind) {
-      case AMPX_STATE_MASTER: state = Optimizer::StateKind::Master; break;
-      case AMPX_STATE_MOMENTUM: state = Optimizer::StateKind::Momentum; break;
-      case AMPX_STATE_EXP_AVG_SQ: state = Optimizer::StateKind::ExpAvgSq; break;
-      case AMPX_STATE_MAX_EXP_AVG_SQ: state = Optimizer::StateKind::MaxExpAvgSq; break;
+      case AMPX_STATE_MASTER:
+        state = FusedOptimizer::StateKind::Master;
+        break;
+      case AMPX_STATE_MOMENTUM:
+        state = FusedOptimizer::StateKind::Momentum;
+        break;
+      case AMPX_STATE_EXP_AVG_SQ:
+        state = FusedOptimizer::StateKind::ExpAvgSq;
+        break;
+      case AMPX_STATE_MAX_EXP_AVG_SQ:
+        state = FusedOptimizer::StateKind::MaxExpAvgSq;
+        break;
       default:
         fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'kind' is ", static_cast<int>(kind),
              ", which is not an ampx_optimizer_state");
     }
-    Tensor& result = o.state_tensor(p, state);
+    DeviceTensor& result = o.state_tensor(p, state);
     result.retain();
     *out = to_handle(&result);
   });
@@ -183,8 +191,8 @@ ampx_status ampx_optimizer_state_tensor(ampx_optimizer optimizer, ampx_tensor pa
 ampx_status ampx_optimizer_param_steps(ampx_optimizer optimizer, ampx_tensor param,
                                        int64_t* steps) {
   return guard(__func__, [&] {
-    Optimizer& o = optimizer_arg(optimizer, "optimizer");
-    const Tensor& p = tensor_arg(param, "param");
+    FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
+    const DeviceTensor& p = tensor_arg(param, "param");
     require_pointer(steps, "steps");
     *steps = o.param_steps(p);
   });
@@ -192,7 +200,7 @@ ampx_status ampx_optimizer_param_steps(ampx_optimizer optimizer, ampx_tensor par
 
 ampx_status ampx_optimizer_state_size(ampx_optimizer optimizer, size_t* bytes) {
   return guard(__func__, [&] {
-    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
     require_pointer(bytes, "bytes");
     *bytes = o.state_size();
   });
@@ -200,7 +208,7 @@ ampx_status ampx_optimizer_state_size(ampx_optimizer optimizer, size_t* bytes) {
 
 ampx_status ampx_optimizer_save_state(ampx_optimizer optimizer, void* buffer, size_t bytes) {
   return guard(__func__, [&] {
-    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
     require_pointer(buffer, "buffer");
     o.save_state(buffer, bytes);
   });
@@ -208,7 +216,7 @@ ampx_status ampx_optimizer_save_state(ampx_optimizer optimizer, void* buffer, si
 
 ampx_status ampx_optimizer_load_state(ampx_optimizer optimizer, const void* buffer, size_t bytes) {
   return guard(__func__, [&] {
-    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
     require_pointer(buffer, "buffer");
     o.load_state(buffer, bytes);
   });
@@ -216,7 +224,7 @@ ampx_status ampx_optimizer_load_state(ampx_optimizer optimizer, const void* buff
 
 ampx_status ampx_optimizer_last_step_taken(ampx_optimizer optimizer, int32_t* taken) {
   return guard(__func__, [&] {
-    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
     require_pointer(taken, "taken");
     *taken = o.last_step_taken() ? 1 : 0;
   });
@@ -233,9 +241,9 @@ ampx_status ampx_scaler_create(ampx_context ctx, const ampx_scaler_options* opti
                                ampx_scaler* out) {
   return guard(__func__, [&] {
     require_pointer(out, "out");
-    Context& c = context_arg(ctx, "ctx");
+    DeviceContext& c = context_arg(ctx, "ctx");
     const ampx_scaler_options o = read_options(options, ampx_scaler_options_default(), "options");
-    *out = to_handle(Scaler::create(c, scaler_options_from(o)));
+    *out = to_handle(LossScaler::create(c, scaler_options_from(o)));
   });
 }
 
@@ -246,15 +254,15 @@ void ampx_scaler_release(ampx_scaler scaler) {
 
 ampx_status ampx_scaler_attach(ampx_scaler scaler, ampx_optimizer optimizer) {
   return guard(__func__, [&] {
-    Scaler& s = scaler_arg(scaler, "scaler");
+    LossScaler& s = scaler_arg(scaler, "scaler");
     s.attach(optimizer_arg(optimizer, "optimizer"));
   });
 }
 
 ampx_status ampx_scaler_scale_loss(ampx_scaler scaler, ampx_tensor loss, ampx_tensor* out) {
   return guard(__func__, [&] {
-    Scaler& s = scaler_arg(scaler, "scaler");
-    const Tensor& l = tensor_arg(loss, "loss");
+    LossScaler& s = scaler_arg(scaler, "scaler");
+    const DeviceTensor& l = tensor_arg(loss, "loss");
     require_pointer(out, "out");
     *out = to_handle(s.scale_loss(l));
   });
@@ -262,7 +270,7 @@ ampx_status ampx_scaler_scale_loss(ampx_scaler scaler, ampx_tensor loss, ampx_te
 
 ampx_status ampx_scaler_scale_tensor(ampx_scaler scaler, ampx_tensor* out) {
   return guard(__func__, [&] {
-    Scaler& s = scaler_arg(scaler, "scaler");
+    LossScaler& s = scaler_arg(scaler, "scaler");
     require_pointer(out, "out");
     s.scale_tensor().retain();
     *out = to_handle(&s.scale_tensor());
@@ -271,7 +279,7 @@ ampx_status ampx_scaler_scale_tensor(ampx_scaler scaler, ampx_tensor* out) {
 
 ampx_status ampx_scaler_get_scale(ampx_scaler scaler, double* scale) {
   return guard(__func__, [&] {
-    Scaler& s = scaler_arg(scaler, "scaler");
+    LossScaler& s = scaler_arg(scaler, "scaler");
     require_pointer(scale, "scale");
     *scale = s.read_state().scale;
   });
@@ -279,14 +287,14 @@ ampx_status ampx_scaler_get_scale(ampx_scaler scaler, double* scale) {
 
 ampx_status ampx_scaler_unscale(ampx_scaler scaler, ampx_optimizer optimizer) {
   return guard(__func__, [&] {
-    Scaler& s = scaler_arg(scaler, "scaler");
+    LossScaler& s = scaler_arg(scaler, "scaler");
     s.unscale(optimizer_arg(optimizer, "optimizer"));
   });
 }
 
 ampx_status ampx_scaler_step(ampx_scaler scaler, ampx_optimizer optimizer) {
   return guard(__func__, [&] {
-    Scaler& s = scaler_arg(scaler, "scaler");
+    LossScaler& s = scaler_arg(scaler, "scaler");
     s.step(optimizer_arg(optimizer, "optimizer"));
   });
 }
@@ -301,8 +309,8 @@ ampx_status ampx_scaler_update_to(ampx_scaler scaler, double new_scale) {
 
 ampx_status ampx_scaler_found_inf(ampx_scaler scaler, ampx_optimizer optimizer, int32_t* found) {
   return guard(__func__, [&] {
-    Scaler& s = scaler_arg(scaler, "scaler");
-    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    LossScaler& s = scaler_arg(scaler, "scaler");
+    FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
     require_pointer(found, "found");
     *found = s.found_inf(o) ? 1 : 0;
   });
@@ -310,7 +318,7 @@ ampx_status ampx_scaler_found_inf(ampx_scaler scaler, ampx_optimizer optimizer, 
 
 ampx_status ampx_scaler_get_counters(ampx_scaler scaler, ampx_scaler_counters* counters) {
   return guard(__func__, [&] {
-    Scaler& s = scaler_arg(scaler, "scaler");
+    LossScaler& s = scaler_arg(scaler, "scaler");
     require_pointer(counters, "counters");
     const math::ScalerState state = s.read_state();
     ampx_scaler_counters full = AMPX_SCALER_COUNTERS_INIT;
@@ -324,7 +332,7 @@ ampx_status ampx_scaler_get_counters(ampx_scaler scaler, ampx_scaler_counters* c
 
 ampx_status ampx_scaler_get_state(ampx_scaler scaler, ampx_scaler_state* state) {
   return guard(__func__, [&] {
-    Scaler& s = scaler_arg(scaler, "scaler");
+    LossScaler& s = scaler_arg(scaler, "scaler");
     require_pointer(state, "state");
     const math::ScalerState d = s.read_state();
     const ScalerOptions& o = s.options();
@@ -348,7 +356,7 @@ ampx_status ampx_scaler_get_state(ampx_scaler scaler, ampx_scaler_state* state) 
 
 ampx_status ampx_scaler_set_state(ampx_scaler scaler, const ampx_scaler_state* state) {
   return guard(__func__, [&] {
-    Scaler& s = scaler_arg(scaler, "scaler");
+    LossScaler& s = scaler_arg(scaler, "scaler");
     require_pointer(state, "state");
     // A state from a program built before the two flags were appended is
     // complete for that program; the flags then read as their defaults.
@@ -385,7 +393,7 @@ ampx_status ampx_scaler_set_state(ampx_scaler scaler, const ampx_scaler_state* s
 ampx_status ampx_clip_grad_norm(ampx_optimizer optimizer, double max_norm, double norm_type,
                                 int32_t error_if_nonfinite, ampx_tensor* total_norm) {
   return guard(__func__, [&] {
-    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
     NormType type;
     if (norm_type == 2.0)
       type = NormType::L2;
@@ -405,12 +413,12 @@ ampx_status ampx_clip_grad_value(ampx_optimizer optimizer, double clip_value) {
 ampx_status ampx_find_nonfinite_grads(ampx_optimizer optimizer, ampx_nonfinite_grad* entries,
                                       size_t capacity, size_t* found) {
   return guard(__func__, [&] {
-    Optimizer& o = optimizer_arg(optimizer, "optimizer");
+    FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
     require_pointer(found, "found");
     if (capacity > 0) require_pointer(entries, "entries");
-    const std::vector<NonfiniteGrad> list = find_nonfinite_grads(o);
+    const std::vector<NonfiniteGradCount> list = find_nonfinite_grads(o);
     for (size_t i = 0; i < list.size() && i < capacity; ++i) {
-      entries[i].param = to_handle(const_cast<Tensor*>(list[i].param));
+      entries[i].param = to_handle(const_cast<DeviceTensor*>(list[i].param));
       entries[i].name = list[i].param->name.c_str();
       entries[i].nan_count = list[i].nan_count;
       entries[i].inf_count = list[i].inf_count;

@@ -3,7 +3,7 @@
 
 #include "api/guard.h"
 
-using namespace ampx;
+using namespace ampx::impl;
 
 extern "C" {
 
@@ -11,9 +11,9 @@ ampx_status ampx_tensor_empty(ampx_context ctx, ampx_dtype dtype, int32_t ndim,
                               const int64_t* shape, ampx_tensor* out) {
   return guard(__func__, [&] {
     require_pointer(out, "out");
-    Context& c = context_arg(ctx, "ctx");
+    DeviceContext& c = context_arg(ctx, "ctx");
     const DType type = dtype_arg(dtype, "dtype");
-    *out = to_handle(Tensor::empty(c, type, make_shape(ndim, shape, type)));
+    *out = to_handle(DeviceTensor::empty(c, type, make_shape(ndim, shape, type)));
   });
 }
 
@@ -21,7 +21,7 @@ ampx_status ampx_tensor_zeros(ampx_context ctx, ampx_dtype dtype, int32_t ndim,
                               const int64_t* shape, ampx_tensor* out) {
   return guard(__func__, [&] {
     require_pointer(out, "out");
-    Context& c = context_arg(ctx, "ctx");
+    DeviceContext& c = context_arg(ctx, "ctx");
     const DType type = dtype_arg(dtype, "dtype");
     *out = to_handle(make_zeros(c, type, make_shape(ndim, shape, type)));
   });
@@ -32,7 +32,7 @@ ampx_status ampx_tensor_from_host(ampx_context ctx, ampx_dtype dtype, int32_t nd
                                   ampx_tensor* out) {
   return guard(__func__, [&] {
     require_pointer(out, "out");
-    Context& c = context_arg(ctx, "ctx");
+    DeviceContext& c = context_arg(ctx, "ctx");
     const DType type = dtype_arg(dtype, "dtype");
     *out = to_handle(tensor_from_host(c, type, make_shape(ndim, shape, type), data, bytes));
   });
@@ -43,7 +43,7 @@ ampx_status ampx_tensor_wrap(ampx_context ctx, ampx_dtype dtype, int32_t ndim,
                              void* deleter_user_data, ampx_tensor* out) {
   return guard(__func__, [&] {
     require_pointer(out, "out");
-    Context& c = context_arg(ctx, "ctx");
+    DeviceContext& c = context_arg(ctx, "ctx");
     const DType type = dtype_arg(dtype, "dtype");
     // ampx_deleter has the (user_data, data) shape Storage expects.
     *out = to_handle(wrap_memory(c, type, make_shape(ndim, shape, type), data, bytes, deleter,
@@ -81,8 +81,8 @@ ampx_status ampx_tensor_copy(ampx_tensor dst, ampx_tensor src) {
 ampx_status ampx_tensor_cast(ampx_tensor src, ampx_dtype dtype, ampx_tensor* out) {
   return guard(__func__, [&] {
     require_pointer(out, "out");
-    Tensor& s = tensor_arg(src, "src");
-    TensorRef t(Tensor::empty(*s.ctx, dtype_arg(dtype, "dtype"), s.shape));
+    DeviceTensor& s = tensor_arg(src, "src");
+    TensorRef t(DeviceTensor::empty(*s.ctx, dtype_arg(dtype, "dtype"), s.shape));
     copy_converting(*t, s);
     *out = to_handle(t.take());
   });
@@ -96,14 +96,14 @@ ampx_status ampx_tensor_fill(ampx_tensor tensor, double value) {
 
 ampx_status ampx_tensor_set_name(ampx_tensor tensor, const char* name) {
   return guard(__func__, [&] {
-    Tensor& t = tensor_arg(tensor, "tensor");
+    DeviceTensor& t = tensor_arg(tensor, "tensor");
     t.name = name ? name : "";
   });
 }
 
 ampx_status ampx_tensor_name(ampx_tensor tensor, const char** name) {
   return guard(__func__, [&] {
-    Tensor& t = tensor_arg(tensor, "tensor");
+    DeviceTensor& t = tensor_arg(tensor, "tensor");
     require_pointer(name, "name");
     *name = t.name.c_str();
   });
@@ -111,7 +111,7 @@ ampx_status ampx_tensor_name(ampx_tensor tensor, const char** name) {
 
 ampx_status ampx_tensor_dtype(ampx_tensor tensor, ampx_dtype* dtype) {
   return guard(__func__, [&] {
-    Tensor& t = tensor_arg(tensor, "tensor");
+    DeviceTensor& t = tensor_arg(tensor, "tensor");
     require_pointer(dtype, "dtype");
     *dtype = static_cast<ampx_dtype>(t.dtype);
   });
@@ -119,7 +119,7 @@ ampx_status ampx_tensor_dtype(ampx_tensor tensor, ampx_dtype* dtype) {
 
 ampx_status ampx_tensor_ndim(ampx_tensor tensor, int32_t* ndim) {
   return guard(__func__, [&] {
-    Tensor& t = tensor_arg(tensor, "tensor");
+    DeviceTensor& t = tensor_arg(tensor, "tensor");
     require_pointer(ndim, "ndim");
     *ndim = t.shape.ndim;
   });
@@ -127,7 +127,7 @@ ampx_status ampx_tensor_ndim(ampx_tensor tensor, int32_t* ndim) {
 
 ampx_status ampx_tensor_shape(ampx_tensor tensor, int64_t* dims, int32_t capacity) {
   return guard(__func__, [&] {
-    Tensor& t = tensor_arg(tensor, "tensor");
+    DeviceTensor& t = tensor_arg(tensor, "tensor");
     if (t.shape.ndim == 0) return;
     require_pointer(dims, "dims");
     if (capacity < t.shape.ndim)
@@ -139,7 +139,7 @@ ampx_status ampx_tensor_shape(ampx_tensor tensor, int64_t* dims, int32_t capacit
 
 ampx_status ampx_tensor_numel(ampx_tensor tensor, int64_t* numel) {
   return guard(__func__, [&] {
-    Tensor& t = tensor_arg(tensor, "tensor");
+    DeviceTensor& t = tensor_arg(tensor, "tensor");
     require_pointer(numel, "numel");
     *numel = t.numel();
   });
@@ -147,7 +147,7 @@ ampx_status ampx_tensor_numel(ampx_tensor tensor, int64_t* numel) {
 
 ampx_status ampx_tensor_nbytes(ampx_tensor tensor, size_t* nbytes) {
   return guard(__func__, [&] {
-    Tensor& t = tensor_arg(tensor, "tensor");
+    DeviceTensor& t = tensor_arg(tensor, "tensor");
     require_pointer(nbytes, "nbytes");
     *nbytes = t.nbytes();
   });
@@ -155,7 +155,7 @@ ampx_status ampx_tensor_nbytes(ampx_tensor tensor, size_t* nbytes) {
 
 ampx_status ampx_tensor_data(ampx_tensor tensor, void** data) {
   return guard(__func__, [&] {
-    Tensor& t = tensor_arg(tensor, "tensor");
+    DeviceTensor& t = tensor_arg(tensor, "tensor");
     require_pointer(data, "data");
     *data = t.data();
   });
@@ -163,7 +163,7 @@ ampx_status ampx_tensor_data(ampx_tensor tensor, void** data) {
 
 ampx_status ampx_tensor_context(ampx_tensor tensor, ampx_context* ctx) {
   return guard(__func__, [&] {
-    Tensor& t = tensor_arg(tensor, "tensor");
+    DeviceTensor& t = tensor_arg(tensor, "tensor");
     require_pointer(ctx, "ctx");
     *ctx = to_handle(t.ctx);
   });
@@ -175,14 +175,14 @@ extern "C" {
 
 ampx_status ampx_tensor_set_grad(ampx_tensor tensor, ampx_tensor grad) {
   return guard(__func__, [&] {
-    Tensor& t = tensor_arg(tensor, "tensor");
+    DeviceTensor& t = tensor_arg(tensor, "tensor");
     set_grad(t, grad ? &tensor_arg(grad, "grad") : nullptr);
   });
 }
 
 ampx_status ampx_tensor_grad(ampx_tensor tensor, ampx_tensor* grad) {
   return guard(__func__, [&] {
-    Tensor& t = tensor_arg(tensor, "tensor");
+    DeviceTensor& t = tensor_arg(tensor, "tensor");
     require_pointer(grad, "grad");
     *grad = t.grad ? to_handle(t.grad) : nullptr;
   });

@@ -6,7 +6,7 @@
 #include "api/guard.h"
 #include "autograd/tape.h"
 
-using namespace ampx;
+using namespace ampx::impl;
 
 namespace {
 
@@ -26,13 +26,13 @@ struct ApiHook {
   ApiHook& operator=(const ApiHook&) = delete;
 };
 
-std::string describe_param(const Tensor& t) {
+std::string describe_param(const DeviceTensor& t) {
   return t.name.empty() ? cat("a parameter ", t.describe()) : cat("'", t.name, "' (", t.describe(), ")");
 }
 
 // The hook's failure carries the message it set while it ran, never an
 // older one (call_status_callback).
-void call_api_hook(const ApiHook& hook, Tensor& leaf) {
+void call_api_hook(const ApiHook& hook, DeviceTensor& leaf) {
   const std::string what =
       cat("the grad-ready hook (ampx_set_grad_ready_hook) for ", describe_param(leaf));
   call_status_callback(what.c_str(), [&] { return hook.fn(hook.user_data, to_handle(&leaf)); });
@@ -51,8 +51,8 @@ struct PendingRelease {
 // Keeps the program's context handle open while listeners run (see
 // backward() in autograd/tape.cpp).
 struct HandleHeld {
-  Context& ctx;
-  explicit HandleHeld(Context& c) : ctx(c) { ctx.retain_handle(); }
+  DeviceContext& ctx;
+  explicit HandleHeld(DeviceContext& c) : ctx(c) { ctx.retain_handle(); }
   ~HandleHeld() { ctx.release_handle(); }
   HandleHeld(const HandleHeld&) = delete;
   HandleHeld& operator=(const HandleHeld&) = delete;
@@ -66,7 +66,7 @@ ampx_status ampx_tensor_view(ampx_tensor base, size_t byte_offset, ampx_dtype dt
                              const int64_t* shape, ampx_tensor* out) {
   return guard(__func__, [&] {
     require_pointer(out, "out");
-    Tensor& b = tensor_arg(base, "base");
+    DeviceTensor& b = tensor_arg(base, "base");
     const DType type = dtype_arg(dtype, "dtype");
     const Shape s = make_shape(ndim, shape, type);
     const size_t size = dtype_size(type);
@@ -86,7 +86,7 @@ ampx_status ampx_tensor_view(ampx_tensor base, size_t byte_offset, ampx_dtype dt
       fail(AMPX_ERR_INVALID_ARGUMENT, "a view at byte_offset ", byte_offset, " of 'base' (at ",
            b.data(), ") would start at an address not aligned to the ", size, "-byte size of ",
            dtype_name(type));
-    *out = to_handle(Tensor::alias(*b.ctx, b, type, s, byte_offset));
+    *out = to_handle(DeviceTensor::alias(*b.ctx, b, type, s, byte_offset));
   });
 }
 
@@ -96,7 +96,7 @@ ampx_status ampx_set_grad_ready_hook(ampx_context ctx, ampx_grad_ready_fn fn, vo
     // Inside the body, so a failure releases the closure before the error
     // is recorded (a release that calls ampx cannot overwrite it).
     PendingRelease pending{user_data, release};
-    Context& c = context_arg(ctx, "ctx");
+    DeviceContext& c = context_arg(ctx, "ctx");
     AutogradState& state = autograd_state(c);
     if (state.notifying || state.in_backward)
       fail(AMPX_ERR_ORDER, "a backward pass or a grad-ready notification is running on this "
@@ -105,7 +105,8 @@ ampx_status ampx_set_grad_ready_hook(ampx_context ctx, ampx_grad_ready_fn fn, vo
     if (fn) {
       auto hook = std::make_shared<ApiHook>(fn, user_data, release);
       pending.release = nullptr;  // the hook owns the closure now
-      installed = add_grad_ready_listener(c, [hook](Tensor& leaf) { call_api_hook(*hook, leaf); });
+      installed =
+          add_grad_ready_listener(c, [hook](DeviceTensor& leaf) { call_api_hook(*hook, leaf); });
     }
     const uint64_t old = state.api_hook_listener;
     state.api_hook_listener = installed;
@@ -115,12 +116,12 @@ ampx_status ampx_set_grad_ready_hook(ampx_context ctx, ampx_grad_ready_fn fn, vo
 
 ampx_status ampx_grad_ready(ampx_tensor param) {
   return guard(__func__, [&] {
-    Tensor& t = tensor_arg(param, "param");
+    DeviceTensor& t = tensor_arg(param, "param");
     if (!t.grad)
       fail(AMPX_ERR_INVALID_ARGUMENT, "'param' (",
            t.name.empty() ? t.describe() : cat("'", t.name, "', ", t.describe()),
            ") has no gradient; attach one with ampx_tensor_set_grad first");
-    Context& c = *t.ctx;
+    DeviceContext& c = *t.ctx;
     // Listeners go with the program's last context reference: none is left.
     if (!c.is_open()) return;
     AutogradState& state = autograd_state(c);

@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 void set_last_error(ampx_status status, const std::string& message) noexcept;
 
@@ -25,7 +25,7 @@ ampx_status guard(const char* function, Body&& body) noexcept {
   try {
     body();
     return AMPX_OK;
-  } catch (const Error& e) {
+  } catch (const StatusError& e) {
     set_last_error(e.status(), std::string(function) + ": " + e.what());
     return e.status();
   } catch (const std::bad_alloc&) {
@@ -46,8 +46,8 @@ T* require_pointer(T* ptr, const char* arg) {
   return ptr;
 }
 
-inline Context& context_arg(ampx_context handle, const char* arg) {
-  auto* ctx = reinterpret_cast<Context*>(require_pointer(handle, arg));
+inline DeviceContext& context_arg(ampx_context handle, const char* arg) {
+  auto* ctx = reinterpret_cast<DeviceContext*>(require_pointer(handle, arg));
   if (ctx->is_live() && ctx->is_open()) return *ctx;
   if (ctx->is_live())
     fail(AMPX_ERR_STALE_HANDLE, "argument '", arg,
@@ -67,16 +67,16 @@ T& object_arg(Handle handle, const char* arg, const char* type_name) {
   fail(AMPX_ERR_STALE_HANDLE, "argument '", arg, "' is not ", type_name);
 }
 
-inline Tensor& tensor_arg(ampx_tensor handle, const char* arg) {
-  return object_arg<Tensor>(handle, arg, "an ampx_tensor");
+inline DeviceTensor& tensor_arg(ampx_tensor handle, const char* arg) {
+  return object_arg<DeviceTensor>(handle, arg, "an ampx_tensor");
 }
 
 // The tensors of a handle array `arg`[0..count-1] (NULL allowed when count
 // is 0), each checked and named "<arg>[i]" in an error.
-inline std::vector<Tensor*> tensor_list_arg(const ampx_tensor* handles, size_t count,
-                                           const char* arg) {
+inline std::vector<DeviceTensor*> tensor_list_arg(const ampx_tensor* handles, size_t count,
+                                                  const char* arg) {
   if (count > 0) require_pointer(handles, arg);
-  std::vector<Tensor*> list;
+  std::vector<DeviceTensor*> list;
   list.reserve(count);
   for (size_t i = 0; i < count; ++i) {
     const std::string name = cat(arg, "[", i, "]");
@@ -92,8 +92,8 @@ inline DType dtype_arg(ampx_dtype value, const char* arg) {
   return static_cast<DType>(value);
 }
 
-inline ampx_tensor to_handle(Tensor* t) { return reinterpret_cast<ampx_tensor>(t); }
-inline ampx_context to_handle(Context* c) { return reinterpret_cast<ampx_context>(c); }
+inline ampx_tensor to_handle(DeviceTensor* t) { return reinterpret_cast<ampx_tensor>(t); }
+inline ampx_context to_handle(DeviceContext* c) { return reinterpret_cast<ampx_context>(c); }
 
 // Reads a caller's options struct: fields beyond its struct_size keep the
 // defaults, so older callers keep working as fields are appended.
@@ -109,4 +109,4 @@ Options read_options(const Options* given, Options defaults, const char* arg) {
   return defaults;
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

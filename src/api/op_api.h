@@ -7,7 +7,7 @@
 #include "autograd/tape.h"
 #include "ops/ops.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 // Runs an op and hands its output to the open scope or the caller.
 template <class Op>
@@ -15,7 +15,7 @@ ampx_status run_op(const char* function, ampx_tensor* out, Op&& op) {
   return guard(function, [&] {
     require_pointer(out, "out");
     TensorRef result(op());
-    Context& ctx = *result->ctx;
+    DeviceContext& ctx = *result->ctx;
     *out = to_handle(deliver(ctx, std::move(result)));
   });
 }
@@ -30,4 +30,4 @@ inline Reduction reduction_arg(ampx_reduction r) {
        "; use AMPX_REDUCTION_MEAN or AMPX_REDUCTION_SUM");
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -3,7 +3,7 @@
 #include "autograd/tape.h"
 #include "core/error.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 // torch.autocast's lists, for the ops ampx has.
@@ -30,9 +30,10 @@ class CastNode final : public Node {
  public:
   const char* name() const override { return "cast"; }
   bool reads_input(size_t) const override { return false; }
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Tensor& source = *inputs[0];
-    TensorRef grad(Tensor::empty(ctx, source.dtype, source.shape));
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& source = *inputs[0];
+    TensorRef grad(DeviceTensor::empty(ctx, source.dtype, source.shape));
     if (grad->numel() > 0)
       ctx.backend().convert(grad->data(), source.dtype, grads[0]->data(), grads[0]->dtype,
                             grad->numel());
@@ -57,28 +58,33 @@ OpClass default_op_class(const std::string& op) {
 
 bool is_known_op(const std::string& op) { return op_table().count(op) != 0; }
 
-Autocast::Autocast(Context& ctx, DType dtype, bool enabled, bool cache)
-    : Object(kLiveMagic, &Autocast::destroy_shell), ctx_(&ctx), dtype_(dtype), enabled_(enabled), cache_(cache) {
+PrecisionPolicy::PrecisionPolicy(DeviceContext& ctx, DType dtype, bool enabled, bool cache)
+    : Object(kLiveMagic, &PrecisionPolicy::destroy_shell),
+      ctx_(&ctx),
+      dtype_(dtype),
+      enabled_(enabled),
+      cache_(cache) {
   ctx.retain();
 }
 
-Autocast::~Autocast() = default;
+PrecisionPolicy::~PrecisionPolicy() = default;
 
-Autocast* Autocast::create(Context& ctx, DType dtype, bool enabled, bool cache) {
+PrecisionPolicy* PrecisionPolicy::create(DeviceContext& ctx, DType dtype, bool enabled,
+                                         bool cache) {
   if (dtype != DType::F16 && dtype != DType::BF16)
     fail(AMPX_ERR_DTYPE, "options.dtype is ", dtype_name(dtype), "; autocast lowers to f16 or bf16");
-  return new Autocast(ctx, dtype, enabled, cache);
+  return new PrecisionPolicy(ctx, dtype, enabled, cache);
 }
 
-void Autocast::release() {
+void PrecisionPolicy::release() {
   if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   magic = kDeadMagic;
-  Context& ctx = *ctx_;
+  DeviceContext& ctx = *ctx_;
   ctx.quarantine(this);
   ctx.release();
 }
 
-OpClass Autocast::op_class(const std::string& op) const {
+OpClass PrecisionPolicy::op_class(const std::string& op) const {
   auto it = overrides_.find(op);
   return it != overrides_.end() ? it->second : default_op_class(op);
 }
@@ -86,18 +92,18 @@ OpClass Autocast::op_class(const std::string& op) const {
 AutocastState::~AutocastState() {
   // Regions still open when the context is released end here, so that the
   // program can release their policies.
-  for (Autocast* policy : stack) {
+  for (PrecisionPolicy* policy : stack) {
     --policy->entered;
     policy->release();
   }
 }
 
-AutocastState& autocast_state(Context& ctx) {
+AutocastState& autocast_state(DeviceContext& ctx) {
   if (!ctx.autocast) ctx.autocast = std::make_unique<AutocastState>();
   return static_cast<AutocastState&>(*ctx.autocast);
 }
 
-void autocast_enter(Autocast& policy) {
+void autocast_enter(PrecisionPolicy& policy) {
   // The region stack retains the policy, which retains the context; on a
   // context the program released, nothing would drop the stack again.
   if (!policy.context().is_open())
@@ -110,7 +116,7 @@ void autocast_enter(Autocast& policy) {
   ++policy.entered;
 }
 
-void autocast_exit(Autocast& policy) {
+void autocast_exit(PrecisionPolicy& policy) {
   AutocastState& state = autocast_state(policy.context());
   if (state.stack.empty() || state.stack.back() != &policy)
     fail(AMPX_ERR_ORDER, state.stack.empty()
@@ -123,12 +129,12 @@ void autocast_exit(Autocast& policy) {
   policy.release();
 }
 
-TensorRef cast_to(Context& ctx, Tensor& x, DType dtype) {
+TensorRef cast_to(DeviceContext& ctx, DeviceTensor& x, DType dtype) {
   if (x.dtype == dtype) {
     x.retain();
     return TensorRef(&x);
   }
-  TensorRef out(Tensor::empty(ctx, dtype, x.shape));
+  TensorRef out(DeviceTensor::empty(ctx, dtype, x.shape));
   if (out->numel() > 0) ctx.backend().convert(out->data(), dtype, x.data(), x.dtype, x.numel());
   if (should_record(ctx, {&x})) {
     auto node = std::make_unique<CastNode>();
@@ -145,7 +151,7 @@ namespace {
 // weights) are cast once per region. An entry made before the last
 // backward is stale -- its tape record is gone and the weights may have
 // been stepped -- and is replaced.
-TensorRef cached_cast(Context& ctx, Autocast& policy, Tensor& x, DType dtype) {
+TensorRef cached_cast(DeviceContext& ctx, PrecisionPolicy& policy, DeviceTensor& x, DType dtype) {
   const bool cacheable = policy.caches() && x.dtype == DType::F32 && x.requires_grad &&
                          !on_tape(ctx, x) && is_floating(dtype);
   if (!cacheable) return cast_to(ctx, x, dtype);
@@ -166,23 +172,23 @@ TensorRef cached_cast(Context& ctx, Autocast& policy, Tensor& x, DType dtype) {
 
 }  // namespace
 
-std::vector<TensorRef> op_inputs(Context& ctx, const std::string& op,
-                                 const std::vector<Tensor*>& inputs) {
+std::vector<TensorRef> op_inputs(DeviceContext& ctx, const std::string& op,
+                                 const std::vector<DeviceTensor*>& inputs) {
   AutocastState& state = autocast_state(ctx);
   // The innermost region decides, as torch.autocast(enabled=False) inside
   // an enabled region turns autocast off there.
-  Autocast* policy = nullptr;
+  PrecisionPolicy* policy = nullptr;
   if (!state.stack.empty() && state.stack.back()->enabled()) policy = state.stack.back();
   const OpClass op_class = policy ? policy->op_class(op) : default_op_class(op);
   std::vector<TensorRef> result;
   DType promoted = DType::F32;
   bool first = true;
-  for (const Tensor* t : inputs) {
+  for (const DeviceTensor* t : inputs) {
     if (!t || !is_floating(t->dtype)) continue;
     promoted = first ? t->dtype : widest(promoted, t->dtype);
     first = false;
   }
-  for (Tensor* t : inputs) {
+  for (DeviceTensor* t : inputs) {
     if (!t) {
       result.emplace_back();
       continue;
@@ -201,4 +207,4 @@ std::vector<TensorRef> op_inputs(Context& ctx, const std::string& op,
   return result;
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

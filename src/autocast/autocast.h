@@ -10,19 +10,19 @@
 #include "core/context.h"
 #include "core/tensor.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 enum class OpClass { LowerPrecision = 1, Fp32 = 2, Promote = 3, Keep = 4 };
 
-class Autocast : public Object {
+class PrecisionPolicy : public Object {
  public:
   static constexpr uint64_t kLiveMagic = 0x414d50582d415554ull;  // "AMPX-AUT"
   static constexpr uint64_t kDeadMagic = 0x646561642d617574ull;  // "dead-aut"
 
-  static Autocast* create(Context& ctx, DType dtype, bool enabled, bool cache);
+  static PrecisionPolicy* create(DeviceContext& ctx, DType dtype, bool enabled, bool cache);
   void release();
 
-  Context& context() const { return *ctx_; }
+  DeviceContext& context() const { return *ctx_; }
   DType dtype() const { return dtype_; }
   bool enabled() const { return enabled_; }
   bool caches() const { return cache_; }
@@ -35,11 +35,11 @@ class Autocast : public Object {
   int entered = 0;  // regions of this policy currently on the stack
 
  private:
-  Autocast(Context& ctx, DType dtype, bool enabled, bool cache);
-  ~Autocast();
-  static void destroy_shell(Object* shell) { delete static_cast<Autocast*>(shell); }
+  PrecisionPolicy(DeviceContext& ctx, DType dtype, bool enabled, bool cache);
+  ~PrecisionPolicy();
+  static void destroy_shell(Object* shell) { delete static_cast<PrecisionPolicy*>(shell); }
 
-  Context* ctx_;
+  DeviceContext* ctx_;
   DType dtype_;
   bool enabled_;
   bool cache_;
@@ -53,24 +53,24 @@ OpClass default_op_class(const std::string& op);
 bool is_known_op(const std::string& op);
 
 struct AutocastState : ContextExtension {
-  std::vector<Autocast*> stack;  // entered regions, innermost last (retained)
+  std::vector<PrecisionPolicy*> stack;  // entered regions, innermost last (retained)
   // Casts of F32 leaves that require grad, by (leaf id, dtype).
   std::unordered_map<uint64_t, TensorRef> cache;
   ~AutocastState() override;
 };
 
-AutocastState& autocast_state(Context& ctx);
-void autocast_enter(Autocast& policy);
-void autocast_exit(Autocast& policy);
+AutocastState& autocast_state(DeviceContext& ctx);
+void autocast_enter(PrecisionPolicy& policy);
+void autocast_exit(PrecisionPolicy& policy);
 
 // `x` converted to `dtype`, recorded on the tape (its backward converts the
 // gradient back); `x` itself when it already has that dtype.
-TensorRef cast_to(Context& ctx, Tensor& x, DType dtype);
+TensorRef cast_to(DeviceContext& ctx, DeviceTensor& x, DType dtype);
 
 // The inputs of op `op` as it must compute on them: cast according to the
 // innermost enabled policy's class for the op (promote ops always promote).
 // Non-floating inputs are passed through.
-std::vector<TensorRef> op_inputs(Context& ctx, const std::string& op,
-                                 const std::vector<Tensor*>& inputs);
+std::vector<TensorRef> op_inputs(DeviceContext& ctx, const std::string& op,
+                                 const std::vector<DeviceTensor*>& inputs);
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -7,22 +7,22 @@
 #include "autograd/tape.h"
 #include "core/error.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 // Calls the program's segment and collects its outputs (op outputs, which
 // the innermost scope -- opened by the caller -- owns), retained.
-std::vector<TensorRef> call_segment(Context& ctx, ampx_segment_fn fn, void* user_data,
-                                    const std::vector<Tensor*>& inputs, size_t output_count) {
+std::vector<TensorRef> call_segment(DeviceContext& ctx, ampx_segment_fn fn, void* user_data,
+                                    const std::vector<DeviceTensor*>& inputs, size_t output_count) {
   std::vector<ampx_tensor> in;
-  for (Tensor* t : inputs) in.push_back(reinterpret_cast<ampx_tensor>(t));
+  for (DeviceTensor* t : inputs) in.push_back(reinterpret_cast<ampx_tensor>(t));
   std::vector<ampx_tensor> out(output_count, nullptr);
   call_status_callback("the checkpointed segment",
                        [&] { return fn(user_data, in.data(), in.size(), out.data(), out.size()); });
   std::vector<TensorRef> result;
   for (size_t i = 0; i < out.size(); ++i) {
-    auto* t = reinterpret_cast<Tensor*>(out[i]);
-    if (!t || t->magic != Tensor::kLiveMagic)
+    auto* t = reinterpret_cast<DeviceTensor*>(out[i]);
+    if (!t || t->magic != DeviceTensor::kLiveMagic)
       fail(AMPX_ERR_INVALID_ARGUMENT, "the checkpointed segment left outputs[", i,
            "] without a tensor");
     if (t->ctx != &ctx)
@@ -37,7 +37,7 @@ std::vector<TensorRef> call_segment(Context& ctx, ampx_segment_fn fn, void* user
 // then puts the program's tape, scope stack and grad mode back, also when
 // body throws.
 template <class Body>
-void on_nested_tape(Context& ctx, bool record, Body&& body) {
+void on_nested_tape(DeviceContext& ctx, bool record, Body&& body) {
   AutogradState& state = autograd_state(ctx);
   std::vector<std::unique_ptr<Node>> outer_tape;
   std::swap(outer_tape, state.tape);
@@ -71,11 +71,11 @@ void on_nested_tape(Context& ctx, bool record, Body&& body) {
 // first run did although backward usually runs after the region closed.
 class AutocastRegionsSwap {
  public:
-  AutocastRegionsSwap(Context& ctx, const std::vector<Autocast*>& regions)
+  AutocastRegionsSwap(DeviceContext& ctx, const std::vector<PrecisionPolicy*>& regions)
       : state_(autocast_state(ctx)) {
-    std::vector<Autocast*> stack;
+    std::vector<PrecisionPolicy*> stack;
     stack.reserve(regions.size());
-    for (Autocast* policy : regions) {
+    for (PrecisionPolicy* policy : regions) {
       policy->refs.fetch_add(1, std::memory_order_relaxed);
       ++policy->entered;
       stack.push_back(policy);
@@ -85,7 +85,7 @@ class AutocastRegionsSwap {
     std::swap(outer_cache_, state_.cache);
   }
   ~AutocastRegionsSwap() {
-    for (Autocast* policy : state_.stack) {
+    for (PrecisionPolicy* policy : state_.stack) {
       --policy->entered;
       policy->release();
     }
@@ -97,7 +97,7 @@ class AutocastRegionsSwap {
 
  private:
   AutocastState& state_;
-  std::vector<Autocast*> outer_stack_;
+  std::vector<PrecisionPolicy*> outer_stack_;
   std::unordered_map<uint64_t, TensorRef> outer_cache_;
 };
 
@@ -108,10 +108,10 @@ class CheckpointNode final : public Node {
   Segment segment;  // its release hook runs when the record is destroyed
   size_t output_count = 0;
   uint64_t random_offset = 0;  // where the first run's random numbers started
-  std::vector<Autocast*> autocast_regions;  // open at the first run (retained)
+  std::vector<PrecisionPolicy*> autocast_regions;  // open at the first run (retained)
 
   ~CheckpointNode() override {
-    for (Autocast* policy : autocast_regions) policy->release();
+    for (PrecisionPolicy* policy : autocast_regions) policy->release();
   }
 
   const char* name() const override { return "checkpoint"; }
@@ -119,17 +119,18 @@ class CheckpointNode final : public Node {
   // through user_data, which are not among this record's inputs.
   bool runs_nested_backward() const override { return true; }
 
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& output_grads) override {
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& output_grads) override {
     std::vector<TensorRef> input_grads(inputs.size());
     on_nested_tape(ctx, true, [&] {
       // Inputs that carry gradients are replaced by leaf copies, whose
       // gradients the nested backward fills; parameters the segment uses
       // directly receive theirs as in any backward.
       std::vector<TensorRef> detached;
-      std::vector<Tensor*> segment_inputs;
+      std::vector<DeviceTensor*> segment_inputs;
       for (TensorRef& in : inputs) {
         if (in && in->requires_grad) {
-          TensorRef copy(Tensor::empty(ctx, in->dtype, in->shape));
+          TensorRef copy(DeviceTensor::empty(ctx, in->dtype, in->shape));
           ctx.backend().copy(copy->data(), in->data(), in->nbytes());
           copy->requires_grad = true;
           segment_inputs.push_back(copy.get());
@@ -154,7 +155,7 @@ class CheckpointNode final : public Node {
       ctx.set_random_offset(resume_offset);
       std::unordered_map<uint64_t, TensorRef> grads;
       for (size_t i = 0; i < outputs.size(); ++i) {
-        Tensor& out = *outputs[i];
+        DeviceTensor& out = *outputs[i];
         if (!output_grads[i]) continue;
         if (on_tape(ctx, out)) {
           output_grads[i]->retain();
@@ -177,8 +178,8 @@ class CheckpointNode final : public Node {
 
 }  // namespace
 
-std::vector<TensorRef> checkpoint(Context& ctx, Segment segment,
-                                  const std::vector<Tensor*>& inputs, size_t output_count) {
+std::vector<TensorRef> checkpoint(DeviceContext& ctx, Segment segment,
+                                  const std::vector<DeviceTensor*>& inputs, size_t output_count) {
   ampx_segment_fn fn = segment.fn;
   void* user_data = segment.user_data;
   if (output_count == 0) fail(AMPX_ERR_INVALID_ARGUMENT, "a segment needs at least one output");
@@ -195,26 +196,26 @@ std::vector<TensorRef> checkpoint(Context& ctx, Segment segment,
   // Recorded whenever grad mode is on: the segment may use parameters that
   // require grad without taking them as inputs.
   auto node = std::make_unique<CheckpointNode>(std::move(segment));
-  for (Tensor* t : inputs) {
+  for (DeviceTensor* t : inputs) {
     t->retain();
     node->inputs.emplace_back(t);
   }
   node->output_count = output_count;
   node->random_offset = random_offset;
   if (ctx.autocast) {
-    for (Autocast* policy : autocast_state(ctx).stack) {
+    for (PrecisionPolicy* policy : autocast_state(ctx).stack) {
       policy->refs.fetch_add(1, std::memory_order_relaxed);
       node->autocast_regions.push_back(policy);
     }
   }
-  std::vector<Tensor*> raw;
+  std::vector<DeviceTensor*> raw;
   for (TensorRef& t : outputs) {
     // An output the segment did not make (one of its inputs, a parameter)
     // must not become this node's output: it gets a copy that does.
     bool made_here = !t->requires_grad && t->tape_generation == 0;
-    for (const Tensor* in : inputs) made_here = made_here && in != t.get();
+    for (const DeviceTensor* in : inputs) made_here = made_here && in != t.get();
     if (!made_here) {
-      TensorRef copy(Tensor::empty(ctx, t->dtype, t->shape));
+      TensorRef copy(DeviceTensor::empty(ctx, t->dtype, t->shape));
       ctx.backend().copy(copy->data(), t->data(), t->nbytes());
       t = std::move(copy);
     }
@@ -224,4 +225,4 @@ std::vector<TensorRef> checkpoint(Context& ctx, Segment segment,
   return outputs;
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

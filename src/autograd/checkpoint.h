@@ -7,7 +7,7 @@
 #include "ampx/ampx.h"
 #include "core/tensor.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 // The program's segment together with the promise made in ampx.h: its
 // release hook runs exactly once, when this object (or the one it was
@@ -39,7 +39,7 @@ class Segment {
 // that recomputes the segment with recording on when the backward pass
 // reaches it; the node then owns `segment`. Returns the outputs, one
 // reference each.
-std::vector<TensorRef> checkpoint(Context& ctx, Segment segment,
-                                  const std::vector<Tensor*>& inputs, size_t output_count);
+std::vector<TensorRef> checkpoint(DeviceContext& ctx, Segment segment,
+                                  const std::vector<DeviceTensor*>& inputs, size_t output_count);
 
-}  // namespace ampx
+}  // namespace ampx::impl

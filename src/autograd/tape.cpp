@@ -9,33 +9,33 @@
 #include "core/backend_nn.h"
 #include "core/error.h"
 
-namespace ampx {
+namespace ampx::impl {
 
-AutogradState& autograd_state(Context& ctx) {
+AutogradState& autograd_state(DeviceContext& ctx) {
   if (!ctx.autograd) ctx.autograd = std::make_unique<AutogradState>();
   return static_cast<AutogradState&>(*ctx.autograd);
 }
 
-bool on_tape(Context& ctx, const Tensor& t) {
+bool on_tape(DeviceContext& ctx, const DeviceTensor& t) {
   return t.tape_generation != 0 && t.tape_generation == autograd_state(ctx).generation;
 }
 
-bool flows_grad(Context& ctx, const Tensor& t) {
+bool flows_grad(DeviceContext& ctx, const DeviceTensor& t) {
   return t.requires_grad && (t.tape_generation == 0 || on_tape(ctx, t));
 }
 
-bool should_record(Context& ctx, const std::vector<Tensor*>& inputs) {
+bool should_record(DeviceContext& ctx, const std::vector<DeviceTensor*>& inputs) {
   // Once the program has released the context, nothing can backpropagate
   // (ampx_backward needs the tape that release dropped), and a record would
   // hold its inputs, which hold the context: it would never be destroyed.
   if (!ctx.is_open()) return false;
   if (!autograd_state(ctx).grad_enabled) return false;
-  for (const Tensor* t : inputs)
+  for (const DeviceTensor* t : inputs)
     if (t && flows_grad(ctx, *t)) return true;
   return false;
 }
 
-void prune_tape(Context& ctx) {
+void prune_tape(DeviceContext& ctx) {
   AutogradState& state = autograd_state(ctx);
   // A listener runs inside the walk, which indexes this very tape (a
   // listener that pops a scope must not free records under it).
@@ -49,20 +49,21 @@ void prune_tape(Context& ctx) {
   state.tape_size_after_prune = state.tape.size();
 }
 
-void prune_tape_if_doubled(Context& ctx) {
+void prune_tape_if_doubled(DeviceContext& ctx) {
   AutogradState& state = autograd_state(ctx);
   if (state.tape.size() >= 64 && state.tape.size() >= 2 * state.tape_size_after_prune)
     prune_tape(ctx);
 }
 
-void record(Context& ctx, std::unique_ptr<Node> node, const std::vector<Tensor*>& outputs) {
+void record(DeviceContext& ctx, std::unique_ptr<Node> node,
+            const std::vector<DeviceTensor*>& outputs) {
   AutogradState& state = autograd_state(ctx);
   prune_tape_if_doubled(ctx);
   // Room first, so nothing below can fail half-way; grown geometrically
   // (reserving size + 1 would reallocate the whole tape at every record).
   if (state.tape.size() == state.tape.capacity())
     state.tape.reserve(std::max<size_t>(64, 2 * state.tape.capacity()));
-  for (Tensor* out : outputs) {
+  for (DeviceTensor* out : outputs) {
     if (!out->tape_token) out->tape_token = std::make_shared<char>(0);
     node->output_ids.push_back(out->id);
     node->output_tokens.push_back(out->tape_token);
@@ -79,14 +80,14 @@ namespace {
 // Adds `grad` into `slot`: takes it when the slot is empty, else sums (into
 // the slot's dtype). A node may hand the same tensor to several inputs (add
 // passes dy to both), so a shared slot is copied before it is summed into.
-void accumulate(Context& ctx, TensorRef& slot, Tensor& grad) {
+void accumulate(DeviceContext& ctx, TensorRef& slot, DeviceTensor& grad) {
   if (!slot) {
     grad.retain();
     slot = TensorRef(&grad);
     return;
   }
   if (slot->refs.load(std::memory_order_acquire) > 1) {
-    TensorRef own(Tensor::empty(ctx, slot->dtype, slot->shape));
+    TensorRef own(DeviceTensor::empty(ctx, slot->dtype, slot->shape));
     ctx.backend().copy(own->data(), slot->data(), slot->nbytes());
     slot = std::move(own);
   }
@@ -94,7 +95,6 @@ void accumulate(Context& ctx, TensorRef& slot, Tensor& grad) {
       .require<NnPrimitives>("backward")
       .add_into(slot->data(), slot->dtype, grad.data(), grad.dtype, grad.numel());
 }
-
 
 void clear_tape(AutogradState& state) {
   state.tape.clear();
@@ -129,7 +129,7 @@ struct GradReadyPlan {
 
 namespace {
 
-void note_received(AutogradState& state, Tensor& leaf) {
+void note_received(AutogradState& state, DeviceTensor& leaf) {
   GradReadyPlan* plan = state.grad_ready_plan;
   if (!plan || leaf.id > plan->newest_leaf_id) return;
   if (!plan->received.insert(leaf.id).second) return;
@@ -139,7 +139,7 @@ void note_received(AutogradState& state, Tensor& leaf) {
   }
 }
 
-void notify_once(Context& ctx, GradReadyPlan& plan, Tensor& leaf) {
+void notify_once(DeviceContext& ctx, GradReadyPlan& plan, DeviceTensor& leaf) {
   if (plan.received.count(leaf.id) == 0) return;  // no gradient reached it
   if (!plan.notified.insert(leaf.id).second) return;
   notify_grad_ready(ctx, leaf);
@@ -147,9 +147,9 @@ void notify_once(Context& ctx, GradReadyPlan& plan, Tensor& leaf) {
 
 // Called after the walk processed tape index n (whether the record ran or
 // not); SIZE_MAX at the end of the walk.
-void notify_due(Context& ctx, GradReadyPlan& plan, size_t n) {
+void notify_due(DeviceContext& ctx, GradReadyPlan& plan, size_t n) {
   while (plan.next < plan.due.size() && (n == SIZE_MAX || plan.due[plan.next].after == n)) {
-    Tensor& leaf = *plan.due[plan.next++].leaf;
+    DeviceTensor& leaf = *plan.due[plan.next++].leaf;
     notify_once(ctx, plan, leaf);
   }
   if (n == plan.barrier || n == SIZE_MAX)
@@ -158,10 +158,10 @@ void notify_due(Context& ctx, GradReadyPlan& plan, size_t n) {
 
 }  // namespace
 
-void accumulate_into_leaf(Context& ctx, Tensor& leaf, Tensor& grad) {
+void accumulate_into_leaf(DeviceContext& ctx, DeviceTensor& leaf, DeviceTensor& grad) {
   NnPrimitives& nn = ctx.backend().require<NnPrimitives>("backward");
   if (!leaf.grad) {
-    TensorRef zeros(Tensor::empty(ctx, leaf.dtype, leaf.shape));
+    TensorRef zeros(DeviceTensor::empty(ctx, leaf.dtype, leaf.shape));
     ctx.backend().fill(zeros->data(), dtype_size(leaf.dtype), 0, zeros->numel());
     leaf.grad = zeros.take();
   }
@@ -169,7 +169,7 @@ void accumulate_into_leaf(Context& ctx, Tensor& leaf, Tensor& grad) {
   note_received(autograd_state(ctx), leaf);
 }
 
-uint64_t add_grad_ready_listener(Context& ctx, GradReadyListener listener) {
+uint64_t add_grad_ready_listener(DeviceContext& ctx, GradReadyListener listener) {
   AutogradState& state = autograd_state(ctx);
   state.grad_ready_listeners.reserve(state.grad_ready_listeners.size() + 1);
   const uint64_t id = ++state.last_listener_id;
@@ -177,7 +177,7 @@ uint64_t add_grad_ready_listener(Context& ctx, GradReadyListener listener) {
   return id;
 }
 
-bool remove_grad_ready_listener(Context& ctx, uint64_t id) {
+bool remove_grad_ready_listener(DeviceContext& ctx, uint64_t id) {
   auto& listeners = autograd_state(ctx).grad_ready_listeners;
   for (auto it = listeners.begin(); it != listeners.end(); ++it) {
     if (it->first != id) continue;
@@ -189,7 +189,7 @@ bool remove_grad_ready_listener(Context& ctx, uint64_t id) {
   return false;
 }
 
-void notify_grad_ready(Context& ctx, Tensor& leaf) {
+void notify_grad_ready(DeviceContext& ctx, DeviceTensor& leaf) {
   AutogradState& state = autograd_state(ctx);
   if (state.notifying)
     fail(AMPX_ERR_ORDER, "a grad-ready listener is already running on this context; listeners "
@@ -243,7 +243,7 @@ void for_each_running_node(AutogradState& state, std::unordered_set<uint64_t> ne
   }
 }
 
-void check_saved_memory(AutogradState& state, const Tensor& loss) {
+void check_saved_memory(AutogradState& state, const DeviceTensor& loss) {
   for_each_running_node(state, {loss.id}, [](size_t, const Node& node) {
     for (const auto& [storage, version] : node.saved_versions)
       if (storage->version() != version)
@@ -255,8 +255,9 @@ void check_saved_memory(AutogradState& state, const Tensor& loss) {
   });
 }
 
-std::unique_ptr<GradReadyPlan> plan_grad_ready(Context& ctx, AutogradState& state,
-                                               const std::unordered_map<uint64_t, TensorRef>& grads) {
+std::unique_ptr<GradReadyPlan> plan_grad_ready(
+    DeviceContext& ctx, AutogradState& state,
+    const std::unordered_map<uint64_t, TensorRef>& grads) {
   auto plan = std::make_unique<GradReadyPlan>();
   plan->newest_leaf_id = ctx.next_tensor_id();  // ids only grow: later tensors have larger ones
   std::unordered_set<uint64_t> seeds;
@@ -265,7 +266,7 @@ std::unique_ptr<GradReadyPlan> plan_grad_ready(Context& ctx, AutogradState& stat
   for_each_running_node(state, std::move(seeds), [&](size_t n, Node& node) {
     if (node.runs_nested_backward()) plan->barrier = n;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
-      Tensor* input = node.inputs[i].get();
+      DeviceTensor* input = node.inputs[i].get();
       if (!input || !flows_grad(ctx, *input) || on_tape(ctx, *input)) continue;
       const auto [it, fresh] = slot.emplace(input->id, plan->due.size());
       if (fresh) {
@@ -292,7 +293,7 @@ std::unique_ptr<GradReadyPlan> plan_grad_ready(Context& ctx, AutogradState& stat
 
 }  // namespace
 
-void run_backward(Context& ctx, std::unordered_map<uint64_t, TensorRef>& grads) {
+void run_backward(DeviceContext& ctx, std::unordered_map<uint64_t, TensorRef>& grads) {
   AutogradState& state = autograd_state(ctx);
   // Only the outermost walk notifies: a nested one (a checkpoint's
   // recompute) cannot know whether the outer walk reaches its leaves again.
@@ -312,7 +313,7 @@ void run_backward(Context& ctx, std::unordered_map<uint64_t, TensorRef>& grads) 
   // swaps this vector out and back.
   for (size_t n = state.tape.size(); n-- > 0;) {
     Node& node = *state.tape[n];
-    std::vector<Tensor*> output_grads;
+    std::vector<DeviceTensor*> output_grads;
     bool any = false;
     for (uint64_t id : node.output_ids) {
       auto found = grads.find(id);
@@ -331,7 +332,7 @@ void run_backward(Context& ctx, std::unordered_map<uint64_t, TensorRef>& grads) 
       for (uint64_t id : node.output_ids) grads.erase(id);  // no longer needed
       for (size_t i = 0; i < node.inputs.size() && i < input_grads.size(); ++i) {
         if (!node.inputs[i] || !input_grads[i]) continue;
-        Tensor& input = *node.inputs[i];
+        DeviceTensor& input = *node.inputs[i];
         if (!flows_grad(ctx, input)) continue;
         if (on_tape(ctx, input))
           accumulate(ctx, grads[input.id], *input_grads[i]);
@@ -344,13 +345,13 @@ void run_backward(Context& ctx, std::unordered_map<uint64_t, TensorRef>& grads) 
   if (plan) notify_due(ctx, *plan, SIZE_MAX);
 }
 
-void backward(Tensor& loss, Scaler* scaler) {
-  Context& ctx = *loss.ctx;
+void backward(DeviceTensor& loss, LossScaler* scaler) {
+  DeviceContext& ctx = *loss.ctx;
   // Held for the whole pass: a hook or a segment that releases the
   // program's last context reference would otherwise drop the state this
   // walk reads; the drop then happens when the pass is over.
   struct HandleHeld {
-    Context& ctx;
+    DeviceContext& ctx;
     bool held;
     ~HandleHeld() {
       if (held) ctx.release_handle();
@@ -385,7 +386,7 @@ void backward(Tensor& loss, Scaler* scaler) {
 
   Backend& backend = ctx.backend();
   std::unordered_map<uint64_t, TensorRef> grads;
-  TensorRef seed(Tensor::empty(ctx, loss.dtype, loss.shape));
+  TensorRef seed(DeviceTensor::empty(ctx, loss.dtype, loss.shape));
   if (scaler)
     backend.convert(seed->data(), loss.dtype, scaler->scale_tensor().data(), DType::F32, 1);
   else
@@ -395,9 +396,9 @@ void backward(Tensor& loss, Scaler* scaler) {
   run_backward(ctx, grads);
 }
 
-Tensor* deliver(Context& ctx, TensorRef output) {
+DeviceTensor* deliver(DeviceContext& ctx, TensorRef output) {
   AutogradState& state = autograd_state(ctx);
-  Tensor* handle = output.get();
+  DeviceTensor* handle = output.get();
   if (!state.scopes.empty()) {
     state.scopes.back().push_back(std::move(output));
     return handle;
@@ -405,4 +406,4 @@ Tensor* deliver(Context& ctx, TensorRef output) {
   return output.take();
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -19,9 +19,9 @@
 #include "core/context.h"
 #include "core/tensor.h"
 
-namespace ampx {
+namespace ampx::impl {
 
-class Scaler;
+class LossScaler;
 
 class Node {
  public:
@@ -30,14 +30,17 @@ class Node {
   // Given the gradients of the outputs (nullptr for an output no gradient
   // reached), returns the gradients of `inputs`, in order (an empty ref for
   // an input that gets none). Each has its input's shape and dtype.
-  virtual std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& output_grads) = 0;
+  virtual std::vector<TensorRef> backward(DeviceContext& ctx,
+                                          const std::vector<DeviceTensor*>& output_grads) = 0;
 
   // Whether backward reads input i's values (not just its shape): record()
   // notes the memory of those inputs (saves), so backward can refuse to run
   // on values written in place since. An op that keeps its output for
   // backward calls saves() on it too.
   virtual bool reads_input(size_t) const { return true; }
-  void saves(const Tensor& t) { saved_versions.emplace_back(t.storage.get(), t.storage->version()); }
+  void saves(const DeviceTensor& t) {
+    saved_versions.emplace_back(t.storage.get(), t.storage->version());
+  }
 
   // Whether backward runs a nested tape (checkpointing recomputes its
   // segment), which may accumulate into leaves that are not among `inputs`:
@@ -52,7 +55,7 @@ class Node {
 
 // Told that `leaf`'s gradient is final for the backward pass that runs (its
 // last accumulation is enqueued). Throwing stops that backward.
-using GradReadyListener = std::function<void(Tensor& leaf)>;
+using GradReadyListener = std::function<void(DeviceTensor& leaf)>;
 
 struct GradReadyPlan;  // tape.cpp
 
@@ -75,58 +78,59 @@ struct AutogradState : ContextExtension {
   GradReadyPlan* grad_ready_plan = nullptr;  // of the outermost walk, while it runs
 };
 
-AutogradState& autograd_state(Context& ctx);
+AutogradState& autograd_state(DeviceContext& ctx);
 
 // Whether an op with these inputs would be recorded.
-bool should_record(Context& ctx, const std::vector<Tensor*>& inputs);
+bool should_record(DeviceContext& ctx, const std::vector<DeviceTensor*>& inputs);
 
 // Records `node` (whose inputs are set) as the maker of `outputs`, which then
 // require grad. Call only when should_record said so.
-void record(Context& ctx, std::unique_ptr<Node> node, const std::vector<Tensor*>& outputs);
+void record(DeviceContext& ctx, std::unique_ptr<Node> node,
+            const std::vector<DeviceTensor*>& outputs);
 
 // Whether `t` was made by an op on the current tape.
-bool on_tape(Context& ctx, const Tensor& t);
+bool on_tape(DeviceContext& ctx, const DeviceTensor& t);
 
 // Whether gradients flow into `t`: a leaf that requires grad, or an output
 // of the current tape (an output of a cleared tape is a constant).
-bool flows_grad(Context& ctx, const Tensor& t);
+bool flows_grad(DeviceContext& ctx, const DeviceTensor& t);
 
 // Drops the records none of whose outputs the program can still reach (a
 // forward that was never backpropagated), so evaluation loops with
 // recording on do not grow. Records are dropped newest first, so releasing
 // one record's inputs frees the older records they came from in one pass.
-void prune_tape(Context& ctx);
+void prune_tape(DeviceContext& ctx);
 
 // prune_tape when the tape has doubled since the last one (and holds 64
 // records or more): amortised, one pass per doubling, for callers that run
 // often (every record, every inner scope's pop).
-void prune_tape_if_doubled(Context& ctx);
+void prune_tape_if_doubled(DeviceContext& ctx);
 
 // ampx_backward: seeds with the scaler's scale (or 1), accumulates into
 // leaves, clears the tape (also when it fails).
-void backward(Tensor& loss, Scaler* scaler);
+void backward(DeviceTensor& loss, LossScaler* scaler);
 
 // Subscribes to grad-ready notifications (ampx_backward's, and the
 // program's ampx_grad_ready); returns an id for remove_grad_ready_listener.
 // Listeners run in subscription order on the thread running backward.
-uint64_t add_grad_ready_listener(Context& ctx, GradReadyListener listener);
+uint64_t add_grad_ready_listener(DeviceContext& ctx, GradReadyListener listener);
 // Drops a listener (destroying its callable); false when the id is unknown.
-bool remove_grad_ready_listener(Context& ctx, uint64_t id);
+bool remove_grad_ready_listener(DeviceContext& ctx, uint64_t id);
 
 // Runs every listener for `leaf`, with grad mode off and the tape protected
 // from pruning; rethrows what a listener throws. Refused (ORDER) while a
 // listener already runs.
-void notify_grad_ready(Context& ctx, Tensor& leaf);
+void notify_grad_ready(DeviceContext& ctx, DeviceTensor& leaf);
 
 // leaf.grad += grad (creating a zero gradient of the leaf's dtype first).
-void accumulate_into_leaf(Context& ctx, Tensor& leaf, Tensor& grad);
+void accumulate_into_leaf(DeviceContext& ctx, DeviceTensor& leaf, DeviceTensor& grad);
 
 // Walks the current tape from newest to oldest, starting from `grads`
 // (gradients of tape outputs, by tensor id), accumulating into leaves.
-void run_backward(Context& ctx, std::unordered_map<uint64_t, TensorRef>& grads);
+void run_backward(DeviceContext& ctx, std::unordered_map<uint64_t, TensorRef>& grads);
 
 // Hands a new op output to the innermost scope, if one is open; returns the
 // handle the program gets (borrowed from the scope, or owned).
-Tensor* deliver(Context& ctx, TensorRef output);
+DeviceTensor* deliver(DeviceContext& ctx, TensorRef output);
 
-}  // namespace ampx
+}  // namespace ampx::impl

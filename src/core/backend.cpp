@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 const char* capability_name(Capability capability) {
   switch (capability) {
@@ -57,4 +57,4 @@ void Backend::convert(void* dst, DType dst_type, const void* src, DType src_type
   if (count > 0) run_convert(dst, dst_type, src, src_type, count);
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

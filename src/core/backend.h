@@ -19,7 +19,7 @@
 //  - pointers are device pointers of this backend (host pointers for the CPU);
 //  - work is enqueued in order on the backend's compute stream unless the
 //    comment says the call completes before returning;
-//  - failures are reported by throwing ampx::Error (see error.h).
+//  - failures are reported by throwing ampx::impl::StatusError (see error.h).
 #pragma once
 
 #include <cstddef>
@@ -30,7 +30,7 @@
 #include "ampx/ampx.h"
 #include "core/dtype.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 // Raw memory of one device. Implementations need not be thread-safe: the
 // context serialises calls.
@@ -194,4 +194,4 @@ std::unique_ptr<Backend> create_backend(const BackendOptions& options);
 // Number of usable CUDA devices (0 without the CUDA backend).
 int32_t cuda_device_count();
 
-}  // namespace ampx
+}  // namespace ampx::impl

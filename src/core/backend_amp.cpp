@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 void check_float_tensors(const char* primitive, const std::vector<TensorSpan>& tensors) {
@@ -66,7 +66,7 @@ void check_params(const char* primitive, const std::vector<OptimParam>& params,
     if (p.count == 0) continue;
     if (p.param == nullptr || p.grad == nullptr)
       fail(AMPX_ERR_INVALID_ARGUMENT, primitive, ": parameter ", i, " lacks its data or gradient");
-    float* const state[3] = {p.state0, p.state1, p.state2};
+    float* const state[3] = {p.momentum, p.exp_avg_sq, p.max_exp_avg_sq};
     for (int s = 0; s < 3; ++s)
       if (needs_state[s] && state[s] == nullptr)
         fail(AMPX_ERR_INVALID_ARGUMENT, primitive, ": parameter ", i, " has no state", s,
@@ -160,4 +160,4 @@ void AmpPrimitives::adam_step(const std::vector<OptimParam>& params, const math:
   run_adam_step(params, config, scalars);
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -13,7 +13,7 @@
 #include "math/amp.h"
 #include "math/optim.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 // One tensor of a multi-tensor operation: `count` elements of `dtype` at
 // `data` (device memory).
@@ -32,9 +32,9 @@ struct OptimParam {
   float* master;     // fp32 master copy; nullptr when param_dtype is F32
   const void* grad;  // gradient (already unscaled), of grad_dtype
   DType grad_dtype;
-  float* state0;        // SGD momentum buffer / Adam exp_avg; nullptr if unused
-  float* state1;        // Adam exp_avg_sq
-  float* state2;        // Adam max_exp_avg_sq (amsgrad); nullptr otherwise
+  float* momentum;        // SGD momentum buffer / Adam exp_avg; nullptr if unused
+  float* exp_avg_sq;      // Adam; nullptr for SGD
+  float* max_exp_avg_sq;  // Adam with amsgrad; nullptr otherwise
   const int64_t* step;  // device: steps taken by this parameter, this one included
   int64_t count;
   int32_t group;
@@ -114,4 +114,4 @@ class AmpPrimitives : public BackendCapability {
                              const StepScalars& scalars) = 0;
 };
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -3,7 +3,7 @@
 
 #include "core/error.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 void check_gemm_args(const GemmArgs& g) {
   if (g.batch < 0 || g.m < 0 || g.n < 0 || g.k < 0)
@@ -29,4 +29,4 @@ void GemmPrimitives::gemm(const GemmArgs& args) {
   run_gemm(args);
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -5,7 +5,7 @@
 
 #include "core/backend.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 // C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b] for b < batch, row-major,
 // accumulated in fp32 at least. op(A) is m x k (A is k x m when trans_a),
@@ -51,4 +51,4 @@ class GemmPrimitives : public BackendCapability {
   virtual void run_gemm(const GemmArgs& args) = 0;
 };
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 void require_float(const char* primitive, DType t) {
@@ -174,4 +174,4 @@ void NnPrimitives::check_indices(const void* indices, DType type, int64_t count,
   run_check_indices(indices, type, count, check, valid, record);
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -14,7 +14,7 @@
 
 #include "core/backend.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 // Element-wise functions of the ops; their math is in kernels/math/activations.h.
 enum class UnaryOp { Relu, Gelu, GeluTanh, Silu, Sigmoid, Tanh };
@@ -214,4 +214,4 @@ class NnPrimitives : public BackendCapability {
                                  const IndexCheck& check, float* valid, int64_t* record) = 0;
 };
 
-}  // namespace ampx
+}  // namespace ampx::impl

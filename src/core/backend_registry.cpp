@@ -7,7 +7,7 @@
 #include "backend/cuda/cuda_backend.h"
 #endif
 
-namespace ampx {
+namespace ampx::impl {
 
 std::unique_ptr<Backend> create_backend(const BackendOptions& options) {
   switch (options.device_type) {
@@ -33,4 +33,4 @@ int32_t cuda_device_count() {
 #endif
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 constexpr size_t kIndexRecordBytes = kRecordFields * sizeof(int64_t);
@@ -45,7 +45,7 @@ class HookAllocator final : public Allocator {
 
 }  // namespace
 
-Context* Context::create(const ampx_context_options& options) {
+DeviceContext* DeviceContext::create(const ampx_context_options& options) {
   if (options.device_type != AMPX_DEVICE_CPU && options.device_type != AMPX_DEVICE_CUDA)
     fail(AMPX_ERR_INVALID_ARGUMENT, "options.device_type is ", static_cast<int>(options.device_type),
          "; expected AMPX_DEVICE_CPU (1) or AMPX_DEVICE_CUDA (2)");
@@ -75,10 +75,10 @@ Context* Context::create(const ampx_context_options& options) {
   return create_with_backend(options, create_backend(backend_options));
 }
 
-Context* Context::create_with_backend(const ampx_context_options& options,
-                                      std::unique_ptr<Backend> backend) {
+DeviceContext* DeviceContext::create_with_backend(const ampx_context_options& options,
+                                                  std::unique_ptr<Backend> backend) {
   if (!backend) fail(AMPX_ERR_INTERNAL, "a context needs a backend");
-  auto* ctx = new Context();
+  auto* ctx = new DeviceContext();
   ctx->backend_ = std::move(backend);
   try {
     if (options.allocator.alloc)
@@ -97,7 +97,7 @@ Context* Context::create_with_backend(const ampx_context_options& options,
   return ctx;
 }
 
-Context::~Context() {
+DeviceContext::~DeviceContext() {
   magic_ = kDeadMagic;
   autograd.reset();
   autocast.reset();
@@ -111,7 +111,7 @@ Context::~Context() {
 
 // Made when the context is created; 40 bytes of the library's own, outside
 // the memory statistics and the host's allocator hooks.
-int64_t* Context::index_record() {
+int64_t* DeviceContext::index_record() {
   if (index_record_) return index_record_;
   if (backend_->synchronous()) {
     std::fill(std::begin(host_record_), std::end(host_record_), int64_t{-1});
@@ -132,7 +132,7 @@ int64_t* Context::index_record() {
   return index_record_;
 }
 
-void Context::raise_index_errors() {
+void DeviceContext::raise_index_errors() {
   if (!index_record_) return;
   int64_t found[kRecordFields];
   backend_->copy_to_host(found, index_record_, kIndexRecordBytes);
@@ -152,23 +152,23 @@ void Context::raise_index_errors() {
        " but there are ", found[kRecordLimit], " classes and it is not ignore_index", later);
 }
 
-void Context::check_indices(NnPrimitives& nn, const void* indices, DType type, int64_t count,
-                            IndexCheck check, float* valid) {
+void DeviceContext::check_indices(NnPrimitives& nn, const void* indices, DType type, int64_t count,
+                                  IndexCheck check, float* valid) {
   check.call = next_checked_call();
   nn.check_indices(indices, type, count, check, valid, index_record());
   if (backend_->synchronous()) raise_index_errors();
 }
 
-void Context::read_to_host(void* host_dst, const void* src, size_t bytes) {
+void DeviceContext::read_to_host(void* host_dst, const void* src, size_t bytes) {
   raise_index_errors();
   backend_->copy_to_host(host_dst, src, bytes);
 }
 
-void Context::release() {
+void DeviceContext::release() {
   if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
 }
 
-bool Context::release_handle() {
+bool DeviceContext::release_handle() {
   int64_t refs = handle_refs_.load(std::memory_order_acquire);
   do {
     if (refs <= 0) return false;
@@ -183,7 +183,7 @@ bool Context::release_handle() {
   return true;
 }
 
-void* Context::allocate(size_t bytes) {
+void* DeviceContext::allocate(size_t bytes) {
   std::lock_guard<std::mutex> lock(memory_mutex_);
   void* ptr = allocator_->allocate(bytes);
   if (!ptr)
@@ -196,25 +196,25 @@ void* Context::allocate(size_t bytes) {
   return ptr;
 }
 
-void Context::deallocate(void* ptr, size_t bytes) {
+void DeviceContext::deallocate(void* ptr, size_t bytes) {
   std::lock_guard<std::mutex> lock(memory_mutex_);
   allocator_->deallocate(ptr, bytes);
   stats_.current_bytes -= bytes;
 }
 
-MemoryStats Context::memory_stats() {
+MemoryStats DeviceContext::memory_stats() {
   std::lock_guard<std::mutex> lock(memory_mutex_);
   MemoryStats stats = stats_;
   stats.reserved_bytes = std::max(allocator_->reserved_bytes(), stats.current_bytes);
   return stats;
 }
 
-void Context::reset_peak() {
+void DeviceContext::reset_peak() {
   std::lock_guard<std::mutex> lock(memory_mutex_);
   stats_.peak_bytes = stats_.current_bytes;
 }
 
-void Context::quarantine(Object* shell) {
+void DeviceContext::quarantine(Object* shell) {
   Object* evicted = nullptr;
   {
     std::lock_guard<std::mutex> lock(memory_mutex_);
@@ -227,4 +227,4 @@ void Context::quarantine(Object* shell) {
   if (evicted) evicted->destroy(evicted);
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

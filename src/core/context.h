@@ -17,7 +17,7 @@
 #include "core/backend.h"
 #include "core/backend_nn.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 // The base of every object a handle points to (tensors, optimizers,
 // scalers, autocast policies): a type tag checked on every API call, and a
@@ -52,19 +52,19 @@ struct ContextExtension {
   virtual ~ContextExtension() = default;
 };
 
-class Context {
+class DeviceContext {
  public:
   static constexpr uint64_t kLiveMagic = 0x414d50582d435458ull;  // "AMPX-CTX"
   static constexpr uint64_t kDeadMagic = 0x646561642d637478ull;  // "dead-ctx"
 
   // Validates options (already merged with defaults) and creates the backend.
-  static Context* create(const ampx_context_options& options);
+  static DeviceContext* create(const ampx_context_options& options);
   // A context on a backend made by the caller (a backend that is not built
   // in, such as the tests' core-only one), with options create() has
   // validated; their device fields are not read. Takes over the backend,
   // also when it throws.
-  static Context* create_with_backend(const ampx_context_options& options,
-                                      std::unique_ptr<Backend> backend);
+  static DeviceContext* create_with_backend(const ampx_context_options& options,
+                                            std::unique_ptr<Backend> backend);
 
   bool is_live() const { return magic_ == kLiveMagic; }
   bool is_dead() const { return magic_ == kDeadMagic; }
@@ -139,8 +139,8 @@ class Context {
   void quarantine(Object* shell);
 
  private:
-  Context() = default;
-  ~Context();
+  DeviceContext() = default;
+  ~DeviceContext();
 
   uint64_t magic_ = kLiveMagic;
   std::atomic<int64_t> refs_{1};
@@ -162,4 +162,4 @@ class Context {
   std::deque<Object*> quarantine_;
 };
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -27,7 +27,7 @@
 #define AMPX_X86_DISPATCH 0
 #endif
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 using Kernel = void (*)(void* dst, const void* src, int64_t count);
@@ -370,4 +370,4 @@ uint64_t element_bits_from_double(DType type, double value) {
   return 0;
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

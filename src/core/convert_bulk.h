@@ -14,7 +14,7 @@
 
 #include "core/dtype.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 enum class CpuIsa { Scalar, Avx2, Avx512 };
 
@@ -40,11 +40,11 @@ CpuIsa resolve_cpu_isa(CpuIsa best, const char* request);
 // Converts `count` elements from `src` (of type src_type) to `dst` (of type
 // dst_type). Pointers need no alignment beyond one byte; the two arrays must
 // not overlap unless the types are equal (then it is a memmove).
-// count < 0 throws ampx::Error(AMPX_ERR_INVALID_ARGUMENT).
+// count < 0 throws ampx::impl::StatusError(AMPX_ERR_INVALID_ARGUMENT).
 void convert_bulk(void* dst, DType dst_type, const void* src, DType src_type, int64_t count);
 
 // The same with a chosen instruction set, for tests and benchmarks; throws
-// ampx::Error(AMPX_ERR_NOT_SUPPORTED) when the CPU does not support `isa`.
+// ampx::impl::StatusError(AMPX_ERR_NOT_SUPPORTED) when the CPU does not support `isa`.
 void convert_bulk_with(CpuIsa isa, void* dst, DType dst_type, const void* src,
                        DType src_type, int64_t count);
 
@@ -55,4 +55,4 @@ void convert_bulk_with(CpuIsa isa, void* dst, DType dst_type, const void* src,
 // the element, which is how fill uses it.
 uint64_t element_bits_from_double(DType type, double value);
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -8,14 +8,14 @@
 
 #include "core/error.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 // What an exported DLManagedTensor points back to: the tensor it keeps alive
 // and the shape/strides arrays DLTensor borrows.
 struct ExportedTensor {
   DLManagedTensor managed{};
-  Tensor* tensor = nullptr;
+  DeviceTensor* tensor = nullptr;
   int64_t shape[kMaxDims] = {};
   int64_t strides[kMaxDims] = {};
 };
@@ -51,7 +51,7 @@ DType ampx_type(const DLDataType& t) {
        static_cast<int>(t.bits), " bits has no ampx_dtype");
 }
 
-void check_dlpack_device(Context& ctx, const DLDevice& device) {
+void check_dlpack_device(DeviceContext& ctx, const DLDevice& device) {
   const int32_t index = ctx.backend().device_index();
   const bool on_cpu = ctx.backend().device_type() == AMPX_DEVICE_CPU;
   const bool matches = on_cpu ? device.device_type == kDLCPU
@@ -71,7 +71,7 @@ void release_imported(void* managed, void*) {
 
 }  // namespace
 
-DLManagedTensor* export_dlpack(Tensor& t) {
+DLManagedTensor* export_dlpack(DeviceTensor& t) {
   auto exported = std::make_unique<ExportedTensor>();
   int64_t stride = 1;
   for (int32_t i = t.shape.ndim - 1; i >= 0; --i) {
@@ -97,7 +97,7 @@ DLManagedTensor* export_dlpack(Tensor& t) {
   return &exported.release()->managed;
 }
 
-Tensor* import_dlpack(Context& c, DLManagedTensor& src) {
+DeviceTensor* import_dlpack(DeviceContext& c, DLManagedTensor& src) {
   const DLTensor& dl = src.dl_tensor;
   check_dlpack_device(c, dl.device);
   const DType type = ampx_type(dl.dtype);
@@ -125,9 +125,9 @@ Tensor* import_dlpack(Context& c, DLManagedTensor& src) {
     c.backend().check_device_pointer(data, "DLPack data");
   }
   auto storage = Storage::external(c, data, bytes);
-  Tensor* t = Tensor::create(c, type, shape, storage);
+  DeviceTensor* t = DeviceTensor::create(c, type, shape, storage);
   storage->set_release(release_imported, &src);
   return t;
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -5,16 +5,16 @@
 
 #include "core/tensor.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 // A DLManagedTensor sharing t's memory (data = the allocation, byte_offset
 // = a view's offset) that holds a reference to t until its deleter runs.
-DLManagedTensor* export_dlpack(Tensor& t);
+DLManagedTensor* export_dlpack(DeviceTensor& t);
 
 // A tensor sharing src's memory; it calls src.deleter when destroyed. src
 // must be on ctx's device, dense row-major and of a type ampx has; on
 // error (DEVICE, NOT_SUPPORTED, DTYPE, SHAPE, INVALID_ARGUMENT) src is
 // untouched and still the caller's.
-Tensor* import_dlpack(Context& ctx, DLManagedTensor& src);
+DeviceTensor* import_dlpack(DeviceContext& ctx, DLManagedTensor& src);
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -7,7 +7,7 @@
 
 #include "ampx/ampx.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 enum class DType : int32_t {
   F32 = AMPX_F32,
@@ -65,4 +65,4 @@ decltype(auto) visit_floating(DType t, Fn&& fn) {
   fail_not_floating(t);
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -1,6 +1,6 @@
 // error.h -- how failures travel inside the library.
 //
-// Internal code throws ampx::Error (a status plus a message); the C entry
+// Internal code throws ampx::impl::StatusError (a status plus a message); the C entry
 // points in src/api catch everything and turn it into a status and the
 // thread's last-error message. Messages name the argument and the values
 // involved; the entry point prefixes the function name.
@@ -14,11 +14,11 @@
 
 #include "ampx/ampx.h"
 
-namespace ampx {
+namespace ampx::impl {
 
-class Error : public std::runtime_error {
+class StatusError : public std::runtime_error {
  public:
-  Error(ampx_status status, const std::string& message)
+  StatusError(ampx_status status, const std::string& message)
       : std::runtime_error(message), status_(status) {}
   ampx_status status() const { return status_; }
 
@@ -36,7 +36,7 @@ std::string cat(Parts&&... parts) {
 
 template <class... Parts>
 [[noreturn]] void fail(ampx_status status, Parts&&... parts) {
-  throw Error(status, cat(std::forward<Parts>(parts)...));
+  throw StatusError(status, cat(std::forward<Parts>(parts)...));
 }
 
 // The number of errors set on the calling thread so far (by a failing ampx
@@ -44,7 +44,7 @@ template <class... Parts>
 uint64_t thread_error_count() noexcept;
 
 // Calls a callback of the program that returns an ampx_status (a
-// checkpoint segment, a gradient hook) and throws its failure as an Error.
+// checkpoint segment, a gradient hook) and throws its failure as a StatusError.
 // The message is the one set while the callback ran -- through
 // ampx_set_error or by an ampx call inside it that failed -- or, when it
 // set none, says so: the thread's last error then belongs to some earlier
@@ -61,4 +61,4 @@ void call_status_callback(const char* what, Callback&& callback) {
        " without a message (it neither called ampx_set_error nor had an ampx call fail)");
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

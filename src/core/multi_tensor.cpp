@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 std::vector<Chunk> plan_chunks(const std::vector<int64_t>& counts, int64_t chunk_size) {
   if (chunk_size < 1) fail(AMPX_ERR_INTERNAL, "plan_chunks: chunk_size is ", chunk_size);
@@ -28,12 +28,12 @@ std::vector<Chunk> plan_chunks(const std::vector<int64_t>& counts, int64_t chunk
   return chunks;
 }
 
-std::vector<Launch> plan_launches(const std::vector<Chunk>& chunks, int max_chunks,
-                                  int max_tensors) {
+std::vector<PlannedLaunch> plan_launches(const std::vector<Chunk>& chunks, int max_chunks,
+                                         int max_tensors) {
   if (max_chunks < 1 || max_tensors < 1)
     fail(AMPX_ERR_INTERNAL, "plan_launches: max_chunks is ", max_chunks, " and max_tensors is ",
          max_tensors, "; both must be at least 1");
-  std::vector<Launch> launches;
+  std::vector<PlannedLaunch> launches;
   for (const Chunk& chunk : chunks) {
     bool new_tensor = launches.empty() || launches.back().tensors.back() != chunk.tensor;
     if (launches.empty() || launches.back().chunks.size() == static_cast<size_t>(max_chunks) ||
@@ -41,7 +41,7 @@ std::vector<Launch> plan_launches(const std::vector<Chunk>& chunks, int max_chun
       launches.emplace_back();
       new_tensor = true;
     }
-    Launch& launch = launches.back();
+    PlannedLaunch& launch = launches.back();
     if (new_tensor) launch.tensors.push_back(chunk.tensor);
     launch.chunks.push_back(
         {static_cast<int32_t>(launch.tensors.size() - 1), chunk.begin, chunk.end});
@@ -63,4 +63,4 @@ std::vector<int64_t> element_counts(const std::vector<OptimParam>& params) {
   return counts;
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -18,7 +18,7 @@
 
 #include "core/backend_amp.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 // Elements [begin, end) of tensor number `tensor` of the list.
 struct Chunk {
@@ -43,7 +43,7 @@ struct LaunchChunk {
 
 // One kernel launch: the tensors whose addresses its argument block carries
 // and the chunks it processes.
-struct Launch {
+struct PlannedLaunch {
   std::vector<int64_t> tensors;     // indices into the operation's list, in order
   std::vector<LaunchChunk> chunks;  // in plan order
 };
@@ -52,11 +52,11 @@ struct Launch {
 // chunks and max_tensors tensors each. A launch ends only when the next chunk
 // would exceed one of the limits; a tensor split between two launches
 // appears in both. Throws AMPX_ERR_INTERNAL when a limit is below 1.
-std::vector<Launch> plan_launches(const std::vector<Chunk>& chunks, int max_chunks,
-                                  int max_tensors);
+std::vector<PlannedLaunch> plan_launches(const std::vector<Chunk>& chunks, int max_chunks,
+                                         int max_tensors);
 
 // The element counts of a list, for plan_chunks.
 std::vector<int64_t> element_counts(const std::vector<TensorSpan>& tensors);
 std::vector<int64_t> element_counts(const std::vector<OptimParam>& params);
 
-}  // namespace ampx
+}  // namespace ampx::impl

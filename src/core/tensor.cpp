@@ -7,7 +7,7 @@
 #include "core/convert_bulk.h"
 #include "core/error.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 bool Shape::operator==(const Shape& other) const {
   if (ndim != other.ndim) return false;
@@ -48,7 +48,7 @@ Shape make_shape(int32_t ndim, const int64_t* dims, DType dtype) {
   return shape;
 }
 
-std::shared_ptr<Storage> Storage::allocate(Context& ctx, size_t bytes) {
+std::shared_ptr<Storage> Storage::allocate(DeviceContext& ctx, size_t bytes) {
   std::shared_ptr<Storage> storage(new Storage());
   if (bytes > 0) {
     storage->data_ = ctx.allocate(bytes);
@@ -58,7 +58,7 @@ std::shared_ptr<Storage> Storage::allocate(Context& ctx, size_t bytes) {
   return storage;
 }
 
-std::shared_ptr<Storage> Storage::external(Context& ctx, void* data, size_t bytes) {
+std::shared_ptr<Storage> Storage::external(DeviceContext& ctx, void* data, size_t bytes) {
   std::shared_ptr<Storage> storage(new Storage());
   storage->user_ = &ctx;
   storage->data_ = data;
@@ -85,9 +85,9 @@ Storage::~Storage() {
   release_(release_arg_, data_);
 }
 
-Tensor* Tensor::create(Context& ctx, DType dtype, const Shape& shape,
-                       std::shared_ptr<Storage> storage) {
-  auto* tensor = new Tensor();
+DeviceTensor* DeviceTensor::create(DeviceContext& ctx, DType dtype, const Shape& shape,
+                                   std::shared_ptr<Storage> storage) {
+  auto* tensor = new DeviceTensor();
   tensor->ctx = &ctx;
   tensor->dtype = dtype;
   tensor->shape = shape;
@@ -97,35 +97,34 @@ Tensor* Tensor::create(Context& ctx, DType dtype, const Shape& shape,
   return tensor;
 }
 
-Tensor* Tensor::empty(Context& ctx, DType dtype, const Shape& shape) {
+DeviceTensor* DeviceTensor::empty(DeviceContext& ctx, DType dtype, const Shape& shape) {
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   return create(ctx, dtype, shape, Storage::allocate(ctx, bytes));
 }
 
-Tensor* Tensor::alias(Context& ctx, const Tensor& base, DType dtype, const Shape& shape,
-                      size_t extra_offset) {
-  Tensor* tensor = create(ctx, dtype, shape, base.storage);
+DeviceTensor* DeviceTensor::alias(DeviceContext& ctx, const DeviceTensor& base, DType dtype,
+                                  const Shape& shape, size_t extra_offset) {
+  DeviceTensor* tensor = create(ctx, dtype, shape, base.storage);
   tensor->byte_offset = base.byte_offset + extra_offset;
   return tensor;
 }
 
-void Tensor::release() {
+void DeviceTensor::release() {
   if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  Context* owner = ctx;
+  DeviceContext* owner = ctx;
   magic = kDeadMagic;
   storage.reset();
   name.clear();
   name.shrink_to_fit();
   tape_token.reset();
-  Tensor* old_grad = grad;
+  DeviceTensor* old_grad = grad;
   grad = nullptr;
   if (old_grad) old_grad->release();
   owner->quarantine(this);
   owner->release();
 }
 
-
-std::string Tensor::describe() const { return cat(dtype_name(dtype), shape.str()); }
+std::string DeviceTensor::describe() const { return cat(dtype_name(dtype), shape.str()); }
 
 Shape vector_shape(int64_t count) {
   Shape shape;
@@ -136,7 +135,7 @@ Shape vector_shape(int64_t count) {
 
 namespace {
 
-void check_byte_count(const Tensor& t, size_t bytes, const char* arg) {
+void check_byte_count(const DeviceTensor& t, size_t bytes, const char* arg) {
   if (bytes != t.nbytes())
     fail(AMPX_ERR_SHAPE, "argument '", arg, "' is ", bytes, " bytes but tensor ", t.describe(),
          " holds ", t.nbytes(), " bytes");
@@ -152,23 +151,23 @@ size_t byte_size_for(DType dtype, const Shape& shape, size_t bytes) {
 
 }  // namespace
 
-Tensor* make_zeros(Context& ctx, DType dtype, const Shape& shape) {
-  TensorRef t(Tensor::empty(ctx, dtype, shape));
+DeviceTensor* make_zeros(DeviceContext& ctx, DType dtype, const Shape& shape) {
+  TensorRef t(DeviceTensor::empty(ctx, dtype, shape));
   if (t->numel() > 0) ctx.backend().fill(t->data(), dtype_size(dtype), 0, t->numel());
   return t.take();
 }
 
-Tensor* tensor_from_host(Context& ctx, DType dtype, const Shape& shape, const void* data,
-                         size_t bytes) {
+DeviceTensor* tensor_from_host(DeviceContext& ctx, DType dtype, const Shape& shape,
+                               const void* data, size_t bytes) {
   const size_t expected = byte_size_for(dtype, shape, bytes);
   if (expected > 0 && data == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'data' is NULL");
-  TensorRef t(Tensor::empty(ctx, dtype, shape));
+  TensorRef t(DeviceTensor::empty(ctx, dtype, shape));
   ctx.backend().copy_from_host(t->data(), data, expected);
   return t.take();
 }
 
-Tensor* wrap_memory(Context& ctx, DType dtype, const Shape& shape, void* data, size_t bytes,
-                    Storage::ReleaseFn release, void* release_arg) {
+DeviceTensor* wrap_memory(DeviceContext& ctx, DType dtype, const Shape& shape, void* data,
+                          size_t bytes, Storage::ReleaseFn release, void* release_arg) {
   const size_t expected = byte_size_for(dtype, shape, bytes);
   if (expected > 0) {
     if (data == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'data' is NULL");
@@ -178,19 +177,19 @@ Tensor* wrap_memory(Context& ctx, DType dtype, const Shape& shape, void* data, s
     ctx.backend().check_device_pointer(data, "argument 'data'");
   }
   auto storage = Storage::external(ctx, data, expected);
-  Tensor* t = Tensor::create(ctx, dtype, shape, storage);
+  DeviceTensor* t = DeviceTensor::create(ctx, dtype, shape, storage);
   storage->set_release(release, release_arg);
   return t;
 }
 
-void copy_tensor_to_host(const Tensor& t, void* dst, size_t bytes) {
+void copy_tensor_to_host(const DeviceTensor& t, void* dst, size_t bytes) {
   check_byte_count(t, bytes, "bytes");
   if (bytes == 0) return;
   if (dst == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'dst' is NULL");
   t.ctx->read_to_host(dst, t.data(), bytes);
 }
 
-void copy_tensor_from_host(Tensor& t, const void* src, size_t bytes) {
+void copy_tensor_from_host(DeviceTensor& t, const void* src, size_t bytes) {
   check_byte_count(t, bytes, "bytes");
   if (bytes == 0) return;
   if (src == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'src' is NULL");
@@ -198,7 +197,7 @@ void copy_tensor_from_host(Tensor& t, const void* src, size_t bytes) {
   t.storage->note_write();
 }
 
-void copy_converting(Tensor& dst, const Tensor& src) {
+void copy_converting(DeviceTensor& dst, const DeviceTensor& src) {
   if (dst.ctx != src.ctx) fail(AMPX_ERR_DEVICE, "'dst' and 'src' belong to different contexts");
   if (dst.numel() != src.numel())
     fail(AMPX_ERR_SHAPE, "'dst' is ", dst.describe(), " (", dst.numel(), " elements) but 'src' is ",
@@ -211,19 +210,19 @@ void copy_converting(Tensor& dst, const Tensor& src) {
   dst.storage->note_write();
 }
 
-void fill_tensor(Tensor& t, double value) {
+void fill_tensor(DeviceTensor& t, double value) {
   if (t.numel() == 0) return;
   t.ctx->backend().fill(t.data(), dtype_size(t.dtype), element_bits_from_double(t.dtype, value),
                         t.numel());
   t.storage->note_write();
 }
 
-void set_grad(Tensor& t, Tensor* g) {
+void set_grad(DeviceTensor& t, DeviceTensor* g) {
   if (g) {
     if (g == &t) fail(AMPX_ERR_INVALID_ARGUMENT, "a tensor cannot be its own gradient");
     // Each tensor retains its gradient: a cycle would keep all of them
     // (and their context) alive forever.
-    for (const Tensor* link = g->grad; link; link = link->grad)
+    for (const DeviceTensor* link = g->grad; link; link = link->grad)
       if (link == &t)
         fail(AMPX_ERR_INVALID_ARGUMENT,
              "'tensor' is already the gradient of 'grad' (directly or through other gradients); "
@@ -237,13 +236,13 @@ void set_grad(Tensor& t, Tensor* g) {
       fail(AMPX_ERR_DTYPE, "'grad' is ", g->describe(), "; gradients are f32, f16 or bf16");
     g->retain();
   }
-  Tensor* old = t.grad;
+  DeviceTensor* old = t.grad;
   t.grad = g;
   if (old) old->release();
 }
 
-Tensor* make_filled_f32(Context& ctx, const Shape& shape, float value) {
-  TensorRef t(Tensor::empty(ctx, DType::F32, shape));
+DeviceTensor* make_filled_f32(DeviceContext& ctx, const Shape& shape, float value) {
+  TensorRef t(DeviceTensor::empty(ctx, DType::F32, shape));
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof bits);
   if (t->numel() > 0) ctx.backend().fill(t->data(), 4, bits, t->numel());
@@ -265,4 +264,4 @@ const char* dtype_name(DType t) {
   return "invalid";
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -10,7 +10,7 @@
 #include "core/context.h"
 #include "core/dtype.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 constexpr int kMaxDims = AMPX_MAX_DIMS;
 
@@ -37,11 +37,11 @@ class Storage {
  public:
   using ReleaseFn = void (*)(void* arg, void* data);
 
-  static std::shared_ptr<Storage> allocate(Context& ctx, size_t bytes);
+  static std::shared_ptr<Storage> allocate(DeviceContext& ctx, size_t bytes);
   // External memory used on `ctx`'s device; nothing is released until
   // set_release is called, so a creation that fails half-way never calls the
   // caller's deleter.
-  static std::shared_ptr<Storage> external(Context& ctx, void* data, size_t bytes);
+  static std::shared_ptr<Storage> external(DeviceContext& ctx, void* data, size_t bytes);
   void set_release(ReleaseFn release, void* release_arg) {
     release_ = release;
     release_arg_ = release_arg;
@@ -60,8 +60,8 @@ class Storage {
 
  private:
   Storage() = default;
-  Context* owner_ = nullptr;  // set when the context's allocator owns data_
-  Context* user_ = nullptr;   // the context external memory is used on
+  DeviceContext* owner_ = nullptr;  // set when the context's allocator owns data_
+  DeviceContext* user_ = nullptr;   // the context external memory is used on
   void* data_ = nullptr;
   size_t bytes_ = 0;
   ReleaseFn release_ = nullptr;
@@ -69,22 +69,22 @@ class Storage {
   uint64_t version_ = 0;
 };
 
-struct Tensor : Object {
+struct DeviceTensor : Object {
   static constexpr uint64_t kLiveMagic = 0x414d50582d54534eull;  // "AMPX-TSN"
   static constexpr uint64_t kDeadMagic = 0x646561642d74736eull;  // "dead-tsn"
 
-  Tensor() : Object(kLiveMagic, [](Object* o) { delete static_cast<Tensor*>(o); }) {}
+  DeviceTensor() : Object(kLiveMagic, [](Object* o) { delete static_cast<DeviceTensor*>(o); }) {}
 
   // Takes over one reference to ctx's caller: the tensor retains `ctx`.
-  static Tensor* create(Context& ctx, DType dtype, const Shape& shape,
-                        std::shared_ptr<Storage> storage);
-  static Tensor* empty(Context& ctx, DType dtype, const Shape& shape);
+  static DeviceTensor* create(DeviceContext& ctx, DType dtype, const Shape& shape,
+                              std::shared_ptr<Storage> storage);
+  static DeviceTensor* empty(DeviceContext& ctx, DType dtype, const Shape& shape);
   // A new tensor on base's memory, starting `extra_offset` bytes past base's
   // first element (base may itself be a view): it shares the storage, so it
   // keeps the memory alive and shares the version counter. The caller has
   // checked that dtype/shape fit inside base's bytes from there.
-  static Tensor* alias(Context& ctx, const Tensor& base, DType dtype, const Shape& shape,
-                       size_t extra_offset = 0);
+  static DeviceTensor* alias(DeviceContext& ctx, const DeviceTensor& base, DType dtype,
+                             const Shape& shape, size_t extra_offset = 0);
 
   void retain() { refs.fetch_add(1, std::memory_order_relaxed); }
   void release();
@@ -98,13 +98,13 @@ struct Tensor : Object {
   }
   std::string describe() const;  // "f16[2, 3]"
 
-  Context* ctx = nullptr;
+  DeviceContext* ctx = nullptr;
   DType dtype = DType::F32;
   Shape shape;
   std::shared_ptr<Storage> storage;
   size_t byte_offset = 0;  // of the first element in storage (non-zero for some views)
   std::string name;
-  Tensor* grad = nullptr;  // retained; see ampx_tensor_set_grad
+  DeviceTensor* grad = nullptr;  // retained; see ampx_tensor_set_grad
   uint64_t id = 0;         // unique within the context
   bool requires_grad = false;
   // Set when a recorded op made this tensor: the tape generation it belongs
@@ -120,7 +120,7 @@ struct Tensor : Object {
 class TensorRef {
  public:
   TensorRef() = default;
-  explicit TensorRef(Tensor* t) : t_(t) {}
+  explicit TensorRef(DeviceTensor* t) : t_(t) {}
   ~TensorRef() { reset(); }
   TensorRef(TensorRef&& other) noexcept : t_(other.t_) { other.t_ = nullptr; }
   TensorRef& operator=(TensorRef&& other) noexcept {
@@ -134,13 +134,13 @@ class TensorRef {
   TensorRef(const TensorRef&) = delete;
   TensorRef& operator=(const TensorRef&) = delete;
 
-  Tensor* get() const { return t_; }
-  Tensor* operator->() const { return t_; }
-  Tensor& operator*() const { return *t_; }
+  DeviceTensor* get() const { return t_; }
+  DeviceTensor* operator->() const { return t_; }
+  DeviceTensor& operator*() const { return *t_; }
   explicit operator bool() const { return t_ != nullptr; }
   // Hands the reference to the caller.
-  Tensor* take() {
-    Tensor* t = t_;
+  DeviceTensor* take() {
+    DeviceTensor* t = t_;
     t_ = nullptr;
     return t;
   }
@@ -150,7 +150,7 @@ class TensorRef {
   }
 
  private:
-  Tensor* t_ = nullptr;
+  DeviceTensor* t_ = nullptr;
 };
 
 // A one-dimensional shape.
@@ -161,28 +161,28 @@ Shape vector_shape(int64_t count);
 // changes nothing when it throws.
 
 // A new tensor of zeros.
-Tensor* make_zeros(Context& ctx, DType dtype, const Shape& shape);
+DeviceTensor* make_zeros(DeviceContext& ctx, DType dtype, const Shape& shape);
 // A new tensor holding `bytes` bytes of host memory (numel * element size).
-Tensor* tensor_from_host(Context& ctx, DType dtype, const Shape& shape, const void* data,
-                         size_t bytes);
+DeviceTensor* tensor_from_host(DeviceContext& ctx, DType dtype, const Shape& shape,
+                               const void* data, size_t bytes);
 // A tensor on memory the caller owns (host memory for the CPU, device memory
 // of the context's device otherwise), aligned to the element size; release
 // is called with (release_arg, data) when its last user is gone, but not if
 // this throws.
-Tensor* wrap_memory(Context& ctx, DType dtype, const Shape& shape, void* data, size_t bytes,
-                    Storage::ReleaseFn release, void* release_arg);
+DeviceTensor* wrap_memory(DeviceContext& ctx, DType dtype, const Shape& shape, void* data,
+                          size_t bytes, Storage::ReleaseFn release, void* release_arg);
 // Host copies of a tensor's contents; `bytes` must be its nbytes.
-void copy_tensor_to_host(const Tensor& t, void* dst, size_t bytes);
-void copy_tensor_from_host(Tensor& t, const void* src, size_t bytes);
+void copy_tensor_to_host(const DeviceTensor& t, void* dst, size_t bytes);
+void copy_tensor_from_host(DeviceTensor& t, const void* src, size_t bytes);
 // dst = src converted to dst's type: same context, same element count.
-void copy_converting(Tensor& dst, const Tensor& src);
+void copy_converting(DeviceTensor& dst, const DeviceTensor& src);
 // Every element = value converted to the tensor's type.
-void fill_tensor(Tensor& t, double value);
+void fill_tensor(DeviceTensor& t, double value);
 // Attaches (retains) `grad` as t's gradient, or detaches with nullptr:
 // same context and element count, floating, and no cycle of gradients.
-void set_grad(Tensor& t, Tensor* grad);
+void set_grad(DeviceTensor& t, DeviceTensor* grad);
 
 // A new F32 tensor of `shape` with every element `value`.
-Tensor* make_filled_f32(Context& ctx, const Shape& shape, float value);
+DeviceTensor* make_filled_f32(DeviceContext& ctx, const Shape& shape, float value);
 
-}  // namespace ampx
+}  // namespace ampx::impl

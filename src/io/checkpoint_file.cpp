@@ -21,7 +21,7 @@
 #error "checkpoint files are little-endian, and tensor data is written as it lies in memory"
 #endif
 
-namespace ampx::io {
+namespace ampx::impl::io {
 namespace {
 
 // ---- the format (version 1; every number little-endian) ---------------------
@@ -285,23 +285,23 @@ class Writer {
 
 uint64_t shape_bytes(const Shape& shape) { return 4 + 8 * static_cast<uint64_t>(shape.ndim); }
 
-uint64_t params_payload_bytes(const std::vector<Tensor*>& tensors) {
+uint64_t params_payload_bytes(const std::vector<DeviceTensor*>& tensors) {
   uint64_t bytes = 8;
-  for (const Tensor* t : tensors)
+  for (const DeviceTensor* t : tensors)
     bytes += 4 + t->name.size() + 4 + shape_bytes(t->shape) + 8 + t->nbytes();
   return bytes;
 }
 
-uint64_t optimizer_payload_bytes(const Optimizer& o, size_t blob_bytes) {
+uint64_t optimizer_payload_bytes(const FusedOptimizer& o, size_t blob_bytes) {
   uint64_t bytes = 16 + 8 + blob_bytes;
-  for (const Optimizer::Param& p : o.params())
+  for (const FusedOptimizer::Param& p : o.params())
     bytes += 4 + p.param->name.size() + 4 + 4 + shape_bytes(p.param->shape);
   return bytes;
 }
 
-void write_params(Writer& w, const std::vector<Tensor*>& tensors) {
+void write_params(Writer& w, const std::vector<DeviceTensor*>& tensors) {
   w.value(static_cast<uint64_t>(tensors.size()));
-  for (const Tensor* t : tensors) {
+  for (const DeviceTensor* t : tensors) {
     w.text(t->name);
     w.value(static_cast<uint32_t>(t->dtype));
     w.shape(t->shape);
@@ -310,12 +310,12 @@ void write_params(Writer& w, const std::vector<Tensor*>& tensors) {
   }
 }
 
-void write_optimizer(Writer& w, const Optimizer& o, const std::vector<unsigned char>& blob) {
+void write_optimizer(Writer& w, const FusedOptimizer& o, const std::vector<unsigned char>& blob) {
   w.value(kind_code(o.hyper()));
   w.value(state_flag(o.hyper()));
   w.value(static_cast<uint32_t>(o.group_count()));
   w.value(static_cast<uint32_t>(o.params().size()));
-  for (const Optimizer::Param& p : o.params()) {
+  for (const FusedOptimizer::Param& p : o.params()) {
     w.text(p.param->name);
     w.value(static_cast<uint32_t>(p.param->dtype));
     w.value(static_cast<uint32_t>(p.group));
@@ -557,7 +557,7 @@ ScalerRecord parse_scaler(Reader r, uint64_t payload) {
   // the scaler in a state no program could.
   try {
     validate_scaler_options(s.options);
-  } catch (const Error& e) {
+  } catch (const StatusError& e) {
     fail(AMPX_ERR_CORRUPT, "the scaler section holds invalid options: ", e.what());
   }
   const math::ScalerState& d = s.state;
@@ -709,7 +709,7 @@ std::vector<unsigned char> read_file(const std::string& path, uint32_t* section_
 
 // Compares one live tensor with its record: the name first (a different
 // name means the lists are not the same model), then dtype and shape.
-void match(const Tensor& live, const TensorRecord& file, const std::string& label) {
+void match(const DeviceTensor& live, const TensorRecord& file, const std::string& label) {
   if (live.name != file.name)
     fail(AMPX_ERR_INVALID_ARGUMENT, label, " is ", live.describe(), " named '", live.name,
          "' but the checkpoint has '", file.name, "' (", describe(file.dtype, file.shape),
@@ -734,7 +734,7 @@ std::string count_mismatch(const char* list, const char* file_list, size_t live_
              name.empty() ? "" : cat(" ('", name, "')"), " has no counterpart in '", list, "'");
 }
 
-void check_tensors(const Contents& c, const std::vector<Tensor*>& tensors) {
+void check_tensors(const Contents& c, const std::vector<DeviceTensor*>& tensors) {
   if (c.tensors.size() != tensors.size())
     fail(AMPX_ERR_INVALID_ARGUMENT, "the checkpoint holds ", c.tensors.size(), " tensor(s) but ",
          tensors.size(), " were given in 'params'; ",
@@ -744,7 +744,7 @@ void check_tensors(const Contents& c, const std::vector<Tensor*>& tensors) {
     match(*tensors[i], c.tensors[i], tensor_label("params", i, tensors[i]->name));
 }
 
-void check_optimizer(const Contents& c, const Optimizer& o) {
+void check_optimizer(const Contents& c, const FusedOptimizer& o) {
   if (!c.optimizer)
     fail(AMPX_ERR_INVALID_ARGUMENT, "the checkpoint holds no optimizer state, but 'optimizer' was "
                                     "given (pass NULL to restore the rest)");
@@ -762,7 +762,7 @@ void check_optimizer(const Contents& c, const Optimizer& o) {
   if (f.groups != static_cast<uint32_t>(o.group_count()))
     fail(AMPX_ERR_INVALID_ARGUMENT, "the checkpoint's optimizer has ", f.groups,
          " param group(s) but 'optimizer' has ", o.group_count());
-  const std::vector<Optimizer::Param>& params = o.params();
+  const std::vector<FusedOptimizer::Param>& params = o.params();
   if (f.params.size() != params.size())
     fail(AMPX_ERR_INVALID_ARGUMENT, "the checkpoint's optimizer has ", f.params.size(),
          " parameter(s) but 'optimizer' has ", params.size(), "; ",
@@ -780,7 +780,7 @@ void check_optimizer(const Contents& c, const Optimizer& o) {
          " bytes but an optimizer of this model keeps ", o.state_size());
 }
 
-void check_scaler(const Contents& c, const Scaler& s) {
+void check_scaler(const Contents& c, const LossScaler& s) {
   if (!c.scaler)
     fail(AMPX_ERR_INVALID_ARGUMENT, "the checkpoint holds no scaler state, but 'scaler' was given "
                                     "(pass NULL to restore the rest)");
@@ -793,7 +793,7 @@ void check_scaler(const Contents& c, const Scaler& s) {
 // Between unscale/step and update the optimizer has moved on but the scale
 // has not: a checkpoint taken there would resume into a different run, and
 // restoring into an iteration half done would mix two runs.
-void require_between_iterations(const Optimizer* optimizer, const Scaler* scaler,
+void require_between_iterations(const FusedOptimizer* optimizer, const LossScaler* scaler,
                                 const char* action) {
   if ((optimizer && optimizer->amp_state != AmpState::Ready) ||
       (scaler && scaler->iteration_in_progress()))
@@ -803,8 +803,8 @@ void require_between_iterations(const Optimizer* optimizer, const Scaler* scaler
 
 }  // namespace
 
-void save_checkpoint_file(const std::string& path, const std::vector<Tensor*>& tensors,
-                          Optimizer* optimizer, Scaler* scaler) {
+void save_checkpoint_file(const std::string& path, const std::vector<DeviceTensor*>& tensors,
+                          FusedOptimizer* optimizer, LossScaler* scaler) {
   require_between_iterations(optimizer, scaler, "saved");
   // Everything that can fail for a reason other than the disk happens
   // before the temporary file exists.
@@ -857,8 +857,8 @@ void save_checkpoint_file(const std::string& path, const std::vector<Tensor*>& t
   file.commit();
 }
 
-void load_checkpoint_file(const std::string& path, const std::vector<Tensor*>& tensors,
-                          Optimizer* optimizer, Scaler* scaler) {
+void load_checkpoint_file(const std::string& path, const std::vector<DeviceTensor*>& tensors,
+                          FusedOptimizer* optimizer, LossScaler* scaler) {
   require_between_iterations(optimizer, scaler, "loaded");
   uint32_t section_count = 0;
   const std::vector<unsigned char> file = read_file(path, &section_count);
@@ -882,4 +882,4 @@ void load_checkpoint_file(const std::string& path, const std::vector<Tensor*>& t
   if (scaler) scaler->restore(contents.scaler->options, contents.scaler->state);
 }
 
-}  // namespace ampx::io
+}  // namespace ampx::impl::io

@@ -7,10 +7,10 @@
 
 #include "core/tensor.h"
 
-namespace ampx {
+namespace ampx::impl {
 
-class Optimizer;
-class Scaler;
+class FusedOptimizer;
+class LossScaler;
 
 namespace io {
 
@@ -19,14 +19,14 @@ namespace io {
 // removes the temporary file and leaves `path` as it was. `optimizer` and
 // `scaler` may be null. Both calls are refused (AMPX_ERR_ORDER) between
 // an unscale/step and the scaler's update.
-void save_checkpoint_file(const std::string& path, const std::vector<Tensor*>& tensors,
-                          Optimizer* optimizer, Scaler* scaler);
+void save_checkpoint_file(const std::string& path, const std::vector<DeviceTensor*>& tensors,
+                          FusedOptimizer* optimizer, LossScaler* scaler);
 
 // Reads and validates the whole file against the live objects before it
 // changes any of them. A null optimizer or scaler skips that part of the
 // file; one given that the file lacks is refused.
-void load_checkpoint_file(const std::string& path, const std::vector<Tensor*>& tensors,
-                          Optimizer* optimizer, Scaler* scaler);
+void load_checkpoint_file(const std::string& path, const std::vector<DeviceTensor*>& tensors,
+                          FusedOptimizer* optimizer, LossScaler* scaler);
 
 }  // namespace io
-}  // namespace ampx
+}  // namespace ampx::impl

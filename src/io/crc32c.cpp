@@ -7,7 +7,7 @@
 #error "the slicing loop reads input words as little-endian"
 #endif
 
-namespace ampx::io {
+namespace ampx::impl::io {
 namespace {
 
 constexpr uint32_t kPolynomial = 0x82f63b78u;  // Castagnoli, bit-reflected
@@ -50,4 +50,4 @@ uint32_t crc32c_update(uint32_t crc, const void* data, size_t bytes) {
   return ~c;
 }
 
-}  // namespace ampx::io
+}  // namespace ampx::impl::io

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace ampx::io {
+namespace ampx::impl::io {
 
 // Continues a CRC-32C over `bytes` bytes: start with crc32c_update(0, ...)
 // and feed the running value back in for the following pieces.
@@ -16,4 +16,4 @@ uint32_t crc32c_update(uint32_t crc, const void* data, size_t bytes);
 
 inline uint32_t crc32c(const void* data, size_t bytes) { return crc32c_update(0, data, bytes); }
 
-}  // namespace ampx::io
+}  // namespace ampx::impl::io

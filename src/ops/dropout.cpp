@@ -5,7 +5,7 @@
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 class DropoutNode final : public Node {
@@ -16,8 +16,9 @@ class DropoutNode final : public Node {
   float scale = 1.0f;
   const char* name() const override { return "dropout"; }
   bool reads_input(size_t) const override { return false; }  // the mask is regenerated
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Tensor& dy = *grads[0];
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *grads[0];
     if (identity) return grad_list(retained(dy));
     TensorRef dx = new_tensor(ctx, dy.dtype, dy.shape);
     if (dx->numel() > 0)
@@ -29,21 +30,21 @@ class DropoutNode final : public Node {
 
 }  // namespace
 
-Tensor* op_dropout(Tensor& x_in, double p, bool training) {
+DeviceTensor* op_dropout(DeviceTensor& x_in, double p, bool training) {
   require_capabilities(*x_in.ctx, "dropout", Capability::Nn);
   check_floating(x_in, "x");
   if (!(p >= 0.0 && p < 1.0))
     fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'p' is ", p, "; dropout needs 0 <= p < 1");
-  Context& ctx = *x_in.ctx;
+  DeviceContext& ctx = *x_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, "dropout", {&x_in});
-  Tensor& x = *in[0];
+  DeviceTensor& x = *in[0];
   auto node = std::make_unique<DropoutNode>();
   TensorRef out;
   if (p == 0.0 || !training) {
     // Nothing is dropped: the output shares x's memory, as torch returns
     // its input.
     node->identity = true;
-    out = TensorRef(Tensor::alias(ctx, x, x.dtype, x.shape));
+    out = TensorRef(DeviceTensor::alias(ctx, x, x.dtype, x.shape));
   } else {
     // Allocated before the mask is drawn: a call that fails leaves the
     // random stream where it was, so a retry draws the mask it would have.
@@ -64,4 +65,4 @@ Tensor* op_dropout(Tensor& x_in, double p, bool training) {
   return out.take();
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -2,7 +2,7 @@
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 const char* binary_name(BinaryOp op) {
@@ -27,7 +27,7 @@ const char* unary_name(UnaryOp op) {
 }
 
 // b is either a's shape or a row broadcast over a's leading dimensions.
-bool is_row_of(const Tensor& b, const Tensor& a) {
+bool is_row_of(const DeviceTensor& b, const DeviceTensor& a) {
   return a.shape.ndim >= 1 && b.shape.ndim == 1 && b.shape.dims[0] == a.shape.dims[a.shape.ndim - 1];
 }
 
@@ -36,10 +36,11 @@ class BinaryNode final : public Node {
   BinaryOp op = BinaryOp::Add;
   const char* name() const override { return binary_name(op); }
   bool reads_input(size_t) const override { return op == BinaryOp::Mul; }
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Tensor& a = *inputs[0];
-    Tensor& b = *inputs[1];
-    Tensor& dy = *grads[0];
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& a = *inputs[0];
+    DeviceTensor& b = *inputs[1];
+    DeviceTensor& dy = *grads[0];
     const int64_t n = a.numel();
     const bool broadcast = b.numel() != n;
     TensorRef da, db;
@@ -84,8 +85,9 @@ class AffineNode final : public Node {
   float scale = 1.0f;
   const char* name() const override { return "affine"; }
   bool reads_input(size_t) const override { return false; }
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Tensor& x = *inputs[0];
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& x = *inputs[0];
     TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
     nn_of(ctx, name()).affine(grads[0]->data(), dx->data(), x.dtype, x.numel(), scale, 0.0f);
     return grad_list(std::move(dx));
@@ -96,8 +98,9 @@ class UnaryNode final : public Node {
  public:
   UnaryOp op = UnaryOp::Relu;
   const char* name() const override { return unary_name(op); }
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Tensor& x = *inputs[0];
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& x = *inputs[0];
     TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
     nn_of(ctx, name())
         .unary_backward(op, x.data(), grads[0]->data(), dx->data(), x.dtype, x.numel());
@@ -107,7 +110,7 @@ class UnaryNode final : public Node {
 
 }  // namespace
 
-Tensor* op_binary(BinaryOp op, Tensor& a_in, Tensor& b_in) {
+DeviceTensor* op_binary(BinaryOp op, DeviceTensor& a_in, DeviceTensor& b_in) {
   require_capabilities(*a_in.ctx, binary_name(op), Capability::Nn);
   check_same_context(a_in, b_in, "a", "b");
   check_floating(a_in, "a");
@@ -115,10 +118,10 @@ Tensor* op_binary(BinaryOp op, Tensor& a_in, Tensor& b_in) {
   if (!(a_in.shape == b_in.shape) && !is_row_of(b_in, a_in))
     fail(AMPX_ERR_SHAPE, "'a' is ", a_in.describe(), " and 'b' is ", b_in.describe(),
          "; 'b' must have a's shape or be a row of a's last dimension");
-  Context& ctx = *a_in.ctx;
+  DeviceContext& ctx = *a_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, binary_name(op), {&a_in, &b_in});
-  Tensor& a = *in[0];
-  Tensor& b = *in[1];
+  DeviceTensor& a = *in[0];
+  DeviceTensor& b = *in[1];
   TensorRef out = new_tensor(ctx, a.dtype, a.shape);
   if (a.numel() > 0)
     nn_of(ctx, binary_name(op))
@@ -131,12 +134,12 @@ Tensor* op_binary(BinaryOp op, Tensor& a_in, Tensor& b_in) {
   return out.take();
 }
 
-Tensor* op_affine(Tensor& x_in, float scale, float shift) {
+DeviceTensor* op_affine(DeviceTensor& x_in, float scale, float shift) {
   require_capabilities(*x_in.ctx, "affine", Capability::Nn);
   check_floating(x_in, "a");
-  Context& ctx = *x_in.ctx;
+  DeviceContext& ctx = *x_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, "affine", {&x_in});
-  Tensor& x = *in[0];
+  DeviceTensor& x = *in[0];
   TensorRef out = new_tensor(ctx, x.dtype, x.shape);
   if (x.numel() > 0)
     nn_of(ctx, "affine").affine(x.data(), out->data(), x.dtype, x.numel(), scale, shift);
@@ -148,12 +151,12 @@ Tensor* op_affine(Tensor& x_in, float scale, float shift) {
   return out.take();
 }
 
-Tensor* op_unary(UnaryOp op, Tensor& x_in) {
+DeviceTensor* op_unary(UnaryOp op, DeviceTensor& x_in) {
   require_capabilities(*x_in.ctx, unary_name(op), Capability::Nn);
   check_floating(x_in, "x");
-  Context& ctx = *x_in.ctx;
+  DeviceContext& ctx = *x_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, unary_name(op), {&x_in});
-  Tensor& x = *in[0];
+  DeviceTensor& x = *in[0];
   TensorRef out = new_tensor(ctx, x.dtype, x.shape);
   if (x.numel() > 0)
     nn_of(ctx, unary_name(op)).unary(op, x.data(), out->data(), x.dtype, x.numel());
@@ -165,4 +168,4 @@ Tensor* op_unary(UnaryOp op, Tensor& x_in) {
   return out.take();
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

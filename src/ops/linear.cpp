@@ -3,7 +3,7 @@
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 struct MatmulShape {
@@ -14,10 +14,11 @@ class MatmulNode final : public Node {
  public:
   MatmulShape s{};
   const char* name() const override { return "matmul"; }
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Tensor& a = *inputs[0];
-    Tensor& b = *inputs[1];
-    Tensor& dy = *grads[0];
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& a = *inputs[0];
+    DeviceTensor& b = *inputs[1];
+    DeviceTensor& dy = *grads[0];
     TensorRef da, db;
     if (a.requires_grad) {  // dA = dY B^T
       da = new_tensor(ctx, a.dtype, a.shape);
@@ -51,10 +52,11 @@ class LinearNode final : public Node {
   TensorRef activation_input;
   const char* name() const override { return "linear"; }
   bool reads_input(size_t i) const override { return i < 2; }  // x and weight
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Tensor& x = *inputs[0];
-    Tensor& w = *inputs[1];
-    Tensor* bias = inputs[2].get();
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& x = *inputs[0];
+    DeviceTensor& w = *inputs[1];
+    DeviceTensor* bias = inputs[2].get();
     TensorRef dz;
     if (activation == Activation::None) {
       dz = retained(*grads[0]);
@@ -90,7 +92,8 @@ class LinearNode final : public Node {
   }
 };
 
-void check_same_dtype(const Tensor& a, const Tensor& b, const char* a_name, const char* b_name) {
+void check_same_dtype(const DeviceTensor& a, const DeviceTensor& b, const char* a_name,
+                      const char* b_name) {
   if (a.dtype != b.dtype)
     fail(AMPX_ERR_DTYPE, "'", a_name, "' is ", a.describe(), " but '", b_name, "' is ",
          b.describe(), "; outside autocast they must share a dtype");
@@ -98,7 +101,7 @@ void check_same_dtype(const Tensor& a, const Tensor& b, const char* a_name, cons
 
 }  // namespace
 
-Tensor* op_matmul(Tensor& a_in, Tensor& b_in) {
+DeviceTensor* op_matmul(DeviceTensor& a_in, DeviceTensor& b_in) {
   require_capabilities(*a_in.ctx, "matmul", Capability::Gemm);
   check_same_context(a_in, b_in, "a", "b");
   check_floating(a_in, "a");
@@ -114,10 +117,10 @@ Tensor* op_matmul(Tensor& a_in, Tensor& b_in) {
     fail(AMPX_ERR_SHAPE, "'a' is ", a_in.describe(), " and 'b' is ", b_in.describe(),
          "; matmul takes [M, K] x [K, N] or [B, M, K] x [B, K, N]");
   }
-  Context& ctx = *a_in.ctx;
+  DeviceContext& ctx = *a_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, "matmul", {&a_in, &b_in});
-  Tensor& a = *in[0];
-  Tensor& b = *in[1];
+  DeviceTensor& a = *in[0];
+  DeviceTensor& b = *in[1];
   check_same_dtype(a, b, "a", "b");
   Shape out_shape;
   out_shape.ndim = as.ndim;
@@ -139,7 +142,8 @@ Tensor* op_matmul(Tensor& a_in, Tensor& b_in) {
   return out.take();
 }
 
-Tensor* op_linear(Tensor& x_in, Tensor& w_in, Tensor* bias_in, Activation activation) {
+DeviceTensor* op_linear(DeviceTensor& x_in, DeviceTensor& w_in, DeviceTensor* bias_in,
+                        Activation activation) {
   require_capabilities(*x_in.ctx, "linear", Capability::Gemm, Capability::Nn);
   check_same_context(x_in, w_in, "x", "weight");
   if (bias_in) check_same_context(x_in, *bias_in, "x", "bias");
@@ -154,11 +158,11 @@ Tensor* op_linear(Tensor& x_in, Tensor& w_in, Tensor* bias_in, Activation activa
   const int64_t out_features = w_in.shape.dims[0];
   if (bias_in && !(bias_in->shape.ndim == 1 && bias_in->shape.dims[0] == out_features))
     fail(AMPX_ERR_SHAPE, "'bias' is ", bias_in->describe(), "; expected [", out_features, "]");
-  Context& ctx = *x_in.ctx;
+  DeviceContext& ctx = *x_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, "linear", {&x_in, &w_in, bias_in});
-  Tensor& x = *in[0];
-  Tensor& w = *in[1];
-  Tensor* bias = in[2].get();
+  DeviceTensor& x = *in[0];
+  DeviceTensor& w = *in[1];
+  DeviceTensor* bias = in[2].get();
   check_same_dtype(x, w, "x", "weight");
   if (bias) check_same_dtype(x, *bias, "x", "bias");
   int64_t rows = 1;  // not numel / in_features, which is 0/0 for in_features == 0
@@ -200,4 +204,4 @@ Tensor* op_linear(Tensor& x_in, Tensor& w_in, Tensor* bias_in, Activation activa
   return out.take();
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

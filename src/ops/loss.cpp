@@ -7,16 +7,17 @@
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 class BceWithLogitsNode final : public Node {
  public:
   float scale = 1.0f;  // 1/n for a mean
   const char* name() const override { return "bce_with_logits"; }
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Tensor& logits = *inputs[0];
-    Tensor& targets = *inputs[1];
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& logits = *inputs[0];
+    DeviceTensor& targets = *inputs[1];
     TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
     const auto* factor = static_cast<const float*>(dy->data());
     const int64_t n = logits.numel();
@@ -49,7 +50,8 @@ class BceWithLogitsNode final : public Node {
 
 }  // namespace
 
-Tensor* op_bce_with_logits(Tensor& logits_in, Tensor& targets_in, Reduction reduction) {
+DeviceTensor* op_bce_with_logits(DeviceTensor& logits_in, DeviceTensor& targets_in,
+                                 Reduction reduction) {
   require_capabilities(*logits_in.ctx, "bce_with_logits", Capability::Nn,
                        Capability::MultiTensorAmp);
   check_same_context(logits_in, targets_in, "logits", "targets");
@@ -58,10 +60,10 @@ Tensor* op_bce_with_logits(Tensor& logits_in, Tensor& targets_in, Reduction redu
   if (!(logits_in.shape == targets_in.shape))
     fail(AMPX_ERR_SHAPE, "'logits' is ", logits_in.describe(), " but 'targets' is ",
          targets_in.describe(), "; they must have one shape");
-  Context& ctx = *logits_in.ctx;
+  DeviceContext& ctx = *logits_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, "bce_with_logits", {&logits_in, &targets_in});
-  Tensor& logits = *in[0];
-  Tensor& targets = *in[1];
+  DeviceTensor& logits = *in[0];
+  DeviceTensor& targets = *in[1];
   if (logits.dtype != targets.dtype)
     fail(AMPX_ERR_DTYPE, "'logits' is ", logits.describe(), " but 'targets' is ",
          targets.describe(), "; outside autocast they must share a dtype");
@@ -88,4 +90,4 @@ Tensor* op_bce_with_logits(Tensor& logits_in, Tensor& targets_in, Reduction redu
   return out.take();
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

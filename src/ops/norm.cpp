@@ -7,7 +7,7 @@
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 void check_eps(float eps) {
@@ -15,13 +15,13 @@ void check_eps(float eps) {
     fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'eps' is ", eps, "; it must be finite and >= 0");
 }
 
-void check_vector(const Tensor& t, int64_t length, const char* name, const char* expected) {
+void check_vector(const DeviceTensor& t, int64_t length, const char* name, const char* expected) {
   if (!(t.shape.ndim == 1 && t.shape.dims[0] == length))
     fail(AMPX_ERR_SHAPE, "'", name, "' is ", t.describe(), "; expected [", length, "] (", expected,
          ")");
 }
 
-void zero_fill(Context& ctx, Tensor* t) {
+void zero_fill(DeviceContext& ctx, DeviceTensor* t) {
   if (t && t->numel() > 0) ctx.backend().fill(t->data(), dtype_size(t->dtype), 0, t->numel());
 }
 
@@ -31,10 +31,11 @@ class LayerNormNode final : public Node {
   TensorRef mean, rstd;  // F32 [rows]
   const char* name() const override { return "layer_norm"; }
   bool reads_input(size_t i) const override { return i < 2; }  // x and weight
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Tensor& x = *inputs[0];
-    Tensor* w = inputs[1].get();
-    Tensor* b = inputs[2].get();
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& x = *inputs[0];
+    DeviceTensor* w = inputs[1].get();
+    DeviceTensor* b = inputs[2].get();
     TensorRef dx, dw, db;
     if (x.requires_grad) dx = new_tensor(ctx, x.dtype, x.shape);
     if (w && w->requires_grad) dw = new_tensor(ctx, w->dtype, w->shape);
@@ -61,10 +62,11 @@ class BatchNormNode final : public Node {
   TensorRef mean, var;  // F32 [channels]: the statistics the forward normalised with
   const char* name() const override { return "batch_norm"; }
   bool reads_input(size_t i) const override { return i < 2; }  // x and weight
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Tensor& x = *inputs[0];
-    Tensor* w = inputs[1].get();
-    Tensor* b = inputs[2].get();
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& x = *inputs[0];
+    DeviceTensor* w = inputs[1].get();
+    DeviceTensor* b = inputs[2].get();
     TensorRef dx, dw, db;
     if (x.requires_grad) dx = new_tensor(ctx, x.dtype, x.shape);
     if (w && w->requires_grad) dw = new_tensor(ctx, DType::F32, w->shape);
@@ -86,7 +88,8 @@ class BatchNormNode final : public Node {
 };
 
 // Batch norm's F32 [channels] tensors: parameters and running statistics.
-void check_channel_tensor(const Tensor& x, const Tensor* t, int64_t channels, const char* name) {
+void check_channel_tensor(const DeviceTensor& x, const DeviceTensor* t, int64_t channels,
+                          const char* name) {
   if (!t) return;
   check_same_context(x, *t, "x", name);
   if (t->dtype != DType::F32)
@@ -97,13 +100,13 @@ void check_channel_tensor(const Tensor& x, const Tensor* t, int64_t channels, co
 
 }  // namespace
 
-Tensor* op_layer_norm(Tensor& x_in, Tensor* w_in, Tensor* b_in, float eps) {
+DeviceTensor* op_layer_norm(DeviceTensor& x_in, DeviceTensor* w_in, DeviceTensor* b_in, float eps) {
   require_capabilities(*x_in.ctx, "layer_norm", Capability::Nn);
   check_floating(x_in, "x");
   if (x_in.shape.ndim < 1)
     fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(), "; layer norm needs at least one dimension");
   const int64_t cols = x_in.shape.dims[x_in.shape.ndim - 1];
-  for (Tensor* t : {w_in, b_in}) {
+  for (DeviceTensor* t : {w_in, b_in}) {
     if (!t) continue;
     const char* name = t == w_in ? "weight" : "bias";
     check_same_context(x_in, *t, "x", name);
@@ -111,12 +114,12 @@ Tensor* op_layer_norm(Tensor& x_in, Tensor* w_in, Tensor* b_in, float eps) {
     check_vector(*t, cols, name, "x's last dimension");
   }
   check_eps(eps);
-  Context& ctx = *x_in.ctx;
+  DeviceContext& ctx = *x_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, "layer_norm", {&x_in, w_in, b_in});
-  Tensor& x = *in[0];
-  Tensor* w = in[1].get();
-  Tensor* b = in[2].get();
-  for (Tensor* t : {w, b})
+  DeviceTensor& x = *in[0];
+  DeviceTensor* w = in[1].get();
+  DeviceTensor* b = in[2].get();
+  for (DeviceTensor* t : {w, b})
     if (t && t->dtype != x.dtype)
       fail(AMPX_ERR_DTYPE, "'x' is ", x.describe(), " but '", t == w ? "weight" : "bias", "' is ",
            t->describe(), "; outside autocast they must share a dtype");
@@ -140,8 +143,9 @@ Tensor* op_layer_norm(Tensor& x_in, Tensor* w_in, Tensor* b_in, float eps) {
   return out.take();
 }
 
-Tensor* op_batch_norm(Tensor& x_in, Tensor* weight, Tensor* bias, Tensor* running_mean,
-                      Tensor* running_var, bool training, float momentum, float eps) {
+DeviceTensor* op_batch_norm(DeviceTensor& x_in, DeviceTensor* weight, DeviceTensor* bias,
+                            DeviceTensor* running_mean, DeviceTensor* running_var, bool training,
+                            float momentum, float eps) {
   require_capabilities(*x_in.ctx, "batch_norm", Capability::Nn);
   check_floating(x_in, "x");
   const Shape& s = x_in.shape;
@@ -164,10 +168,10 @@ Tensor* op_batch_norm(Tensor& x_in, Tensor* weight, Tensor* bias, Tensor* runnin
   if (training && n * inner <= 1)
     fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(),
          "; training needs more than one value per channel (N * L > 1)");
-  Context& ctx = *x_in.ctx;
+  DeviceContext& ctx = *x_in.ctx;
   Backend& backend = ctx.backend();
   std::vector<TensorRef> in = op_inputs(ctx, "batch_norm", {&x_in});
-  Tensor& x = *in[0];
+  DeviceTensor& x = *in[0];
   TensorRef mean = new_tensor(ctx, DType::F32, vector_shape(channels));
   TensorRef var = new_tensor(ctx, DType::F32, vector_shape(channels));
   // Allocated before the running statistics are updated in place, so that
@@ -206,4 +210,4 @@ Tensor* op_batch_norm(Tensor& x_in, Tensor* weight, Tensor* bias, Tensor* runnin
   return out.take();
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -13,41 +13,41 @@
 #include "core/error.h"
 #include "core/tensor.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 // The capabilities of ctx's backend an op needs; NOT_SUPPORTED naming `op`
 // and the device when the backend lacks one.
-inline NnPrimitives& nn_of(Context& ctx, const char* op) {
+inline NnPrimitives& nn_of(DeviceContext& ctx, const char* op) {
   return ctx.backend().require<NnPrimitives>(op);
 }
-inline AmpPrimitives& amp_of(Context& ctx, const char* op) {
+inline AmpPrimitives& amp_of(DeviceContext& ctx, const char* op) {
   return ctx.backend().require<AmpPrimitives>(op);
 }
-inline GemmPrimitives& gemm_of(Context& ctx, const char* op) {
+inline GemmPrimitives& gemm_of(DeviceContext& ctx, const char* op) {
   return ctx.backend().require<GemmPrimitives>(op);
 }
 
 // Checks up front, before an op changes anything (autocast's casts are
 // recorded on the tape), that the backend has every capability it uses.
 template <class... Capabilities>
-void require_capabilities(Context& ctx, const char* op, Capabilities... capabilities) {
+void require_capabilities(DeviceContext& ctx, const char* op, Capabilities... capabilities) {
   for (Capability c : {capabilities...})
     if (!ctx.backend().supports(c)) ctx.backend().refuse(op, c);
 }
 
-inline void check_same_context(const Tensor& a, const Tensor& b, const char* a_name,
+inline void check_same_context(const DeviceTensor& a, const DeviceTensor& b, const char* a_name,
                                const char* b_name) {
   if (a.ctx != b.ctx)
     fail(AMPX_ERR_DEVICE, "'", a_name, "' and '", b_name, "' belong to different contexts");
 }
 
-inline void check_floating(const Tensor& t, const char* name) {
+inline void check_floating(const DeviceTensor& t, const char* name) {
   if (!is_floating(t.dtype))
     fail(AMPX_ERR_DTYPE, "'", name, "' is ", t.describe(), "; this op needs f32, f16 or bf16");
 }
 
-inline TensorRef new_tensor(Context& ctx, DType dtype, const Shape& shape) {
-  return TensorRef(Tensor::empty(ctx, dtype, shape));
+inline TensorRef new_tensor(DeviceContext& ctx, DType dtype, const Shape& shape) {
+  return TensorRef(DeviceTensor::empty(ctx, dtype, shape));
 }
 
 inline Shape scalar_shape() { return Shape{}; }
@@ -55,11 +55,11 @@ inline Shape scalar_shape() { return Shape{}; }
 // A second tensor on t's memory, for a node that saves its own output for
 // backward: holding the output itself would keep its tape token alive, so
 // the record could never be pruned once the program released the output.
-inline TensorRef saved_output(Context& ctx, Tensor& t) {
-  return TensorRef(Tensor::alias(ctx, t, t.dtype, t.shape));
+inline TensorRef saved_output(DeviceContext& ctx, DeviceTensor& t) {
+  return TensorRef(DeviceTensor::alias(ctx, t, t.dtype, t.shape));
 }
 
-inline TensorRef retained(Tensor& t) {
+inline TensorRef retained(DeviceTensor& t) {
   t.retain();
   return TensorRef(&t);
 }
@@ -83,7 +83,7 @@ inline std::vector<TensorRef> grad_list(TensorRef a, TensorRef b = TensorRef(),
 
 // A tensor of `like`'s dtype and shape holding `value` * (*factor), where
 // factor is a device F32 scalar: the backward of reductions.
-inline TensorRef broadcast_scaled(Context& ctx, const char* op, const Tensor& like,
+inline TensorRef broadcast_scaled(DeviceContext& ctx, const char* op, const DeviceTensor& like,
                                   const float* factor, float value) {
   TensorRef out = new_tensor(ctx, like.dtype, like.shape);
   if (out->numel() == 0) return out;
@@ -100,11 +100,11 @@ inline TensorRef broadcast_scaled(Context& ctx, const char* op, const Tensor& li
 }
 
 // The gradient of a one-element output as a device F32 scalar.
-inline TensorRef scalar_grad_f32(Context& ctx, Tensor& grad) {
+inline TensorRef scalar_grad_f32(DeviceContext& ctx, DeviceTensor& grad) {
   if (grad.dtype == DType::F32) return retained(grad);
   TensorRef f32 = new_tensor(ctx, DType::F32, grad.shape);
   ctx.backend().convert(f32->data(), DType::F32, grad.data(), grad.dtype, 1);
   return f32;
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

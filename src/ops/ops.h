@@ -10,33 +10,36 @@
 #include "core/backend_nn.h"
 #include "core/tensor.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 enum class Reduction { Mean, Sum };
 enum class Activation { None, Relu, Gelu };
 
-Tensor* op_binary(BinaryOp op, Tensor& a, Tensor& b);
-Tensor* op_affine(Tensor& x, float scale, float shift);
-Tensor* op_unary(UnaryOp op, Tensor& x);
-Tensor* op_sum(Tensor& x, bool mean);
-Tensor* op_softmax(Tensor& x, bool log);
-Tensor* op_cross_entropy(Tensor& logits, Tensor& labels, Reduction reduction, int64_t ignore_index);
-Tensor* op_mse_loss(Tensor& input, Tensor& target, Reduction reduction);
-Tensor* op_matmul(Tensor& a, Tensor& b);
-Tensor* op_linear(Tensor& x, Tensor& weight, Tensor* bias, Activation activation);
+DeviceTensor* op_binary(BinaryOp op, DeviceTensor& a, DeviceTensor& b);
+DeviceTensor* op_affine(DeviceTensor& x, float scale, float shift);
+DeviceTensor* op_unary(UnaryOp op, DeviceTensor& x);
+DeviceTensor* op_sum(DeviceTensor& x, bool mean);
+DeviceTensor* op_softmax(DeviceTensor& x, bool log);
+DeviceTensor* op_cross_entropy(DeviceTensor& logits, DeviceTensor& labels, Reduction reduction,
+                               int64_t ignore_index);
+DeviceTensor* op_mse_loss(DeviceTensor& input, DeviceTensor& target, Reduction reduction);
+DeviceTensor* op_matmul(DeviceTensor& a, DeviceTensor& b);
+DeviceTensor* op_linear(DeviceTensor& x, DeviceTensor& weight, DeviceTensor* bias,
+                        Activation activation);
 
 // norm.cpp
-Tensor* op_layer_norm(Tensor& x, Tensor* weight, Tensor* bias, float eps);
-Tensor* op_batch_norm(Tensor& x, Tensor* weight, Tensor* bias, Tensor* running_mean,
-                      Tensor* running_var, bool training, float momentum, float eps);
+DeviceTensor* op_layer_norm(DeviceTensor& x, DeviceTensor* weight, DeviceTensor* bias, float eps);
+DeviceTensor* op_batch_norm(DeviceTensor& x, DeviceTensor* weight, DeviceTensor* bias,
+                            DeviceTensor* running_mean, DeviceTensor* running_var, bool training,
+                            float momentum, float eps);
 // dropout.cpp
-Tensor* op_dropout(Tensor& x, double p, bool training);
+DeviceTensor* op_dropout(DeviceTensor& x, double p, bool training);
 // shape.cpp
-Tensor* op_reshape(Tensor& x, int32_t ndim, const int64_t* dims);
-Tensor* op_transpose(Tensor& x, int32_t dim0, int32_t dim1);
-Tensor* op_concat(const std::vector<Tensor*>& tensors, int32_t dim);
-Tensor* op_embedding(Tensor& weight, Tensor& indices);
+DeviceTensor* op_reshape(DeviceTensor& x, int32_t ndim, const int64_t* dims);
+DeviceTensor* op_transpose(DeviceTensor& x, int32_t dim0, int32_t dim1);
+DeviceTensor* op_concat(const std::vector<DeviceTensor*>& tensors, int32_t dim);
+DeviceTensor* op_embedding(DeviceTensor& weight, DeviceTensor& indices);
 // loss.cpp
-Tensor* op_bce_with_logits(Tensor& logits, Tensor& targets, Reduction reduction);
+DeviceTensor* op_bce_with_logits(DeviceTensor& logits, DeviceTensor& targets, Reduction reduction);
 
-}  // namespace ampx
+}  // namespace ampx::impl

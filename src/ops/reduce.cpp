@@ -7,7 +7,7 @@
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 class SumNode final : public Node {
@@ -15,7 +15,8 @@ class SumNode final : public Node {
   float scale = 1.0f;  // 1/n for a mean
   const char* name() const override { return "sum"; }
   bool reads_input(size_t) const override { return false; }
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
     TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
     return grad_list(
         broadcast_scaled(ctx, name(), *inputs[0], static_cast<const float*>(dy->data()), scale));
@@ -28,8 +29,9 @@ class SoftmaxNode final : public Node {
   TensorRef output;  // y, which the backward formula uses
   const char* name() const override { return log ? "log_softmax" : "softmax"; }
   bool reads_input(size_t) const override { return false; }  // reads its output
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Tensor& x = *inputs[0];
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& x = *inputs[0];
     const int64_t cols = x.shape.dims[x.shape.ndim - 1];
     TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
     if (x.numel() > 0)
@@ -42,7 +44,7 @@ class SoftmaxNode final : public Node {
 
 // out = x / d for F32 scalars on the device, as x * (1 / d) with the
 // reciprocal rounded once (math::reciprocal_scale); out may be x.
-void divide_by_device_scalar(Context& ctx, const void* x, const Tensor& d, void* out) {
+void divide_by_device_scalar(DeviceContext& ctx, const void* x, const DeviceTensor& d, void* out) {
   amp_of(ctx, "cross_entropy")
       .multi_tensor_scale({{const_cast<void*>(x), DType::F32, 1}}, {{out, DType::F32, 1}},
                           static_cast<const float*>(d.data()), true, nullptr);
@@ -53,9 +55,10 @@ class CrossEntropyNode final : public Node {
   int64_t ignore_index = -100;
   TensorRef valid;  // for a mean: the count of labels not ignored (F32 scalar)
   const char* name() const override { return "cross_entropy"; }
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Tensor& logits = *inputs[0];
-    Tensor& labels = *inputs[1];
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& logits = *inputs[0];
+    DeviceTensor& labels = *inputs[1];
     TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
     if (valid) {  // into a new scalar: dy may be a tensor others hold
       TensorRef mean_dy = new_tensor(ctx, DType::F32, scalar_shape());
@@ -78,10 +81,11 @@ class MseNode final : public Node {
   float scale = 1.0f;
   const char* name() const override { return "mse_loss"; }
   bool reads_input(size_t) const override { return false; }  // reads diff
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
     TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
-    Tensor& input = *inputs[0];
-    Tensor& target = *inputs[1];
+    DeviceTensor& input = *inputs[0];
+    DeviceTensor& target = *inputs[1];
     const int64_t n = input.numel();
     // d/d input = 2 (input - target) dy / n; d/d target is its negative.
     TensorRef d_input = new_tensor(ctx, input.dtype, input.shape);
@@ -102,7 +106,7 @@ class MseNode final : public Node {
   }
 };
 
-int64_t last_dim(const Tensor& x, const char* name) {
+int64_t last_dim(const DeviceTensor& x, const char* name) {
   if (x.shape.ndim < 1)
     fail(AMPX_ERR_SHAPE, "'", name, "' is ", x.describe(), "; this op needs at least one dimension");
   return x.shape.dims[x.shape.ndim - 1];
@@ -111,10 +115,10 @@ int64_t last_dim(const Tensor& x, const char* name) {
 // Checks the labels where they live and counts those not ignored into
 // *valid (a device F32 scalar; nullptr: not counted): no round trip to the
 // host, so on a GPU the step stays asynchronous and a bad label is reported
-// at the next synchronisation (Context::raise_index_errors); on the CPU, at
+// at the next synchronisation (DeviceContext::raise_index_errors); on the CPU, at
 // once.
-void check_labels(Context& ctx, const Tensor& labels, int64_t classes, int64_t ignore_index,
-                  float* valid) {
+void check_labels(DeviceContext& ctx, const DeviceTensor& labels, int64_t classes,
+                  int64_t ignore_index, float* valid) {
   IndexCheck check;
   check.limit = classes;
   check.has_ignore = true;
@@ -126,13 +130,13 @@ void check_labels(Context& ctx, const Tensor& labels, int64_t classes, int64_t i
 
 }  // namespace
 
-Tensor* op_sum(Tensor& x_in, bool mean) {
+DeviceTensor* op_sum(DeviceTensor& x_in, bool mean) {
   require_capabilities(*x_in.ctx, mean ? "mean" : "sum", Capability::Nn,
                        Capability::MultiTensorAmp);
   check_floating(x_in, "x");
-  Context& ctx = *x_in.ctx;
+  DeviceContext& ctx = *x_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, mean ? "mean" : "sum", {&x_in});
-  Tensor& x = *in[0];
+  DeviceTensor& x = *in[0];
   const float scale = mean ? 1.0f / static_cast<float>(x.numel()) : 1.0f;
   // torch's mean keeps its input's dtype (it is in neither autocast list)
   // and accumulates in fp32; its sum here stays fp32 (the fp32 class).
@@ -153,13 +157,13 @@ Tensor* op_sum(Tensor& x_in, bool mean) {
   return out.take();
 }
 
-Tensor* op_softmax(Tensor& x_in, bool log) {
+DeviceTensor* op_softmax(DeviceTensor& x_in, bool log) {
   require_capabilities(*x_in.ctx, log ? "log_softmax" : "softmax", Capability::Nn);
   check_floating(x_in, "x");
   const int64_t cols = last_dim(x_in, "x");
-  Context& ctx = *x_in.ctx;
+  DeviceContext& ctx = *x_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, log ? "log_softmax" : "softmax", {&x_in});
-  Tensor& x = *in[0];
+  DeviceTensor& x = *in[0];
   TensorRef out = new_tensor(ctx, x.dtype, x.shape);
   if (x.numel() > 0)
     nn_of(ctx, log ? "log_softmax" : "softmax")
@@ -174,8 +178,8 @@ Tensor* op_softmax(Tensor& x_in, bool log) {
   return out.take();
 }
 
-Tensor* op_cross_entropy(Tensor& logits_in, Tensor& labels, Reduction reduction,
-                         int64_t ignore_index) {
+DeviceTensor* op_cross_entropy(DeviceTensor& logits_in, DeviceTensor& labels, Reduction reduction,
+                               int64_t ignore_index) {
   require_capabilities(*logits_in.ctx, "cross_entropy", Capability::Nn, Capability::MultiTensorAmp);
   check_same_context(logits_in, labels, "logits", "labels");
   check_floating(logits_in, "logits");
@@ -185,7 +189,7 @@ Tensor* op_cross_entropy(Tensor& logits_in, Tensor& labels, Reduction reduction,
       labels.shape.dims[0] != logits_in.shape.dims[0])
     fail(AMPX_ERR_SHAPE, "'logits' is ", logits_in.describe(), " and 'labels' is ", labels.describe(),
          "; expected logits [N, C] and labels [N]");
-  Context& ctx = *logits_in.ctx;
+  DeviceContext& ctx = *logits_in.ctx;
   const int64_t rows = logits_in.shape.dims[0];
   const int64_t cols = logits_in.shape.dims[1];
   // The mean divides by the count of labels not ignored; torch's mean over
@@ -195,7 +199,7 @@ Tensor* op_cross_entropy(Tensor& logits_in, Tensor& labels, Reduction reduction,
   check_labels(ctx, labels, cols, ignore_index,
                mean ? static_cast<float*>(valid->data()) : nullptr);
   std::vector<TensorRef> in = op_inputs(ctx, "cross_entropy", {&logits_in, &labels});
-  Tensor& logits = *in[0];
+  DeviceTensor& logits = *in[0];
   Backend& backend = ctx.backend();
   TensorRef losses = new_tensor(ctx, DType::F32, vector_shape(rows));
   if (rows > 0 && cols > 0)
@@ -217,7 +221,7 @@ Tensor* op_cross_entropy(Tensor& logits_in, Tensor& labels, Reduction reduction,
   return out.take();
 }
 
-Tensor* op_mse_loss(Tensor& input_in, Tensor& target_in, Reduction reduction) {
+DeviceTensor* op_mse_loss(DeviceTensor& input_in, DeviceTensor& target_in, Reduction reduction) {
   require_capabilities(*input_in.ctx, "mse_loss", Capability::Nn, Capability::MultiTensorAmp);
   check_same_context(input_in, target_in, "input", "target");
   check_floating(input_in, "input");
@@ -225,10 +229,10 @@ Tensor* op_mse_loss(Tensor& input_in, Tensor& target_in, Reduction reduction) {
   if (!(input_in.shape == target_in.shape))
     fail(AMPX_ERR_SHAPE, "'input' is ", input_in.describe(), " but 'target' is ",
          target_in.describe(), "; they must have one shape");
-  Context& ctx = *input_in.ctx;
+  DeviceContext& ctx = *input_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, "mse_loss", {&input_in, &target_in});
-  Tensor& input = *in[0];
-  Tensor& target = *in[1];
+  DeviceTensor& input = *in[0];
+  DeviceTensor& target = *in[1];
   if (input.dtype != target.dtype)
     fail(AMPX_ERR_DTYPE, "'input' is ", input.describe(), " but 'target' is ", target.describe(),
          "; outside autocast they must share a dtype");
@@ -256,4 +260,4 @@ Tensor* op_mse_loss(Tensor& input_in, Tensor& target_in, Reduction reduction) {
   return out.take();
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

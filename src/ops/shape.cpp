@@ -6,11 +6,11 @@
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 // dim in [-ndim, ndim), negative counting from the end (as torch).
-int32_t dim_arg(int32_t dim, int32_t ndim, const char* name, const Tensor& t) {
+int32_t dim_arg(int32_t dim, int32_t ndim, const char* name, const DeviceTensor& t) {
   const int32_t d = dim < 0 ? dim + ndim : dim;
   if (d < 0 || d >= ndim)
     fail(AMPX_ERR_INVALID_ARGUMENT, "argument '", name, "' is ", dim, " but '", t.describe(),
@@ -27,7 +27,7 @@ void contiguous_strides(const Shape& s, int64_t* strides) {
 }
 
 // Writes `src` with dimensions d0 and d1 exchanged to `dst` (contiguous).
-void transpose_into(NnPrimitives& nn, const Tensor& src, void* dst, int32_t d0, int32_t d1) {
+void transpose_into(NnPrimitives& nn, const DeviceTensor& src, void* dst, int32_t d0, int32_t d1) {
   StridedCopy layout;
   layout.ndim = src.shape.ndim;
   contiguous_strides(src.shape, layout.src_strides);
@@ -61,10 +61,11 @@ class ReshapeNode final : public Node {
  public:
   const char* name() const override { return "reshape"; }
   bool reads_input(size_t) const override { return false; }
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
     // A copy, not a view of dy: the tape sums gradients in place, which
     // must never write into memory another gradient shares.
-    Tensor& x = *inputs[0];
+    DeviceTensor& x = *inputs[0];
     TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
     ctx.backend().copy(dx->data(), grads[0]->data(), dx->nbytes());
     return grad_list(std::move(dx));
@@ -76,8 +77,9 @@ class TransposeNode final : public Node {
   int32_t d0 = 0, d1 = 0;
   const char* name() const override { return "transpose"; }
   bool reads_input(size_t) const override { return false; }
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Tensor& x = *inputs[0];
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& x = *inputs[0];
     TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
     transpose_into(nn_of(ctx, name()), *grads[0], dx->data(), d0, d1);
     return grad_list(std::move(dx));
@@ -90,8 +92,9 @@ class ConcatNode final : public Node {
   int32_t dim = 0;
   const char* name() const override { return "concat"; }
   bool reads_input(size_t) const override { return false; }
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
-    Tensor& dy = *grads[0];
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *grads[0];
     std::vector<TensorRef> result;
     int64_t offset = 0;  // along dim
     for (const TensorRef& in : inputs) {
@@ -115,10 +118,11 @@ class EmbeddingNode final : public Node {
  public:
   const char* name() const override { return "embedding"; }
   bool reads_input(size_t i) const override { return i == 1; }  // the indices
-  std::vector<TensorRef> backward(Context& ctx, const std::vector<Tensor*>& grads) override {
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
     Backend& backend = ctx.backend();
-    Tensor& weight = *inputs[0];
-    Tensor& indices = *inputs[1];
+    DeviceTensor& weight = *inputs[0];
+    DeviceTensor& indices = *inputs[1];
     const int64_t cols = weight.shape.dims[1];
     // Summed in F32 whatever the weight's type: a frequent index adds many
     // rows, which an f16 sum would round at every step.
@@ -141,7 +145,7 @@ class EmbeddingNode final : public Node {
 // on the CPU a bad one fails the call; on a GPU it is reported at the next
 // call that waits for the device, and meanwhile the gather gives its row as
 // zeros and the gradient skips it (gather_rows, scatter_add_rows).
-void check_embedding_indices(Context& ctx, const Tensor& indices, int64_t rows) {
+void check_embedding_indices(DeviceContext& ctx, const DeviceTensor& indices, int64_t rows) {
   IndexCheck check;
   check.limit = rows;
   check.op = kCheckEmbeddingIndices;
@@ -151,7 +155,7 @@ void check_embedding_indices(Context& ctx, const Tensor& indices, int64_t rows) 
 
 }  // namespace
 
-Tensor* op_reshape(Tensor& x_in, int32_t ndim, const int64_t* dims) {
+DeviceTensor* op_reshape(DeviceTensor& x_in, int32_t ndim, const int64_t* dims) {
   if (ndim < 0 || ndim > kMaxDims)
     fail(AMPX_ERR_SHAPE, "argument 'ndim' is ", ndim, "; use 0 .. ", kMaxDims);
   if (ndim > 0 && !dims) fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'shape' is NULL");
@@ -181,21 +185,21 @@ Tensor* op_reshape(Tensor& x_in, int32_t ndim, const int64_t* dims) {
     fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(), " (", numel, " elements) but shape ",
          asked.str(), " has ", known);
   }
-  Context& ctx = *x_in.ctx;
+  DeviceContext& ctx = *x_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, "reshape", {&x_in});
-  Tensor& x = *in[0];
-  TensorRef out(Tensor::alias(ctx, x, x.dtype, shape));
+  DeviceTensor& x = *in[0];
+  TensorRef out(DeviceTensor::alias(ctx, x, x.dtype, shape));
   if (should_record(ctx, {&x})) record(ctx, make_node<ReshapeNode>({&in[0]}), {out.get()});
   return out.take();
 }
 
-Tensor* op_transpose(Tensor& x_in, int32_t dim0, int32_t dim1) {
+DeviceTensor* op_transpose(DeviceTensor& x_in, int32_t dim0, int32_t dim1) {
   require_capabilities(*x_in.ctx, "transpose", Capability::Nn);
   const int32_t d0 = dim_arg(dim0, x_in.shape.ndim, "dim0", x_in);
   const int32_t d1 = dim_arg(dim1, x_in.shape.ndim, "dim1", x_in);
-  Context& ctx = *x_in.ctx;
+  DeviceContext& ctx = *x_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, "transpose", {&x_in});
-  Tensor& x = *in[0];
+  DeviceTensor& x = *in[0];
   Shape shape = x.shape;
   std::swap(shape.dims[d0], shape.dims[d1]);
   TensorRef out = new_tensor(ctx, x.dtype, shape);
@@ -208,17 +212,17 @@ Tensor* op_transpose(Tensor& x_in, int32_t dim0, int32_t dim1) {
   return out.take();
 }
 
-Tensor* op_concat(const std::vector<Tensor*>& tensors, int32_t dim_in) {
+DeviceTensor* op_concat(const std::vector<DeviceTensor*>& tensors, int32_t dim_in) {
   if (tensors.empty())
     fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'count' is 0; concat needs a tensor");
-  const Tensor& first = *tensors[0];
+  const DeviceTensor& first = *tensors[0];
   if (first.shape.ndim < 1)
     fail(AMPX_ERR_SHAPE, "'tensors[0]' is ", first.describe(),
          "; concat needs at least one dimension");
   require_capabilities(*first.ctx, "concat", Capability::Nn);
   const int32_t dim = dim_arg(dim_in, first.shape.ndim, "dim", first);
   for (size_t i = 1; i < tensors.size(); ++i) {
-    const Tensor& t = *tensors[i];
+    const DeviceTensor& t = *tensors[i];
     if (t.ctx != first.ctx)
       fail(AMPX_ERR_DEVICE, "'tensors[", i, "]' and 'tensors[0]' belong to different contexts");
     bool same = t.shape.ndim == first.shape.ndim;
@@ -234,7 +238,7 @@ Tensor* op_concat(const std::vector<Tensor*>& tensors, int32_t dim_in) {
            "; concat joins floating tensors (promoted to the widest type) or "
            "integer tensors of one type");
   }
-  Context& ctx = *first.ctx;
+  DeviceContext& ctx = *first.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, "concat", tensors);
   const DType dtype = in[0]->dtype;
   int64_t outer = 1, inner = 1, total = 0;
@@ -252,7 +256,7 @@ Tensor* op_concat(const std::vector<Tensor*>& tensors, int32_t dim_in) {
                       block(outer, extent * inner, total * inner, extent * inner));
     offset += extent;
   }
-  std::vector<Tensor*> computed;
+  std::vector<DeviceTensor*> computed;
   std::vector<TensorRef*> refs;
   for (TensorRef& t : in) {
     computed.push_back(t.get());
@@ -267,7 +271,7 @@ Tensor* op_concat(const std::vector<Tensor*>& tensors, int32_t dim_in) {
   return out.take();
 }
 
-Tensor* op_embedding(Tensor& weight_in, Tensor& indices) {
+DeviceTensor* op_embedding(DeviceTensor& weight_in, DeviceTensor& indices) {
   require_capabilities(*weight_in.ctx, "embedding", Capability::Nn);
   check_same_context(weight_in, indices, "weight", "indices");
   check_floating(weight_in, "weight");
@@ -278,11 +282,11 @@ Tensor* op_embedding(Tensor& weight_in, Tensor& indices) {
   if (indices.shape.ndim >= kMaxDims)
     fail(AMPX_ERR_SHAPE, "'indices' is ", indices.describe(), "; the output [..., D] would have ",
          indices.shape.ndim + 1, " dimensions (at most ", kMaxDims, ")");
-  Context& ctx = *weight_in.ctx;
+  DeviceContext& ctx = *weight_in.ctx;
   const int64_t rows = weight_in.shape.dims[0], cols = weight_in.shape.dims[1];
   check_embedding_indices(ctx, indices, rows);
   std::vector<TensorRef> in = op_inputs(ctx, "embedding", {&weight_in, &indices});
-  Tensor& weight = *in[0];
+  DeviceTensor& weight = *in[0];
   Shape shape = indices.shape;
   shape.dims[shape.ndim++] = cols;
   TensorRef out = new_tensor(ctx, weight.dtype, shape);
@@ -295,4 +299,4 @@ Tensor* op_embedding(Tensor& weight_in, Tensor& indices) {
   return out.take();
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -6,9 +6,9 @@
 #include "amp/scaler.h"
 #include "core/error.h"
 
-namespace ampx {
+namespace ampx::impl {
 
-void check_grads_unscaled(const Optimizer& optimizer) {
+void check_grads_unscaled(const FusedOptimizer& optimizer) {
   if (optimizer.scaler && optimizer.scaler->enabled() && optimizer.amp_state == AmpState::Ready)
     fail(AMPX_ERR_ORDER,
          "this optimizer's gradients are still multiplied by the loss scale; call "
@@ -16,12 +16,12 @@ void check_grads_unscaled(const Optimizer& optimizer) {
          "too hard, or not at all)");
 }
 
-Tensor* clip_grad_norm(Optimizer& optimizer, double max_norm, NormType type,
-                       bool error_if_nonfinite) {
+DeviceTensor* clip_grad_norm(FusedOptimizer& optimizer, double max_norm, NormType type,
+                             bool error_if_nonfinite) {
   if (!(max_norm >= 0.0) || !(max_norm <= FLT_MAX))
     fail(AMPX_ERR_INVALID_ARGUMENT, "max_norm is ", max_norm, "; it must be finite and >= 0");
   check_grads_unscaled(optimizer);
-  Context& ctx = optimizer.context();
+  DeviceContext& ctx = optimizer.context();
   AmpPrimitives& amp = ctx.backend().require<AmpPrimitives>("clip_grad_norm");
   const std::vector<TensorSpan> grads = optimizer.effective_grads();
   TensorRef total(make_filled_f32(ctx, vector_shape(1), 0.0f));
@@ -41,7 +41,7 @@ Tensor* clip_grad_norm(Optimizer& optimizer, double max_norm, NormType type,
   return total.take();
 }
 
-void clip_grad_value(Optimizer& optimizer, double clip_value) {
+void clip_grad_value(FusedOptimizer& optimizer, double clip_value) {
   if (!(clip_value >= 0.0) || !(clip_value <= FLT_MAX))
     fail(AMPX_ERR_INVALID_ARGUMENT, "clip_value is ", clip_value, "; it must be finite and >= 0");
   check_grads_unscaled(optimizer);
@@ -51,13 +51,14 @@ void clip_grad_value(Optimizer& optimizer, double clip_value) {
       .multi_tensor_clamp(optimizer.effective_grads(), static_cast<float>(clip_value));
 }
 
-std::vector<NonfiniteGrad> find_nonfinite_grads(Optimizer& optimizer) {
-  std::vector<const Optimizer::Param*> owners;
+std::vector<NonfiniteGradCount> find_nonfinite_grads(FusedOptimizer& optimizer) {
+  std::vector<const FusedOptimizer::Param*> owners;
   const std::vector<TensorSpan> grads = optimizer.effective_grads(&owners);
-  std::vector<NonfiniteGrad> found;
+  std::vector<NonfiniteGradCount> found;
   if (grads.empty()) return found;
-  Context& ctx = optimizer.context();
-  TensorRef counts(Tensor::empty(ctx, DType::I64, vector_shape(2 * static_cast<int64_t>(grads.size()))));
+  DeviceContext& ctx = optimizer.context();
+  TensorRef counts(
+      DeviceTensor::empty(ctx, DType::I64, vector_shape(2 * static_cast<int64_t>(grads.size()))));
   ctx.backend()
       .require<AmpPrimitives>("find_nonfinite_grads")
       .multi_tensor_count_nonfinite(grads, static_cast<int64_t*>(counts->data()));
@@ -69,4 +70,4 @@ std::vector<NonfiniteGrad> find_nonfinite_grads(Optimizer& optimizer) {
   return found;
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -6,29 +6,29 @@
 
 #include "optim/optimizer.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 // Throws AMPX_ERR_ORDER when the optimizer's gradients are still multiplied
 // by an enabled loss scaler's scale.
-void check_grads_unscaled(const Optimizer& optimizer);
+void check_grads_unscaled(const FusedOptimizer& optimizer);
 
 // torch.nn.utils.clip_grad_norm_; returns a new F32[1] tensor holding the
 // total norm. With error_if_nonfinite, synchronizes and throws before
 // clipping anything when the total is not finite.
-Tensor* clip_grad_norm(Optimizer& optimizer, double max_norm, NormType type,
-                       bool error_if_nonfinite);
+DeviceTensor* clip_grad_norm(FusedOptimizer& optimizer, double max_norm, NormType type,
+                             bool error_if_nonfinite);
 
 // torch.nn.utils.clip_grad_value_.
-void clip_grad_value(Optimizer& optimizer, double clip_value);
+void clip_grad_value(FusedOptimizer& optimizer, double clip_value);
 
-struct NonfiniteGrad {
-  const Tensor* param;
+struct NonfiniteGradCount {
+  const DeviceTensor* param;
   int64_t nan_count;
   int64_t inf_count;
 };
 
 // Parameters whose gradients hold NaN or inf, in parameter order.
 // Synchronizes.
-std::vector<NonfiniteGrad> find_nonfinite_grads(Optimizer& optimizer);
+std::vector<NonfiniteGradCount> find_nonfinite_grads(FusedOptimizer& optimizer);
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -7,7 +7,7 @@
 #include "amp/scaler.h"
 #include "core/error.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 uint32_t float_bits_of(double value) {
@@ -90,14 +90,14 @@ void validate_hyper(const OptimizerHyper& h) {
   }
 }
 
-Optimizer::Optimizer(Context& ctx, const OptimizerHyper& hyper)
-    : Object(kLiveMagic, &Optimizer::destroy_shell), ctx_(&ctx), hyper_(hyper) {
+FusedOptimizer::FusedOptimizer(DeviceContext& ctx, const OptimizerHyper& hyper)
+    : Object(kLiveMagic, &FusedOptimizer::destroy_shell), ctx_(&ctx), hyper_(hyper) {
   ctx.retain();
 }
 
-Optimizer::~Optimizer() = default;
+FusedOptimizer::~FusedOptimizer() = default;
 
-void Optimizer::free_resources() {
+void FusedOptimizer::free_resources() {
   params_.clear();
   lr_.reset();
   weight_decay_.reset();
@@ -106,10 +106,10 @@ void Optimizer::free_resources() {
   last_step_skipped_.reset();
 }
 
-Optimizer* Optimizer::create(Context& ctx, const std::vector<Tensor*>& params,
-                             const OptimizerHyper& hyper) {
+FusedOptimizer* FusedOptimizer::create(DeviceContext& ctx, const std::vector<DeviceTensor*>& params,
+                                       const OptimizerHyper& hyper) {
   validate_hyper(hyper);
-  auto* opt = new Optimizer(ctx, hyper);
+  auto* opt = new FusedOptimizer(ctx, hyper);
   try {
     opt->found_inf_ = TensorRef(make_filled_f32(ctx, vector_shape(1), 0.0f));
     opt->last_step_skipped_ = TensorRef(make_filled_f32(ctx, vector_shape(1), 0.0f));
@@ -123,17 +123,17 @@ Optimizer* Optimizer::create(Context& ctx, const std::vector<Tensor*>& params,
   return opt;
 }
 
-void Optimizer::release() {
+void FusedOptimizer::release() {
   if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   magic = kDeadMagic;
   if (scaler) {
     scaler->forget(*this);
-    Scaler* s = scaler;
+    LossScaler* s = scaler;
     scaler = nullptr;
     s->release();
   }
   free_resources();
-  Context& ctx = *ctx_;
+  DeviceContext& ctx = *ctx_;
   ctx.quarantine(this);
   ctx.release();
 }
@@ -147,19 +147,19 @@ int state_count_of(const OptimizerHyper& hyper) {
 
 }  // namespace
 
-int Optimizer::state_count() const { return state_count_of(hyper_); }
+int FusedOptimizer::state_count() const { return state_count_of(hyper_); }
 
-std::vector<Optimizer::Param> Optimizer::make_params(const std::vector<Tensor*>& params,
-                                                     int32_t group) const {
+std::vector<FusedOptimizer::Param> FusedOptimizer::make_params(
+    const std::vector<DeviceTensor*>& params, int32_t group) const {
   std::vector<Param> made;
   made.reserve(params.size());
-  for (Tensor* t : params) {
+  for (DeviceTensor* t : params) {
     Param entry;
     entry.group = group;
     t->retain();
     entry.param = TensorRef(t);
     if (t->dtype != DType::F32) {
-      entry.master = TensorRef(Tensor::empty(*ctx_, DType::F32, t->shape));
+      entry.master = TensorRef(DeviceTensor::empty(*ctx_, DType::F32, t->shape));
       if (t->numel() > 0)
         ctx_->backend().convert(entry.master->data(), DType::F32, t->data(), t->dtype, t->numel());
     }
@@ -170,16 +170,17 @@ std::vector<Optimizer::Param> Optimizer::make_params(const std::vector<Tensor*>&
   return made;
 }
 
-int32_t Optimizer::add_group(const std::vector<Tensor*>& params, double lr, double weight_decay) {
+int32_t FusedOptimizer::add_group(const std::vector<DeviceTensor*>& params, double lr,
+                                  double weight_decay) {
   if (amp_state != AmpState::Ready)
     fail(AMPX_ERR_ORDER, "param groups can only be added between iterations (after "
                          "ampx_scaler_update), not between unscale/step and update");
   check_non_negative(lr, "lr");
   check_non_negative(weight_decay, "weight_decay");
-  std::unordered_set<const Tensor*> seen;
+  std::unordered_set<const DeviceTensor*> seen;
   for (const Param& p : params_) seen.insert(p.param.get());
   for (size_t i = 0; i < params.size(); ++i) {
-    const Tensor* t = params[i];
+    const DeviceTensor* t = params[i];
     if (t->ctx != ctx_)
       fail(AMPX_ERR_DEVICE, "params[", i, "] belongs to a different context than the optimizer");
     if (!is_floating(t->dtype))
@@ -197,9 +198,9 @@ int32_t Optimizer::add_group(const std::vector<Tensor*>& params, double lr, doub
   std::vector<Param> made = make_params(params, group);
   {
     Backend& backend = ctx_->backend();
-    TensorRef lr_new(Tensor::empty(*ctx_, DType::F32, vector_shape(group + 1)));
-    TensorRef wd_new(Tensor::empty(*ctx_, DType::F32, vector_shape(group + 1)));
-    TensorRef steps_new(Tensor::empty(*ctx_, DType::I64, vector_shape(new_params)));
+    TensorRef lr_new(DeviceTensor::empty(*ctx_, DType::F32, vector_shape(group + 1)));
+    TensorRef wd_new(DeviceTensor::empty(*ctx_, DType::F32, vector_shape(group + 1)));
+    TensorRef steps_new(DeviceTensor::empty(*ctx_, DType::I64, vector_shape(new_params)));
     if (group > 0) {
       backend.copy(lr_new->data(), lr_->data(), lr_->nbytes());
       backend.copy(wd_new->data(), weight_decay_->data(), weight_decay_->nbytes());
@@ -224,7 +225,7 @@ int32_t Optimizer::add_group(const std::vector<Tensor*>& params, double lr, doub
   return group;
 }
 
-void Optimizer::set_lr(int32_t group, double lr) {
+void FusedOptimizer::set_lr(int32_t group, double lr) {
   if (group < 0 || group >= group_count())
     fail(AMPX_ERR_INVALID_ARGUMENT, "group is ", group, " but the optimizer has ", group_count(),
          " group(s)");
@@ -233,17 +234,17 @@ void Optimizer::set_lr(int32_t group, double lr) {
   lr_host_[static_cast<size_t>(group)] = lr;
 }
 
-double Optimizer::lr(int32_t group) const {
+double FusedOptimizer::lr(int32_t group) const {
   if (group < 0 || group >= group_count())
     fail(AMPX_ERR_INVALID_ARGUMENT, "group is ", group, " but the optimizer has ", group_count(),
          " group(s)");
   return lr_host_[static_cast<size_t>(group)];
 }
 
-std::vector<TensorSpan> Optimizer::effective_grads(std::vector<const Param*>* owners) const {
+std::vector<TensorSpan> FusedOptimizer::effective_grads(std::vector<const Param*>* owners) const {
   std::vector<TensorSpan> spans;
   for (const Param& p : params_) {
-    const Tensor* g = p.param->grad;
+    const DeviceTensor* g = p.param->grad;
     if (!g) continue;
     if (p.use_unscaled)
       spans.push_back({p.unscaled_grad->data(), DType::F32, p.unscaled_grad->numel()});
@@ -254,7 +255,7 @@ std::vector<TensorSpan> Optimizer::effective_grads(std::vector<const Param*>* ow
   return spans;
 }
 
-void Optimizer::step(const float* found_inf) {
+void FusedOptimizer::step(const float* found_inf) {
   Backend& backend = ctx_->backend();
   AmpPrimitives& amp = backend.require<AmpPrimitives>("the optimizer step");
   std::vector<OptimParam> list;
@@ -268,7 +269,7 @@ void Optimizer::step(const float* found_inf) {
   };
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = params_[i];
-    const Tensor* g = p.param->grad;
+    const DeviceTensor* g = p.param->grad;
     if (!g) {
       flush_run(static_cast<int64_t>(i));
       continue;
@@ -288,9 +289,9 @@ void Optimizer::step(const float* found_inf) {
     float* state[3] = {};
     for (int k = 0; k < 3; ++k)
       if (p.state[k]) state[k] = static_cast<float*>(p.state[k]->data());
-    op.state0 = state[0];
-    op.state1 = state[1];
-    op.state2 = state[2];
+    op.momentum = state[0];
+    op.exp_avg_sq = state[1];
+    op.max_exp_avg_sq = state[2];
     op.step = steps + i;
     op.count = p.param->numel();
     op.group = p.group;
@@ -313,7 +314,7 @@ void Optimizer::step(const float* found_inf) {
   has_stepped_ = true;
 }
 
-void Optimizer::step_unscaled() {
+void FusedOptimizer::step_unscaled() {
   if (scaler && scaler->enabled())
     fail(AMPX_ERR_ORDER,
          "this optimizer is used with a loss scaler, so its gradients are scaled; call "
@@ -322,14 +323,14 @@ void Optimizer::step_unscaled() {
   step(nullptr);
 }
 
-bool Optimizer::last_step_taken() {
+bool FusedOptimizer::last_step_taken() {
   if (!has_stepped_) fail(AMPX_ERR_ORDER, "the optimizer has not stepped yet");
   float skipped = 0.0f;
   ctx_->read_to_host(&skipped, last_step_skipped_->data(), sizeof skipped);
   return skipped == 0.0f;
 }
 
-Tensor& Optimizer::state_tensor(const Tensor& param, StateKind kind) const {
+DeviceTensor& FusedOptimizer::state_tensor(const DeviceTensor& param, StateKind kind) const {
   const Param& entry = param_entry(param, "param");
   const bool adam = hyper_.kind == OptimizerKind::Adam;
   switch (kind) {
@@ -348,9 +349,9 @@ Tensor& Optimizer::state_tensor(const Tensor& param, StateKind kind) const {
   fail(AMPX_ERR_INTERNAL, "unknown optimizer state kind");
 }
 
-void Optimizer::zero_grad() {
+void FusedOptimizer::zero_grad() {
   for (const Param& p : params_) {
-    Tensor* g = p.param->grad;
+    DeviceTensor* g = p.param->grad;
     if (g && g->numel() > 0) {
       ctx_->backend().fill(g->data(), dtype_size(g->dtype), 0, g->numel());
       g->storage->note_write();
@@ -358,21 +359,21 @@ void Optimizer::zero_grad() {
   }
 }
 
-void Optimizer::prepare_unscale(std::vector<TensorSpan>& ins, std::vector<TensorSpan>& outs) {
+void FusedOptimizer::prepare_unscale(std::vector<TensorSpan>& ins, std::vector<TensorSpan>& outs) {
   // Allocate every missing fp32 buffer first, so running out of memory
   // changes nothing.
   std::vector<std::pair<Param*, TensorRef>> allocated;
   for (Param& p : params_) {
-    const Tensor* g = p.param->grad;
+    const DeviceTensor* g = p.param->grad;
     if (!g || g->dtype == DType::F32) continue;
     if (p.unscaled_grad && p.unscaled_grad->numel() == g->numel()) continue;
-    allocated.emplace_back(&p, TensorRef(Tensor::empty(*ctx_, DType::F32, p.param->shape)));
+    allocated.emplace_back(&p, TensorRef(DeviceTensor::empty(*ctx_, DType::F32, p.param->shape)));
   }
   for (auto& [p, buffer] : allocated) {
     p->unscaled_grad = std::move(buffer);
   }
   for (Param& p : params_) {
-    Tensor* g = p.param->grad;
+    DeviceTensor* g = p.param->grad;
     if (!g) continue;
     ins.push_back({g->data(), g->dtype, g->numel()});
     if (g->dtype == DType::F32)
@@ -382,14 +383,15 @@ void Optimizer::prepare_unscale(std::vector<TensorSpan>& ins, std::vector<Tensor
   }
 }
 
-void Optimizer::mark_unscaled(bool unscaled) {
+void FusedOptimizer::mark_unscaled(bool unscaled) {
   for (Param& p : params_) {
-    const Tensor* g = p.param->grad;
+    const DeviceTensor* g = p.param->grad;
     p.use_unscaled = unscaled && g && g->dtype != DType::F32;
   }
 }
 
-const Optimizer::Param& Optimizer::param_entry(const Tensor& param, const char* arg) const {
+const FusedOptimizer::Param& FusedOptimizer::param_entry(const DeviceTensor& param,
+                                                         const char* arg) const {
   for (const Param& p : params_)
     if (p.param.get() == &param) return p;
   fail(AMPX_ERR_INVALID_ARGUMENT, "argument '", arg, "' (", param.describe(),
@@ -397,7 +399,7 @@ const Optimizer::Param& Optimizer::param_entry(const Tensor& param, const char* 
        ") is not a parameter of this optimizer");
 }
 
-int64_t Optimizer::param_steps(const Tensor& param) {
+int64_t FusedOptimizer::param_steps(const DeviceTensor& param) {
   const Param& entry = param_entry(param, "param");
   const size_t index = static_cast<size_t>(&entry - params_.data());
   int64_t steps = 0;
@@ -407,7 +409,7 @@ int64_t Optimizer::param_steps(const Tensor& param) {
 
 // ---- state save / load ----------------------------------------------------
 
-size_t Optimizer::state_size() const {
+size_t FusedOptimizer::state_size() const {
   size_t bytes = sizeof(StateHeader) + sizeof(StateGroup) * lr_host_.size() +
                  sizeof(StateParam) * params_.size();
   for (const Param& p : params_)
@@ -416,7 +418,7 @@ size_t Optimizer::state_size() const {
   return bytes + sizeof(uint64_t);
 }
 
-void Optimizer::save_state(void* buffer, size_t bytes) {
+void FusedOptimizer::save_state(void* buffer, size_t bytes) {
   if (bytes != state_size())
     fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'bytes' is ", bytes, " but the state takes ",
          state_size(), " bytes (ampx_optimizer_state_size)");
@@ -472,7 +474,7 @@ void Optimizer::save_state(void* buffer, size_t bytes) {
   std::memcpy(out + at, &checksum, sizeof checksum);
 }
 
-void Optimizer::load_state(const void* buffer, size_t bytes) {
+void FusedOptimizer::load_state(const void* buffer, size_t bytes) {
   if (amp_state != AmpState::Ready)
     fail(AMPX_ERR_ORDER, "optimizer state can only be loaded between iterations (after "
                          "ampx_scaler_update)");
@@ -528,7 +530,7 @@ void Optimizer::load_state(const void* buffer, size_t bytes) {
     StateParam sp{};
     std::memcpy(&sp, in + at, sizeof sp);
     at += sizeof sp;
-    const Tensor& t = *params_[i].param;
+    const DeviceTensor& t = *params_[i].param;
     Shape shape;
     shape.ndim = static_cast<int32_t>(sp.ndim);
     if (sp.ndim > static_cast<uint32_t>(kMaxDims))
@@ -560,7 +562,7 @@ void Optimizer::load_state(const void* buffer, size_t bytes) {
   restored.adam.eps = static_cast<float>(header.eps);
   try {
     validate_hyper(restored);
-  } catch (const Error& e) {
+  } catch (const StatusError& e) {
     fail(AMPX_ERR_CORRUPT, "the state holds invalid hyperparameters: ", e.what());
   }
   // The buffers are those of the current settings: hyperparameters that
@@ -595,14 +597,14 @@ void Optimizer::load_state(const void* buffer, size_t bytes) {
   }
 }
 
-void Optimizer::write_lr(int32_t group) {
+void FusedOptimizer::write_lr(int32_t group) {
   ctx_->backend().fill(static_cast<float*>(lr_->data()) + group, 4,
                        float_bits_of(lr_host_[static_cast<size_t>(group)]), 1);
 }
 
-void Optimizer::write_weight_decay(int32_t group) {
+void FusedOptimizer::write_weight_decay(int32_t group) {
   ctx_->backend().fill(static_cast<float*>(weight_decay_->data()) + group, 4,
                        float_bits_of(weight_decay_host_[static_cast<size_t>(group)]), 1);
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

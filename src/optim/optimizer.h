@@ -10,9 +10,9 @@
 #include "core/context.h"
 #include "core/tensor.h"
 
-namespace ampx {
+namespace ampx::impl {
 
-class Scaler;
+class LossScaler;
 
 // Where an optimizer is in a loss-scaled iteration (torch's OptState).
 enum class AmpState { Ready, Unscaled, Stepped };
@@ -31,7 +31,7 @@ struct OptimizerHyper {
 // range (negative lr, betas outside [0, 1), nesterov without momentum...).
 void validate_hyper(const OptimizerHyper& hyper);
 
-class Optimizer : public Object {
+class FusedOptimizer : public Object {
  public:
   static constexpr uint64_t kLiveMagic = 0x414d50582d4f5054ull;  // "AMPX-OPT"
   static constexpr uint64_t kDeadMagic = 0x646561642d6f7074ull;  // "dead-opt"
@@ -44,20 +44,20 @@ class Optimizer : public Object {
     bool use_unscaled = false;        // unscaled_grad holds this iteration's gradient
     int32_t group = 0;
 
-    Tensor& master_or_param() const { return master ? *master : *param; }
+    DeviceTensor& master_or_param() const { return master ? *master : *param; }
   };
 
-  static Optimizer* create(Context& ctx, const std::vector<Tensor*>& params,
-                           const OptimizerHyper& hyper);
+  static FusedOptimizer* create(DeviceContext& ctx, const std::vector<DeviceTensor*>& params,
+                                const OptimizerHyper& hyper);
   void release();
 
-  Context& context() const { return *ctx_; }
+  DeviceContext& context() const { return *ctx_; }
   const OptimizerHyper& hyper() const { return hyper_; }
   const std::vector<Param>& params() const { return params_; }
   int32_t group_count() const { return static_cast<int32_t>(lr_host_.size()); }
 
   // A new param group (ORDER between an unscale/step and the update).
-  int32_t add_group(const std::vector<Tensor*>& params, double lr, double weight_decay);
+  int32_t add_group(const std::vector<DeviceTensor*>& params, double lr, double weight_decay);
   void set_lr(int32_t group, double lr);
   double lr(int32_t group) const;
 
@@ -74,25 +74,25 @@ class Optimizer : public Object {
   // A parameter's state tensor of `kind`; NOT_SUPPORTED when this optimizer
   // keeps none (SGD without momentum, SGD's second moments, amsgrad off).
   enum class StateKind { Master, Momentum, ExpAvgSq, MaxExpAvgSq };
-  Tensor& state_tensor(const Tensor& param, StateKind kind) const;
+  DeviceTensor& state_tensor(const DeviceTensor& param, StateKind kind) const;
   void zero_grad();
 
   // The gradients the next step uses (unscaled copies where they exist),
   // one span per parameter that has a gradient, with their parameters.
   std::vector<TensorSpan> effective_grads(std::vector<const Param*>* owners = nullptr) const;
 
-  // Scaler support: makes sure every F16/BF16 gradient has an fp32
+  // LossScaler support: makes sure every F16/BF16 gradient has an fp32
   // unscaled_grad buffer (allocating all before changing anything), and
   // returns the (in, out) spans unscale writes.
   void prepare_unscale(std::vector<TensorSpan>& ins, std::vector<TensorSpan>& outs);
   void mark_unscaled(bool unscaled);
 
-  Tensor& found_inf() const { return *found_inf_; }
+  DeviceTensor& found_inf() const { return *found_inf_; }
   bool has_stepped() const { return has_stepped_; }
-  Tensor& last_step_skipped() const { return *last_step_skipped_; }
+  DeviceTensor& last_step_skipped() const { return *last_step_skipped_; }
 
-  const Param& param_entry(const Tensor& param, const char* arg) const;
-  int64_t param_steps(const Tensor& param);  // synchronizes
+  const Param& param_entry(const DeviceTensor& param, const char* arg) const;
+  int64_t param_steps(const DeviceTensor& param);  // synchronizes
 
   size_t state_size() const;
   void save_state(void* buffer, size_t bytes);
@@ -100,25 +100,25 @@ class Optimizer : public Object {
   void load_state(const void* buffer, size_t bytes);
 
   // Set by the scaler the optimizer is attached to.
-  Scaler* scaler = nullptr;  // retained while attached
+  LossScaler* scaler = nullptr;  // retained while attached
   AmpState amp_state = AmpState::Ready;
 
  private:
-  Optimizer(Context& ctx, const OptimizerHyper& hyper);
+  FusedOptimizer(DeviceContext& ctx, const OptimizerHyper& hyper);
   // The shell outlives release() in the context's quarantine, so it owns
   // nothing by then: release() frees everything through free_resources().
-  ~Optimizer();
-  static void destroy_shell(Object* shell) { delete static_cast<Optimizer*>(shell); }
+  ~FusedOptimizer();
+  static void destroy_shell(Object* shell) { delete static_cast<FusedOptimizer*>(shell); }
   void free_resources();
 
   // New entries for `params` in `group`, with masters and zeroed state;
   // nothing is added to the optimizer until the caller commits them.
-  std::vector<Param> make_params(const std::vector<Tensor*>& params, int32_t group) const;
+  std::vector<Param> make_params(const std::vector<DeviceTensor*>& params, int32_t group) const;
   int state_count() const;
   void write_lr(int32_t group);
   void write_weight_decay(int32_t group);
 
-  Context* ctx_;
+  DeviceContext* ctx_;
   OptimizerHyper hyper_;
   std::vector<Param> params_;
   std::vector<double> lr_host_;
@@ -131,4 +131,4 @@ class Optimizer : public Object {
   bool has_stepped_ = false;
 };
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -183,16 +183,22 @@ int64_t element_bytes(cudaDataType_t type) {
 
 float load_element(const void* base, int64_t index, cudaDataType_t type) {
   switch (type) {
-    case CUDA_R_16F: return ampx::math::half_to_float(static_cast<const uint16_t*>(base)[index]);
-    case CUDA_R_16BF: return ampx::math::bf16_to_float(static_cast<const uint16_t*>(base)[index]);
+    case CUDA_R_16F:
+      return ampx::impl::math::half_to_float(static_cast<const uint16_t*>(base)[index]);
+    case CUDA_R_16BF:
+      return ampx::impl::math::bf16_to_float(static_cast<const uint16_t*>(base)[index]);
     default: return static_cast<const float*>(base)[index];
   }
 }
 
 void store_element(void* base, int64_t index, cudaDataType_t type, float value) {
   switch (type) {
-    case CUDA_R_16F: static_cast<uint16_t*>(base)[index] = ampx::math::float_to_half(value); break;
-    case CUDA_R_16BF: static_cast<uint16_t*>(base)[index] = ampx::math::float_to_bf16(value); break;
+    case CUDA_R_16F:
+      static_cast<uint16_t*>(base)[index] = ampx::impl::math::float_to_half(value);
+      break;
+    case CUDA_R_16BF:
+      static_cast<uint16_t*>(base)[index] = ampx::impl::math::float_to_bf16(value);
+      break;
     default: static_cast<float*>(base)[index] = value; break;
   }
 }

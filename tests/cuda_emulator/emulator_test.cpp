@@ -878,8 +878,8 @@ TEST_CASE("cuBLASLt f32 product with a transposed, padded A and beta C") {
 
 TEST_CASE("cuBLASLt f16 product with the BIAS epilogue") {
   constexpr int m = 16, n = 4, k = 32;
-  using ampx::math::float_to_half;
-  using ampx::math::half_to_float;
+  using ampx::impl::math::float_to_half;
+  using ampx::impl::math::half_to_float;
   std::vector<uint16_t> a(m * k), b(k * n), bias(m);
   // Values exact in f16, whose products are exact in fp32.
   for (int i = 0; i < m * k; ++i) a[i] = float_to_half((i * 7 % 11 - 5) / 8.0f);

@@ -13,9 +13,9 @@
 
 namespace ampx_test {
 
-inline ampx::Backend& backend_of(ampx::Backend& b) { return b; }
-inline ampx::Backend& backend_of(ampx::Backend* b) { return *b; }
-inline ampx::Backend& backend_of(const std::unique_ptr<ampx::Backend>& b) { return *b; }
+inline ampx::impl::Backend& backend_of(ampx::impl::Backend& b) { return b; }
+inline ampx::impl::Backend& backend_of(ampx::impl::Backend* b) { return *b; }
+inline ampx::impl::Backend& backend_of(const std::unique_ptr<ampx::impl::Backend>& b) { return *b; }
 // Test rigs that hold a backend and hand it out through operator->.
 template <class Rig>
 auto backend_of(Rig& rig) -> decltype(*rig.operator->()) {
@@ -23,16 +23,16 @@ auto backend_of(Rig& rig) -> decltype(*rig.operator->()) {
 }
 
 template <class B>
-ampx::AmpPrimitives& amp_of(B&& b) {
-  return backend_of(b).template require<ampx::AmpPrimitives>("the test");
+ampx::impl::AmpPrimitives& amp_of(B&& b) {
+  return backend_of(b).template require<ampx::impl::AmpPrimitives>("the test");
 }
 template <class B>
-ampx::NnPrimitives& nn_of(B&& b) {
-  return backend_of(b).template require<ampx::NnPrimitives>("the test");
+ampx::impl::NnPrimitives& nn_of(B&& b) {
+  return backend_of(b).template require<ampx::impl::NnPrimitives>("the test");
 }
 template <class B>
-ampx::GemmPrimitives& gemm_of(B&& b) {
-  return backend_of(b).template require<ampx::GemmPrimitives>("the test");
+ampx::impl::GemmPrimitives& gemm_of(B&& b) {
+  return backend_of(b).template require<ampx::impl::GemmPrimitives>("the test");
 }
 
 }  // namespace ampx_test

@@ -31,7 +31,7 @@
 
 namespace cuda_test {
 
-using ampx::DType;
+using ampx::impl::DType;
 using Bytes = std::vector<uint8_t>;
 
 inline constexpr double kEps = 0x1p-24;     // fp32's unit roundoff
@@ -41,24 +41,30 @@ inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 inline constexpr DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16};
 
-inline std::string name(DType t) { return ampx::dtype_name(t); }
-inline size_t width(DType t) { return ampx::dtype_size(t); }
+inline std::string name(DType t) { return ampx::impl::dtype_name(t); }
+inline size_t width(DType t) { return ampx::impl::dtype_size(t); }
 
 // ---- values ------------------------------------------------------------------
 
 inline uint32_t bits_of(DType t, float v) {
   switch (t) {
-    case DType::F16: return ampx::math::float_to_half(v);
-    case DType::BF16: return ampx::math::float_to_bf16(v);
-    default: return ampx::math::float_bits(v);
+    case DType::F16:
+      return ampx::impl::math::float_to_half(v);
+    case DType::BF16:
+      return ampx::impl::math::float_to_bf16(v);
+    default:
+      return ampx::impl::math::float_bits(v);
   }
 }
 
 inline float value_of(DType t, uint32_t bits) {
   switch (t) {
-    case DType::F16: return ampx::math::half_to_float(static_cast<uint16_t>(bits));
-    case DType::BF16: return ampx::math::bf16_to_float(static_cast<uint16_t>(bits));
-    default: return ampx::math::bits_float(bits);
+    case DType::F16:
+      return ampx::impl::math::half_to_float(static_cast<uint16_t>(bits));
+    case DType::BF16:
+      return ampx::impl::math::bf16_to_float(static_cast<uint16_t>(bits));
+    default:
+      return ampx::impl::math::bits_float(bits);
   }
 }
 
@@ -120,16 +126,16 @@ inline double ulp16(DType t, double v) {
 // ---- both backends ---------------------------------------------------------
 
 struct Backends {
-  std::unique_ptr<ampx::Backend> cpu;
-  std::unique_ptr<ampx::Backend> gpu;
-  std::unique_ptr<ampx::Allocator> memory;
+  std::unique_ptr<ampx::impl::Backend> cpu;
+  std::unique_ptr<ampx::impl::Backend> gpu;
+  std::unique_ptr<ampx::impl::Allocator> memory;
 
   explicit Backends(void* stream = nullptr) {
-    ampx::BackendOptions options;
-    cpu = ampx::create_backend(options);
+    ampx::impl::BackendOptions options;
+    cpu = ampx::impl::create_backend(options);
     options.device_type = AMPX_DEVICE_CUDA;
     options.cuda_stream = stream;
-    gpu = ampx::create_backend(options);
+    gpu = ampx::impl::create_backend(options);
     memory = gpu->make_default_allocator();
   }
 };
@@ -227,7 +233,7 @@ inline void compare_exact(const std::string& what, DType t, const Bytes& got, co
 inline ampx_status status_of(const std::function<void()>& call) {
   try {
     call();
-  } catch (const ampx::Error& e) {
+  } catch (const ampx::impl::StatusError& e) {
     return e.status();
   }
   return AMPX_OK;
@@ -251,7 +257,7 @@ class CapturedGraph {
     std::string error;
     try {
       work();
-    } catch (const ampx::Error& e) {
+    } catch (const ampx::impl::StatusError& e) {
       error = e.what();
     }
     const cudaError_t ended = cudaStreamEndCapture(stream, &graph_);

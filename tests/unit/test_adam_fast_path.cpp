@@ -45,7 +45,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }  // namespace
 
 TEST_CASE("cpu adam: the vectorised path equals math::adam_update bit for bit") {
-  using namespace ampx;
+  using namespace ampx::impl;
   CAPTURE(cpu_isa_name(detected_cpu_isa()));
   ThreadPool pool(2);
   const size_t n = 70001;  // two chunks and a ragged tail
@@ -74,8 +74,8 @@ TEST_CASE("cpu adam: the vectorised path equals math::adam_update bit for bit") 
           p.master = param_dtype == DType::F32 ? nullptr : w.data();
           p.grad = g.data();
           p.grad_dtype = DType::F32;
-          p.state0 = m.data();
-          p.state1 = v.data();
+          p.momentum = m.data();
+          p.exp_avg_sq = v.data();
           p.step = &step;
           p.count = static_cast<int64_t>(n);
           const StepScalars scalars{nullptr, &lr, &weight_decay};

@@ -26,12 +26,12 @@
 
 namespace {
 
-using ampx::DType;
-using ampx::NormType;
-using ampx::OptimParam;
-using ampx::TensorSpan;
-using ampx::math::ScalerConfig;
-using ampx::math::ScalerState;
+using ampx::impl::DType;
+using ampx::impl::NormType;
+using ampx::impl::OptimParam;
+using ampx::impl::TensorSpan;
+using ampx::impl::math::ScalerConfig;
+using ampx::impl::math::ScalerState;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -118,22 +118,22 @@ HostTensor random_tensor(DType t, size_t n, std::mt19937& rng, int min_exp, int 
   return h;
 }
 
-std::string name(DType t) { return ampx::dtype_name(t); }
+std::string name(DType t) { return ampx::impl::dtype_name(t); }
 
 // ---- device access -----------------------------------------------------
 
 struct Device {
-  std::unique_ptr<ampx::Backend> backend;
-  std::unique_ptr<ampx::Allocator> allocator;
+  std::unique_ptr<ampx::impl::Backend> backend;
+  std::unique_ptr<ampx::impl::Allocator> allocator;
 
   explicit Device(int32_t threads = 0) {
-    ampx::BackendOptions options;
+    ampx::impl::BackendOptions options;
     options.device_type = ampx_test::test_device();
     options.num_threads = threads;
-    backend = ampx::create_backend(options);
+    backend = ampx::impl::create_backend(options);
     allocator = backend->make_default_allocator();
   }
-  ampx::Backend* operator->() { return backend.get(); }
+  ampx::impl::Backend* operator->() { return backend.get(); }
 };
 
 // Device memory, filled from and read back to the host.
@@ -193,7 +193,7 @@ template <class Fn>
 ampx_status status_of(Fn&& fn) {
   try {
     fn();
-  } catch (const ampx::Error& e) {
+  } catch (const ampx::impl::StatusError& e) {
     return e.status();
   }
   return AMPX_OK;
@@ -975,7 +975,7 @@ class OptimizerRig {
       o.master = p.master ? p.master->as<float>() : nullptr;
       o.grad = has ? p.grad->as() : nullptr;
       o.grad_dtype = p.spec.grad;
-      float** state[3] = {&o.state0, &o.state1, &o.state2};
+      float** state[3] = {&o.momentum, &o.exp_avg_sq, &o.max_exp_avg_sq};
       for (int k = 0; k < states_; ++k) *state[k] = has ? p.state[k]->as<float>() : nullptr;
       o.step = steps_->as<int64_t>() + i;
       o.count = static_cast<int64_t>(p.spec.count);
@@ -1111,7 +1111,7 @@ void run_steps(Device& d, OptimizerRig& rig, std::mt19937& rng, const float (&lr
     if (!skip) rig.sync();
     ampx_test::amp_of(d).increment_steps(rig.steps(), static_cast<int64_t>(rig.params().size()),
                                          found.as<float>());
-    step(ampx::StepScalars{found.as<float>(), lr_buf.as<float>(), wd_buf.as<float>()});
+    step(ampx::impl::StepScalars{found.as<float>(), lr_buf.as<float>(), wd_buf.as<float>()});
     if (skip) {
       CHECK_MESSAGE(rig.snapshot() == before, "a skipped step changed something");
       continue;
@@ -1171,10 +1171,10 @@ void run_sgd(const std::vector<ParamSpec>& specs, const SgdCase& c, int calls,
   Device d(threads);
   std::mt19937 rng(29);
   OptimizerRig rig(d, specs, c.momentum != 0 ? 1 : 0, sgd_state, rng);
-  const ampx::math::SgdConfig config{c.momentum, c.dampening, c.nesterov, c.maximize};
+  const ampx::impl::math::SgdConfig config{c.momentum, c.dampening, c.nesterov, c.maximize};
   run_steps(
       d, rig, rng, {0.1f, 0.05f}, {c.weight_decay, 2 * c.weight_decay}, calls, kSgdFactor,
-      [&](const ampx::StepScalars& scalars) {
+      [&](const ampx::impl::StepScalars& scalars) {
         ampx_test::amp_of(d).sgd_step(rig.list(), config, scalars);
       },
       [&](TestParam& p, double lr, double wd) { sgd_reference(p, lr, wd, c); });
@@ -1271,10 +1271,10 @@ void run_adam(const std::vector<ParamSpec>& specs, const AdamCase& c, int calls,
   Device d(threads);
   std::mt19937 rng(31);
   OptimizerRig rig(d, specs, c.amsgrad ? 3 : 2, adam_state, rng);
-  const ampx::math::AdamConfig config{kBeta1, kBeta2, kEps, c.amsgrad, c.maximize, c.adamw};
+  const ampx::impl::math::AdamConfig config{kBeta1, kBeta2, kEps, c.amsgrad, c.maximize, c.adamw};
   run_steps(
       d, rig, rng, {1e-2f, 3e-3f}, {c.weight_decay, c.weight_decay / 2}, calls, kAdamFactor,
-      [&](const ampx::StepScalars& scalars) {
+      [&](const ampx::impl::StepScalars& scalars) {
         ampx_test::amp_of(d).adam_step(rig.list(), config, scalars);
       },
       [&](TestParam& p, double lr, double wd) { adam_reference(p, lr, wd, c); });
@@ -1367,28 +1367,28 @@ TEST_CASE("amp primitives: malformed optimizer parameters fail before any update
   Buffer m(d, values), v(d, values), vmax(d, values);
   Buffer steps(d, std::vector<int64_t>{1});
   Buffer lr = scalar(d, 0.5f), wd = scalar(d, 0.0f);
-  const ampx::StepScalars scalars{nullptr, lr.as<float>(), wd.as<float>()};
+  const ampx::impl::StepScalars scalars{nullptr, lr.as<float>(), wd.as<float>()};
   OptimParam good{};
   good.param = param.as();
   good.param_dtype = DType::F16;
   good.master = master.as<float>();
   good.grad = grad.as();
   good.grad_dtype = DType::F32;
-  good.state0 = m.as<float>();
-  good.state1 = v.as<float>();
-  good.state2 = vmax.as<float>();
+  good.momentum = m.as<float>();
+  good.exp_avg_sq = v.as<float>();
+  good.max_exp_avg_sq = vmax.as<float>();
   good.step = steps.as<int64_t>();
   good.count = 3;
-  const ampx::math::SgdConfig momentum{0.9f, 0.0f, false, false};
-  const ampx::math::AdamConfig amsgrad{0.9f, 0.999f, 1e-8f, true, false, false};
+  const ampx::impl::math::SgdConfig momentum{0.9f, 0.0f, false, false};
+  const ampx::impl::math::AdamConfig amsgrad{0.9f, 0.999f, 1e-8f, true, false, false};
 
   auto with = [&](auto change) {
     OptimParam p = good;
     change(p);
     return std::vector<OptimParam>{good, p};
   };
-  auto sgd = [&](const std::vector<OptimParam>& ps, const ampx::math::SgdConfig& c,
-                 const ampx::StepScalars& s) {
+  auto sgd = [&](const std::vector<OptimParam>& ps, const ampx::impl::math::SgdConfig& c,
+                 const ampx::impl::StepScalars& s) {
     return status_of([&] { ampx_test::amp_of(d).sgd_step(ps, c, s); });
   };
   auto adam = [&](const std::vector<OptimParam>& ps) {
@@ -1399,7 +1399,7 @@ TEST_CASE("amp primitives: malformed optimizer parameters fail before any update
         AMPX_ERR_INVALID_ARGUMENT);  // nesterov with dampening
   CHECK(sgd({good}, {0.0f, 0.0f, true, false}, scalars) ==
         AMPX_ERR_INVALID_ARGUMENT);  // nesterov without momentum
-  CHECK(sgd(with([](OptimParam& p) { p.state0 = nullptr; }), momentum, scalars) ==
+  CHECK(sgd(with([](OptimParam& p) { p.momentum = nullptr; }), momentum, scalars) ==
         AMPX_ERR_INVALID_ARGUMENT);
   CHECK(sgd(with([](OptimParam& p) { p.master = nullptr; }), momentum, scalars) ==
         AMPX_ERR_INVALID_ARGUMENT);
@@ -1410,8 +1410,8 @@ TEST_CASE("amp primitives: malformed optimizer parameters fail before any update
   CHECK(sgd(with([](OptimParam& p) { p.step = nullptr; }), momentum, scalars) ==
         AMPX_ERR_INVALID_ARGUMENT);
   CHECK(sgd({good}, momentum, {nullptr, nullptr, wd.as<float>()}) == AMPX_ERR_INVALID_ARGUMENT);
-  CHECK(adam(with([](OptimParam& p) { p.state2 = nullptr; })) == AMPX_ERR_INVALID_ARGUMENT);
-  CHECK(adam(with([](OptimParam& p) { p.state1 = nullptr; })) == AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(adam(with([](OptimParam& p) { p.max_exp_avg_sq = nullptr; })) == AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(adam(with([](OptimParam& p) { p.exp_avg_sq = nullptr; })) == AMPX_ERR_INVALID_ARGUMENT);
   CHECK(adam(with([](OptimParam& p) { p.count = -1; })) == AMPX_ERR_SHAPE);
 
   // The good parameter came first in each list and was never updated.

@@ -30,12 +30,13 @@ namespace {
 
 // The core alone, on host memory, written here rather than taken from the
 // CPU backend so that the test shows what a new backend must provide.
-class CoreOnlyBackend final : public ampx::Backend {
+class CoreOnlyBackend final : public ampx::impl::Backend {
  public:
-  CoreOnlyBackend() : Backend(ampx::BackendInfo{AMPX_DEVICE_CPU, 0, 64, true, "core-only test"}) {}
+  CoreOnlyBackend()
+      : Backend(ampx::impl::BackendInfo{AMPX_DEVICE_CPU, 0, 64, true, "core-only test"}) {}
 
-  std::unique_ptr<ampx::Allocator> make_default_allocator() override {
-    struct HostMemory final : ampx::Allocator {
+  std::unique_ptr<ampx::impl::Allocator> make_default_allocator() override {
+    struct HostMemory final : ampx::impl::Allocator {
       void* allocate(size_t bytes) override {
         held += bytes;
         return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
@@ -51,15 +52,17 @@ class CoreOnlyBackend final : public ampx::Backend {
   }
   void check_device_pointer(const void*, const char*) override {}
   void synchronize() override {}
-  std::unique_ptr<ampx::DeviceEvent> make_event() override {
-    return std::make_unique<ampx::DeviceEvent>();
+  std::unique_ptr<ampx::impl::DeviceEvent> make_event() override {
+    return std::make_unique<ampx::impl::DeviceEvent>();
   }
-  void record_event(ampx::DeviceEvent&, ampx::Stream) override {}
-  void wait_event(ampx::Stream, const ampx::DeviceEvent&) override {}
-  void* native_stream(ampx::Stream) override { return nullptr; }
+  void record_event(ampx::impl::DeviceEvent&, ampx::impl::Stream) override {}
+  void wait_event(ampx::impl::Stream, const ampx::impl::DeviceEvent&) override {}
+  void* native_stream(ampx::impl::Stream) override { return nullptr; }
 
  protected:
-  ampx::BackendCapability* find_capability(ampx::Capability) const override { return nullptr; }
+  ampx::impl::BackendCapability* find_capability(ampx::impl::Capability) const override {
+    return nullptr;
+  }
   void run_copy_from_host(void* dst, const void* src, size_t bytes) override {
     std::memcpy(dst, src, bytes);
   }
@@ -73,9 +76,9 @@ class CoreOnlyBackend final : public ampx::Backend {
     auto* out = static_cast<unsigned char*>(dst);
     for (int64_t i = 0; i < count; ++i) std::memcpy(out + i * elem_size, &pattern, elem_size);
   }
-  void run_convert(void* dst, ampx::DType dst_type, const void* src, ampx::DType src_type,
-                   int64_t count) override {
-    ampx::convert_bulk(dst, dst_type, src, src_type, count);
+  void run_convert(void* dst, ampx::impl::DType dst_type, const void* src,
+                   ampx::impl::DType src_type, int64_t count) override {
+    ampx::impl::convert_bulk(dst, dst_type, src, src_type, count);
   }
 };
 
@@ -83,8 +86,8 @@ struct CoreOnlyContext {
   ampx_context handle;
   CoreOnlyContext() {
     const ampx_context_options options = ampx_context_options_default();
-    handle = reinterpret_cast<ampx_context>(
-        ampx::Context::create_with_backend(options, std::make_unique<CoreOnlyBackend>()));
+    handle = reinterpret_cast<ampx_context>(ampx::impl::DeviceContext::create_with_backend(
+        options, std::make_unique<CoreOnlyBackend>()));
   }
   ~CoreOnlyContext() { ampx_context_release(handle); }
   operator ampx_context() const { return handle; }
@@ -228,19 +231,21 @@ TEST_CASE("capabilities: optimizers and scalers on a core-only backend refuse, c
 
 TEST_CASE("capabilities: the built-in backends say what they provide") {
   ampx_test::Ctx ctx;
-  const ampx::Backend& backend = reinterpret_cast<ampx::Context*>(ctx.handle)->backend();
-  CHECK(backend.supports(ampx::Capability::MultiTensorAmp));
-  CHECK(backend.supports(ampx::Capability::Nn));
-  CHECK(backend.supports(ampx::Capability::Gemm));
-  for (ampx::Capability slot : {ampx::Capability::Collectives, ampx::Capability::Fp8Gemm,
-                                ampx::Capability::Convolution, ampx::Capability::Attention,
-                                ampx::Capability::GradStats}) {
-    CAPTURE(ampx::capability_name(slot));
+  const ampx::impl::Backend& backend =
+      reinterpret_cast<ampx::impl::DeviceContext*>(ctx.handle)->backend();
+  CHECK(backend.supports(ampx::impl::Capability::MultiTensorAmp));
+  CHECK(backend.supports(ampx::impl::Capability::Nn));
+  CHECK(backend.supports(ampx::impl::Capability::Gemm));
+  for (ampx::impl::Capability slot :
+       {ampx::impl::Capability::Collectives, ampx::impl::Capability::Fp8Gemm,
+        ampx::impl::Capability::Convolution, ampx::impl::Capability::Attention,
+        ampx::impl::Capability::GradStats}) {
+    CAPTURE(ampx::impl::capability_name(slot));
     CHECK_FALSE(backend.supports(slot));
     bool refused = false;
     try {
       backend.refuse("an FP8 linear", slot);
-    } catch (const ampx::Error& e) {
+    } catch (const ampx::impl::StatusError& e) {
       refused = e.status() == AMPX_ERR_NOT_SUPPORTED && contains(e.what(), "an FP8 linear") &&
                 contains(e.what(), backend.name());
     }
@@ -253,8 +258,8 @@ TEST_CASE("capabilities: the built-in backends say what they provide") {
 // an event, and back: what a bucketed all-reduce does.
 TEST_CASE("capabilities: events order the compute and communication streams") {
   ampx_test::Ctx ctx;
-  ampx::Context& context = *reinterpret_cast<ampx::Context*>(ctx.handle);
-  ampx::Backend& backend = context.backend();
+  ampx::impl::DeviceContext& context = *reinterpret_cast<ampx::impl::DeviceContext*>(ctx.handle);
+  ampx::impl::Backend& backend = context.backend();
   constexpr int64_t kCount = 1 << 20;
   const size_t bytes = kCount * sizeof(float);
   void* src = context.allocate(bytes);
@@ -266,22 +271,22 @@ TEST_CASE("capabilities: events order the compute and communication streams") {
     uint32_t bits;
     std::memcpy(&bits, &value, sizeof bits);
     backend.fill(src, 4, bits, kCount);
-    backend.record_event(*compute_done, ampx::Stream::Compute);
-    backend.wait_event(ampx::Stream::Communication, *compute_done);
-    void* comm = backend.native_stream(ampx::Stream::Communication);
+    backend.record_event(*compute_done, ampx::impl::Stream::Compute);
+    backend.wait_event(ampx::impl::Stream::Communication, *compute_done);
+    void* comm = backend.native_stream(ampx::impl::Stream::Communication);
     if (backend.synchronous()) {
       CHECK(comm == nullptr);
       backend.copy(dst, src, bytes);
     } else {
 #if defined(AMPX_WITH_CUDA)
       REQUIRE(comm != nullptr);
-      CHECK(comm != backend.native_stream(ampx::Stream::Compute));
+      CHECK(comm != backend.native_stream(ampx::impl::Stream::Compute));
       REQUIRE(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
                               static_cast<cudaStream_t>(comm)) == cudaSuccess);
 #endif
     }
-    backend.record_event(*comm_done, ampx::Stream::Communication);
-    backend.wait_event(ampx::Stream::Compute, *comm_done);
+    backend.record_event(*comm_done, ampx::impl::Stream::Communication);
+    backend.wait_event(ampx::impl::Stream::Compute, *comm_done);
     std::vector<float> host(kCount);
     backend.copy_to_host(host.data(), dst, bytes);  // on the compute stream
     CHECK(host.front() == value);

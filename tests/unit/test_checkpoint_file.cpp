@@ -235,7 +235,7 @@ std::vector<TensorSpec> small_tensors() {
 // Recomputes every checksum of a file after a test edited it, so the edit
 // reaches the checks behind them.
 void reseal(std::vector<unsigned char>& f) {
-  using ampx::io::crc32c;
+  using ampx::impl::io::crc32c;
   uint32_t crc = crc32c(f.data(), 28);
   std::memcpy(f.data() + 28, &crc, 4);
   uint32_t sections;

@@ -29,8 +29,8 @@
 
 namespace {
 
-using ampx::CpuIsa;
-using ampx::DType;
+using ampx::impl::CpuIsa;
+using ampx::impl::DType;
 
 constexpr DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64};
 constexpr CpuIsa kAllIsas[] = {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512};
@@ -58,12 +58,12 @@ float float_of(uint32_t u) {
 }
 
 // doctest would print a const char* as a pointer.
-std::string name(CpuIsa isa) { return ampx::cpu_isa_name(isa); }
+std::string name(CpuIsa isa) { return ampx::impl::cpu_isa_name(isa); }
 
 std::vector<CpuIsa> supported_isas() {
   std::vector<CpuIsa> isas;
   for (CpuIsa isa : kAllIsas)
-    if (ampx::cpu_isa_supported(isa)) isas.push_back(isa);
+    if (ampx::impl::cpu_isa_supported(isa)) isas.push_back(isa);
   return isas;
 }
 
@@ -184,10 +184,11 @@ std::vector<T> from_bytes(const std::vector<unsigned char>& bytes) {
 
 template <class Out, class In>
 std::vector<Out> convert(CpuIsa isa, DType dst, const std::vector<In>& in, DType src) {
-  REQUIRE(ampx::dtype_size(src) == sizeof(In));
-  REQUIRE(ampx::dtype_size(dst) == sizeof(Out));
+  REQUIRE(ampx::impl::dtype_size(src) == sizeof(In));
+  REQUIRE(ampx::impl::dtype_size(dst) == sizeof(Out));
   std::vector<Out> out(in.size());
-  ampx::convert_bulk_with(isa, out.data(), dst, in.data(), src, static_cast<int64_t>(in.size()));
+  ampx::impl::convert_bulk_with(isa, out.data(), dst, in.data(), src,
+                                static_cast<int64_t>(in.size()));
   return out;
 }
 
@@ -291,7 +292,7 @@ template <class Fn>
 ampx_status status_of(Fn&& fn) {
   try {
     fn();
-  } catch (const ampx::Error& e) {
+  } catch (const ampx::impl::StatusError& e) {
     return e.status();
   }
   return AMPX_OK;
@@ -413,8 +414,12 @@ TEST_CASE("convert: one million random floats round like the reference") {
 TEST_CASE("convert: doubles round once to f16 and bf16") {
   const Format& h = half_format();
   const Format& b = bf16_format();
-  const auto f16 = [](double d) { return static_cast<uint16_t>(ampx::element_bits_from_double(DType::F16, d)); };
-  const auto bf16 = [](double d) { return static_cast<uint16_t>(ampx::element_bits_from_double(DType::BF16, d)); };
+  const auto f16 = [](double d) {
+    return static_cast<uint16_t>(ampx::impl::element_bits_from_double(DType::F16, d));
+  };
+  const auto bf16 = [](double d) {
+    return static_cast<uint16_t>(ampx::impl::element_bits_from_double(DType::BF16, d));
+  };
 
   // Just above a tie, by less than a float can hold: rounding to float first
   // would land on the tie and then go to even, the wrong way.
@@ -469,7 +474,7 @@ TEST_CASE("convert: doubles round once to f16 and bf16") {
 }
 
 TEST_CASE("convert: doubles to f32, i32 and i64") {
-  const auto bits = [](DType t, double d) { return ampx::element_bits_from_double(t, d); };
+  const auto bits = [](DType t, double d) { return ampx::impl::element_bits_from_double(t, d); };
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
   CHECK(bits(DType::F32, 1.0) == 0x3f800000u);
@@ -585,7 +590,7 @@ TEST_CASE("convert: integers between themselves and to floating types") {
         wrong_h += h[i] != half_format().round(round_integer(v, 11));
         if (b[i] != bf16_format().round(round_integer(v, 8)) && wrong_b++ == 0) first_b = v;
       }
-      INFO("source ", ampx::dtype_size(src) * 8, "-bit; first f32 miss ", first_f,
+      INFO("source ", ampx::impl::dtype_size(src) * 8, "-bit; first f32 miss ", first_f,
            ", first bf16 miss ", first_b);
       CHECK(wrong_f == 0);
       CHECK(wrong_h == 0);
@@ -601,17 +606,17 @@ TEST_CASE("convert: all 25 type pairs carry values every type can hold") {
   // mixed-up dispatch or element size would not.
   const std::vector<double> values = {0, 1, -2, 3, 100, -128, 255, 2048, -4096, 7};
   const auto write = [&](DType t) {
-    std::vector<unsigned char> bytes(values.size() * ampx::dtype_size(t));
+    std::vector<unsigned char> bytes(values.size() * ampx::impl::dtype_size(t));
     for (size_t i = 0; i < values.size(); ++i) {
-      const uint64_t e = ampx::element_bits_from_double(t, values[i]);
-      std::memcpy(bytes.data() + i * ampx::dtype_size(t), &e, ampx::dtype_size(t));
+      const uint64_t e = ampx::impl::element_bits_from_double(t, values[i]);
+      std::memcpy(bytes.data() + i * ampx::impl::dtype_size(t), &e, ampx::impl::dtype_size(t));
     }
     return bytes;
   };
   const auto read = [&](DType t, const std::vector<unsigned char>& bytes) {
     std::vector<double> out(values.size());
     for (size_t i = 0; i < values.size(); ++i) {
-      const unsigned char* p = bytes.data() + i * ampx::dtype_size(t);
+      const unsigned char* p = bytes.data() + i * ampx::impl::dtype_size(t);
       if (t == DType::F32) { float v; std::memcpy(&v, p, 4); out[i] = v; }
       if (t == DType::I32) { int32_t v; std::memcpy(&v, p, 4); out[i] = v; }
       if (t == DType::I64) { int64_t v; std::memcpy(&v, p, 8); out[i] = static_cast<double>(v); }
@@ -629,8 +634,9 @@ TEST_CASE("convert: all 25 type pairs carry values every type can hold") {
         INFO(name(isa), " from type ", static_cast<int>(src), " to type ",
              static_cast<int>(dst));
         const std::vector<unsigned char> in = write(src);
-        std::vector<unsigned char> out(values.size() * ampx::dtype_size(dst), 0xee);
-        ampx::convert_bulk_with(isa, out.data(), dst, in.data(), src, static_cast<int64_t>(values.size()));
+        std::vector<unsigned char> out(values.size() * ampx::impl::dtype_size(dst), 0xee);
+        ampx::impl::convert_bulk_with(isa, out.data(), dst, in.data(), src,
+                                      static_cast<int64_t>(values.size()));
         CHECK(read(dst, out) == values);
       }
     }
@@ -638,7 +644,7 @@ TEST_CASE("convert: all 25 type pairs carry values every type can hold") {
   // Equal types copy bits, NaN payloads included.
   const std::vector<uint32_t> nan_bits = {0x7f800001u, 0xffc12345u};
   std::vector<uint32_t> copy(2);
-  ampx::convert_bulk(copy.data(), DType::F32, nan_bits.data(), DType::F32, 2);
+  ampx::impl::convert_bulk(copy.data(), DType::F32, nan_bits.data(), DType::F32, 2);
   CHECK(copy == nan_bits);
 }
 
@@ -667,9 +673,9 @@ TEST_CASE("convert: every supported ISA matches the scalar path bit for bit") {
   const unsigned char guard = 0xa5;
   for (DType src : kAllTypes) {
     const std::vector<unsigned char> in = source_bytes(src);
-    const int64_t n_all = static_cast<int64_t>(in.size() / ampx::dtype_size(src));
+    const int64_t n_all = static_cast<int64_t>(in.size() / ampx::impl::dtype_size(src));
     for (DType dst : kAllTypes) {
-      const size_t ss = ampx::dtype_size(src), ds = ampx::dtype_size(dst);
+      const size_t ss = ampx::impl::dtype_size(src), ds = ampx::impl::dtype_size(dst);
       for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{8}, int64_t{15}, int64_t{16},
                         int64_t{17}, int64_t{31}, int64_t{33}, int64_t{1000}, n_all}) {
         // (source, destination) byte offsets: aligned, odd, and mixed.
@@ -681,7 +687,8 @@ TEST_CASE("convert: every supported ISA matches the scalar path bit for bit") {
           std::vector<unsigned char> want;
           for (CpuIsa isa : isas) {
             std::vector<unsigned char> out(static_cast<size_t>(n) * ds + 16, guard);
-            ampx::convert_bulk_with(isa, out.data() + off.second, dst, src_buf.data() + off.first, src, n);
+            ampx::impl::convert_bulk_with(isa, out.data() + off.second, dst,
+                                          src_buf.data() + off.first, src, n);
             if (isa == CpuIsa::Scalar) {
               want = out;
               continue;
@@ -734,44 +741,46 @@ TEST_CASE("convert: flush-to-zero and denormals-are-zero modes change nothing") 
 #endif
 
 TEST_CASE("convert: AMPX_CPU_ISA lowers the instruction set and never raises it") {
-  CHECK(ampx::resolve_cpu_isa(CpuIsa::Avx512, nullptr) == CpuIsa::Avx512);
-  CHECK(ampx::resolve_cpu_isa(CpuIsa::Avx512, "avx2") == CpuIsa::Avx2);
-  CHECK(ampx::resolve_cpu_isa(CpuIsa::Avx512, "scalar") == CpuIsa::Scalar);
-  CHECK(ampx::resolve_cpu_isa(CpuIsa::Avx512, "AVX2") == CpuIsa::Avx2);
-  CHECK(ampx::resolve_cpu_isa(CpuIsa::Avx2, "avx512") == CpuIsa::Avx2);
-  CHECK(ampx::resolve_cpu_isa(CpuIsa::Scalar, "avx2") == CpuIsa::Scalar);
-  CHECK(ampx::resolve_cpu_isa(CpuIsa::Avx2, "sse9") == CpuIsa::Avx2);
-  CHECK(ampx::resolve_cpu_isa(CpuIsa::Avx2, "") == CpuIsa::Avx2);
-  CHECK(ampx::resolve_cpu_isa(CpuIsa::Avx2, "avx2x") == CpuIsa::Avx2);
+  CHECK(ampx::impl::resolve_cpu_isa(CpuIsa::Avx512, nullptr) == CpuIsa::Avx512);
+  CHECK(ampx::impl::resolve_cpu_isa(CpuIsa::Avx512, "avx2") == CpuIsa::Avx2);
+  CHECK(ampx::impl::resolve_cpu_isa(CpuIsa::Avx512, "scalar") == CpuIsa::Scalar);
+  CHECK(ampx::impl::resolve_cpu_isa(CpuIsa::Avx512, "AVX2") == CpuIsa::Avx2);
+  CHECK(ampx::impl::resolve_cpu_isa(CpuIsa::Avx2, "avx512") == CpuIsa::Avx2);
+  CHECK(ampx::impl::resolve_cpu_isa(CpuIsa::Scalar, "avx2") == CpuIsa::Scalar);
+  CHECK(ampx::impl::resolve_cpu_isa(CpuIsa::Avx2, "sse9") == CpuIsa::Avx2);
+  CHECK(ampx::impl::resolve_cpu_isa(CpuIsa::Avx2, "") == CpuIsa::Avx2);
+  CHECK(ampx::impl::resolve_cpu_isa(CpuIsa::Avx2, "avx2x") == CpuIsa::Avx2);
 
-  CHECK(ampx::cpu_isa_supported(CpuIsa::Scalar));
-  CHECK(std::string(ampx::cpu_isa_name(CpuIsa::Avx512)) == "avx512");
-  CHECK(std::string(ampx::cpu_isa_name(CpuIsa::Scalar)) == "scalar");
+  CHECK(ampx::impl::cpu_isa_supported(CpuIsa::Scalar));
+  CHECK(std::string(ampx::impl::cpu_isa_name(CpuIsa::Avx512)) == "avx512");
+  CHECK(std::string(ampx::impl::cpu_isa_name(CpuIsa::Scalar)) == "scalar");
   // The detected choice is the best supported one, filtered by this process's
   // environment; support is downward closed.
   const std::vector<CpuIsa> isas = supported_isas();
   for (size_t i = 0; i < isas.size(); ++i) CHECK(isas[i] == kAllIsas[i]);
-  CHECK(ampx::detected_cpu_isa() == ampx::resolve_cpu_isa(isas.back(), std::getenv("AMPX_CPU_ISA")));
-  CHECK(ampx::cpu_isa_supported(ampx::detected_cpu_isa()));
+  CHECK(ampx::impl::detected_cpu_isa() ==
+        ampx::impl::resolve_cpu_isa(isas.back(), std::getenv("AMPX_CPU_ISA")));
+  CHECK(ampx::impl::cpu_isa_supported(ampx::impl::detected_cpu_isa()));
 }
 
 TEST_CASE("convert: bad arguments are reported") {
   float f[2] = {1, 2};
   uint16_t h[2] = {0, 0};
   const DType bogus = static_cast<DType>(9);
-  CHECK(status_of([&] { ampx::convert_bulk(h, bogus, f, DType::F32, 2); }) == AMPX_ERR_DTYPE);
-  CHECK(status_of([&] { ampx::convert_bulk(h, DType::F16, f, bogus, 2); }) == AMPX_ERR_DTYPE);
-  CHECK(status_of([&] { ampx::convert_bulk(h, DType::F16, f, DType::F32, -1); }) ==
+  CHECK(status_of([&] { ampx::impl::convert_bulk(h, bogus, f, DType::F32, 2); }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] { ampx::impl::convert_bulk(h, DType::F16, f, bogus, 2); }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] { ampx::impl::convert_bulk(h, DType::F16, f, DType::F32, -1); }) ==
         AMPX_ERR_INVALID_ARGUMENT);
-  CHECK(status_of([&] { ampx::convert_bulk(nullptr, DType::F16, f, DType::F32, 2); }) ==
+  CHECK(status_of([&] { ampx::impl::convert_bulk(nullptr, DType::F16, f, DType::F32, 2); }) ==
         AMPX_ERR_INVALID_ARGUMENT);
-  CHECK(status_of([&] { ampx::convert_bulk(h, DType::F16, nullptr, DType::F32, 2); }) ==
+  CHECK(status_of([&] { ampx::impl::convert_bulk(h, DType::F16, nullptr, DType::F32, 2); }) ==
         AMPX_ERR_INVALID_ARGUMENT);
-  CHECK(status_of([&] { ampx::convert_bulk(nullptr, DType::F16, nullptr, DType::F32, 0); }) == AMPX_OK);
-  CHECK(status_of([&] { ampx::element_bits_from_double(bogus, 1.0); }) == AMPX_ERR_DTYPE);
+  CHECK(status_of([&] { ampx::impl::convert_bulk(nullptr, DType::F16, nullptr, DType::F32, 0); }) ==
+        AMPX_OK);
+  CHECK(status_of([&] { ampx::impl::element_bits_from_double(bogus, 1.0); }) == AMPX_ERR_DTYPE);
   for (CpuIsa isa : kAllIsas) {
-    if (ampx::cpu_isa_supported(isa)) continue;
-    CHECK(status_of([&] { ampx::convert_bulk_with(isa, h, DType::F16, f, DType::F32, 2); }) ==
+    if (ampx::impl::cpu_isa_supported(isa)) continue;
+    CHECK(status_of([&] { ampx::impl::convert_bulk_with(isa, h, DType::F16, f, DType::F32, 2); }) ==
           AMPX_ERR_NOT_SUPPORTED);
   }
   CHECK(h[0] == 0);  // nothing was written by a failed call

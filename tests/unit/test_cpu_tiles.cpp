@@ -27,38 +27,47 @@
 
 namespace {
 
-using ampx::BinaryOp;
-using ampx::DType;
-using ampx::UnaryOp;
+using ampx::impl::BinaryOp;
+using ampx::impl::DType;
+using ampx::impl::UnaryOp;
 using Bytes = std::vector<uint8_t>;
 
 const DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16};
 
-std::unique_ptr<ampx::Backend> cpu_backend(int threads) {
-  ampx::BackendOptions options;
+std::unique_ptr<ampx::impl::Backend> cpu_backend(int threads) {
+  ampx::impl::BackendOptions options;
   options.device_type = AMPX_DEVICE_CPU;
   options.num_threads = threads;
-  return ampx::create_backend(options);
+  return ampx::impl::create_backend(options);
 }
 
-size_t width(DType t) { return ampx::dtype_size(t); }
+size_t width(DType t) { return ampx::impl::dtype_size(t); }
 
 float load(DType t, const Bytes& b, size_t i) {
   uint32_t bits = 0;
   std::memcpy(&bits, &b[i * width(t)], width(t));
   switch (t) {
-    case DType::F16: return ampx::math::half_to_float(static_cast<uint16_t>(bits));
-    case DType::BF16: return ampx::math::bf16_to_float(static_cast<uint16_t>(bits));
-    default: return ampx::math::bits_float(bits);
+    case DType::F16:
+      return ampx::impl::math::half_to_float(static_cast<uint16_t>(bits));
+    case DType::BF16:
+      return ampx::impl::math::bf16_to_float(static_cast<uint16_t>(bits));
+    default:
+      return ampx::impl::math::bits_float(bits);
   }
 }
 
 void store(DType t, Bytes& b, size_t i, float v) {
   uint32_t bits = 0;
   switch (t) {
-    case DType::F16: bits = ampx::math::float_to_half(v); break;
-    case DType::BF16: bits = ampx::math::float_to_bf16(v); break;
-    default: bits = ampx::math::float_bits(v); break;
+    case DType::F16:
+      bits = ampx::impl::math::float_to_half(v);
+      break;
+    case DType::BF16:
+      bits = ampx::impl::math::float_to_bf16(v);
+      break;
+    default:
+      bits = ampx::impl::math::float_bits(v);
+      break;
   }
   std::memcpy(&b[i * width(t)], &bits, width(t));
 }
@@ -103,24 +112,36 @@ Bytes patterns(DType t, size_t n, uint32_t seed) {
 
 float act_forward(UnaryOp op, float x) {
   switch (op) {
-    case UnaryOp::Relu: return ampx::math::Relu::forward(x);
-    case UnaryOp::Gelu: return ampx::math::Gelu::forward(x);
-    case UnaryOp::GeluTanh: return ampx::math::GeluTanh::forward(x);
-    case UnaryOp::Silu: return ampx::math::Silu::forward(x);
-    case UnaryOp::Sigmoid: return ampx::math::Sigmoid::forward(x);
-    case UnaryOp::Tanh: return ampx::math::Tanh::forward(x);
+    case UnaryOp::Relu:
+      return ampx::impl::math::Relu::forward(x);
+    case UnaryOp::Gelu:
+      return ampx::impl::math::Gelu::forward(x);
+    case UnaryOp::GeluTanh:
+      return ampx::impl::math::GeluTanh::forward(x);
+    case UnaryOp::Silu:
+      return ampx::impl::math::Silu::forward(x);
+    case UnaryOp::Sigmoid:
+      return ampx::impl::math::Sigmoid::forward(x);
+    case UnaryOp::Tanh:
+      return ampx::impl::math::Tanh::forward(x);
   }
   return x;
 }
 
 float act_backward(UnaryOp op, float x, float dy) {
   switch (op) {
-    case UnaryOp::Relu: return ampx::math::Relu::backward(x, dy);
-    case UnaryOp::Gelu: return ampx::math::Gelu::backward(x, dy);
-    case UnaryOp::GeluTanh: return ampx::math::GeluTanh::backward(x, dy);
-    case UnaryOp::Silu: return ampx::math::Silu::backward(x, dy);
-    case UnaryOp::Sigmoid: return ampx::math::Sigmoid::backward(x, dy);
-    case UnaryOp::Tanh: return ampx::math::Tanh::backward(x, dy);
+    case UnaryOp::Relu:
+      return ampx::impl::math::Relu::backward(x, dy);
+    case UnaryOp::Gelu:
+      return ampx::impl::math::Gelu::backward(x, dy);
+    case UnaryOp::GeluTanh:
+      return ampx::impl::math::GeluTanh::backward(x, dy);
+    case UnaryOp::Silu:
+      return ampx::impl::math::Silu::backward(x, dy);
+    case UnaryOp::Sigmoid:
+      return ampx::impl::math::Sigmoid::backward(x, dy);
+    case UnaryOp::Tanh:
+      return ampx::impl::math::Tanh::backward(x, dy);
   }
   return dy;
 }
@@ -132,12 +153,12 @@ const UnaryOp kUnaryOps[] = {UnaryOp::Relu, UnaryOp::Gelu,    UnaryOp::GeluTanh,
 // and not a multiple of the tile.
 constexpr size_t kCount = 66536;
 
-void check_unary(ampx::Backend& backend) {
+void check_unary(ampx::impl::Backend& backend) {
   for (DType t : kFloatTypes) {
     const Bytes x = patterns(t, kCount, 0);
     const Bytes dy = patterns(t, kCount, 7);
     for (UnaryOp op : kUnaryOps) {
-      CAPTURE(std::string(ampx::dtype_name(t)));
+      CAPTURE(std::string(ampx::impl::dtype_name(t)));
       CAPTURE(static_cast<int>(op));
       Bytes want_y(x.size()), want_dx(x.size());
       for (size_t i = 0; i < kCount; ++i) {
@@ -165,7 +186,7 @@ TEST_CASE("cpu tiles: activations and their derivatives equal the per-element de
 TEST_CASE("cpu tiles: binary ops, broadcast rows wider than a tile, affine") {
   auto backend = cpu_backend(2);
   for (DType t : kFloatTypes) {
-    CAPTURE(std::string(ampx::dtype_name(t)));
+    CAPTURE(std::string(ampx::impl::dtype_name(t)));
     const Bytes a = patterns(t, kCount, 0);
     // b_count 1 (a scalar), 4, 8317 (rows straddling tiles) and kCount (no
     // broadcast); each divides kCount = 66536 = 8 * 8317.
@@ -198,8 +219,8 @@ TEST_CASE("cpu tiles: add_into between every pair of floating types") {
   auto backend = cpu_backend(2);
   for (DType dst_type : kFloatTypes) {
     for (DType src_type : kFloatTypes) {
-      CAPTURE(std::string(ampx::dtype_name(dst_type)));
-      CAPTURE(std::string(ampx::dtype_name(src_type)));
+      CAPTURE(std::string(ampx::impl::dtype_name(dst_type)));
+      CAPTURE(std::string(ampx::impl::dtype_name(src_type)));
       Bytes dst = patterns(dst_type, kCount, 5);
       const Bytes src = patterns(src_type, kCount, 9);
       Bytes want = dst;
@@ -217,8 +238,8 @@ TEST_CASE("cpu tiles: row and whole sums accumulate each element's exact value i
   const size_t rows = 7, cols = 2500;
   for (DType t : kFloatTypes) {
     for (DType out_type : kFloatTypes) {
-      CAPTURE(std::string(ampx::dtype_name(t)));
-      CAPTURE(std::string(ampx::dtype_name(out_type)));
+      CAPTURE(std::string(ampx::impl::dtype_name(t)));
+      CAPTURE(std::string(ampx::impl::dtype_name(out_type)));
       // Finite values only: the sums' order of NaN and inf is not the point.
       std::mt19937 rng(11);
       std::normal_distribution<float> normal(0.0f, 100.0f);
@@ -248,16 +269,16 @@ TEST_CASE("cpu tiles: unscaling and the non-finite check see every pattern") {
   auto backend = cpu_backend(2);
   for (DType in_type : kFloatTypes) {
     for (DType out_type : kFloatTypes) {
-      CAPTURE(std::string(ampx::dtype_name(in_type)));
-      CAPTURE(std::string(ampx::dtype_name(out_type)));
+      CAPTURE(std::string(ampx::impl::dtype_name(in_type)));
+      CAPTURE(std::string(ampx::impl::dtype_name(out_type)));
       Bytes in = patterns(in_type, kCount, 0);
       const float factor = 1024.0f;
-      const float m = ampx::math::reciprocal_scale(factor);
+      const float m = ampx::impl::math::reciprocal_scale(factor);
       Bytes want(kCount * width(out_type));
       bool want_found = false;
       for (size_t i = 0; i < kCount; ++i) {
         const float v = load(in_type, in, i) * m;
-        want_found |= !ampx::math::is_finite(v);
+        want_found |= !ampx::impl::math::is_finite(v);
         store(out_type, want, i, v);
       }
       REQUIRE(want_found);
@@ -289,7 +310,7 @@ TEST_CASE("cpu tiles: unscaling and the non-finite check see every pattern") {
       CHECK(found_inf == 0.0f);
       float norm = 0.0f;
       ampx_test::amp_of(backend).multi_tensor_norm(
-          {{clean.data(), in_type, static_cast<int64_t>(finite.size())}}, ampx::NormType::L2,
+          {{clean.data(), in_type, static_cast<int64_t>(finite.size())}}, ampx::impl::NormType::L2,
           &norm);
       // Chunks summed in double, then together: the order differs from the
       // reference's by far less than the final rounding to float.

@@ -93,14 +93,14 @@ void release(Tensor& tensor) {
 
 template <int Dst, int Src>
 std::vector<uint8_t> convert_on_host(const std::vector<uint8_t>& src) {
-  using S = ampx::math::storage_t<Src>;
-  using D = ampx::math::storage_t<Dst>;
+  using S = ampx::impl::math::storage_t<Src>;
+  using D = ampx::impl::math::storage_t<Dst>;
   const size_t n = src.size() / sizeof(S);
   std::vector<uint8_t> dst(n * sizeof(D));
   for (size_t i = 0; i < n; ++i) {
     S in;
     std::memcpy(&in, src.data() + i * sizeof(S), sizeof(S));
-    const D out = ampx::math::convert_value<Dst, Src>(in);
+    const D out = ampx::impl::math::convert_value<Dst, Src>(in);
     std::memcpy(dst.data() + i * sizeof(D), &out, sizeof(D));
   }
   return dst;
@@ -137,8 +137,8 @@ HostConvert host_convert(ampx_dtype dst, ampx_dtype src) {
 
 template <int D>
 std::vector<uint8_t> fill_on_host(double value, size_t count) {
-  const ampx::math::storage_t<D> element = ampx::math::store_double<D>(value);
-  return as_bytes(std::vector<ampx::math::storage_t<D>>(count, element));
+  const ampx::impl::math::storage_t<D> element = ampx::impl::math::store_double<D>(value);
+  return as_bytes(std::vector<ampx::impl::math::storage_t<D>>(count, element));
 }
 
 std::vector<uint8_t> expected_fill(ampx_dtype dtype, double value, size_t count) {
@@ -202,17 +202,17 @@ std::vector<float> float_inputs(std::mt19937_64& rng) {
   // Every half and bfloat value, the midpoints between neighbours (ties) and
   // the floats just either side of each midpoint.
   for (uint32_t h = 0; h < 0x10000u; ++h) {
-    const float value = ampx::math::half_to_float(static_cast<uint16_t>(h));
+    const float value = ampx::impl::math::half_to_float(static_cast<uint16_t>(h));
     v.push_back(value);
-    v.push_back(ampx::math::bf16_to_float(static_cast<uint16_t>(h)));
+    v.push_back(ampx::impl::math::bf16_to_float(static_cast<uint16_t>(h)));
     if ((h & 0x7fffu) < 0x7bffu) {
-      const float next = ampx::math::half_to_float(static_cast<uint16_t>(h + 1));
+      const float next = ampx::impl::math::half_to_float(static_cast<uint16_t>(h + 1));
       const auto mid = static_cast<float>((static_cast<double>(value) + next) / 2);
       v.insert(v.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 2 * mid)});
     }
     if ((h & 0x7fffu) < 0x7f7fu) {
-      const float low = ampx::math::bf16_to_float(static_cast<uint16_t>(h));
-      const float high = ampx::math::bf16_to_float(static_cast<uint16_t>(h + 1));
+      const float low = ampx::impl::math::bf16_to_float(static_cast<uint16_t>(h));
+      const float high = ampx::impl::math::bf16_to_float(static_cast<uint16_t>(h + 1));
       const auto mid = static_cast<float>((static_cast<double>(low) + high) / 2);
       v.insert(v.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 2 * mid)});
     }
@@ -582,7 +582,7 @@ TEST_CASE("cuda: ampx_tensor_fill writes the value converted to each dtype") {
 
 TEST_CASE("cuda backend: fills of 1, 2, 4 and 8 bytes at every alignment leave neighbours intact") {
   SKIP_UNLESS_CUDA();
-  auto backend = ampx::make_cuda_backend(0, nullptr);
+  auto backend = ampx::impl::make_cuda_backend(0, nullptr);
   auto allocator = backend->make_default_allocator();
   const size_t capacity = 4096;
   auto* base = static_cast<uint8_t*>(allocator->allocate(capacity));
@@ -616,7 +616,7 @@ TEST_CASE("cuda backend: fills of 1, 2, 4 and 8 bytes at every alignment leave n
 
 TEST_CASE("cuda backend: allocator alignment, out-of-memory and lifetime") {
   SKIP_UNLESS_CUDA();
-  auto backend = ampx::make_cuda_backend(0, nullptr);
+  auto backend = ampx::impl::make_cuda_backend(0, nullptr);
   auto allocator = backend->make_default_allocator();
   std::vector<std::pair<void*, size_t>> blocks;
   for (size_t bytes :
@@ -633,7 +633,7 @@ TEST_CASE("cuda backend: allocator alignment, out-of-memory and lifetime") {
   try {
     backend->check_device_pointer(&host_value, "my_argument");
     FAIL("a host pointer was accepted");
-  } catch (const ampx::Error& e) {
+  } catch (const ampx::impl::StatusError& e) {
     CHECK(e.status() == AMPX_ERR_DEVICE);
     CHECK(contains(e.what(), "my_argument"));
   }
@@ -661,7 +661,7 @@ TEST_CASE("cuda backend: element counts past 2^31") {
     MESSAGE("skipped: needs 13 GiB of free device memory");
     return;
   }
-  auto backend = ampx::make_cuda_backend(0, nullptr);
+  auto backend = ampx::impl::make_cuda_backend(0, nullptr);
   auto allocator = backend->make_default_allocator();
   auto* half = static_cast<uint8_t*>(allocator->allocate(static_cast<size_t>(n) * 2));
   auto* single = static_cast<uint8_t*>(allocator->allocate(static_cast<size_t>(n) * 4));
@@ -672,7 +672,7 @@ TEST_CASE("cuda backend: element counts past 2^31") {
   // index is past 2^31); convert, and read both ends back.
   backend->fill(half, 2, 0x3c00, n);
   backend->fill(half + (n - 24) * 2, 2, 0x4000, 24);
-  backend->convert(single, ampx::DType::F32, half, ampx::DType::F16, n);
+  backend->convert(single, ampx::impl::DType::F32, half, ampx::impl::DType::F16, n);
   std::vector<float> head(32), tail(32);
   backend->copy_to_host(head.data(), single, 32 * sizeof(float));
   backend->copy_to_host(tail.data(), single + (n - 32) * 4, 32 * sizeof(float));

@@ -36,10 +36,10 @@
 
 namespace {
 
-using ampx::DType;
-using ampx::NormType;
-using ampx::OptimParam;
-using ampx::TensorSpan;
+using ampx::impl::DType;
+using ampx::impl::NormType;
+using ampx::impl::OptimParam;
+using ampx::impl::TensorSpan;
 
 const DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16};
 
@@ -53,13 +53,14 @@ const size_t kCounts[] = {1, 7, 8, 9, 17, 33, 1000, 32768 + 13, 70001};
 // Random values of the given type, roughly N(0, sigma), as raw bytes.
 std::vector<uint8_t> random_bytes(DType t, size_t n, std::mt19937& rng, float sigma) {
   std::normal_distribution<float> normal(0.0f, sigma);
-  std::vector<uint8_t> bytes(n * ampx::dtype_size(t));
+  std::vector<uint8_t> bytes(n * ampx::impl::dtype_size(t));
   for (size_t i = 0; i < n; ++i) {
     const float v = normal(rng);
     if (t == DType::F32) {
       std::memcpy(&bytes[i * 4], &v, 4);
     } else {
-      const uint16_t h = t == DType::F16 ? ampx::math::float_to_half(v) : ampx::math::float_to_bf16(v);
+      const uint16_t h =
+          t == DType::F16 ? ampx::impl::math::float_to_half(v) : ampx::impl::math::float_to_bf16(v);
       std::memcpy(&bytes[i * 2], &h, 2);
     }
   }
@@ -76,20 +77,20 @@ uint32_t special_raw(DType t, bool nan) {
 }
 
 void set_raw(std::vector<uint8_t>& bytes, DType t, size_t i, uint32_t raw) {
-  std::memcpy(&bytes[i * ampx::dtype_size(t)], &raw, ampx::dtype_size(t));
+  std::memcpy(&bytes[i * ampx::impl::dtype_size(t)], &raw, ampx::impl::dtype_size(t));
 }
 
 // Both backends: the CPU one as the reference, the GPU one under test.
 struct Backends {
-  std::unique_ptr<ampx::Backend> cpu;
-  std::unique_ptr<ampx::Backend> gpu;
-  std::unique_ptr<ampx::Allocator> gpu_memory;
+  std::unique_ptr<ampx::impl::Backend> cpu;
+  std::unique_ptr<ampx::impl::Backend> gpu;
+  std::unique_ptr<ampx::impl::Allocator> gpu_memory;
 
   Backends() {
-    ampx::BackendOptions options;
+    ampx::impl::BackendOptions options;
     options.device_type = AMPX_DEVICE_CPU;
-    cpu = ampx::create_backend(options);
-    gpu = ampx::make_cuda_backend(0, nullptr);
+    cpu = ampx::impl::create_backend(options);
+    gpu = ampx::impl::make_cuda_backend(0, nullptr);
     gpu_memory = gpu->make_default_allocator();
   }
 };
@@ -99,8 +100,11 @@ struct Backends {
 class Mirrored {
  public:
   Mirrored(Backends& b, DType t, std::vector<uint8_t> bytes, size_t offset)
-      : b_(&b), dtype_(t), host_(std::move(bytes)), offset_(offset),
-        offset_bytes_(offset * ampx::dtype_size(t)) {
+      : b_(&b),
+        dtype_(t),
+        host_(std::move(bytes)),
+        offset_(offset),
+        offset_bytes_(offset * ampx::impl::dtype_size(t)) {
     allocation_ = b.gpu_memory->allocate(offset_bytes_ + host_.size() + 1);
     REQUIRE(allocation_ != nullptr);
     if (!host_.empty()) b.gpu->copy_from_host(device(), host_.data(), host_.size());
@@ -111,7 +115,9 @@ class Mirrored {
 
   void* device() const { return static_cast<uint8_t*>(allocation_) + offset_bytes_; }
   size_t offset() const { return offset_; }
-  int64_t count() const { return static_cast<int64_t>(host_.size() / ampx::dtype_size(dtype_)); }
+  int64_t count() const {
+    return static_cast<int64_t>(host_.size() / ampx::impl::dtype_size(dtype_));
+  }
   TensorSpan cpu_span() { return {host_.data(), dtype_, count()}; }
   TensorSpan gpu_span() const { return {device(), dtype_, count()}; }
   const std::vector<uint8_t>& host() const { return host_; }
@@ -154,7 +160,7 @@ MirroredList sweep(Backends& b, DType t, std::mt19937& rng, bool special, bool n
   if (special) {
     Mirrored& victim = *list[list.size() / 2 + 3];
     std::vector<uint8_t> bytes = victim.host();
-    set_raw(bytes, t, bytes.size() / ampx::dtype_size(t) - 1, special_raw(t, nan));
+    set_raw(bytes, t, bytes.size() / ampx::impl::dtype_size(t) - 1, special_raw(t, nan));
     list[list.size() / 2 + 3] = std::make_unique<Mirrored>(b, t, bytes, 5);
   }
   return list;
@@ -167,7 +173,7 @@ MirroredList outputs_for(Backends& b, const MirroredList& ins, DType t, size_t s
   MirroredList outs;
   for (const auto& in : ins)
     outs.push_back(std::make_unique<Mirrored>(
-        b, t, std::vector<uint8_t>(static_cast<size_t>(in->count()) * ampx::dtype_size(t)),
+        b, t, std::vector<uint8_t>(static_cast<size_t>(in->count()) * ampx::impl::dtype_size(t)),
         (in->offset() + shift) % 8));
   return outs;
 }
@@ -214,12 +220,12 @@ TEST_CASE("cuda multi-tensor: scaling at every alignment equals the CPU bit for 
   const float scale = 49152.0f;  // 3 * 2^14: products round
   for (DType in : kFloatTypes) {
     for (bool special : {false, true}) {
-      CAPTURE(ampx::dtype_name(in));
+      CAPTURE(ampx::impl::dtype_name(in));
       CAPTURE(special);
       MirroredList ins = sweep(b, in, rng, special);
       float cpu_factor = scale;
       for (DType out : kFloatTypes) {
-        CAPTURE(ampx::dtype_name(out));
+        CAPTURE(ampx::impl::dtype_name(out));
         for (size_t shift : {0, 3}) {
           CAPTURE(shift);
           MirroredList outs = outputs_for(b, ins, out, shift);
@@ -258,7 +264,7 @@ TEST_CASE("cuda multi-tensor: clamp, counts and norms at every alignment equal t
   std::mt19937 rng(43);
   float* out = gpu_float(b, -1.0f);
   for (DType t : kFloatTypes) {
-    CAPTURE(ampx::dtype_name(t));
+    CAPTURE(ampx::impl::dtype_name(t));
     for (bool nan : {false, true}) {
       CAPTURE(nan);
       MirroredList list = sweep(b, t, rng, true, nan);
@@ -330,9 +336,9 @@ OptimParam optim_param(const MirroredParam& p, bool gpu, DType pt, DType gt, int
   o.master = static_cast<float*>(span_data(p.master));
   o.grad = span_data(p.grad);
   o.grad_dtype = gt;
-  o.state0 = static_cast<float*>(span_data(p.state[0]));
-  o.state1 = static_cast<float*>(span_data(p.state[1]));
-  o.state2 = static_cast<float*>(span_data(p.state[2]));
+  o.momentum = static_cast<float*>(span_data(p.state[0]));
+  o.exp_avg_sq = static_cast<float*>(span_data(p.state[1]));
+  o.max_exp_avg_sq = static_cast<float*>(span_data(p.state[2]));
   o.step = step;
   o.count = p.param->count();
   o.group = group;
@@ -391,7 +397,8 @@ TEST_CASE("cuda multi-tensor: SGD and Adam at odd offsets and over many launches
         for (size_t j = 0; j < count; ++j) {
           uint16_t h;
           std::memcpy(&h, &data[2 * j], 2);
-          const float v = ptype[i] == DType::F16 ? ampx::math::half_to_float(h) : ampx::math::bf16_to_float(h);
+          const float v = ptype[i] == DType::F16 ? ampx::impl::math::half_to_float(h)
+                                                 : ampx::impl::math::bf16_to_float(h);
           std::memcpy(&master[4 * j], &v, 4);
         }
         p.master = std::make_unique<Mirrored>(b, DType::F32, master, l.fp32);
@@ -424,18 +431,18 @@ TEST_CASE("cuda multi-tensor: SGD and Adam at odd offsets and over many launches
     for (int call = 0; call < 3; ++call) {
       float cpu_found = call == 1 ? 1.0f : 0.0f;
       float* gpu_found = scalars.make(cpu_found);
-      const ampx::StepScalars cpu_scalars{&cpu_found, lr, wd};
-      const ampx::StepScalars gpu_scalars{gpu_found, gpu_lr, gpu_wd};
+      const ampx::impl::StepScalars cpu_scalars{&cpu_found, lr, wd};
+      const ampx::impl::StepScalars gpu_scalars{gpu_found, gpu_lr, gpu_wd};
       ampx_test::amp_of(b.cpu).increment_steps(cpu_steps.data(), n, &cpu_found);
       ampx_test::amp_of(b.gpu).increment_steps(gpu_steps, n, gpu_found);
       if (adam) {
-        const ampx::math::AdamConfig config{0.9f, 0.999f, 1e-8f, optimizer == 3, optimizer == 3,
-                                            optimizer == 2};
+        const ampx::impl::math::AdamConfig config{0.9f,           0.999f,         1e-8f,
+                                                  optimizer == 3, optimizer == 3, optimizer == 2};
         ampx_test::amp_of(b.cpu).adam_step(cpu_list, config, cpu_scalars);
         ampx_test::amp_of(b.gpu).adam_step(gpu_list, config, gpu_scalars);
       } else {
-        const ampx::math::SgdConfig config{0.9f, optimizer == 0 ? 0.1f : 0.0f, optimizer == 1,
-                                           optimizer == 1};
+        const ampx::impl::math::SgdConfig config{0.9f, optimizer == 0 ? 0.1f : 0.0f, optimizer == 1,
+                                                 optimizer == 1};
         ampx_test::amp_of(b.cpu).sgd_step(cpu_list, config, cpu_scalars);
         ampx_test::amp_of(b.gpu).sgd_step(gpu_list, config, gpu_scalars);
       }
@@ -457,7 +464,8 @@ TEST_CASE("cuda multi-tensor: SGD and Adam at odd offsets and over many launches
       for (int64_t j = 0; j < p.param->count(); ++j) {
         float w;
         std::memcpy(&w, &master[4 * j], 4);
-        const uint16_t want = ptype[i] == DType::F16 ? ampx::math::float_to_half(w) : ampx::math::float_to_bf16(w);
+        const uint16_t want = ptype[i] == DType::F16 ? ampx::impl::math::float_to_half(w)
+                                                     : ampx::impl::math::float_to_bf16(w);
         uint16_t have;
         std::memcpy(&have, &data[2 * j], 2);
         not_rounded += have != want;
@@ -479,17 +487,18 @@ struct StepRig {
   static constexpr int kParams = 5;
   static constexpr size_t kSizes[kParams] = {3, 1000, 40000, 129, 70001};
 
-  ampx::Backend& backend;
-  ampx::Allocator& memory;
+  ampx::impl::Backend& backend;
+  ampx::impl::Allocator& memory;
   std::vector<void*> blocks;
   std::vector<size_t> block_bytes;
   std::vector<TensorSpan> grads16, grads32;
   std::vector<OptimParam> params;
   float *found_inf, *scale, *norm, *coef, *lr, *wd;
   int64_t *steps, *counts;
-  ampx::math::ScalerState* state;
+  ampx::impl::math::ScalerState* state;
 
-  StepRig(ampx::Backend& be, ampx::Allocator& mem, uint32_t seed) : backend(be), memory(mem) {
+  StepRig(ampx::impl::Backend& be, ampx::impl::Allocator& mem, uint32_t seed)
+      : backend(be), memory(mem) {
     std::mt19937 rng(seed);
     for (int i = 0; i < kParams; ++i) {
       const size_t n = kSizes[i];
@@ -503,8 +512,8 @@ struct StepRig {
       p.param_dtype = DType::F32;
       p.grad = g32;
       p.grad_dtype = DType::F32;
-      p.state0 = static_cast<float*>(upload(std::vector<uint8_t>(n * 4)));
-      p.state1 = static_cast<float*>(upload(std::vector<uint8_t>(n * 4)));
+      p.momentum = static_cast<float*>(upload(std::vector<uint8_t>(n * 4)));
+      p.exp_avg_sq = static_cast<float*>(upload(std::vector<uint8_t>(n * 4)));
       p.count = static_cast<int64_t>(n);
       p.group = 0;
       params.push_back(p);
@@ -518,12 +527,12 @@ struct StepRig {
     coef = value(0.0f);
     lr = value(1e-3f);
     wd = value(1e-2f);
-    ampx::math::ScalerState s{};
+    ampx::impl::math::ScalerState s{};
     s.scale = 8.0f;
     s.hysteresis_left = 1;
     std::vector<uint8_t> bytes(sizeof s);
     std::memcpy(bytes.data(), &s, sizeof s);
-    state = static_cast<ampx::math::ScalerState*>(upload(bytes));
+    state = static_cast<ampx::impl::math::ScalerState*>(upload(bytes));
   }
   StepRig(const StepRig&) = delete;
   StepRig& operator=(const StepRig&) = delete;
@@ -554,9 +563,10 @@ struct StepRig {
     ampx_test::amp_of(backend).multi_tensor_scale(grads32, grads32, coef, false, nullptr);
     ampx_test::amp_of(backend).multi_tensor_count_nonfinite(grads32, counts);
     ampx_test::amp_of(backend).increment_steps(steps, kParams, found_inf);
-    const ampx::math::AdamConfig config{0.9f, 0.999f, 1e-8f, false, false, true};
-    ampx_test::amp_of(backend).adam_step(params, config, ampx::StepScalars{found_inf, lr, wd});
-    ampx::math::ScalerConfig scaler{2.0, 0.5, 1, 1, 0.0f, 0.0f};
+    const ampx::impl::math::AdamConfig config{0.9f, 0.999f, 1e-8f, false, false, true};
+    ampx_test::amp_of(backend).adam_step(params, config,
+                                         ampx::impl::StepScalars{found_inf, lr, wd});
+    ampx::impl::math::ScalerConfig scaler{2.0, 0.5, 1, 1, 0.0f, 0.0f};
     ampx_test::amp_of(backend).scaler_update(state, {found_inf}, scaler, false, 0.0f);
   }
 
@@ -571,14 +581,14 @@ struct StepRig {
     for (const TensorSpan& g : grads32) add(g.data, static_cast<size_t>(g.count) * 4);
     for (const OptimParam& p : params) {
       add(p.param, static_cast<size_t>(p.count) * 4);
-      add(p.state0, static_cast<size_t>(p.count) * 4);
-      add(p.state1, static_cast<size_t>(p.count) * 4);
+      add(p.momentum, static_cast<size_t>(p.count) * 4);
+      add(p.exp_avg_sq, static_cast<size_t>(p.count) * 4);
     }
     add(steps, kParams * 8);
     add(counts, kParams * 16);
     add(norm, 4);
     add(coef, 4);
-    add(state, sizeof(ampx::math::ScalerState));
+    add(state, sizeof(ampx::impl::math::ScalerState));
     return all;
   }
 };
@@ -590,7 +600,7 @@ TEST_CASE("cuda multi-tensor: a training iteration captured in a CUDA graph repl
   cudaStream_t stream = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
   {
-    auto backend = ampx::make_cuda_backend(0, stream);
+    auto backend = ampx::impl::make_cuda_backend(0, stream);
     auto memory = backend->make_default_allocator();
     StepRig direct(*backend, *memory, 7);
     StepRig graphed(*backend, *memory, 7);
@@ -618,18 +628,18 @@ TEST_CASE("cuda multi-tensor: one scaler update combines up to 256 found-inf fla
   SKIP_UNLESS_CUDA();
   Backends b;
   GpuFloats scalars{b, {}};
-  ampx::math::ScalerState initial{};
+  ampx::impl::math::ScalerState initial{};
   initial.scale = 1024.0f;
   initial.hysteresis_left = 1;
-  auto* state = static_cast<ampx::math::ScalerState*>(b.gpu_memory->allocate(sizeof initial));
+  auto* state = static_cast<ampx::impl::math::ScalerState*>(b.gpu_memory->allocate(sizeof initial));
   REQUIRE(state != nullptr);
   b.gpu->copy_from_host(state, &initial, sizeof initial);
-  const ampx::math::ScalerConfig config{2.0, 0.5, 2000, 1, 0.0f, 0.0f};
+  const ampx::impl::math::ScalerConfig config{2.0, 0.5, 2000, 1, 0.0f, 0.0f};
 
   std::vector<const float*> flags(256, scalars.make(0.0f));
   flags[255] = scalars.make(1.0f);  // only the last one is set
   ampx_test::amp_of(b.gpu).scaler_update(state, flags, config, false, 0.0f);
-  ampx::math::ScalerState after{};
+  ampx::impl::math::ScalerState after{};
   b.gpu->copy_to_host(&after, state, sizeof after);
   CHECK(after.scale == 512.0f);
   CHECK(after.skipped == 1);
@@ -639,7 +649,7 @@ TEST_CASE("cuda multi-tensor: one scaler update combines up to 256 found-inf fla
   std::string message;
   try {
     ampx_test::amp_of(b.gpu).scaler_update(state, flags, config, false, 0.0f);
-  } catch (const ampx::Error& e) {
+  } catch (const ampx::impl::StatusError& e) {
     status = e.status();
     message = e.what();
   }

@@ -63,7 +63,7 @@ using namespace cuda_test;
 
 namespace {
 
-using ampx::StridedCopy;
+using ampx::impl::StridedCopy;
 
 const DType kIndexTypes[] = {DType::I32, DType::I64};
 
@@ -508,7 +508,7 @@ TEST_CASE("cuda nn ops: scatter_add_rows with I32 indices into more than 2^31 ro
   const std::vector<float> values = mixed_floats(indices.size(), rng);
   const Gpu gsrc(b, encode(DType::F32, values)), gidx(b, index_bytes(DType::I32, indices));
   Big dst(b, dst_bytes);
-  b.gpu->fill(dst.ptr(), 4, ampx::math::float_bits(1.0f), rows);
+  b.gpu->fill(dst.ptr(), 4, ampx::impl::math::float_bits(1.0f), rows);
   ampx_test::nn_of(b.gpu).scatter_add_rows(gsrc.ptr(), DType::F32, 1, gidx.ptr(), DType::I32, count,
                                            reinterpret_cast<float*>(dst.ptr()), rows);
   // The first 8 rows and the last 128 (2^31 - 64 .. 2^31 + 63).
@@ -655,7 +655,7 @@ TEST_CASE("cuda nn ops: dropout draws the CPU's mask, bit for bit") {
           CAPTURE(offset);
           CAPTURE(p);
           const uint64_t seed = (uint64_t{rng()} << 32) | rng();
-          const uint32_t threshold = ampx::math::dropout_threshold(p);
+          const uint32_t threshold = ampx::impl::math::dropout_threshold(p);
           const auto scale = static_cast<float>(1.0 / (1.0 - p));
           std::vector<float> values = mixed_floats(static_cast<size_t>(count), rng);
           const float specials[] = {kNaN, kInf, -kInf, -0.0f};
@@ -754,7 +754,7 @@ TEST_CASE("cuda nn ops: gather, dropout and scatter_add replay from a CUDA graph
     const Gpu table(b, encode(DType::BF16, mixed_floats(static_cast<size_t>(rows * cols), rng)));
     const Gpu idx(b,
                   index_bytes(DType::I64, random_indices(static_cast<size_t>(count), rows, rng)));
-    const uint32_t threshold = ampx::math::dropout_threshold(0.25);
+    const uint32_t threshold = ampx::impl::math::dropout_threshold(0.25);
 
     // Two sets of outputs: one computed directly, one by the graph.
     struct Outputs {
@@ -767,7 +767,7 @@ TEST_CASE("cuda nn ops: gather, dropout and scatter_add replay from a CUDA graph
       return o;
     };
     auto step = [&](Outputs& o) {
-      ampx::Backend& g = *b.gpu;
+      ampx::impl::Backend& g = *b.gpu;
       ampx_test::nn_of(g).gather_rows(table.ptr(), row_bytes, rows, idx.ptr(), DType::I64, count,
                                       o.gathered->ptr());
       ampx_test::nn_of(g).dropout(o.gathered->ptr(), o.gathered->ptr(), DType::BF16, count * cols,
@@ -798,7 +798,7 @@ TEST_CASE("cuda nn ops: integer data, floating indices and odd element sizes are
   Backends b;
   const Gpu buf(b, Bytes(256)), idx(b, index_bytes(DType::I32, {0, 1}));
   const int64_t rows = 32;  // of 8 bytes in buf
-  ampx::Backend& g = *b.gpu;
+  ampx::impl::Backend& g = *b.gpu;
   CHECK(status_of([&] {
           ampx_test::nn_of(g).scatter_add_rows(buf.ptr(), DType::I32, 2, idx.ptr(), DType::I32, 2,
                                                buf.as<float>(), rows);
@@ -863,19 +863,19 @@ TEST_CASE("cuda nn ops: copy_strided and dropout past 2^32 and 2^31 elements") {
     Big x(b, static_cast<size_t>(count) * 2);
     b.gpu->fill(x.ptr(), 2, 0x3c00, count);  // 1.0
     const uint64_t seed = 0x0123456789abcdefull, offset = (uint64_t{1} << 32) + 3;
-    const uint32_t threshold = ampx::math::dropout_threshold(0.5);
+    const uint32_t threshold = ampx::impl::math::dropout_threshold(0.5);
     ampx_test::nn_of(b.gpu).dropout(x.ptr(), x.ptr(), DType::F16, count, seed, offset, threshold,
                                     2.0f);
     const int64_t tail = 61;
     std::vector<uint16_t> got(static_cast<size_t>(tail));
     b.gpu->copy_to_host(got.data(), x.ptr() + 2 * (count - tail), got.size() * 2);
-    const ampx::math::PhiloxKey key = ampx::math::dropout_key(seed);
+    const ampx::impl::math::PhiloxKey key = ampx::impl::math::dropout_key(seed);
     size_t wrong = 0;
     for (int64_t i = count - tail; i < count; ++i) {
-      const ampx::math::Philox4x32 words =
-          ampx::math::dropout_block(key, offset, static_cast<uint64_t>(i / 4));
-      const uint16_t want = ampx::math::float_to_half(
-          ampx::math::dropout_value(1.0f, words.v[i % 4], threshold, 2.0f));
+      const ampx::impl::math::Philox4x32 words =
+          ampx::impl::math::dropout_block(key, offset, static_cast<uint64_t>(i / 4));
+      const uint16_t want = ampx::impl::math::float_to_half(
+          ampx::impl::math::dropout_value(1.0f, words.v[i % 4], threshold, 2.0f));
       wrong += got[static_cast<size_t>(i - (count - tail))] != want;
     }
     CHECK_MESSAGE(wrong == 0, "dropout tail: ", wrong, " wrong elements");

@@ -77,7 +77,7 @@ double ulp32(double v) {
 
 bool same_float(float a, float b) {
   return (std::isnan(a) && std::isnan(b)) ||
-         ampx::math::float_bits(a) == ampx::math::float_bits(b);
+         ampx::impl::math::float_bits(a) == ampx::impl::math::float_bits(b);
 }
 
 // A device copy of an optional host array: nullptr for an empty one.
@@ -652,7 +652,7 @@ TEST_CASE("cuda norm: layer norm and batch norm forward and backward replay from
       return o;
     };
     auto step = [&](Outputs& o) {
-      ampx::Backend& g = *b.gpu;
+      ampx::impl::Backend& g = *b.gpu;
       ampx_test::nn_of(g).layer_norm(x.ptr(), w.ptr(), bias.ptr(), t, rows, cols, kLnEps,
                                      o.y->ptr(), o.mean->f32(), o.rstd->f32());
       ampx_test::nn_of(g).layer_norm_backward(x.ptr(), dy.ptr(), w.ptr(), t, rows, cols,
@@ -693,7 +693,7 @@ TEST_CASE("cuda norm: integer data is refused") {
   SKIP_UNLESS_CUDA();
   Backends b;
   const Gpu buf(b, 256);
-  ampx::Backend& g = *b.gpu;
+  ampx::impl::Backend& g = *b.gpu;
   CHECK(status_of([&] {
           ampx_test::nn_of(g).layer_norm(buf.ptr(), nullptr, nullptr, DType::I32, 2, 2, kLnEps,
                                          buf.ptr(), buf.f32(), buf.f32());

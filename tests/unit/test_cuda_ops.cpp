@@ -65,9 +65,9 @@ using namespace cuda_test;
 
 namespace {
 
-using ampx::BinaryOp;
-using ampx::GemmArgs;
-using ampx::UnaryOp;
+using ampx::impl::BinaryOp;
+using ampx::impl::GemmArgs;
+using ampx::impl::UnaryOp;
 
 const UnaryOp kUnaryOps[] = {UnaryOp::Relu, UnaryOp::Gelu,    UnaryOp::GeluTanh,
                              UnaryOp::Silu, UnaryOp::Sigmoid, UnaryOp::Tanh};
@@ -453,12 +453,11 @@ struct GemmCase {
   bool nan_ab = false;      // A and B hold a NaN (read only when alpha != 0)
 
   std::string describe() const {
-    return ampx::cat("batch ", batch, " m ", m, " n ", n, " k ", k, trans_a ? " A^T" : "",
-                     trans_b ? " B^T" : "", " ", name(ab), "->", name(c), " alpha ", alpha,
-                     " beta ", beta, " pad ", pad, shared_b ? " shared B" : "",
-                     shared_c ? " shared C" : "", misaligned ? " misaligned" : "",
-                     nan_c ? " NaN C" : "",
-                     nan_ab ? " NaN A, B" : "");
+    return ampx::impl::cat("batch ", batch, " m ", m, " n ", n, " k ", k, trans_a ? " A^T" : "",
+                           trans_b ? " B^T" : "", " ", name(ab), "->", name(c), " alpha ", alpha,
+                           " beta ", beta, " pad ", pad, shared_b ? " shared B" : "",
+                           shared_c ? " shared C" : "", misaligned ? " misaligned" : "",
+                           nan_c ? " NaN C" : "", nan_ab ? " NaN A, B" : "");
   }
 };
 
@@ -467,15 +466,17 @@ Bytes gemm_values(DType t, size_t n, std::mt19937& rng) {
   std::vector<float> v(n);
   for (float& x : v) {
     const uint32_t r = rng();
-    x = ampx::math::bits_float((r & 0x807fffffu) | ((124u + ((r >> 23) & 7u)) << 23));
+    x = ampx::impl::math::bits_float((r & 0x807fffffu) | ((124u + ((r >> 23) & 7u)) << 23));
   }
   return encode(t, v);
 }
 
 double round_to(DType t, double v) {
   switch (t) {
-    case DType::F16: return ampx::math::half_to_float(ampx::math::double_to_half(v));
-    case DType::BF16: return ampx::math::bf16_to_float(ampx::math::double_to_bf16(v));
+    case DType::F16:
+      return ampx::impl::math::half_to_float(ampx::impl::math::double_to_half(v));
+    case DType::BF16:
+      return ampx::impl::math::bf16_to_float(ampx::impl::math::double_to_bf16(v));
     default: return static_cast<float>(v);
   }
 }
@@ -545,8 +546,8 @@ std::string check_gemm(Backends& b, const GemmCase& cs, std::mt19937& rng) {
                                          : round_to(cs.c, want[at] - bound[at]) <= got &&
                                                got <= round_to(cs.c, want[at] + bound[at]);
       if (!ok)
-        return ampx::cat(cs.describe(), ": C[", mi, "][", e / cs.n, "][", e % cs.n, "] is ", got,
-                         ", want ", want[at], " within ", bound[at]);
+        return ampx::impl::cat(cs.describe(), ": C[", mi, "][", e / cs.n, "][", e % cs.n, "] is ",
+                               got, ", want ", want[at], " within ", bound[at]);
     }
   return "";
 }
@@ -691,7 +692,7 @@ TEST_CASE("cuda ops: the primitives of a forward and backward pass replay from a
       return o;
     };
     auto step = [&](Outputs& o) {
-      ampx::Backend& g = *b.gpu;
+      ampx::impl::Backend& g = *b.gpu;
       GemmArgs fwd;
       fwd.m = rows, fwd.n = out, fwd.k = in, fwd.a = x.ptr(), fwd.b = w.ptr(), fwd.trans_b = true;
       fwd.ab_type = t, fwd.c = o.z->ptr(), fwd.c_type = t;
@@ -745,7 +746,7 @@ TEST_CASE("cuda ops: integer data, floating labels and a bad broadcast are refus
   SKIP_UNLESS_CUDA();
   Backends b;
   const Gpu buf(b, 64), labels(b, 16);
-  ampx::Backend& g = *b.gpu;
+  ampx::impl::Backend& g = *b.gpu;
   CHECK(status_of([&] {
           ampx_test::nn_of(g).unary(UnaryOp::Relu, buf.ptr(), buf.ptr(), DType::I32, 4);
         }) == AMPX_ERR_DTYPE);

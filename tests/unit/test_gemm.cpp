@@ -35,25 +35,25 @@
 
 namespace {
 
-using ampx::DType;
-using ampx::GemmArgs;
+using ampx::impl::DType;
+using ampx::impl::GemmArgs;
 using Bytes = std::vector<uint8_t>;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-size_t width(DType t) { return ampx::dtype_size(t); }
+size_t width(DType t) { return ampx::impl::dtype_size(t); }
 
 std::vector<double> decode(DType t, const Bytes& raw) {
   const size_t n = raw.size() / width(t);
   std::vector<float> f(n);
-  ampx::convert_bulk(f.data(), DType::F32, raw.data(), t, static_cast<int64_t>(n));
+  ampx::impl::convert_bulk(f.data(), DType::F32, raw.data(), t, static_cast<int64_t>(n));
   return std::vector<double>(f.begin(), f.end());
 }
 
 Bytes encode(DType t, const std::vector<double>& values) {
   Bytes raw(values.size() * width(t));
   for (size_t i = 0; i < values.size(); ++i) {
-    const uint64_t bits = ampx::element_bits_from_double(t, values[i]);
+    const uint64_t bits = ampx::impl::element_bits_from_double(t, values[i]);
     std::memcpy(&raw[i * width(t)], &bits, width(t));
   }
   return raw;
@@ -75,7 +75,7 @@ struct Target {
 // Device memory holding a copy of a host array.
 class DeviceBytes {
  public:
-  DeviceBytes(ampx::Backend& backend, ampx::Allocator& allocator, const Bytes& host)
+  DeviceBytes(ampx::impl::Backend& backend, ampx::impl::Allocator& allocator, const Bytes& host)
       : backend_(backend), allocator_(allocator), bytes_(std::max<size_t>(host.size(), 1)) {
     ptr_ = allocator_.allocate(bytes_);
     REQUIRE(ptr_ != nullptr);
@@ -87,28 +87,28 @@ class DeviceBytes {
   void* get() const { return ptr_; }
 
  private:
-  ampx::Backend& backend_;
-  ampx::Allocator& allocator_;
+  ampx::impl::Backend& backend_;
+  ampx::impl::Allocator& allocator_;
   size_t bytes_;
   void* ptr_;
 };
 
 // A backend and its allocator, released in that order's reverse.
 struct Device {
-  std::unique_ptr<ampx::Backend> backend;
-  std::unique_ptr<ampx::Allocator> allocator;
+  std::unique_ptr<ampx::impl::Backend> backend;
+  std::unique_ptr<ampx::impl::Allocator> allocator;
 };
 
 Target backend_target(int32_t threads) {
-  ampx::BackendOptions options;
+  ampx::impl::BackendOptions options;
   options.device_type = ampx_test::test_device();
   options.num_threads = threads;
   auto device = std::make_shared<Device>();
-  device->backend = ampx::create_backend(options);
+  device->backend = ampx::impl::create_backend(options);
   device->allocator = device->backend->make_default_allocator();
   Runner run = [device](GemmArgs& args, const Bytes& a, const Bytes& b, Bytes& c,
                         const Bytes& bias) {
-    ampx::Backend& backend = *device->backend;
+    ampx::impl::Backend& backend = *device->backend;
     DeviceBytes da(backend, *device->allocator, a), db(backend, *device->allocator, b),
         dc(backend, *device->allocator, c), dbias(backend, *device->allocator, bias);
     args.a = da.get(), args.b = db.get(), args.c = dc.get();
@@ -121,12 +121,12 @@ Target backend_target(int32_t threads) {
 }
 
 Target fallback_target(int threads) {
-  auto pool = std::make_shared<ampx::ThreadPool>(threads);
+  auto pool = std::make_shared<ampx::impl::ThreadPool>(threads);
   Runner run = [pool](GemmArgs& args, const Bytes& a, const Bytes& b, Bytes& c,
                       const Bytes& bias) {
     args.a = a.data(), args.b = b.data(), args.c = c.data();
     args.bias = bias.empty() ? nullptr : bias.data();
-    ampx::cpu::gemm_fallback(*pool, args);
+    ampx::impl::cpu::gemm_fallback(*pool, args);
   };
   return {"built-in kernel, " + std::to_string(threads) + " threads", run};
 }
@@ -134,7 +134,7 @@ Target fallback_target(int threads) {
 ampx_status status_of(const std::function<void()>& fn) {
   try {
     fn();
-  } catch (const ampx::Error& e) {
+  } catch (const ampx::impl::StatusError& e) {
     return e.status();
   }
   return AMPX_OK;
@@ -171,10 +171,11 @@ struct Case {
   bool bias = false;      // the bias epilogue, a bias of C's type
 
   std::string describe() const {
-    return ampx::cat("batch ", batch, " m ", m, " n ", n, " k ", k, trans_a ? " A^T" : "",
-                     trans_b ? " B^T" : "", " ", ampx::dtype_name(ab), "->",
-                     ampx::dtype_name(c), " alpha ", alpha, " beta ", beta, " pad ", pad,
-                     shared_b ? " shared B" : "", nan_c ? " NaN C" : "", bias ? " bias" : "");
+    return ampx::impl::cat("batch ", batch, " m ", m, " n ", n, " k ", k, trans_a ? " A^T" : "",
+                           trans_b ? " B^T" : "", " ", ampx::impl::dtype_name(ab), "->",
+                           ampx::impl::dtype_name(c), " alpha ", alpha, " beta ", beta, " pad ",
+                           pad, shared_b ? " shared B" : "", nan_c ? " NaN C" : "",
+                           bias ? " bias" : "");
   }
 };
 
@@ -188,7 +189,7 @@ Bytes random_values(DType t, size_t n, std::mt19937& rng) {
     std::memcpy(&x, &bits, sizeof x);
   }
   Bytes raw(n * width(t));
-  ampx::convert_bulk(raw.data(), t, f.data(), DType::F32, static_cast<int64_t>(n));
+  ampx::impl::convert_bulk(raw.data(), t, f.data(), DType::F32, static_cast<int64_t>(n));
   return raw;
 }
 
@@ -266,8 +267,8 @@ std::string run_case(const Target& target, const Case& cs, const Prepared& pr) {
       if (e >= cs.m * cs.n) {
         // Padding between the matrices must stay as it was.
         if (std::memcmp(&c[at * width(cs.c)], &pr.c[at * width(cs.c)], width(cs.c)) != 0)
-          return ampx::cat(target.name, ": ", cs.describe(), ": padding after matrix ", bi,
-                           " was written");
+          return ampx::impl::cat(target.name, ": ", cs.describe(), ": padding after matrix ", bi,
+                                 " was written");
         continue;
       }
       const bool ok = cs.c == DType::F32
@@ -275,8 +276,8 @@ std::string run_case(const Target& target, const Case& cs, const Prepared& pr) {
                           : round_to(cs.c, want - bound) <= got &&
                                 got <= round_to(cs.c, want + bound);
       if (!ok)
-        return ampx::cat(target.name, ": ", cs.describe(), ": C[", bi, "][", e / cs.n, "][",
-                         e % cs.n, "] is ", got, ", want ", want, " within ", bound);
+        return ampx::impl::cat(target.name, ": ", cs.describe(), ": C[", bi, "][", e / cs.n, "][",
+                               e % cs.n, "] is ", got, ", want ", want, " within ", bound);
     }
   }
   return "";
@@ -431,7 +432,7 @@ TEST_CASE("gemm: a batch with C stride 0 and beta 1 sums its products") {
       // batch * (k + 2) roundings, each within 2^-24 of a partial sum.
       const double tol = static_cast<double>(batch * (k + 2)) * 0x1p-24 * bound[e];
       if (!(std::fabs(have[e] - want[e]) <= tol))
-        problem = ampx::cat("C[", e, "] is ", have[e], ", want ", want[e]);
+        problem = ampx::impl::cat("C[", e, "] is ", have[e], ", want ", want[e]);
     }
     CHECK_MESSAGE(problem.empty(), problem);
   }

@@ -26,22 +26,22 @@ using ampx_test::Tensor;
 
 namespace {
 
-using ampx::DType;
-using ampx::IndexCheck;
+using ampx::impl::DType;
+using ampx::impl::IndexCheck;
 
-constexpr int kFields = ampx::kRecordFields;
+constexpr int kFields = ampx::impl::kRecordFields;
 using Record = std::array<int64_t, kFields>;
 
 // Device memory of the test device's backend, with host copies in and out.
 struct DeviceBuffers {
-  std::unique_ptr<ampx::Backend> backend;
-  std::unique_ptr<ampx::Allocator> memory;
+  std::unique_ptr<ampx::impl::Backend> backend;
+  std::unique_ptr<ampx::impl::Allocator> memory;
   std::vector<std::pair<void*, size_t>> owned;
 
   DeviceBuffers() {
-    ampx::BackendOptions options;
+    ampx::impl::BackendOptions options;
     options.device_type = ampx_test::test_device();
-    backend = ampx::create_backend(options);
+    backend = ampx::impl::create_backend(options);
     memory = backend->make_default_allocator();
   }
   ~DeviceBuffers() {
@@ -77,7 +77,7 @@ Found reference(const std::vector<Index>& idx, const IndexCheck& check, Record r
     const int64_t v = idx[i];
     if (check.has_ignore && v == check.ignore_index) continue;
     ++counted;
-    if ((v < 0 || v >= check.limit) && record[ampx::kRecordPosition] == -1)
+    if ((v < 0 || v >= check.limit) && record[ampx::impl::kRecordPosition] == -1)
       record = {static_cast<int64_t>(i), v, check.limit, check.op, check.call};
   }
   f.valid = static_cast<float>(counted);
@@ -137,7 +137,7 @@ void check_cases(DType type) {
       check.limit = 10;
       check.has_ignore = true;
       check.ignore_index = -100;
-      check.op = ampx::kCheckCrossEntropyLabels;
+      check.op = ampx::impl::kCheckCrossEntropyLabels;
       check.call = 41;
       const Found want = reference(idx, check, kClear);
       const Found got = run(d, idx, type, check, kClear);
@@ -145,7 +145,7 @@ void check_cases(DType type) {
       CHECK(got.record == want.record);
 
       // An earlier finding is kept, whatever this call finds.
-      const Record earlier = {3, 99, 7, ampx::kCheckEmbeddingIndices, 2};
+      const Record earlier = {3, 99, 7, ampx::impl::kCheckEmbeddingIndices, 2};
       CHECK(run(d, idx, type, check, earlier).record == earlier);
       // Without ignore_index, -100 is out of range and every index counts.
       check.has_ignore = false;
@@ -168,10 +168,10 @@ TEST_CASE("index checks: i64 values beyond i32 and the extremes are bad, not wra
   const std::vector<int64_t> idx = {1, int64_t{1} << 32, std::numeric_limits<int64_t>::min(), 2};
   IndexCheck check;
   check.limit = 4;
-  check.op = ampx::kCheckEmbeddingIndices;
+  check.op = ampx::impl::kCheckEmbeddingIndices;
   const Found got = run(d, idx, DType::I64, check, kClear);
-  CHECK(got.record[ampx::kRecordPosition] == 1);
-  CHECK(got.record[ampx::kRecordValue] == (int64_t{1} << 32));
+  CHECK(got.record[ampx::impl::kRecordPosition] == 1);
+  CHECK(got.record[ampx::impl::kRecordValue] == (int64_t{1} << 32));
   CHECK(got.valid == 4.0f);
 }
 

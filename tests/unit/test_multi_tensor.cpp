@@ -20,8 +20,8 @@
 
 namespace {
 
-using ampx::Chunk;
-using ampx::Launch;
+using ampx::impl::Chunk;
+using ampx::impl::PlannedLaunch;
 
 // Every property a plan of `counts` in chunks of `chunk_size` must have; the
 // first violation in words, or "" (one assertion per plan, not per chunk).
@@ -64,7 +64,7 @@ template <class Fn>
 ampx_status status_of(Fn&& fn) {
   try {
     fn();
-  } catch (const ampx::Error& e) {
+  } catch (const ampx::impl::StatusError& e) {
     return e.status();
   }
   return AMPX_OK;
@@ -79,7 +79,7 @@ TEST_CASE("multi_tensor: a plan covers every element exactly once, in order") {
       const auto counts = random_counts(rng, 1 + trial * 3, 3 * chunk_size + 2);
       CAPTURE(chunk_size);
       CAPTURE(trial);
-      const auto plan = ampx::plan_chunks(counts, chunk_size);
+      const auto plan = ampx::impl::plan_chunks(counts, chunk_size);
       CHECK(plan_violation(counts, chunk_size, plan) == "");
 
       // The walk above implies it; marking each element makes "exactly
@@ -99,7 +99,7 @@ TEST_CASE("multi_tensor: a plan covers every element exactly once, in order") {
 
 TEST_CASE("multi_tensor: sizes at and around the chunk size") {
   const std::vector<int64_t> counts = {1, 15, 16, 17, 32, 33};
-  const auto plan = ampx::plan_chunks(counts, 16);
+  const auto plan = ampx::impl::plan_chunks(counts, 16);
   CHECK(plan_violation(counts, 16, plan) == "");
   const std::vector<int64_t> ends = {1, 15, 16, 16, 17, 16, 32, 16, 32, 33};
   REQUIRE(plan.size() == ends.size());
@@ -107,10 +107,10 @@ TEST_CASE("multi_tensor: sizes at and around the chunk size") {
 }
 
 TEST_CASE("multi_tensor: empty lists and zero-size tensors have no chunks") {
-  CHECK(ampx::plan_chunks({}, 8).empty());
-  CHECK(ampx::plan_chunks({0, 0, 0}, 8).empty());
+  CHECK(ampx::impl::plan_chunks({}, 8).empty());
+  CHECK(ampx::impl::plan_chunks({0, 0, 0}, 8).empty());
 
-  const auto plan = ampx::plan_chunks({0, 5, 0, 0, 9, 0}, 4);
+  const auto plan = ampx::impl::plan_chunks({0, 5, 0, 0, 9, 0}, 4);
   CHECK(plan_violation({0, 5, 0, 0, 9, 0}, 4, plan) == "");
   for (const Chunk& c : plan) CHECK((c.tensor == 1 || c.tensor == 4));
 }
@@ -119,29 +119,29 @@ TEST_CASE("multi_tensor: counts past 2^31 and up to INT64_MAX do not overflow") 
   const int64_t big = 3 * (int64_t{1} << 31) + 5;
   const int64_t chunk = int64_t{1} << 20;
   const std::vector<int64_t> counts = {big, 7, int64_t{1} << 32};
-  const auto plan = ampx::plan_chunks(counts, chunk);
+  const auto plan = ampx::impl::plan_chunks(counts, chunk);
   CHECK(plan_violation(counts, chunk, plan) == "");
   CHECK(plan.back().end == (int64_t{1} << 32));
 
   // A chunk size near INT64_MAX: begin + chunk_size would overflow if the
   // plan computed the end that way.
   const int64_t max = std::numeric_limits<int64_t>::max();
-  const auto few = ampx::plan_chunks({max, max}, int64_t{1} << 62);
+  const auto few = ampx::impl::plan_chunks({max, max}, int64_t{1} << 62);
   CHECK(plan_violation({max, max}, int64_t{1} << 62, few) == "");
   REQUIRE(few.size() == 4);
   CHECK(few[1].begin == (int64_t{1} << 62));
   CHECK(few[1].end == max);
-  const auto whole = ampx::plan_chunks({max}, max);
+  const auto whole = ampx::impl::plan_chunks({max}, max);
   REQUIRE(whole.size() == 1);
   CHECK(whole[0].end == max);
 }
 
 TEST_CASE("multi_tensor: a bad chunk size or count is an internal error") {
-  CHECK(status_of([] { ampx::plan_chunks({4}, 0); }) == AMPX_ERR_INTERNAL);
-  CHECK(status_of([] { ampx::plan_chunks({4}, -8); }) == AMPX_ERR_INTERNAL);
-  CHECK(status_of([] { ampx::plan_chunks({4, -1}, 8); }) == AMPX_ERR_INTERNAL);
-  CHECK(status_of([] { ampx::plan_launches({{0, 0, 1}}, 0, 4); }) == AMPX_ERR_INTERNAL);
-  CHECK(status_of([] { ampx::plan_launches({{0, 0, 1}}, 4, 0); }) == AMPX_ERR_INTERNAL);
+  CHECK(status_of([] { ampx::impl::plan_chunks({4}, 0); }) == AMPX_ERR_INTERNAL);
+  CHECK(status_of([] { ampx::impl::plan_chunks({4}, -8); }) == AMPX_ERR_INTERNAL);
+  CHECK(status_of([] { ampx::impl::plan_chunks({4, -1}, 8); }) == AMPX_ERR_INTERNAL);
+  CHECK(status_of([] { ampx::impl::plan_launches({{0, 0, 1}}, 0, 4); }) == AMPX_ERR_INTERNAL);
+  CHECK(status_of([] { ampx::impl::plan_launches({{0, 0, 1}}, 4, 0); }) == AMPX_ERR_INTERNAL);
 }
 
 namespace {
@@ -149,10 +149,10 @@ namespace {
 // Every property launches of `plan` with the given limits must have; the
 // first violation in words, or "".
 std::string launch_violation(const std::vector<Chunk>& plan, int max_chunks, int max_tensors,
-                             const std::vector<Launch>& launches) {
+                             const std::vector<PlannedLaunch>& launches) {
   std::vector<Chunk> flattened;
   for (size_t l = 0; l < launches.size(); ++l) {
-    const Launch& launch = launches[l];
+    const PlannedLaunch& launch = launches[l];
     const std::string where = "launch " + std::to_string(l);
     if (launch.chunks.empty()) return where + " is empty";
     if (launch.chunks.size() > static_cast<size_t>(max_chunks))
@@ -200,17 +200,17 @@ TEST_CASE("multi_tensor: launches respect their chunk and tensor limits") {
       CAPTURE(max_chunks);
       CAPTURE(max_tensors);
       CAPTURE(trial);
-      const auto plan = ampx::plan_chunks(random_counts(rng, 5 + trial * 40, 50), 8);
+      const auto plan = ampx::impl::plan_chunks(random_counts(rng, 5 + trial * 40, 50), 8);
       CHECK(launch_violation(plan, max_chunks, max_tensors,
-                             ampx::plan_launches(plan, max_chunks, max_tensors)) == "");
+                             ampx::impl::plan_launches(plan, max_chunks, max_tensors)) == "");
     }
   }
 }
 
 TEST_CASE("multi_tensor: a tensor split between launches is carried by both") {
   // Tensor 1 has 5 chunks; at most 3 chunks a launch, it spans two.
-  const auto plan = ampx::plan_chunks({2, 10, 1}, 2);
-  const auto launches = ampx::plan_launches(plan, 3, 8);
+  const auto plan = ampx::impl::plan_chunks({2, 10, 1}, 2);
+  const auto launches = ampx::impl::plan_launches(plan, 3, 8);
   CHECK(launch_violation(plan, 3, 8, launches) == "");
   REQUIRE(launches.size() == 3);
   CHECK(launches[0].tensors == std::vector<int64_t>{0, 1});
@@ -220,8 +220,8 @@ TEST_CASE("multi_tensor: a tensor split between launches is carried by both") {
 }
 
 TEST_CASE("multi_tensor: the tensor limit alone starts a new launch") {
-  const auto plan = ampx::plan_chunks({1, 1, 0, 1, 1, 1}, 4);
-  const auto launches = ampx::plan_launches(plan, 100, 2);
+  const auto plan = ampx::impl::plan_chunks({1, 1, 0, 1, 1, 1}, 4);
+  const auto launches = ampx::impl::plan_launches(plan, 100, 2);
   CHECK(launch_violation(plan, 100, 2, launches) == "");
   REQUIRE(launches.size() == 3);
   CHECK(launches[0].tensors == std::vector<int64_t>{0, 1});
@@ -230,5 +230,5 @@ TEST_CASE("multi_tensor: the tensor limit alone starts a new launch") {
 }
 
 TEST_CASE("multi_tensor: an empty plan has no launches") {
-  CHECK(ampx::plan_launches({}, 4, 4).empty());
+  CHECK(ampx::impl::plan_launches({}, 4, 4).empty());
 }

@@ -50,8 +50,8 @@
 
 namespace {
 
-using ampx::DType;
-using ampx::UnaryOp;
+using ampx::impl::DType;
+using ampx::impl::UnaryOp;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -61,7 +61,7 @@ constexpr double kPi = 3.14159265358979323846;
 
 const DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16};
 
-std::string name(DType t) { return ampx::dtype_name(t); }
+std::string name(DType t) { return ampx::impl::dtype_name(t); }
 
 // ---- formats -----------------------------------------------------------
 
@@ -162,17 +162,17 @@ std::vector<double> rounded(DType t, const std::vector<double>& values) {
 // ---- device access -----------------------------------------------------
 
 struct Device {
-  std::unique_ptr<ampx::Backend> backend;
-  std::unique_ptr<ampx::Allocator> allocator;
+  std::unique_ptr<ampx::impl::Backend> backend;
+  std::unique_ptr<ampx::impl::Allocator> allocator;
 
   explicit Device(int32_t threads = 0) {
-    ampx::BackendOptions options;
+    ampx::impl::BackendOptions options;
     options.device_type = ampx_test::test_device();
     options.num_threads = threads;
-    backend = ampx::create_backend(options);
+    backend = ampx::impl::create_backend(options);
     allocator = backend->make_default_allocator();
   }
-  ampx::Backend* operator->() const { return backend.get(); }
+  ampx::impl::Backend* operator->() const { return backend.get(); }
 };
 
 class Mem {
@@ -225,7 +225,7 @@ class Mem {
 bool ported(const char* primitive, const std::function<void()>& empty_call) {
   try {
     empty_call();
-  } catch (const ampx::Error& e) {
+  } catch (const ampx::impl::StatusError& e) {
     if (e.status() != AMPX_ERR_NOT_SUPPORTED) throw;
     MESSAGE(primitive, " is not available on this device yet: ", e.what());
     return false;
@@ -949,7 +949,7 @@ TEST_CASE("nn primitives: integer data and floating labels are refused") {
   auto status_of = [](const std::function<void()>& call) {
     try {
       call();
-    } catch (const ampx::Error& e) {
+    } catch (const ampx::impl::StatusError& e) {
       return e.status();
     }
     return AMPX_OK;

@@ -366,10 +366,10 @@ TEST_CASE("ops more: Philox4x32-10 gives Random123's known answers") {
        {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
   };
   for (const Kat& k : kats) {
-    const ampx::math::Philox4x32 counter = {
+    const ampx::impl::math::Philox4x32 counter = {
         {k.counter[0], k.counter[1], k.counter[2], k.counter[3]}};
-    const ampx::math::PhiloxKey key = {{k.key[0], k.key[1]}};
-    const ampx::math::Philox4x32 out = ampx::math::philox4x32_10(counter, key);
+    const ampx::impl::math::PhiloxKey key = {{k.key[0], k.key[1]}};
+    const ampx::impl::math::Philox4x32 out = ampx::impl::math::philox4x32_10(counter, key);
     for (int i = 0; i < 4; ++i) CHECK(out.v[i] == k.expected[i]);
   }
 }
@@ -657,10 +657,10 @@ TEST_CASE("ops more: dropout masks are the documented Philox stream of the seed 
   for (uint32_t call = 0; call < 3; ++call) {
     const Vec y = dropped(ctx, ones, p);
     for (size_t i = 0; i < n; ++i) {
-      const ampx::math::Philox4x32 counter = {{static_cast<uint32_t>(i / 4), 0, call, 0}};
-      const ampx::math::PhiloxKey key = {
+      const ampx::impl::math::Philox4x32 counter = {{static_cast<uint32_t>(i / 4), 0, call, 0}};
+      const ampx::impl::math::PhiloxKey key = {
           {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}};
-      const uint32_t word = ampx::math::philox4x32_10(counter, key).v[i % 4];
+      const uint32_t word = ampx::impl::math::philox4x32_10(counter, key).v[i % 4];
       CHECK_MESSAGE(y[i] == (word >= threshold ? scale : 0.0), "call ", call, ", element ", i);
     }
   }

@@ -535,7 +535,7 @@ void write_bytes(const std::string& path, const std::vector<unsigned char>& byte
 // CRC-32C of the first 28 bytes at 28); sections of u32 tag, u32 reserved,
 // u64 payload size, the payload and its CRC-32C; a CRC-32C of everything.
 void reseal(std::vector<unsigned char>& f) {
-  using ampx::io::crc32c;
+  using ampx::impl::io::crc32c;
   const uint64_t size = f.size();
   std::memcpy(f.data() + 16, &size, 8);
   uint32_t crc = crc32c(f.data(), 28);

@@ -11,7 +11,7 @@
 #include <cpuid.h>
 #endif
 
-namespace ampx {
+namespace ampx::impl {
 namespace cpu {
 namespace {
 
@@ -108,4 +108,4 @@ const char* cblas_description() {
 }
 
 }  // namespace cpu
-}  // namespace ampx
+}  // namespace ampx::impl

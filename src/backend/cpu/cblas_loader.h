@@ -10,7 +10,7 @@
 // kernel multiplies.
 #pragma once
 
-namespace ampx {
+namespace ampx::impl {
 namespace cpu {
 
 struct Cblas {
@@ -44,4 +44,4 @@ const Cblas* loaded_cblas();
 const char* cblas_description();
 
 }  // namespace cpu
-}  // namespace ampx
+}  // namespace ampx::impl

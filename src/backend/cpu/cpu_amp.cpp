@@ -13,7 +13,7 @@
 #include "math/convert.h"
 #include "math/optim.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cpu {
 namespace {
 
@@ -324,7 +324,7 @@ void sgd_step(ThreadPool& pool, const std::vector<OptimParam>& params,
     const float weight_decay = scalars.weight_decay[p.group];
     float no_buffer = 0.0f;  // sgd_update leaves it alone without momentum
     update_chunk(p, c, [&](float& w, float g, int64_t j) {
-      float& buf = p.state0 != nullptr ? p.state0[j] : no_buffer;
+      float& buf = p.momentum != nullptr ? p.momentum[j] : no_buffer;
       math::sgd_update(w, g, buf, first, lr, weight_decay, config);
     });
   });
@@ -347,8 +347,8 @@ void adam_step(ThreadPool& pool, const std::vector<OptimParam>& params,
       const int64_t n = c.end - c.begin;
       float* w = p.param_dtype == DType::F32 ? static_cast<float*>(p.param) : p.master;
       adam_dense_fn(config.maximize, config.decoupled_weight_decay, weight_decay)(
-          w + c.begin, static_cast<const float*>(p.grad) + c.begin, p.state0 + c.begin,
-          p.state1 + c.begin, n, lr, weight_decay, factors[i], config);
+          w + c.begin, static_cast<const float*>(p.grad) + c.begin, p.momentum + c.begin,
+          p.exp_avg_sq + c.begin, n, lr, weight_decay, factors[i], config);
       if (p.param_dtype != DType::F32)
         convert_bulk(static_cast<char*>(p.param) + c.begin * dtype_size(p.param_dtype),
                      p.param_dtype, p.master + c.begin, DType::F32, n);
@@ -356,11 +356,12 @@ void adam_step(ThreadPool& pool, const std::vector<OptimParam>& params,
     }
     float no_max = 0.0f;  // adam_update leaves it alone without amsgrad
     update_chunk(p, c, [&](float& w, float g, int64_t j) {
-      math::adam_update(w, g, p.state0[j], p.state1[j], p.state2 != nullptr ? p.state2[j] : no_max,
-                        weight_decay, factors[i], config);
+      math::adam_update(w, g, p.momentum[j], p.exp_avg_sq[j],
+                        p.max_exp_avg_sq != nullptr ? p.max_exp_avg_sq[j] : no_max, weight_decay,
+                        factors[i], config);
     });
   });
 }
 
 }  // namespace cpu
-}  // namespace ampx
+}  // namespace ampx::impl

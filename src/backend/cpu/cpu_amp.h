@@ -14,7 +14,7 @@
 #include "backend/cpu/thread_pool.h"
 #include "core/backend_amp.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cpu {
 
 void multi_tensor_scale(ThreadPool& pool, const std::vector<TensorSpan>& ins,
@@ -35,4 +35,4 @@ void adam_step(ThreadPool& pool, const std::vector<OptimParam>& params,
                const math::AdamConfig& config, const StepScalars& scalars);
 
 }  // namespace cpu
-}  // namespace ampx
+}  // namespace ampx::impl

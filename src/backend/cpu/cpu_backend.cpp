@@ -15,7 +15,7 @@
 #include "core/convert_bulk.h"
 #include "core/error.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 // 64 bytes: a cache line, and what AVX-512 loads like.
@@ -312,4 +312,4 @@ std::unique_ptr<Backend> make_cpu_backend(int32_t num_threads) {
   return std::make_unique<CpuBackend>(threads);
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

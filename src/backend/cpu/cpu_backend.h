@@ -5,8 +5,8 @@
 
 #include "core/backend.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 std::unique_ptr<Backend> make_cpu_backend(int32_t num_threads);
 
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "math/convert.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cpu {
 namespace {
 
@@ -152,4 +152,4 @@ void sum_all(ThreadPool& pool, const void* x, DType type, int64_t count, float* 
 }
 
 }  // namespace cpu
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -38,7 +38,7 @@
 #include "core/convert_bulk.h"
 #include "core/error.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cpu {
 namespace {
 
@@ -479,4 +479,4 @@ void gemm(ThreadPool& pool, const GemmArgs& args) {
 }
 
 }  // namespace cpu
-}  // namespace ampx
+}  // namespace ampx::impl

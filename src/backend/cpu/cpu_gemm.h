@@ -6,7 +6,7 @@
 #include "backend/cpu/thread_pool.h"
 #include "core/backend_gemm.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cpu {
 
 // cpu::gemm with the library's own cache-blocked kernel in place of CBLAS's
@@ -15,4 +15,4 @@ namespace cpu {
 void gemm_fallback(ThreadPool& pool, const GemmArgs& args);
 
 }  // namespace cpu
-}  // namespace ampx
+}  // namespace ampx::impl

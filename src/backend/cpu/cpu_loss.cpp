@@ -4,7 +4,7 @@
 #include "backend/cpu/float_dispatch.h"
 #include "math/losses.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cpu {
 namespace {
 
@@ -28,4 +28,4 @@ void bce_with_logits(ThreadPool& pool, const void* logits, const void* targets, 
 }
 
 }  // namespace cpu
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -15,7 +15,7 @@
 #include "math/activations.h"
 #include "math/convert.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cpu {
 namespace {
 
@@ -224,4 +224,4 @@ void cross_entropy_backward(ThreadPool& pool, const void* logits, DType type, co
 }
 
 }  // namespace cpu
-}  // namespace ampx
+}  // namespace ampx::impl

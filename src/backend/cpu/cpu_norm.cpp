@@ -9,7 +9,7 @@
 #include "backend/cpu/float_dispatch.h"
 #include "math/norm.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cpu {
 namespace {
 
@@ -222,4 +222,4 @@ void batch_norm_backward(ThreadPool& pool, const void* x, const void* dy, DType 
 }
 
 }  // namespace cpu
-}  // namespace ampx
+}  // namespace ampx::impl

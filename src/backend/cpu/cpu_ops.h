@@ -10,7 +10,7 @@
 #include "core/backend_gemm.h"
 #include "core/backend_nn.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cpu {
 
 void unary(ThreadPool& pool, UnaryOp op, const void* x, void* y, DType type, int64_t count);
@@ -66,4 +66,4 @@ void bce_with_logits(ThreadPool& pool, const void* logits, const void* targets, 
                      int64_t count, float* losses);
 
 }  // namespace cpu
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -5,7 +5,7 @@
 #include "backend/cpu/float_dispatch.h"
 #include "math/random.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cpu {
 namespace {
 
@@ -37,4 +37,4 @@ void dropout(ThreadPool& pool, const void* x, void* y, DType type, int64_t count
 }
 
 }  // namespace cpu
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -7,7 +7,7 @@
 #include "backend/cpu/float_dispatch.h"
 #include "core/error.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cpu {
 namespace {
 
@@ -133,4 +133,4 @@ void scatter_add_rows(ThreadPool& pool, const void* src, DType src_type, int64_t
 }
 
 }  // namespace cpu
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -8,7 +8,7 @@
 #include "core/dtype.h"
 #include "math/convert.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cpu {
 
 // Reads position i of an I32 or I64 index vector (the front door,
@@ -33,4 +33,4 @@ inline int64_t items_per_task(int64_t elements, int64_t per_item) {
 }
 
 }  // namespace cpu
-}  // namespace ampx
+}  // namespace ampx::impl

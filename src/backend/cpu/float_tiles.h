@@ -19,7 +19,7 @@
 #include "core/dtype.h"
 #include "math/convert.h"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cpu {
 
 // Elements per run: the buffers stay in L1 beside the data streamed through.
@@ -73,4 +73,4 @@ class TileWriter {
 };
 
 }  // namespace cpu
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace ampx {
+namespace ampx::impl {
 
 ThreadPool::ThreadPool(int threads) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
@@ -81,4 +81,4 @@ void ThreadPool::parallel_for(int64_t count, int64_t grain, const RangeFn& fn) {
   if (error) std::rethrow_exception(error);
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

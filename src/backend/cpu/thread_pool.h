@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-namespace ampx {
+namespace ampx::impl {
 
 class ThreadPool {
  public:
@@ -55,4 +55,4 @@ class ThreadPool {
   std::exception_ptr job_error_;
 };
 
-}  // namespace ampx
+}  // namespace ampx::impl

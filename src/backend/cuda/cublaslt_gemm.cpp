@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "ops_launch.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 namespace {
 
@@ -144,7 +144,7 @@ bool CublasLtGemm::Problem::operator<(const Problem& o) const {
 // The workspace is taken now rather than at the first product: that product
 // may be enqueued while the stream is being captured into a CUDA graph,
 // where an allocation would belong to the graph and not outlive it.
-CublasLtGemm::CublasLtGemm(std::unique_ptr<Allocator> memory, const Launch& launch)
+CublasLtGemm::CublasLtGemm(std::unique_ptr<Allocator> memory, const LaunchConfig& launch)
     : memory_(std::move(memory)), launch_(launch) {
   workspace_ = memory_->allocate(kWorkspaceBytes);
   if (workspace_ == nullptr)
@@ -332,4 +332,4 @@ void CublasLtGemm::run(const GemmArgs& g) {
 }
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

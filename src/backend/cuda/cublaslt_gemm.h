@@ -40,7 +40,7 @@
 #include "core/backend_gemm.h"
 #include "fill_convert.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace cuda {
 
 class CublasLtGemm {
@@ -49,7 +49,7 @@ class CublasLtGemm {
   // workspace from `memory`, the backend's stream-ordered pool, until
   // destruction. Throws AMPX_ERR_OUT_OF_MEMORY without the workspace and
   // AMPX_ERR_DEVICE when cuBLASLt cannot start.
-  CublasLtGemm(std::unique_ptr<Allocator> memory, const Launch& launch);
+  CublasLtGemm(std::unique_ptr<Allocator> memory, const LaunchConfig& launch);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
@@ -97,11 +97,11 @@ class CublasLtGemm {
   const Plan& plan_for(const Problem& problem);
 
   std::unique_ptr<Allocator> memory_;
-  Launch launch_;
+  LaunchConfig launch_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::map<Problem, std::unique_ptr<Plan>> plans_;
 };
 
 }  // namespace cuda
-}  // namespace ampx
+}  // namespace ampx::impl

@@ -21,7 +21,7 @@
 #include "nn_launch.cuh"
 #include "ops_launch.cuh"
 
-namespace ampx {
+namespace ampx::impl {
 namespace {
 
 // Throws AMPX_ERR_DEVICE naming the failed call. The runtime also records the
@@ -45,7 +45,7 @@ struct CudaDevice {
   cudaStream_t stream = nullptr;
   bool owns_stream = false;
   cudaMemPool_t pool = nullptr;
-  cuda::Launch launch{};
+  cuda::LaunchConfig launch{};
 
   CudaDevice() = default;
   CudaDevice(const CudaDevice&) = delete;
@@ -716,4 +716,4 @@ std::unique_ptr<Backend> make_cuda_backend(int32_t device_index, void* cuda_stre
   return std::make_unique<CudaBackend>(std::move(device));
 }
 
-}  // namespace ampx
+}  // namespace ampx::impl

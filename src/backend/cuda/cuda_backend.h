@@ -23,7 +23,7 @@
 
 #include "core/backend.h"
 
-namespace ampx {
+namespace ampx::impl {
 
 // A backend on CUDA device `device_index`. `cuda_stream` (a cudaStream_t) is
 // adopted when non-null: borrowed, never destroyed by ampx, and it must
@@ -41,4 +41,4 @@ std::unique_ptr<Backend> make_cuda_backend(int32_t device_index, void* cuda_stre
 // throws and prints nothing.
 int32_t cuda_device_count_impl() noexcept;
 
-}  // namespace ampx
+}  // namespace ampx::impl
