@@ -109,6 +109,10 @@ class Backend {
 
   // ---- capabilities ----------------------------------------------------------
   bool supports(Capability capability) const { return find_capability(capability) != nullptr; }
+  BackendCapability* find_capability(Capability capability) const {
+    const int i = static_cast<int>(capability);
+    return i >= 0 && i < static_cast<int>(Capability::Count) ? capabilities_[i] : nullptr;
+  }
   // The capability C (an interface with `static constexpr Capability kId`),
   // or nullptr.
   template <class C>
@@ -165,7 +169,12 @@ class Backend {
   virtual void* native_stream(Stream stream) = 0;
 
  protected:
-  virtual BackendCapability* find_capability(Capability capability) const = 0;
+  // Called by a backend's constructor for each capability it provides (the
+  // object must live as long as the backend).
+  template <class C>
+  void provide(C& capability) {
+    capabilities_[static_cast<int>(C::kId)] = &capability;
+  }
 
   // The implementations behind the front doors above, called with valid
   // arguments and something to do (bytes > 0, count > 0, dst != src).
@@ -178,6 +187,7 @@ class Backend {
 
  private:
   BackendInfo info_;
+  BackendCapability* capabilities_[static_cast<int>(Capability::Count)] = {};
 };
 
 struct BackendOptions {

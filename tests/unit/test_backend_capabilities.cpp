@@ -60,9 +60,6 @@ class CoreOnlyBackend final : public ampx::impl::Backend {
   void* native_stream(ampx::impl::Stream) override { return nullptr; }
 
  protected:
-  ampx::impl::BackendCapability* find_capability(ampx::impl::Capability) const override {
-    return nullptr;
-  }
   void run_copy_from_host(void* dst, const void* src, size_t bytes) override {
     std::memcpy(dst, src, bytes);
   }

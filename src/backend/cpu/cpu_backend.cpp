@@ -217,7 +217,11 @@ class CpuBackend final : public Backend {
         pool_(threads),
         amp_(pool_),
         nn_(pool_),
-        gemm_(pool_) {}
+        gemm_(pool_) {
+    provide(amp_);
+    provide(nn_);
+    provide(gemm_);
+  }
 
   std::unique_ptr<Allocator> make_default_allocator() override {
     return std::make_unique<CpuAllocator>();
@@ -233,19 +237,6 @@ class CpuBackend final : public Backend {
   void* native_stream(Stream) override { return nullptr; }
 
  protected:
-  BackendCapability* find_capability(Capability capability) const override {
-    switch (capability) {
-      case Capability::MultiTensorAmp:
-        return &amp_;
-      case Capability::Nn:
-        return &nn_;
-      case Capability::Gemm:
-        return &gemm_;
-      default:
-        return nullptr;
-    }
-  }
-
   void run_copy_from_host(void* dst, const void* src, size_t bytes) override {
     run_copy(dst, src, bytes);
   }
@@ -297,11 +288,9 @@ class CpuBackend final : public Backend {
   }
 
   ThreadPool pool_;
-  // Capabilities are handed out through a const lookup; what they do to
-  // the device is not the backend object's state.
-  mutable CpuAmp amp_;
-  mutable CpuNn nn_;
-  mutable CpuGemm gemm_;
+  CpuAmp amp_;
+  CpuNn nn_;
+  CpuGemm gemm_;
 };
 
 }  // namespace

@@ -478,7 +478,11 @@ class CudaBackend final : public Backend {
         device_(device),
         amp_(device),
         nn_(device),
-        gemm_(device) {}
+        gemm_(device) {
+    provide(amp_);
+    provide(nn_);
+    provide(gemm_);
+  }
 
   ~CudaBackend() override {
     if (comm_stream_ == nullptr) return;
@@ -537,19 +541,6 @@ class CudaBackend final : public Backend {
   void* native_stream(Stream stream) override { return stream_of(stream); }
 
  protected:
-  BackendCapability* find_capability(Capability capability) const override {
-    switch (capability) {
-      case Capability::MultiTensorAmp:
-        return &amp_;
-      case Capability::Nn:
-        return &nn_;
-      case Capability::Gemm:
-        return &gemm_;
-      default:
-        return nullptr;
-    }
-  }
-
   // backend.h promises that the host copies have completed on return, so the
   // caller may reuse or read its host buffer at once: hence the synchronize.
   void run_copy_from_host(void* dst, const void* host_src, size_t bytes) override {
@@ -599,9 +590,9 @@ class CudaBackend final : public Backend {
 
   std::shared_ptr<const CudaDevice> device_;
   cudaStream_t comm_stream_ = nullptr;
-  mutable CudaAmp amp_;
-  mutable CudaNn nn_;
-  mutable CudaGemm gemm_;
+  CudaAmp amp_;
+  CudaNn nn_;
+  CudaGemm gemm_;
 };
 
 int device_attribute(cudaDeviceAttr attribute, int32_t device) {
