@@ -55,14 +55,7 @@ extern "C" {
 
 ampx_status ampx_tensor_set_requires_grad(ampx_tensor tensor, int32_t requires_grad) {
   return guard(__func__, [&] {
-    DeviceTensor& t = tensor_arg(tensor, "tensor");
-    if (on_tape(*t.ctx, t))
-      fail(AMPX_ERR_INVALID_ARGUMENT, "the tensor was made by a recorded op; only leaves "
-                                      "(tensors the program made) can be marked");
-    if (requires_grad && !is_floating(t.dtype))
-      fail(AMPX_ERR_DTYPE, "'tensor' is ", t.describe(), "; only f32, f16 and bf16 tensors have "
-                                                         "gradients");
-    t.requires_grad = requires_grad != 0;
+    set_requires_grad(tensor_arg(tensor, "tensor"), requires_grad != 0);
   });
 }
 
@@ -96,25 +89,7 @@ ampx_status ampx_scope_push(ampx_context ctx) {
 
 ampx_status ampx_scope_pop(ampx_context ctx) {
   return guard(__func__, [&] {
-    DeviceContext& c = context_arg(ctx, "ctx");
-    AutogradState& state = autograd_state(c);
-    if (state.scopes.empty()) fail(AMPX_ERR_ORDER, "no scope is open (pushes and pops must pair)");
-    std::vector<TensorRef> owned = std::move(state.scopes.back());
-    state.scopes.pop_back();
-    // A pass over the tape only when this pop freed a recorded output: an
-    // evaluation step's records then go with it at once, while a binding
-    // that wraps every op in a scope and keeps the outputs pays nothing per
-    // op (the amortised prune still bounds the tape).
-    std::vector<std::weak_ptr<const void>> tokens;
-    for (const TensorRef& t : owned)
-      if (t && t->tape_token) tokens.emplace_back(t->tape_token);
-    owned.clear();
-    const bool freed_output = std::any_of(tokens.begin(), tokens.end(),
-                                          [](const auto& token) { return token.expired(); });
-    if (freed_output)
-      prune_tape(c);
-    else
-      prune_tape_if_doubled(c);
+    pop_scope(context_arg(ctx, "ctx"));
   });
 }
 
@@ -171,10 +146,7 @@ ampx_status ampx_scope_depth(ampx_context ctx, int32_t* depth) {
   return guard(__func__, [&] {
     DeviceContext& c = context_arg(ctx, "ctx");
     require_pointer(depth, "depth");
-    const size_t open = autograd_state(c).scopes.size();
-    if (open > static_cast<size_t>(INT32_MAX))
-      fail(AMPX_ERR_INTERNAL, open, " scopes are open, more than an int32_t counts");
-    *depth = static_cast<int32_t>(open);
+    *depth = scope_depth(c);
   });
 }
 
@@ -200,10 +172,7 @@ ampx_status ampx_autocast_create(ampx_context ctx, const ampx_autocast_options* 
 void ampx_autocast_release(ampx_autocast autocast) {
   if (!autocast) return;
   guard(__func__, [&] {
-    PrecisionPolicy& a = autocast_arg(autocast, "autocast");
-    if (a.entered > 0)
-      fail(AMPX_ERR_ORDER, "the policy is still entered; exit its regions first");
-    a.release();
+    autocast_arg(autocast, "autocast").release_unentered();
   });
 }
 

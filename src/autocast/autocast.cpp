@@ -84,6 +84,11 @@ void PrecisionPolicy::release() {
   ctx.release();
 }
 
+void PrecisionPolicy::release_unentered() {
+  if (entered > 0) fail(AMPX_ERR_ORDER, "the policy is still entered; exit its regions first");
+  release();
+}
+
 OpClass PrecisionPolicy::op_class(const std::string& op) const {
   auto it = overrides_.find(op);
   return it != overrides_.end() ? it->second : default_op_class(op);

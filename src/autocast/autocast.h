@@ -21,6 +21,8 @@ class PrecisionPolicy : public Object {
 
   static PrecisionPolicy* create(DeviceContext& ctx, DType dtype, bool enabled, bool cache);
   void release();
+  // ampx_autocast_release: ORDER while the policy's regions are entered.
+  void release_unentered();
 
   DeviceContext& context() const { return *ctx_; }
   DType dtype() const { return dtype_; }

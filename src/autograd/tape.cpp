@@ -396,6 +396,44 @@ void backward(DeviceTensor& loss, LossScaler* scaler) {
   run_backward(ctx, grads);
 }
 
+void set_requires_grad(DeviceTensor& t, bool requires_grad) {
+  if (on_tape(*t.ctx, t))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "the tensor was made by a recorded op; only leaves "
+                                    "(tensors the program made) can be marked");
+  if (requires_grad && !is_floating(t.dtype))
+    fail(AMPX_ERR_DTYPE, "'tensor' is ", t.describe(),
+         "; only f32, f16 and bf16 tensors have gradients");
+  t.requires_grad = requires_grad;
+}
+
+void pop_scope(DeviceContext& ctx) {
+  AutogradState& state = autograd_state(ctx);
+  if (state.scopes.empty()) fail(AMPX_ERR_ORDER, "no scope is open (pushes and pops must pair)");
+  std::vector<TensorRef> owned = std::move(state.scopes.back());
+  state.scopes.pop_back();
+  // A pass over the tape only when this pop freed a recorded output: an
+  // evaluation step's records then go with it at once, while a binding
+  // that wraps every op in a scope and keeps the outputs pays nothing per
+  // op (the amortised prune still bounds the tape).
+  std::vector<std::weak_ptr<const void>> tokens;
+  for (const TensorRef& t : owned)
+    if (t && t->tape_token) tokens.emplace_back(t->tape_token);
+  owned.clear();
+  const bool freed_output = std::any_of(tokens.begin(), tokens.end(),
+                                        [](const auto& token) { return token.expired(); });
+  if (freed_output)
+    prune_tape(ctx);
+  else
+    prune_tape_if_doubled(ctx);
+}
+
+int32_t scope_depth(DeviceContext& ctx) {
+  const size_t open = autograd_state(ctx).scopes.size();
+  if (open > static_cast<size_t>(INT32_MAX))
+    fail(AMPX_ERR_INTERNAL, open, " scopes are open, more than an int32_t counts");
+  return static_cast<int32_t>(open);
+}
+
 DeviceTensor* deliver(DeviceContext& ctx, TensorRef output) {
   AutogradState& state = autograd_state(ctx);
   DeviceTensor* handle = output.get();

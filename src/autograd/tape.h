@@ -129,6 +129,16 @@ void accumulate_into_leaf(DeviceContext& ctx, DeviceTensor& leaf, DeviceTensor& 
 // (gradients of tape outputs, by tensor id), accumulating into leaves.
 void run_backward(DeviceContext& ctx, std::unordered_map<uint64_t, TensorRef>& grads);
 
+// Marks a leaf as needing a gradient (or not): INVALID_ARGUMENT for an op
+// output, DTYPE for an integer tensor asked to require one.
+void set_requires_grad(DeviceTensor& t, bool requires_grad);
+
+// Closes the innermost scope (ORDER when none is open), releasing what it
+// owns, then drops the records that nothing reachable needs any more.
+void pop_scope(DeviceContext& ctx);
+// How many scopes are open.
+int32_t scope_depth(DeviceContext& ctx);
+
 // Hands a new op output to the innermost scope, if one is open; returns the
 // handle the program gets (borrowed from the scope, or owned).
 DeviceTensor* deliver(DeviceContext& ctx, TensorRef output);
