@@ -108,7 +108,10 @@ struct Net {
     for (int l = 0; l < kLayers; ++l) {
       if (l == segment_begin) {
         ampx_tensor out = nullptr;
-        REQUIRE_MESSAGE(ampx_checkpoint(ctx, segment, this, &h, 1, &out, 1) == AMPX_OK, last_error());
+        ampx_segment seg = AMPX_SEGMENT_INIT;
+        seg.fn = segment;
+        seg.user_data = this;
+        REQUIRE_MESSAGE(ampx_checkpoint_segment(ctx, &seg, &h, 1, &out, 1) == AMPX_OK, last_error());
         h = out;
         l = segment_end - 1;
         continue;
@@ -148,8 +151,9 @@ ampx_status record_hook(void* user_data, ampx_tensor p) {
     if (log.fail_with_message) {
       char byte = 0;
       ampx_tensor g = nullptr;
-      ampx_tensor_grad(p, &g);
-      (void)ampx_tensor_to_host(g, &byte, 1);  // fails: the hook's own error message
+      if (ampx_tensor_grad(p, &g) != AMPX_OK) return AMPX_ERR_INTERNAL;
+      if (ampx_tensor_to_host(g, &byte, 1) == AMPX_OK)  // fails: the hook's own error message
+        return AMPX_ERR_INTERNAL;
     }
     return log.fail_with_message ? AMPX_ERR_IO : AMPX_ERR_DEVICE;
   }
@@ -403,7 +407,8 @@ ampx_status meddling_hook(void* user_data, ampx_tensor p) {
   ampx_tensor doubled = nullptr;
   m.op = ampx_affine(p, 2.0, 0.0, &doubled);
   // The program's open scope owns `doubled`, as any op output.
-  if (m.op == AMPX_OK) ampx_tensor_requires_grad(doubled, &m.op_requires_grad);
+  if (m.op == AMPX_OK && ampx_tensor_requires_grad(doubled, &m.op_requires_grad) != AMPX_OK)
+    return AMPX_ERR_INTERNAL;
   return AMPX_OK;
 }
 
