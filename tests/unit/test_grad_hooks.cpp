@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "support.h"
+#include "unit/training_fixture.h"
 
+using ampx_fixture::bytes_of;
 using ampx_test::contains;
 using ampx_test::Ctx;
 using ampx_test::last_error;
@@ -43,14 +45,6 @@ ampx_tensor param(ampx_context ctx, std::vector<int64_t> shape, uint32_t seed) {
                                 v.data(), v.size() * 4, &t) == AMPX_OK);
   REQUIRE(ampx_tensor_set_requires_grad(t, 1) == AMPX_OK);
   return t;
-}
-
-std::vector<uint8_t> bytes_of(ampx_tensor t) {
-  size_t n = 0;
-  REQUIRE(ampx_tensor_nbytes(t, &n) == AMPX_OK);
-  std::vector<uint8_t> out(n);
-  REQUIRE_MESSAGE(ampx_tensor_to_host(t, out.data(), n) == AMPX_OK, last_error());
-  return out;
 }
 
 ampx_tensor grad_of(ampx_tensor t) {

@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "support.h"
+#include "unit/training_fixture.h"
 
+using ampx_fixture::bytes_of;
 using ampx_test::contains;
 using ampx_test::Ctx;
 using ampx_test::download;
@@ -116,14 +118,6 @@ ampx_tensor from_f32(ampx_context ctx, const std::vector<float>& v) {
   REQUIRE_MESSAGE(ampx_tensor_from_host(ctx, AMPX_F32, 1, &n, v.data(), v.size() * 4, &t) == AMPX_OK,
                   last_error());
   return t;
-}
-
-std::vector<uint8_t> bytes_of(ampx_tensor t) {
-  size_t n = 0;
-  REQUIRE(ampx_tensor_nbytes(t, &n) == AMPX_OK);
-  std::vector<uint8_t> out(n);
-  REQUIRE_MESSAGE(ampx_tensor_to_host(t, out.data(), n) == AMPX_OK, last_error());
-  return out;
 }
 
 // One training run's tensors: separate ones, or views into two flat buffers.
