@@ -269,15 +269,39 @@ class Program {
     return static_cast<ampx_dtype>(1 + r % 5);
   }
 
+  // Mostly small extents (zero included, so empty tensors of every shape
+  // come up); sometimes ones whose products wrap or pass 2^31, 2^32 or
+  // 2^63, and sometimes any int64 (the dictionary, fuzz_api.dict, seeds
+  // factors of 2^64 + 1 such as 274177 and 67280421310721).
   int64_t extent() {
     const uint8_t r = in_.ConsumeIntegral<uint8_t>();
-    if (r < 4) {
-      static const int64_t bad[] = {-1, std::numeric_limits<int64_t>::max(), int64_t{1} << 31,
-                                    int64_t{1} << 40};
-      return bad[r];
+    if (r < 24) {
+      static const int64_t large[] = {-1,
+                                      -2,
+                                      std::numeric_limits<int64_t>::min(),
+                                      std::numeric_limits<int64_t>::max(),
+                                      std::numeric_limits<int64_t>::max() - 1,
+                                      (int64_t{1} << 31) - 1,
+                                      int64_t{1} << 31,
+                                      (int64_t{1} << 32) - 1,
+                                      int64_t{1} << 32,
+                                      (int64_t{1} << 32) + 1,
+                                      int64_t{1} << 40,
+                                      int64_t{1} << 62,
+                                      (int64_t{1} << 62) + 1,
+                                      int64_t{3074457345618258603},  // ~2^63 / 3
+                                      274177,
+                                      67280421310721,
+                                      641,
+                                      6700417,
+                                      int64_t{1} << 21,
+                                      int64_t{1} << 43,
+                                      65537};
+      return large[r % (sizeof large / sizeof large[0])];
     }
-    static const int64_t good[] = {0, 1, 1, 2, 2, 3, 4, 4, 5, 8};
-    return good[r % 10];
+    if (r < 32) return in_.ConsumeIntegral<int64_t>();
+    static const int64_t small[] = {0, 1, 1, 2, 2, 3, 4, 4, 5, 8};
+    return small[r % 10];
   }
 
   int32_t shape(int64_t* dims) {
@@ -287,10 +311,17 @@ class Program {
     return ndim;
   }
 
+  // Values at the edges of float and double: beyond FLT_MAX (finite as a
+  // double, inf as the float a device keeps), below FLT_MIN (0 or
+  // subnormal as a float), subnormal doubles, -0, NaN, inf.
   double number() {
-    static const double special[] = {0.0,       -0.0, 1.0,     -1.0,  0.5,       2.0,
-                                     1e-8,      0.1,  65504.0, 1e38,  3.4e38,    INFINITY,
-                                     -INFINITY, NAN,  5e-324,  0.999, 1.0 - 1e-9};
+    static const double special[] = {0.0,       -0.0,      1.0,      -1.0,      0.5,
+                                     2.0,       1e-8,      0.1,      65504.0,   1e38,
+                                     3.4e38,    INFINITY,  -INFINITY, NAN,      5e-324,
+                                     0.999,     1.0 - 1e-9, 1e300,   -1e300,    1e-50,
+                                     1e-40,     1.1754943508222875e-38, 3.4028234663852886e38,
+                                     3.4028235677973366e38, 1.7976931348623157e308,
+                                     2.2250738585072014e-308, -5e-324, 1e-45};
     const uint8_t r = in_.ConsumeIntegral<uint8_t>();
     if (r < 200) return special[r % (sizeof special / sizeof special[0])];
     return in_.ConsumeFloatingPoint<double>();

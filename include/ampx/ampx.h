@@ -183,7 +183,10 @@ AMPX_API const char *ampx_status_string(ampx_status status);
  *  which function failed, which argument, and the shapes/dtypes involved.
  *  Successful calls do not clear it. Returns "" when no call has failed on
  *  this thread. The string is owned by the library and stays valid until the
- *  next failing ampx call on the same thread. Thread-safe (per thread). */
+ *  next failing ampx call on the same thread; it is at most 4095 bytes (a
+ *  longer message is cut and ends in "..."). Recording it allocates nothing,
+ *  so an AMPX_ERR_OUT_OF_MEMORY is reported with its message even when
+ *  memory stays exhausted. Thread-safe (per thread). */
 AMPX_API const char *ampx_last_error(void);
 
 /** The status of the most recent failed call on the calling thread (AMPX_OK
@@ -200,7 +203,8 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_last_status(void);
  *  so instead of repeating an older, unrelated message. `message` is
  *  borrowed for the call only; NULL counts as "". `status` AMPX_OK sets the
  *  message and status too (AMPX_OK is not a failure, so nothing is
- *  reported). The copy may be cut short when host memory is exhausted.
+ *  reported). A message longer than 4095 bytes is cut there and ends in
+ *  "..."; nothing is allocated, so this works with memory exhausted.
  *  Never fails. Thread-safe (per thread). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_set_error(ampx_status status, const char *message);
 

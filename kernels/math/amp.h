@@ -3,8 +3,10 @@
 // hysteresis and scale bounds).
 #pragma once
 
+#include <cfloat>
 #include <cstdint>
 
+#include "math/convert.h"
 #include "math/hd.h"
 
 namespace ampx::impl {
@@ -43,13 +45,15 @@ AMPX_HD bool is_finite(float x) { return x - x == 0.0f; }
 
 // 1/scale taken in double, then rounded to float, as PyTorch does.
 AMPX_HD float reciprocal_scale(float scale) {
-  return static_cast<float>(1.0 / static_cast<double>(scale));
+  return double_to_float(1.0 / static_cast<double>(scale));
 }
 
 // One update() of the scale.
 //  overflow: tracker = 0; the allowance drops by one (not below 0); once it
 //            is 0 the scale backs off, scale *= backoff, but not below
-//            min_scale (counted as a backoff only when the scale fell);
+//            min_scale nor below FLT_MIN, the smallest normal float (so the
+//            scale never reaches 0 and its reciprocal stays finite); counted
+//            as a backoff only when the scale fell;
 //  clean:    tracker += 1 (consecutive_hysteresis: the allowance is
 //            restored); at growth_interval the tracker restarts, the
 //            allowance is restored, and the scale grows by growth_factor
@@ -64,8 +68,9 @@ AMPX_HD void scaler_update(ScalerState& s, bool found_inf, const ScalerConfig& c
     s.growth_tracker = 0;
     if (s.hysteresis_left > 0) --s.hysteresis_left;
     if (s.hysteresis_left == 0) {
-      float lowered = static_cast<float>(static_cast<double>(s.scale) * c.backoff_factor);
-      if (c.min_scale > 0.0f && lowered < c.min_scale) lowered = c.min_scale;
+      float lowered = double_to_float(static_cast<double>(s.scale) * c.backoff_factor);
+      const float floor = c.min_scale > FLT_MIN ? c.min_scale : FLT_MIN;
+      if (lowered < floor) lowered = floor;
       if (lowered < s.scale) {
         s.scale = lowered;
         ++s.backoffs;
@@ -81,7 +86,7 @@ AMPX_HD void scaler_update(ScalerState& s, bool found_inf, const ScalerConfig& c
   }
   s.growth_tracker = 0;
   s.hysteresis_left = c.hysteresis;
-  float grown = static_cast<float>(static_cast<double>(s.scale) * c.growth_factor);
+  float grown = double_to_float(static_cast<double>(s.scale) * c.growth_factor);
   if (!is_finite(grown)) return;
   if (c.max_scale > 0.0f && grown > c.max_scale) {
     if (!c.clamp_to_max_scale) return;

@@ -107,12 +107,23 @@ AMPX_HD uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
+// Rounds a double to the nearest float, ties to even, and beyond float's
+// range to inf: what the hardware does, but without C++'s undefined
+// behaviour for a value out of range (the boundary is FLT_MAX plus half its
+// last place, which rounds to inf as the tie goes to the even "mantissa").
+AMPX_HD float double_to_float(double d) {
+  constexpr double kOverflow = 3.4028235677973366e38;  // (2 - 2^-24) * 2^127
+  if (d >= kOverflow) return bits_float(0x7f800000u);
+  if (d <= -kOverflow) return bits_float(0xff800000u);
+  return static_cast<float>(d);
+}
+
 // Rounds a double to float toward zero, then sets the lowest mantissa bit
 // when the result is inexact ("round to odd"). Rounding that float to a
 // format with at least two fewer significant bits equals rounding the double
 // directly.
 AMPX_HD float double_to_float_round_odd(double d) {
-  float f = static_cast<float>(d);
+  float f = double_to_float(d);
   if (static_cast<double>(f) == d || d != d) return f;
   uint32_t u = float_bits(f);
   const double magnitude_f = f < 0 ? -static_cast<double>(f) : static_cast<double>(f);
@@ -197,7 +208,7 @@ template <int D>
 AMPX_HD storage_t<D> store_double(double d) {
   if constexpr (D == AMPX_F16) return double_to_half(d);
   else if constexpr (D == AMPX_BF16) return double_to_bf16(d);
-  else if constexpr (D == AMPX_F32) return static_cast<float>(d);
+  else if constexpr (D == AMPX_F32) return double_to_float(d);
   else if constexpr (D == AMPX_I32) return double_to_i32(d);
   else return double_to_i64(d);
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "math/convert.h"
 #include "optim/optimizer.h"
 
 namespace ampx::impl {
@@ -13,10 +14,17 @@ namespace {
 static_assert(sizeof(math::ScalerState) % sizeof(int32_t) == 0, "ScalerState is whole int32s");
 static_assert(offsetof(math::ScalerState, scale) == 0, "the scale tensor aliases the first field");
 
+// A scale lives on the device as a float: it must be a positive normal one
+// (1e-50 is 0 as a float, and a subnormal scale's reciprocal is inf).
 void check_scale_value(double value, const char* name) {
-  if (!(value > 0.0) || !(value <= FLT_MAX))
+  if (!(value <= FLT_MAX) || !(math::double_to_float(value) >= FLT_MIN))
     fail(AMPX_ERR_INVALID_ARGUMENT, name, " is ", value,
-         "; it must be finite and > 0 (and representable as float)");
+         "; as the float it is kept in it must be finite and at least FLT_MIN (", FLT_MIN, ")");
+}
+
+// 0 (no bound) or a scale value.
+void check_scale_bound(double value, const char* name) {
+  if (value != 0.0) check_scale_value(value, name);
 }
 
 }  // namespace
@@ -32,10 +40,8 @@ void validate_scaler_options(const ScalerOptions& o) {
     fail(AMPX_ERR_INVALID_ARGUMENT, "growth_interval is ", o.growth_interval, "; it must be >= 1");
   if (o.hysteresis < 1)
     fail(AMPX_ERR_INVALID_ARGUMENT, "hysteresis is ", o.hysteresis, "; it must be >= 1");
-  if (!(o.min_scale >= 0.0) || !(o.min_scale <= FLT_MAX))
-    fail(AMPX_ERR_INVALID_ARGUMENT, "min_scale is ", o.min_scale, "; use 0 for none or a finite value");
-  if (!(o.max_scale >= 0.0) || !(o.max_scale <= FLT_MAX))
-    fail(AMPX_ERR_INVALID_ARGUMENT, "max_scale is ", o.max_scale, "; use 0 for none or a finite value");
+  check_scale_bound(o.min_scale, "min_scale (0 for none)");
+  check_scale_bound(o.max_scale, "max_scale (0 for none)");
   if (o.max_scale > 0.0 && o.min_scale > o.max_scale)
     fail(AMPX_ERR_INVALID_ARGUMENT, "min_scale ", o.min_scale, " is above max_scale ", o.max_scale);
   if (o.init_scale < o.min_scale || (o.max_scale > 0.0 && o.init_scale > o.max_scale))
@@ -57,7 +63,7 @@ LossScaler* LossScaler::create(DeviceContext& ctx, const ScalerOptions& options)
   TensorRef scale(DeviceTensor::alias(ctx, *state, DType::F32, vector_shape(1),
                                       offsetof(math::ScalerState, scale)));
   math::ScalerState initial{};
-  initial.scale = options.enabled ? static_cast<float>(options.init_scale) : 1.0f;
+  initial.scale = options.enabled ? math::double_to_float(options.init_scale) : 1.0f;
   initial.hysteresis_left = options.hysteresis;
   ctx.backend().copy_from_host(state->data(), &initial, sizeof initial);
   auto* scaler = new LossScaler(ctx, options);
@@ -82,8 +88,8 @@ math::ScalerConfig LossScaler::config() const {
   c.backoff_factor = options_.backoff_factor;
   c.growth_interval = options_.growth_interval;
   c.hysteresis = options_.hysteresis;
-  c.min_scale = static_cast<float>(options_.min_scale);
-  c.max_scale = static_cast<float>(options_.max_scale);
+  c.min_scale = math::double_to_float(options_.min_scale);
+  c.max_scale = math::double_to_float(options_.max_scale);
   c.consecutive_hysteresis = options_.consecutive_hysteresis;
   c.clamp_to_max_scale = options_.clamp_to_max_scale;
   return c;
@@ -174,7 +180,7 @@ void LossScaler::update(bool force, double new_scale) {
   ctx_->backend()
       .require<AmpPrimitives>("the scaler update")
       .scaler_update(static_cast<math::ScalerState*>(state_->data()), found_infs, config(), force,
-                     static_cast<float>(new_scale));
+                     math::double_to_float(new_scale));
   for (FusedOptimizer* o : active_) {
     o->amp_state = AmpState::Ready;
     o->mark_unscaled(false);
@@ -202,9 +208,7 @@ void LossScaler::set_state(const ScalerOptions& options, const math::ScalerState
   if (iteration_in_progress())
     fail(AMPX_ERR_ORDER, "the scaler state can only be restored between iterations (after "
                          "ampx_scaler_update)");
-  if (!(options.init_scale > 0.0) || !(options.init_scale <= FLT_MAX))
-    fail(AMPX_ERR_INVALID_ARGUMENT, "state->scale is ", options.init_scale,
-         "; it must be finite and > 0 (and representable as float)");
+  check_scale_value(options.init_scale, "state->scale");
   validate_scaler_options(options);
   if (state.growth_tracker < 0 || state.growth_tracker >= options.growth_interval)
     fail(AMPX_ERR_INVALID_ARGUMENT, "growth_tracker is ", state.growth_tracker,
@@ -217,7 +221,7 @@ void LossScaler::set_state(const ScalerOptions& options, const math::ScalerState
     fail(AMPX_ERR_INVALID_ARGUMENT, "the counters are inconsistent (negative, or more skipped "
                                     "than updates)");
   math::ScalerState device = state;
-  device.scale = options.enabled ? static_cast<float>(options.init_scale) : 1.0f;
+  device.scale = options.enabled ? math::double_to_float(options.init_scale) : 1.0f;
   restore(options, device);
 }
 

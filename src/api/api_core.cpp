@@ -1,4 +1,5 @@
 // api_core.cpp -- versions, statuses, errors, dtypes, contexts.
+#include <cstring>
 #include <string>
 
 #include "api/guard.h"
@@ -7,9 +8,11 @@
 namespace ampx::impl {
 namespace {
 
+// A fixed buffer, so that recording an error never allocates: the error
+// may be that memory is exhausted.
 struct LastError {
   ampx_status status = AMPX_OK;
-  std::string message;
+  char message[kLastErrorBytes] = {};
   uint64_t count = 0;  // errors set on this thread, see thread_error_count
 };
 
@@ -87,15 +90,24 @@ ampx_context_options context_options_arg(const ampx_context_options* given) {
 
 uint64_t thread_error_count() noexcept { return last_error().count; }
 
-void set_last_error(ampx_status status, const std::string& message) noexcept {
+void set_last_error(ampx_status status, const char* function, const char* text,
+                    const char* more) noexcept {
   LastError& error = last_error();
   error.status = status;
   ++error.count;
-  try {
-    error.message = message;
-  } catch (...) {
-    error.message.clear();  // no memory for the text; the status still tells
+  size_t used = 0;
+  // Pieces are appended while they fit; a cut message ends in "...".
+  auto append = [&](const char* piece) {
+    for (; piece && *piece && used + 1 < kLastErrorBytes; ++piece) error.message[used++] = *piece;
+    return !piece || *piece == 0;
+  };
+  const bool whole = (!function || (append(function) && append(": "))) && append(text) &&
+                     append(more);
+  if (!whole) {
+    used = kLastErrorBytes - 1;
+    std::memcpy(error.message + used - 3, "...", 3);
   }
+  error.message[used] = 0;
 }
 
 }  // namespace ampx::impl
@@ -143,12 +155,12 @@ const char* ampx_status_string(ampx_status status) {
   return "AMPX_UNKNOWN_STATUS";
 }
 
-const char* ampx_last_error(void) { return last_error().message.c_str(); }
+const char* ampx_last_error(void) { return last_error().message; }
 
 ampx_status ampx_last_status(void) { return last_error().status; }
 
 ampx_status ampx_set_error(ampx_status status, const char* message) {
-  set_last_error(status, message ? message : "");
+  set_last_error(status, nullptr, message);
   return status;
 }
 

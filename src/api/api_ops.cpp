@@ -10,6 +10,7 @@
 #include "autocast/autocast.h"
 #include "autograd/checkpoint.h"
 #include "autograd/tape.h"
+#include "math/convert.h"
 #include "ops/ops.h"
 
 using namespace ampx::impl;
@@ -223,7 +224,7 @@ AMPX_BINARY_OP(ampx_mul, BinaryOp::Mul)
 
 ampx_status ampx_affine(ampx_tensor a, double scale, double shift, ampx_tensor* out) {
   return run_op(__func__, out, [&] {
-    return op_affine(tensor_arg(a, "a"), static_cast<float>(scale), static_cast<float>(shift));
+    return op_affine(tensor_arg(a, "a"), math::double_to_float(scale), math::double_to_float(shift));
   });
 }
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "api/op_api.h"
+#include "math/convert.h"
 
 using namespace ampx::impl;
 
@@ -21,7 +22,7 @@ ampx_status ampx_layer_norm(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
                             ampx_tensor* out) {
   return run_op(__func__, out, [&] {
     return op_layer_norm(tensor_arg(x, "x"), optional_tensor(weight, "weight"),
-                         optional_tensor(bias, "bias"), static_cast<float>(eps));
+                         optional_tensor(bias, "bias"), math::double_to_float(eps));
   });
 }
 
@@ -32,7 +33,7 @@ ampx_status ampx_batch_norm(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
     return op_batch_norm(
         tensor_arg(x, "x"), optional_tensor(weight, "weight"), optional_tensor(bias, "bias"),
         optional_tensor(running_mean, "running_mean"), optional_tensor(running_var, "running_var"),
-        training != 0, static_cast<float>(momentum), static_cast<float>(eps));
+        training != 0, math::double_to_float(momentum), math::double_to_float(eps));
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include "amp/scaler.h"
 #include "api/guard.h"
+#include "math/convert.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 
@@ -85,8 +86,8 @@ ampx_status ampx_optimizer_create_sgd(ampx_context ctx, const ampx_tensor* param
     hyper.kind = OptimizerKind::Sgd;
     hyper.lr = o.lr;
     hyper.weight_decay = o.weight_decay;
-    hyper.sgd.momentum = static_cast<float>(o.momentum);
-    hyper.sgd.dampening = static_cast<float>(o.dampening);
+    hyper.sgd.momentum = math::double_to_float(o.momentum);
+    hyper.sgd.dampening = math::double_to_float(o.dampening);
     hyper.sgd.nesterov = flag(o.nesterov);
     hyper.sgd.maximize = flag(o.maximize);
     *out = to_handle(FusedOptimizer::create(c, tensor_list_arg(params, count, "params"), hyper));
@@ -105,7 +106,7 @@ ampx_status ampx_optimizer_create_adam(ampx_context ctx, const ampx_tensor* para
     hyper.weight_decay = o.weight_decay;
     hyper.adam.beta1 = o.beta1;
     hyper.adam.beta2 = o.beta2;
-    hyper.adam.eps = static_cast<float>(o.eps);
+    hyper.adam.eps = math::double_to_float(o.eps);
     hyper.adam.amsgrad = flag(o.amsgrad);
     hyper.adam.maximize = flag(o.maximize);
     hyper.adam.decoupled_weight_decay = flag(o.decoupled_weight_decay);

@@ -18,7 +18,13 @@
 
 namespace ampx::impl {
 
-void set_last_error(ampx_status status, const std::string& message) noexcept;
+// The longest message ampx_last_error returns, with its terminating NUL.
+constexpr size_t kLastErrorBytes = 4096;
+
+// Records "<function>: <text><more>" (function and more may be NULL) as the
+// thread's last error, cut to kLastErrorBytes. Allocates nothing.
+void set_last_error(ampx_status status, const char* function, const char* text,
+                    const char* more = nullptr) noexcept;
 
 template <class Body>
 ampx_status guard(const char* function, Body&& body) noexcept {
@@ -26,16 +32,16 @@ ampx_status guard(const char* function, Body&& body) noexcept {
     body();
     return AMPX_OK;
   } catch (const StatusError& e) {
-    set_last_error(e.status(), std::string(function) + ": " + e.what());
+    set_last_error(e.status(), function, e.what());
     return e.status();
   } catch (const std::bad_alloc&) {
-    set_last_error(AMPX_ERR_OUT_OF_MEMORY, std::string(function) + ": out of host memory");
+    set_last_error(AMPX_ERR_OUT_OF_MEMORY, function, "out of host memory");
     return AMPX_ERR_OUT_OF_MEMORY;
   } catch (const std::exception& e) {
-    set_last_error(AMPX_ERR_INTERNAL, std::string(function) + ": internal error: " + e.what());
+    set_last_error(AMPX_ERR_INTERNAL, function, "internal error: ", e.what());
     return AMPX_ERR_INTERNAL;
   } catch (...) {
-    set_last_error(AMPX_ERR_INTERNAL, std::string(function) + ": internal error (unknown exception)");
+    set_last_error(AMPX_ERR_INTERNAL, function, "internal error (unknown exception)");
     return AMPX_ERR_INTERNAL;
   }
 }

@@ -3,6 +3,7 @@
 #include "core/dlpack_interop.h"
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -51,16 +52,25 @@ DType ampx_type(const DLDataType& t) {
        static_cast<int>(t.bits), " bits has no ampx_dtype");
 }
 
+// A producer may put any integer in the enum's field; loading one outside
+// DLDeviceType's enumerators as the enum would be undefined behaviour.
+int32_t raw_device_type(const DLDevice& device) {
+  static_assert(sizeof device.device_type == sizeof(int32_t), "DLDeviceType is a 32-bit enum");
+  int32_t raw = 0;
+  std::memcpy(&raw, &device.device_type, sizeof raw);
+  return raw;
+}
+
 void check_dlpack_device(DeviceContext& ctx, const DLDevice& device) {
   const int32_t index = ctx.backend().device_index();
   const bool on_cpu = ctx.backend().device_type() == AMPX_DEVICE_CPU;
-  const bool matches = on_cpu ? device.device_type == kDLCPU
-                              : (device.device_type == kDLCUDA ||
-                                 device.device_type == kDLCUDAManaged) &&
+  const int32_t type = raw_device_type(device);
+  const bool matches = on_cpu ? type == kDLCPU
+                              : (type == kDLCUDA || type == kDLCUDAManaged) &&
                                     device.device_id == index;
   if (!matches)
-    fail(AMPX_ERR_DEVICE, "DLPack tensor is on DLPack device type ",
-         static_cast<int>(device.device_type), " id ", device.device_id, " but the context is ",
+    fail(AMPX_ERR_DEVICE, "DLPack tensor is on DLPack device type ", type, " id ",
+         device.device_id, " but the context is ",
          on_cpu ? std::string("the CPU (kDLCPU)") : cat("CUDA device ", index, " (kDLCUDA)"));
 }
 
@@ -73,11 +83,9 @@ void release_imported(void* managed, void*) {
 
 DLManagedTensor* export_dlpack(DeviceTensor& t) {
   auto exported = std::make_unique<ExportedTensor>();
-  int64_t stride = 1;
-  for (int32_t i = t.shape.ndim - 1; i >= 0; --i) {
+  for (int32_t i = 0; i < t.shape.ndim; ++i) {
     exported->shape[i] = t.shape.dims[i];
-    exported->strides[i] = stride;
-    stride *= t.shape.dims[i];
+    exported->strides[i] = t.shape.extent_product(i + 1, t.shape.ndim);
   }
   DLTensor& dl = exported->managed.dl_tensor;
   // As the DLPack spec asks: the allocation's address plus an offset (a

@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -24,24 +25,44 @@ std::string Shape::str() const {
   return out.str();
 }
 
-Shape make_shape(int32_t ndim, const int64_t* dims, DType dtype) {
+int64_t Shape::extent_product(int32_t begin, int32_t end) const {
+  uint64_t product = 1;
+  bool overflow = false;
+  for (int32_t i = begin; i < end; ++i) {
+    if (dims[i] == 0) return 0;
+    overflow = overflow || __builtin_mul_overflow(product, static_cast<uint64_t>(dims[i]), &product);
+  }
+  return overflow || product > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+             ? 0
+             : static_cast<int64_t>(product);
+}
+
+Shape make_shape(int32_t ndim, const int64_t* dims, DType dtype, const char* what) {
+  // Spelled out only when failing: this runs for every tensor made.
+  const char* subject = what ? what : "";
+  const char* space = what ? " " : "";
   if (ndim < 0 || ndim > kMaxDims)
-    fail(AMPX_ERR_SHAPE, "ndim is ", ndim, "; it must be in [0, ", kMaxDims, "]");
+    fail(AMPX_ERR_SHAPE, subject, space, "ndim is ", ndim, "; it must be in [0, ", kMaxDims, "]");
   if (ndim > 0 && dims == nullptr)
     fail(AMPX_ERR_INVALID_ARGUMENT, "shape is NULL but ndim is ", ndim);
   Shape shape;
   shape.ndim = ndim;
-  // Keep numel * element size representable in both int64 and size_t.
-  const uint64_t limit = static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / dtype_size(dtype);
+  bool empty = false;
+  for (int32_t i = 0; i < ndim; ++i) {
+    if (dims[i] < 0)
+      fail(AMPX_ERR_SHAPE, subject, space, "shape[", i, "] is ", dims[i], "; extents must be >= 0");
+    shape.dims[i] = dims[i];
+    empty = empty || dims[i] == 0;
+  }
+  if (empty) return shape;
+  // numel * element size representable in both int64 and size_t.
+  const uint64_t limit =
+      std::min<uint64_t>(std::numeric_limits<int64_t>::max(), std::numeric_limits<size_t>::max()) /
+      dtype_size(dtype);
   uint64_t numel = 1;
   for (int32_t i = 0; i < ndim; ++i) {
-    if (dims[i] < 0) fail(AMPX_ERR_SHAPE, "shape[", i, "] is ", dims[i], "; extents must be >= 0");
-    shape.dims[i] = dims[i];
-  }
-  for (int32_t i = 0; i < ndim; ++i) {
-    if (dims[i] == 0) return shape;
     if (numel > limit / static_cast<uint64_t>(dims[i]))
-      fail(AMPX_ERR_SHAPE, "shape ", shape.str(), " of ", dtype_name(dtype),
+      fail(AMPX_ERR_SHAPE, subject, space, "shape ", shape.str(), " of ", dtype_name(dtype),
            " is too large: its byte size overflows");
     numel *= static_cast<uint64_t>(dims[i]);
   }
@@ -87,6 +108,7 @@ Storage::~Storage() {
 
 DeviceTensor* DeviceTensor::create(DeviceContext& ctx, DType dtype, const Shape& shape,
                                    std::shared_ptr<Storage> storage) {
+  make_shape(shape, dtype, "a tensor's");
   auto* tensor = new DeviceTensor();
   tensor->ctx = &ctx;
   tensor->dtype = dtype;
@@ -98,6 +120,7 @@ DeviceTensor* DeviceTensor::create(DeviceContext& ctx, DType dtype, const Shape&
 }
 
 DeviceTensor* DeviceTensor::empty(DeviceContext& ctx, DType dtype, const Shape& shape) {
+  make_shape(shape, dtype, "a tensor's");
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   return create(ctx, dtype, shape, Storage::allocate(ctx, bytes));
 }

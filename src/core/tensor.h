@@ -18,18 +18,27 @@ struct Shape {
   int32_t ndim = 0;
   int64_t dims[kMaxDims] = {};
 
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int32_t i = 0; i < ndim; ++i) n *= dims[i];
-    return n;
-  }
+  // 0 when any extent is 0, whatever the others.
+  int64_t numel() const { return extent_product(0, ndim); }
+  // The product of dims[begin, end), for loop bounds and strides; 0 when one
+  // of them is 0. Exact for any range of a shape make_shape accepts that has
+  // elements. In a shape without elements a range without the zero may not
+  // fit in int64; it reads 0, as there is nothing to loop over.
+  int64_t extent_product(int32_t begin, int32_t end) const;
   bool operator==(const Shape& other) const;
   std::string str() const;  // "[2, 3]"
 };
 
-// Validates a shape from the C API (ndim range, non-negative extents, a byte
-// size for `dtype` that fits in size_t and int64).
-Shape make_shape(int32_t ndim, const int64_t* dims, DType dtype);
+// The one checked constructor of shapes, for those from the C API and those
+// ops compute: ndim in [0, AMPX_MAX_DIMS], extents >= 0, and -- unless an
+// extent is 0, in any position -- a byte size for `dtype` that fits in int64
+// and size_t. SHAPE otherwise, naming `what` when given ("matmul's output").
+// Every tensor's shape passes it (DeviceTensor::create checks), so numel()
+// and nbytes() never wrap.
+Shape make_shape(int32_t ndim, const int64_t* dims, DType dtype, const char* what = nullptr);
+inline Shape make_shape(const Shape& proposed, DType dtype, const char* what = nullptr) {
+  return make_shape(proposed.ndim, proposed.dims, dtype, what);
+}
 
 // The memory behind a tensor: either from the context's allocator, or
 // external memory with an optional release callback.

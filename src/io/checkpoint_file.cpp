@@ -1,13 +1,18 @@
 #include "io/checkpoint_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <ctime>
 #include <cfloat>
 #include <cstring>
+#include <iomanip>
 #include <optional>
 #include <random>
 #include <system_error>
@@ -118,20 +123,94 @@ std::string directory_of(const std::string& path) {
 
 // ---- writing -------------------------------------------------------------------
 
-// A temporary file in the target's directory (rename is atomic only within
-// one file system) that becomes the target on commit() and is removed if
+// Where a target's temporary files go, and how they are named: the target's
+// name plus ".tmp-" and 16 random hex digits, in the target's directory
+// (rename is atomic only within one file system). A name too long for that
+// to fit in NAME_MAX keeps its first part, joined by "~" to a hash of the
+// whole name, so temporaries of different long names stay apart.
+struct TempNaming {
+  std::string directory;
+  std::string prefix;  // a temporary's name is prefix + 16 hex digits
+};
+
+constexpr size_t kNameMax = 255;  // NAME_MAX on Linux's file systems
+constexpr size_t kRandomDigits = 16;
+
+TempNaming temp_naming(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  TempNaming naming;
+  naming.directory = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+  const std::string tail = ".tmp-";
+  if (base.size() + tail.size() + kRandomDigits <= kNameMax) {
+    naming.prefix = base + tail;
+  } else {
+    uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a
+    for (unsigned char c : base) hash = (hash ^ c) * 0x100000001b3ull;
+    const std::string hashed = cat("~", std::hex, std::setw(16), std::setfill('0'), hash);
+    naming.prefix =
+        base.substr(0, kNameMax - hashed.size() - tail.size() - kRandomDigits) + hashed + tail;
+  }
+  return naming;
+}
+
+bool is_temp_of(const TempNaming& naming, const char* name) {
+  const size_t length = std::strlen(name);
+  if (length != naming.prefix.size() + kRandomDigits ||
+      std::memcmp(name, naming.prefix.data(), naming.prefix.size()) != 0)
+    return false;
+  for (size_t i = naming.prefix.size(); i < length; ++i)
+    if (!std::isxdigit(static_cast<unsigned char>(name[i]))) return false;
+  return true;
+}
+
+// Removes the temporaries a killed save to the same target left behind. A
+// writer holds an exclusive flock on its temporary while it lives, so one
+// whose lock can be taken has no writer; an empty one younger than a minute
+// is spared, as its writer may not have locked it yet. Best effort: the save
+// has succeeded whatever happens here.
+void remove_stale_temporaries(const TempNaming& naming) noexcept {
+  try {
+    const std::string dir = naming.directory.empty() ? std::string(".") : naming.directory;
+    DIR* listing = ::opendir(dir.c_str());
+    if (!listing) return;
+    std::vector<std::string> stale;
+    while (const dirent* entry = ::readdir(listing))
+      if (is_temp_of(naming, entry->d_name)) stale.push_back(naming.directory + entry->d_name);
+    ::closedir(listing);
+    for (const std::string& candidate : stale) {
+      const int fd = ::open(candidate.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0) continue;
+      struct stat info {};
+      const bool unlocked = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) &&
+                            ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+      const bool fresh_and_empty = info.st_size == 0 && ::time(nullptr) - info.st_mtime < 60;
+      if (unlocked && !fresh_and_empty) ::unlink(candidate.c_str());
+      ::close(fd);
+    }
+  } catch (...) {
+  }
+}
+
+// A temporary file that becomes the target on commit() and is removed if
 // the object dies uncommitted.
 class AtomicFile {
  public:
-  explicit AtomicFile(const std::string& path) : path_(path) {
+  explicit AtomicFile(const std::string& path) : path_(path), naming_(temp_naming(path)) {
     std::random_device random;
     for (int attempt = 0;; ++attempt) {
       const uint64_t suffix = (static_cast<uint64_t>(random()) << 32) ^ random();
-      temp_ = cat(path, ".tmp-", std::hex, suffix);
+      temp_ = cat(naming_.directory, naming_.prefix, std::hex, std::setw(16), std::setfill('0'),
+                  suffix);
       // O_EXCL: never write into a file another writer is filling. Mode
       // 0666 lets the umask decide, as for a file the program creates.
       fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd_ >= 0) return;
+      if (fd_ >= 0) {
+        // Marks the file as having a live writer (remove_stale_temporaries);
+        // released by the kernel however the process ends.
+        ::flock(fd_, LOCK_EX | LOCK_NB);
+        return;
+      }
       const int error = errno;
       if (error != EEXIST || attempt == 15)
         fail_io(error, cat("cannot create the temporary file '", temp_, "' next to '", path, "'"));
@@ -168,6 +247,7 @@ class AtomicFile {
       fail_io(errno, cat("cannot rename '", temp_, "' to '", path_, "'"));
     committed_ = true;
     sync_directory();
+    remove_stale_temporaries(naming_);
   }
 
  private:
@@ -189,6 +269,7 @@ class AtomicFile {
   }
 
   std::string path_;
+  TempNaming naming_;
   std::string temp_;
   int fd_ = -1;
   bool committed_ = false;
@@ -561,8 +642,10 @@ ScalerRecord parse_scaler(Reader r, uint64_t payload) {
     fail(AMPX_ERR_CORRUPT, "the scaler section holds invalid options: ", e.what());
   }
   const math::ScalerState& d = s.state;
-  if (!(d.scale > 0.0f) || !(d.scale <= FLT_MAX))
-    fail(AMPX_ERR_CORRUPT, "the scaler section holds scale ", d.scale);
+  // ampx's scale never leaves [FLT_MIN, FLT_MAX] (backoff stops at FLT_MIN).
+  if (!(d.scale >= FLT_MIN) || !(d.scale <= FLT_MAX))
+    fail(AMPX_ERR_CORRUPT, "the scaler section holds scale ", d.scale,
+         ", outside the normal floats a scale can be");
   if (d.growth_tracker < 0 || d.growth_tracker >= s.options.growth_interval ||
       d.hysteresis_left < 0 || d.hysteresis_left > s.options.hysteresis)
     fail(AMPX_ERR_CORRUPT, "the scaler section holds growth tracker ", d.growth_tracker,
@@ -597,60 +680,48 @@ uint32_t check_header(const unsigned char* h, uint64_t file_bytes, const std::st
   return sections;
 }
 
+// A section's head: tag, reserved field, payload size.
+struct SectionHead {
+  uint32_t tag = 0;
+  uint32_t reserved = 0;
+  uint64_t payload = 0;
+};
+
+SectionHead read_section_head(const unsigned char* at) {
+  SectionHead head;
+  std::memcpy(&head.tag, at, 4);
+  std::memcpy(&head.reserved, at + 4, 4);
+  std::memcpy(&head.payload, at + 8, 8);
+  return head;
+}
+
+// The structure of a file read_file has checked (sizes, checksums, tags).
 Contents parse(const std::vector<unsigned char>& file, uint32_t section_count,
                const std::string& path) {
   const unsigned char* base = file.data();
-  const uint64_t end = file.size() - kChecksumBytes;  // where the trailer starts
   Contents contents;
   bool have_params = false;
   uint64_t at = kHeaderBytes;
   for (uint32_t s = 0; s < section_count; ++s) {
-    if (end - at < kSectionHeadBytes + kChecksumBytes)
-      fail(AMPX_ERR_CORRUPT, "'", path, "' ends inside section ", s, " of ", section_count,
-           " (offset ", at, ")");
-    uint32_t tag, reserved;
-    uint64_t payload;
-    std::memcpy(&tag, base + at, 4);
-    std::memcpy(&reserved, base + at + 4, 4);
-    std::memcpy(&payload, base + at + 8, 8);
-    if (payload > end - at - kSectionHeadBytes - kChecksumBytes)
-      fail(AMPX_ERR_CORRUPT, "section ", s, " ('", tag_text(tag), "') of '", path, "' claims ",
-           payload, " bytes, more than the file holds");
-    const uint64_t section_bytes = kSectionHeadBytes + payload;
-    uint32_t crc;
-    std::memcpy(&crc, base + at + section_bytes, 4);
-    if (crc != crc32c(base + at, section_bytes))
-      fail(AMPX_ERR_CORRUPT, "section ", s, " ('", tag_text(tag), "', offset ", at, ") of '", path,
-           "' is damaged (checksum mismatch)");
-    if (reserved != 0)
-      fail(AMPX_ERR_CORRUPT, "section ", s, " of '", path, "' has a non-zero reserved field");
+    const SectionHead head = read_section_head(base + at);
     const unsigned char* data = base + at + kSectionHeadBytes;
     auto once = [&](bool seen) {
-      if (seen) fail(AMPX_ERR_CORRUPT, "'", path, "' holds two '", tag_text(tag), "' sections");
+      if (seen) fail(AMPX_ERR_CORRUPT, "'", path, "' holds two '", tag_text(head.tag), "' sections");
     };
-    if (tag == kParamsTag) {
+    if (head.tag == kParamsTag) {
       once(have_params);
       have_params = true;
-      contents.tensors = parse_params(Reader(data, payload, "tensor section"), payload);
-    } else if (tag == kOptimizerTag) {
+      contents.tensors = parse_params(Reader(data, head.payload, "tensor section"), head.payload);
+    } else if (head.tag == kOptimizerTag) {
       once(contents.optimizer.has_value());
-      contents.optimizer = parse_optimizer(Reader(data, payload, "optimizer section"), payload);
-    } else if (tag == kScalerTag) {
-      once(contents.scaler.has_value());
-      contents.scaler = parse_scaler(Reader(data, payload, "scaler section"), payload);
+      contents.optimizer =
+          parse_optimizer(Reader(data, head.payload, "optimizer section"), head.payload);
     } else {
-      fail(AMPX_ERR_CORRUPT, "section ", s, " of '", path, "' has the unknown tag '",
-           tag_text(tag), "'");
+      once(contents.scaler.has_value());
+      contents.scaler = parse_scaler(Reader(data, head.payload, "scaler section"), head.payload);
     }
-    at += section_bytes + kChecksumBytes;
+    at += kSectionHeadBytes + head.payload + kChecksumBytes;
   }
-  if (at != end)
-    fail(AMPX_ERR_CORRUPT, "'", path, "' has ", end - at, " unexpected bytes after its ",
-         section_count, " sections");
-  uint32_t crc;
-  std::memcpy(&crc, base + end, 4);
-  if (crc != crc32c(base, end))
-    fail(AMPX_ERR_CORRUPT, "'", path, "' is damaged (the whole-file checksum does not match)");
   if (!have_params) fail(AMPX_ERR_CORRUPT, "'", path, "' has no tensor section");
   return contents;
 }
@@ -682,26 +753,68 @@ void read_exactly(int fd, unsigned char* dst, size_t bytes, uint64_t offset, uin
   }
 }
 
-// The whole file, header checked first so that a file that is not a
-// checkpoint (or claims another size) is refused before it is read.
+// The whole file, checked as it is read: the header first, then each
+// section's head (tag, reserved field, a size within what is left) before
+// its payload is read and its checksum compared. So a file that is not a
+// checkpoint, or whose sizes are wrong, is refused after a few bytes rather
+// than after reading all of it. A FIFO or device is refused without
+// blocking: the open does not wait (O_NONBLOCK) and the type is checked
+// before any read.
 std::vector<unsigned char> read_file(const std::string& path, uint32_t* section_count) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) fail_io(errno, cat("cannot open '", path, "'"));
   FileHandle file(fd);
   struct stat info {};
   if (::fstat(fd, &info) != 0) fail_io(errno, cat("cannot stat '", path, "'"));
   if (!S_ISREG(info.st_mode)) fail(AMPX_ERR_IO, "'", path, "' is not a regular file");
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
+    fail_io(errno, cat("cannot read '", path, "' in blocking mode"));
   const uint64_t size = static_cast<uint64_t>(info.st_size);
   if (size < kHeaderBytes + kChecksumBytes)
     fail(AMPX_ERR_CORRUPT, "'", path, "' is ", size,
          " bytes, too short to be an ampx checkpoint file");
-  unsigned char header[kHeaderBytes];
-  read_exactly(fd, header, sizeof header, 0, size, path);
-  *section_count = check_header(header, size, path);
-  std::vector<unsigned char> bytes(static_cast<size_t>(size));
-  std::memcpy(bytes.data(), header, sizeof header);
-  read_exactly(fd, bytes.data() + kHeaderBytes, bytes.size() - kHeaderBytes, kHeaderBytes, size,
-               path);
+  std::vector<unsigned char> bytes(kHeaderBytes);
+  read_exactly(fd, bytes.data(), kHeaderBytes, 0, size, path);
+  *section_count = check_header(bytes.data(), size, path);
+  bytes.reserve(static_cast<size_t>(size));
+  const uint64_t end = size - kChecksumBytes;  // where the trailer starts
+  uint64_t at = kHeaderBytes;
+  for (uint32_t s = 0; s < *section_count; ++s) {
+    if (end - at < kSectionHeadBytes + kChecksumBytes)
+      fail(AMPX_ERR_CORRUPT, "'", path, "' ends inside section ", s, " of ", *section_count,
+           " (offset ", at, ")");
+    bytes.resize(at + kSectionHeadBytes);
+    read_exactly(fd, bytes.data() + at, kSectionHeadBytes, at, size, path);
+    const SectionHead head = read_section_head(bytes.data() + at);
+    if (head.tag != kParamsTag && head.tag != kOptimizerTag && head.tag != kScalerTag)
+      fail(AMPX_ERR_CORRUPT, "section ", s, " of '", path, "' has the unknown tag '",
+           tag_text(head.tag), "'");
+    if (head.reserved != 0)
+      fail(AMPX_ERR_CORRUPT, "section ", s, " of '", path, "' has a non-zero reserved field");
+    if (head.payload > end - at - kSectionHeadBytes - kChecksumBytes)
+      fail(AMPX_ERR_CORRUPT, "section ", s, " ('", tag_text(head.tag), "') of '", path,
+           "' claims ", head.payload, " bytes, more than the file holds");
+    const uint64_t section_bytes = kSectionHeadBytes + head.payload;
+    bytes.resize(at + section_bytes + kChecksumBytes);
+    read_exactly(fd, bytes.data() + at + kSectionHeadBytes, head.payload + kChecksumBytes,
+                 at + kSectionHeadBytes, size, path);
+    uint32_t crc;
+    std::memcpy(&crc, bytes.data() + at + section_bytes, 4);
+    if (crc != crc32c(bytes.data() + at, section_bytes))
+      fail(AMPX_ERR_CORRUPT, "section ", s, " ('", tag_text(head.tag), "', offset ", at, ") of '",
+           path, "' is damaged (checksum mismatch)");
+    at += section_bytes + kChecksumBytes;
+  }
+  if (at != end)
+    fail(AMPX_ERR_CORRUPT, "'", path, "' has ", end - at, " unexpected bytes after its ",
+         *section_count, " sections");
+  bytes.resize(size);
+  read_exactly(fd, bytes.data() + end, kChecksumBytes, end, size, path);
+  uint32_t crc;
+  std::memcpy(&crc, bytes.data() + end, 4);
+  if (crc != crc32c(bytes.data(), end))
+    fail(AMPX_ERR_CORRUPT, "'", path, "' is damaged (the whole-file checksum does not match)");
   return bytes;
 }
 

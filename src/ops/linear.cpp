@@ -127,7 +127,7 @@ DeviceTensor* op_matmul(DeviceTensor& a_in, DeviceTensor& b_in) {
   if (as.ndim == 3) out_shape.dims[0] = s.batch;
   out_shape.dims[as.ndim - 2] = s.m;
   out_shape.dims[as.ndim - 1] = s.n;
-  TensorRef out = new_tensor(ctx, a.dtype, out_shape);
+  TensorRef out = new_tensor(ctx, a.dtype, make_shape(out_shape, a.dtype, "matmul's output"));
   GemmArgs g;
   g.batch = s.batch, g.m = s.m, g.n = s.n, g.k = s.k;
   g.a = a.data(), g.a_batch_stride = s.m * s.k;
@@ -165,10 +165,11 @@ DeviceTensor* op_linear(DeviceTensor& x_in, DeviceTensor& w_in, DeviceTensor* bi
   DeviceTensor* bias = in[2].get();
   check_same_dtype(x, w, "x", "weight");
   if (bias) check_same_dtype(x, *bias, "x", "bias");
-  int64_t rows = 1;  // not numel / in_features, which is 0/0 for in_features == 0
-  for (int32_t d = 0; d + 1 < x.shape.ndim; ++d) rows *= x.shape.dims[d];
+  // Not numel / in_features, which is 0/0 for in_features == 0.
+  const int64_t rows = x.shape.extent_product(0, x.shape.ndim - 1);
   Shape out_shape = x.shape;
   out_shape.dims[out_shape.ndim - 1] = out_features;
+  out_shape = make_shape(out_shape, x.dtype, "linear's output");
   TensorRef z = new_tensor(ctx, x.dtype, out_shape);
   if (z->numel() > 0) {
     GemmArgs g;

@@ -123,8 +123,8 @@ DeviceTensor* op_layer_norm(DeviceTensor& x_in, DeviceTensor* w_in, DeviceTensor
     if (t && t->dtype != x.dtype)
       fail(AMPX_ERR_DTYPE, "'x' is ", x.describe(), " but '", t == w ? "weight" : "bias", "' is ",
            t->describe(), "; outside autocast they must share a dtype");
-  int64_t rows = 1;  // not numel / cols, which is 0/0 for cols == 0
-  for (int32_t d = 0; d + 1 < x.shape.ndim; ++d) rows *= x.shape.dims[d];
+  // Not numel / cols, which is 0/0 for cols == 0.
+  const int64_t rows = x.shape.extent_product(0, x.shape.ndim - 1);
   TensorRef out = new_tensor(ctx, x.dtype, x.shape);
   TensorRef mean = new_tensor(ctx, DType::F32, vector_shape(rows));
   TensorRef rstd = new_tensor(ctx, DType::F32, vector_shape(rows));
@@ -165,7 +165,9 @@ DeviceTensor* op_batch_norm(DeviceTensor& x_in, DeviceTensor* weight, DeviceTens
   // torch: without running statistics, evaluation normalises with the
   // batch's own statistics too.
   const bool batch_stats = training || !running_mean;
-  if (training && n * inner <= 1)
+  int64_t per_channel = 0;  // past int64 only without channels: many
+  if (__builtin_mul_overflow(n, inner, &per_channel)) per_channel = INT64_MAX;
+  if (training && per_channel <= 1)
     fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(),
          "; training needs more than one value per channel (N * L > 1)");
   DeviceContext& ctx = *x_in.ctx;

@@ -19,11 +19,7 @@ int32_t dim_arg(int32_t dim, int32_t ndim, const char* name, const DeviceTensor&
 }
 
 void contiguous_strides(const Shape& s, int64_t* strides) {
-  int64_t step = 1;
-  for (int32_t k = s.ndim - 1; k >= 0; --k) {
-    strides[k] = step;
-    step *= s.dims[k];
-  }
+  for (int32_t k = 0; k < s.ndim; ++k) strides[k] = s.extent_product(k + 1, s.ndim);
 }
 
 // Writes `src` with dimensions d0 and d1 exchanged to `dst` (contiguous).
@@ -162,7 +158,6 @@ DeviceTensor* op_reshape(DeviceTensor& x_in, int32_t ndim, const int64_t* dims) 
   Shape asked;
   asked.ndim = ndim;
   int32_t inferred = -1;
-  int64_t known = 1;
   for (int32_t k = 0; k < ndim; ++k) {
     asked.dims[k] = dims[k];
     if (dims[k] == -1 && inferred < 0) {
@@ -170,12 +165,22 @@ DeviceTensor* op_reshape(DeviceTensor& x_in, int32_t ndim, const int64_t* dims) 
     } else if (dims[k] < 0) {
       fail(AMPX_ERR_SHAPE, "shape ", asked.str(), " for '", x_in.describe(),
            "': extents are >= 0, and only one may be -1 (inferred)");
-    } else if (__builtin_mul_overflow(known, dims[k], &known)) {
-      fail(AMPX_ERR_SHAPE, "shape ", asked.str(), " for '", x_in.describe(), "' is too large");
     }
   }
-  Shape shape = asked;
+  // The product of the given extents: 0 when one is 0, whatever the others
+  // (an empty tensor has no elements in any order of its extents).
+  int64_t known = 1;
+  bool has_zero = false, overflow = false;
+  for (int32_t k = 0; k < ndim; ++k) {
+    if (k == inferred) continue;
+    has_zero = has_zero || dims[k] == 0;
+    overflow = overflow || __builtin_mul_overflow(known, dims[k], &known);
+  }
+  if (has_zero) known = 0;
   const int64_t numel = x_in.numel();
+  if (overflow && !has_zero)
+    fail(AMPX_ERR_SHAPE, "shape ", asked.str(), " for '", x_in.describe(), "' is too large");
+  Shape shape = asked;
   if (inferred >= 0) {
     if (known == 0 || numel % known != 0)
       fail(AMPX_ERR_SHAPE, "shape ", asked.str(), " cannot hold the ", numel, " elements of '",
@@ -241,13 +246,16 @@ DeviceTensor* op_concat(const std::vector<DeviceTensor*>& tensors, int32_t dim_i
   DeviceContext& ctx = *first.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, "concat", tensors);
   const DType dtype = in[0]->dtype;
-  int64_t outer = 1, inner = 1, total = 0;
-  for (int32_t k = 0; k < dim; ++k) outer *= first.shape.dims[k];
-  for (int32_t k = dim + 1; k < first.shape.ndim; ++k) inner *= first.shape.dims[k];
-  for (const TensorRef& t : in) total += t->shape.dims[dim];
+  const int64_t outer = first.shape.extent_product(0, dim);
+  const int64_t inner = first.shape.extent_product(dim + 1, first.shape.ndim);
+  int64_t total = 0;
+  for (size_t i = 0; i < in.size(); ++i)
+    if (__builtin_add_overflow(total, in[i]->shape.dims[dim], &total))
+      fail(AMPX_ERR_SHAPE, "concat's output would be too large: the extents along dimension ", dim,
+           " add up past 2^63 - 1 at 'tensors[", i, "]'");
   Shape shape = first.shape;
   shape.dims[dim] = total;
-  TensorRef out = new_tensor(ctx, dtype, shape);
+  TensorRef out = new_tensor(ctx, dtype, make_shape(shape, dtype, "concat's output"));
   int64_t offset = 0;
   for (const TensorRef& t : in) {
     const int64_t extent = t->shape.dims[dim];
@@ -289,7 +297,7 @@ DeviceTensor* op_embedding(DeviceTensor& weight_in, DeviceTensor& indices) {
   DeviceTensor& weight = *in[0];
   Shape shape = indices.shape;
   shape.dims[shape.ndim++] = cols;
-  TensorRef out = new_tensor(ctx, weight.dtype, shape);
+  TensorRef out = new_tensor(ctx, weight.dtype, make_shape(shape, weight.dtype, "embedding's output"));
   if (out->numel() > 0)
     nn_of(ctx, "embedding")
         .gather_rows(weight.data(), static_cast<size_t>(cols) * dtype_size(weight.dtype), rows,

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "amp/scaler.h"
+#include "math/convert.h"
 #include "core/error.h"
 
 namespace ampx::impl {
@@ -36,7 +37,7 @@ DeviceTensor* clip_grad_norm(FusedOptimizer& optimizer, double max_norm, NormTyp
            "; nothing was clipped (pass error_if_nonfinite = 0 to clip anyway)");
   }
   auto* coef_ptr = static_cast<float*>(coef->data());
-  amp.clip_coefficient(total_ptr, static_cast<float>(max_norm), coef_ptr);
+  amp.clip_coefficient(total_ptr, math::double_to_float(max_norm), coef_ptr);
   amp.multi_tensor_scale(grads, grads, coef_ptr, false, nullptr);
   return total.take();
 }
@@ -48,7 +49,7 @@ void clip_grad_value(FusedOptimizer& optimizer, double clip_value) {
   optimizer.context()
       .backend()
       .require<AmpPrimitives>("clip_grad_value")
-      .multi_tensor_clamp(optimizer.effective_grads(), static_cast<float>(clip_value));
+      .multi_tensor_clamp(optimizer.effective_grads(), math::double_to_float(clip_value));
 }
 
 std::vector<NonfiniteGradCount> find_nonfinite_grads(FusedOptimizer& optimizer) {

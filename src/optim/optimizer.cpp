@@ -1,17 +1,19 @@
 #include "optim/optimizer.h"
 
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <unordered_set>
 
 #include "amp/scaler.h"
 #include "core/error.h"
+#include "math/convert.h"
 
 namespace ampx::impl {
 namespace {
 
 uint32_t float_bits_of(double value) {
-  const float f = static_cast<float>(value);
+  const float f = math::double_to_float(value);
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof bits);
   return bits;
@@ -20,6 +22,14 @@ uint32_t float_bits_of(double value) {
 void check_non_negative(double value, const char* name) {
   if (!(value >= 0.0) || !std::isfinite(value))
     fail(AMPX_ERR_INVALID_ARGUMENT, name, " is ", value, "; it must be finite and >= 0");
+}
+
+// lr and weight decay reach the device as floats: 1e300 would be inf there.
+void check_float_rate(double value, const char* name) {
+  if (!(value >= 0.0) || !(value <= FLT_MAX))
+    fail(AMPX_ERR_INVALID_ARGUMENT, name, " is ", value,
+         "; it must be >= 0 and finite as the float the device uses (at most FLT_MAX, ", FLT_MAX,
+         ")");
 }
 
 // ---- state serialisation ---------------------------------------------------
@@ -72,8 +82,8 @@ uint64_t fnv1a(const unsigned char* data, size_t bytes) {
 }  // namespace
 
 void validate_hyper(const OptimizerHyper& h) {
-  check_non_negative(h.lr, "lr");
-  check_non_negative(h.weight_decay, "weight_decay");
+  check_float_rate(h.lr, "lr");
+  check_float_rate(h.weight_decay, "weight_decay");
   if (h.kind == OptimizerKind::Sgd) {
     check_non_negative(h.sgd.momentum, "momentum");
     if (!std::isfinite(h.sgd.dampening))
@@ -175,8 +185,8 @@ int32_t FusedOptimizer::add_group(const std::vector<DeviceTensor*>& params, doub
   if (amp_state != AmpState::Ready)
     fail(AMPX_ERR_ORDER, "param groups can only be added between iterations (after "
                          "ampx_scaler_update), not between unscale/step and update");
-  check_non_negative(lr, "lr");
-  check_non_negative(weight_decay, "weight_decay");
+  check_float_rate(lr, "lr");
+  check_float_rate(weight_decay, "weight_decay");
   std::unordered_set<const DeviceTensor*> seen;
   for (const Param& p : params_) seen.insert(p.param.get());
   for (size_t i = 0; i < params.size(); ++i) {
@@ -229,7 +239,7 @@ void FusedOptimizer::set_lr(int32_t group, double lr) {
   if (group < 0 || group >= group_count())
     fail(AMPX_ERR_INVALID_ARGUMENT, "group is ", group, " but the optimizer has ", group_count(),
          " group(s)");
-  check_non_negative(lr, "lr");
+  check_float_rate(lr, "lr");
   ctx_->backend().fill(static_cast<float*>(lr_->data()) + group, 4, float_bits_of(lr), 1);
   lr_host_[static_cast<size_t>(group)] = lr;
 }
@@ -521,9 +531,10 @@ void FusedOptimizer::load_state(const void* buffer, size_t bytes) {
   for (StateGroup& g : groups) {
     std::memcpy(&g, in + at, sizeof g);
     at += sizeof g;
-    if (!(g.lr >= 0.0) || !(g.weight_decay >= 0.0) || !std::isfinite(g.lr) ||
-        !std::isfinite(g.weight_decay))
-      fail(AMPX_ERR_CORRUPT, "the state holds an invalid learning rate or weight decay");
+    if (!(g.lr >= 0.0) || !(g.weight_decay >= 0.0) || !(g.lr <= FLT_MAX) ||
+        !(g.weight_decay <= FLT_MAX))
+      fail(AMPX_ERR_CORRUPT, "the state holds learning rate ", g.lr, " and weight decay ",
+           g.weight_decay, "; each must be >= 0 and at most FLT_MAX");
   }
   std::vector<int64_t> steps(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -551,15 +562,15 @@ void FusedOptimizer::load_state(const void* buffer, size_t bytes) {
   }
   OptimizerHyper restored = hyper_;
   restored.sgd.nesterov = header.nesterov != 0;
-  restored.sgd.momentum = static_cast<float>(header.momentum);
-  restored.sgd.dampening = static_cast<float>(header.dampening);
+  restored.sgd.momentum = math::double_to_float(header.momentum);
+  restored.sgd.dampening = math::double_to_float(header.dampening);
   restored.sgd.maximize = header.maximize != 0;
   restored.adam.maximize = header.maximize != 0;
   restored.adam.amsgrad = header.amsgrad != 0;
   restored.adam.decoupled_weight_decay = header.decoupled_weight_decay != 0;
   restored.adam.beta1 = header.beta1;
   restored.adam.beta2 = header.beta2;
-  restored.adam.eps = static_cast<float>(header.eps);
+  restored.adam.eps = math::double_to_float(header.eps);
   try {
     validate_hyper(restored);
   } catch (const StatusError& e) {

@@ -144,15 +144,13 @@ const char* op_name(WarpOp op) {
 // corrupting its neighbour.
 class Stacks {
  public:
-  ~Stacks() {
-    if (base_ != nullptr) munmap(base_, count_ * (kStackBytes + kGuardBytes));
-  }
+  ~Stacks() { release(); }
   char* top(unsigned int i) {
     return static_cast<char*>(base_) + i * (kStackBytes + kGuardBytes) + kGuardBytes + kStackBytes;
   }
   void reserve(unsigned int count) {
     if (count <= count_) return;
-    if (base_ != nullptr) munmap(base_, count_ * (kStackBytes + kGuardBytes));
+    release();
     const size_t bytes = count * (kStackBytes + kGuardBytes);
     base_ = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                  -1, 0);
@@ -167,6 +165,20 @@ class Stacks {
   }
 
  private:
+  // A lane that faults or finishes never returns from its frames, so ASan's
+  // shadow still marks them; left so, it would flag whatever memory the
+  // kernel maps here next (another thread's stack or TLS).
+  void release() {
+    if (base_ == nullptr) return;
+    const size_t bytes = count_ * (kStackBytes + kGuardBytes);
+#if defined(AMPX_EMU_ASAN)
+    __asan_unpoison_memory_region(base_, bytes);
+#endif
+    munmap(base_, bytes);
+    base_ = nullptr;
+    count_ = 0;
+  }
+
   void* base_ = nullptr;
   unsigned int count_ = 0;
 };

@@ -328,7 +328,17 @@ TEST_CASE("semantics: the new scaler options default to 0") {
   CHECK(d.consecutive_hysteresis == 0);
   CHECK(d.clamp_to_max_scale == 0);
   const ampx_scaler_options init = AMPX_SCALER_OPTIONS_INIT;
-  CHECK(std::memcmp(&d, &init, sizeof d) == 0);
+  // Field by field: the padding after `hysteresis` is unspecified.
+  CHECK(d.init_scale == init.init_scale);
+  CHECK(d.growth_factor == init.growth_factor);
+  CHECK(d.backoff_factor == init.backoff_factor);
+  CHECK(d.growth_interval == init.growth_interval);
+  CHECK(d.enabled == init.enabled);
+  CHECK(d.hysteresis == init.hysteresis);
+  CHECK(d.min_scale == init.min_scale);
+  CHECK(d.max_scale == init.max_scale);
+  CHECK(d.consecutive_hysteresis == init.consecutive_hysteresis);
+  CHECK(d.clamp_to_max_scale == init.clamp_to_max_scale);
 }
 
 TEST_CASE("semantics: hysteresis counts overflows that are not consecutive") {
