@@ -143,8 +143,7 @@ TensorRef cast_to(DeviceContext& ctx, DeviceTensor& x, DType dtype) {
   if (out->numel() > 0) ctx.backend().convert(out->data(), dtype, x.data(), x.dtype, x.numel());
   if (should_record(ctx, {&x})) {
     auto node = std::make_unique<CastNode>();
-    x.retain();
-    node->inputs.emplace_back(&x);
+    node->inputs.push_back(retained(x));
     record(ctx, std::move(node), {out.get()});
   }
   return out;
@@ -170,8 +169,7 @@ TensorRef cached_cast(DeviceContext& ctx, PrecisionPolicy& policy, DeviceTensor&
   }
   TensorRef cast = cast_to(ctx, x, dtype);
   ++policy.misses;
-  cast->retain();
-  state.cache[key] = TensorRef(cast.get());
+  state.cache[key] = retained(*cast);
   return cast;
 }
 

@@ -27,8 +27,7 @@ std::vector<TensorRef> call_segment(DeviceContext& ctx, ampx_segment_fn fn, void
            "] without a tensor");
     if (t->ctx != &ctx)
       fail(AMPX_ERR_DEVICE, "the segment's outputs[", i, "] belongs to another context");
-    t->retain();
-    result.emplace_back(t);
+    result.push_back(retained(*t));
   }
   return result;
 }
@@ -158,8 +157,7 @@ class CheckpointNode final : public Node {
         DeviceTensor& out = *outputs[i];
         if (!output_grads[i]) continue;
         if (on_tape(ctx, out)) {
-          output_grads[i]->retain();
-          grads[out.id] = TensorRef(output_grads[i]);
+          grads[out.id] = retained(*output_grads[i]);
         } else if (flows_grad(ctx, out)) {
           // The segment returned a leaf itself (an input's copy, a parameter).
           accumulate_into_leaf(ctx, out, *output_grads[i]);
@@ -168,8 +166,7 @@ class CheckpointNode final : public Node {
       run_backward(ctx, grads);
       for (size_t i = 0; i < detached.size(); ++i) {
         if (!detached[i] || !detached[i]->grad) continue;
-        detached[i]->grad->retain();
-        input_grads[i] = TensorRef(detached[i]->grad);
+        input_grads[i] = retained(*detached[i]->grad);
       }
     });
     return input_grads;
@@ -197,8 +194,7 @@ std::vector<TensorRef> checkpoint(DeviceContext& ctx, Segment segment,
   // require grad without taking them as inputs.
   auto node = std::make_unique<CheckpointNode>(std::move(segment));
   for (DeviceTensor* t : inputs) {
-    t->retain();
-    node->inputs.emplace_back(t);
+    node->inputs.push_back(retained(*t));
   }
   node->output_count = output_count;
   node->random_offset = random_offset;

@@ -134,8 +134,7 @@ void note_received(AutogradState& state, DeviceTensor& leaf) {
   if (!plan || leaf.id > plan->newest_leaf_id) return;
   if (!plan->received.insert(leaf.id).second) return;
   if (state.node_backward_depth > 0 && plan->predicted.count(leaf.id) == 0) {
-    leaf.retain();
-    plan->nested.emplace_back(&leaf);
+    plan->nested.push_back(retained(leaf));
   }
 }
 
@@ -270,8 +269,7 @@ std::unique_ptr<GradReadyPlan> plan_grad_ready(
       if (!input || !flows_grad(ctx, *input) || on_tape(ctx, *input)) continue;
       const auto [it, fresh] = slot.emplace(input->id, plan->due.size());
       if (fresh) {
-        input->retain();
-        plan->due.push_back({0, n, i, TensorRef(input)});
+        plan->due.push_back({0, n, i, retained(*input)});
       } else {
         plan->due[it->second].last = n;
         plan->due[it->second].input = i;
@@ -409,15 +407,18 @@ void set_requires_grad(DeviceTensor& t, bool requires_grad) {
 void pop_scope(DeviceContext& ctx) {
   AutogradState& state = autograd_state(ctx);
   if (state.scopes.empty()) fail(AMPX_ERR_ORDER, "no scope is open (pushes and pops must pair)");
-  std::vector<TensorRef> owned = std::move(state.scopes.back());
-  state.scopes.pop_back();
   // A pass over the tape only when this pop freed a recorded output: an
   // evaluation step's records then go with it at once, while a binding
   // that wraps every op in a scope and keeps the outputs pays nothing per
-  // op (the amortised prune still bounds the tape).
+  // op (the amortised prune still bounds the tape). The one allocation
+  // comes before the scope is closed, so running out of memory changes
+  // nothing; what follows allocates nothing (prune_tape only frees).
   std::vector<std::weak_ptr<const void>> tokens;
-  for (const TensorRef& t : owned)
+  tokens.reserve(state.scopes.back().size());
+  for (const TensorRef& t : state.scopes.back())
     if (t && t->tape_token) tokens.emplace_back(t->tape_token);
+  std::vector<TensorRef> owned = std::move(state.scopes.back());
+  state.scopes.pop_back();
   owned.clear();
   const bool freed_output = std::any_of(tokens.begin(), tokens.end(),
                                         [](const auto& token) { return token.expired(); });

@@ -214,12 +214,18 @@ void DeviceContext::reset_peak() {
   stats_.peak_bytes = stats_.current_bytes;
 }
 
-void DeviceContext::quarantine(Object* shell) {
+void DeviceContext::quarantine(Object* shell) noexcept {
   Object* evicted = nullptr;
   {
     std::lock_guard<std::mutex> lock(memory_mutex_);
-    quarantine_.push_back(shell);
-    if (quarantine_.size() > kQuarantineShells) {
+    try {
+      quarantine_.push_back(shell);
+    } catch (...) {
+      // No memory for the list: the shell goes at once, and a later use of
+      // its handle is no longer recognised as stale.
+      evicted = shell;
+    }
+    if (!evicted && quarantine_.size() > kQuarantineShells) {
       evicted = quarantine_.front();
       quarantine_.pop_front();
     }

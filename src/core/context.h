@@ -136,7 +136,7 @@ class DeviceContext {
   // Keeps a released object's shell (its magic already marked dead) for a
   // while, so that a use after release is reported instead of reading freed
   // memory. The shell is deleted later, or with the context.
-  void quarantine(Object* shell);
+  void quarantine(Object* shell) noexcept;
 
  private:
   DeviceContext() = default;

@@ -162,6 +162,13 @@ class TensorRef {
   DeviceTensor* t_ = nullptr;
 };
 
+// A new reference to t. Taking one this way, before any container insert,
+// means an insert that throws (out of memory) releases it again.
+inline TensorRef retained(DeviceTensor& t) {
+  t.retain();
+  return TensorRef(&t);
+}
+
 // A one-dimensional shape.
 Shape vector_shape(int64_t count);
 

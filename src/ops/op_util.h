@@ -59,11 +59,6 @@ inline TensorRef saved_output(DeviceContext& ctx, DeviceTensor& t) {
   return TensorRef(DeviceTensor::alias(ctx, t, t.dtype, t.shape));
 }
 
-inline TensorRef retained(DeviceTensor& t) {
-  t.retain();
-  return TensorRef(&t);
-}
-
 // Builds a node's input list from the (cast) inputs it was computed on.
 template <class NodeT>
 std::unique_ptr<NodeT> make_node(std::vector<TensorRef*> inputs) {
