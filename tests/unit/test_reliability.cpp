@@ -482,3 +482,59 @@ TEST_CASE("reliability: a header that does not fit the file is refused before th
   const int64_t after = read_so_far();
   if (before >= 0 && after >= 0) CHECK(after - before < (int64_t{1} << 20));
 }
+
+TEST_CASE("reliability: every op that computes a shape, over empty tensors with huge extents") {
+  // Empty inputs whose other extents reach 2^62 and 2^63 - 1: each op gives
+  // an empty result of the right shape, or SHAPE where that shape would
+  // need more than 2^63 bytes; the backward runs too. ASan and UBSan in CI
+  // watch for the overflow itself.
+  ampx_test::Ctx ctx;
+  const int64_t big = int64_t{1} << 62;
+  Tensor x(empty(ctx, AMPX_F32, {big, 0, big}));
+  REQUIRE(ampx_tensor_set_requires_grad(x, 1) == AMPX_OK);
+  REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+  ampx_tensor y = nullptr;
+  auto expect_empty = [&](ampx_status s, std::vector<int64_t> dims) {
+    REQUIRE_MESSAGE(s == AMPX_OK, last_error());
+    CHECK(numel_of(y) == 0);
+    CHECK(dims_of(y) == dims);
+  };
+  expect_empty(ampx_relu(x, &y), {big, 0, big});
+  expect_empty(ampx_gelu(x, &y), {big, 0, big});
+  expect_empty(ampx_softmax(x, &y), {big, 0, big});
+  expect_empty(ampx_log_softmax(x, &y), {big, 0, big});
+  expect_empty(ampx_add(x, x, &y), {big, 0, big});
+  expect_empty(ampx_transpose(x, 0, 2, &y), {big, 0, big});
+  expect_empty(ampx_transpose(x, 1, 2, &y), {big, big, 0});
+  expect_empty(ampx_layer_norm(x, nullptr, nullptr, 1e-5, &y), {big, 0, big});
+  const int64_t flat[] = {-1};
+  expect_empty(ampx_reshape(x, 1, flat, &y), {0});
+  Tensor w(empty(ctx, AMPX_F32, {0, big}));
+  expect_empty(ampx_linear(x, w, nullptr, AMPX_ACTIVATION_GELU, &y), {big, 0, 0});
+  // [2^62, 0] x [2^62, 0]^T would be [2^62, 2^62].
+  Tensor w_huge(empty(ctx, AMPX_F32, {big, 0}));
+  const int64_t two_d[] = {big, 0};
+  ampx_tensor rows = nullptr;
+  REQUIRE(ampx_reshape(x, 2, two_d, &rows) == AMPX_OK);
+  ampx_tensor refused = nullptr;
+  CHECK(ampx_linear(rows, w_huge, nullptr, AMPX_ACTIVATION_NONE, &refused) == AMPX_ERR_SHAPE);
+  CHECK(refused == nullptr);
+  ampx_tensor sum = nullptr;
+  REQUIRE_MESSAGE(ampx_sum(x, &sum) == AMPX_OK, last_error());
+  CHECK(values_of(sum) == std::vector<double>{0.0});
+  REQUIRE(ampx_backward(sum, nullptr) == AMPX_OK);
+
+  // An embedding of no indices into rows of 2^62 columns.
+  Tensor table(empty(ctx, AMPX_F32, {0, big}));
+  Tensor indices(empty(ctx, AMPX_I64, {big, 0, 4}));
+  expect_empty(ampx_embedding(table, indices, &y), {big, 0, 4, big});
+
+  // cross_entropy over no rows of 2^63 - 1 classes, and over rows of none.
+  Tensor logits(empty(ctx, AMPX_F32, {0, kMax}));
+  Tensor no_labels(empty(ctx, AMPX_I64, {0}));
+  ampx_tensor loss = nullptr;
+  REQUIRE_MESSAGE(ampx_cross_entropy(logits, no_labels, AMPX_REDUCTION_SUM, -100, &loss) == AMPX_OK,
+                  last_error());
+  CHECK(values_of(loss) == std::vector<double>{0.0});
+  REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+}
