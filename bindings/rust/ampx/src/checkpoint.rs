@@ -1,19 +1,18 @@
 //! Gradient checkpointing with a Rust closure (see [`Context::checkpoint`]).
 //!
-//! The closure travels to C as `user_data` of a trampoline. Two problems
-//! are solved here:
+//! The closure travels to C as `user_data` of a trampoline, through
+//! `ampx_checkpoint_segment`. Two problems are solved here:
 //!
 //! * Lifetime. The library may call the segment again during any later
-//!   backward, and says nothing when it forgets the segment. So the boxed
-//!   closure is tied to an "anchor": a zero-element tensor wrapped with a
-//!   deleter that frees the box, passed as a hidden last input. The tape's
-//!   record holds its inputs, so the box lives exactly as long as the record
-//!   (or only for the call when nothing is recorded).
+//!   backward; it calls the segment's `release` hook exactly once when it
+//!   never will again (before the call returns when nothing is recorded or
+//!   the call fails, otherwise when the recompute record goes), and the
+//!   hook frees the boxed closure.
 //! * Unwinding. A panic must not cross the C boundary: the trampoline
 //!   catches it and returns an error status, and keeps the Rust error in a
-//!   thread-local (a callback cannot set `ampx_last_error`), which the
-//!   checkpoint or backward call then reports.
+//!   thread-local, which the checkpoint or backward call then reports.
 use std::cell::RefCell;
+use std::rc::Rc;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
@@ -21,15 +20,17 @@ use std::ptr;
 use ampx_sys as sys;
 
 use crate::context::Context;
-use crate::error::{check, check_with_segments, clear_segment_error, set_segment_error, Error, Result, Status};
+use crate::error::{check_with_segments, clear_segment_error, set_segment_error, Error, Result, Status};
 use crate::ops::run_outputs;
 use crate::tensor::Tensor;
 
 struct Segment<F> {
     f: F,
     /// The outputs of the latest run: the library retains them only after
-    /// the segment returns, so they must outlive the callback.
-    keep: RefCell<Vec<Tensor>>,
+    /// the segment returns, so they must outlive the callback. Shared with
+    /// the `checkpoint` call, which may outlive the box (it is released
+    /// before that call returns when nothing is recorded).
+    keep: Rc<RefCell<Vec<Tensor>>>,
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
@@ -53,11 +54,9 @@ where
     F: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
 {
     let run = || -> Result<()> {
-        // SAFETY: user_data is the Segment<F> kept alive by the anchor.
+        // SAFETY: user_data is the Segment<F>, alive until its release hook.
         let segment = &*user_data.cast::<Segment<F>>();
-        // The last input is the anchor, not the program's.
-        let count = input_count.saturating_sub(1);
-        let inputs = if count == 0 { &[][..] } else { std::slice::from_raw_parts(inputs, count) };
+        let inputs = if input_count == 0 { &[][..] } else { std::slice::from_raw_parts(inputs, input_count) };
         // Our own references to the inputs (released again: net zero).
         let inputs = inputs.iter().map(|&raw| Tensor::from_borrowed(raw)).collect::<Result<Vec<_>>>()?;
         let produced = (segment.f)(&inputs)?;
@@ -91,10 +90,10 @@ where
     }
 }
 
-unsafe extern "C" fn free_segment<F>(user_data: *mut c_void, _data: *mut c_void) {
-    // SAFETY: the box made in `checkpoint`, freed exactly once (by the
-    // anchor's deleter). Dropping the closure may release tensors; a panic
-    // in a destructor is swallowed rather than unwound into C.
+unsafe extern "C" fn free_segment<F>(user_data: *mut c_void) {
+    // SAFETY: the box made in `checkpoint`, freed exactly once (the
+    // library's release hook). Dropping the closure may release tensors; a
+    // panic in a destructor is swallowed rather than unwound into C.
     let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(user_data.cast::<Segment<F>>()))));
 }
 
@@ -102,61 +101,40 @@ pub(crate) fn checkpoint<F>(ctx: &Context, inputs: &[&Tensor], output_count: usi
 where
     F: Fn(&[Tensor]) -> Result<Vec<Tensor>> + 'static,
 {
-    if output_count == 0 {
-        // Let the library refuse it with its own message.
-        let mut none = ptr::null_mut();
-        // SAFETY: a NULL fn is refused before anything is read.
-        check(unsafe { sys::ampx_checkpoint(ctx.as_raw(), None, ptr::null_mut(), ptr::null(), 0, &mut none, 0) })?;
-        return Err(Error::new(Status::InvalidArgument, "checkpoint: output_count is 0"));
-    }
-    let segment = Box::into_raw(Box::new(Segment { f, keep: RefCell::new(Vec::new()) }));
-    let user_data = segment.cast::<c_void>();
-    let shape = [0i64];
-    let mut anchor = ptr::null_mut();
-    // SAFETY: zero bytes, so `data` is never read; the deleter frees the box.
-    let status = unsafe {
-        sys::ampx_tensor_wrap(
-            ctx.as_raw(),
-            sys::AMPX_F32,
-            1,
-            shape.as_ptr(),
-            user_data,
-            0,
-            Some(free_segment::<F>),
-            user_data,
-            &mut anchor,
-        )
+    let keep = Rc::new(RefCell::new(Vec::new()));
+    let user_data = Box::into_raw(Box::new(Segment { f, keep: Rc::clone(&keep) })).cast::<c_void>();
+    let segment = sys::ampx_segment {
+        struct_size: std::mem::size_of::<sys::ampx_segment>(),
+        fn_: Some(trampoline::<F>),
+        user_data,
+        release: Some(free_segment::<F>),
     };
-    if let Err(e) = check(status) {
-        // SAFETY: not handed over: the deleter is not called on failure.
-        drop(unsafe { Box::from_raw(segment) });
-        return Err(e);
-    }
-    // SAFETY: a new reference owned by us; its release frees the box unless
-    // the tape's record holds it.
-    let anchor = unsafe { Tensor::from_raw(anchor) };
-    let mut raw_inputs: Vec<sys::ampx_tensor> = inputs.iter().map(|t| t.as_raw()).collect();
-    raw_inputs.push(anchor.as_raw());
+    let raw_inputs: Vec<sys::ampx_tensor> = inputs.iter().map(|t| t.as_raw()).collect();
     let mut outputs = vec![ptr::null_mut(); output_count];
     clear_segment_error();
+    // Once the library has the segment, its release hook frees the box.
+    let handed = std::cell::Cell::new(false);
     let result = run_outputs(ctx.as_raw(), &mut outputs, |out| {
-        // SAFETY: live handles; `out` has room for output_count handles.
+        handed.set(true);
+        // SAFETY: live handles; `out` has room for output_count handles (the
+        // library refuses output_count 0 itself, and releases the segment).
         let status = unsafe {
-            sys::ampx_checkpoint(
+            sys::ampx_checkpoint_segment(
                 ctx.as_raw(),
-                Some(trampoline::<F>),
-                user_data,
-                raw_inputs.as_ptr(),
+                &segment,
+                if raw_inputs.is_empty() { ptr::null() } else { raw_inputs.as_ptr() },
                 raw_inputs.len(),
                 out,
                 output_count,
             )
         };
-        check_with_segments(status, "ampx_checkpoint")
+        check_with_segments(status, "ampx_checkpoint_segment")
     });
+    if !handed.get() {
+        // SAFETY: the library never saw user_data, so nothing else frees it.
+        unsafe { free_segment::<F>(user_data) };
+    }
     // The forward run's outputs are owned now; the segment need not keep them.
-    // SAFETY: the anchor (held by us) keeps the box alive here.
-    unsafe { (*segment).keep.borrow_mut().clear() };
-    drop(anchor);
+    keep.borrow_mut().clear();
     result
 }

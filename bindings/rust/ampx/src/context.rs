@@ -210,7 +210,7 @@ impl Context {
         Ok(Scope { ctx: self })
     }
 
-    /// Gradient checkpointing (`ampx_checkpoint`, torch.utils.checkpoint):
+    /// Gradient checkpointing (`ampx_checkpoint_segment`, torch.utils.checkpoint):
     /// runs `segment` on `inputs` without keeping its intermediate
     /// activations, and runs it again when backward reaches it. Returns the
     /// segment's `output_count` outputs.

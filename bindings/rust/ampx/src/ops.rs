@@ -48,7 +48,7 @@ impl Activation {
     }
 }
 
-/// Runs an op (or `ampx_checkpoint`) on `ctx` and returns its outputs as
+/// Runs an op (or `ampx_checkpoint_segment`) on `ctx` and returns its outputs as
 /// owned tensors.
 ///
 /// While a scope is open an op's output is borrowed from the innermost
