@@ -538,3 +538,30 @@ TEST_CASE("reliability: every op that computes a shape, over empty tensors with 
   CHECK(values_of(loss) == std::vector<double>{0.0});
   REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
 }
+
+TEST_CASE("reliability: error messages live in a fixed buffer, cut at 4095 bytes") {
+  // Recording an error allocates nothing (tests/oom runs it with memory
+  // exhausted); a longer message is cut and says so.
+  const std::string long_message(10000, 'x');
+  CHECK(ampx_set_error(AMPX_ERR_IO, long_message.c_str()) == AMPX_ERR_IO);
+  const std::string got = ampx_last_error();
+  CHECK(got.size() == 4095);
+  CHECK(got.compare(got.size() - 3, 3, "...") == 0);
+  CHECK(got.compare(0, 4092, long_message, 0, 4092) == 0);
+  CHECK(ampx_last_status() == AMPX_ERR_IO);
+  const std::string exact(4095, 'y');
+  REQUIRE(ampx_set_error(AMPX_ERR_SHAPE, exact.c_str()) == AMPX_ERR_SHAPE);
+  CHECK(std::string(ampx_last_error()) == exact);
+  // A failing call's message is "<function>: <what>", cut the same way: a
+  // tensor name longer than the buffer shows in part.
+  ampx_test::Ctx ctx;
+  Tensor t(make(ctx, AMPX_F32, {1.0, 2.0}));
+  REQUIRE(ampx_tensor_set_name(t, long_message.c_str()) == AMPX_OK);
+  Tensor other(make(ctx, AMPX_F32, {1.0, 2.0, 3.0}));
+  ampx_tensor out = nullptr;
+  CHECK(ampx_add(t, other, &out) == AMPX_ERR_SHAPE);
+  CHECK(std::string(ampx_last_error()).rfind("ampx_add: ", 0) == 0);
+  CHECK(std::strlen(ampx_last_error()) <= 4095);
+  REQUIRE(ampx_set_error(AMPX_OK, nullptr) == AMPX_OK);
+  CHECK(std::string(ampx_last_error()).empty());
+}
