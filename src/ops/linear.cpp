@@ -19,9 +19,11 @@ class MatmulNode final : public Node {
     DeviceTensor& a = *inputs[0];
     DeviceTensor& b = *inputs[1];
     DeviceTensor& dy = *grads[0];
+    // The strides are products of two extents: they fit in int64 whenever
+    // the tensor written has elements (with none, nothing runs).
     TensorRef da, db;
-    if (a.requires_grad) {  // dA = dY B^T
-      da = new_tensor(ctx, a.dtype, a.shape);
+    if (a.requires_grad) da = new_tensor(ctx, a.dtype, a.shape);
+    if (da && da->numel() > 0) {  // dA = dY B^T
       GemmArgs g;
       g.batch = s.batch, g.m = s.m, g.n = s.k, g.k = s.n;
       g.a = dy.data(), g.a_batch_stride = s.m * s.n;
@@ -29,8 +31,8 @@ class MatmulNode final : public Node {
       g.ab_type = a.dtype, g.c = da->data(), g.c_type = a.dtype, g.c_batch_stride = s.m * s.k;
       gemm_of(ctx, name()).gemm(g);
     }
-    if (b.requires_grad) {  // dB = A^T dY
-      db = new_tensor(ctx, b.dtype, b.shape);
+    if (b.requires_grad) db = new_tensor(ctx, b.dtype, b.shape);
+    if (db && db->numel() > 0) {  // dB = A^T dY
       GemmArgs g;
       g.batch = s.batch, g.m = s.k, g.n = s.n, g.k = s.m;
       g.a = a.data(), g.trans_a = true, g.a_batch_stride = s.m * s.k;
@@ -128,12 +130,14 @@ DeviceTensor* op_matmul(DeviceTensor& a_in, DeviceTensor& b_in) {
   out_shape.dims[as.ndim - 2] = s.m;
   out_shape.dims[as.ndim - 1] = s.n;
   TensorRef out = new_tensor(ctx, a.dtype, make_shape(out_shape, a.dtype, "matmul's output"));
-  GemmArgs g;
-  g.batch = s.batch, g.m = s.m, g.n = s.n, g.k = s.k;
-  g.a = a.data(), g.a_batch_stride = s.m * s.k;
-  g.b = b.data(), g.b_batch_stride = s.k * s.n;
-  g.ab_type = a.dtype, g.c = out->data(), g.c_type = a.dtype, g.c_batch_stride = s.m * s.n;
-  if (out->numel() > 0) gemm_of(ctx, "matmul").gemm(g);
+  if (out->numel() > 0) {  // then every stride below fits in int64
+    GemmArgs g;
+    g.batch = s.batch, g.m = s.m, g.n = s.n, g.k = s.k;
+    g.a = a.data(), g.a_batch_stride = s.m * s.k;
+    g.b = b.data(), g.b_batch_stride = s.k * s.n;
+    g.ab_type = a.dtype, g.c = out->data(), g.c_type = a.dtype, g.c_batch_stride = s.m * s.n;
+    gemm_of(ctx, "matmul").gemm(g);
+  }
   if (should_record(ctx, {&a, &b})) {
     auto node = make_node<MatmulNode>({&in[0], &in[1]});
     node->s = s;

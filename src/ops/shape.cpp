@@ -98,10 +98,11 @@ class ConcatNode final : public Node {
       TensorRef dx;
       if (in->requires_grad) {
         dx = new_tensor(ctx, in->dtype, in->shape);
-        nn_of(ctx, name())
-            .copy_strided(dx->data(), byte_offset(dy.data(), offset * inner, dy.dtype),
-                          dtype_size(dy.dtype),
-                          block(outer, extent * inner, extent * inner, total * inner));
+        if (dx->numel() > 0)
+          nn_of(ctx, name())
+              .copy_strided(dx->data(), byte_offset(dy.data(), offset * inner, dy.dtype),
+                            dtype_size(dy.dtype),
+                            block(outer, extent * inner, extent * inner, total * inner));
       }
       result.push_back(std::move(dx));
       offset += extent;
@@ -256,12 +257,15 @@ DeviceTensor* op_concat(const std::vector<DeviceTensor*>& tensors, int32_t dim_i
   Shape shape = first.shape;
   shape.dims[dim] = total;
   TensorRef out = new_tensor(ctx, dtype, make_shape(shape, dtype, "concat's output"));
+  // Only tensors with elements are copied: in an empty one the products of
+  // its extents need not fit in int64 (with elements, each is at most numel).
   int64_t offset = 0;
   for (const TensorRef& t : in) {
     const int64_t extent = t->shape.dims[dim];
-    nn_of(ctx, "concat")
-        .copy_strided(byte_offset(out->data(), offset * inner, dtype), t->data(), dtype_size(dtype),
-                      block(outer, extent * inner, total * inner, extent * inner));
+    if (t->numel() > 0)
+      nn_of(ctx, "concat")
+          .copy_strided(byte_offset(out->data(), offset * inner, dtype), t->data(),
+                        dtype_size(dtype), block(outer, extent * inner, total * inner, extent * inner));
     offset += extent;
   }
   std::vector<DeviceTensor*> computed;

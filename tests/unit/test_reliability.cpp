@@ -140,6 +140,18 @@ TEST_CASE("reliability: an output shape whose element count wraps is SHAPE, not 
     CHECK(ampx_matmul(x, y, &out) == AMPX_ERR_SHAPE);
     CHECK(out == untouched);
   }
+  SUBCASE("a batch of none: [0, 2^40, 2^40] x [0, 2^40, 2^40], forward and backward") {
+    const int64_t big = int64_t{1} << 40;
+    Tensor x(empty(ctx, AMPX_F32, {0, big, big}));
+    REQUIRE(ampx_tensor_set_requires_grad(x, 1) == AMPX_OK);
+    REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+    ampx_tensor y = nullptr, total = nullptr;
+    REQUIRE_MESSAGE(ampx_matmul(x, x, &y) == AMPX_OK, last_error());
+    CHECK(dims_of(y) == std::vector<int64_t>{0, big, big});
+    REQUIRE(ampx_sum(y, &total) == AMPX_OK);
+    REQUIRE_MESSAGE(ampx_backward(total, nullptr) == AMPX_OK, last_error());
+    REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+  }
   SUBCASE("k = 0 with a representable output is still zeros (plus the bias)") {
     Tensor x(empty(ctx, AMPX_F32, {3, 0}));
     Tensor w(empty(ctx, AMPX_F32, {2, 0}));
@@ -213,6 +225,18 @@ TEST_CASE("reliability: concat and batch norm compute their counts without overf
     Tensor joined;
     REQUIRE_MESSAGE(ampx_concat(list, 2, 0, joined.out()) == AMPX_OK, last_error());
     CHECK(dims_of(joined) == std::vector<int64_t>{0, int64_t{1} << 62, int64_t{1} << 62});
+    // Along a later dimension (found by fuzz_api after the first fixes):
+    // each piece is 3 x 2^62 elements per outer index, of which there are 0.
+    Tensor b(empty(ctx, AMPX_F32, {0, 3, int64_t{1} << 62}));
+    REQUIRE(ampx_tensor_set_requires_grad(b, 1) == AMPX_OK);
+    const ampx_tensor pieces[] = {b, b};
+    REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+    ampx_tensor side = nullptr, total = nullptr;
+    REQUIRE_MESSAGE(ampx_concat(pieces, 2, 1, &side) == AMPX_OK, last_error());
+    CHECK(dims_of(side) == std::vector<int64_t>{0, 6, int64_t{1} << 62});
+    REQUIRE(ampx_sum(side, &total) == AMPX_OK);
+    REQUIRE_MESSAGE(ampx_backward(total, nullptr) == AMPX_OK, last_error());
+    REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
   }
   SUBCASE("batch norm over [N, 0, L] with N * L past 2^63") {
     Tensor x(empty(ctx, AMPX_F32, {int64_t{1} << 62, 0, 8}));
