@@ -153,6 +153,12 @@ void NnPrimitives::scatter_add_rows(const void* src, DType src_type, int64_t col
 void NnPrimitives::copy_strided(void* dst, const void* src, size_t elem_size,
                                 const StridedCopy& layout) {
   require_element_size("copy_strided", elem_size);
+  if (layout.ndim < 0 || layout.ndim > AMPX_MAX_DIMS)
+    fail(AMPX_ERR_INTERNAL, "copy_strided: ", layout.ndim, " dimensions");
+  // An empty copy reaches no backend: the product of the other extents of
+  // an empty tensor need not fit in int64, and nothing is to be done.
+  for (int32_t k = 0; k < layout.ndim; ++k)
+    if (layout.sizes[k] == 0) return;
   run_copy_strided(dst, src, elem_size, layout);
 }
 
