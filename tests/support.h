@@ -5,8 +5,13 @@
 #pragma once
 
 #include <doctest/doctest.h>
+#include <stdlib.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "ampx/ampx.h"
@@ -43,6 +48,34 @@ struct Tensor {
     return &handle;
   }
 };
+
+// A scratch directory, removed with everything in it.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "ampx-test-XXXXXX").string();
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  size_t entry_count() const {
+    return static_cast<size_t>(std::distance(std::filesystem::directory_iterator(path),
+                                             std::filesystem::directory_iterator()));
+  }
+};
+
+// A whole file's bytes.
+inline std::vector<unsigned char> read_bytes(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  REQUIRE(in.good());
+  return std::vector<unsigned char>(std::istreambuf_iterator<char>(in), {});
+}
 
 // The last error message as a std::string, for CHECK(contains(...)).
 inline std::string last_error() { return ampx_last_error(); }

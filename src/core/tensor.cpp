@@ -109,6 +109,11 @@ Storage::~Storage() {
 DeviceTensor* DeviceTensor::create(DeviceContext& ctx, DType dtype, const Shape& shape,
                                    std::shared_ptr<Storage> storage) {
   make_shape(shape, dtype, "a tensor's");
+  return assemble(ctx, dtype, shape, std::move(storage));
+}
+
+DeviceTensor* DeviceTensor::assemble(DeviceContext& ctx, DType dtype, const Shape& shape,
+                                     std::shared_ptr<Storage> storage) {
   auto* tensor = new DeviceTensor();
   tensor->ctx = &ctx;
   tensor->dtype = dtype;
@@ -122,7 +127,7 @@ DeviceTensor* DeviceTensor::create(DeviceContext& ctx, DType dtype, const Shape&
 DeviceTensor* DeviceTensor::empty(DeviceContext& ctx, DType dtype, const Shape& shape) {
   make_shape(shape, dtype, "a tensor's");
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
-  return create(ctx, dtype, shape, Storage::allocate(ctx, bytes));
+  return assemble(ctx, dtype, shape, Storage::allocate(ctx, bytes));
 }
 
 DeviceTensor* DeviceTensor::alias(DeviceContext& ctx, const DeviceTensor& base, DType dtype,

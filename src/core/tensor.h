@@ -87,6 +87,7 @@ struct DeviceTensor : Object {
   // Takes over one reference to ctx's caller: the tensor retains `ctx`.
   static DeviceTensor* create(DeviceContext& ctx, DType dtype, const Shape& shape,
                               std::shared_ptr<Storage> storage);
+  // A tensor of new memory; shape checked as create checks it.
   static DeviceTensor* empty(DeviceContext& ctx, DType dtype, const Shape& shape);
   // A new tensor on base's memory, starting `extra_offset` bytes past base's
   // first element (base may itself be a view): it shares the storage, so it
@@ -122,6 +123,11 @@ struct DeviceTensor : Object {
   // Expires when the tensor is released, so the tape can tell which of its
   // records can still be reached without holding their outputs.
   std::shared_ptr<const void> tape_token;
+
+ private:
+  // create without the shape check, for callers that made it already.
+  static DeviceTensor* assemble(DeviceContext& ctx, DType dtype, const Shape& shape,
+                                std::shared_ptr<Storage> storage);
 };
 
 // Owns one reference to a tensor: internal code builds new objects with

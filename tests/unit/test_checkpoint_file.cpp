@@ -25,29 +25,8 @@ using ampx_fixture::make;
 using ampx_fixture::values_of;
 using ampx_test::last_error;
 
-// A scratch directory, removed with everything in it.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "ampx-ckpt-XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string file(const char* name) const { return (path / name).string(); }
-  size_t entry_count() const {
-    return static_cast<size_t>(std::distance(fs::directory_iterator(path), fs::directory_iterator()));
-  }
-};
-
-std::vector<unsigned char> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in.good());
-  return std::vector<unsigned char>(std::istreambuf_iterator<char>(in), {});
-}
+using ampx_test::read_bytes;
+using ampx_test::TempDir;
 
 void write_bytes(const std::string& path, const unsigned char* data, size_t size) {
   // A new file rather than a truncated one: ext4 flushes a file that was

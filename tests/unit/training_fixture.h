@@ -185,6 +185,15 @@ inline ampx_tensor attach_grad(ampx_context ctx, ampx_tensor param, ampx_dtype d
   return g.handle;
 }
 
+// Redoes an optimizer state blob's checksum (FNV-1a of everything before
+// its last 8 bytes) after a test edited a field, so that the load judges the
+// field itself.
+inline void reseal_optimizer_state(std::vector<unsigned char>& state) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i + 8 < state.size(); ++i) hash = (hash ^ state[i]) * 0x100000001b3ull;
+  std::memcpy(state.data() + state.size() - 8, &hash, sizeof hash);
+}
+
 inline ampx_tensor grad_of(ampx_tensor param) {
   ampx_tensor g = nullptr;
   REQUIRE(ampx_tensor_grad(param, &g) == AMPX_OK);
