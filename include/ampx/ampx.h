@@ -20,6 +20,7 @@
  *  11. Ops (EXPERIMENTAL)
  *  12. Training checkpoint files (EXPERIMENTAL)
  *  13. Tensor views and gradient hooks (EXPERIMENTAL)
+ *  14. Data-parallel training: communicators, gradient all-reduce (EXPERIMENTAL)
  *
  * Stability: sections 1-8 are stable: their functions keep their
  * signatures and meaning within an ABI major version. Sections marked
@@ -977,7 +978,7 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_find_nonfinite_grads(ampx_optimizer opt
 #endif /* AMPX_H */
 
 /* ========================================================================== */
-/* Experimental tier (sections 9-12): AMPX_EXPERIMENTAL                        */
+/* Experimental tier (sections 9-14): AMPX_EXPERIMENTAL                        */
 /* ========================================================================== */
 
 /* The declarations below exist only for a translation unit that defines
@@ -1586,6 +1587,205 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_set_grad_ready_hook(ampx_context ctx, a
  *  ampx_backward runs on the context); whatever the hook returns, with the
  *  message formed as under ampx_set_grad_ready_hook. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_grad_ready(ampx_tensor param);
+
+/* ========================================================================== */
+/* 14. Data-parallel training: communicators, gradient all-reduce             */
+/*     (EXPERIMENTAL)                                                         */
+/* ========================================================================== */
+
+/* One process per device; every process runs the same training loop on its
+ * own part of the batch. ampx moves no bytes itself: it uses the host's MPI
+ * (CPU contexts) or NCCL (CUDA contexts), found at run time, so libampx
+ * loads and runs single-process where neither is installed.
+ *
+ * An ampx_data_parallel wraps an optimizer: every parameter's gradient
+ * becomes a view of a flat bucket; during ampx_backward each bucket is
+ * all-reduced as soon as its gradients are final (the grad-ready hooks of
+ * section 13), overlapping the rest of the pass; the first call that reads
+ * the gradients (ampx_scaler_unscale, ampx_scaler_step, ampx_clip_grad_*,
+ * ampx_optimizer_step, ampx_find_nonfinite_grads) completes the reduction
+ * in stream order. Each unscale MAX-reduces the scaler's found-inf over the
+ * ranks, so every rank skips the same steps and its scale stays equal; the
+ * optimizer step stays on the device, with no host sync. After each step
+ * every rank's parameters are bitwise identical.
+ *
+ * Collective calls: ampx_comm_from_mpi, ampx_comm_init_nccl and
+ * ampx_data_parallel_create, and every call that completes a reduction, must
+ * be made by every rank of the communicator, in the same order. A rank that
+ * dies mid-step: under MPI the launcher (mpirun) ends the whole job; under
+ * NCCL a host wait on a collective gives up after the communicator's
+ * timeout (ampx_comm_set_timeout), aborts the communicator and fails with
+ * AMPX_ERR_DEVICE. */
+
+/** A group of ranks, bound to one context. */
+typedef struct ampx_comm_s *ampx_comm;
+
+/** Makes a communicator for a CPU context from the host's MPI communicator:
+ *  `mpi_comm` points to an MPI_Comm (e.g. `&comm`; with mpi4py,
+ *  `MPI._addressof(comm)`). ampx duplicates it (MPI_Comm_dup), so its
+ *  messages never mix with the host's; the host keeps owning its own. The
+ *  MPI code lives in the plugin libampx_mpi.so, next to libampx (or the path
+ *  the environment variable AMPX_MPI_PLUGIN names), built against one MPI
+ *  implementation: the host must use that same MPI, initialised
+ *  (MPI_Init) and not finalized. Collective over the MPI communicator.
+ *  Ownership: *out is the caller's (ampx_comm_release); it retains ctx.
+ *  Threads: MPI is called on the calling thread only; an MPI initialised
+ *  with MPI_THREAD_SINGLE or FUNNELED suffices when only that thread calls.
+ *  Errors: INVALID_ARGUMENT (a NULL argument; MPI not initialised;
+ *  MPI_COMM_NULL); NOT_SUPPORTED (a CUDA context: use NCCL; the plugin or
+ *  libmpi cannot be loaded -- the message names what is missing);
+ *  STALE_HANDLE; DEVICE (MPI failed). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_comm_from_mpi(ampx_context ctx, const void *mpi_comm,
+                                                       ampx_comm *out);
+
+/** Makes a communicator for a CUDA context from the host's ncclComm_t
+ *  (passed as a pointer, so ampx.h needs no NCCL header). The host keeps
+ *  owning it and destroys it after releasing the ampx_comm -- unless ampx
+ *  aborted it after a timeout (ampx_comm_set_timeout): ncclCommAbort frees
+ *  it, and the host must not destroy it again. It must be on
+ *  the context's device. NCCL (libnccl.so.2, or the path AMPX_NCCL_LIBRARY
+ *  names) is loaded at run time. Collectives run on the context's
+ *  communication stream, ordered with its compute stream by events.
+ *  Errors: INVALID_ARGUMENT (NULL); NOT_SUPPORTED (a CPU context: use MPI;
+ *  NCCL cannot be loaded); DEVICE (the communicator is on another device);
+ *  STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_comm_from_nccl(ampx_context ctx, void *nccl_comm,
+                                                        ampx_comm *out);
+
+/** The bytes of an NCCL unique id. */
+#define AMPX_NCCL_UNIQUE_ID_BYTES 128
+
+/** For hosts without MPI (Go, Rust, an engine): rank 0 makes an NCCL unique
+ *  id with this call and sends its AMPX_NCCL_UNIQUE_ID_BYTES bytes to every
+ *  other rank by its own means; then every rank calls ampx_comm_init_nccl.
+ *  Errors: INVALID_ARGUMENT (id NULL, or bytes not
+ *  AMPX_NCCL_UNIQUE_ID_BYTES); NOT_SUPPORTED (NCCL cannot be loaded);
+ *  DEVICE. Thread-safe. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_nccl_unique_id(void *id, size_t bytes);
+
+/** Makes an NCCL communicator of `world_size` ranks, this process being
+ *  `rank`, from the id rank 0 made (ampx_nccl_unique_id); ampx owns it and
+ *  destroys it with the ampx_comm. Collective: blocks until every rank has
+ *  called it. Errors: INVALID_ARGUMENT (NULL, bytes not
+ *  AMPX_NCCL_UNIQUE_ID_BYTES, world_size < 1, rank outside [0, world_size));
+ *  NOT_SUPPORTED (a CPU context, or no NCCL); DEVICE (NCCL failed);
+ *  STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_comm_init_nccl(ampx_context ctx, const void *id,
+                                                        size_t bytes, int32_t world_size,
+                                                        int32_t rank, ampx_comm *out);
+
+/** *rank and *size receive this process's rank and the number of ranks;
+ *  either may be NULL. Errors: INVALID_ARGUMENT (comm NULL), STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_comm_rank(ampx_comm comm, int32_t *rank, int32_t *size);
+
+/** The longest a host wait on this communicator's collectives may take
+ *  before ampx aborts the communicator (NCCL: ncclCommAbort) and fails with
+ *  AMPX_ERR_DEVICE, instead of waiting forever for a rank that died; while
+ *  it waits, ampx polls NCCL's asynchronous errors. Default 600 s. MPI
+ *  calls cannot be interrupted: there the launcher ends the job.
+ *  Errors: INVALID_ARGUMENT (seconds not finite or <= 0), STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_comm_set_timeout(ampx_comm comm, double seconds);
+
+/** Releases the caller's reference; the communicator lives on while a
+ *  data-parallel wrapper uses it. Pending collectives are completed first.
+ *  NULL is a no-op; a stale handle only sets the last error. */
+AMPX_API void ampx_comm_release(ampx_comm comm);
+
+/** An optimizer whose gradients are reduced over a communicator's ranks. */
+typedef struct ampx_data_parallel_s *ampx_data_parallel;
+
+typedef struct ampx_data_parallel_options {
+  size_t struct_size;        /**< sizeof(ampx_data_parallel_options) */
+  size_t bucket_bytes;       /**< gradient bytes per bucket: 25 MiB (DDP's bucket_cap_mb) */
+  size_t first_bucket_bytes; /**< the first bucket of each dtype, reduced first: 1 MiB */
+  int32_t average;           /**< 1: gradients averaged over ranks (sum / world size,
+                                  the division done before the sum, as DDP does);
+                                  0: summed. Default 1. */
+  int32_t reduce_in_fp32;    /**< 1: F16/BF16 gradients are converted to fp32, reduced
+                                  in fp32 and rounded back once; 0 (default): reduced
+                                  in their own dtype */
+  int32_t overlap;           /**< 1 (default): buckets are reduced while backward
+                                  runs; 0: all after it (for comparison) */
+} ampx_data_parallel_options;
+
+#define AMPX_DATA_PARALLEL_OPTIONS_INIT \
+  { sizeof(ampx_data_parallel_options), (size_t)25 << 20, (size_t)1 << 20, 1, 0, 1 }
+
+/** Fills *options with the defaults. Errors: INVALID_ARGUMENT (NULL). */
+AMPX_NODISCARD AMPX_API ampx_status
+ampx_data_parallel_options_default(ampx_data_parallel_options *options);
+
+/** Wraps `optimizer` for data-parallel training over `comm`. Collective:
+ *  every rank calls it with the same parameters -- the optimizer's
+ *  parameters in order, with equal count, dtypes and shapes -- which it
+ *  checks: a mismatch fails on every rank with a message naming the first
+ *  difference (parameter index, rank, both descriptions), and a rank whose
+ *  own arguments are wrong makes every rank fail with its message, never a
+ *  hang. It then broadcasts rank 0's parameters, fp32 master weights and
+ *  moments to every rank, and makes the gradient buckets (reverse
+ *  parameter order, one dtype per bucket): each parameter's gradient
+ *  becomes a view of its bucket (a gradient already attached is copied in
+ *  and released). Keep those gradients attached: ampx_optimizer_zero_grad
+ *  zeroes them in place; replacing one with ampx_tensor_set_grad makes the
+ *  next backward fail (AMPX_ERR_ORDER). A parameter no backward reaches has
+ *  a zero gradient, and the optimizer steps it with that, as DDP does.
+ *  The optimizer's param groups are fixed from here on (ampx_optimizer_add_
+ *  param_group is refused). options NULL: the defaults.
+ *  Ownership: *out is the caller's (ampx_data_parallel_release); it retains
+ *  comm and optimizer.
+ *  Errors: INVALID_ARGUMENT (a NULL argument; bucket sizes 0; an optimizer
+ *  already wrapped; parameters that differ across ranks); DEVICE (comm and
+ *  optimizer of different contexts, or a communicator that was aborted);
+ *  ORDER (the optimizer is between unscale/step and update); STALE_HANDLE;
+ *  OUT_OF_MEMORY. On error nothing changed on this rank. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_create(
+    ampx_comm comm, ampx_optimizer optimizer, const ampx_data_parallel_options *options,
+    ampx_data_parallel *out);
+
+/** Gradient accumulation (DDP's no_sync): with sync 0, backward passes only
+ *  accumulate, and nothing is communicated; turn it back on (1) before the
+ *  last micro-batch's backward, whose pass reduces the sum. Reading the
+ *  gradients for an update while it is off (unscale, clip, step) is refused
+ *  (AMPX_ERR_ORDER): each rank would step on its own gradients.
+ *  Errors: ORDER (turning it off while buckets of the iteration are being
+ *  reduced); INVALID_ARGUMENT; STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_set_sync(ampx_data_parallel dp,
+                                                                int32_t sync);
+
+/** For engines with their own backward pass: reduces every bucket not yet
+ *  reduced and completes the reduction now (gradients signalled one by one
+ *  with ampx_grad_ready, section 13, go out as their buckets fill; this
+ *  call sends the rest). Collective. Needed only to reduce before the
+ *  first read; the first read does the same.
+ *  Errors: ORDER (sync off, or already reduced in this iteration: step
+ *  first); DEVICE; INVALID_ARGUMENT; STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_reduce(ampx_data_parallel dp);
+
+typedef struct ampx_data_parallel_stats {
+  size_t struct_size;             /**< set by the caller: sizeof(ampx_data_parallel_stats) */
+  int32_t rank, world_size;
+  int32_t bucket_count;
+  uint64_t bucket_bytes;          /**< gradient buckets and fp32 reduction buffers */
+  int32_t buckets_launched;       /**< of the iteration under way, so far */
+  int32_t last_launched_early;    /**< of the last reduction: buckets sent before
+                                       the gradients were first read (during backward) */
+  int64_t reductions;             /**< reductions completed */
+  uint64_t optimizer_state_bytes; /**< this rank's fp32 masters and moments */
+} ampx_data_parallel_stats;
+
+#define AMPX_DATA_PARALLEL_STATS_INIT { sizeof(ampx_data_parallel_stats), 0, 0, 0, 0, 0, 0, 0, 0 }
+
+/** Fills *stats (whose struct_size the caller sets; fields beyond it are
+ *  not written). Changes nothing; no sync.
+ *  Errors: INVALID_ARGUMENT (NULL, struct_size too small), STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_get_stats(ampx_data_parallel dp,
+                                                                 ampx_data_parallel_stats *stats);
+
+/** Releases the wrapper: pending reductions are completed, the optimizer
+ *  reads its gradients as they are from then on, and the gradient views
+ *  stay attached to the parameters. NULL is a no-op; a stale handle only
+ *  sets the last error. */
+AMPX_API void ampx_data_parallel_release(ampx_data_parallel dp);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -137,6 +137,7 @@ void LossScaler::unscale(FusedOptimizer& optimizer) {
     fail(AMPX_ERR_ORDER,
          "unscale after step: this optimizer already stepped in this iteration; call "
          "ampx_scaler_update before unscaling the next iteration's gradients");
+  optimizer.sync_gradients("unscale");
   std::vector<TensorSpan> ins, outs;
   optimizer.prepare_unscale(ins, outs);
   // Attached only now that nothing can fail: a call that ran out of memory
@@ -146,6 +147,7 @@ void LossScaler::unscale(FusedOptimizer& optimizer) {
   float* found_inf = static_cast<float*>(optimizer.found_inf().data());
   backend.fill(found_inf, 4, 0, 1);
   amp.multi_tensor_scale(ins, outs, static_cast<const float*>(scale_->data()), true, found_inf);
+  if (optimizer.grad_sync) optimizer.grad_sync->agree_found_inf(found_inf);
   optimizer.mark_unscaled(true);
   optimizer.amp_state = AmpState::Unscaled;
   if (std::find(active_.begin(), active_.end(), &optimizer) == active_.end())

@@ -164,9 +164,15 @@ class Backend {
   // Work enqueued on `stream` from now on starts only after the work
   // `event` marked has completed; the host does not wait.
   virtual void wait_event(Stream stream, const DeviceEvent& event) = 0;
+  // Whether the work `event` marked has completed; never waits (true on a
+  // synchronous backend). Reports asynchronous device failures.
+  virtual bool event_completed(const DeviceEvent& event) = 0;
   // The device API's handle of `stream` (a cudaStream_t), for libraries
   // that enqueue on it themselves (NCCL, cuDNN); nullptr on the CPU.
   virtual void* native_stream(Stream stream) = 0;
+  // Makes this backend's device the calling thread's current one, for
+  // libraries that work on the current device (NCCL's communicator setup).
+  virtual void make_current() {}
 
  protected:
   // Called by a backend's constructor for each capability it provides (the

@@ -24,6 +24,7 @@ DeviceTensor* clip_grad_norm(FusedOptimizer& optimizer, double max_norm, NormTyp
   check_grads_unscaled(optimizer);
   DeviceContext& ctx = optimizer.context();
   AmpPrimitives& amp = ctx.backend().require<AmpPrimitives>("clip_grad_norm");
+  optimizer.sync_gradients("clip_grad_norm");
   const std::vector<TensorSpan> grads = optimizer.effective_grads();
   TensorRef total(make_filled_f32(ctx, vector_shape(1), 0.0f));
   TensorRef coef(make_filled_f32(ctx, vector_shape(1), 1.0f));
@@ -46,6 +47,7 @@ void clip_grad_value(FusedOptimizer& optimizer, double clip_value) {
   if (!(clip_value >= 0.0) || !(clip_value <= FLT_MAX))
     fail(AMPX_ERR_INVALID_ARGUMENT, "clip_value is ", clip_value, "; it must be finite and >= 0");
   check_grads_unscaled(optimizer);
+  optimizer.sync_gradients("clip_grad_value");
   optimizer.context()
       .backend()
       .require<AmpPrimitives>("clip_grad_value")
@@ -53,6 +55,7 @@ void clip_grad_value(FusedOptimizer& optimizer, double clip_value) {
 }
 
 std::vector<NonfiniteGradCount> find_nonfinite_grads(FusedOptimizer& optimizer) {
+  optimizer.sync_gradients("find_nonfinite_grads");
   std::vector<const FusedOptimizer::Param*> owners;
   const std::vector<TensorSpan> grads = optimizer.effective_grads(&owners);
   std::vector<NonfiniteGradCount> found;

@@ -185,6 +185,9 @@ int32_t FusedOptimizer::add_group(const std::vector<DeviceTensor*>& params, doub
   if (amp_state != AmpState::Ready)
     fail(AMPX_ERR_ORDER, "param groups can only be added between iterations (after "
                          "ampx_scaler_update), not between unscale/step and update");
+  if (grad_sync)
+    fail(AMPX_ERR_ORDER, "the optimizer is wrapped for data-parallel training, whose gradient "
+                         "buckets are fixed; add param groups before ampx_data_parallel_create");
   check_float_rate(lr, "lr");
   check_float_rate(weight_decay, "weight_decay");
   std::unordered_set<const DeviceTensor*> seen;
@@ -268,6 +271,7 @@ std::vector<TensorSpan> FusedOptimizer::effective_grads(std::vector<const Param*
 void FusedOptimizer::step(const float* found_inf) {
   Backend& backend = ctx_->backend();
   AmpPrimitives& amp = backend.require<AmpPrimitives>("the optimizer step");
+  sync_gradients("the optimizer step");
   std::vector<OptimParam> list;
   auto* steps = static_cast<int64_t*>(steps_->data());
   // Step counters advance in runs of consecutive parameters that have a
@@ -322,6 +326,7 @@ void FusedOptimizer::step(const float* found_inf) {
   else
     backend.fill(last_step_skipped_->data(), 4, 0, 1);
   has_stepped_ = true;
+  if (grad_sync) grad_sync->finish_step();
 }
 
 void FusedOptimizer::step_unscaled() {

@@ -9,6 +9,7 @@
 #include "core/backend_amp.h"
 #include "core/context.h"
 #include "core/tensor.h"
+#include "optim/grad_sync.h"
 
 namespace ampx::impl {
 
@@ -99,8 +100,17 @@ class FusedOptimizer : public Object {
   // ORDER between an unscale/step and the update.
   void load_state(const void* buffer, size_t bytes);
 
+  // Completes the cross-rank reduction of the gradients, when a
+  // GradientSync is attached, before `op` reads them.
+  void sync_gradients(const char* op) {
+    if (grad_sync) grad_sync->complete_gradients(op);
+  }
+
   // Set by the scaler the optimizer is attached to.
   LossScaler* scaler = nullptr;  // retained while attached
+  // Set while a data-parallel wrapper (dist/data_parallel.h) owns the
+  // gradients' reduction; it retains the optimizer meanwhile.
+  GradientSync* grad_sync = nullptr;
   AmpState amp_state = AmpState::Ready;
 
  private:

@@ -57,6 +57,7 @@ class CoreOnlyBackend final : public ampx::impl::Backend {
   }
   void record_event(ampx::impl::DeviceEvent&, ampx::impl::Stream) override {}
   void wait_event(ampx::impl::Stream, const ampx::impl::DeviceEvent&) override {}
+  bool event_completed(const ampx::impl::DeviceEvent&) override { return true; }
   void* native_stream(ampx::impl::Stream) override { return nullptr; }
 
  protected:

@@ -234,6 +234,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<DeviceEvent> make_event() override { return std::make_unique<CpuEvent>(); }
   void record_event(DeviceEvent&, Stream) override {}
   void wait_event(Stream, const DeviceEvent&) override {}
+  bool event_completed(const DeviceEvent&) override { return true; }
   void* native_stream(Stream) override { return nullptr; }
 
  protected:

@@ -35,7 +35,7 @@ void check(cudaError_t status, const char* what) {
   fail(AMPX_ERR_DEVICE, what, " failed: ", cudaGetErrorString(status));
 }
 
-void make_current(int32_t device) { check(cudaSetDevice(device), "cudaSetDevice"); }
+void use_device(int32_t device) { check(cudaSetDevice(device), "cudaSetDevice"); }
 
 // State a backend shares with the allocators it makes. It is destroyed with
 // the last of them, so the context may drop the backend and its allocator in
@@ -67,7 +67,7 @@ class CudaAllocator final : public Allocator {
   explicit CudaAllocator(std::shared_ptr<const CudaDevice> device) : device_(std::move(device)) {}
 
   void* allocate(size_t bytes) override {
-    make_current(device_->index);
+    use_device(device_->index);
     // A zero-byte tensor still gets an address of its own.
     const size_t size = bytes == 0 ? 1 : bytes;
     void* ptr = nullptr;
@@ -98,7 +98,7 @@ class CudaAllocator final : public Allocator {
   }
 
   uint64_t reserved_bytes() const override {
-    make_current(device_->index);
+    use_device(device_->index);
     uint64_t reserved = 0;
     check(cudaMemPoolGetAttribute(device_->pool, cudaMemPoolAttrReservedMemCurrent, &reserved),
           "cudaMemPoolGetAttribute(reserved)");
@@ -138,7 +138,7 @@ class StreamScratch {
 class CudaEvent final : public DeviceEvent {
  public:
   explicit CudaEvent(int32_t device) : device_(device) {
-    make_current(device_);
+    use_device(device_);
     // No timing: a timed event costs a GPU timestamp at every record.
     check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
   }
@@ -169,7 +169,7 @@ class CudaAmp final : public AmpPrimitives {
   void run_multi_tensor_scale(const std::vector<TensorSpan>& ins,
                               const std::vector<TensorSpan>& outs, const float* factor,
                               bool reciprocal, float* found_inf) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(
         cuda::launch_multi_tensor_scale(ins, outs, factor, reciprocal, found_inf, device_->launch),
         "multi_tensor_scale kernel launch");
@@ -177,7 +177,7 @@ class CudaAmp final : public AmpPrimitives {
 
   void run_multi_tensor_norm(const std::vector<TensorSpan>& tensors, NormType type,
                              float* out) override {
-    make_current(device_->index);
+    use_device(device_->index);
     const auto partials = static_cast<size_t>(cuda::multi_tensor_norm_partials(tensors));
     const StreamScratch scratch(device_, partials * sizeof(double), "multi_tensor_norm");
     check(cuda::launch_multi_tensor_norm(tensors, type, static_cast<double*>(scratch.get()), out,
@@ -186,20 +186,20 @@ class CudaAmp final : public AmpPrimitives {
   }
 
   void run_clip_coefficient(const float* total_norm, float max_norm, float* coef) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_clip_coefficient(total_norm, max_norm, coef, device_->launch),
           "clip_coefficient kernel launch");
   }
 
   void run_multi_tensor_clamp(const std::vector<TensorSpan>& tensors, float limit) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_multi_tensor_clamp(tensors, limit, device_->launch),
           "multi_tensor_clamp kernel launch");
   }
 
   void run_multi_tensor_count_nonfinite(const std::vector<TensorSpan>& tensors,
                                         int64_t* counts) override {
-    make_current(device_->index);
+    use_device(device_->index);
     // The kernels add each chunk's counts to these zeros; a zero-size tensor
     // has no chunk and keeps them.
     check(cudaMemsetAsync(counts, 0, 2 * tensors.size() * sizeof(int64_t), device_->stream),
@@ -216,28 +216,28 @@ class CudaAmp final : public AmpPrimitives {
            " found-inf flags (one per optimizer stepped since the last update); the CUDA "
            "backend combines at most ",
            cuda::kMaxScalerFlags, " in one update");
-    make_current(device_->index);
+    use_device(device_->index);
     check(
         cuda::launch_scaler_update(state, found_infs, config, force, forced_scale, device_->launch),
         "scaler_update kernel launch");
   }
 
   void run_increment_steps(int64_t* steps, int64_t count, const float* found_inf) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_increment_steps(steps, count, found_inf, device_->launch),
           "increment_steps kernel launch");
   }
 
   void run_sgd_step(const std::vector<OptimParam>& params, const math::SgdConfig& config,
                     const StepScalars& scalars) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_sgd_step(params, config, scalars, device_->launch),
           "sgd_step kernel launch");
   }
 
   void run_adam_step(const std::vector<OptimParam>& params, const math::AdamConfig& config,
                      const StepScalars& scalars) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_adam_step(params, config, scalars, device_->launch),
           "adam_step kernel launch");
   }
@@ -255,41 +255,41 @@ class CudaNn final : public NnPrimitives {
 
  protected:
   void run_unary(UnaryOp op, const void* x, void* y, DType type, int64_t count) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_unary(op, x, y, type, count, device_->launch), "unary kernel launch");
   }
 
   void run_unary_backward(UnaryOp op, const void* x, const void* dy, void* dx, DType type,
                           int64_t count) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_unary_backward(op, x, dy, dx, type, count, device_->launch),
           "unary_backward kernel launch");
   }
 
   void run_binary(BinaryOp op, const void* a, const void* b, void* out, DType type, int64_t count,
                   int64_t b_count) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_binary(op, a, b, out, type, count, b_count, device_->launch),
           "binary kernel launch");
   }
 
   void run_affine(const void* x, void* y, DType type, int64_t count, float scale,
                   float shift) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_affine(x, y, type, count, scale, shift, device_->launch),
           "affine kernel launch");
   }
 
   void run_add_into(void* dst, DType dst_type, const void* src, DType src_type,
                     int64_t count) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_add_into(dst, dst_type, src, src_type, count, device_->launch),
           "add_into kernel launch");
   }
 
   void run_sum_rows(const void* x, DType type, int64_t rows, int64_t cols, void* out,
                     DType out_type) override {
-    make_current(device_->index);
+    use_device(device_->index);
     const auto partials = static_cast<size_t>(cuda::sum_rows_partials(rows, cols, device_->launch));
     const StreamScratch scratch(device_, partials * sizeof(double), "sum_rows");
     check(cuda::launch_sum_rows(x, type, rows, cols, out, out_type,
@@ -298,7 +298,7 @@ class CudaNn final : public NnPrimitives {
   }
 
   void run_sum_all(const void* x, DType type, int64_t count, float* out) override {
-    make_current(device_->index);
+    use_device(device_->index);
     const auto partials = static_cast<size_t>(cuda::sum_all_partials(count, device_->launch));
     const StreamScratch scratch(device_, partials * sizeof(double), "sum_all");
     check(cuda::launch_sum_all(x, type, count, out, static_cast<double*>(scratch.get()),
@@ -308,21 +308,21 @@ class CudaNn final : public NnPrimitives {
 
   void run_softmax(const void* x, void* y, DType type, int64_t rows, int64_t cols,
                    bool log) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_softmax(x, y, type, rows, cols, log, device_->launch),
           "softmax kernel launch");
   }
 
   void run_softmax_backward(const void* y, const void* dy, void* dx, DType type, int64_t rows,
                             int64_t cols, bool log) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_softmax_backward(y, dy, dx, type, rows, cols, log, device_->launch),
           "softmax_backward kernel launch");
   }
 
   void run_cross_entropy(const void* logits, DType type, const void* labels, DType label_type,
                          int64_t rows, int64_t cols, int64_t ignore_index, float* losses) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_cross_entropy(logits, type, labels, label_type, rows, cols, ignore_index,
                                      losses, device_->launch),
           "cross_entropy kernel launch");
@@ -332,7 +332,7 @@ class CudaNn final : public NnPrimitives {
                                   DType label_type, int64_t rows, int64_t cols,
                                   int64_t ignore_index, const float* dloss, float scale,
                                   void* dlogits) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_cross_entropy_backward(logits, type, labels, label_type, rows, cols,
                                               ignore_index, dloss, scale, dlogits, device_->launch),
           "cross_entropy_backward kernel launch");
@@ -340,7 +340,7 @@ class CudaNn final : public NnPrimitives {
 
   void run_layer_norm(const void* x, const void* weight, const void* bias, DType type, int64_t rows,
                       int64_t cols, float eps, void* y, float* mean, float* rstd) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_layer_norm(x, weight, bias, type, rows, cols, eps, y, mean, rstd,
                                   device_->launch),
           "layer_norm kernel launch");
@@ -349,7 +349,7 @@ class CudaNn final : public NnPrimitives {
   void run_layer_norm_backward(const void* x, const void* dy, const void* weight, DType type,
                                int64_t rows, int64_t cols, const float* mean, const float* rstd,
                                void* dx, void* dweight, void* dbias) override {
-    make_current(device_->index);
+    use_device(device_->index);
     const bool sums = dweight != nullptr || dbias != nullptr;  // the only users of scratch
     const StreamScratch scratch(
         device_, sums ? cuda::layer_norm_backward_scratch_bytes(rows, cols, device_->launch) : 0,
@@ -362,7 +362,7 @@ class CudaNn final : public NnPrimitives {
   void run_batch_norm_stats(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
                             float momentum, float* mean, float* var, float* running_mean,
                             float* running_var) override {
-    make_current(device_->index);
+    use_device(device_->index);
     const StreamScratch scratch(
         device_, cuda::batch_norm_stats_scratch_bytes(n, channels, inner, device_->launch),
         "batch_norm_stats");
@@ -374,7 +374,7 @@ class CudaNn final : public NnPrimitives {
   void run_batch_norm(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
                       const float* mean, const float* var, const float* weight, const float* bias,
                       float eps, void* y) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_batch_norm(x, type, n, channels, inner, mean, var, weight, bias, eps, y,
                                   device_->launch),
           "batch_norm kernel launch");
@@ -384,7 +384,7 @@ class CudaNn final : public NnPrimitives {
                                int64_t channels, int64_t inner, const float* mean, const float* var,
                                const float* weight, float eps, bool batch_stats, void* dx,
                                float* dweight, float* dbias) override {
-    make_current(device_->index);
+    use_device(device_->index);
     const StreamScratch scratch(
         device_, cuda::batch_norm_backward_scratch_bytes(n, channels, inner, device_->launch),
         "batch_norm_backward");
@@ -396,7 +396,7 @@ class CudaNn final : public NnPrimitives {
 
   void run_gather_rows(const void* table, size_t row_bytes, int64_t table_rows, const void* indices,
                        DType index_type, int64_t count, void* out) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_gather_rows(table, row_bytes, table_rows, indices, index_type, count, out,
                                    device_->launch),
           "gather_rows kernel launch");
@@ -405,7 +405,7 @@ class CudaNn final : public NnPrimitives {
   void run_scatter_add_rows(const void* src, DType src_type, int64_t cols, const void* indices,
                             DType index_type, int64_t count, float* dst,
                             int64_t dst_rows) override {
-    make_current(device_->index);
+    use_device(device_->index);
     const StreamScratch scratch(
         device_, cuda::scatter_add_rows_scratch_bytes(count, index_type, device_->launch),
         "scatter_add_rows");
@@ -416,21 +416,21 @@ class CudaNn final : public NnPrimitives {
 
   void run_copy_strided(void* dst, const void* src, size_t elem_size,
                         const StridedCopy& layout) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_copy_strided(dst, src, elem_size, layout, device_->launch),
           "copy_strided kernel launch");
   }
 
   void run_dropout(const void* x, void* y, DType type, int64_t count, uint64_t seed,
                    uint64_t offset, uint32_t threshold, float scale) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_dropout(x, y, type, count, seed, offset, threshold, scale, device_->launch),
           "dropout kernel launch");
   }
 
   void run_check_indices(const void* indices, DType type, int64_t count, const IndexCheck& rule,
                          float* valid, int64_t* record) override {
-    make_current(device_->index);
+    use_device(device_->index);
     const StreamScratch scratch(device_, cuda::check_indices_scratch_bytes(), "check_indices");
     check(cuda::launch_check_indices(indices, type, count, rule, valid, record, scratch.get(),
                                      device_->launch),
@@ -439,7 +439,7 @@ class CudaNn final : public NnPrimitives {
 
   void run_bce_with_logits(const void* logits, const void* targets, DType type, int64_t count,
                            float* losses) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_bce_with_logits(logits, targets, type, count, losses, device_->launch),
           "bce_with_logits kernel launch");
   }
@@ -453,14 +453,14 @@ class CudaNn final : public NnPrimitives {
 class CudaGemm final : public GemmPrimitives {
  public:
   explicit CudaGemm(std::shared_ptr<const CudaDevice> device) : device_(std::move(device)) {
-    make_current(device_->index);
+    use_device(device_->index);
     gemm_ = std::make_unique<cuda::CublasLtGemm>(std::make_unique<CudaAllocator>(device_),
                                                  device_->launch);
   }
 
  protected:
   void run_gemm(const GemmArgs& args) override {
-    make_current(device_->index);
+    use_device(device_->index);
     gemm_->run(args);
   }
 
@@ -497,7 +497,7 @@ class CudaBackend final : public Backend {
   }
 
   void check_device_pointer(const void* ptr, const char* what) override {
-    make_current(device_->index);
+    use_device(device_->index);
     cudaPointerAttributes attributes{};
     check(cudaPointerGetAttributes(&attributes, ptr), "cudaPointerGetAttributes");
     switch (attributes.type) {
@@ -517,7 +517,7 @@ class CudaBackend final : public Backend {
   }
 
   void synchronize() override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cudaStreamSynchronize(device_->stream), "cudaStreamSynchronize");
     if (comm_stream_ != nullptr)
       check(cudaStreamSynchronize(comm_stream_), "cudaStreamSynchronize (communication)");
@@ -538,39 +538,51 @@ class CudaBackend final : public Backend {
           "cudaStreamWaitEvent");
   }
 
+  bool event_completed(const DeviceEvent& event) override {
+    const cudaError_t status = cudaEventQuery(static_cast<const CudaEvent&>(event).get());
+    if (status == cudaErrorNotReady) {
+      cudaGetLastError();  // not an error: cleared so that it is not reported later
+      return false;
+    }
+    check(status, "cudaEventQuery");
+    return true;
+  }
+
   void* native_stream(Stream stream) override { return stream_of(stream); }
+
+  void make_current() override { use_device(device_->index); }
 
  protected:
   // backend.h promises that the host copies have completed on return, so the
   // caller may reuse or read its host buffer at once: hence the synchronize.
   void run_copy_from_host(void* dst, const void* host_src, size_t bytes) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, device_->stream),
           "cudaMemcpyAsync (host to device)");
     check(cudaStreamSynchronize(device_->stream), "cudaStreamSynchronize");
   }
 
   void run_copy_to_host(void* host_dst, const void* src, size_t bytes) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, device_->stream),
           "cudaMemcpyAsync (device to host)");
     check(cudaStreamSynchronize(device_->stream), "cudaStreamSynchronize");
   }
 
   void run_copy(void* dst, const void* src, size_t bytes) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, device_->stream),
           "cudaMemcpyAsync (device to device)");
   }
 
   void run_fill(void* dst, size_t elem_size, uint64_t pattern, int64_t count) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_fill(dst, elem_size, pattern, count, device_->launch), "fill kernel launch");
   }
 
   void run_convert(void* dst, DType dst_type, const void* src, DType src_type,
                    int64_t count) override {
-    make_current(device_->index);
+    use_device(device_->index);
     check(cuda::launch_convert(dst, dst_type, src, src_type, count, device_->launch),
           "convert kernel launch");
   }
@@ -580,7 +592,7 @@ class CudaBackend final : public Backend {
   // use (non-blocking, like ampx's own compute stream, so that neither
   // serialises with the legacy default stream).
   cudaStream_t stream_of(Stream stream) {
-    make_current(device_->index);
+    use_device(device_->index);
     if (stream == Stream::Compute) return device_->stream;
     if (comm_stream_ == nullptr)
       check(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking),
@@ -652,7 +664,7 @@ std::unique_ptr<Backend> make_cuda_backend(int32_t device_index, void* cuda_stre
          count == 1 ? " device is" : " devices are", " present");
   }
 
-  make_current(device_index);
+  use_device(device_index);
   // Checked here rather than at the first launch, so that an unsupported GPU
   // is reported when the context is made, not in the middle of training.
   const cudaError_t image = cuda::probe_kernel_image();

@@ -1,0 +1,417 @@
+// data_parallel.cpp -- buckets, their reduction during backward, and the
+// setup checks of ampx_data_parallel (see data_parallel.h).
+#include "dist/data_parallel.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <string>
+
+#include "autograd/tape.h"
+#include "core/backend_amp.h"
+#include "core/error.h"
+
+namespace ampx::impl {
+namespace {
+
+// Bucket members start on this boundary, so every gradient view is as
+// aligned as a fresh tensor for the vectorised kernels.
+constexpr size_t kMemberAlignment = 64;
+
+// One parameter as the ranks compare it: dtype, ndim, extents.
+constexpr size_t kRecordWords = 2 + kMaxDims;
+
+void append_record(std::vector<int64_t>& records, const DeviceTensor& t) {
+  records.push_back(static_cast<int64_t>(t.dtype));
+  records.push_back(t.shape.ndim);
+  for (int d = 0; d < kMaxDims; ++d) records.push_back(d < t.shape.ndim ? t.shape.dims[d] : 0);
+}
+
+std::string describe_record(const int64_t* record) {
+  if (!is_valid_dtype(static_cast<int32_t>(record[0])) || record[1] < 0 || record[1] > kMaxDims)
+    return "an unreadable record";
+  std::string text = cat(dtype_name(static_cast<DType>(record[0])), "[");
+  for (int64_t d = 0; d < record[1]; ++d) text += cat(d ? ", " : "", record[2 + d]);
+  return text + "]";
+}
+
+uint64_t fnv1a(const std::vector<int64_t>& words) {
+  uint64_t hash = 1469598103934665603ull;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(words.data());
+  for (size_t i = 0; i < words.size() * sizeof(int64_t); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+  return hash;
+}
+
+// What each rank tells the others before anything else: whether it could
+// take part at all (and why not), and a digest of its parameters.
+struct JoinRecord {
+  int64_t status;  // AMPX_OK, or why this rank's own checks failed
+  int64_t count;
+  uint64_t hash;
+  char message[232];
+};
+static_assert(sizeof(JoinRecord) == 256, "a fixed-size record, the same on every rank");
+
+}  // namespace
+
+DataParallel::DataParallel(Communicator& comm, FusedOptimizer& optimizer,
+                           const DataParallelOptions& options)
+    : Object(kLiveMagic, &DataParallel::destroy_shell),
+      comm_(&comm),
+      optimizer_(&optimizer),
+      options_(options) {}
+
+DataParallel::~DataParallel() = default;
+
+DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer& optimizer,
+                                   const DataParallelOptions& options) {
+  // Every rank reaches the same collectives, so that a rank whose own checks
+  // fail makes the others fail too instead of leaving them waiting.
+  JoinRecord mine{};
+  try {
+    comm.check_usable();
+    if (&optimizer.context() != &comm.context())
+      fail(AMPX_ERR_DEVICE, "the optimizer belongs to a different context than the communicator");
+    if (optimizer.grad_sync)
+      fail(AMPX_ERR_INVALID_ARGUMENT,
+           "the optimizer is already wrapped by another ampx_data_parallel; release that first");
+    if (optimizer.amp_state != AmpState::Ready)
+      fail(AMPX_ERR_ORDER, "the optimizer is between unscale/step and update; create the "
+                           "data-parallel wrapper between iterations");
+    if (options.bucket_bytes == 0 || options.first_bucket_bytes == 0)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "bucket_bytes is ", options.bucket_bytes,
+           " and first_bucket_bytes ", options.first_bucket_bytes, "; both must be at least 1");
+  } catch (const StatusError& e) {
+    mine.status = e.status();
+    std::snprintf(mine.message, sizeof mine.message, "%s", e.what());
+  }
+  std::vector<int64_t> records;
+  for (const FusedOptimizer::Param& p : optimizer.params()) append_record(records, *p.param);
+  mine.count = static_cast<int64_t>(optimizer.params().size());
+  mine.hash = fnv1a(records);
+
+  const int32_t world = comm.size();
+  std::vector<JoinRecord> all(static_cast<size_t>(world));
+  comm.all_gather_host(&mine, all.data(), sizeof mine);
+  for (int32_t r = 0; r < world; ++r) {
+    if (all[r].status == AMPX_OK) continue;
+    if (r == comm.rank()) fail(static_cast<ampx_status>(mine.status), mine.message);
+    all[r].message[sizeof all[r].message - 1] = '\0';
+    fail(static_cast<ampx_status>(all[r].status), "rank ", r, " could not join: ", all[r].message);
+  }
+
+  auto* dp = new DataParallel(comm, optimizer, options);
+  try {
+    dp->check_same_parameters();
+    dp->make_buckets();
+    DeviceContext& ctx = comm.context();
+    dp->inverse_world_ = TensorRef(make_filled_f32(ctx, vector_shape(1), 1.0f / static_cast<float>(world)));
+    dp->gradients_written_ = ctx.backend().make_event();
+    dp->reduced_event_ = ctx.backend().make_event();
+    dp->broadcast_state();
+    dp->listener_ =
+        add_grad_ready_listener(ctx, [dp](DeviceTensor& leaf) { dp->on_grad_ready(leaf); });
+  } catch (...) {
+    dp->free_resources();
+    delete dp;
+    throw;
+  }
+  // Nothing fails from here on: the wrapper takes the gradients over.
+  for (Member& m : dp->members_) {
+    DeviceTensor& param = *m.param;
+    if (param.grad) copy_converting(*m.grad, *param.grad);
+    set_grad(param, m.grad.get());
+  }
+  comm.retain();
+  optimizer.refs.fetch_add(1, std::memory_order_relaxed);
+  optimizer.grad_sync = &dp->sync_hooks_;
+  return dp;
+}
+
+void DataParallel::check_same_parameters() {
+  std::vector<int64_t> records;
+  for (const FusedOptimizer::Param& p : optimizer_->params()) append_record(records, *p.param);
+  const int32_t world = comm_->size();
+  struct Digest {
+    int64_t count;
+    uint64_t hash;
+  } mine{static_cast<int64_t>(optimizer_->params().size()), fnv1a(records)};
+  std::vector<Digest> all(static_cast<size_t>(world));
+  comm_->all_gather_host(&mine, all.data(), sizeof mine);
+  bool same = true;
+  for (const Digest& d : all) same = same && d.count == all[0].count && d.hash == all[0].hash;
+  if (same) return;
+
+  // Rank 0's parameters to everyone, then every rank's first difference.
+  const int64_t count0 = all[0].count;
+  std::vector<int64_t> first(static_cast<size_t>(count0) * kRecordWords);
+  if (comm_->rank() == 0) first = records;
+  comm_->broadcast_host(first.data(), first.size() * sizeof(int64_t), 0);
+  const int64_t count = mine.count;
+  int64_t difference = std::numeric_limits<int64_t>::max();
+  for (int64_t i = 0; i < std::min(count, count0); ++i)
+    if (!std::equal(records.begin() + i * kRecordWords, records.begin() + (i + 1) * kRecordWords,
+                    first.begin() + i * kRecordWords)) {
+      difference = i;
+      break;
+    }
+  if (difference == std::numeric_limits<int64_t>::max() && count != count0)
+    difference = std::min(count, count0);
+  std::vector<int64_t> differences(static_cast<size_t>(world));
+  comm_->all_gather_host(&difference, differences.data(), sizeof difference);
+  // The rank with the earliest difference (the lowest such rank on a tie).
+  int32_t culprit = 1;
+  for (int32_t r = 2; r < world; ++r)
+    if (differences[r] < differences[culprit]) culprit = r;
+  const int64_t at = differences[culprit];
+  int64_t theirs[1 + kRecordWords] = {};
+  if (comm_->rank() == culprit && at < count) {
+    theirs[0] = 1;
+    std::copy(records.begin() + at * kRecordWords, records.begin() + (at + 1) * kRecordWords,
+              theirs + 1);
+  }
+  comm_->broadcast_host(theirs, sizeof theirs, culprit);
+  std::string detail;
+  if (at >= count0 || !theirs[0])
+    detail = cat("rank ", culprit, " has ", all[culprit].count, " parameters and rank 0 has ",
+                 count0);
+  else
+    detail = cat("parameter ", at, " is ", describe_record(theirs + 1), " on rank ", culprit,
+                 " but ", describe_record(first.data() + at * kRecordWords), " on rank 0");
+  fail(AMPX_ERR_INVALID_ARGUMENT,
+       "the ranks registered different parameters (count, order, dtypes and shapes must match "
+       "on every rank): ",
+       detail);
+}
+
+void DataParallel::make_buckets() {
+  const std::vector<FusedOptimizer::Param>& params = optimizer_->params();
+  DeviceContext& ctx = comm_->context();
+  members_.resize(params.size());
+  // The bucket of each dtype that is being filled; the first of a dtype
+  // is the small one.
+  struct Open {
+    size_t bucket;
+    size_t bytes;
+    bool first;
+  };
+  std::map<DType, Open> open;
+  std::vector<std::vector<std::pair<size_t, size_t>>> layout;  // per bucket: (member, byte offset)
+  std::vector<size_t> sizes;
+  for (size_t i = params.size(); i-- > 0;) {
+    const DeviceTensor& p = *params[i].param;
+    const size_t bytes = (p.nbytes() + kMemberAlignment - 1) / kMemberAlignment * kMemberAlignment;
+    auto it = open.find(p.dtype);
+    bool first = it == open.end();
+    if (!first) {
+      const size_t cap = it->second.first ? options_.first_bucket_bytes : options_.bucket_bytes;
+      if (it->second.bytes > 0 && it->second.bytes + bytes > cap) {
+        open.erase(it);
+        it = open.end();
+      }
+    }
+    if (it == open.end()) {
+      buckets_.emplace_back();
+      buckets_.back().dtype = p.dtype;
+      layout.emplace_back();
+      sizes.push_back(0);
+      it = open.emplace(p.dtype, Open{buckets_.size() - 1, 0, first}).first;
+    }
+    const size_t b = it->second.bucket;
+    layout[b].emplace_back(i, it->second.bytes);
+    buckets_[b].members.push_back(i);
+    it->second.bytes += bytes;
+    sizes[b] = it->second.bytes;
+    members_[i].bucket = static_cast<int32_t>(b);
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    const int64_t elements = static_cast<int64_t>(sizes[b] / dtype_size(bucket.dtype));
+    bucket.grads = TensorRef(make_zeros(ctx, bucket.dtype, vector_shape(elements)));
+    if (options_.reduce_in_fp32 && bucket.dtype != DType::F32)
+      bucket.fp32 = TensorRef(DeviceTensor::empty(ctx, DType::F32, vector_shape(elements)));
+    for (const auto& [member, offset] : layout[b]) {
+      const DeviceTensor& p = *params[member].param;
+      members_[member].param = retained(*params[member].param);
+      members_[member].grad =
+          TensorRef(DeviceTensor::alias(ctx, *bucket.grads, p.dtype, p.shape, offset));
+      member_of_[&p] = member;
+    }
+  }
+}
+
+void DataParallel::broadcast_state() {
+  Transport& transport = comm_->transport();
+  for (const FusedOptimizer::Param& p : optimizer_->params()) {
+    DeviceTensor* tensors[] = {p.param.get(), p.master.get(), p.state[0].get(), p.state[1].get(),
+                               p.state[2].get()};
+    for (DeviceTensor* t : tensors)
+      if (t && t->nbytes() > 0) {
+        transport.broadcast(t->data(), t->nbytes(), 0, Stream::Compute);
+        t->storage->note_write();
+      }
+  }
+}
+
+void DataParallel::on_grad_ready(DeviceTensor& leaf) {
+  const auto found = member_of_.find(&leaf);
+  if (found == member_of_.end() || !sync_) return;
+  Member& m = members_[found->second];
+  if (leaf.grad != m.grad.get())
+    fail(AMPX_ERR_ORDER, "the gradient of ", leaf.describe(),
+         " is no longer the bucket view ampx_data_parallel_create attached (it was replaced "
+         "with ampx_tensor_set_grad), so its reduction would be lost; keep the attached "
+         "gradient (ampx_optimizer_zero_grad zeroes it in place)");
+  if (reduced_)
+    fail(AMPX_ERR_ORDER, "the gradient of ", leaf.describe(),
+         " became final after this iteration's gradients were reduced (unscale, clipping or "
+         "the step read them); step the optimizer before the next backward");
+  if (m.ready)
+    fail(AMPX_ERR_ORDER, "the gradient of ", leaf.describe(),
+         " was reported final twice in one iteration; to accumulate gradients over "
+         "micro-batches, turn synchronization off (ampx_data_parallel_set_sync(dp, 0)) for "
+         "every micro-batch but the last");
+  m.ready = true;
+  Bucket& bucket = buckets_[static_cast<size_t>(m.bucket)];
+  ++bucket.ready;
+  if (options_.overlap && bucket.ready == bucket.members.size()) {
+    const size_t before = next_launch_;
+    launch_ready_buckets();
+    launched_early_ += static_cast<int32_t>(next_launch_ - before);
+  }
+  comm_->transport().progress();
+}
+
+void DataParallel::launch_ready_buckets() {
+  while (next_launch_ < buckets_.size() &&
+         buckets_[next_launch_].ready == buckets_[next_launch_].members.size())
+    launch(buckets_[next_launch_++]);
+}
+
+void DataParallel::launch(Bucket& bucket) {
+  comm_->check_usable();
+  Backend& backend = comm_->context().backend();
+  AmpPrimitives& amp = backend.require<AmpPrimitives>("the data-parallel gradient reduction");
+  const int64_t count = bucket.grads->numel();
+  const TensorSpan grads{bucket.grads->data(), bucket.dtype, count};
+  const auto* inverse_world = static_cast<const float*>(inverse_world_->data());
+  const bool divide = options_.average && comm_->size() > 1;
+  TensorSpan reduced = grads;
+  if (bucket.fp32) {
+    reduced = {bucket.fp32->data(), DType::F32, count};
+    if (divide)
+      amp.multi_tensor_scale({grads}, {reduced}, inverse_world, false, nullptr);
+    else
+      backend.convert(reduced.data, DType::F32, grads.data, bucket.dtype, count);
+  } else if (divide) {
+    // Dividing before the sum, as DDP does, keeps a 16-bit sum in range.
+    amp.multi_tensor_scale({grads}, {grads}, inverse_world, false, nullptr);
+  }
+  backend.record_event(*gradients_written_, Stream::Compute);
+  backend.wait_event(Stream::Communication, *gradients_written_);
+  comm_->transport().all_reduce(reduced.data, count, reduced.dtype, ReduceOp::Sum,
+                                Stream::Communication);
+  bucket.launched = true;
+}
+
+void DataParallel::complete(const char* op) {
+  if (!sync_)
+    fail(AMPX_ERR_ORDER, op,
+         " reads the gradients while data-parallel synchronization is off "
+         "(ampx_data_parallel_set_sync): each rank would update with its own gradients and the "
+         "replicas would drift apart; turn it on before the last micro-batch's backward");
+  if (reduced_) return;
+  while (next_launch_ < buckets_.size()) launch(buckets_[next_launch_++]);
+  Backend& backend = comm_->context().backend();
+  comm_->transport().finish_started();
+  backend.record_event(*reduced_event_, Stream::Communication);
+  backend.wait_event(Stream::Compute, *reduced_event_);
+  for (Bucket& bucket : buckets_) {
+    if (bucket.fp32)
+      backend.convert(bucket.grads->data(), bucket.dtype, bucket.fp32->data(), DType::F32,
+                      bucket.grads->numel());
+    bucket.grads->storage->note_write();
+    bucket.ready = 0;
+    bucket.launched = false;
+  }
+  for (Member& m : members_) m.ready = false;
+  next_launch_ = 0;
+  last_launched_early_ = launched_early_;
+  launched_early_ = 0;
+  ++reductions_;
+  reduced_ = true;
+}
+
+void DataParallel::reduce_now() {
+  if (!sync_)
+    fail(AMPX_ERR_ORDER, "synchronization is off (ampx_data_parallel_set_sync); turn it on to "
+                         "reduce the accumulated gradients");
+  if (reduced_)
+    fail(AMPX_ERR_ORDER, "this iteration's gradients were already reduced; step the optimizer "
+                         "before reducing again");
+  complete("ampx_data_parallel_reduce");
+}
+
+void DataParallel::set_sync(bool enabled) {
+  if (!enabled && next_launch_ > 0)
+    fail(AMPX_ERR_ORDER, "buckets of this iteration are already being reduced; turn "
+                         "synchronization off before the micro-batch's backward, not during it");
+  sync_ = enabled;
+}
+
+void DataParallel::Sync::agree_found_inf(float* found_inf) {
+  // On the compute stream: after the unscale that wrote it, before the step
+  // and the scaler update that read it.
+  owner_.comm_->check_usable();
+  owner_.comm_->transport().all_reduce(found_inf, 1, DType::F32, ReduceOp::Max, Stream::Compute);
+}
+
+DataParallelStats DataParallel::stats() const {
+  DataParallelStats s;
+  s.bucket_count = static_cast<int32_t>(buckets_.size());
+  for (const Bucket& b : buckets_) {
+    s.bucket_bytes += b.grads->nbytes();
+    if (b.fp32) s.bucket_bytes += b.fp32->nbytes();
+  }
+  s.buckets_launched = static_cast<int32_t>(next_launch_);
+  s.last_launched_early = last_launched_early_;
+  s.reductions = reductions_;
+  for (const FusedOptimizer::Param& p : optimizer_->params()) {
+    if (p.master) s.optimizer_state_bytes += p.master->nbytes();
+    for (const TensorRef& t : p.state)
+      if (t) s.optimizer_state_bytes += t->nbytes();
+  }
+  return s;
+}
+
+void DataParallel::free_resources() {
+  if (listener_) remove_grad_ready_listener(comm_->context(), listener_);
+  listener_ = 0;
+  members_.clear();
+  member_of_.clear();
+  buckets_.clear();
+  inverse_world_.reset();
+  gradients_written_.reset();
+  reduced_event_.reset();
+}
+
+void DataParallel::release() {
+  if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  magic = kDeadMagic;
+  try {
+    comm_->transport().finish_started();
+  } catch (...) {
+  }
+  optimizer_->grad_sync = nullptr;
+  free_resources();
+  DeviceContext& ctx = comm_->context();
+  ctx.retain();
+  optimizer_->release();
+  comm_->release();
+  ctx.quarantine(this);
+  ctx.release();
+}
+
+}  // namespace ampx::impl

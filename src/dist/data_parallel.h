@@ -1,0 +1,130 @@
+// data_parallel.h -- ampx_data_parallel: an optimizer's gradients averaged
+// (or summed) over the ranks of a communicator, as torch's DDP does.
+//
+// Every parameter's gradient becomes a view of a flat bucket, one dtype per
+// bucket, filled in reverse parameter order (the order backward finishes
+// them), the first bucket smaller so that communication starts early.
+// While backward runs, the grad-ready notifications mark gradients final;
+// once a bucket's are all final, it and every complete bucket before it are
+// launched: pre-divided by the world size (averaging) or copied to fp32
+// (reduce_in_fp32) on the compute stream, then all-reduced on the
+// communication stream. The first read of the gradients in an iteration
+// (unscale, clipping, the step, diagnostics: the optimizer's GradientSync)
+// launches what is left, waits in stream order, and converts fp32 results
+// back. Buckets go out in index order on every rank, so collectives match.
+// The scaler's found-inf is MAX-reduced after each unscale, so every rank
+// skips the same steps and its scale stays bitwise equal.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "optim/optimizer.h"
+
+namespace ampx::impl {
+
+struct DataParallelOptions {
+  size_t bucket_bytes = size_t{25} << 20;
+  size_t first_bucket_bytes = size_t{1} << 20;
+  bool average = true;
+  bool reduce_in_fp32 = false;
+  // Launch buckets while backward runs (false: all after it, for
+  // comparison and debugging).
+  bool overlap = true;
+};
+
+struct DataParallelStats {
+  int32_t bucket_count = 0;
+  uint64_t bucket_bytes = 0;            // gradient buckets (and fp32 reduction buffers)
+  int32_t buckets_launched = 0;         // in the iteration under way
+  int32_t last_launched_early = 0;      // of the last completed reduction: launched before it
+  int64_t reductions = 0;               // completed
+  uint64_t optimizer_state_bytes = 0;   // this rank's masters and moments
+};
+
+class DataParallel : public Object {
+ public:
+  static constexpr uint64_t kLiveMagic = 0x414d50582d444450ull;  // "AMPX-DDP"
+  static constexpr uint64_t kDeadMagic = 0x646561642d646470ull;  // "dead-ddp"
+
+  // Collective over the communicator's ranks: checks that every rank
+  // registered the same parameters, broadcasts rank 0's parameters and
+  // optimizer state, and makes the buckets. Retains comm and optimizer.
+  static DataParallel* create(Communicator& comm, FusedOptimizer& optimizer,
+                              const DataParallelOptions& options);
+  void release();
+
+  Communicator& communicator() const { return *comm_; }
+  FusedOptimizer& optimizer() const { return *optimizer_; }
+
+  // Micro-batches: while off, notifications launch nothing, and reading the
+  // gradients for an update is refused (ranks would step apart).
+  void set_sync(bool enabled);
+  bool sync_enabled() const { return sync_; }
+  // The engine's "all gradients are final": launches every bucket not yet
+  // launched and completes the reduction (ampx_data_parallel_reduce).
+  void reduce_now();
+  DataParallelStats stats() const;
+
+ private:
+  struct Member {
+    TensorRef param;
+    TensorRef grad;  // the view attached as param's gradient
+    int32_t bucket = 0;
+    bool ready = false;
+  };
+  struct Bucket {
+    DType dtype = DType::F32;
+    TensorRef grads;          // flat: every member's gradient
+    TensorRef fp32;           // reduce_in_fp32 for F16/BF16: the reduced copy
+    std::vector<size_t> members;
+    size_t ready = 0;
+    bool launched = false;
+  };
+  class Sync final : public GradientSync {
+   public:
+    explicit Sync(DataParallel& owner) : owner_(owner) {}
+    void complete_gradients(const char* op) override { owner_.complete(op); }
+    void agree_found_inf(float* found_inf) override;
+    void finish_step() override { owner_.reduced_ = false; }
+
+   private:
+    DataParallel& owner_;
+  };
+
+  DataParallel(Communicator& comm, FusedOptimizer& optimizer, const DataParallelOptions& options);
+  ~DataParallel();
+  static void destroy_shell(Object* shell) { delete static_cast<DataParallel*>(shell); }
+  void free_resources();
+
+  void check_same_parameters();
+  void broadcast_state();
+  void make_buckets();
+  void on_grad_ready(DeviceTensor& leaf);
+  void launch_ready_buckets();
+  void launch(Bucket& bucket);
+  void complete(const char* op);
+
+  Communicator* comm_;
+  FusedOptimizer* optimizer_;
+  DataParallelOptions options_;
+  Sync sync_hooks_{*this};
+  std::vector<Member> members_;  // in the optimizer's parameter order
+  std::unordered_map<const DeviceTensor*, size_t> member_of_;
+  std::vector<Bucket> buckets_;  // in launch order
+  size_t next_launch_ = 0;
+  bool sync_ = true;
+  bool reduced_ = false;  // this iteration's reduction is complete
+  uint64_t listener_ = 0;
+  TensorRef inverse_world_;  // F32[1]
+  std::unique_ptr<DeviceEvent> gradients_written_;
+  std::unique_ptr<DeviceEvent> reduced_event_;
+  int32_t launched_early_ = 0;
+  int32_t last_launched_early_ = 0;
+  int64_t reductions_ = 0;
+};
+
+}  // namespace ampx::impl

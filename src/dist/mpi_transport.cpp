@@ -1,0 +1,135 @@
+// mpi_transport.cpp -- the MPI transport: libampx_mpi.so (dist/mpi_plugin.h),
+// found next to libampx (or where AMPX_MPI_PLUGIN names it) and loaded the
+// first time a program makes a communicator from an MPI_Comm.
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "core/error.h"
+#include "dist/communicator.h"
+#include "dist/mpi_plugin.h"
+
+namespace ampx::impl {
+namespace {
+
+constexpr size_t kErrorBytes = 512;
+
+// The directory of the object holding this code (libampx.so, or a program
+// linking ampx statically), with a trailing '/'.
+std::string own_directory() {
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<void*>(&own_directory), &info) || !info.dli_fname) return "";
+  const std::string path = info.dli_fname;
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash + 1);
+}
+
+const ampx_mpi_plugin* load_plugin() {
+  static std::mutex mutex;
+  static const ampx_mpi_plugin* plugin = nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (plugin) return plugin;
+  std::string tried;
+  void* handle = nullptr;
+  const char* named = std::getenv("AMPX_MPI_PLUGIN");
+  const std::string candidates[] = {named && *named ? named : "",
+                                    own_directory() + "libampx_mpi.so", "libampx_mpi.so"};
+  for (const std::string& path : candidates) {
+    if (path.empty()) continue;
+    // RTLD_GLOBAL is not needed: the program that made the MPI_Comm has
+    // loaded libmpi already, and the plugin binds to that copy.
+    handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle) break;
+    const char* why = dlerror();
+    tried += cat("\n  ", path, ": ", why ? why : "not found");
+    if (named && *named) break;  // the program's choice is the only one tried
+  }
+  if (!handle)
+    fail(AMPX_ERR_NOT_SUPPORTED,
+         "MPI support is not available: the plugin libampx_mpi.so (built where MPI was found, "
+         "and needing that MPI's libmpi at run time) could not be loaded:",
+         tried);
+  auto entry = reinterpret_cast<ampx_mpi_plugin_entry>(dlsym(handle, "ampx_mpi_plugin_v1"));
+  const ampx_mpi_plugin* table = entry ? entry() : nullptr;
+  if (!table || table->abi != AMPX_MPI_PLUGIN_ABI) {
+    dlclose(handle);
+    fail(AMPX_ERR_NOT_SUPPORTED, "the MPI plugin libampx_mpi.so is from another ampx version (",
+         table ? "plugin ABI " : "no entry point", table ? std::to_string(table->abi) : "",
+         ", this library needs ABI ", AMPX_MPI_PLUGIN_ABI, ")");
+  }
+  plugin = table;  // kept loaded for the process: MPI cannot be unloaded safely
+  return plugin;
+}
+
+int32_t mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return AMPX_MPI_SUM;
+    case ReduceOp::Max: return AMPX_MPI_MAX;
+    case ReduceOp::Min: return AMPX_MPI_MIN;
+  }
+  return AMPX_MPI_SUM;
+}
+
+class MpiTransport final : public Transport {
+ public:
+  MpiTransport(const ampx_mpi_plugin& plugin, void* comm, int32_t rank, int32_t size)
+      : plugin_(plugin), comm_(comm), rank_(rank), size_(size) {}
+  ~MpiTransport() override { plugin_.close(comm_); }
+
+  const char* library() const override { return "MPI"; }
+  int32_t rank() const override { return rank_; }
+  int32_t size() const override { return size_; }
+
+  void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op, Stream stream) override {
+    if (count == 0) return;
+    char err[kErrorBytes] = {};
+    if (plugin_.all_reduce(comm_, data, count, static_cast<int32_t>(dtype), mpi_op(op),
+                           stream == Stream::Communication, err, sizeof err))
+      fail(AMPX_ERR_DEVICE, err);
+  }
+  void broadcast(void* data, size_t bytes, int32_t root, Stream) override {
+    char err[kErrorBytes] = {};
+    if (bytes && plugin_.broadcast(comm_, data, bytes, root, err, sizeof err))
+      fail(AMPX_ERR_DEVICE, err);
+  }
+  void all_gather(const void* send, void* recv, size_t bytes, Stream) override {
+    char err[kErrorBytes] = {};
+    if (bytes && plugin_.all_gather(comm_, send, recv, bytes, err, sizeof err))
+      fail(AMPX_ERR_DEVICE, err);
+  }
+  void progress() override {
+    char err[kErrorBytes] = {};
+    if (plugin_.progress(comm_, err, sizeof err)) fail(AMPX_ERR_DEVICE, err);
+  }
+  void finish_started() override {
+    char err[kErrorBytes] = {};
+    if (plugin_.finish(comm_, err, sizeof err)) fail(AMPX_ERR_DEVICE, err);
+  }
+
+ private:
+  const ampx_mpi_plugin& plugin_;
+  void* comm_;
+  int32_t rank_;
+  int32_t size_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> open_mpi_transport(const void* mpi_comm) {
+  const ampx_mpi_plugin& plugin = *load_plugin();
+  char err[kErrorBytes] = {};
+  void* comm = nullptr;
+  int32_t rank = 0, size = 0;
+  if (plugin.open(mpi_comm, &comm, &rank, &size, err, sizeof err))
+    fail(AMPX_ERR_INVALID_ARGUMENT, err);
+  try {
+    return std::make_unique<MpiTransport>(plugin, comm, rank, size);
+  } catch (...) {
+    plugin.close(comm);
+    throw;
+  }
+}
+
+}  // namespace ampx::impl

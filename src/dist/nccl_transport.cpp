@@ -1,0 +1,283 @@
+// nccl_transport.cpp -- the NCCL transport: libnccl loaded with dlopen the
+// first time a program makes a communicator for a CUDA context, so that
+// libampx neither links NCCL nor needs it on machines without one. The few
+// declarations of NCCL's C API (2.x) that ampx calls are made here rather
+// than taken from nccl.h, which the build may not have.
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/error.h"
+#include "dist/communicator.h"
+
+namespace ampx::impl {
+namespace {
+
+// NCCL's ABI subset: ncclComm_t and cudaStream_t are opaque pointers, the
+// enums are ints.
+struct NcclUniqueId {
+  char internal[kNcclUniqueIdBytes];
+};
+constexpr int kSuccess = 0, kInProgress = 7;  // ncclResult_t
+constexpr int kInt8 = 0, kInt32 = 2, kInt64 = 4, kFloat16 = 6, kFloat32 = 7,
+              kBfloat16 = 9;                 // ncclDataType_t
+constexpr int kSum = 0, kMax = 2, kMin = 3;  // ncclRedOp_t
+// ncclGetVersion's code of 2.10.0, the first NCCL with ncclBfloat16.
+constexpr int kBfloat16Version = 21000;
+
+struct Nccl {
+  std::string path;
+  int version = 0;
+  int (*get_unique_id)(NcclUniqueId*);
+  int (*comm_init_rank)(void**, int, NcclUniqueId, int);
+  int (*comm_destroy)(void*);
+  int (*comm_abort)(void*);
+  int (*comm_count)(void*, int*);
+  int (*comm_user_rank)(void*, int*);
+  int (*comm_cu_device)(void*, int*);
+  int (*comm_get_async_error)(void*, int*);
+  const char* (*get_error_string)(int);
+  int (*all_reduce)(const void*, void*, size_t, int, int, void*, void*);
+  int (*broadcast)(const void*, void*, size_t, int, int, void*, void*);
+  int (*all_gather)(const void*, void*, size_t, int, void*, void*);
+  int (*get_version)(int*);
+};
+
+template <class Fn>
+void resolve(void* handle, const std::string& path, const char* name, Fn& fn) {
+  fn = reinterpret_cast<Fn>(dlsym(handle, name));
+  if (fn) return;
+  dlclose(handle);
+  fail(AMPX_ERR_NOT_SUPPORTED, "the NCCL library ", path, " has no ", name,
+       " (ampx needs NCCL 2.4 or newer)");
+}
+
+const Nccl& load_nccl() {
+  static std::mutex mutex;
+  static const Nccl* loaded = nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (loaded) return *loaded;
+  std::string tried;
+  void* handle = nullptr;
+  const char* named = std::getenv("AMPX_NCCL_LIBRARY");
+  const std::string candidates[] = {named && *named ? named : "libnccl.so.2", "libnccl.so"};
+  std::string path;
+  for (const std::string& candidate : candidates) {
+    // By its soname dlopen finds a libnccl the program has loaded already
+    // (a framework's), so a host's communicator meets the NCCL that made it.
+    handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle) {
+      path = candidate;
+      break;
+    }
+    const char* why = dlerror();
+    tried += cat("\n  ", candidate, ": ", why ? why : "not found");
+    if (named && *named) break;  // the program's choice is the only one tried
+  }
+  if (!handle)
+    fail(AMPX_ERR_NOT_SUPPORTED,
+         "NCCL support is not available: the NCCL library (libnccl.so.2, or where "
+         "AMPX_NCCL_LIBRARY names it) could not be loaded:",
+         tried);
+  auto nccl = std::make_unique<Nccl>();
+  nccl->path = path;
+  resolve(handle, path, "ncclGetUniqueId", nccl->get_unique_id);
+  resolve(handle, path, "ncclCommInitRank", nccl->comm_init_rank);
+  resolve(handle, path, "ncclCommDestroy", nccl->comm_destroy);
+  resolve(handle, path, "ncclCommAbort", nccl->comm_abort);
+  resolve(handle, path, "ncclCommCount", nccl->comm_count);
+  resolve(handle, path, "ncclCommUserRank", nccl->comm_user_rank);
+  resolve(handle, path, "ncclCommCuDevice", nccl->comm_cu_device);
+  resolve(handle, path, "ncclCommGetAsyncError", nccl->comm_get_async_error);
+  resolve(handle, path, "ncclGetErrorString", nccl->get_error_string);
+  resolve(handle, path, "ncclAllReduce", nccl->all_reduce);
+  resolve(handle, path, "ncclBroadcast", nccl->broadcast);
+  resolve(handle, path, "ncclAllGather", nccl->all_gather);
+  resolve(handle, path, "ncclGetVersion", nccl->get_version);
+  if (nccl->get_version(&nccl->version) != kSuccess) nccl->version = 0;
+  loaded = nccl.release();  // kept loaded for the process, like the library itself
+  return *loaded;
+}
+
+const char* error_text(const Nccl& nccl, int result) {
+  const char* text = nccl.get_error_string(result);
+  return text ? text : "unknown NCCL error";
+}
+
+// A nonblocking communicator (made so by the host) answers ncclInProgress
+// while it enqueues in the background; NCCL asks that its asynchronous
+// state leave ncclInProgress before the next call on it. `comm` is nullptr
+// for calls that have none (or none left, after ncclCommAbort).
+void check(const Nccl& nccl, void* comm, int result, const char* what) {
+  while (result == kInProgress && comm) {
+    std::this_thread::yield();
+    int state = kSuccess;
+    const int asked = nccl.comm_get_async_error(comm, &state);
+    result = asked != kSuccess ? asked : state;
+  }
+  if (result != kSuccess) fail(AMPX_ERR_DEVICE, what, " failed: ", error_text(nccl, result));
+}
+
+int nccl_type(const Nccl& nccl, DType dtype) {
+  switch (dtype) {
+    case DType::F32: return kFloat32;
+    case DType::F16: return kFloat16;
+    case DType::I32: return kInt32;
+    case DType::I64: return kInt64;
+    case DType::BF16:
+      if (nccl.version < kBfloat16Version)
+        fail(AMPX_ERR_NOT_SUPPORTED, "bf16 collectives need NCCL 2.10 or newer; ", nccl.path,
+             " reports version code ", nccl.version);
+      return kBfloat16;
+  }
+  fail(AMPX_ERR_DTYPE, "no NCCL type for dtype ", static_cast<int32_t>(dtype));
+}
+
+int nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return kSum;
+    case ReduceOp::Max: return kMax;
+    case ReduceOp::Min: return kMin;
+  }
+  return kSum;
+}
+
+class NcclTransport final : public Transport {
+ public:
+  // `owned`: ampx made the communicator and destroys it; otherwise the host does.
+  NcclTransport(const Nccl& nccl, DeviceContext& ctx, void* comm, bool owned, int rank, int size)
+      : nccl_(nccl), backend_(ctx.backend()), comm_(comm), owned_(owned), rank_(rank),
+        size_(size) {}
+  ~NcclTransport() override {
+    if (!comm_ || !owned_) return;
+    try {
+      backend_.make_current();
+      nccl_.comm_destroy(comm_);
+    } catch (...) {
+    }
+  }
+
+  const char* library() const override { return "NCCL"; }
+  int32_t rank() const override { return rank_; }
+  int32_t size() const override { return size_; }
+
+  void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op, Stream stream) override {
+    if (count <= 0) return;
+    const int type = nccl_type(nccl_, dtype);
+    void* native = usable_stream(stream);
+    check(nccl_, comm_, nccl_.all_reduce(data, data, static_cast<size_t>(count), type,
+                                         nccl_op(op), comm_, native),
+          "ncclAllReduce");
+  }
+  void broadcast(void* data, size_t bytes, int32_t root, Stream stream) override {
+    if (bytes == 0) return;
+    void* native = usable_stream(stream);
+    check(nccl_, comm_, nccl_.broadcast(data, data, bytes, kInt8, root, comm_, native),
+          "ncclBroadcast");
+  }
+  void all_gather(const void* send, void* recv, size_t bytes, Stream stream) override {
+    if (bytes == 0) return;
+    void* native = usable_stream(stream);
+    check(nccl_, comm_, nccl_.all_gather(send, recv, bytes, kInt8, comm_, native),
+          "ncclAllGather");
+  }
+  void check_async_error() override {
+    if (!comm_) return;
+    int state = kSuccess;
+    const int result = nccl_.comm_get_async_error(comm_, &state);
+    if (result != kSuccess) state = result;
+    if (state != kSuccess && state != kInProgress)
+      fail(AMPX_ERR_DEVICE, "the NCCL communicator reported an asynchronous error: ",
+           error_text(nccl_, state));
+  }
+  void abort() override {
+    if (!comm_) return;
+    void* comm = comm_;
+    comm_ = nullptr;  // ncclCommAbort frees it, whatever it answers
+    backend_.make_current();
+    check(nccl_, nullptr, nccl_.comm_abort(comm), "ncclCommAbort");
+  }
+
+ private:
+  // The stream to enqueue on, with the device made current (NCCL works on it).
+  void* usable_stream(Stream stream) {
+    if (!comm_) fail(AMPX_ERR_DEVICE, "the NCCL communicator was aborted");
+    backend_.make_current();
+    return backend_.native_stream(stream);  // a cudaStream_t
+  }
+
+  const Nccl& nccl_;
+  Backend& backend_;
+  void* comm_;
+  bool owned_;
+  int32_t rank_;
+  int32_t size_;
+};
+
+void require_cuda(DeviceContext& ctx) {
+  Backend& backend = ctx.backend();
+  if (backend.device_type() != AMPX_DEVICE_CUDA)
+    fail(AMPX_ERR_NOT_SUPPORTED, "NCCL communicators move CUDA device memory; this context is ",
+         backend.name(), " (CPU contexts use ampx_comm_from_mpi)");
+}
+
+// Reads the communicator's rank and size; destroys it on failure when owned.
+std::unique_ptr<Transport> make_transport(const Nccl& nccl, DeviceContext& ctx, void* comm,
+                                          bool owned) {
+  try {
+    int rank = 0, size = 0;
+    ctx.backend().make_current();
+    check(nccl, comm, nccl.comm_user_rank(comm, &rank), "ncclCommUserRank");
+    check(nccl, comm, nccl.comm_count(comm, &size), "ncclCommCount");
+    return std::make_unique<NcclTransport>(nccl, ctx, comm, owned, rank, size);
+  } catch (...) {
+    if (owned) nccl.comm_destroy(comm);
+    throw;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> open_nccl_transport(DeviceContext& ctx, void* nccl_comm) {
+  require_cuda(ctx);
+  if (!nccl_comm) fail(AMPX_ERR_INVALID_ARGUMENT, "nccl_comm is NULL");
+  const Nccl& nccl = load_nccl();
+  int device = -1;
+  ctx.backend().make_current();
+  check(nccl, nccl_comm, nccl.comm_cu_device(nccl_comm, &device), "ncclCommCuDevice");
+  if (device != ctx.backend().device_index())
+    fail(AMPX_ERR_DEVICE, "the NCCL communicator is on CUDA device ", device,
+         " but the context is on CUDA device ", ctx.backend().device_index());
+  return make_transport(nccl, ctx, nccl_comm, false);
+}
+
+std::unique_ptr<Transport> create_nccl_transport(DeviceContext& ctx, const void* unique_id,
+                                                 int32_t world_size, int32_t rank) {
+  require_cuda(ctx);
+  if (!unique_id) fail(AMPX_ERR_INVALID_ARGUMENT, "unique_id is NULL");
+  if (world_size < 1)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "world_size is ", world_size, ", must be >= 1");
+  if (rank < 0 || rank >= world_size)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "rank is ", rank, ", must be in [0, ", world_size, ")");
+  const Nccl& nccl = load_nccl();
+  NcclUniqueId id;
+  std::memcpy(id.internal, unique_id, kNcclUniqueIdBytes);
+  void* comm = nullptr;
+  ctx.backend().make_current();
+  check(nccl, nullptr, nccl.comm_init_rank(&comm, world_size, id, rank), "ncclCommInitRank");
+  return make_transport(nccl, ctx, comm, true);
+}
+
+void nccl_unique_id(void* out) {
+  const Nccl& nccl = load_nccl();
+  NcclUniqueId id{};
+  check(nccl, nullptr, nccl.get_unique_id(&id), "ncclGetUniqueId");
+  std::memcpy(out, id.internal, kNcclUniqueIdBytes);
+}
+
+}  // namespace ampx::impl

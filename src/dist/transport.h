@@ -1,0 +1,48 @@
+// transport.h -- a communication library's group of ranks (MPI or NCCL), as
+// ampx's communicators use it. ampx never moves bytes between ranks itself.
+//
+// Collectives act on memory of the context's device (host memory for the
+// CPU) and are issued in the same order on every rank. Each names the
+// backend stream whose order it joins:
+//  - NCCL enqueues it on that stream (the host does not wait);
+//  - MPI (the CPU, whose backend is synchronous) runs it before returning
+//    on Stream::Compute, and on Stream::Communication only starts it:
+//    progress() advances what was started, finish_started() completes it.
+// Failures throw StatusError (AMPX_ERR_DEVICE naming the library's message).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/backend.h"
+#include "core/dtype.h"
+
+namespace ampx::impl {
+
+enum class ReduceOp { Sum, Max, Min };
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* library() const = 0;  // "MPI", "NCCL"
+  virtual int32_t rank() const = 0;
+  virtual int32_t size() const = 0;
+
+  // data[0..count) becomes the reduction over every rank's data.
+  virtual void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op, Stream stream) = 0;
+  // Every rank's data becomes root's.
+  virtual void broadcast(void* data, size_t bytes, int32_t root, Stream stream) = 0;
+  // recv[r * bytes, (r + 1) * bytes) = rank r's send, for every rank r.
+  virtual void all_gather(const void* send, void* recv, size_t bytes, Stream stream) = 0;
+
+  virtual void progress() {}
+  virtual void finish_started() {}
+  // Throws AMPX_ERR_DEVICE when the library reported an asynchronous
+  // failure of this communicator (a peer that died, a network error).
+  virtual void check_async_error() {}
+  // Ends the communicator's pending work so that nothing waits on it again
+  // (after a timeout); every later collective fails.
+  virtual void abort() {}
+};
+
+}  // namespace ampx::impl
