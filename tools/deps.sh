@@ -28,6 +28,10 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 # OpenBLAS for the CPU GEMM, loaded at run time (without it ampx multiplies
 # with its own, slower kernel).
 compgen -G '/usr/lib/*/libopenblas.so.0' >/dev/null || need+=(libopenblas0)
+# MPI for data-parallel training on the CPU (the plugin libampx_mpi.so and
+# the tests under mpirun); libampx itself runs without it.
+command -v mpirun >/dev/null || need+=(openmpi-bin)
+compgen -G '/usr/lib/*/openmpi/include/mpi.h' >/dev/null || need+=(libopenmpi-dev)
 
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" -ne 0 ]; then

@@ -1601,10 +1601,15 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_grad_ready(ampx_tensor param);
  * An ampx_data_parallel wraps an optimizer: every parameter's gradient
  * becomes a view of a flat bucket; during ampx_backward each bucket is
  * all-reduced as soon as its gradients are final (the grad-ready hooks of
- * section 13), overlapping the rest of the pass; the first call that reads
- * the gradients (ampx_scaler_unscale, ampx_scaler_step, ampx_clip_grad_*,
- * ampx_optimizer_step, ampx_find_nonfinite_grads) completes the reduction
- * in stream order. Each unscale MAX-reduces the scaler's found-inf over the
+ * section 13), overlapping the rest of the pass, and when ampx_backward
+ * returns the gradients are reduced (in stream order on a GPU: no host
+ * wait). Another backward before the step adds its part as DDP does: the
+ * gradients become the reduced ones plus the average of the new parts.
+ * Engines that signal gradients themselves (ampx_grad_ready) complete the
+ * reduction with ampx_data_parallel_reduce, or at the first call that
+ * reads the gradients (ampx_scaler_unscale, ampx_scaler_step,
+ * ampx_clip_grad_*, ampx_optimizer_step, ampx_find_nonfinite_grads). Each
+ * unscale MAX-reduces the scaler's found-inf over the
  * ranks, so every rank skips the same steps and its scale stays equal; the
  * optimizer step stays on the device, with no host sync. After each step
  * every rank's parameters are bitwise identical.
@@ -1755,10 +1760,10 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_set_sync(ampx_data_parall
 /** For engines with their own backward pass: reduces every bucket not yet
  *  reduced and completes the reduction now (gradients signalled one by one
  *  with ampx_grad_ready, section 13, go out as their buckets fill; this
- *  call sends the rest). Collective. Needed only to reduce before the
- *  first read; the first read does the same.
- *  Errors: ORDER (sync off, or already reduced in this iteration: step
- *  first); DEVICE; INVALID_ARGUMENT; STALE_HANDLE. */
+ *  call sends the rest; an engine that signals none reduces everything
+ *  here). Collective. Does nothing when the gradients are reduced already
+ *  (ampx_backward reduces them as it ends; the first read does the same).
+ *  Errors: ORDER (sync off); DEVICE; INVALID_ARGUMENT; STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_reduce(ampx_data_parallel dp);
 
 typedef struct ampx_data_parallel_stats {

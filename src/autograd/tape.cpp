@@ -188,6 +188,43 @@ bool remove_grad_ready_listener(DeviceContext& ctx, uint64_t id) {
   return false;
 }
 
+uint64_t add_backward_end_listener(DeviceContext& ctx, BackwardEndListener listener) {
+  AutogradState& state = autograd_state(ctx);
+  state.backward_end_listeners.reserve(state.backward_end_listeners.size() + 1);
+  const uint64_t id = ++state.last_listener_id;
+  state.backward_end_listeners.emplace_back(id, std::move(listener));
+  return id;
+}
+
+bool remove_backward_end_listener(DeviceContext& ctx, uint64_t id) {
+  auto& listeners = autograd_state(ctx).backward_end_listeners;
+  for (auto it = listeners.begin(); it != listeners.end(); ++it) {
+    if (it->first != id) continue;
+    listeners.erase(it);
+    return true;
+  }
+  return false;
+}
+
+namespace {
+
+void notify_backward_end(AutogradState& state, bool ok) {
+  for (size_t i = 0; i < state.backward_end_listeners.size(); ++i) {
+    const BackwardEndListener listener = state.backward_end_listeners[i].second;
+    if (ok) {
+      listener(true);
+      continue;
+    }
+    try {
+      listener(false);
+    } catch (...) {
+      // The pass failed already; its own error is the one to report.
+    }
+  }
+}
+
+}  // namespace
+
 void notify_grad_ready(DeviceContext& ctx, DeviceTensor& leaf) {
   AutogradState& state = autograd_state(ctx);
   if (state.notifying)
@@ -391,7 +428,13 @@ void backward(DeviceTensor& loss, LossScaler* scaler) {
     backend.fill(seed->data(), dtype_size(loss.dtype),
                  loss.dtype == DType::F32 ? 0x3f800000u : loss.dtype == DType::F16 ? 0x3c00u : 0x3f80u, 1);
   grads.emplace(loss.id, std::move(seed));
-  run_backward(ctx, grads);
+  try {
+    run_backward(ctx, grads);
+  } catch (...) {
+    notify_backward_end(state, false);
+    throw;
+  }
+  notify_backward_end(state, true);
 }
 
 void set_requires_grad(DeviceTensor& t, bool requires_grad) {

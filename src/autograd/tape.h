@@ -57,6 +57,11 @@ class Node {
 // last accumulation is enqueued). Throwing stops that backward.
 using GradReadyListener = std::function<void(DeviceTensor& leaf)>;
 
+// Told when an ampx_backward pass has walked the whole tape (ok: it
+// succeeded; throwing then fails the pass) or stopped on a failure (!ok;
+// what it throws then is dropped), before the tape is cleared.
+using BackwardEndListener = std::function<void(bool ok)>;
+
 struct GradReadyPlan;  // tape.cpp
 
 struct AutogradState : ContextExtension {
@@ -70,6 +75,7 @@ struct AutogradState : ContextExtension {
   // Listeners by id (see add_grad_ready_listener), and the one
   // ampx_set_grad_ready_hook installed (0: none).
   std::vector<std::pair<uint64_t, GradReadyListener>> grad_ready_listeners;
+  std::vector<std::pair<uint64_t, BackwardEndListener>> backward_end_listeners;
   uint64_t last_listener_id = 0;
   uint64_t api_hook_listener = 0;
   bool in_backward = false;     // backward() runs (a nested walk included)
@@ -116,6 +122,9 @@ void backward(DeviceTensor& loss, LossScaler* scaler);
 uint64_t add_grad_ready_listener(DeviceContext& ctx, GradReadyListener listener);
 // Drops a listener (destroying its callable); false when the id is unknown.
 bool remove_grad_ready_listener(DeviceContext& ctx, uint64_t id);
+// The same for the ends of ampx_backward's passes (ids from the same count).
+uint64_t add_backward_end_listener(DeviceContext& ctx, BackwardEndListener listener);
+bool remove_backward_end_listener(DeviceContext& ctx, uint64_t id);
 
 // Runs every listener for `leaf`, with grad mode off and the tape protected
 // from pruning; rethrows what a listener throws. Refused (ORDER) while a

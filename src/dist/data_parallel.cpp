@@ -113,6 +113,7 @@ DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer& optimizer
     dp->broadcast_state();
     dp->listener_ =
         add_grad_ready_listener(ctx, [dp](DeviceTensor& leaf) { dp->on_grad_ready(leaf); });
+    dp->end_listener_ = add_backward_end_listener(ctx, [dp](bool ok) { dp->on_backward_end(ok); });
   } catch (...) {
     dp->free_resources();
     delete dp;
@@ -264,16 +265,17 @@ void DataParallel::on_grad_ready(DeviceTensor& leaf) {
          " is no longer the bucket view ampx_data_parallel_create attached (it was replaced "
          "with ampx_tensor_set_grad), so its reduction would be lost; keep the attached "
          "gradient (ampx_optimizer_zero_grad zeroes it in place)");
-  if (reduced_)
-    fail(AMPX_ERR_ORDER, "the gradient of ", leaf.describe(),
-         " became final after this iteration's gradients were reduced (unscale, clipping or "
-         "the step read them); step the optimizer before the next backward");
+  // Another backward before the step: the gradients now hold the reduced
+  // sum plus this rank's new part, and reducing them again adds the new
+  // parts' average to the (equal) reduced values, as DDP does.
+  reduced_ = false;
   if (m.ready)
     fail(AMPX_ERR_ORDER, "the gradient of ", leaf.describe(),
          " was reported final twice in one iteration; to accumulate gradients over "
          "micro-batches, turn synchronization off (ampx_data_parallel_set_sync(dp, 0)) for "
          "every micro-batch but the last");
   m.ready = true;
+  pass_notified_ = true;
   Bucket& bucket = buckets_[static_cast<size_t>(m.bucket)];
   ++bucket.ready;
   if (options_.overlap && bucket.ready == bucket.members.size()) {
@@ -333,24 +335,43 @@ void DataParallel::complete(const char* op) {
       backend.convert(bucket.grads->data(), bucket.dtype, bucket.fp32->data(), DType::F32,
                       bucket.grads->numel());
     bucket.grads->storage->note_write();
+  }
+  last_launched_early_ = launched_early_;
+  reset_round();
+  ++reductions_;
+  reduced_ = true;
+}
+
+void DataParallel::on_backward_end(bool ok) {
+  if (!pass_notified_) return;
+  pass_notified_ = false;
+  if (ok) {
+    complete("ampx_backward");
+    return;
+  }
+  // A failed pass: wait for what was sent, so no collective still writes a
+  // bucket, and start the next round afresh.
+  Backend& backend = comm_->context().backend();
+  comm_->transport().finish_started();
+  backend.record_event(*reduced_event_, Stream::Communication);
+  backend.wait_event(Stream::Compute, *reduced_event_);
+  reset_round();
+}
+
+void DataParallel::reset_round() {
+  for (Bucket& bucket : buckets_) {
     bucket.ready = 0;
     bucket.launched = false;
   }
   for (Member& m : members_) m.ready = false;
   next_launch_ = 0;
-  last_launched_early_ = launched_early_;
   launched_early_ = 0;
-  ++reductions_;
-  reduced_ = true;
 }
 
 void DataParallel::reduce_now() {
   if (!sync_)
     fail(AMPX_ERR_ORDER, "synchronization is off (ampx_data_parallel_set_sync); turn it on to "
                          "reduce the accumulated gradients");
-  if (reduced_)
-    fail(AMPX_ERR_ORDER, "this iteration's gradients were already reduced; step the optimizer "
-                         "before reducing again");
   complete("ampx_data_parallel_reduce");
 }
 
@@ -388,7 +409,8 @@ DataParallelStats DataParallel::stats() const {
 
 void DataParallel::free_resources() {
   if (listener_) remove_grad_ready_listener(comm_->context(), listener_);
-  listener_ = 0;
+  if (end_listener_) remove_backward_end_listener(comm_->context(), end_listener_);
+  listener_ = end_listener_ = 0;
   members_.clear();
   member_of_.clear();
   buckets_.clear();

@@ -8,10 +8,13 @@
 // once a bucket's are all final, it and every complete bucket before it are
 // launched: pre-divided by the world size (averaging) or copied to fp32
 // (reduce_in_fp32) on the compute stream, then all-reduced on the
-// communication stream. The first read of the gradients in an iteration
-// (unscale, clipping, the step, diagnostics: the optimizer's GradientSync)
-// launches what is left, waits in stream order, and converts fp32 results
-// back. Buckets go out in index order on every rank, so collectives match.
+// communication stream. When the pass ends, what is left is launched, the
+// compute stream waits for the reductions, and fp32 results are converted
+// back; so after ampx_backward the gradients are reduced, in stream order.
+// An engine's own backward (ampx_grad_ready) has no end: its reduction
+// completes at ampx_data_parallel_reduce or at the first read of the
+// gradients (the optimizer's GradientSync). Buckets go out in index order
+// on every rank, so the ranks' collectives match.
 // The scaler's found-inf is MAX-reduced after each unscale, so every rank
 // skips the same steps and its scale stays bitwise equal.
 #pragma once
@@ -65,7 +68,8 @@ class DataParallel : public Object {
   void set_sync(bool enabled);
   bool sync_enabled() const { return sync_; }
   // The engine's "all gradients are final": launches every bucket not yet
-  // launched and completes the reduction (ampx_data_parallel_reduce).
+  // launched and completes the reduction (ampx_data_parallel_reduce);
+  // nothing when the gradients are reduced already.
   void reduce_now();
   DataParallelStats stats() const;
 
@@ -104,6 +108,8 @@ class DataParallel : public Object {
   void broadcast_state();
   void make_buckets();
   void on_grad_ready(DeviceTensor& leaf);
+  void on_backward_end(bool ok);
+  void reset_round();
   void launch_ready_buckets();
   void launch(Bucket& bucket);
   void complete(const char* op);
@@ -118,7 +124,9 @@ class DataParallel : public Object {
   size_t next_launch_ = 0;
   bool sync_ = true;
   bool reduced_ = false;  // this iteration's reduction is complete
+  bool pass_notified_ = false;  // a gradient of this wrapper became final since the last end
   uint64_t listener_ = 0;
+  uint64_t end_listener_ = 0;
   TensorRef inverse_world_;  // F32[1]
   std::unique_ptr<DeviceEvent> gradients_written_;
   std::unique_ptr<DeviceEvent> reduced_event_;

@@ -1,0 +1,551 @@
+// data_parallel_test.cpp -- ampx_data_parallel under mpirun (2 and 4 ranks,
+// CPU contexts, the C API only, as a program would use it).
+//
+// Every rank trains on its slice of each global batch; after every step all
+// ranks' parameters must be bitwise identical, and close to one process
+// training on the whole batch (the same code without the wrapper). Each
+// rank starts from its own random parameters, so equality also shows that
+// rank 0's were broadcast.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ampx/ampx.h"
+
+namespace {
+
+int g_rank = 0, g_world = 1;
+
+#define OK(call) REQUIRE_MESSAGE((call) == AMPX_OK, #call, ": ", std::string(ampx_last_error()))
+
+enum { kIn = 8, kHidden = 16, kOut = 4, kBatch = 32 };
+
+enum class Mode { Fp32, Fp16Scaler, Bf16 };
+
+const char* mode_name(Mode m) {
+  return m == Mode::Fp32 ? "fp32 + SGD" : m == Mode::Fp16Scaler ? "fp16 + scaler" : "bf16 + AdamW";
+}
+ampx_dtype param_dtype(Mode m) {
+  return m == Mode::Fp32 ? AMPX_F32 : m == Mode::Fp16Scaler ? AMPX_F16 : AMPX_BF16;
+}
+
+double uniform(uint64_t& state) {  // [-1, 1)
+  state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+  return static_cast<double>(state >> 11) / 4503599627370496.0 - 1.0;
+}
+
+// The global batch of a step: inputs [kBatch, kIn], targets [kBatch, kOut].
+void global_batch(int step, std::vector<float>& x, std::vector<float>& y) {
+  uint64_t state = 1000 + static_cast<uint64_t>(step);
+  x.resize(kBatch * kIn);
+  y.resize(kBatch * kOut);
+  for (float& v : x) v = static_cast<float>(uniform(state));
+  for (int r = 0; r < kBatch; ++r)
+    for (int o = 0; o < kOut; ++o)
+      y[r * kOut + o] = static_cast<float>(std::sin(x[r * kIn + o] + 2.0 * x[r * kIn + o + 4]));
+}
+
+// A host float tensor converted to `dtype`.
+ampx_tensor make_tensor(ampx_context ctx, ampx_dtype dtype, std::vector<int64_t> shape,
+                        const float* values) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  ampx_tensor f32 = nullptr, out = nullptr;
+  OK(ampx_tensor_from_host(ctx, AMPX_F32, static_cast<int32_t>(shape.size()), shape.data(), values,
+                           static_cast<size_t>(n) * sizeof(float), &f32));
+  if (dtype == AMPX_F32) return f32;
+  OK(ampx_tensor_cast(f32, dtype, &out));
+  ampx_tensor_release(f32);
+  return out;
+}
+
+std::vector<float> to_floats(ampx_tensor t) {
+  int64_t n = 0;
+  REQUIRE(ampx_tensor_numel(t, &n) == AMPX_OK);
+  ampx_tensor f32 = nullptr;
+  OK(ampx_tensor_cast(t, AMPX_F32, &f32));
+  std::vector<float> v(static_cast<size_t>(n));
+  OK(ampx_tensor_to_host(f32, v.data(), v.size() * sizeof(float)));
+  ampx_tensor_release(f32);
+  return v;
+}
+
+std::vector<unsigned char> to_bytes(ampx_tensor t) {
+  size_t bytes = 0;
+  REQUIRE(ampx_tensor_nbytes(t, &bytes) == AMPX_OK);
+  std::vector<unsigned char> v(bytes);
+  OK(ampx_tensor_to_host(t, v.data(), bytes));
+  return v;
+}
+
+// Whether every rank holds the same bytes.
+bool same_on_every_rank(const std::vector<unsigned char>& mine) {
+  std::vector<unsigned char> all(mine.size() * static_cast<size_t>(g_world));
+  MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_BYTE, all.data(),
+                static_cast<int>(mine.size()), MPI_BYTE, MPI_COMM_WORLD);
+  for (int r = 1; r < g_world; ++r)
+    if (std::memcmp(all.data(), all.data() + r * mine.size(), mine.size()) != 0) return false;
+  return true;
+}
+
+struct Trainer {
+  Mode mode;
+  ampx_context ctx = nullptr;
+  ampx_tensor w1 = nullptr, b1 = nullptr, w2 = nullptr, b2 = nullptr;
+  ampx_optimizer opt = nullptr;
+  ampx_scaler scaler = nullptr;
+  ampx_comm comm = nullptr;
+  ampx_data_parallel dp = nullptr;
+
+  // seed picks the initial parameters; with `distributed` the batch is this
+  // rank's slice and gradients are reduced over MPI_COMM_WORLD.
+  Trainer(Mode m, uint64_t seed, bool distributed,
+          ampx_data_parallel_options options = AMPX_DATA_PARALLEL_OPTIONS_INIT)
+      : mode(m) {
+    OK(ampx_context_create(nullptr, &ctx));
+    uint64_t state = seed;
+    auto param = [&](std::vector<int64_t> shape, double bound) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      std::vector<float> v(static_cast<size_t>(n));
+      for (float& x : v) x = static_cast<float>(bound * uniform(state));
+      ampx_tensor t = make_tensor(ctx, param_dtype(mode), shape, v.data());
+      OK(ampx_tensor_set_requires_grad(t, 1));
+      return t;
+    };
+    w1 = param({kHidden, kIn}, 0.35);
+    b1 = param({kHidden}, 0.35);
+    w2 = param({kOut, kHidden}, 0.25);
+    b2 = param({kOut}, 0.25);
+    ampx_tensor params[4] = {w1, b1, w2, b2};
+    if (mode == Mode::Bf16) {
+      ampx_adam_options o = AMPX_ADAMW_OPTIONS_INIT;
+      o.lr = 1e-2;
+      OK(ampx_optimizer_create_adam(ctx, params, 4, &o, &opt));
+    } else {
+      ampx_sgd_options o = AMPX_SGD_OPTIONS_INIT;
+      o.lr = 0.05;
+      o.momentum = 0.9;
+      OK(ampx_optimizer_create_sgd(ctx, params, 4, &o, &opt));
+    }
+    if (mode == Mode::Fp16Scaler) {
+      ampx_scaler_options o = AMPX_SCALER_OPTIONS_INIT;
+      o.init_scale = 1024.0;
+      o.growth_interval = 10;
+      OK(ampx_scaler_create(ctx, &o, &scaler));
+    }
+    if (distributed) {
+      MPI_Comm world = MPI_COMM_WORLD;
+      OK(ampx_comm_from_mpi(ctx, &world, &comm));
+      OK(ampx_data_parallel_create(comm, opt, &options, &dp));
+    }
+  }
+  ~Trainer() {
+    ampx_data_parallel_release(dp);
+    ampx_comm_release(comm);
+    ampx_scaler_release(scaler);
+    ampx_optimizer_release(opt);
+    for (ampx_tensor t : {w1, b1, w2, b2}) ampx_tensor_release(t);
+    ampx_context_release(ctx);
+  }
+  std::vector<ampx_tensor> params() const { return {w1, b1, w2, b2}; }
+
+  // Forward and backward of rows [first, first + rows) of the step's batch.
+  void backward(int step, int first, int rows, ampx_reduction reduction = AMPX_REDUCTION_MEAN) {
+    std::vector<float> x, y;
+    global_batch(step, x, y);
+    OK(ampx_scope_push(ctx));
+    ampx_tensor bx = make_tensor(ctx, param_dtype(mode), {rows, kIn}, x.data() + first * kIn);
+    ampx_tensor by = make_tensor(ctx, param_dtype(mode), {rows, kOut}, y.data() + first * kOut);
+    ampx_tensor h = nullptr, out = nullptr, loss = nullptr;
+    OK(ampx_linear(bx, w1, b1, AMPX_ACTIVATION_RELU, &h));
+    OK(ampx_linear(h, w2, b2, AMPX_ACTIVATION_NONE, &out));
+    OK(ampx_mse_loss(out, by, reduction, &loss));
+    OK(ampx_backward(loss, scaler));
+    ampx_tensor_release(bx);
+    ampx_tensor_release(by);
+    OK(ampx_scope_pop(ctx));
+  }
+  // unscale, clip, step, update -- the seed's loop after backward.
+  void update() {
+    ampx_tensor norm = nullptr;
+    if (scaler) OK(ampx_scaler_unscale(scaler, opt));
+    OK(ampx_clip_grad_norm(opt, 1.0, 2.0, 0, &norm));
+    ampx_tensor_release(norm);
+    if (scaler) {
+      OK(ampx_scaler_step(scaler, opt));
+      OK(ampx_scaler_update(scaler));
+    } else {
+      OK(ampx_optimizer_step(opt));
+    }
+  }
+  void train_step(int step) {
+    OK(ampx_optimizer_zero_grad(opt));
+    const int rows = dp ? kBatch / g_world : kBatch;
+    backward(step, dp ? g_rank * rows : 0, rows);
+    update();
+  }
+  std::vector<unsigned char> param_bytes() const {
+    std::vector<unsigned char> all;
+    for (ampx_tensor t : params()) {
+      const std::vector<unsigned char> b = to_bytes(t);
+      all.insert(all.end(), b.begin(), b.end());
+    }
+    return all;
+  }
+  double scale() const {
+    double s = 1.0;
+    if (scaler) REQUIRE(ampx_scaler_get_scale(scaler, &s) == AMPX_OK);
+    return s;
+  }
+};
+
+// max |a - b| over max |b|.
+double relative_difference(const Trainer& a, const Trainer& b) {
+  double diff = 0.0, size = 0.0;
+  for (size_t i = 0; i < a.params().size(); ++i) {
+    const std::vector<float> x = to_floats(a.params()[i]), y = to_floats(b.params()[i]);
+    for (size_t k = 0; k < x.size(); ++k) {
+      diff = std::fmax(diff, std::fabs(static_cast<double>(x[k]) - y[k]));
+      size = std::fmax(size, std::fabs(static_cast<double>(y[k])));
+    }
+  }
+  return diff / size;
+}
+
+void check_against_one_process(Mode mode, double tolerance, bool reduce_in_fp32) {
+  const std::string mode_text = mode_name(mode);
+  CAPTURE(mode_text);
+  CAPTURE(reduce_in_fp32);
+  ampx_data_parallel_options options = AMPX_DATA_PARALLEL_OPTIONS_INIT;
+  options.reduce_in_fp32 = reduce_in_fp32;
+  Trainer ranks(mode, 7 + static_cast<uint64_t>(g_rank), true, options);
+  Trainer single(mode, 7, false);  // rank 0's initial parameters, the whole batch
+  CHECK(same_on_every_rank(ranks.param_bytes()));
+  bool identical = true;
+  for (int step = 0; step < 50; ++step) {
+    ranks.train_step(step);
+    single.train_step(step);
+    identical = identical && same_on_every_rank(ranks.param_bytes());
+    CHECK(ranks.scale() == single.scale());
+  }
+  CHECK(identical);
+  const double difference = relative_difference(ranks, single);
+  if (g_rank == 0)
+    MESSAGE(mode_text, reduce_in_fp32 ? std::string(" (fp32 reduction)") : std::string(), ": ",
+            g_world, " ranks vs one process after 50 steps: max relative difference ", difference);
+  CHECK(difference < tolerance);
+  ampx_data_parallel_stats stats = AMPX_DATA_PARALLEL_STATS_INIT;
+  OK(ampx_data_parallel_get_stats(ranks.dp, &stats));
+  CHECK(stats.world_size == g_world);
+  CHECK(stats.rank == g_rank);
+  CHECK(stats.reductions == 50);
+}
+
+}  // namespace
+
+// Tolerances: the ranks sum the same products in another order (and round
+// 16-bit gradients after the division by the world size and after each
+// partial sum), so per step the gradients differ by a few units in the last
+// place of their dtype; 50 steps of SGD with momentum (or Adam) carry that
+// to about 1e-5 of the parameters' size in fp32 and a few 1e-3 in fp16 and
+// bf16 (whose parameters themselves round at 2^-11 and 2^-8).
+TEST_CASE("every rank's parameters are bitwise identical after every step, and close to one process") {
+  check_against_one_process(Mode::Fp32, 1e-5, false);
+  check_against_one_process(Mode::Fp16Scaler, 5e-3, false);
+  check_against_one_process(Mode::Fp16Scaler, 5e-3, true);
+  check_against_one_process(Mode::Bf16, 3e-2, true);
+  check_against_one_process(Mode::Bf16, 3e-2, false);
+}
+
+TEST_CASE("an inf in one rank's gradient: every rank skips that step and backs off alike") {
+  // The inf enters after the reduction (ampx_backward's end), where only
+  // this rank's unscale can see it: without the MAX-reduction of
+  // found-inf, the last rank would skip and the others would step.
+  Trainer t(Mode::Fp16Scaler, 11, true);
+  const int inject_at = 4;
+  std::vector<double> scales;
+  std::vector<int32_t> taken;
+  for (int step = 0; step < 10; ++step) {
+    OK(ampx_optimizer_zero_grad(t.opt));
+    t.backward(step, g_rank * (kBatch / g_world), kBatch / g_world);
+    if (step == inject_at && g_rank == g_world - 1) {
+      ampx_tensor grad = nullptr;
+      OK(ampx_tensor_grad(t.w2, &grad));
+      std::vector<uint16_t> bits(kOut * kHidden);
+      OK(ampx_tensor_to_host(grad, bits.data(), bits.size() * 2));
+      bits[5] = 0x7c00;  // +inf in fp16
+      OK(ampx_tensor_copy_from_host(grad, bits.data(), bits.size() * 2));
+      ampx_tensor_release(grad);
+    }
+    t.update();
+    int32_t stepped = -1;
+    OK(ampx_optimizer_last_step_taken(t.opt, &stepped));
+    taken.push_back(stepped);
+    scales.push_back(t.scale());
+    CHECK(same_on_every_rank(t.param_bytes()));
+  }
+  for (int step = 0; step < 10; ++step) CHECK(taken[step] == (step == inject_at ? 0 : 1));
+  CHECK(scales[inject_at] == scales[inject_at - 1] * 0.5);
+  std::vector<unsigned char> bytes(scales.size() * sizeof(double));
+  std::memcpy(bytes.data(), scales.data(), bytes.size());
+  CHECK(same_on_every_rank(bytes));
+}
+
+namespace {
+
+struct HookProbe {
+  ampx_data_parallel dp = nullptr;
+  std::vector<int32_t> launched;  // at each grad-ready notification
+};
+
+ampx_status probe_hook(void* data, ampx_tensor) {
+  auto* probe = static_cast<HookProbe*>(data);
+  ampx_data_parallel_stats stats = AMPX_DATA_PARALLEL_STATS_INIT;
+  const ampx_status status = ampx_data_parallel_get_stats(probe->dp, &stats);
+  probe->launched.push_back(stats.buckets_launched);
+  return status;
+}
+
+}  // namespace
+
+TEST_CASE("buckets go out while backward still runs") {
+  for (int overlap = 0; overlap <= 1; ++overlap) {
+    CAPTURE(overlap);
+    ampx_data_parallel_options options = AMPX_DATA_PARALLEL_OPTIONS_INIT;
+    options.bucket_bytes = 64;  // one parameter per bucket
+    options.first_bucket_bytes = 64;
+    options.overlap = overlap;
+    Trainer t(Mode::Fp32, 3, true, options);
+    ampx_data_parallel_stats stats = AMPX_DATA_PARALLEL_STATS_INIT;
+    OK(ampx_data_parallel_get_stats(t.dp, &stats));
+    CHECK(stats.bucket_count == 4);
+    // Backward finishes the second layer's w2 and b2 (buckets 0 and 1 in
+    // reverse parameter order) before it computes the first layer's: by the
+    // second notification both buckets have gone out, while half of the
+    // backward pass is still to run.
+    HookProbe probe{t.dp, {}};
+    OK(ampx_set_grad_ready_hook(t.ctx, probe_hook, &probe, nullptr));
+    t.train_step(0);
+    REQUIRE(probe.launched.size() == 4);
+    CHECK(probe.launched[1] == (overlap ? 2 : 0));
+    CHECK(probe.launched[3] == (overlap ? 4 : 0));
+    OK(ampx_data_parallel_get_stats(t.dp, &stats));
+    CHECK(stats.last_launched_early == (overlap ? 4 : 0));
+    CHECK(stats.buckets_launched == 0);
+    OK(ampx_set_grad_ready_hook(t.ctx, nullptr, nullptr, nullptr));
+    CHECK(same_on_every_rank(t.param_bytes()));
+  }
+}
+
+TEST_CASE("a second backward before the step accumulates as DDP does") {
+  // Both passes reduce; the gradient is the average of the first parts plus
+  // the average of the second: the same as one pass over both halves of
+  // the slice with a summed loss.
+  Trainer twice(Mode::Fp32, 5, true), once(Mode::Fp32, 5, true);
+  const int rows = kBatch / g_world, first = g_rank * rows;
+  for (int step = 0; step < 5; ++step) {
+    OK(ampx_optimizer_zero_grad(twice.opt));
+    twice.backward(step, first, rows / 2, AMPX_REDUCTION_SUM);
+    twice.backward(step, first + rows / 2, rows - rows / 2, AMPX_REDUCTION_SUM);
+    twice.update();
+    OK(ampx_optimizer_zero_grad(once.opt));
+    once.backward(step, first, rows, AMPX_REDUCTION_SUM);
+    once.update();
+  }
+  CHECK(relative_difference(twice, once) < 1e-5);
+  CHECK(same_on_every_rank(twice.param_bytes()));
+  ampx_data_parallel_stats stats = AMPX_DATA_PARALLEL_STATS_INIT;
+  OK(ampx_data_parallel_get_stats(twice.dp, &stats));
+  CHECK(stats.reductions == 10);
+}
+
+TEST_CASE("gradient accumulation communicates once and matches the whole batch") {
+  // Two micro-batches of each rank's slice, the first with sync off, vs the
+  // slice in one backward; losses are sums, so the gradients add up.
+  Trainer accumulating(Mode::Fp32, 5, true), whole(Mode::Fp32, 5, true);
+  const int rows = kBatch / g_world, first = g_rank * rows;
+  for (int step = 0; step < 5; ++step) {
+    OK(ampx_optimizer_zero_grad(accumulating.opt));
+    OK(ampx_data_parallel_set_sync(accumulating.dp, 0));
+    accumulating.backward(step, first, rows / 2, AMPX_REDUCTION_SUM);
+    ampx_data_parallel_stats stats = AMPX_DATA_PARALLEL_STATS_INIT;
+    OK(ampx_data_parallel_get_stats(accumulating.dp, &stats));
+    CHECK(stats.buckets_launched == 0);
+    OK(ampx_data_parallel_set_sync(accumulating.dp, 1));
+    accumulating.backward(step, first + rows / 2, rows - rows / 2, AMPX_REDUCTION_SUM);
+    accumulating.update();
+    OK(ampx_optimizer_zero_grad(whole.opt));
+    whole.backward(step, first, rows, AMPX_REDUCTION_SUM);
+    whole.update();
+  }
+  CHECK(relative_difference(accumulating, whole) < 1e-5);
+  CHECK(same_on_every_rank(accumulating.param_bytes()));
+}
+
+TEST_CASE("ranks that registered different parameters all fail, naming the first difference") {
+  const int last = g_world - 1;
+  ampx_context ctx = nullptr;
+  OK(ampx_context_create(nullptr, &ctx));
+  MPI_Comm world = MPI_COMM_WORLD;
+  ampx_comm comm = nullptr;
+  OK(ampx_comm_from_mpi(ctx, &world, &comm));
+  const int64_t a_shape[2] = {4, 3}, other_shape[2] = {3, 4}, b_shape[1] = {4};
+  ampx_tensor a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  OK(ampx_tensor_zeros(ctx, AMPX_F32, 2, g_rank == last ? other_shape : a_shape, &a));
+  OK(ampx_tensor_zeros(ctx, AMPX_F32, 1, b_shape, &b));
+  OK(ampx_tensor_zeros(ctx, AMPX_F16, 1, b_shape, &c));
+  OK(ampx_tensor_zeros(ctx, AMPX_F16, 1, b_shape, &d));
+  auto try_create = [&](std::vector<ampx_tensor> params, ampx_data_parallel_options options,
+                        ampx_status expected) {
+    ampx_optimizer opt = nullptr;
+    ampx_sgd_options o = AMPX_SGD_OPTIONS_INIT;
+    OK(ampx_optimizer_create_sgd(ctx, params.data(), params.size(), &o, &opt));
+    ampx_data_parallel dp = nullptr;
+    CHECK(ampx_data_parallel_create(comm, opt, &options, &dp) == expected);
+    CHECK(dp == nullptr);
+    const std::string message = ampx_last_error();
+    ampx_optimizer_release(opt);
+    return message;
+  };
+  const ampx_data_parallel_options defaults = AMPX_DATA_PARALLEL_OPTIONS_INIT;
+  std::string message = try_create({b, a}, defaults, AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(message.find("parameter 1 is f32[3, 4] on rank " + std::to_string(last) +
+                     " but f32[4, 3] on rank 0") != std::string::npos);
+  if (g_rank == last)
+    message = try_create({b, c, d}, defaults, AMPX_ERR_INVALID_ARGUMENT);
+  else
+    message = try_create({b, c}, defaults, AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(message.find("rank " + std::to_string(last) + " has 3 parameters and rank 0 has 2") !=
+        std::string::npos);
+  ampx_data_parallel_options bad = defaults;
+  if (g_rank == last) bad.bucket_bytes = 0;
+  message = try_create({b}, bad, AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(message.find(g_rank == last ? "bucket_bytes is 0" : "could not join") != std::string::npos);
+  // The communicator still works: the same parameters everywhere succeed.
+  ampx_optimizer opt = nullptr;
+  ampx_sgd_options o = AMPX_SGD_OPTIONS_INIT;
+  OK(ampx_optimizer_create_sgd(ctx, &b, 1, &o, &opt));
+  ampx_data_parallel dp = nullptr;
+  OK(ampx_data_parallel_create(comm, opt, nullptr, &dp));
+  ampx_data_parallel_release(dp);
+  ampx_optimizer_release(opt);
+  for (ampx_tensor t : {a, b, c, d}) ampx_tensor_release(t);
+  ampx_comm_release(comm);
+  ampx_context_release(ctx);
+}
+
+TEST_CASE("bad handles and calls out of order are refused and change nothing") {
+  Trainer t(Mode::Fp32, 9, true);
+  ampx_data_parallel dp = nullptr;
+  ampx_data_parallel_options options = AMPX_DATA_PARALLEL_OPTIONS_INIT;
+  CHECK(ampx_data_parallel_create(nullptr, t.opt, &options, &dp) == AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(ampx_data_parallel_create(reinterpret_cast<ampx_comm>(t.w1), t.opt, &options, &dp) ==
+        AMPX_ERR_STALE_HANDLE);
+  CHECK(std::string(ampx_last_error()).find("not an ampx_comm") != std::string::npos);
+  CHECK(ampx_data_parallel_set_sync(reinterpret_cast<ampx_data_parallel>(t.opt), 0) ==
+        AMPX_ERR_STALE_HANDLE);
+  CHECK(ampx_comm_from_mpi(t.ctx, nullptr, &t.comm) == AMPX_ERR_INVALID_ARGUMENT);
+  ampx_comm nccl = nullptr;
+  int dummy = 0;
+  CHECK(ampx_comm_from_nccl(t.ctx, &dummy, &nccl) == AMPX_ERR_NOT_SUPPORTED);
+  CHECK(nccl == nullptr);
+  CHECK(ampx_comm_set_timeout(t.comm, 0.0) == AMPX_ERR_INVALID_ARGUMENT);
+  CHECK(ampx_comm_set_timeout(t.comm, NAN) == AMPX_ERR_INVALID_ARGUMENT);
+  options.struct_size = 0;
+  CHECK(ampx_data_parallel_create(t.comm, t.opt, &options, &dp) == AMPX_ERR_INVALID_ARGUMENT);
+
+  // Stepping with synchronization off would let the ranks drift apart.
+  const std::vector<unsigned char> before = t.param_bytes();
+  OK(ampx_data_parallel_set_sync(t.dp, 0));
+  t.backward(0, g_rank * (kBatch / g_world), kBatch / g_world);
+  CHECK(ampx_optimizer_step(t.opt) == AMPX_ERR_ORDER);
+  CHECK(std::string(ampx_last_error()).find("synchronization is off") != std::string::npos);
+  CHECK(t.param_bytes() == before);
+  ampx_tensor norm = nullptr;
+  CHECK(ampx_clip_grad_norm(t.opt, 1.0, 2.0, 0, &norm) == AMPX_ERR_ORDER);
+  CHECK(ampx_data_parallel_reduce(t.dp) == AMPX_ERR_ORDER);
+  OK(ampx_data_parallel_set_sync(t.dp, 1));
+  ampx_data_parallel_stats stats = AMPX_DATA_PARALLEL_STATS_INIT;
+  OK(ampx_data_parallel_reduce(t.dp));
+  OK(ampx_data_parallel_reduce(t.dp));  // reduced already: nothing to do
+  OK(ampx_data_parallel_get_stats(t.dp, &stats));
+  CHECK(stats.reductions == 1);
+  OK(ampx_optimizer_step(t.opt));
+  CHECK(same_on_every_rank(t.param_bytes()));
+
+  // An engine that reports a gradient twice in one round.
+  ampx_tensor grad = nullptr;
+  OK(ampx_tensor_grad(t.w2, &grad));
+  ampx_tensor_release(grad);
+  OK(ampx_grad_ready(t.w2));
+  CHECK(ampx_grad_ready(t.w2) == AMPX_ERR_ORDER);
+  CHECK(std::string(ampx_last_error()).find("reported final twice") != std::string::npos);
+  OK(ampx_data_parallel_reduce(t.dp));
+  OK(ampx_optimizer_step(t.opt));
+  CHECK(same_on_every_rank(t.param_bytes()));
+
+  // A gradient replaced behind the wrapper's back.
+  ampx_tensor other = nullptr;
+  const int64_t b2_shape[1] = {kOut};
+  OK(ampx_tensor_zeros(t.ctx, AMPX_F32, 1, b2_shape, &other));
+  OK(ampx_tensor_set_grad(t.b2, other));
+  ampx_tensor_release(other);
+  CHECK(ampx_grad_ready(t.b2) == AMPX_ERR_ORDER);
+  CHECK(std::string(ampx_last_error()).find("no longer the bucket view") != std::string::npos);
+
+  // The wrapper fixes the optimizer's param groups.
+  CHECK(ampx_optimizer_add_group(t.opt, &t.w1, 1, 0.1, 0.0, nullptr) == AMPX_ERR_ORDER);
+}
+
+namespace {
+
+// A failed REQUIRE leaves its test case on this rank only, and the other
+// ranks would wait for it in their next collective: end the job instead,
+// as mpirun does for a rank that dies.
+struct AbortOnFatal : doctest::IReporter {
+  explicit AbortOnFatal(const doctest::ContextOptions&) {}
+  void report_query(const doctest::QueryData&) override {}
+  void test_run_start() override {}
+  void test_run_end(const doctest::TestRunStats&) override {}
+  void test_case_start(const doctest::TestCaseData&) override {}
+  void test_case_reenter(const doctest::TestCaseData&) override {}
+  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
+  void test_case_exception(const doctest::TestCaseException&) override { abort_job(); }
+  void subcase_start(const doctest::SubcaseSignature&) override {}
+  void subcase_end() override {}
+  void log_assert(const doctest::AssertData& in) override {
+    if (in.m_failed && (in.m_at & doctest::assertType::is_require)) abort_job();
+  }
+  void log_message(const doctest::MessageData&) override {}
+  void test_case_skipped(const doctest::TestCaseData&) override {}
+  static void abort_job() {
+    std::fprintf(stderr, "rank %d: a fatal check failed (above); ending the job\n", g_rank);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+};
+REGISTER_LISTENER("abort_on_fatal", 1, AbortOnFatal);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_world);
+  doctest::Context context(argc, argv);
+  // Only rank 0 prints the summary; every rank prints its failures.
+  if (g_rank != 0) context.setOption("no-intro", true);
+  const int failed = context.run();
+  int any_failed = 0;
+  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return any_failed ? 1 : 0;
+}
