@@ -1711,10 +1711,26 @@ typedef struct ampx_data_parallel_options {
                                   in their own dtype */
   int32_t overlap;           /**< 1 (default): buckets are reduced while backward
                                   runs; 0: all after it (for comparison) */
+  int32_t zero_stage;        /**< 0 (default): every rank keeps the whole optimizer
+                                  state. 1: ZeRO stage 1 -- each bucket is
+                                  reduce-scattered, and this rank keeps the fp32
+                                  masters and moments of its 1/N of every bucket
+                                  only, steps that part, then the updated parameters
+                                  are all-gathered into every rank's parameters (a
+                                  skipped step gathers the unchanged values). The
+                                  optimizer then holds pieces of parameters:
+                                  ampx_optimizer_state_tensor and _param_steps are
+                                  NOT_SUPPORTED, ampx_optimizer_save_state /
+                                  load_state save and load this rank's part (resume
+                                  with the same world size), a parameter's own
+                                  gradient holds this rank's unreduced sum, and the
+                                  optimizer stays sharded after the wrapper is
+                                  released. Optimizer memory per parameter: Megatron's
+                                  18 -> 6 + 12/N bytes (fp16 params, fp32 grads). */
 } ampx_data_parallel_options;
 
 #define AMPX_DATA_PARALLEL_OPTIONS_INIT \
-  { sizeof(ampx_data_parallel_options), (size_t)25 << 20, (size_t)1 << 20, 1, 0, 1 }
+  { sizeof(ampx_data_parallel_options), (size_t)25 << 20, (size_t)1 << 20, 1, 0, 1, 0 }
 
 /** Fills *options with the defaults. Errors: INVALID_ARGUMENT (NULL). */
 AMPX_NODISCARD AMPX_API ampx_status
@@ -1738,8 +1754,9 @@ ampx_data_parallel_options_default(ampx_data_parallel_options *options);
  *  param_group is refused). options NULL: the defaults.
  *  Ownership: *out is the caller's (ampx_data_parallel_release); it retains
  *  comm and optimizer.
- *  Errors: INVALID_ARGUMENT (a NULL argument; bucket sizes 0; an optimizer
- *  already wrapped; parameters that differ across ranks); DEVICE (comm and
+ *  Errors: INVALID_ARGUMENT (a NULL argument; bucket sizes 0; zero_stage
+ *  not 0 or 1; an optimizer already wrapped; parameters that differ across
+ *  ranks); DEVICE (comm and
  *  optimizer of different contexts, or a communicator that was aborted);
  *  ORDER (the optimizer is between unscale/step and update); STALE_HANDLE;
  *  OUT_OF_MEMORY. On error nothing changed on this rank. */
@@ -1776,9 +1793,12 @@ typedef struct ampx_data_parallel_stats {
                                        the gradients were first read (during backward) */
   int64_t reductions;             /**< reductions completed */
   uint64_t optimizer_state_bytes; /**< this rank's fp32 masters and moments */
+  int64_t shard_elements;         /**< parameter elements this rank's optimizer
+                                       updates: all of them, or its part (ZeRO-1) */
 } ampx_data_parallel_stats;
 
-#define AMPX_DATA_PARALLEL_STATS_INIT { sizeof(ampx_data_parallel_stats), 0, 0, 0, 0, 0, 0, 0, 0 }
+#define AMPX_DATA_PARALLEL_STATS_INIT \
+  { sizeof(ampx_data_parallel_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /** Fills *stats (whose struct_size the caller sets; fields beyond it are
  *  not written). Changes nothing; no sync.

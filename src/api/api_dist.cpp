@@ -114,6 +114,7 @@ ampx_status ampx_data_parallel_create(ampx_comm comm, ampx_optimizer optimizer,
     dp.average = given.average != 0;
     dp.reduce_in_fp32 = given.reduce_in_fp32 != 0;
     dp.overlap = given.overlap != 0;
+    dp.zero_stage = given.zero_stage;
     *out = reinterpret_cast<ampx_data_parallel>(DataParallel::create(c, o, dp));
   });
 }
@@ -143,6 +144,7 @@ ampx_status ampx_data_parallel_get_stats(ampx_data_parallel dp, ampx_data_parall
     full.last_launched_early = s.last_launched_early;
     full.reductions = s.reductions;
     full.optimizer_state_bytes = s.optimizer_state_bytes;
+    full.shard_elements = s.shard_elements;
     const size_t given = stats->struct_size;
     std::memcpy(static_cast<void*>(stats), &full, given < sizeof full ? given : sizeof full);
     stats->struct_size = given;

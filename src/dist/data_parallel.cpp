@@ -83,6 +83,9 @@ DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer& optimizer
     if (options.bucket_bytes == 0 || options.first_bucket_bytes == 0)
       fail(AMPX_ERR_INVALID_ARGUMENT, "bucket_bytes is ", options.bucket_bytes,
            " and first_bucket_bytes ", options.first_bucket_bytes, "; both must be at least 1");
+    if (options.zero_stage != 0 && options.zero_stage != 1)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "zero_stage is ", options.zero_stage,
+           "; it is 0 (replicated optimizer state) or 1 (sharded)");
   } catch (const StatusError& e) {
     mine.status = e.status();
     std::snprintf(mine.message, sizeof mine.message, "%s", e.what());
@@ -111,6 +114,7 @@ DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer& optimizer
     dp->gradients_written_ = ctx.backend().make_event();
     dp->reduced_event_ = ctx.backend().make_event();
     dp->broadcast_state();
+    if (options.zero_stage == 1) dp->make_shards();
     dp->listener_ =
         add_grad_ready_listener(ctx, [dp](DeviceTensor& leaf) { dp->on_grad_ready(leaf); });
     dp->end_listener_ = add_backward_end_listener(ctx, [dp](bool ok) { dp->on_backward_end(ok); });
@@ -222,6 +226,7 @@ void DataParallel::make_buckets() {
     }
     const size_t b = it->second.bucket;
     layout[b].emplace_back(i, it->second.bytes);
+    members_[i].offset = static_cast<int64_t>(it->second.bytes / dtype_size(p.dtype));
     buckets_[b].members.push_back(i);
     it->second.bytes += bytes;
     sizes[b] = it->second.bytes;
@@ -229,7 +234,10 @@ void DataParallel::make_buckets() {
   }
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = buckets_[b];
-    const int64_t elements = static_cast<int64_t>(sizes[b] / dtype_size(bucket.dtype));
+    int64_t elements = static_cast<int64_t>(sizes[b] / dtype_size(bucket.dtype));
+    // Under ZeRO-1 every rank's part of the bucket is the same size.
+    const int64_t world = comm_->size();
+    if (options_.zero_stage == 1) elements = (elements + world - 1) / world * world;
     bucket.grads = TensorRef(make_zeros(ctx, bucket.dtype, vector_shape(elements)));
     if (options_.reduce_in_fp32 && bucket.dtype != DType::F32)
       bucket.fp32 = TensorRef(DeviceTensor::empty(ctx, DType::F32, vector_shape(elements)));
@@ -241,6 +249,90 @@ void DataParallel::make_buckets() {
       member_of_[&p] = member;
     }
   }
+}
+
+void DataParallel::make_shards() {
+  DeviceContext& ctx = comm_->context();
+  const int64_t rank = comm_->rank();
+  std::vector<FusedOptimizer::Piece> kept;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    const DType reduced = bucket.fp32 ? DType::F32 : bucket.dtype;
+    const int64_t size = shard_size(bucket), first = rank * size;
+    bucket.shard = TensorRef(make_zeros(ctx, reduced, vector_shape(size)));
+    bucket.gathered = TensorRef(DeviceTensor::empty(ctx, bucket.dtype, bucket.grads->shape));
+    for (size_t member : bucket.members) {
+      const Member& m = members_[member];
+      const int64_t begin = std::max(m.offset, first);
+      const int64_t end = std::min(m.offset + m.param->numel(), first + size);
+      if (begin >= end) continue;
+      Piece piece;
+      piece.param = TensorRef(DeviceTensor::alias(
+          ctx, *m.param, bucket.dtype, vector_shape(end - begin),
+          static_cast<size_t>(begin - m.offset) * dtype_size(bucket.dtype)));
+      piece.grad = TensorRef(DeviceTensor::alias(ctx, *bucket.shard, reduced,
+                                                 vector_shape(end - begin),
+                                                 static_cast<size_t>(begin - first) *
+                                                     dtype_size(reduced)));
+      piece.bucket = b;
+      piece.offset = begin;
+      kept.push_back({member, piece.param.get(), begin - m.offset});
+      pieces_.push_back(std::move(piece));
+    }
+  }
+  norms_ = TensorRef(DeviceTensor::empty(ctx, DType::F32, vector_shape(comm_->size())));
+  optimizer_->keep_pieces(kept);
+  for (Piece& piece : pieces_) set_grad(*piece.param, piece.grad.get());
+}
+
+void DataParallel::finish_step() {
+  reduced_ = false;
+  if (options_.zero_stage != 1) return;
+  // Every rank's updated part of each bucket to every rank, then into the
+  // parameters (which are not flat, so their bytes go through `gathered`).
+  Backend& backend = comm_->context().backend();
+  const size_t rank = static_cast<size_t>(comm_->rank());
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    const size_t element = dtype_size(bucket.dtype);
+    const size_t part = static_cast<size_t>(shard_size(bucket)) * element;
+    char* all = static_cast<char*>(bucket.gathered->data());
+    char* mine = all + rank * part;
+    for (const Piece& piece : pieces_)
+      if (piece.bucket == b)
+        backend.copy(mine + (static_cast<size_t>(piece.offset) * element - rank * part),
+                     piece.param->data(), piece.param->nbytes());
+    comm_->transport().all_gather(mine, all, part, Stream::Compute);
+    for (size_t member : bucket.members) {
+      DeviceTensor& param = *members_[member].param;
+      backend.copy(param.data(), all + static_cast<size_t>(members_[member].offset) * element,
+                   param.nbytes());
+      param.storage->note_write();
+    }
+  }
+}
+
+void DataParallel::zero_gradients() {
+  Backend& backend = comm_->context().backend();
+  for (Bucket& bucket : buckets_)
+    for (DeviceTensor* t : {bucket.grads.get(), bucket.shard.get()})
+      if (t && t->numel() > 0) {
+        backend.fill(t->data(), dtype_size(t->dtype), 0, t->numel());
+        t->storage->note_write();
+      }
+}
+
+void DataParallel::Sync::global_norm(float* norm, NormType type) {
+  if (owner_.options_.zero_stage != 1) return;  // every rank holds every reduced gradient
+  Transport& transport = owner_.comm_->transport();
+  float* norms = static_cast<float*>(owner_.norms_->data());
+  transport.all_gather(norm, norms, sizeof(float), Stream::Compute);
+  // The L2 norm of the ranks' L2 norms is the L2 norm of all the gradients;
+  // the largest of their largest elements is the largest.
+  owner_.comm_->context()
+      .backend()
+      .require<AmpPrimitives>("clip_grad_norm")
+      .multi_tensor_norm({{norms, DType::F32, owner_.comm_->size()}}, type, norm);
 }
 
 void DataParallel::broadcast_state() {
@@ -313,8 +405,12 @@ void DataParallel::launch(Bucket& bucket) {
   }
   backend.record_event(*gradients_written_, Stream::Compute);
   backend.wait_event(Stream::Communication, *gradients_written_);
-  comm_->transport().all_reduce(reduced.data, count, reduced.dtype, ReduceOp::Sum,
-                                Stream::Communication);
+  if (bucket.shard)
+    comm_->transport().reduce_scatter(reduced.data, bucket.shard->data(), shard_size(bucket),
+                                      reduced.dtype, ReduceOp::Sum, Stream::Communication);
+  else
+    comm_->transport().all_reduce(reduced.data, count, reduced.dtype, ReduceOp::Sum,
+                                  Stream::Communication);
   bucket.launched = true;
 }
 
@@ -331,6 +427,10 @@ void DataParallel::complete(const char* op) {
   backend.record_event(*reduced_event_, Stream::Communication);
   backend.wait_event(Stream::Compute, *reduced_event_);
   for (Bucket& bucket : buckets_) {
+    if (bucket.shard) {
+      bucket.shard->storage->note_write();
+      continue;
+    }
     if (bucket.fp32)
       backend.convert(bucket.grads->data(), bucket.dtype, bucket.fp32->data(), DType::F32,
                       bucket.grads->numel());
@@ -395,11 +495,13 @@ DataParallelStats DataParallel::stats() const {
   for (const Bucket& b : buckets_) {
     s.bucket_bytes += b.grads->nbytes();
     if (b.fp32) s.bucket_bytes += b.fp32->nbytes();
+    if (b.shard) s.bucket_bytes += b.shard->nbytes() + b.gathered->nbytes();
   }
   s.buckets_launched = static_cast<int32_t>(next_launch_);
   s.last_launched_early = last_launched_early_;
   s.reductions = reductions_;
   for (const FusedOptimizer::Param& p : optimizer_->params()) {
+    s.shard_elements += p.param->numel();
     if (p.master) s.optimizer_state_bytes += p.master->nbytes();
     for (const TensorRef& t : p.state)
       if (t) s.optimizer_state_bytes += t->nbytes();
@@ -413,7 +515,9 @@ void DataParallel::free_resources() {
   listener_ = end_listener_ = 0;
   members_.clear();
   member_of_.clear();
+  pieces_.clear();
   buckets_.clear();
+  norms_.reset();
   inverse_world_.reset();
   gradients_written_.reset();
   reduced_event_.reset();

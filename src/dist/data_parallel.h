@@ -37,6 +37,10 @@ struct DataParallelOptions {
   // Launch buckets while backward runs (false: all after it, for
   // comparison and debugging).
   bool overlap = true;
+  // 1: ZeRO stage 1 -- each bucket is reduce-scattered, this rank keeps the
+  // optimizer state of its 1/N of every bucket only and updates that part,
+  // then the updated parameters are all-gathered.
+  int32_t zero_stage = 0;
 };
 
 struct DataParallelStats {
@@ -46,6 +50,7 @@ struct DataParallelStats {
   int32_t last_launched_early = 0;      // of the last completed reduction: launched before it
   int64_t reductions = 0;               // completed
   uint64_t optimizer_state_bytes = 0;   // this rank's masters and moments
+  int64_t shard_elements = 0;           // parameter elements this rank updates
 };
 
 class DataParallel : public Object {
@@ -78,22 +83,35 @@ class DataParallel : public Object {
     TensorRef param;
     TensorRef grad;  // the view attached as param's gradient
     int32_t bucket = 0;
+    int64_t offset = 0;  // of its first element in the bucket
     bool ready = false;
   };
   struct Bucket {
     DType dtype = DType::F32;
-    TensorRef grads;          // flat: every member's gradient
+    TensorRef grads;          // flat: every member's gradient (a multiple of the world
+                              // size of elements under ZeRO-1)
     TensorRef fp32;           // reduce_in_fp32 for F16/BF16: the reduced copy
+    TensorRef shard;          // ZeRO-1: this rank's part of the reduced gradients
+    TensorRef gathered;       // ZeRO-1: the updated parameters of every rank's part
     std::vector<size_t> members;
     size_t ready = 0;
     bool launched = false;
+  };
+  // ZeRO-1: the part of a parameter this rank updates.
+  struct Piece {
+    TensorRef param;  // a 1-D view of the parameter
+    TensorRef grad;   // a view of the bucket's shard, attached as param's gradient
+    size_t bucket;
+    int64_t offset;   // of its first element in the bucket
   };
   class Sync final : public GradientSync {
    public:
     explicit Sync(DataParallel& owner) : owner_(owner) {}
     void complete_gradients(const char* op) override { owner_.complete(op); }
     void agree_found_inf(float* found_inf) override;
-    void finish_step() override { owner_.reduced_ = false; }
+    void global_norm(float* norm, NormType type) override;
+    void zero_gradients() override { owner_.zero_gradients(); }
+    void finish_step() override { owner_.finish_step(); }
 
    private:
     DataParallel& owner_;
@@ -113,6 +131,12 @@ class DataParallel : public Object {
   void launch_ready_buckets();
   void launch(Bucket& bucket);
   void complete(const char* op);
+  void make_shards();
+  void finish_step();
+  void zero_gradients();
+  int64_t shard_size(const Bucket& bucket) const {
+    return bucket.grads->numel() / comm_->size();
+  }
 
   Communicator* comm_;
   FusedOptimizer* optimizer_;
@@ -121,6 +145,8 @@ class DataParallel : public Object {
   std::vector<Member> members_;  // in the optimizer's parameter order
   std::unordered_map<const DeviceTensor*, size_t> member_of_;
   std::vector<Bucket> buckets_;  // in launch order
+  std::vector<Piece> pieces_;    // ZeRO-1
+  TensorRef norms_;              // ZeRO-1: F32[world], every rank's gradient norm
   size_t next_launch_ = 0;
   bool sync_ = true;
   bool reduced_ = false;  // this iteration's reduction is complete

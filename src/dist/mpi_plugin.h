@@ -38,9 +38,15 @@ typedef struct ampx_mpi_plugin {
   int (*all_reduce)(void *comm, void *data, int64_t count, int32_t dtype, int32_t op, int32_t start,
                     char *err, size_t err_bytes);
   int (*broadcast)(void *comm, void *data, size_t bytes, int32_t root, char *err, size_t err_bytes);
-  /* recv[r * bytes ...] = rank r's send. */
+  /* recv[r * bytes ...] = rank r's send; send may be recv + rank * bytes
+   * (in place). */
   int (*all_gather)(void *comm, const void *send, void *recv, size_t bytes, char *err,
                     size_t err_bytes);
+  /* recv[0..count) = the reduction over ranks of their send[rank * count,
+   * (rank + 1) * count); send holds size * count elements. start: as for
+   * all_reduce. */
+  int (*reduce_scatter)(void *comm, const void *send, void *recv, int64_t count, int32_t dtype,
+                        int32_t op, int32_t start, char *err, size_t err_bytes);
   /* Lets started operations advance without waiting for them. */
   int (*progress)(void *comm, char *err, size_t err_bytes);
   /* Waits until every started operation has completed. */

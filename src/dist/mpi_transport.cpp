@@ -99,6 +99,14 @@ class MpiTransport final : public Transport {
     if (bytes && plugin_.all_gather(comm_, send, recv, bytes, err, sizeof err))
       fail(AMPX_ERR_DEVICE, err);
   }
+  void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                      Stream stream) override {
+    if (count == 0) return;
+    char err[kErrorBytes] = {};
+    if (plugin_.reduce_scatter(comm_, send, recv, count, static_cast<int32_t>(dtype), mpi_op(op),
+                               stream == Stream::Communication, err, sizeof err))
+      fail(AMPX_ERR_DEVICE, err);
+  }
   void progress() override {
     char err[kErrorBytes] = {};
     if (plugin_.progress(comm_, err, sizeof err)) fail(AMPX_ERR_DEVICE, err);

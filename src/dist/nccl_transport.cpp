@@ -45,6 +45,7 @@ struct Nccl {
   int (*all_reduce)(const void*, void*, size_t, int, int, void*, void*);
   int (*broadcast)(const void*, void*, size_t, int, int, void*, void*);
   int (*all_gather)(const void*, void*, size_t, int, void*, void*);
+  int (*reduce_scatter)(const void*, void*, size_t, int, int, void*, void*);
   int (*get_version)(int*);
 };
 
@@ -98,6 +99,7 @@ const Nccl& load_nccl() {
   resolve(handle, path, "ncclAllReduce", nccl->all_reduce);
   resolve(handle, path, "ncclBroadcast", nccl->broadcast);
   resolve(handle, path, "ncclAllGather", nccl->all_gather);
+  resolve(handle, path, "ncclReduceScatter", nccl->reduce_scatter);
   resolve(handle, path, "ncclGetVersion", nccl->get_version);
   if (nccl->get_version(&nccl->version) != kSuccess) nccl->version = 0;
   loaded = nccl.release();  // kept loaded for the process, like the library itself
@@ -185,6 +187,15 @@ class NcclTransport final : public Transport {
     void* native = usable_stream(stream);
     check(nccl_, comm_, nccl_.all_gather(send, recv, bytes, kInt8, comm_, native),
           "ncclAllGather");
+  }
+  void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                      Stream stream) override {
+    if (count <= 0) return;
+    const int type = nccl_type(nccl_, dtype);
+    void* native = usable_stream(stream);
+    check(nccl_, comm_, nccl_.reduce_scatter(send, recv, static_cast<size_t>(count), type,
+                                             nccl_op(op), comm_, native),
+          "ncclReduceScatter");
   }
   void check_async_error() override {
     if (!comm_) return;

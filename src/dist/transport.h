@@ -32,8 +32,13 @@ class Transport {
   virtual void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op, Stream stream) = 0;
   // Every rank's data becomes root's.
   virtual void broadcast(void* data, size_t bytes, int32_t root, Stream stream) = 0;
-  // recv[r * bytes, (r + 1) * bytes) = rank r's send, for every rank r.
+  // recv[r * bytes, (r + 1) * bytes) = rank r's send, for every rank r;
+  // send may be recv + rank() * bytes (in place).
   virtual void all_gather(const void* send, void* recv, size_t bytes, Stream stream) = 0;
+  // recv[0, count) = the reduction over ranks of their send[rank() * count,
+  // (rank() + 1) * count); send holds size() * count elements.
+  virtual void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype,
+                              ReduceOp op, Stream stream) = 0;
 
   virtual void progress() {}
   virtual void finish_started() {}

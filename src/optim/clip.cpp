@@ -30,6 +30,7 @@ DeviceTensor* clip_grad_norm(FusedOptimizer& optimizer, double max_norm, NormTyp
   TensorRef coef(make_filled_f32(ctx, vector_shape(1), 1.0f));
   auto* total_ptr = static_cast<float*>(total->data());
   amp.multi_tensor_norm(grads, type, total_ptr);
+  if (optimizer.grad_sync) optimizer.grad_sync->global_norm(total_ptr, type);
   if (error_if_nonfinite) {
     float value = 0.0f;
     ctx.read_to_host(&value, total_ptr, sizeof value);

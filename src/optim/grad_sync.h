@@ -3,6 +3,8 @@
 // communication. At most one is attached to an optimizer.
 #pragma once
 
+#include "core/backend_amp.h"
+
 namespace ampx::impl {
 
 class GradientSync {
@@ -15,6 +17,13 @@ class GradientSync {
   // found_inf (device F32[1], this rank's inf check) becomes the maximum
   // over every rank, in stream order, so that all ranks skip together.
   virtual void agree_found_inf(float* found_inf) = 0;
+  // norm (device F32[1]) is the norm of this rank's gradients; it becomes
+  // the norm of all ranks' together where ranks hold different parts
+  // (sharded optimizer state), in stream order.
+  virtual void global_norm(float* norm, NormType type) = 0;
+  // ampx_optimizer_zero_grad: zeroes the gradients the wrapper owns (under
+  // ZeRO-1 the optimizer's own gradients are only this rank's part).
+  virtual void zero_gradients() = 0;
   // After the optimizer's step has been enqueued: the iteration is over.
   virtual void finish_step() = 0;
 };

@@ -238,6 +238,39 @@ int32_t FusedOptimizer::add_group(const std::vector<DeviceTensor*>& params, doub
   return group;
 }
 
+void FusedOptimizer::keep_pieces(const std::vector<Piece>& pieces) {
+  Backend& backend = ctx_->backend();
+  std::vector<Param> made;
+  made.reserve(pieces.size());
+  TensorRef steps_new(DeviceTensor::empty(*ctx_, DType::I64,
+                                          vector_shape(static_cast<int64_t>(pieces.size()))));
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& piece = pieces[i];
+    const Param& source = params_.at(piece.source);
+    const Shape shape = piece.view->shape;
+    const size_t offset = static_cast<size_t>(piece.first) * sizeof(float);
+    const size_t bytes = static_cast<size_t>(piece.view->numel()) * sizeof(float);
+    Param entry;
+    entry.group = source.group;
+    entry.param = retained(*piece.view);
+    if (source.master) {
+      entry.master = TensorRef(DeviceTensor::empty(*ctx_, DType::F32, shape));
+      backend.copy(entry.master->data(), static_cast<char*>(source.master->data()) + offset, bytes);
+    }
+    for (int k = 0; k < state_count(); ++k) {
+      entry.state[k] = TensorRef(DeviceTensor::empty(*ctx_, DType::F32, shape));
+      backend.copy(entry.state[k]->data(), static_cast<char*>(source.state[k]->data()) + offset,
+                   bytes);
+    }
+    backend.copy(static_cast<int64_t*>(steps_new->data()) + i,
+                 static_cast<const int64_t*>(steps_->data()) + piece.source, sizeof(int64_t));
+    made.push_back(std::move(entry));
+  }
+  params_ = std::move(made);
+  steps_ = std::move(steps_new);
+  sharded_ = true;
+}
+
 void FusedOptimizer::set_lr(int32_t group, double lr) {
   if (group < 0 || group >= group_count())
     fail(AMPX_ERR_INVALID_ARGUMENT, "group is ", group, " but the optimizer has ", group_count(),
@@ -365,6 +398,10 @@ DeviceTensor& FusedOptimizer::state_tensor(const DeviceTensor& param, StateKind 
 }
 
 void FusedOptimizer::zero_grad() {
+  if (grad_sync) {
+    grad_sync->zero_gradients();
+    return;
+  }
   for (const Param& p : params_) {
     DeviceTensor* g = p.param->grad;
     if (g && g->numel() > 0) {
@@ -407,6 +444,9 @@ void FusedOptimizer::mark_unscaled(bool unscaled) {
 
 const FusedOptimizer::Param& FusedOptimizer::param_entry(const DeviceTensor& param,
                                                          const char* arg) const {
+  if (sharded_)
+    fail(AMPX_ERR_NOT_SUPPORTED, "the optimizer's state is sharded over the ranks (ZeRO-1): this "
+                                 "rank keeps the state of parts of parameters only");
   for (const Param& p : params_)
     if (p.param.get() == &param) return p;
   fail(AMPX_ERR_INVALID_ARGUMENT, "argument '", arg, "' (", param.describe(),

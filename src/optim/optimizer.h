@@ -72,6 +72,18 @@ class FusedOptimizer : public Object {
   // before the first step.
   bool last_step_taken();
 
+  // ZeRO-1: the parameter list becomes `pieces`, each a 1-D view of the
+  // elements [first, first + numel) of parameter `source`, with master and
+  // state copied from that range of the source's and its step count; the
+  // rest of the state is freed. Changes nothing when it throws.
+  struct Piece {
+    size_t source;
+    DeviceTensor* view;  // borrowed; the optimizer retains it
+    int64_t first;
+  };
+  void keep_pieces(const std::vector<Piece>& pieces);
+  bool sharded() const { return sharded_; }
+
   // A parameter's state tensor of `kind`; NOT_SUPPORTED when this optimizer
   // keeps none (SGD without momentum, SGD's second moments, amsgrad off).
   enum class StateKind { Master, Momentum, ExpAvgSq, MaxExpAvgSq };
@@ -139,6 +151,7 @@ class FusedOptimizer : public Object {
   TensorRef found_inf_;          // F32[1]: set by the scaler's unscale
   TensorRef last_step_skipped_;  // F32[1]: found_inf as the last step saw it
   bool has_stepped_ = false;
+  bool sharded_ = false;
 };
 
 }  // namespace ampx::impl

@@ -103,6 +103,7 @@ struct Trainer {
   ampx_scaler scaler = nullptr;
   ampx_comm comm = nullptr;
   ampx_data_parallel dp = nullptr;
+  double max_norm = 1.0;
 
   // seed picks the initial parameters; with `distributed` the batch is this
   // rank's slice and gradients are reduced over MPI_COMM_WORLD.
@@ -177,7 +178,7 @@ struct Trainer {
   void update() {
     ampx_tensor norm = nullptr;
     if (scaler) OK(ampx_scaler_unscale(scaler, opt));
-    OK(ampx_clip_grad_norm(opt, 1.0, 2.0, 0, &norm));
+    OK(ampx_clip_grad_norm(opt, max_norm, 2.0, 0, &norm));
     ampx_tensor_release(norm);
     if (scaler) {
       OK(ampx_scaler_step(scaler, opt));
@@ -220,14 +221,28 @@ double relative_difference(const Trainer& a, const Trainer& b) {
   return diff / size;
 }
 
-void check_against_one_process(Mode mode, double tolerance, bool reduce_in_fp32) {
+// The optimizer state bytes per parameter element: fp32 master (16-bit
+// parameters) and moments (SGD's momentum; Adam's two).
+int state_bytes_per_element(Mode mode) {
+  return mode == Mode::Fp32 ? 4 : mode == Mode::Fp16Scaler ? 8 : 12;
+}
+
+int64_t parameter_elements() { return kHidden * kIn + kHidden + kOut * kHidden + kOut; }
+
+void check_against_one_process(Mode mode, double tolerance, bool reduce_in_fp32, int zero_stage = 0) {
   const std::string mode_text = mode_name(mode);
   CAPTURE(mode_text);
   CAPTURE(reduce_in_fp32);
+  CAPTURE(zero_stage);
   ampx_data_parallel_options options = AMPX_DATA_PARALLEL_OPTIONS_INIT;
   options.reduce_in_fp32 = reduce_in_fp32;
+  options.zero_stage = zero_stage;
   Trainer ranks(mode, 7 + static_cast<uint64_t>(g_rank), true, options);
   Trainer single(mode, 7, false);  // rank 0's initial parameters, the whole batch
+  // Under ZeRO-1 clipping must use the norm of every rank's part together:
+  // a small max_norm makes every step clip, so a rank clipping by its own
+  // part's norm would move away from the single process.
+  if (zero_stage) ranks.max_norm = single.max_norm = 0.05;
   CHECK(same_on_every_rank(ranks.param_bytes()));
   bool identical = true;
   for (int step = 0; step < 50; ++step) {
@@ -239,7 +254,8 @@ void check_against_one_process(Mode mode, double tolerance, bool reduce_in_fp32)
   CHECK(identical);
   const double difference = relative_difference(ranks, single);
   if (g_rank == 0)
-    MESSAGE(mode_text, reduce_in_fp32 ? std::string(" (fp32 reduction)") : std::string(), ": ",
+    MESSAGE(mode_text, reduce_in_fp32 ? std::string(" (fp32 reduction)") : std::string(),
+            zero_stage ? std::string(" (ZeRO-1)") : std::string(), ": ",
             g_world, " ranks vs one process after 50 steps: max relative difference ", difference);
   CHECK(difference < tolerance);
   ampx_data_parallel_stats stats = AMPX_DATA_PARALLEL_STATS_INIT;
@@ -247,6 +263,15 @@ void check_against_one_process(Mode mode, double tolerance, bool reduce_in_fp32)
   CHECK(stats.world_size == g_world);
   CHECK(stats.rank == g_rank);
   CHECK(stats.reductions == 50);
+  // Each rank's optimizer state is its shard's (ZeRO-1), the parts adding
+  // up to the whole model; otherwise every rank holds all of it.
+  int64_t total = 0;
+  MPI_Allreduce(&stats.shard_elements, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  CHECK(total == (zero_stage ? 1 : g_world) * parameter_elements());
+  CHECK(stats.optimizer_state_bytes ==
+        static_cast<uint64_t>(stats.shard_elements * state_bytes_per_element(mode)));
+  if (zero_stage)
+    CHECK(stats.shard_elements <= (parameter_elements() + 64 * 4) / g_world + 64);
 }
 
 }  // namespace
@@ -263,6 +288,43 @@ TEST_CASE("every rank's parameters are bitwise identical after every step, and c
   check_against_one_process(Mode::Fp16Scaler, 5e-3, true);
   check_against_one_process(Mode::Bf16, 3e-2, true);
   check_against_one_process(Mode::Bf16, 3e-2, false);
+}
+
+TEST_CASE("ZeRO-1: sharded optimizer state, the same replicas, each rank holding its part") {
+  check_against_one_process(Mode::Fp32, 1e-5, false, 1);
+  check_against_one_process(Mode::Fp16Scaler, 5e-3, false, 1);
+  check_against_one_process(Mode::Fp16Scaler, 5e-3, true, 1);
+  check_against_one_process(Mode::Bf16, 3e-2, true, 1);
+}
+
+TEST_CASE("ZeRO-1: each rank saves and loads its part, and resuming is bit-identical") {
+  ampx_data_parallel_options options = AMPX_DATA_PARALLEL_OPTIONS_INIT;
+  options.zero_stage = 1;
+  Trainer first(Mode::Fp16Scaler, 21, true, options);
+  for (int step = 0; step < 10; ++step) first.train_step(step);
+  size_t bytes = 0;
+  OK(ampx_optimizer_state_size(first.opt, &bytes));
+  std::vector<unsigned char> state(bytes);
+  OK(ampx_optimizer_save_state(first.opt, state.data(), bytes));
+  ampx_scaler_state scaler_state;
+  std::memset(&scaler_state, 0, sizeof scaler_state);
+  scaler_state.struct_size = sizeof scaler_state;
+  OK(ampx_scaler_get_state(first.scaler, &scaler_state));
+  std::vector<std::vector<unsigned char>> params;
+  for (ampx_tensor t : first.params()) params.push_back(to_bytes(t));
+  for (int step = 10; step < 20; ++step) first.train_step(step);
+
+  Trainer resumed(Mode::Fp16Scaler, 99, true, options);
+  for (size_t i = 0; i < params.size(); ++i)
+    OK(ampx_tensor_copy_from_host(resumed.params()[i], params[i].data(), params[i].size()));
+  OK(ampx_optimizer_load_state(resumed.opt, state.data(), bytes));
+  OK(ampx_scaler_set_state(resumed.scaler, &scaler_state));
+  for (int step = 10; step < 20; ++step) resumed.train_step(step);
+  CHECK(resumed.param_bytes() == first.param_bytes());
+  CHECK(same_on_every_rank(resumed.param_bytes()));
+  ampx_tensor master = nullptr;
+  CHECK(ampx_optimizer_state_tensor(resumed.opt, resumed.w1, AMPX_STATE_MASTER, &master) ==
+        AMPX_ERR_NOT_SUPPORTED);
 }
 
 TEST_CASE("an inf in one rank's gradient: every rank skips that step and backs off alike") {

@@ -3,7 +3,8 @@
 A pure-Python binding of ``include/ampx/ampx.h``: autocast, dynamic loss
 scaling, SGD/Adam/AdamW with fp32 master weights, clipping after unscaling,
 and the ops to build small networks. Tensors exchange memory with NumPy and
-PyTorch through DLPack.
+PyTorch through DLPack. Data-parallel training (``Communicator``,
+``DataParallel``; EXPERIMENTAL) reduces gradients over MPI or NCCL ranks.
 
 The library is loaded from ``$AMPX_LIBRARY`` (the full path of
 ``libampx.so``), else found by ``ctypes.util.find_library("ampx")`` or the
@@ -28,6 +29,7 @@ from .amp import Autocast, Scaler, ScalerCounters
 from .autograd import backward, checkpoint, grad_ready, no_grad, set_grad_ready_hook
 from .checkpoint_file import load_checkpoint_file, save_checkpoint_file
 from .context import Context, MemoryStats, default_context
+from .dist import Communicator, DataParallel, DataParallelStats, nccl_unique_id
 from .errors import (ArgumentTypeError, CorruptError, DeviceError, DTypeError, Error, FileError,
                      InternalError, InvalidArgumentError, NoDeviceError, NotSupportedError,
                      OrderError, OutOfMemoryError, ShapeError, StaleHandleError, Status)

@@ -71,9 +71,6 @@ GRAD_READY_FN = CFUNCTYPE(c_int32, c_void_p, c_void_p)
 RELEASE_FN = CFUNCTYPE(None, c_void_p)
 
 
-RELEASE_FN = CFUNCTYPE(None, c_void_p)
-
-
 class Allocator(Structure):
     _fields_ = [("struct_size", c_size_t), ("alloc", ALLOC_FN), ("free", FREE_FN),
                 ("user_data", c_void_p)]
@@ -161,6 +158,23 @@ class DLManagedTensor(Structure):
 
 DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", c_void_p),
                             ("deleter", CFUNCTYPE(None, POINTER(DLManagedTensor)))]
+
+
+NCCL_UNIQUE_ID_BYTES = 128
+
+
+class DataParallelOptions(Structure):
+    _fields_ = [("struct_size", c_size_t), ("bucket_bytes", c_size_t),
+                ("first_bucket_bytes", c_size_t), ("average", c_int32),
+                ("reduce_in_fp32", c_int32), ("overlap", c_int32), ("zero_stage", c_int32)]
+
+
+class DataParallelStatsStruct(Structure):
+    _fields_ = [("struct_size", c_size_t), ("rank", c_int32), ("world_size", c_int32),
+                ("bucket_count", c_int32), ("bucket_bytes", c_uint64),
+                ("buckets_launched", c_int32), ("last_launched_early", c_int32),
+                ("reductions", c_int64), ("optimizer_state_bytes", c_uint64),
+                ("shard_elements", c_int64)]
 
 
 # ---- functions ------------------------------------------------------------------------
@@ -323,6 +337,21 @@ _PROTOTYPES = {
     "ampx_tensor_view": (_STATUS, [handle, c_size_t, c_enum, c_int32, int64_p, handle_p]),
     "ampx_set_grad_ready_hook": (_STATUS, [handle, GRAD_READY_FN, c_void_p, RELEASE_FN]),
     "ampx_grad_ready": (_STATUS, [handle]),
+    # 14. data-parallel training
+    "ampx_comm_from_mpi": (_STATUS, [handle, c_void_p, handle_p]),
+    "ampx_comm_from_nccl": (_STATUS, [handle, c_void_p, handle_p]),
+    "ampx_nccl_unique_id": (_STATUS, [c_void_p, c_size_t]),
+    "ampx_comm_init_nccl": (_STATUS, [handle, c_void_p, c_size_t, c_int32, c_int32, handle_p]),
+    "ampx_comm_rank": (_STATUS, [handle, int32_p, int32_p]),
+    "ampx_comm_set_timeout": (_STATUS, [handle, c_double]),
+    "ampx_comm_release": (None, [handle]),
+    "ampx_data_parallel_options_default": (_STATUS, [POINTER(DataParallelOptions)]),
+    "ampx_data_parallel_create": (_STATUS, [handle, handle, POINTER(DataParallelOptions),
+                                            handle_p]),
+    "ampx_data_parallel_set_sync": (_STATUS, [handle, c_int32]),
+    "ampx_data_parallel_reduce": (_STATUS, [handle]),
+    "ampx_data_parallel_get_stats": (_STATUS, [handle, POINTER(DataParallelStatsStruct)]),
+    "ampx_data_parallel_release": (None, [handle]),
 }
 
 

@@ -199,9 +199,42 @@ int plugin_all_gather(void* handle, const void* send, void* recv, size_t bytes, 
                   bytes);
     return 1;
   }
-  const int code = MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv,
-                                 static_cast<int>(bytes), MPI_BYTE, comm->comm);
+  int rank = 0;
+  MPI_Comm_rank(comm->comm, &rank);
+  const bool in_place = send == static_cast<const char*>(recv) + static_cast<size_t>(rank) * bytes;
+  const int code = MPI_Allgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(bytes), MPI_BYTE,
+                                 recv, static_cast<int>(bytes), MPI_BYTE, comm->comm);
   return code == MPI_SUCCESS ? 0 : report(err, err_bytes, "MPI_Allgather", code);
+}
+
+int plugin_reduce_scatter(void* handle, const void* send, void* recv, int64_t count, int32_t dtype,
+                          int32_t op, int32_t start, char* err, size_t err_bytes) {
+  auto* comm = static_cast<Comm*>(handle);
+  if ((dtype == AMPX_F16 || dtype == AMPX_BF16) && make_16bit_ops(err, err_bytes)) return 1;
+  MPI_Datatype type;
+  MPI_Op mpi_op;
+  if (!type_and_op(dtype, op, &type, &mpi_op)) {
+    std::snprintf(err, err_bytes, "no MPI reduction for dtype %d and op %d", dtype, op);
+    return 1;
+  }
+  if (count > INT_MAX) {
+    std::snprintf(err, err_bytes, "a reduce-scatter of %lld elements per rank is beyond MPI's int count",
+                  static_cast<long long>(count));
+    return 1;
+  }
+  int code;
+  if (start) {
+    MPI_Request request;
+    code = MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), type, mpi_op, comm->comm,
+                                     &request);
+    if (code == MPI_SUCCESS) comm->started.push_back(request);
+  } else {
+    code = MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), type, mpi_op, comm->comm);
+  }
+  return code == MPI_SUCCESS
+             ? 0
+             : report(err, err_bytes, start ? "MPI_Ireduce_scatter_block" : "MPI_Reduce_scatter_block",
+                      code);
 }
 
 int plugin_progress(void* handle, char* err, size_t err_bytes) {
@@ -222,9 +255,10 @@ const char* plugin_library_version() {
   return version;
 }
 
-const ampx_mpi_plugin table = {AMPX_MPI_PLUGIN_ABI, plugin_open,      plugin_close,
-                               plugin_all_reduce,   plugin_broadcast, plugin_all_gather,
-                               plugin_progress,     plugin_finish,    plugin_library_version};
+const ampx_mpi_plugin table = {AMPX_MPI_PLUGIN_ABI,   plugin_open,       plugin_close,
+                               plugin_all_reduce,     plugin_broadcast,  plugin_all_gather,
+                               plugin_reduce_scatter, plugin_progress,   plugin_finish,
+                               plugin_library_version};
 
 }  // namespace
 
