@@ -11,6 +11,7 @@
 #ifndef AMPX_HPP
 #define AMPX_HPP
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -303,6 +304,86 @@ class Scaler : public detail::Owner<ampx_scaler, ampx_scaler_release> {
 
  private:
   explicit Scaler(ampx_scaler s) : Owner(s) {}
+};
+
+// ---- data-parallel training (ampx.h section 14) ---------------------------------
+
+// A group of ranks. from_mpi takes a pointer to the host's MPI_Comm (e.g.
+// &comm); collective over its ranks, like every constructor here.
+class Comm : public detail::Owner<ampx_comm, ampx_comm_release> {
+ public:
+  static Comm from_mpi(const Context& ctx, const void* mpi_comm) {
+    ampx_comm c = nullptr;
+    check(ampx_comm_from_mpi(ctx.get(), mpi_comm, &c));
+    return Comm(c);
+  }
+  static Comm from_nccl(const Context& ctx, void* nccl_comm) {
+    ampx_comm c = nullptr;
+    check(ampx_comm_from_nccl(ctx.get(), nccl_comm, &c));
+    return Comm(c);
+  }
+  // Rank 0 makes the id and sends its bytes to the other ranks itself.
+  static std::array<unsigned char, AMPX_NCCL_UNIQUE_ID_BYTES> nccl_unique_id() {
+    std::array<unsigned char, AMPX_NCCL_UNIQUE_ID_BYTES> id{};
+    check(ampx_nccl_unique_id(id.data(), id.size()));
+    return id;
+  }
+  static Comm init_nccl(const Context& ctx,
+                        const std::array<unsigned char, AMPX_NCCL_UNIQUE_ID_BYTES>& id,
+                        int32_t world_size, int32_t rank) {
+    ampx_comm c = nullptr;
+    check(ampx_comm_init_nccl(ctx.get(), id.data(), id.size(), world_size, rank, &c));
+    return Comm(c);
+  }
+  int32_t rank() const {
+    int32_t r = 0;
+    check(ampx_comm_rank(get(), &r, nullptr));
+    return r;
+  }
+  int32_t size() const {
+    int32_t s = 0;
+    check(ampx_comm_rank(get(), nullptr, &s));
+    return s;
+  }
+  void set_timeout(double seconds) { check(ampx_comm_set_timeout(get(), seconds)); }
+
+ private:
+  explicit Comm(ampx_comm c) : Owner(c) {}
+};
+
+// An optimizer whose gradients are averaged over the ranks (DDP; ZeRO-1
+// with options.zero_stage = 1).
+class DataParallel : public detail::Owner<ampx_data_parallel, ampx_data_parallel_release> {
+ public:
+  DataParallel(const Comm& comm, const Optimizer& opt,
+               ampx_data_parallel_options options = AMPX_DATA_PARALLEL_OPTIONS_INIT) {
+    ampx_data_parallel dp = nullptr;
+    check(ampx_data_parallel_create(comm.get(), opt.get(), &options, &dp));
+    *this = DataParallel(dp);
+  }
+  void set_sync(bool sync) { check(ampx_data_parallel_set_sync(get(), sync ? 1 : 0)); }
+  void reduce() { check(ampx_data_parallel_reduce(get())); }
+  ampx_data_parallel_stats stats() const {
+    ampx_data_parallel_stats s = AMPX_DATA_PARALLEL_STATS_INIT;
+    check(ampx_data_parallel_get_stats(get(), &s));
+    return s;
+  }
+
+  // Gradient accumulation (DDP's no_sync): synchronization off for the
+  // guard's lifetime, on again after it.
+  class NoSync {
+   public:
+    explicit NoSync(DataParallel& dp) : dp_(dp) { dp_.set_sync(false); }
+    ~NoSync() { ampx_status ignored = ampx_data_parallel_set_sync(dp_.get(), 1); (void)ignored; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DataParallel& dp_;
+  };
+
+ private:
+  explicit DataParallel(ampx_data_parallel dp) : Owner(dp) {}
 };
 
 // ---- autograd -----------------------------------------------------------------

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "ampx/ampx.h"
+#include "ampx/ampx.hpp"
 
 namespace {
 
@@ -565,6 +565,49 @@ TEST_CASE("bad handles and calls out of order are refused and change nothing") {
 
   // The wrapper fixes the optimizer's param groups.
   CHECK(ampx_optimizer_add_group(t.opt, &t.w1, 1, 0.1, 0.0, nullptr) == AMPX_ERR_ORDER);
+}
+
+TEST_CASE("the C++ layer: Comm, DataParallel and its NoSync guard") {
+  ampx::Context ctx;
+  MPI_Comm world = MPI_COMM_WORLD;
+  ampx::Comm comm = ampx::Comm::from_mpi(ctx, &world);
+  CHECK(comm.rank() == g_rank);
+  CHECK(comm.size() == g_world);
+  const int64_t shape[1] = {3};
+  auto filled = [&](double value) {
+    ampx_tensor raw = nullptr;
+    OK(ampx_tensor_zeros(ctx.get(), AMPX_F32, 1, shape, &raw));
+    OK(ampx_tensor_fill(raw, value));
+    return ampx::Tensor(raw);
+  };
+  ampx::Tensor w = filled(g_rank + 1.0), c = filled(g_rank + 1.0);
+  OK(ampx_tensor_set_requires_grad(w.get(), 1));
+  ampx_sgd_options sgd = AMPX_SGD_OPTIONS_INIT;
+  sgd.lr = 0.5;
+  ampx::Optimizer opt = ampx::Optimizer::sgd(ctx, {&w}, sgd);
+  ampx::DataParallel dp(comm, opt);  // w = rank 0's 1.0 everywhere
+  auto backward = [&] {  // d/dw sum(w * c) = c = rank + 1
+    OK(ampx_scope_push(ctx.get()));
+    ampx_tensor product = nullptr, loss = nullptr;
+    OK(ampx_mul(w.get(), c.get(), &product));
+    OK(ampx_sum(product, &loss));
+    OK(ampx_backward(loss, nullptr));
+    OK(ampx_scope_pop(ctx.get()));
+  };
+  opt.zero_grad();
+  {
+    ampx::DataParallel::NoSync accumulate(dp);
+    backward();
+  }
+  backward();
+  opt.step();
+  // The average over ranks of 2 (r + 1) is W + 1: w = 1 - 0.5 (W + 1).
+  std::vector<float> values = to_floats(w.get());
+  for (float v : values) CHECK(v == static_cast<float>(1.0 - 0.5 * (g_world + 1)));
+  CHECK(dp.stats().reductions == 1);
+  ampx_data_parallel_options bad = AMPX_DATA_PARALLEL_OPTIONS_INIT;
+  bad.zero_stage = 2;
+  CHECK_THROWS_AS(ampx::DataParallel(comm, ampx::Optimizer::sgd(ctx, {&c}), bad), ampx::Error);
 }
 
 namespace {

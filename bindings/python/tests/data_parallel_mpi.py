@@ -142,6 +142,9 @@ def against_one_process(mode: str, tolerance: float, **options) -> None:
     stats = ranks.dp.stats()
     check((stats.rank, stats.world_size, stats.reductions) == (RANK, SIZE, steps),
           f"{what}: stats {stats}")
+    if options.get("zero_stage"):
+        total = sum(p.numel() for p in ranks.params)
+        check(stats.shard_elements < total, f"{what}: this rank steps its part only: {stats}")
     if RANK == 0:
         print(f"{what}: {SIZE} ranks vs one process after {steps} steps: max relative "
               f"difference {difference:.2e}", flush=True)
@@ -220,6 +223,11 @@ def mismatched_parameters() -> None:
 
 
 def main() -> int:
+    if BATCH % SIZE:
+        if RANK == 0:
+            print(f"data_parallel_mpi: {SIZE} ranks do not divide the batch of {BATCH} rows",
+                  file=sys.stderr, flush=True)
+        return 2
     against_one_process("f32", 1e-5)
     against_one_process("autocast", 1e-3, bucket_bytes=256, first_bucket_bytes=64)
     against_one_process("f16", 5e-3)

@@ -279,6 +279,20 @@ class OneRankTest(unittest.TestCase):
         with self.assertRaises(ampx.StaleHandleError):
             dp.set_sync(True)
 
+    def test_options_reach_the_library(self):
+        sizes = {}
+        for reduce_in_fp32 in (False, True):
+            model = Model(1, "f16")
+            comm = ampx.Communicator.from_mpi(model.ctx, self.MPI.COMM_WORLD)
+            with ampx.DataParallel(comm, model.opt, reduce_in_fp32=reduce_in_fp32) as dp:
+                sizes[reduce_in_fp32] = dp.stats().bucket_bytes
+            self.assertTrue(dp.closed)
+        self.assertGreater(sizes[True], sizes[False])  # plus the fp32 reduction buffers
+        model = Model(1)
+        comm = ampx.Communicator.from_mpi(model.ctx, self.MPI.COMM_WORLD)
+        with ampx.DataParallel(comm, model.opt, bucket_bytes=64, first_bucket_bytes=64) as dp:
+            self.assertEqual(dp.stats().bucket_count, len(model.params))
+
     def test_data_parallel_errors(self):
         model = Model(3)
         comm = ampx.Communicator.from_mpi(model.ctx, self.MPI.COMM_WORLD)
