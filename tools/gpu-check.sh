@@ -116,6 +116,14 @@ step build 300 cmake --build "$BUILD" -j "$(nproc)" || finish
 
 # ---- tests ------------------------------------------------------------------
 echo
+# NCCL for the data-parallel tests: the GPU machine has PyTorch's wheel,
+# whose nvidia-nccl package carries libnccl.so.2 (ampx loads it at run time).
+if [ -z "${AMPX_NCCL_LIBRARY:-}" ]; then
+  nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
+  [ -n "$nccl" ] && [ -f "$nccl" ] && export AMPX_NCCL_LIBRARY="$nccl"
+fi
+echo "NCCL: ${AMPX_NCCL_LIBRARY:-libnccl.so.2 from the loader's path}"
+
 echo "== ctest =="
 log="$BUILD/gpu-check-ctest.log"
 t0=$(now)

@@ -323,7 +323,9 @@ void DataParallel::zero_gradients() {
 }
 
 void DataParallel::Sync::global_norm(float* norm, NormType type) {
-  if (owner_.options_.zero_stage != 1) return;  // every rank holds every reduced gradient
+  // Without ZeRO-1 every rank holds every reduced gradient; one rank holds
+  // them all anyway.
+  if (owner_.options_.zero_stage != 1 || owner_.comm_->size() == 1) return;
   Transport& transport = owner_.comm_->transport();
   float* norms = static_cast<float*>(owner_.norms_->data());
   transport.all_gather(norm, norms, sizeof(float), Stream::Compute);
