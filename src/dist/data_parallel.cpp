@@ -54,6 +54,62 @@ struct JoinRecord {
 };
 static_assert(sizeof(JoinRecord) == 256, "a fixed-size record, the same on every rank");
 
+std::vector<int64_t> parameter_records(const FusedOptimizer& optimizer) {
+  std::vector<int64_t> records;
+  for (const FusedOptimizer::Param& p : optimizer.params()) append_record(records, *p.param);
+  return records;
+}
+
+// Called on every rank once the digests differ: finds the first parameter
+// (or count) where some rank differs from rank 0 and throws on every rank
+// with both descriptions. The same collectives on every rank, whatever the
+// lists, so none is left waiting.
+[[noreturn]] void report_first_difference(Communicator& comm, const std::vector<int64_t>& records,
+                                          const std::vector<int64_t>& counts) {
+  const int32_t world = comm.size();
+  const int64_t count = counts[static_cast<size_t>(comm.rank())];
+  // Rank 0's parameters to everyone, then every rank's first difference.
+  const int64_t count0 = counts[0];
+  std::vector<int64_t> first(static_cast<size_t>(count0) * kRecordWords);
+  if (comm.rank() == 0) first = records;
+  comm.broadcast_host(first.data(), first.size() * sizeof(int64_t), 0);
+  int64_t difference = std::numeric_limits<int64_t>::max();
+  for (int64_t i = 0; i < std::min(count, count0); ++i)
+    if (!std::equal(records.begin() + i * kRecordWords, records.begin() + (i + 1) * kRecordWords,
+                    first.begin() + i * kRecordWords)) {
+      difference = i;
+      break;
+    }
+  if (difference == std::numeric_limits<int64_t>::max() && count != count0)
+    difference = std::min(count, count0);
+  std::vector<int64_t> differences(static_cast<size_t>(world));
+  comm.all_gather_host(&difference, differences.data(), sizeof difference);
+  // The rank with the earliest difference (the lowest such rank on a tie).
+  int32_t culprit = 1;
+  for (int32_t r = 2; r < world; ++r)
+    if (differences[r] < differences[culprit]) culprit = r;
+  const int64_t at = differences[culprit];
+  int64_t theirs[1 + kRecordWords] = {};
+  if (comm.rank() == culprit && at < count) {
+    theirs[0] = 1;
+    std::copy(records.begin() + at * kRecordWords, records.begin() + (at + 1) * kRecordWords,
+              theirs + 1);
+  }
+  comm.broadcast_host(theirs, sizeof theirs, culprit);
+  std::string detail;
+  if (at >= count0 || !theirs[0])
+    detail = cat("rank ", culprit, " has ", counts[static_cast<size_t>(culprit)],
+                 " parameters and rank 0 has ",
+                 count0);
+  else
+    detail = cat("parameter ", at, " is ", describe_record(theirs + 1), " on rank ", culprit,
+                 " but ", describe_record(first.data() + at * kRecordWords), " on rank 0");
+  fail(AMPX_ERR_INVALID_ARGUMENT,
+       "the ranks registered different parameters (count, order, dtypes and shapes must match "
+       "on every rank): ",
+       detail);
+}
+
 }  // namespace
 
 DataParallel::DataParallel(Communicator& comm, FusedOptimizer& optimizer,
@@ -90,8 +146,7 @@ DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer& optimizer
     mine.status = e.status();
     std::snprintf(mine.message, sizeof mine.message, "%s", e.what());
   }
-  std::vector<int64_t> records;
-  for (const FusedOptimizer::Param& p : optimizer.params()) append_record(records, *p.param);
+  const std::vector<int64_t> records = parameter_records(optimizer);
   mine.count = static_cast<int64_t>(optimizer.params().size());
   mine.hash = fnv1a(records);
 
@@ -104,10 +159,16 @@ DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer& optimizer
     all[r].message[sizeof all[r].message - 1] = '\0';
     fail(static_cast<ampx_status>(all[r].status), "rank ", r, " could not join: ", all[r].message);
   }
+  bool same = true;
+  for (const JoinRecord& r : all) same = same && r.count == all[0].count && r.hash == all[0].hash;
+  if (!same) {
+    std::vector<int64_t> counts;
+    for (const JoinRecord& r : all) counts.push_back(r.count);
+    report_first_difference(comm, records, counts);
+  }
 
   auto* dp = new DataParallel(comm, optimizer, options);
   try {
-    dp->check_same_parameters();
     dp->make_buckets();
     DeviceContext& ctx = comm.context();
     dp->inverse_world_ = TensorRef(make_filled_f32(ctx, vector_shape(1), 1.0f / static_cast<float>(world)));
@@ -133,62 +194,6 @@ DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer& optimizer
   optimizer.refs.fetch_add(1, std::memory_order_relaxed);
   optimizer.grad_sync = &dp->sync_hooks_;
   return dp;
-}
-
-void DataParallel::check_same_parameters() {
-  std::vector<int64_t> records;
-  for (const FusedOptimizer::Param& p : optimizer_->params()) append_record(records, *p.param);
-  const int32_t world = comm_->size();
-  struct Digest {
-    int64_t count;
-    uint64_t hash;
-  } mine{static_cast<int64_t>(optimizer_->params().size()), fnv1a(records)};
-  std::vector<Digest> all(static_cast<size_t>(world));
-  comm_->all_gather_host(&mine, all.data(), sizeof mine);
-  bool same = true;
-  for (const Digest& d : all) same = same && d.count == all[0].count && d.hash == all[0].hash;
-  if (same) return;
-
-  // Rank 0's parameters to everyone, then every rank's first difference.
-  const int64_t count0 = all[0].count;
-  std::vector<int64_t> first(static_cast<size_t>(count0) * kRecordWords);
-  if (comm_->rank() == 0) first = records;
-  comm_->broadcast_host(first.data(), first.size() * sizeof(int64_t), 0);
-  const int64_t count = mine.count;
-  int64_t difference = std::numeric_limits<int64_t>::max();
-  for (int64_t i = 0; i < std::min(count, count0); ++i)
-    if (!std::equal(records.begin() + i * kRecordWords, records.begin() + (i + 1) * kRecordWords,
-                    first.begin() + i * kRecordWords)) {
-      difference = i;
-      break;
-    }
-  if (difference == std::numeric_limits<int64_t>::max() && count != count0)
-    difference = std::min(count, count0);
-  std::vector<int64_t> differences(static_cast<size_t>(world));
-  comm_->all_gather_host(&difference, differences.data(), sizeof difference);
-  // The rank with the earliest difference (the lowest such rank on a tie).
-  int32_t culprit = 1;
-  for (int32_t r = 2; r < world; ++r)
-    if (differences[r] < differences[culprit]) culprit = r;
-  const int64_t at = differences[culprit];
-  int64_t theirs[1 + kRecordWords] = {};
-  if (comm_->rank() == culprit && at < count) {
-    theirs[0] = 1;
-    std::copy(records.begin() + at * kRecordWords, records.begin() + (at + 1) * kRecordWords,
-              theirs + 1);
-  }
-  comm_->broadcast_host(theirs, sizeof theirs, culprit);
-  std::string detail;
-  if (at >= count0 || !theirs[0])
-    detail = cat("rank ", culprit, " has ", all[culprit].count, " parameters and rank 0 has ",
-                 count0);
-  else
-    detail = cat("parameter ", at, " is ", describe_record(theirs + 1), " on rank ", culprit,
-                 " but ", describe_record(first.data() + at * kRecordWords), " on rank 0");
-  fail(AMPX_ERR_INVALID_ARGUMENT,
-       "the ranks registered different parameters (count, order, dtypes and shapes must match "
-       "on every rank): ",
-       detail);
 }
 
 void DataParallel::make_buckets() {

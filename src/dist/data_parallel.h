@@ -122,7 +122,6 @@ class DataParallel : public Object {
   static void destroy_shell(Object* shell) { delete static_cast<DataParallel*>(shell); }
   void free_resources();
 
-  void check_same_parameters();
   void broadcast_state();
   void make_buckets();
   void on_grad_ready(DeviceTensor& leaf);

@@ -57,6 +57,17 @@ const STRUCTS: &[(&str, &[&str])] = &[
     ),
     ("ampx_nonfinite_grad", &["param", "name", "nan_count", "inf_count"]),
     ("ampx_autocast_options", &["struct_size", "dtype", "enabled", "cache"]),
+    (
+        "ampx_data_parallel_options",
+        &["struct_size", "bucket_bytes", "first_bucket_bytes", "average", "reduce_in_fp32", "overlap", "zero_stage"],
+    ),
+    (
+        "ampx_data_parallel_stats",
+        &[
+            "struct_size", "rank", "world_size", "bucket_count", "bucket_bytes", "buckets_launched",
+            "last_launched_early", "reductions", "optimizer_state_bytes", "shard_elements",
+        ],
+    ),
 ];
 
 fn main() {

@@ -1,5 +1,5 @@
 //! Raw FFI declarations of ampx's C ABI, `include/ampx/ampx.h` (ABI 0.1,
-//! sections 1-12).
+//! sections 1-14).
 //!
 //! Written by hand (no bindgen): every `AMPX_API` function, every struct with
 //! `#[repr(C)]` and the header's field order, and every enum as a
@@ -98,6 +98,10 @@ opaque! {
     ampx_scaler_s => ampx_scaler;
     /// The struct behind `ampx_autocast`.
     ampx_autocast_s => ampx_autocast;
+    /// The struct behind `ampx_comm`.
+    ampx_comm_s => ampx_comm;
+    /// The struct behind `ampx_data_parallel`.
+    ampx_data_parallel_s => ampx_data_parallel;
 }
 
 /// DLPack's `DLManagedTensor`, opaque here (use a DLPack definition to read
@@ -309,6 +313,42 @@ pub type ampx_grad_ready_fn =
 
 /// The `release` callback of [`ampx_set_grad_ready_hook`].
 pub type ampx_release_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
+
+// ---------------------------------------------------------------------------
+// 14. Data-parallel training
+// ---------------------------------------------------------------------------
+
+/// `AMPX_NCCL_UNIQUE_ID_BYTES`: the bytes of an NCCL unique id.
+pub const AMPX_NCCL_UNIQUE_ID_BYTES: usize = 128;
+
+/// `ampx_data_parallel_options`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_data_parallel_options {
+    pub struct_size: usize,
+    pub bucket_bytes: usize,
+    pub first_bucket_bytes: usize,
+    pub average: i32,
+    pub reduce_in_fp32: i32,
+    pub overlap: i32,
+    pub zero_stage: i32,
+}
+
+/// `ampx_data_parallel_stats` (set `struct_size` before the call).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ampx_data_parallel_stats {
+    pub struct_size: usize,
+    pub rank: i32,
+    pub world_size: i32,
+    pub bucket_count: i32,
+    pub bucket_bytes: u64,
+    pub buckets_launched: i32,
+    pub last_launched_early: i32,
+    pub reductions: i64,
+    pub optimizer_state_bytes: u64,
+    pub shard_elements: i64,
+}
 
 // ---------------------------------------------------------------------------
 // 10. Autocast
@@ -680,6 +720,33 @@ extern "C" {
         release: ampx_release_fn,
     ) -> ampx_status;
     pub fn ampx_grad_ready(param: ampx_tensor) -> ampx_status;
+
+    // 14. Data-parallel training (EXPERIMENTAL)
+    pub fn ampx_comm_from_mpi(ctx: ampx_context, mpi_comm: *const c_void, out: *mut ampx_comm) -> ampx_status;
+    pub fn ampx_comm_from_nccl(ctx: ampx_context, nccl_comm: *mut c_void, out: *mut ampx_comm) -> ampx_status;
+    pub fn ampx_nccl_unique_id(id: *mut c_void, bytes: usize) -> ampx_status;
+    pub fn ampx_comm_init_nccl(
+        ctx: ampx_context,
+        id: *const c_void,
+        bytes: usize,
+        world_size: i32,
+        rank: i32,
+        out: *mut ampx_comm,
+    ) -> ampx_status;
+    pub fn ampx_comm_rank(comm: ampx_comm, rank: *mut i32, size: *mut i32) -> ampx_status;
+    pub fn ampx_comm_set_timeout(comm: ampx_comm, seconds: c_double) -> ampx_status;
+    pub fn ampx_comm_release(comm: ampx_comm);
+    pub fn ampx_data_parallel_options_default(options: *mut ampx_data_parallel_options) -> ampx_status;
+    pub fn ampx_data_parallel_create(
+        comm: ampx_comm,
+        optimizer: ampx_optimizer,
+        options: *const ampx_data_parallel_options,
+        out: *mut ampx_data_parallel,
+    ) -> ampx_status;
+    pub fn ampx_data_parallel_set_sync(dp: ampx_data_parallel, sync: i32) -> ampx_status;
+    pub fn ampx_data_parallel_reduce(dp: ampx_data_parallel) -> ampx_status;
+    pub fn ampx_data_parallel_get_stats(dp: ampx_data_parallel, stats: *mut ampx_data_parallel_stats) -> ampx_status;
+    pub fn ampx_data_parallel_release(dp: ampx_data_parallel);
 }
 
 /// Sizes, alignments and field offsets of the header's structs as a C

@@ -41,6 +41,8 @@ fn rust_layout() -> Vec<(String, usize)> {
         ampx_scaler_state { struct_size, scale, growth_factor, backoff_factor, growth_interval, growth_tracker, hysteresis, hysteresis_left, min_scale, max_scale, counters, consecutive_hysteresis, clamp_to_max_scale }
         ampx_nonfinite_grad { param, name, nan_count, inf_count }
         ampx_autocast_options { struct_size, dtype, enabled, cache }
+        ampx_data_parallel_options { struct_size, bucket_bytes, first_bucket_bytes, average, reduce_in_fp32, overlap, zero_stage }
+        ampx_data_parallel_stats { struct_size, rank, world_size, bucket_count, bucket_bytes, buckets_launched, last_launched_early, reductions, optimizer_state_bytes, shard_elements }
     }
     v
 }
@@ -97,6 +99,11 @@ fn layouts_match_hand_computed_lp64_values() {
     assert_eq!(offset_of!(sys::ampx_scaler_state, clamp_to_max_scale), 108);
     assert_eq!(size_of::<sys::ampx_nonfinite_grad>(), 32);
     assert_eq!(size_of::<sys::ampx_autocast_options>(), 24);
+    assert_eq!(size_of::<sys::ampx_data_parallel_options>(), 40);
+    assert_eq!(offset_of!(sys::ampx_data_parallel_options, zero_stage), 36);
+    assert_eq!(size_of::<sys::ampx_data_parallel_stats>(), 64);
+    assert_eq!(offset_of!(sys::ampx_data_parallel_stats, bucket_bytes), 24);
+    assert_eq!(offset_of!(sys::ampx_data_parallel_stats, shard_elements), 56);
     // Enums are C ints; function pointers in Option are one pointer.
     assert_eq!(size_of::<sys::ampx_status>(), 4);
     assert_eq!(size_of::<sys::ampx_segment_fn>(), 8);
@@ -122,6 +129,11 @@ fn default_options_report_their_struct_size() {
         assert_eq!(autocast.struct_size, size_of::<sys::ampx_autocast_options>());
         assert_eq!(autocast.dtype, sys::AMPX_F16);
         assert_eq!(sys::ampx_version(), sys::AMPX_VERSION_NUMBER);
+        let mut dp = MaybeUninit::<sys::ampx_data_parallel_options>::zeroed().assume_init();
+        assert_eq!(sys::ampx_data_parallel_options_default(&mut dp), sys::AMPX_OK);
+        assert_eq!(dp.struct_size, size_of::<sys::ampx_data_parallel_options>());
+        assert_eq!((dp.bucket_bytes, dp.first_bucket_bytes), (25 << 20, 1 << 20));
+        assert_eq!((dp.average, dp.reduce_in_fp32, dp.overlap, dp.zero_stage), (1, 0, 1, 0));
     }
 }
 
@@ -136,10 +148,11 @@ fn header_functions(header: &str) -> Vec<(String, usize)> {
             None => break,
         };
         let head = &rest[..open];
-        if head.contains('\n') || head.contains("__") {
+        if head.contains("__") {
             continue; // the export macro's own definition
         }
-        let name = head.rsplit([' ', '*']).next().unwrap().to_string();
+        // A long declaration puts the name on the line after the return type.
+        let name = head.rsplit([' ', '*', '\n']).next().unwrap().to_string();
         let close = rest.find(')').unwrap();
         let params = rest[open + 1..close].trim();
         let count = if params == "void" { 0 } else { params.split(',').count() };
