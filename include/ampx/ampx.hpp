@@ -374,7 +374,10 @@ class DataParallel : public detail::Owner<ampx_data_parallel, ampx_data_parallel
   class NoSync {
    public:
     explicit NoSync(DataParallel& dp) : dp_(dp) { dp_.set_sync(false); }
-    ~NoSync() { ampx_status ignored = ampx_data_parallel_set_sync(dp_.get(), 1); (void)ignored; }
+    ~NoSync() {
+      ampx_status ignored = ampx_data_parallel_set_sync(dp_.get(), 1);
+      (void)ignored;
+    }
     NoSync(const NoSync&) = delete;
     NoSync& operator=(const NoSync&) = delete;
 

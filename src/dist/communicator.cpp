@@ -11,7 +11,9 @@
 namespace ampx::impl {
 
 Communicator::Communicator(DeviceContext& ctx, std::unique_ptr<Transport> transport)
-    : Object(kLiveMagic, &Communicator::destroy_shell), ctx_(&ctx), transport_(std::move(transport)) {}
+    : Object(kLiveMagic, &Communicator::destroy_shell),
+      ctx_(&ctx),
+      transport_(std::move(transport)) {}
 
 Communicator::~Communicator() = default;
 
@@ -76,8 +78,8 @@ void Communicator::all_gather_host(const void* send, void* recv, size_t bytes) {
     return;
   }
   const int64_t world = size();
-  TensorRef staging(DeviceTensor::empty(*ctx_, DType::I32, vector_shape(static_cast<int64_t>(
-                                                                (bytes + 3) / 4 * (world + 1)))));
+  TensorRef staging(DeviceTensor::empty(
+      *ctx_, DType::I32, vector_shape(static_cast<int64_t>((bytes + 3) / 4 * (world + 1)))));
   char* base = static_cast<char*>(staging->data());
   char* device_recv = base + (bytes + 3) / 4 * 4;
   backend.copy_from_host(base, send, bytes);

@@ -40,7 +40,8 @@ std::string describe_record(const int64_t* record) {
 uint64_t fnv1a(const std::vector<int64_t>& words) {
   uint64_t hash = 1469598103934665603ull;
   const auto* bytes = reinterpret_cast<const unsigned char*>(words.data());
-  for (size_t i = 0; i < words.size() * sizeof(int64_t); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+  for (size_t i = 0; i < words.size() * sizeof(int64_t); ++i)
+    hash = (hash ^ bytes[i]) * 1099511628211ull;
   return hash;
 }
 
@@ -99,8 +100,7 @@ std::vector<int64_t> parameter_records(const FusedOptimizer& optimizer) {
   std::string detail;
   if (at >= count0 || !theirs[0])
     detail = cat("rank ", culprit, " has ", counts[static_cast<size_t>(culprit)],
-                 " parameters and rank 0 has ",
-                 count0);
+                 " parameters and rank 0 has ", count0);
   else
     detail = cat("parameter ", at, " is ", describe_record(theirs + 1), " on rank ", culprit,
                  " but ", describe_record(first.data() + at * kRecordWords), " on rank 0");
@@ -134,8 +134,9 @@ DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer& optimizer
       fail(AMPX_ERR_INVALID_ARGUMENT,
            "the optimizer is already wrapped by another ampx_data_parallel; release that first");
     if (optimizer.amp_state != AmpState::Ready)
-      fail(AMPX_ERR_ORDER, "the optimizer is between unscale/step and update; create the "
-                           "data-parallel wrapper between iterations");
+      fail(AMPX_ERR_ORDER,
+           "the optimizer is between unscale/step and update; create the "
+           "data-parallel wrapper between iterations");
     if (options.bucket_bytes == 0 || options.first_bucket_bytes == 0)
       fail(AMPX_ERR_INVALID_ARGUMENT, "bucket_bytes is ", options.bucket_bytes,
            " and first_bucket_bytes ", options.first_bucket_bytes, "; both must be at least 1");
@@ -171,7 +172,8 @@ DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer& optimizer
   try {
     dp->make_buckets();
     DeviceContext& ctx = comm.context();
-    dp->inverse_world_ = TensorRef(make_filled_f32(ctx, vector_shape(1), 1.0f / static_cast<float>(world)));
+    dp->inverse_world_ =
+        TensorRef(make_filled_f32(ctx, vector_shape(1), 1.0f / static_cast<float>(world)));
     dp->gradients_written_ = ctx.backend().make_event();
     dp->reduced_event_ = ctx.backend().make_event();
     dp->broadcast_state();
@@ -272,13 +274,12 @@ void DataParallel::make_shards() {
       const int64_t end = std::min(m.offset + m.param->numel(), first + size);
       if (begin >= end) continue;
       Piece piece;
-      piece.param = TensorRef(DeviceTensor::alias(
-          ctx, *m.param, bucket.dtype, vector_shape(end - begin),
-          static_cast<size_t>(begin - m.offset) * dtype_size(bucket.dtype)));
-      piece.grad = TensorRef(DeviceTensor::alias(ctx, *bucket.shard, reduced,
-                                                 vector_shape(end - begin),
-                                                 static_cast<size_t>(begin - first) *
-                                                     dtype_size(reduced)));
+      piece.param = TensorRef(
+          DeviceTensor::alias(ctx, *m.param, bucket.dtype, vector_shape(end - begin),
+                              static_cast<size_t>(begin - m.offset) * dtype_size(bucket.dtype)));
+      piece.grad =
+          TensorRef(DeviceTensor::alias(ctx, *bucket.shard, reduced, vector_shape(end - begin),
+                                        static_cast<size_t>(begin - first) * dtype_size(reduced)));
       piece.bucket = b;
       piece.offset = begin;
       kept.push_back({member, piece.param.get(), begin - m.offset});
@@ -477,15 +478,17 @@ void DataParallel::reset_round() {
 
 void DataParallel::reduce_now() {
   if (!sync_)
-    fail(AMPX_ERR_ORDER, "synchronization is off (ampx_data_parallel_set_sync); turn it on to "
-                         "reduce the accumulated gradients");
+    fail(AMPX_ERR_ORDER,
+         "synchronization is off (ampx_data_parallel_set_sync); turn it on to "
+         "reduce the accumulated gradients");
   complete("ampx_data_parallel_reduce");
 }
 
 void DataParallel::set_sync(bool enabled) {
   if (!enabled && next_launch_ > 0)
-    fail(AMPX_ERR_ORDER, "buckets of this iteration are already being reduced; turn "
-                         "synchronization off before the micro-batch's backward, not during it");
+    fail(AMPX_ERR_ORDER,
+         "buckets of this iteration are already being reduced; turn "
+         "synchronization off before the micro-batch's backward, not during it");
   sync_ = enabled;
 }
 

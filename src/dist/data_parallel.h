@@ -45,12 +45,12 @@ struct DataParallelOptions {
 
 struct DataParallelStats {
   int32_t bucket_count = 0;
-  uint64_t bucket_bytes = 0;            // gradient buckets (and fp32 reduction buffers)
-  int32_t buckets_launched = 0;         // in the iteration under way
-  int32_t last_launched_early = 0;      // of the last completed reduction: launched before it
-  int64_t reductions = 0;               // completed
-  uint64_t optimizer_state_bytes = 0;   // this rank's masters and moments
-  int64_t shard_elements = 0;           // parameter elements this rank updates
+  uint64_t bucket_bytes = 0;           // gradient buckets (and fp32 reduction buffers)
+  int32_t buckets_launched = 0;        // in the iteration under way
+  int32_t last_launched_early = 0;     // of the last completed reduction: launched before it
+  int64_t reductions = 0;              // completed
+  uint64_t optimizer_state_bytes = 0;  // this rank's masters and moments
+  int64_t shard_elements = 0;          // parameter elements this rank updates
 };
 
 class DataParallel : public Object {
@@ -88,11 +88,11 @@ class DataParallel : public Object {
   };
   struct Bucket {
     DType dtype = DType::F32;
-    TensorRef grads;          // flat: every member's gradient (a multiple of the world
-                              // size of elements under ZeRO-1)
-    TensorRef fp32;           // reduce_in_fp32 for F16/BF16: the reduced copy
-    TensorRef shard;          // ZeRO-1: this rank's part of the reduced gradients
-    TensorRef gathered;       // ZeRO-1: the updated parameters of every rank's part
+    TensorRef grads;     // flat: every member's gradient (a multiple of the world
+                         // size of elements under ZeRO-1)
+    TensorRef fp32;      // reduce_in_fp32 for F16/BF16: the reduced copy
+    TensorRef shard;     // ZeRO-1: this rank's part of the reduced gradients
+    TensorRef gathered;  // ZeRO-1: the updated parameters of every rank's part
     std::vector<size_t> members;
     size_t ready = 0;
     bool launched = false;
@@ -102,7 +102,7 @@ class DataParallel : public Object {
     TensorRef param;  // a 1-D view of the parameter
     TensorRef grad;   // a view of the bucket's shard, attached as param's gradient
     size_t bucket;
-    int64_t offset;   // of its first element in the bucket
+    int64_t offset;  // of its first element in the bucket
   };
   class Sync final : public GradientSync {
    public:
@@ -133,9 +133,7 @@ class DataParallel : public Object {
   void make_shards();
   void finish_step();
   void zero_gradients();
-  int64_t shard_size(const Bucket& bucket) const {
-    return bucket.grads->numel() / comm_->size();
-  }
+  int64_t shard_size(const Bucket& bucket) const { return bucket.grads->numel() / comm_->size(); }
 
   Communicator* comm_;
   FusedOptimizer* optimizer_;
@@ -148,7 +146,7 @@ class DataParallel : public Object {
   TensorRef norms_;              // ZeRO-1: F32[world], every rank's gradient norm
   size_t next_launch_ = 0;
   bool sync_ = true;
-  bool reduced_ = false;  // this iteration's reduction is complete
+  bool reduced_ = false;        // this iteration's reduction is complete
   bool pass_notified_ = false;  // a gradient of this wrapper became final since the last end
   uint64_t listener_ = 0;
   uint64_t end_listener_ = 0;

@@ -65,9 +65,12 @@ const ampx_mpi_plugin* load_plugin() {
 
 int32_t mpi_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return AMPX_MPI_SUM;
-    case ReduceOp::Max: return AMPX_MPI_MAX;
-    case ReduceOp::Min: return AMPX_MPI_MIN;
+    case ReduceOp::Sum:
+      return AMPX_MPI_SUM;
+    case ReduceOp::Max:
+      return AMPX_MPI_MAX;
+    case ReduceOp::Min:
+      return AMPX_MPI_MIN;
   }
   return AMPX_MPI_SUM;
 }

@@ -127,10 +127,14 @@ void check(const Nccl& nccl, void* comm, int result, const char* what) {
 
 int nccl_type(const Nccl& nccl, DType dtype) {
   switch (dtype) {
-    case DType::F32: return kFloat32;
-    case DType::F16: return kFloat16;
-    case DType::I32: return kInt32;
-    case DType::I64: return kInt64;
+    case DType::F32:
+      return kFloat32;
+    case DType::F16:
+      return kFloat16;
+    case DType::I32:
+      return kInt32;
+    case DType::I64:
+      return kInt64;
     case DType::BF16:
       if (nccl.version < kBfloat16Version)
         fail(AMPX_ERR_NOT_SUPPORTED, "bf16 collectives need NCCL 2.10 or newer; ", nccl.path,
@@ -142,9 +146,12 @@ int nccl_type(const Nccl& nccl, DType dtype) {
 
 int nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return kSum;
-    case ReduceOp::Max: return kMax;
-    case ReduceOp::Min: return kMin;
+    case ReduceOp::Sum:
+      return kSum;
+    case ReduceOp::Max:
+      return kMax;
+    case ReduceOp::Min:
+      return kMin;
   }
   return kSum;
 }
@@ -153,7 +160,11 @@ class NcclTransport final : public Transport {
  public:
   // `owned`: ampx made the communicator and destroys it; otherwise the host does.
   NcclTransport(const Nccl& nccl, DeviceContext& ctx, void* comm, bool owned, int rank, int size)
-      : nccl_(nccl), backend_(ctx.backend()), comm_(comm), owned_(owned), rank_(rank),
+      : nccl_(nccl),
+        backend_(ctx.backend()),
+        comm_(comm),
+        owned_(owned),
+        rank_(rank),
         size_(size) {}
   ~NcclTransport() override {
     if (!comm_ || !owned_) return;
@@ -172,9 +183,10 @@ class NcclTransport final : public Transport {
     if (count <= 0) return;
     const int type = nccl_type(nccl_, dtype);
     void* native = usable_stream(stream);
-    check(nccl_, comm_, nccl_.all_reduce(data, data, static_cast<size_t>(count), type,
-                                         nccl_op(op), comm_, native),
-          "ncclAllReduce");
+    check(
+        nccl_, comm_,
+        nccl_.all_reduce(data, data, static_cast<size_t>(count), type, nccl_op(op), comm_, native),
+        "ncclAllReduce");
   }
   void broadcast(void* data, size_t bytes, int32_t root, Stream stream) override {
     if (bytes == 0) return;
@@ -185,16 +197,16 @@ class NcclTransport final : public Transport {
   void all_gather(const void* send, void* recv, size_t bytes, Stream stream) override {
     if (bytes == 0) return;
     void* native = usable_stream(stream);
-    check(nccl_, comm_, nccl_.all_gather(send, recv, bytes, kInt8, comm_, native),
-          "ncclAllGather");
+    check(nccl_, comm_, nccl_.all_gather(send, recv, bytes, kInt8, comm_, native), "ncclAllGather");
   }
   void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
                       Stream stream) override {
     if (count <= 0) return;
     const int type = nccl_type(nccl_, dtype);
     void* native = usable_stream(stream);
-    check(nccl_, comm_, nccl_.reduce_scatter(send, recv, static_cast<size_t>(count), type,
-                                             nccl_op(op), comm_, native),
+    check(nccl_, comm_,
+          nccl_.reduce_scatter(send, recv, static_cast<size_t>(count), type, nccl_op(op), comm_,
+                               native),
           "ncclReduceScatter");
   }
   void check_async_error() override {
@@ -203,8 +215,8 @@ class NcclTransport final : public Transport {
     const int result = nccl_.comm_get_async_error(comm_, &state);
     if (result != kSuccess) state = result;
     if (state != kSuccess && state != kInProgress)
-      fail(AMPX_ERR_DEVICE, "the NCCL communicator reported an asynchronous error: ",
-           error_text(nccl_, state));
+      fail(AMPX_ERR_DEVICE,
+           "the NCCL communicator reported an asynchronous error: ", error_text(nccl_, state));
   }
   void abort() override {
     if (!comm_) return;

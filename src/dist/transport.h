@@ -37,8 +37,8 @@ class Transport {
   virtual void all_gather(const void* send, void* recv, size_t bytes, Stream stream) = 0;
   // recv[0, count) = the reduction over ranks of their send[rank() * count,
   // (rank() + 1) * count); send holds size() * count elements.
-  virtual void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype,
-                              ReduceOp op, Stream stream) = 0;
+  virtual void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                              Stream stream) = 0;
 
   virtual void progress() {}
   virtual void finish_started() {}

@@ -186,8 +186,9 @@ int32_t FusedOptimizer::add_group(const std::vector<DeviceTensor*>& params, doub
     fail(AMPX_ERR_ORDER, "param groups can only be added between iterations (after "
                          "ampx_scaler_update), not between unscale/step and update");
   if (grad_sync)
-    fail(AMPX_ERR_ORDER, "the optimizer is wrapped for data-parallel training, whose gradient "
-                         "buckets are fixed; add param groups before ampx_data_parallel_create");
+    fail(AMPX_ERR_ORDER,
+         "the optimizer is wrapped for data-parallel training, whose gradient "
+         "buckets are fixed; add param groups before ampx_data_parallel_create");
   check_float_rate(lr, "lr");
   check_float_rate(weight_decay, "weight_decay");
   std::unordered_set<const DeviceTensor*> seen;
@@ -242,8 +243,8 @@ void FusedOptimizer::keep_pieces(const std::vector<Piece>& pieces) {
   Backend& backend = ctx_->backend();
   std::vector<Param> made;
   made.reserve(pieces.size());
-  TensorRef steps_new(DeviceTensor::empty(*ctx_, DType::I64,
-                                          vector_shape(static_cast<int64_t>(pieces.size()))));
+  TensorRef steps_new(
+      DeviceTensor::empty(*ctx_, DType::I64, vector_shape(static_cast<int64_t>(pieces.size()))));
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& piece = pieces[i];
     const Param& source = params_.at(piece.source);
@@ -445,8 +446,9 @@ void FusedOptimizer::mark_unscaled(bool unscaled) {
 const FusedOptimizer::Param& FusedOptimizer::param_entry(const DeviceTensor& param,
                                                          const char* arg) const {
   if (sharded_)
-    fail(AMPX_ERR_NOT_SUPPORTED, "the optimizer's state is sharded over the ranks (ZeRO-1): this "
-                                 "rank keeps the state of parts of parameters only");
+    fail(AMPX_ERR_NOT_SUPPORTED,
+         "the optimizer's state is sharded over the ranks (ZeRO-1): this "
+         "rank keeps the state of parts of parameters only");
   for (const Param& p : params_)
     if (p.param.get() == &param) return p;
   fail(AMPX_ERR_INVALID_ARGUMENT, "argument '", arg, "' (", param.describe(),

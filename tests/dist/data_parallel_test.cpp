@@ -11,8 +11,8 @@
 #include <mpi.h>
 
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -229,7 +229,8 @@ int state_bytes_per_element(Mode mode) {
 
 int64_t parameter_elements() { return kHidden * kIn + kHidden + kOut * kHidden + kOut; }
 
-void check_against_one_process(Mode mode, double tolerance, bool reduce_in_fp32, int zero_stage = 0) {
+void check_against_one_process(Mode mode, double tolerance, bool reduce_in_fp32,
+                               int zero_stage = 0) {
   const std::string mode_text = mode_name(mode);
   CAPTURE(mode_text);
   CAPTURE(reduce_in_fp32);
@@ -255,8 +256,8 @@ void check_against_one_process(Mode mode, double tolerance, bool reduce_in_fp32,
   const double difference = relative_difference(ranks, single);
   if (g_rank == 0)
     MESSAGE(mode_text, reduce_in_fp32 ? std::string(" (fp32 reduction)") : std::string(),
-            zero_stage ? std::string(" (ZeRO-1)") : std::string(), ": ",
-            g_world, " ranks vs one process after 50 steps: max relative difference ", difference);
+            zero_stage ? std::string(" (ZeRO-1)") : std::string(), ": ", g_world,
+            " ranks vs one process after 50 steps: max relative difference ", difference);
   CHECK(difference < tolerance);
   ampx_data_parallel_stats stats = AMPX_DATA_PARALLEL_STATS_INIT;
   OK(ampx_data_parallel_get_stats(ranks.dp, &stats));
@@ -270,8 +271,7 @@ void check_against_one_process(Mode mode, double tolerance, bool reduce_in_fp32,
   CHECK(total == (zero_stage ? 1 : g_world) * parameter_elements());
   CHECK(stats.optimizer_state_bytes ==
         static_cast<uint64_t>(stats.shard_elements * state_bytes_per_element(mode)));
-  if (zero_stage)
-    CHECK(stats.shard_elements <= (parameter_elements() + 64 * 4) / g_world + 64);
+  if (zero_stage) CHECK(stats.shard_elements <= (parameter_elements() + 64 * 4) / g_world + 64);
 }
 
 }  // namespace
@@ -282,7 +282,8 @@ void check_against_one_process(Mode mode, double tolerance, bool reduce_in_fp32,
 // place of their dtype; 50 steps of SGD with momentum (or Adam) carry that
 // to about 1e-5 of the parameters' size in fp32 and a few 1e-3 in fp16 and
 // bf16 (whose parameters themselves round at 2^-11 and 2^-8).
-TEST_CASE("every rank's parameters are bitwise identical after every step, and close to one process") {
+TEST_CASE(
+    "every rank's parameters are bitwise identical after every step, and close to one process") {
   check_against_one_process(Mode::Fp32, 1e-5, false);
   check_against_one_process(Mode::Fp16Scaler, 5e-3, false);
   check_against_one_process(Mode::Fp16Scaler, 5e-3, true);
@@ -586,7 +587,7 @@ TEST_CASE("the C++ layer: Comm, DataParallel and its NoSync guard") {
   sgd.lr = 0.5;
   ampx::Optimizer opt = ampx::Optimizer::sgd(ctx, {&w}, sgd);
   ampx::DataParallel dp(comm, opt);  // w = rank 0's 1.0 everywhere
-  auto backward = [&] {  // d/dw sum(w * c) = c = rank + 1
+  auto backward = [&] {              // d/dw sum(w * c) = c = rank + 1
     OK(ampx_scope_push(ctx.get()));
     ampx_tensor product = nullptr, loss = nullptr;
     OK(ampx_mul(w.get(), c.get(), &product));

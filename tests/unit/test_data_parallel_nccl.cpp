@@ -26,7 +26,8 @@ struct Model {
     ctx = ampx_test::test_context();
     const int64_t w_shape[2] = {8, 16}, b_shape[1] = {8};
     std::vector<float> values(128);
-    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.01f * static_cast<float>(i % 17) - 0.08f;
+    for (size_t i = 0; i < values.size(); ++i)
+      values[i] = 0.01f * static_cast<float>(i % 17) - 0.08f;
     ampx_tensor w32 = nullptr;
     OK(ampx_tensor_from_host(ctx, AMPX_F32, 2, w_shape, values.data(), 128 * sizeof(float), &w32));
     OK(ampx_tensor_cast(w32, AMPX_F16, &w));

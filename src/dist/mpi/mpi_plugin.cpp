@@ -6,6 +6,8 @@
 // MPI_UINT16_T with user-defined ops that add (or compare) in fp32 and round
 // once, as a GPU's half-precision reduction does. Counts beyond INT_MAX are
 // split into several calls.
+#include "dist/mpi_plugin.h"
+
 #include <mpi.h>
 
 #include <algorithm>
@@ -16,7 +18,6 @@
 #include <vector>
 
 #include "ampx/ampx.h"
-#include "dist/mpi_plugin.h"
 #include "math/convert.h"
 
 namespace {
@@ -41,9 +42,12 @@ void reduce_16bit(void* in, void* inout, int* length, MPI_Datatype*) {
   for (int i = 0; i < *length; ++i) {
     const float x = Load(a[i]), y = Load(b[i]);
     float r;
-    if (Op == AMPX_MPI_SUM) r = x + y;
-    else if (Op == AMPX_MPI_MAX) r = (x != x || y != y) ? x + y : std::max(x, y);
-    else r = (x != x || y != y) ? x + y : std::min(x, y);
+    if (Op == AMPX_MPI_SUM)
+      r = x + y;
+    else if (Op == AMPX_MPI_MAX)
+      r = (x != x || y != y) ? x + y : std::max(x, y);
+    else
+      r = (x != x || y != y) ? x + y : std::min(x, y);
     b[i] = Store(r);
   }
 }
@@ -60,13 +64,12 @@ bool ops_made = false;
 
 int make_16bit_ops(char* err, size_t err_bytes) {
   if (ops_made) return 0;
-  MPI_User_function* fns[2][3] = {
-      {reduce_16bit<load_half, store_half, AMPX_MPI_SUM>,
-       reduce_16bit<load_half, store_half, AMPX_MPI_MAX>,
-       reduce_16bit<load_half, store_half, AMPX_MPI_MIN>},
-      {reduce_16bit<load_bf16, store_bf16, AMPX_MPI_SUM>,
-       reduce_16bit<load_bf16, store_bf16, AMPX_MPI_MAX>,
-       reduce_16bit<load_bf16, store_bf16, AMPX_MPI_MIN>}};
+  MPI_User_function* fns[2][3] = {{reduce_16bit<load_half, store_half, AMPX_MPI_SUM>,
+                                   reduce_16bit<load_half, store_half, AMPX_MPI_MAX>,
+                                   reduce_16bit<load_half, store_half, AMPX_MPI_MIN>},
+                                  {reduce_16bit<load_bf16, store_bf16, AMPX_MPI_SUM>,
+                                   reduce_16bit<load_bf16, store_bf16, AMPX_MPI_MAX>,
+                                   reduce_16bit<load_bf16, store_bf16, AMPX_MPI_MIN>}};
   for (int t = 0; t < 2; ++t)
     for (int o = 0; o < 3; ++o) {
       const int code = MPI_Op_create(fns[t][o], 1, &ops_16bit[t][o]);
@@ -80,12 +83,25 @@ bool type_and_op(int32_t dtype, int32_t op, MPI_Datatype* type, MPI_Op* mpi_op) 
   if (op < AMPX_MPI_SUM || op > AMPX_MPI_MIN) return false;
   const MPI_Op builtin[3] = {MPI_SUM, MPI_MAX, MPI_MIN};
   switch (dtype) {
-    case AMPX_F32: *type = MPI_FLOAT; break;
-    case AMPX_I32: *type = MPI_INT32_T; break;
-    case AMPX_I64: *type = MPI_INT64_T; break;
-    case AMPX_F16: *type = MPI_UINT16_T; *mpi_op = ops_16bit[0][op]; return true;
-    case AMPX_BF16: *type = MPI_UINT16_T; *mpi_op = ops_16bit[1][op]; return true;
-    default: return false;
+    case AMPX_F32:
+      *type = MPI_FLOAT;
+      break;
+    case AMPX_I32:
+      *type = MPI_INT32_T;
+      break;
+    case AMPX_I64:
+      *type = MPI_INT64_T;
+      break;
+    case AMPX_F16:
+      *type = MPI_UINT16_T;
+      *mpi_op = ops_16bit[0][op];
+      return true;
+    case AMPX_BF16:
+      *type = MPI_UINT16_T;
+      *mpi_op = ops_16bit[1][op];
+      return true;
+    default:
+      return false;
   }
   *mpi_op = builtin[op];
   return true;
@@ -172,7 +188,8 @@ int plugin_all_reduce(void* handle, void* data, int64_t count, int32_t dtype, in
     } else {
       code = MPI_Allreduce(MPI_IN_PLACE, at, piece, type, mpi_op, comm->comm);
     }
-    if (code != MPI_SUCCESS) return report(err, err_bytes, start ? "MPI_Iallreduce" : "MPI_Allreduce", code);
+    if (code != MPI_SUCCESS)
+      return report(err, err_bytes, start ? "MPI_Iallreduce" : "MPI_Allreduce", code);
     done += piece;
   }
   return 0;
@@ -218,7 +235,8 @@ int plugin_reduce_scatter(void* handle, const void* send, void* recv, int64_t co
     return 1;
   }
   if (count > INT_MAX) {
-    std::snprintf(err, err_bytes, "a reduce-scatter of %lld elements per rank is beyond MPI's int count",
+    std::snprintf(err, err_bytes,
+                  "a reduce-scatter of %lld elements per rank is beyond MPI's int count",
                   static_cast<long long>(count));
     return 1;
   }
@@ -233,8 +251,8 @@ int plugin_reduce_scatter(void* handle, const void* send, void* recv, int64_t co
   }
   return code == MPI_SUCCESS
              ? 0
-             : report(err, err_bytes, start ? "MPI_Ireduce_scatter_block" : "MPI_Reduce_scatter_block",
-                      code);
+             : report(err, err_bytes,
+                      start ? "MPI_Ireduce_scatter_block" : "MPI_Reduce_scatter_block", code);
 }
 
 int plugin_progress(void* handle, char* err, size_t err_bytes) {
@@ -255,9 +273,9 @@ const char* plugin_library_version() {
   return version;
 }
 
-const ampx_mpi_plugin table = {AMPX_MPI_PLUGIN_ABI,   plugin_open,       plugin_close,
-                               plugin_all_reduce,     plugin_broadcast,  plugin_all_gather,
-                               plugin_reduce_scatter, plugin_progress,   plugin_finish,
+const ampx_mpi_plugin table = {AMPX_MPI_PLUGIN_ABI,   plugin_open,      plugin_close,
+                               plugin_all_reduce,     plugin_broadcast, plugin_all_gather,
+                               plugin_reduce_scatter, plugin_progress,  plugin_finish,
                                plugin_library_version};
 
 }  // namespace
