@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # deps.sh -- installs what the Python binding's tests need and is missing:
 # numpy, torch (the default wheel from PyPI, ~1.5 min), pytest and mpi4py
-# (ampx.dist's tests under mpirun). mpi4py is built from source (~4 min)
-# with the system's mpicc: ampx's MPI plugin, libampx_mpi.so, reads the
-# MPI_Comm handles of the MPI it was built against, which tools/deps.sh
-# installs (Open MPI, libopenmpi-dev); PyPI's wheel would pick whichever
-# libmpi it finds first at run time (MPICH's where both are installed).
+# (ampx.dist's tests under mpirun). mpi4py's PyPI wheel (seconds; a source
+# build takes ~4 min) loads the first libmpi it finds at run time, while
+# ampx's MPI plugin, libampx_mpi.so, reads the MPI_Comm handles of the MPI it
+# was built against (tools/deps.sh installs Open MPI only, so they agree).
+# On a machine with MPICH too, build mpi4py from source against the same MPI:
+# pip install --no-binary mpi4py mpi4py.
 set -euo pipefail
 
 command -v python3 >/dev/null || { echo "install python3 (3.8 or newer) first" >&2; exit 1; }
@@ -21,4 +22,4 @@ if [[ " ${need[*]} " == *" mpi4py "* ]] && ! command -v mpicc >/dev/null; then
 fi
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 echo "installing: ${need[*]}"
-python3 -m pip install --quiet --no-binary mpi4py "${need[@]}"
+python3 -m pip install --quiet "${need[@]}"

@@ -1732,9 +1732,8 @@ typedef struct ampx_data_parallel_options {
 #define AMPX_DATA_PARALLEL_OPTIONS_INIT \
   { sizeof(ampx_data_parallel_options), (size_t)25 << 20, (size_t)1 << 20, 1, 0, 1, 0 }
 
-/** Fills *options with the defaults. Errors: INVALID_ARGUMENT (NULL). */
-AMPX_NODISCARD AMPX_API ampx_status
-ampx_data_parallel_options_default(ampx_data_parallel_options *options);
+/** The defaults (the same as AMPX_DATA_PARALLEL_OPTIONS_INIT). Thread-safe. */
+AMPX_API ampx_data_parallel_options ampx_data_parallel_options_default(void);
 
 /** Wraps `optimizer` for data-parallel training over `comm`. Collective:
  *  every rank calls it with the same parameters -- the optimizer's

@@ -92,11 +92,9 @@ void ampx_comm_release(ampx_comm comm) {
   guard(__func__, [&] { comm_arg(comm, "comm").release(); });
 }
 
-ampx_status ampx_data_parallel_options_default(ampx_data_parallel_options* options) {
-  return guard(__func__, [&] {
-    require_pointer(options, "options");
-    *options = AMPX_DATA_PARALLEL_OPTIONS_INIT;
-  });
+ampx_data_parallel_options ampx_data_parallel_options_default(void) {
+  ampx_data_parallel_options options = AMPX_DATA_PARALLEL_OPTIONS_INIT;
+  return options;
 }
 
 ampx_status ampx_data_parallel_create(ampx_comm comm, ampx_optimizer optimizer,
@@ -106,8 +104,8 @@ ampx_status ampx_data_parallel_create(ampx_comm comm, ampx_optimizer optimizer,
     Communicator& c = comm_arg(comm, "comm");
     auto& o = object_arg<FusedOptimizer>(optimizer, "optimizer", "an ampx_optimizer");
     require_pointer(out, "out");
-    const ampx_data_parallel_options defaults = AMPX_DATA_PARALLEL_OPTIONS_INIT;
-    const ampx_data_parallel_options given = read_options(options, defaults, "options");
+    const ampx_data_parallel_options given =
+        read_options(options, ampx_data_parallel_options_default(), "options");
     DataParallelOptions dp;
     dp.bucket_bytes = given.bucket_bytes;
     dp.first_bucket_bytes = given.first_bucket_bytes;

@@ -345,7 +345,7 @@ _PROTOTYPES = {
     "ampx_comm_rank": (_STATUS, [handle, int32_p, int32_p]),
     "ampx_comm_set_timeout": (_STATUS, [handle, c_double]),
     "ampx_comm_release": (None, [handle]),
-    "ampx_data_parallel_options_default": (_STATUS, [POINTER(DataParallelOptions)]),
+    "ampx_data_parallel_options_default": (DataParallelOptions, []),
     "ampx_data_parallel_create": (_STATUS, [handle, handle, POINTER(DataParallelOptions),
                                             handle_p]),
     "ampx_data_parallel_set_sync": (_STATUS, [handle, c_int32]),

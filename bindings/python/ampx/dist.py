@@ -183,14 +183,7 @@ class DataParallelStats(NamedTuple):
 
 
 def _default_options() -> DataParallelOptions:
-    # ampx_data_parallel_options_default writes the library's whole struct,
-    # which a newer library may have grown: give it room, then keep (and
-    # declare, by struct_size) only the fields this binding knows.
-    room = ctypes.create_string_buffer(2 * ctypes.sizeof(DataParallelOptions))
-    lib.ampx_data_parallel_options_default(ctypes.cast(room, ctypes.POINTER(DataParallelOptions)))
-    options = DataParallelOptions.from_buffer_copy(room)
-    options.struct_size = ctypes.sizeof(DataParallelOptions)
-    return options
+    return lib.ampx_data_parallel_options_default()
 
 
 class DataParallel(Resource):

@@ -736,7 +736,7 @@ extern "C" {
     pub fn ampx_comm_rank(comm: ampx_comm, rank: *mut i32, size: *mut i32) -> ampx_status;
     pub fn ampx_comm_set_timeout(comm: ampx_comm, seconds: c_double) -> ampx_status;
     pub fn ampx_comm_release(comm: ampx_comm);
-    pub fn ampx_data_parallel_options_default(options: *mut ampx_data_parallel_options) -> ampx_status;
+    pub fn ampx_data_parallel_options_default() -> ampx_data_parallel_options;
     pub fn ampx_data_parallel_create(
         comm: ampx_comm,
         optimizer: ampx_optimizer,

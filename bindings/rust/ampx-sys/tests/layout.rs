@@ -129,8 +129,7 @@ fn default_options_report_their_struct_size() {
         assert_eq!(autocast.struct_size, size_of::<sys::ampx_autocast_options>());
         assert_eq!(autocast.dtype, sys::AMPX_F16);
         assert_eq!(sys::ampx_version(), sys::AMPX_VERSION_NUMBER);
-        let mut dp = MaybeUninit::<sys::ampx_data_parallel_options>::zeroed().assume_init();
-        assert_eq!(sys::ampx_data_parallel_options_default(&mut dp), sys::AMPX_OK);
+        let dp = sys::ampx_data_parallel_options_default();
         assert_eq!(dp.struct_size, size_of::<sys::ampx_data_parallel_options>());
         assert_eq!((dp.bucket_bytes, dp.first_bucket_bytes), (25 << 20, 1 << 20));
         assert_eq!((dp.average, dp.reduce_in_fp32, dp.overlap, dp.zero_stage), (1, 0, 1, 0));
