@@ -10,9 +10,12 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -328,6 +331,27 @@ TEST_CASE("ZeRO-1: each rank saves and loads its part, and resuming is bit-ident
         AMPX_ERR_NOT_SUPPORTED);
 }
 
+TEST_CASE("ZeRO-1: each rank's checkpoint file holds its part; resuming from them is bit-identical") {
+  char dir_template[] = "/tmp/ampx-dp-XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  const std::string path = std::string(dir_template) + "/rank" + std::to_string(g_rank) + ".ampx";
+  ampx_data_parallel_options options = AMPX_DATA_PARALLEL_OPTIONS_INIT;
+  options.zero_stage = 1;
+  Trainer first(Mode::Bf16, 31, true, options);
+  for (int step = 0; step < 8; ++step) first.train_step(step);
+  std::vector<ampx_tensor> params = first.params();
+  OK(ampx_checkpoint_file_save(path.c_str(), params.data(), params.size(), first.opt, nullptr));
+  for (int step = 8; step < 16; ++step) first.train_step(step);
+
+  Trainer resumed(Mode::Bf16, 77, true, options);
+  params = resumed.params();
+  OK(ampx_checkpoint_file_load(path.c_str(), params.data(), params.size(), resumed.opt, nullptr));
+  for (int step = 8; step < 16; ++step) resumed.train_step(step);
+  CHECK(resumed.param_bytes() == first.param_bytes());
+  std::remove(path.c_str());
+  rmdir(dir_template);
+}
+
 TEST_CASE("an inf in one rank's gradient: every rank skips that step and backs off alike") {
   // The inf enters after the reduction (ampx_backward's end), where only
   // this rank's unscale can see it: without the MAX-reduction of
@@ -522,6 +546,24 @@ TEST_CASE("bad handles and calls out of order are refused and change nothing") {
   CHECK(nccl == nullptr);
   CHECK(ampx_comm_set_timeout(t.comm, 0.0) == AMPX_ERR_INVALID_ARGUMENT);
   CHECK(ampx_comm_set_timeout(t.comm, NAN) == AMPX_ERR_INVALID_ARGUMENT);
+  {
+    // An optimizer of another context than the communicator's: refused on
+    // every rank (a collective failure, as every rank passes such a pair).
+    ampx_context other = nullptr;
+    OK(ampx_context_create(nullptr, &other));
+    ampx_tensor p = nullptr;
+    const int64_t one[1] = {1};
+    OK(ampx_tensor_zeros(other, AMPX_F32, 1, one, &p));
+    ampx_optimizer foreign = nullptr;
+    ampx_sgd_options sgd = AMPX_SGD_OPTIONS_INIT;
+    OK(ampx_optimizer_create_sgd(other, &p, 1, &sgd, &foreign));
+    CHECK(ampx_data_parallel_create(t.comm, foreign, nullptr, &dp) == AMPX_ERR_DEVICE);
+    CHECK(ampx_data_parallel_create(t.comm, t.opt, nullptr, &dp) == AMPX_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(ampx_last_error()).find("already wrapped") != std::string::npos);
+    ampx_optimizer_release(foreign);
+    ampx_tensor_release(p);
+    ampx_context_release(other);
+  }
   options.struct_size = 0;
   CHECK(ampx_data_parallel_create(t.comm, t.opt, &options, &dp) == AMPX_ERR_INVALID_ARGUMENT);
 
