@@ -3,6 +3,7 @@
 #include "dist/data_parallel.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -45,13 +46,15 @@ uint64_t fnv1a(const std::vector<int64_t>& words) {
   return hash;
 }
 
-// What each rank tells the others before anything else: whether it could
-// take part at all (and why not), and a digest of its parameters.
+// What each rank tells the others before anything else: its library's
+// version (a job may mix builds), whether it could take part at all (and
+// why not), and a digest of its parameters.
 struct JoinRecord {
-  int64_t status;  // AMPX_OK, or why this rank's own checks failed
+  int64_t version;  // ampx_version()
+  int64_t status;   // AMPX_OK, or why this rank's own checks failed
   int64_t count;
   uint64_t hash;
-  char message[232];
+  char message[224];
 };
 static_assert(sizeof(JoinRecord) == 256, "a fixed-size record, the same on every rank");
 
@@ -69,13 +72,16 @@ std::vector<int64_t> parameter_records(const FusedOptimizer& optimizer) {
                                           const std::vector<int64_t>& counts) {
   const int32_t world = comm.size();
   const int64_t count = counts[static_cast<size_t>(comm.rank())];
-  // Rank 0's parameters to everyone, then every rank's first difference.
+  // Rank 0's first `shared` parameters (as many as every rank has, so no
+  // rank's claim sizes another's memory) to everyone, then every rank's
+  // first difference.
   const int64_t count0 = counts[0];
-  std::vector<int64_t> first(static_cast<size_t>(count0) * kRecordWords);
-  if (comm.rank() == 0) first = records;
+  const int64_t shared = *std::min_element(counts.begin(), counts.end());
+  std::vector<int64_t> first(static_cast<size_t>(shared) * kRecordWords);
+  if (comm.rank() == 0) std::copy(records.begin(), records.begin() + first.size(), first.begin());
   comm.broadcast_host(first.data(), first.size() * sizeof(int64_t), 0);
   int64_t difference = std::numeric_limits<int64_t>::max();
-  for (int64_t i = 0; i < std::min(count, count0); ++i)
+  for (int64_t i = 0; i < shared; ++i)
     if (!std::equal(records.begin() + i * kRecordWords, records.begin() + (i + 1) * kRecordWords,
                     first.begin() + i * kRecordWords)) {
       difference = i;
@@ -85,6 +91,12 @@ std::vector<int64_t> parameter_records(const FusedOptimizer& optimizer) {
     difference = std::min(count, count0);
   std::vector<int64_t> differences(static_cast<size_t>(world));
   comm.all_gather_host(&difference, differences.data(), sizeof difference);
+  for (int32_t r = 0; r < world; ++r) {
+    const int64_t d = differences[static_cast<size_t>(r)];
+    if (d != std::numeric_limits<int64_t>::max() &&
+        (d < 0 || d > std::min(counts[static_cast<size_t>(r)], count0)))
+      fail(AMPX_ERR_CORRUPT, "rank ", r, " sent a malformed parameter comparison (", d, ")");
+  }
   // The rank with the earliest difference (the lowest such rank on a tie).
   int32_t culprit = 1;
   for (int32_t r = 2; r < world; ++r)
@@ -98,7 +110,7 @@ std::vector<int64_t> parameter_records(const FusedOptimizer& optimizer) {
   }
   comm.broadcast_host(theirs, sizeof theirs, culprit);
   std::string detail;
-  if (at >= count0 || !theirs[0])
+  if (at >= shared || !theirs[0])
     detail = cat("rank ", culprit, " has ", counts[static_cast<size_t>(culprit)],
                  " parameters and rank 0 has ", count0);
   else
@@ -126,6 +138,7 @@ DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer& optimizer
   // Every rank reaches the same collectives, so that a rank whose own checks
   // fail makes the others fail too instead of leaving them waiting.
   JoinRecord mine{};
+  mine.version = ampx_version();
   try {
     comm.check_usable();
     if (&optimizer.context() != &comm.context())
@@ -154,6 +167,17 @@ DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer& optimizer
   const int32_t world = comm.size();
   std::vector<JoinRecord> all(static_cast<size_t>(world));
   comm.all_gather_host(&mine, all.data(), sizeof mine);
+  for (int32_t r = 0; r < world; ++r) {
+    // Another version's record need not even be laid out as this one.
+    if (all[r].version != mine.version)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "rank ", r, " runs ampx version number ", all[r].version,
+           " and rank ", comm.rank(), " runs ", mine.version,
+           "; every rank of a data-parallel job needs the same library");
+    if (all[r].count < 0 || all[r].count > INT32_MAX || all[r].status < AMPX_OK ||
+        all[r].status > AMPX_ERR_INTERNAL)
+      fail(AMPX_ERR_CORRUPT, "rank ", r, " sent a malformed setup record (count ", all[r].count,
+           ", status ", all[r].status, ")");
+  }
   for (int32_t r = 0; r < world; ++r) {
     if (all[r].status == AMPX_OK) continue;
     if (r == comm.rank()) fail(static_cast<ampx_status>(mine.status), mine.message);
