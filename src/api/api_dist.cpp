@@ -128,10 +128,6 @@ ampx_status ampx_data_parallel_reduce(ampx_data_parallel dp) {
 ampx_status ampx_data_parallel_get_stats(ampx_data_parallel dp, ampx_data_parallel_stats* stats) {
   return guard(__func__, [&] {
     DataParallel& d = data_parallel_arg(dp, "dp");
-    require_pointer(stats, "stats");
-    if (stats->struct_size < sizeof(size_t))
-      fail(AMPX_ERR_INVALID_ARGUMENT, "stats->struct_size is ", stats->struct_size,
-           "; set it to sizeof(ampx_data_parallel_stats) (or use AMPX_DATA_PARALLEL_STATS_INIT)");
     const DataParallelStats s = d.stats();
     ampx_data_parallel_stats full = AMPX_DATA_PARALLEL_STATS_INIT;
     full.rank = d.communicator().rank();
@@ -143,9 +139,7 @@ ampx_status ampx_data_parallel_get_stats(ampx_data_parallel dp, ampx_data_parall
     full.reductions = s.reductions;
     full.optimizer_state_bytes = s.optimizer_state_bytes;
     full.shard_elements = s.shard_elements;
-    const size_t given = stats->struct_size;
-    std::memcpy(static_cast<void*>(stats), &full, given < sizeof full ? given : sizeof full);
-    stats->struct_size = given;
+    write_struct(stats, full, "stats");
   });
 }
 

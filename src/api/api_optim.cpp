@@ -27,19 +27,6 @@ bool flag(int32_t value) { return value != 0; }
 ampx_optimizer to_handle(FusedOptimizer* o) { return reinterpret_cast<ampx_optimizer>(o); }
 ampx_scaler to_handle(LossScaler* s) { return reinterpret_cast<ampx_scaler>(s); }
 
-// Copies the first `struct_size` bytes of `full` into `dst`, keeping the
-// caller's struct_size (for output structs that may grow).
-template <class Struct>
-void write_struct(Struct* dst, Struct full, const char* arg) {
-  require_pointer(dst, arg);
-  const size_t given = dst->struct_size;
-  if (given < sizeof(size_t))
-    fail(AMPX_ERR_INVALID_ARGUMENT, "argument '", arg, "' has struct_size ", given,
-         "; set it to sizeof the struct (or use its INIT macro)");
-  full.struct_size = given;
-  std::memcpy(static_cast<void*>(dst), &full, given < sizeof full ? given : sizeof full);
-}
-
 ScalerOptions scaler_options_from(const ampx_scaler_options& o) {
   ScalerOptions options;
   options.init_scale = o.init_scale;

@@ -115,4 +115,17 @@ Options read_options(const Options* given, Options defaults, const char* arg) {
   return defaults;
 }
 
+// Copies the first `struct_size` bytes of `full` into `dst`, keeping the
+// caller's struct_size (for output structs that may grow).
+template <class Struct>
+void write_struct(Struct* dst, Struct full, const char* arg) {
+  require_pointer(dst, arg);
+  const size_t given = dst->struct_size;
+  if (given < sizeof(size_t))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "argument '", arg, "' has struct_size ", given,
+         "; set it to sizeof the struct (or use its INIT macro)");
+  full.struct_size = given;
+  std::memcpy(static_cast<void*>(dst), &full, given < sizeof full ? given : sizeof full);
+}
+
 }  // namespace ampx::impl

@@ -168,42 +168,47 @@ void accumulate_into_leaf(DeviceContext& ctx, DeviceTensor& leaf, DeviceTensor& 
   note_received(autograd_state(ctx), leaf);
 }
 
-uint64_t add_grad_ready_listener(DeviceContext& ctx, GradReadyListener listener) {
-  AutogradState& state = autograd_state(ctx);
-  state.grad_ready_listeners.reserve(state.grad_ready_listeners.size() + 1);
+namespace {
+
+template <class Listener>
+uint64_t add_listener(AutogradState& state,
+                      std::vector<std::pair<uint64_t, Listener>>& listeners, Listener listener) {
+  listeners.reserve(listeners.size() + 1);
   const uint64_t id = ++state.last_listener_id;
-  state.grad_ready_listeners.emplace_back(id, std::move(listener));
+  listeners.emplace_back(id, std::move(listener));
   return id;
 }
 
-bool remove_grad_ready_listener(DeviceContext& ctx, uint64_t id) {
-  auto& listeners = autograd_state(ctx).grad_ready_listeners;
+template <class Listener>
+bool remove_listener(std::vector<std::pair<uint64_t, Listener>>& listeners, uint64_t id) {
   for (auto it = listeners.begin(); it != listeners.end(); ++it) {
     if (it->first != id) continue;
     // Moved out first: its destructor (a hook's release) may look at the list.
-    GradReadyListener gone = std::move(it->second);
+    Listener gone = std::move(it->second);
     listeners.erase(it);
     return true;
   }
   return false;
+}
+
+}  // namespace
+
+uint64_t add_grad_ready_listener(DeviceContext& ctx, GradReadyListener listener) {
+  AutogradState& state = autograd_state(ctx);
+  return add_listener(state, state.grad_ready_listeners, std::move(listener));
+}
+
+bool remove_grad_ready_listener(DeviceContext& ctx, uint64_t id) {
+  return remove_listener(autograd_state(ctx).grad_ready_listeners, id);
 }
 
 uint64_t add_backward_end_listener(DeviceContext& ctx, BackwardEndListener listener) {
   AutogradState& state = autograd_state(ctx);
-  state.backward_end_listeners.reserve(state.backward_end_listeners.size() + 1);
-  const uint64_t id = ++state.last_listener_id;
-  state.backward_end_listeners.emplace_back(id, std::move(listener));
-  return id;
+  return add_listener(state, state.backward_end_listeners, std::move(listener));
 }
 
 bool remove_backward_end_listener(DeviceContext& ctx, uint64_t id) {
-  auto& listeners = autograd_state(ctx).backward_end_listeners;
-  for (auto it = listeners.begin(); it != listeners.end(); ++it) {
-    if (it->first != id) continue;
-    listeners.erase(it);
-    return true;
-  }
-  return false;
+  return remove_listener(autograd_state(ctx).backward_end_listeners, id);
 }
 
 namespace {

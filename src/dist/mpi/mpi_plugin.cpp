@@ -107,6 +107,15 @@ bool type_and_op(int32_t dtype, int32_t op, MPI_Datatype* type, MPI_Op* mpi_op) 
   return true;
 }
 
+// The MPI type and op of a reduction (0), or a message (1).
+int reduction_of(int32_t dtype, int32_t op, MPI_Datatype* type, MPI_Op* mpi_op, char* err,
+                 size_t err_bytes) {
+  if ((dtype == AMPX_F16 || dtype == AMPX_BF16) && make_16bit_ops(err, err_bytes)) return 1;
+  if (type_and_op(dtype, op, type, mpi_op)) return 0;
+  std::snprintf(err, err_bytes, "no MPI reduction for dtype %d and op %d", dtype, op);
+  return 1;
+}
+
 size_t element_bytes(int32_t dtype) {
   return dtype == AMPX_F16 || dtype == AMPX_BF16 ? 2 : dtype == AMPX_I64 ? 8 : 4;
 }
@@ -169,13 +178,9 @@ void plugin_close(void* handle) {
 int plugin_all_reduce(void* handle, void* data, int64_t count, int32_t dtype, int32_t op,
                       int32_t start, char* err, size_t err_bytes) {
   auto* comm = static_cast<Comm*>(handle);
-  if ((dtype == AMPX_F16 || dtype == AMPX_BF16) && make_16bit_ops(err, err_bytes)) return 1;
   MPI_Datatype type;
   MPI_Op mpi_op;
-  if (!type_and_op(dtype, op, &type, &mpi_op)) {
-    std::snprintf(err, err_bytes, "no MPI reduction for dtype %d and op %d", dtype, op);
-    return 1;
-  }
+  if (reduction_of(dtype, op, &type, &mpi_op, err, err_bytes)) return 1;
   auto* bytes = static_cast<char*>(data);
   for (int64_t done = 0; done < count;) {
     const int piece = static_cast<int>(std::min<int64_t>(count - done, INT_MAX / 8));
@@ -227,13 +232,9 @@ int plugin_all_gather(void* handle, const void* send, void* recv, size_t bytes, 
 int plugin_reduce_scatter(void* handle, const void* send, void* recv, int64_t count, int32_t dtype,
                           int32_t op, int32_t start, char* err, size_t err_bytes) {
   auto* comm = static_cast<Comm*>(handle);
-  if ((dtype == AMPX_F16 || dtype == AMPX_BF16) && make_16bit_ops(err, err_bytes)) return 1;
   MPI_Datatype type;
   MPI_Op mpi_op;
-  if (!type_and_op(dtype, op, &type, &mpi_op)) {
-    std::snprintf(err, err_bytes, "no MPI reduction for dtype %d and op %d", dtype, op);
-    return 1;
-  }
+  if (reduction_of(dtype, op, &type, &mpi_op, err, err_bytes)) return 1;
   if (count > INT_MAX) {
     std::snprintf(err, err_bytes,
                   "a reduce-scatter of %lld elements per rank is beyond MPI's int count",
