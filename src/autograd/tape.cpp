@@ -171,8 +171,8 @@ void accumulate_into_leaf(DeviceContext& ctx, DeviceTensor& leaf, DeviceTensor& 
 namespace {
 
 template <class Listener>
-uint64_t add_listener(AutogradState& state,
-                      std::vector<std::pair<uint64_t, Listener>>& listeners, Listener listener) {
+uint64_t add_listener(AutogradState& state, std::vector<std::pair<uint64_t, Listener>>& listeners,
+                      Listener listener) {
   listeners.reserve(listeners.size() + 1);
   const uint64_t id = ++state.last_listener_id;
   listeners.emplace_back(id, std::move(listener));

@@ -200,11 +200,14 @@ DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer& optimizer
         TensorRef(make_filled_f32(ctx, vector_shape(1), 1.0f / static_cast<float>(world)));
     dp->gradients_written_ = ctx.backend().make_event();
     dp->reduced_event_ = ctx.backend().make_event();
-    dp->broadcast_state();
-    if (options.zero_stage == 1) dp->make_shards();
     dp->listener_ =
         add_grad_ready_listener(ctx, [dp](DeviceTensor& leaf) { dp->on_grad_ready(leaf); });
     dp->end_listener_ = add_backward_end_listener(ctx, [dp](bool ok) { dp->on_backward_end(ok); });
+    // Last, as they change the program's objects: rank 0's values, then
+    // (ZeRO-1) the optimizer cut to this rank's pieces, which commits only
+    // once everything it needs is allocated.
+    dp->broadcast_state();
+    if (options.zero_stage == 1) dp->make_shards();
   } catch (...) {
     dp->free_resources();
     delete dp;
