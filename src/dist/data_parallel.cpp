@@ -446,7 +446,6 @@ void DataParallel::launch(Bucket& bucket) {
   else
     comm_->transport().all_reduce(reduced.data, count, reduced.dtype, ReduceOp::Sum,
                                   Stream::Communication);
-  bucket.launched = true;
 }
 
 void DataParallel::complete(const char* op) {
@@ -457,10 +456,8 @@ void DataParallel::complete(const char* op) {
          "replicas would drift apart; turn it on before the last micro-batch's backward");
   if (reduced_) return;
   while (next_launch_ < buckets_.size()) launch(buckets_[next_launch_++]);
+  wait_for_reductions();
   Backend& backend = comm_->context().backend();
-  comm_->transport().finish_started();
-  backend.record_event(*reduced_event_, Stream::Communication);
-  backend.wait_event(Stream::Compute, *reduced_event_);
   for (Bucket& bucket : buckets_) {
     if (bucket.shard) {
       bucket.shard->storage->note_write();
@@ -486,18 +483,19 @@ void DataParallel::on_backward_end(bool ok) {
   }
   // A failed pass: wait for what was sent, so no collective still writes a
   // bucket, and start the next round afresh.
+  wait_for_reductions();
+  reset_round();
+}
+
+void DataParallel::wait_for_reductions() {
   Backend& backend = comm_->context().backend();
   comm_->transport().finish_started();
   backend.record_event(*reduced_event_, Stream::Communication);
   backend.wait_event(Stream::Compute, *reduced_event_);
-  reset_round();
 }
 
 void DataParallel::reset_round() {
-  for (Bucket& bucket : buckets_) {
-    bucket.ready = 0;
-    bucket.launched = false;
-  }
+  for (Bucket& bucket : buckets_) bucket.ready = 0;
   for (Member& m : members_) m.ready = false;
   next_launch_ = 0;
   launched_early_ = 0;

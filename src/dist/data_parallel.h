@@ -94,8 +94,7 @@ class DataParallel : public Object {
     TensorRef shard;     // ZeRO-1: this rank's part of the reduced gradients
     TensorRef gathered;  // ZeRO-1: the updated parameters of every rank's part
     std::vector<size_t> members;
-    size_t ready = 0;
-    bool launched = false;
+    size_t ready = 0;  // members whose gradient is final in this round
   };
   // ZeRO-1: the part of a parameter this rank updates.
   struct Piece {
@@ -127,6 +126,9 @@ class DataParallel : public Object {
   void on_grad_ready(DeviceTensor& leaf);
   void on_backward_end(bool ok);
   void reset_round();
+  // Completes the started collectives and orders the compute stream after
+  // them (no host wait on a GPU).
+  void wait_for_reductions();
   void launch_ready_buckets();
   void launch(Bucket& bucket);
   void complete(const char* op);
