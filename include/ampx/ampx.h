@@ -978,7 +978,7 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_find_nonfinite_grads(ampx_optimizer opt
 #endif /* AMPX_H */
 
 /* ========================================================================== */
-/* Experimental tier (sections 9-14): AMPX_EXPERIMENTAL                        */
+/* Experimental tier (sections 9-15): AMPX_EXPERIMENTAL                        */
 /* ========================================================================== */
 
 /* The declarations below exist only for a translation unit that defines
@@ -1810,6 +1810,229 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_get_stats(ampx_data_paral
  *  stay attached to the parameters. NULL is a no-op; a stale handle only
  *  sets the last error. */
 AMPX_API void ampx_data_parallel_release(ampx_data_parallel dp);
+
+/* ========================================================================== */
+/* 15. The precision doctor: gradient statistics, scale history, findings    */
+/*     (EXPERIMENTAL)                                                         */
+/* ========================================================================== */
+
+/* A doctor watches one optimizer (and the scaler it is attached to, if
+ * any). Every `interval`-th step (steps 1, 1 + interval, ...) it takes, on
+ * the device and in the unscale's own pass over the gradients, per
+ * parameter: an exponent histogram of the true (unscaled) gradient, its
+ * largest magnitude, and which elements are zero, subnormal or infinite in
+ * fp16 at the current scale and without loss scaling; around the step, the
+ * updates a 16-bit parameter did not take. Every step with a scaler it
+ * records (step, scale, skipped, which parameter overflowed first) in a
+ * ring on the device. Nothing is read back until a read function below is
+ * called, which synchronizes; then the history is diagnosed into findings.
+ * With interval 0 the doctor costs nothing.
+ *
+ * Definitions. For a gradient element x as stored (scaled by the loss scale
+ * S) and its true value u = x * (1/S) in fp32 (S = 1 without an enabled
+ * scaler): "fp16(v)" is v rounded to fp16 (nearest, ties to even); zero
+ * means fp16(v) == 0 (|v| <= 2^-25: exact zeros included -- an fp16
+ * gradient that underflowed in the backward is already zero), subnormal
+ * 0 < |fp16(v)| < 2^-14, overflow fp16(v) infinite (|v| >= 65520, or v not
+ * finite). "Unscaled" fractions are of u, "scaled" ones of x. Fractions are
+ * of all the parameter's elements.
+ *
+ * Thread rules: as the optimizer's (a doctor is used with its optimizer,
+ * from one thread at a time). */
+
+typedef struct ampx_doctor_s* ampx_doctor;
+
+/** Histogram bins of |u|: bin 0 is u == 0; bin 1 is 0 < |u| < 2^-64;
+ *  bin AMPX_DOCTOR_BIN_BINADE(e) is 2^e <= |u| < 2^(e+1) for e in
+ *  [-64, 15]; AMPX_DOCTOR_BIN_HUGE is 2^16 <= |u| < inf (always infinite in
+ *  fp16); AMPX_DOCTOR_BIN_NONFINITE holds inf and NaN. fp16's subnormals
+ *  are the binades -24..-15, its normals -14..15. */
+#define AMPX_DOCTOR_BINS 84
+#define AMPX_DOCTOR_BIN_ZERO 0
+#define AMPX_DOCTOR_BIN_TINY 1
+#define AMPX_DOCTOR_BIN_BINADE(e) (2 + (e) + 64)
+#define AMPX_DOCTOR_BIN_HUGE 82
+#define AMPX_DOCTOR_BIN_NONFINITE 83
+
+typedef struct ampx_doctor_options {
+  size_t struct_size; /**< sizeof(ampx_doctor_options) */
+  int32_t interval;   /**< sample every interval-th step; 0: off. Default 100. */
+  int32_t history;    /**< steps kept in the history ring (the latest); default 4096,
+                           at most 16777216 (56 bytes each, device memory) */
+} ampx_doctor_options;
+
+#define AMPX_DOCTOR_OPTIONS_INIT \
+  { sizeof(ampx_doctor_options), 100, 4096 }
+
+/** The defaults (AMPX_DOCTOR_OPTIONS_INIT). Thread-safe. */
+AMPX_API ampx_doctor_options ampx_doctor_options_default(void);
+
+/** Attaches a doctor, in context `ctx`, to `optimizer`. options NULL: the
+ *  defaults. Statistics
+ *  buffers (about 800 bytes per parameter; on a sampled step a copy of the
+ *  16-bit parameters and their masters) are made as steps need them: when
+ *  memory runs out, that step goes unobserved (the summary counts it) and
+ *  training goes on unaffected.
+ *  Ownership: *out is the caller's (ampx_doctor_release); it retains the
+ *  optimizer.
+ *  Errors: INVALID_ARGUMENT (NULL, interval < 0, history outside its range,
+ *  the optimizer has a doctor already); DEVICE (the optimizer belongs to
+ *  another context); NOT_SUPPORTED (the backend has no gradient
+ *  statistics); STALE_HANDLE; OUT_OF_MEMORY. On error nothing changed. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_create(ampx_context ctx, ampx_optimizer optimizer,
+                                                       const ampx_doctor_options* options,
+                                                       ampx_doctor* out);
+
+/** Changes the sampling interval from the next step (0: off).
+ *  Errors: INVALID_ARGUMENT (negative); STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_set_interval(ampx_doctor doctor, int32_t interval);
+
+typedef struct ampx_doctor_overview {
+  size_t struct_size;    /**< set by the caller: sizeof(ampx_doctor_overview) */
+  int64_t steps;         /**< optimizer steps seen */
+  int64_t sample_step;   /**< the latest sampled step (0: none yet) */
+  double sample_scale;   /**< the loss scale of that step (1 without a scaler) */
+  int32_t param_count;   /**< parameters with statistics (ampx_doctor_param_stats) */
+  int32_t history_count; /**< entries in the history (at most options.history) */
+  int32_t finding_count; /**< findings (ampx_doctor_get_finding) */
+  int64_t missed_steps;  /**< steps not observed for lack of memory */
+} ampx_doctor_overview;
+
+#define AMPX_DOCTOR_OVERVIEW_INIT \
+  { sizeof(ampx_doctor_overview), 0, 0, 0, 0, 0, 0, 0 }
+
+/** Reads the doctor's device state (synchronizes; only when steps were
+ *  taken since the last read), diagnoses it and fills *overview (fields
+ *  beyond struct_size are not written). The per-parameter statistics,
+ *  history and findings the functions below return are those of the
+ *  latest read; each of them reads first when steps were taken since.
+ *  Errors: INVALID_ARGUMENT (NULL, struct_size too small); STALE_HANDLE;
+ *  a device error of the training steps. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_examine(ampx_doctor doctor,
+                                                        ampx_doctor_overview* overview);
+
+typedef struct ampx_doctor_param_stats {
+  size_t struct_size; /**< set by the caller: sizeof(ampx_doctor_param_stats) */
+  int32_t index;      /**< the parameter's index in the optimizer */
+  const char* name;   /**< its name ("" if unnamed), owned by the doctor, valid
+                           until the next read */
+  ampx_dtype param_dtype;
+  ampx_dtype grad_dtype;               /**< as stored (AMPX_F32 also when it had no gradient) */
+  int64_t elements;                    /**< elements sampled (0: no gradient on that step) */
+  int64_t histogram[AMPX_DOCTOR_BINS]; /**< of |u|, see AMPX_DOCTOR_BIN_* */
+  double amax;                         /**< max |u| over finite elements */
+  double amax_scaled;                  /**< max |x| over finite elements */
+  double grad_norm;                    /**< L2 norm of u over finite elements */
+  double fp16_zero_unscaled;           /**< fraction with fp16(u) == 0 */
+  double fp16_subnormal_unscaled;      /**< fraction with fp16(u) subnormal */
+  double fp16_zero_scaled;             /**< fraction with fp16(x) == 0 */
+  double fp16_subnormal_scaled;        /**< fraction with fp16(x) subnormal */
+  double fp16_overflow_scaled;         /**< fraction with fp16(x) infinite */
+  int32_t headroom;                    /**< doublings of the scale left: the largest k with
+                                            amax_scaled * 2^k <= 65504 (negative: overflowing) */
+  int32_t headroom_unbounded;          /**< 1 when every element is zero (headroom 0 then) */
+  double lost_update_fraction;         /**< 16-bit parameters: fraction of elements whose fp32
+                                            master changed in the sampled step while the
+                                            parameter kept its value (the update was below
+                                            half an ulp); -1 for fp32 parameters */
+  double lost_without_master_fraction; /**< the same without a master: fraction whose
+                                    value p + (new master - old master), rounded to
+                                    the parameter's dtype, equals p; -1 for fp32 */
+} ampx_doctor_param_stats;
+
+/** Fills *stats with parameter `index`'s statistics of the latest sample.
+ *  Errors: INVALID_ARGUMENT (NULL, struct_size too small, index outside
+ *  [0, param_count)); ORDER (no step sampled yet); STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_get_param_stats(ampx_doctor doctor, int32_t index,
+                                                                ampx_doctor_param_stats* stats);
+
+typedef struct ampx_doctor_sample {
+  int64_t step;
+  double scale;                 /**< the scale the step's gradients carried */
+  int32_t found_inf;            /**< 1: the step overflowed (and was skipped) */
+  int32_t sampled;              /**< 1: statistics were taken on this step */
+  double grad_norm;             /**< sampled steps: L2 norm of the finite true gradients */
+  int32_t first_overflow_param; /**< the parameter backward reached first among those
+                                     with a non-finite gradient: the highest index
+                                     (parameters listed in forward order); -1: none */
+  int32_t overflow_params;      /**< parameters with a non-finite gradient */
+  double fp16_lost_scaled;      /**< sampled: fraction zero or subnormal in fp16 at the scale */
+  double fp16_lost_unscaled;    /**< ... without loss scaling */
+} ampx_doctor_sample;
+
+/** Copies up to `capacity` history entries, oldest first, into `samples`
+ *  (NULL with capacity 0 to ask), and the number there are into *count.
+ *  Without an enabled scaler only sampled steps are recorded.
+ *  Errors: INVALID_ARGUMENT (NULL count, NULL samples with capacity > 0,
+ *  negative capacity); STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_get_history(ampx_doctor doctor,
+                                                            ampx_doctor_sample* samples,
+                                                            int32_t capacity, int32_t* count);
+
+/** What a finding is. */
+typedef enum ampx_doctor_finding_code {
+  AMPX_DOCTOR_SCALE_OSCILLATION = 1, /**< the scale keeps backing off at scales that
+                                          had worked (two or more such overflows) */
+  AMPX_DOCTOR_SCALE_AT_MINIMUM = 2,  /**< the scale sits at min_scale and overflows, or
+                                          16+ steps in a row were skipped at the end */
+  AMPX_DOCTOR_SCALE_TOO_LOW = 3      /**< gradients lost to fp16 underflow while the
+                                          scale could be higher: without a scaler, a
+                                          quarter or more of the fp16 gradients zero or
+                                          subnormal; with one, 5% or more non-zero
+                                          gradients lost while the scale is held down
+                                          by one parameter or 2^8 below its limit */
+} ampx_doctor_finding_code;
+
+/** Its likely cause, from the evidence. */
+typedef enum ampx_doctor_cause {
+  AMPX_DOCTOR_CAUSE_NONE = 0,
+  AMPX_DOCTOR_CAUSE_LEARNING_RATE = 1,   /**< the gradient norm rose 4x or more over the
+                                              sampled clean steps before the overflows */
+  AMPX_DOCTOR_CAUSE_UNSTABLE_OP = 2,     /**< overflows always first in one parameter,
+                                              whose gradients dwarf the rest (named) */
+  AMPX_DOCTOR_CAUSE_OUTLIER_BATCHES = 3, /**< isolated single-step overflows */
+  AMPX_DOCTOR_CAUSE_NO_LOSS_SCALING = 4  /**< fp16 gradients without a scaler */
+} ampx_doctor_cause;
+
+typedef struct ampx_doctor_finding {
+  size_t struct_size;     /**< set by the caller: sizeof(ampx_doctor_finding) */
+  int32_t code;           /**< ampx_doctor_finding_code */
+  int32_t cause;          /**< ampx_doctor_cause */
+  int32_t param;          /**< the parameter named (unstable op), or -1 */
+  const char* param_name; /**< its name, or "" (owned by the doctor, valid until the next read) */
+  int64_t first_step, last_step; /**< the steps that show it */
+  const char* message; /**< one or two English sentences with the evidence (owned as name) */
+} ampx_doctor_finding;
+
+/** Fills *finding with finding `index` (most important first).
+ *  Errors: INVALID_ARGUMENT (NULL, struct_size too small, index outside
+ *  [0, finding_count)); STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_get_finding(ampx_doctor doctor, int32_t index,
+                                                            ampx_doctor_finding* finding);
+
+/** Static names: "scale_oscillation", ...; "learning_rate", ... ("" for
+ *  AMPX_DOCTOR_CAUSE_NONE); NULL for an unknown value. Thread-safe. */
+AMPX_API const char* ampx_doctor_finding_code_name(int32_t code);
+AMPX_API const char* ampx_doctor_cause_name(int32_t cause);
+
+/** *text receives a one-line summary for logs (steps, the latest sample's
+ *  fp16 losses and headroom, overflows, the findings' codes), owned by the
+ *  doctor and valid until the next read.
+ *  Errors: INVALID_ARGUMENT (NULL); STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_summary(ampx_doctor doctor, const char** text);
+
+/** Writes the report -- one self-contained HTML file (inline CSS and SVG, no
+ *  script, no network): findings, scale history, and per parameter its
+ *  histogram over fp16's range and figures -- to `path` (replaced if it
+ *  exists).
+ *  Errors: INVALID_ARGUMENT (NULL); IO (the file cannot be written; the
+ *  message names the path and the system's reason; a partial file is
+ *  removed); STALE_HANDLE. Training is unaffected either way. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_write_report(ampx_doctor doctor, const char* path);
+
+/** Detaches the doctor from its optimizer and releases it. NULL is a
+ *  no-op; a stale handle only sets the last error. */
+AMPX_API void ampx_doctor_release(ampx_doctor doctor);
 
 #ifdef __cplusplus
 } /* extern "C" */

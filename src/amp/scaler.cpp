@@ -146,8 +146,13 @@ void LossScaler::unscale(FusedOptimizer& optimizer) {
   Backend& backend = ctx_->backend();
   float* found_inf = static_cast<float*>(optimizer.found_inf().data());
   backend.fill(found_inf, 4, 0, 1);
-  amp.multi_tensor_scale(ins, outs, static_cast<const float*>(scale_->data()), true, found_inf);
+  const auto* scale = static_cast<const float*>(scale_->data());
+  if (optimizer.observer)
+    optimizer.observer->unscale(ins, outs, scale, found_inf);
+  else
+    amp.multi_tensor_scale(ins, outs, scale, true, found_inf);
   if (optimizer.grad_sync) optimizer.grad_sync->agree_found_inf(found_inf);
+  if (optimizer.observer) optimizer.observer->after_unscale(scale, found_inf);
   optimizer.mark_unscaled(true);
   optimizer.amp_state = AmpState::Unscaled;
   if (std::find(active_.begin(), active_.end(), &optimizer) == active_.end())

@@ -2,6 +2,8 @@
 // argument check of backend_amp.h, once, for all backends.
 #include "core/backend_amp.h"
 
+#include <string>
+
 #include "core/error.h"
 
 namespace ampx::impl {
@@ -17,25 +19,6 @@ void check_float_tensors(const char* primitive, const std::vector<TensorSpan>& t
     if (t.count > 0 && t.data == nullptr)
       fail(AMPX_ERR_INVALID_ARGUMENT, primitive, ": tensor ", i, " has ", t.count,
            " elements and no data");
-  }
-}
-
-void check_scale_args(const std::vector<TensorSpan>& ins, const std::vector<TensorSpan>& outs,
-                      const float* factor) {
-  check_float_tensors("multi_tensor_scale (input)", ins);
-  check_float_tensors("multi_tensor_scale (output)", outs);
-  if (factor == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "multi_tensor_scale: factor is null");
-  if (outs.empty()) return;
-  if (outs.size() != ins.size())
-    fail(AMPX_ERR_SHAPE, "multi_tensor_scale: ", ins.size(), " inputs but ", outs.size(),
-         " outputs");
-  for (size_t i = 0; i < ins.size(); ++i) {
-    if (outs[i].count != ins[i].count)
-      fail(AMPX_ERR_SHAPE, "multi_tensor_scale: input ", i, " has ", ins[i].count,
-           " elements but its output ", outs[i].count);
-    if (outs[i].data == ins[i].data && ins[i].count > 0 && outs[i].dtype != ins[i].dtype)
-      fail(AMPX_ERR_DTYPE, "multi_tensor_scale: output ", i, " is its input but ",
-           dtype_name(outs[i].dtype), " instead of ", dtype_name(ins[i].dtype));
   }
 }
 
@@ -93,10 +76,28 @@ void check_adam_args(const std::vector<OptimParam>& params, const math::AdamConf
 
 }  // namespace
 
+void check_scale_spans(const char* primitive, const std::vector<TensorSpan>& ins,
+                       const std::vector<TensorSpan>& outs) {
+  check_float_tensors((std::string(primitive) + " (input)").c_str(), ins);
+  check_float_tensors((std::string(primitive) + " (output)").c_str(), outs);
+  if (outs.empty()) return;
+  if (outs.size() != ins.size())
+    fail(AMPX_ERR_SHAPE, primitive, ": ", ins.size(), " inputs but ", outs.size(), " outputs");
+  for (size_t i = 0; i < ins.size(); ++i) {
+    if (outs[i].count != ins[i].count)
+      fail(AMPX_ERR_SHAPE, primitive, ": input ", i, " has ", ins[i].count,
+           " elements but its output ", outs[i].count);
+    if (outs[i].data == ins[i].data && ins[i].count > 0 && outs[i].dtype != ins[i].dtype)
+      fail(AMPX_ERR_DTYPE, primitive, ": output ", i, " is its input but ",
+           dtype_name(outs[i].dtype), " instead of ", dtype_name(ins[i].dtype));
+  }
+}
+
 void AmpPrimitives::multi_tensor_scale(const std::vector<TensorSpan>& ins,
                                        const std::vector<TensorSpan>& outs, const float* factor,
                                        bool reciprocal, float* found_inf) {
-  check_scale_args(ins, outs, factor);
+  check_scale_spans("multi_tensor_scale", ins, outs);
+  if (factor == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "multi_tensor_scale: factor is null");
   if (outs.empty() && found_inf == nullptr) return;
   run_multi_tensor_scale(ins, outs, factor, reciprocal, found_inf);
 }

@@ -47,6 +47,12 @@ struct StepScalars {
   const float* weight_decay;  // per param group
 };
 
+// The checks of a multi-tensor scale's spans (floating, counts, outs empty
+// or one per input with its count, in place only in the same dtype); the
+// errors name `primitive`.
+void check_scale_spans(const char* primitive, const std::vector<TensorSpan>& ins,
+                       const std::vector<TensorSpan>& outs);
+
 // The front doors below check their arguments (each error names the
 // primitive, the tensor and the value) and then call the backend's run_*
 // with valid arguments.

@@ -306,6 +306,7 @@ void FusedOptimizer::step(const float* found_inf) {
   Backend& backend = ctx_->backend();
   AmpPrimitives& amp = backend.require<AmpPrimitives>("the optimizer step");
   sync_gradients("the optimizer step");
+  if (observer) observer->before_step();
   std::vector<OptimParam> list;
   auto* steps = static_cast<int64_t*>(steps_->data());
   // Step counters advance in runs of consecutive parameters that have a
@@ -360,6 +361,7 @@ void FusedOptimizer::step(const float* found_inf) {
   else
     backend.fill(last_step_skipped_->data(), 4, 0, 1);
   has_stepped_ = true;
+  if (observer) observer->after_step();
   if (grad_sync) grad_sync->finish_step();
 }
 

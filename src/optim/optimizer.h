@@ -10,6 +10,7 @@
 #include "core/context.h"
 #include "core/tensor.h"
 #include "optim/grad_sync.h"
+#include "optim/precision_observer.h"
 
 namespace ampx::impl {
 
@@ -96,7 +97,8 @@ class FusedOptimizer : public Object {
 
   // LossScaler support: makes sure every F16/BF16 gradient has an fp32
   // unscaled_grad buffer (allocating all before changing anything), and
-  // returns the (in, out) spans unscale writes.
+  // returns the (in, out) spans unscale writes, one per parameter with a
+  // gradient, in parameter order.
   void prepare_unscale(std::vector<TensorSpan>& ins, std::vector<TensorSpan>& outs);
   void mark_unscaled(bool unscaled);
 
@@ -123,6 +125,9 @@ class FusedOptimizer : public Object {
   // Set while a data-parallel wrapper (dist/data_parallel.h) owns the
   // gradients' reduction; it retains the optimizer meanwhile.
   GradientSync* grad_sync = nullptr;
+  // Set while a precision doctor watches this optimizer; it retains the
+  // optimizer meanwhile.
+  PrecisionObserver* observer = nullptr;
   AmpState amp_state = AmpState::Ready;
 
  private:

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "backend/cpu/cpu_amp.h"
+#include "backend/cpu/cpu_grad_stats.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/convert_bulk.h"
@@ -210,6 +211,31 @@ class CpuGemm final : public GemmPrimitives {
   ThreadPool& pool_;
 };
 
+class CpuGradStats final : public GradStatsPrimitives {
+ public:
+  explicit CpuGradStats(ThreadPool& pool) : pool_(pool) {}
+
+ protected:
+  void run_unscale_with_stats(const std::vector<TensorSpan>& ins,
+                              const std::vector<TensorSpan>& outs, const float* scale,
+                              float* found_inf, int32_t* nonfinite,
+                              math::GradStatsRecord* records) override {
+    cpu::unscale_with_stats(pool_, ins, outs, scale, found_inf, nonfinite, records);
+  }
+  void run_count_lost_updates(const std::vector<LostUpdateSpan>& spans,
+                              math::GradStatsRecord* records) override {
+    cpu::count_lost_updates(pool_, spans, records);
+  }
+  void run_record_sample(math::DoctorSample* entry, int64_t step, const float* scale,
+                         const float* found_inf, const int32_t* nonfinite,
+                         const math::GradStatsRecord* records, int32_t count) override {
+    cpu::record_sample(entry, step, scale, found_inf, nonfinite, records, count);
+  }
+
+ private:
+  ThreadPool& pool_;
+};
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads)
@@ -217,10 +243,12 @@ class CpuBackend final : public Backend {
         pool_(threads),
         amp_(pool_),
         nn_(pool_),
-        gemm_(pool_) {
+        gemm_(pool_),
+        grad_stats_(pool_) {
     provide(amp_);
     provide(nn_);
     provide(gemm_);
+    provide(grad_stats_);
   }
 
   std::unique_ptr<Allocator> make_default_allocator() override {
@@ -292,6 +320,7 @@ class CpuBackend final : public Backend {
   CpuAmp amp_;
   CpuNn nn_;
   CpuGemm gemm_;
+  CpuGradStats grad_stats_;
 };
 
 }  // namespace

@@ -13,10 +13,12 @@
 #include "backend/cuda/cublaslt_gemm.h"
 #include "core/backend_amp.h"
 #include "core/backend_gemm.h"
+#include "core/backend_grad_stats.h"
 #include "core/backend_nn.h"
 #include "core/error.h"
 #include "core/multi_tensor.h"
 #include "fill_convert.cuh"
+#include "grad_stats_ops.cuh"
 #include "multi_tensor_ops.cuh"
 #include "nn_launch.cuh"
 #include "ops_launch.cuh"
@@ -469,6 +471,41 @@ class CudaGemm final : public GemmPrimitives {
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
 };
 
+// The precision doctor's passes (kernels/grad_stats_ops.cuh); front doors
+// in backend_grad_stats.cpp.
+class CudaGradStats final : public GradStatsPrimitives {
+ public:
+  explicit CudaGradStats(std::shared_ptr<const CudaDevice> device) : device_(std::move(device)) {}
+
+ protected:
+  void run_unscale_with_stats(const std::vector<TensorSpan>& ins,
+                              const std::vector<TensorSpan>& outs, const float* scale,
+                              float* found_inf, int32_t* nonfinite,
+                              math::GradStatsRecord* records) override {
+    use_device(device_->index);
+    check(cuda::launch_unscale_with_stats(ins, outs, scale, found_inf, nonfinite, records,
+                                          device_->launch),
+          "unscale_with_stats kernel launch");
+  }
+  void run_count_lost_updates(const std::vector<LostUpdateSpan>& spans,
+                              math::GradStatsRecord* records) override {
+    use_device(device_->index);
+    check(cuda::launch_count_lost_updates(spans, records, device_->launch),
+          "count_lost_updates kernel launch");
+  }
+  void run_record_sample(math::DoctorSample* entry, int64_t step, const float* scale,
+                         const float* found_inf, const int32_t* nonfinite,
+                         const math::GradStatsRecord* records, int32_t count) override {
+    use_device(device_->index);
+    check(cuda::launch_record_sample(entry, step, scale, found_inf, nonfinite, records, count,
+                                     device_->launch),
+          "record_sample kernel launch");
+  }
+
+ private:
+  std::shared_ptr<const CudaDevice> device_;
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(std::shared_ptr<const CudaDevice> device)
@@ -478,10 +515,12 @@ class CudaBackend final : public Backend {
         device_(device),
         amp_(device),
         nn_(device),
-        gemm_(device) {
+        gemm_(device),
+        grad_stats_(device) {
     provide(amp_);
     provide(nn_);
     provide(gemm_);
+    provide(grad_stats_);
   }
 
   ~CudaBackend() override {
@@ -605,6 +644,7 @@ class CudaBackend final : public Backend {
   CudaAmp amp_;
   CudaNn nn_;
   CudaGemm gemm_;
+  CudaGradStats grad_stats_;
 };
 
 int device_attribute(cudaDeviceAttr attribute, int32_t device) {
