@@ -1840,7 +1840,7 @@ AMPX_API void ampx_data_parallel_release(ampx_data_parallel dp);
  * Thread rules: as the optimizer's (a doctor is used with its optimizer,
  * from one thread at a time). */
 
-typedef struct ampx_doctor_s* ampx_doctor;
+typedef struct ampx_doctor_s *ampx_doctor;
 
 /** Histogram bins of |u|: bin 0 is u == 0; bin 1 is 0 < |u| < 2^-64;
  *  bin AMPX_DOCTOR_BIN_BINADE(e) is 2^e <= |u| < 2^(e+1) for e in
@@ -1880,8 +1880,8 @@ AMPX_API ampx_doctor_options ampx_doctor_options_default(void);
  *  another context); NOT_SUPPORTED (the backend has no gradient
  *  statistics); STALE_HANDLE; OUT_OF_MEMORY. On error nothing changed. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_create(ampx_context ctx, ampx_optimizer optimizer,
-                                                       const ampx_doctor_options* options,
-                                                       ampx_doctor* out);
+                                                       const ampx_doctor_options *options,
+                                                       ampx_doctor *out);
 
 /** Changes the sampling interval from the next step (0: off).
  *  Errors: INVALID_ARGUMENT (negative); STALE_HANDLE. */
@@ -1909,12 +1909,12 @@ typedef struct ampx_doctor_overview {
  *  Errors: INVALID_ARGUMENT (NULL, struct_size too small); STALE_HANDLE;
  *  a device error of the training steps. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_examine(ampx_doctor doctor,
-                                                        ampx_doctor_overview* overview);
+                                                        ampx_doctor_overview *overview);
 
 typedef struct ampx_doctor_param_stats {
   size_t struct_size; /**< set by the caller: sizeof(ampx_doctor_param_stats) */
   int32_t index;      /**< the parameter's index in the optimizer */
-  const char* name;   /**< its name ("" if unnamed), owned by the doctor, valid
+  const char *name;   /**< its name ("" if unnamed), owned by the doctor, valid
                            until the next read */
   ampx_dtype param_dtype;
   ampx_dtype grad_dtype;               /**< as stored (AMPX_F32 also when it had no gradient) */
@@ -1944,7 +1944,7 @@ typedef struct ampx_doctor_param_stats {
  *  Errors: INVALID_ARGUMENT (NULL, struct_size too small, index outside
  *  [0, param_count)); ORDER (no step sampled yet); STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_get_param_stats(ampx_doctor doctor, int32_t index,
-                                                                ampx_doctor_param_stats* stats);
+                                                                ampx_doctor_param_stats *stats);
 
 typedef struct ampx_doctor_sample {
   int64_t step;
@@ -1966,8 +1966,8 @@ typedef struct ampx_doctor_sample {
  *  Errors: INVALID_ARGUMENT (NULL count, NULL samples with capacity > 0,
  *  negative capacity); STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_get_history(ampx_doctor doctor,
-                                                            ampx_doctor_sample* samples,
-                                                            int32_t capacity, int32_t* count);
+                                                            ampx_doctor_sample *samples,
+                                                            int32_t capacity, int32_t *count);
 
 /** What a finding is. */
 typedef enum ampx_doctor_finding_code {
@@ -1999,27 +1999,27 @@ typedef struct ampx_doctor_finding {
   int32_t code;           /**< ampx_doctor_finding_code */
   int32_t cause;          /**< ampx_doctor_cause */
   int32_t param;          /**< the parameter named (unstable op), or -1 */
-  const char* param_name; /**< its name, or "" (owned by the doctor, valid until the next read) */
+  const char *param_name; /**< its name, or "" (owned by the doctor, valid until the next read) */
   int64_t first_step, last_step; /**< the steps that show it */
-  const char* message; /**< one or two English sentences with the evidence (owned as name) */
+  const char *message; /**< one or two English sentences with the evidence (owned as name) */
 } ampx_doctor_finding;
 
 /** Fills *finding with finding `index` (most important first).
  *  Errors: INVALID_ARGUMENT (NULL, struct_size too small, index outside
  *  [0, finding_count)); STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_get_finding(ampx_doctor doctor, int32_t index,
-                                                            ampx_doctor_finding* finding);
+                                                            ampx_doctor_finding *finding);
 
 /** Static names: "scale_oscillation", ...; "learning_rate", ... ("" for
  *  AMPX_DOCTOR_CAUSE_NONE); NULL for an unknown value. Thread-safe. */
-AMPX_API const char* ampx_doctor_finding_code_name(int32_t code);
-AMPX_API const char* ampx_doctor_cause_name(int32_t cause);
+AMPX_API const char *ampx_doctor_finding_code_name(int32_t code);
+AMPX_API const char *ampx_doctor_cause_name(int32_t cause);
 
 /** *text receives a one-line summary for logs (steps, the latest sample's
  *  fp16 losses and headroom, overflows, the findings' codes), owned by the
  *  doctor and valid until the next read.
  *  Errors: INVALID_ARGUMENT (NULL); STALE_HANDLE. */
-AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_summary(ampx_doctor doctor, const char** text);
+AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_summary(ampx_doctor doctor, const char **text);
 
 /** Writes the report -- one self-contained HTML file (inline CSS and SVG, no
  *  script, no network): findings, scale history, and per parameter its
@@ -2028,7 +2028,7 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_summary(ampx_doctor doctor, cons
  *  Errors: INVALID_ARGUMENT (NULL); IO (the file cannot be written; the
  *  message names the path and the system's reason; a partial file is
  *  removed); STALE_HANDLE. Training is unaffected either way. */
-AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_write_report(ampx_doctor doctor, const char* path);
+AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_write_report(ampx_doctor doctor, const char *path);
 
 /** Detaches the doctor from its optimizer and releases it. NULL is a
  *  no-op; a stale handle only sets the last error. */
