@@ -1971,27 +1971,38 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_get_history(ampx_doctor doctor,
 
 /** What a finding is. */
 typedef enum ampx_doctor_finding_code {
-  AMPX_DOCTOR_SCALE_OSCILLATION = 1, /**< the scale keeps backing off at scales that
-                                          had worked (two or more such overflows) */
-  AMPX_DOCTOR_SCALE_AT_MINIMUM = 2,  /**< the scale sits at min_scale and overflows, or
-                                          16+ steps in a row were skipped at the end */
-  AMPX_DOCTOR_SCALE_TOO_LOW = 3      /**< gradients lost to fp16 underflow while the
-                                          scale could be higher: without a scaler, a
-                                          quarter or more of the fp16 gradients zero or
-                                          subnormal; with one, 5% or more non-zero
-                                          gradients lost while the scale is held down
-                                          by one parameter or 2^8 below its limit */
+  AMPX_DOCTOR_SCALE_OSCILLATION = 1,              /**< the scale keeps backing off at scales that
+                                                       had worked (two or more such overflows) */
+  AMPX_DOCTOR_SCALE_AT_MINIMUM = 2,               /**< the scale sits at min_scale and overflows, or
+                                                       16+ steps in a row were skipped at the end */
+  AMPX_DOCTOR_SCALE_TOO_LOW = 3,                  /**< gradients lost to fp16 underflow while the
+                                                       scale could be higher: without a scaler, a
+                                                       quarter or more of the fp16 gradients zero or
+                                                       subnormal; with one, 5% or more non-zero
+                                                       gradients lost while the scale is held down
+                                                       by one parameter or 2^8 below its limit */
+  AMPX_DOCTOR_GRADIENTS_VANISHED = 4,             /**< the gradients were alive (under half lost),
+                                                      then 99% or more zero in every sample of the
+                                                      last quarter (dead ReLUs, saturated units) */
+  AMPX_DOCTOR_FINDING_MIN_ENUM = -0x7fffffff - 1, /**< not a code (see AMPX_STATUS_MIN_ENUM) */
+  AMPX_DOCTOR_FINDING_MAX_ENUM = 0x7fffffff
 } ampx_doctor_finding_code;
 
 /** Its likely cause, from the evidence. */
 typedef enum ampx_doctor_cause {
   AMPX_DOCTOR_CAUSE_NONE = 0,
-  AMPX_DOCTOR_CAUSE_LEARNING_RATE = 1,   /**< the gradient norm rose 4x or more over the
-                                              sampled clean steps before the overflows */
-  AMPX_DOCTOR_CAUSE_UNSTABLE_OP = 2,     /**< overflows always first in one parameter,
-                                              whose gradients dwarf the rest (named) */
-  AMPX_DOCTOR_CAUSE_OUTLIER_BATCHES = 3, /**< isolated single-step overflows */
-  AMPX_DOCTOR_CAUSE_NO_LOSS_SCALING = 4  /**< fp16 gradients without a scaler */
+  AMPX_DOCTOR_CAUSE_LEARNING_RATE = 1,          /**< the gradient norm rose 4x or more over the
+                                                     sampled clean steps before the overflows; or
+                                                     every gradient overflowed whatever the scale
+                                                     (the weights blew up); or the gradients died */
+  AMPX_DOCTOR_CAUSE_UNSTABLE_OP = 2,            /**< overflows in some parameters only, most of
+                                                     them first in one (named), or one parameter's
+                                                     gradients 2^12 times the typical ones */
+  AMPX_DOCTOR_CAUSE_OUTLIER_BATCHES = 3,        /**< isolated single-step overflows of every
+                                                     gradient */
+  AMPX_DOCTOR_CAUSE_NO_LOSS_SCALING = 4,        /**< fp16 gradients without a scaler */
+  AMPX_DOCTOR_CAUSE_MIN_ENUM = -0x7fffffff - 1, /**< not a cause (see AMPX_STATUS_MIN_ENUM) */
+  AMPX_DOCTOR_CAUSE_MAX_ENUM = 0x7fffffff
 } ampx_doctor_cause;
 
 typedef struct ampx_doctor_finding {

@@ -185,12 +185,12 @@ ampx_status ampx_doctor_get_finding(ampx_doctor doctor, int32_t index,
 }
 
 const char* ampx_doctor_finding_code_name(int32_t code) {
-  if (code < 1 || code > 3) return nullptr;
+  if (code < AMPX_DOCTOR_SCALE_OSCILLATION || code > AMPX_DOCTOR_GRADIENTS_VANISHED) return nullptr;
   return doctor::finding_code_name(static_cast<doctor::FindingCode>(code));
 }
 
 const char* ampx_doctor_cause_name(int32_t cause) {
-  if (cause < 0 || cause > 4) return nullptr;
+  if (cause < AMPX_DOCTOR_CAUSE_NONE || cause > AMPX_DOCTOR_CAUSE_NO_LOSS_SCALING) return nullptr;
   return doctor::finding_cause_name(static_cast<doctor::FindingCause>(cause));
 }
 

@@ -21,7 +21,12 @@ struct ScalerFacts {
 
 // Finding codes and causes, as ampx.h's AMPX_DOCTOR_FINDING_* and
 // AMPX_DOCTOR_CAUSE_*.
-enum class FindingCode : int32_t { ScaleOscillation = 1, ScaleAtMinimum = 2, ScaleTooLow = 3 };
+enum class FindingCode : int32_t {
+  ScaleOscillation = 1,
+  ScaleAtMinimum = 2,
+  ScaleTooLow = 3,
+  GradientsVanished = 4
+};
 enum class FindingCause : int32_t {
   None = 0,
   LearningRate = 1,

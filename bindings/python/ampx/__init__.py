@@ -5,6 +5,9 @@ scaling, SGD/Adam/AdamW with fp32 master weights, clipping after unscaling,
 and the ops to build small networks. Tensors exchange memory with NumPy and
 PyTorch through DLPack. Data-parallel training (``Communicator``,
 ``DataParallel``; EXPERIMENTAL) reduces gradients over MPI or NCCL ranks.
+The precision doctor (``Doctor``; EXPERIMENTAL) watches an optimizer's
+gradients and loss scale for fp16 underflow and overflow, and writes an
+HTML report.
 
 The library is loaded from ``$AMPX_LIBRARY`` (the full path of
 ``libampx.so``), else found by ``ctypes.util.find_library("ampx")`` or the
@@ -30,6 +33,7 @@ from .autograd import backward, checkpoint, grad_ready, no_grad, set_grad_ready_
 from .checkpoint_file import load_checkpoint_file, save_checkpoint_file
 from .context import Context, MemoryStats, default_context
 from .dist import Communicator, DataParallel, DataParallelStats, nccl_unique_id
+from .doctor import Doctor, DoctorFinding, DoctorOverview, DoctorParamStats, DoctorSample
 from .errors import (ArgumentTypeError, CorruptError, DeviceError, DTypeError, Error, FileError,
                      InternalError, InvalidArgumentError, NoDeviceError, NotSupportedError,
                      OrderError, OutOfMemoryError, ShapeError, StaleHandleError, Status)

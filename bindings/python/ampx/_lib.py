@@ -177,6 +177,46 @@ class DataParallelStatsStruct(Structure):
                 ("shard_elements", c_int64)]
 
 
+DOCTOR_BINS = 84  # AMPX_DOCTOR_BINS
+
+
+class DoctorOptions(Structure):
+    _fields_ = [("struct_size", c_size_t), ("interval", c_int32), ("history", c_int32)]
+
+
+class DoctorOverviewStruct(Structure):
+    _fields_ = [("struct_size", c_size_t), ("steps", c_int64), ("sample_step", c_int64),
+                ("sample_scale", c_double), ("param_count", c_int32),
+                ("history_count", c_int32), ("finding_count", c_int32),
+                ("missed_steps", c_int64)]
+
+
+class DoctorParamStatsStruct(Structure):
+    _fields_ = [("struct_size", c_size_t), ("index", c_int32), ("name", c_char_p),
+                ("param_dtype", c_enum), ("grad_dtype", c_enum), ("elements", c_int64),
+                ("histogram", c_int64 * DOCTOR_BINS), ("amax", c_double),
+                ("amax_scaled", c_double), ("grad_norm", c_double),
+                ("fp16_zero_unscaled", c_double), ("fp16_subnormal_unscaled", c_double),
+                ("fp16_zero_scaled", c_double), ("fp16_subnormal_scaled", c_double),
+                ("fp16_overflow_scaled", c_double), ("headroom", c_int32),
+                ("headroom_unbounded", c_int32), ("lost_update_fraction", c_double),
+                ("lost_without_master_fraction", c_double)]
+
+
+class DoctorSampleStruct(Structure):
+    # No struct_size: an array element of ampx_doctor_get_history (56 bytes).
+    _fields_ = [("step", c_int64), ("scale", c_double), ("found_inf", c_int32),
+                ("sampled", c_int32), ("grad_norm", c_double),
+                ("first_overflow_param", c_int32), ("overflow_params", c_int32),
+                ("fp16_lost_scaled", c_double), ("fp16_lost_unscaled", c_double)]
+
+
+class DoctorFindingStruct(Structure):
+    _fields_ = [("struct_size", c_size_t), ("code", c_int32), ("cause", c_int32),
+                ("param", c_int32), ("param_name", c_char_p), ("first_step", c_int64),
+                ("last_step", c_int64), ("message", c_char_p)]
+
+
 # ---- functions ------------------------------------------------------------------------
 
 def _check_status(result, func, args):
@@ -352,6 +392,21 @@ _PROTOTYPES = {
     "ampx_data_parallel_reduce": (_STATUS, [handle]),
     "ampx_data_parallel_get_stats": (_STATUS, [handle, POINTER(DataParallelStatsStruct)]),
     "ampx_data_parallel_release": (None, [handle]),
+    # 15. the precision doctor (EXPERIMENTAL)
+    "ampx_doctor_options_default": (DoctorOptions, []),
+    "ampx_doctor_create": (_STATUS, [handle, handle, POINTER(DoctorOptions), handle_p]),
+    "ampx_doctor_set_interval": (_STATUS, [handle, c_int32]),
+    "ampx_doctor_examine": (_STATUS, [handle, POINTER(DoctorOverviewStruct)]),
+    "ampx_doctor_get_param_stats": (_STATUS, [handle, c_int32,
+                                              POINTER(DoctorParamStatsStruct)]),
+    "ampx_doctor_get_history": (_STATUS, [handle, POINTER(DoctorSampleStruct), c_int32,
+                                          int32_p]),
+    "ampx_doctor_get_finding": (_STATUS, [handle, c_int32, POINTER(DoctorFindingStruct)]),
+    "ampx_doctor_finding_code_name": (c_char_p, [c_int32]),
+    "ampx_doctor_cause_name": (c_char_p, [c_int32]),
+    "ampx_doctor_summary": (_STATUS, [handle, POINTER(c_char_p)]),
+    "ampx_doctor_write_report": (_STATUS, [handle, c_char_p]),
+    "ampx_doctor_release": (None, [handle]),
 }
 
 

@@ -68,6 +68,34 @@ const STRUCTS: &[(&str, &[&str])] = &[
             "last_launched_early", "reductions", "optimizer_state_bytes", "shard_elements",
         ],
     ),
+    ("ampx_doctor_options", &["struct_size", "interval", "history"]),
+    (
+        "ampx_doctor_overview",
+        &[
+            "struct_size", "steps", "sample_step", "sample_scale", "param_count", "history_count",
+            "finding_count", "missed_steps",
+        ],
+    ),
+    (
+        "ampx_doctor_param_stats",
+        &[
+            "struct_size", "index", "name", "param_dtype", "grad_dtype", "elements", "histogram",
+            "amax", "amax_scaled", "grad_norm", "fp16_zero_unscaled", "fp16_subnormal_unscaled",
+            "fp16_zero_scaled", "fp16_subnormal_scaled", "fp16_overflow_scaled", "headroom",
+            "headroom_unbounded", "lost_update_fraction", "lost_without_master_fraction",
+        ],
+    ),
+    (
+        "ampx_doctor_sample",
+        &[
+            "step", "scale", "found_inf", "sampled", "grad_norm", "first_overflow_param",
+            "overflow_params", "fp16_lost_scaled", "fp16_lost_unscaled",
+        ],
+    ),
+    (
+        "ampx_doctor_finding",
+        &["struct_size", "code", "cause", "param", "param_name", "first_step", "last_step", "message"],
+    ),
 ];
 
 fn main() {

@@ -1,5 +1,5 @@
 //! Raw FFI declarations of ampx's C ABI, `include/ampx/ampx.h` (ABI 0.1,
-//! sections 1-14).
+//! sections 1-15).
 //!
 //! Written by hand (no bindgen): every `AMPX_API` function, every struct with
 //! `#[repr(C)]` and the header's field order, and every enum as a
@@ -102,6 +102,8 @@ opaque! {
     ampx_comm_s => ampx_comm;
     /// The struct behind `ampx_data_parallel`.
     ampx_data_parallel_s => ampx_data_parallel;
+    /// The struct behind `ampx_doctor`.
+    ampx_doctor_s => ampx_doctor;
 }
 
 /// DLPack's `DLManagedTensor`, opaque here (use a DLPack definition to read
@@ -348,6 +350,121 @@ pub struct ampx_data_parallel_stats {
     pub reductions: i64,
     pub optimizer_state_bytes: u64,
     pub shard_elements: i64,
+}
+
+// ---------------------------------------------------------------------------
+// 15. The precision doctor (EXPERIMENTAL)
+// ---------------------------------------------------------------------------
+
+/// `AMPX_DOCTOR_BINS`: bins of [`ampx_doctor_param_stats::histogram`].
+pub const AMPX_DOCTOR_BINS: usize = 84;
+/// `AMPX_DOCTOR_BIN_ZERO`: u == 0.
+pub const AMPX_DOCTOR_BIN_ZERO: usize = 0;
+/// `AMPX_DOCTOR_BIN_TINY`: 0 < |u| < 2^-64.
+pub const AMPX_DOCTOR_BIN_TINY: usize = 1;
+/// `AMPX_DOCTOR_BIN_HUGE`: 2^16 <= |u| < inf.
+pub const AMPX_DOCTOR_BIN_HUGE: usize = 82;
+/// `AMPX_DOCTOR_BIN_NONFINITE`: inf and NaN.
+pub const AMPX_DOCTOR_BIN_NONFINITE: usize = 83;
+
+/// `AMPX_DOCTOR_BIN_BINADE(e)`: the bin of 2^e <= |u| < 2^(e+1), e in [-64, 15].
+pub const fn ampx_doctor_bin_binade(e: i32) -> usize {
+    (2 + e + 64) as usize
+}
+
+/// `ampx_doctor_options`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_doctor_options {
+    pub struct_size: usize,
+    pub interval: i32,
+    pub history: i32,
+}
+
+/// `ampx_doctor_overview` (set `struct_size` before the call).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ampx_doctor_overview {
+    pub struct_size: usize,
+    pub steps: i64,
+    pub sample_step: i64,
+    pub sample_scale: c_double,
+    pub param_count: i32,
+    pub history_count: i32,
+    pub finding_count: i32,
+    pub missed_steps: i64,
+}
+
+/// `ampx_doctor_param_stats` (set `struct_size` before the call).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_doctor_param_stats {
+    pub struct_size: usize,
+    pub index: i32,
+    /// Owned by the doctor, valid until its next read ("" if unnamed).
+    pub name: *const c_char,
+    pub param_dtype: ampx_dtype,
+    pub grad_dtype: ampx_dtype,
+    pub elements: i64,
+    pub histogram: [i64; AMPX_DOCTOR_BINS],
+    pub amax: c_double,
+    pub amax_scaled: c_double,
+    pub grad_norm: c_double,
+    pub fp16_zero_unscaled: c_double,
+    pub fp16_subnormal_unscaled: c_double,
+    pub fp16_zero_scaled: c_double,
+    pub fp16_subnormal_scaled: c_double,
+    pub fp16_overflow_scaled: c_double,
+    pub headroom: i32,
+    pub headroom_unbounded: i32,
+    pub lost_update_fraction: c_double,
+    pub lost_without_master_fraction: c_double,
+}
+
+/// `ampx_doctor_sample`: one history entry (no `struct_size`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ampx_doctor_sample {
+    pub step: i64,
+    pub scale: c_double,
+    pub found_inf: i32,
+    pub sampled: i32,
+    pub grad_norm: c_double,
+    pub first_overflow_param: i32,
+    pub overflow_params: i32,
+    pub fp16_lost_scaled: c_double,
+    pub fp16_lost_unscaled: c_double,
+}
+
+/// `ampx_doctor_finding_code` (a C enum; the struct field is an `int32_t`).
+pub type ampx_doctor_finding_code = c_int;
+pub const AMPX_DOCTOR_SCALE_OSCILLATION: ampx_doctor_finding_code = 1;
+pub const AMPX_DOCTOR_SCALE_AT_MINIMUM: ampx_doctor_finding_code = 2;
+pub const AMPX_DOCTOR_SCALE_TOO_LOW: ampx_doctor_finding_code = 3;
+pub const AMPX_DOCTOR_GRADIENTS_VANISHED: ampx_doctor_finding_code = 4;
+
+/// `ampx_doctor_cause` (a C enum; the struct field is an `int32_t`).
+pub type ampx_doctor_cause = c_int;
+pub const AMPX_DOCTOR_CAUSE_NONE: ampx_doctor_cause = 0;
+pub const AMPX_DOCTOR_CAUSE_LEARNING_RATE: ampx_doctor_cause = 1;
+pub const AMPX_DOCTOR_CAUSE_UNSTABLE_OP: ampx_doctor_cause = 2;
+pub const AMPX_DOCTOR_CAUSE_OUTLIER_BATCHES: ampx_doctor_cause = 3;
+pub const AMPX_DOCTOR_CAUSE_NO_LOSS_SCALING: ampx_doctor_cause = 4;
+
+/// `ampx_doctor_finding` (set `struct_size` before the call).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_doctor_finding {
+    pub struct_size: usize,
+    pub code: i32,
+    pub cause: i32,
+    pub param: i32,
+    /// Owned by the doctor, valid until its next read.
+    pub param_name: *const c_char,
+    pub first_step: i64,
+    pub last_step: i64,
+    /// Owned by the doctor, valid until its next read.
+    pub message: *const c_char,
 }
 
 // ---------------------------------------------------------------------------
@@ -747,6 +864,38 @@ extern "C" {
     pub fn ampx_data_parallel_reduce(dp: ampx_data_parallel) -> ampx_status;
     pub fn ampx_data_parallel_get_stats(dp: ampx_data_parallel, stats: *mut ampx_data_parallel_stats) -> ampx_status;
     pub fn ampx_data_parallel_release(dp: ampx_data_parallel);
+
+    // 15. The precision doctor (EXPERIMENTAL)
+    pub fn ampx_doctor_options_default() -> ampx_doctor_options;
+    pub fn ampx_doctor_create(
+        ctx: ampx_context,
+        optimizer: ampx_optimizer,
+        options: *const ampx_doctor_options,
+        out: *mut ampx_doctor,
+    ) -> ampx_status;
+    pub fn ampx_doctor_set_interval(doctor: ampx_doctor, interval: i32) -> ampx_status;
+    pub fn ampx_doctor_examine(doctor: ampx_doctor, overview: *mut ampx_doctor_overview) -> ampx_status;
+    pub fn ampx_doctor_get_param_stats(
+        doctor: ampx_doctor,
+        index: i32,
+        stats: *mut ampx_doctor_param_stats,
+    ) -> ampx_status;
+    pub fn ampx_doctor_get_history(
+        doctor: ampx_doctor,
+        samples: *mut ampx_doctor_sample,
+        capacity: i32,
+        count: *mut i32,
+    ) -> ampx_status;
+    pub fn ampx_doctor_get_finding(
+        doctor: ampx_doctor,
+        index: i32,
+        finding: *mut ampx_doctor_finding,
+    ) -> ampx_status;
+    pub fn ampx_doctor_finding_code_name(code: i32) -> *const c_char;
+    pub fn ampx_doctor_cause_name(cause: i32) -> *const c_char;
+    pub fn ampx_doctor_summary(doctor: ampx_doctor, text: *mut *const c_char) -> ampx_status;
+    pub fn ampx_doctor_write_report(doctor: ampx_doctor, path: *const c_char) -> ampx_status;
+    pub fn ampx_doctor_release(doctor: ampx_doctor);
 }
 
 /// Sizes, alignments and field offsets of the header's structs as a C

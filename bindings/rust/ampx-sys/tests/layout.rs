@@ -43,6 +43,11 @@ fn rust_layout() -> Vec<(String, usize)> {
         ampx_autocast_options { struct_size, dtype, enabled, cache }
         ampx_data_parallel_options { struct_size, bucket_bytes, first_bucket_bytes, average, reduce_in_fp32, overlap, zero_stage }
         ampx_data_parallel_stats { struct_size, rank, world_size, bucket_count, bucket_bytes, buckets_launched, last_launched_early, reductions, optimizer_state_bytes, shard_elements }
+        ampx_doctor_options { struct_size, interval, history }
+        ampx_doctor_overview { struct_size, steps, sample_step, sample_scale, param_count, history_count, finding_count, missed_steps }
+        ampx_doctor_param_stats { struct_size, index, name, param_dtype, grad_dtype, elements, histogram, amax, amax_scaled, grad_norm, fp16_zero_unscaled, fp16_subnormal_unscaled, fp16_zero_scaled, fp16_subnormal_scaled, fp16_overflow_scaled, headroom, headroom_unbounded, lost_update_fraction, lost_without_master_fraction }
+        ampx_doctor_sample { step, scale, found_inf, sampled, grad_norm, first_overflow_param, overflow_params, fp16_lost_scaled, fp16_lost_unscaled }
+        ampx_doctor_finding { struct_size, code, cause, param, param_name, first_step, last_step, message }
     }
     v
 }
@@ -104,6 +109,18 @@ fn layouts_match_hand_computed_lp64_values() {
     assert_eq!(size_of::<sys::ampx_data_parallel_stats>(), 64);
     assert_eq!(offset_of!(sys::ampx_data_parallel_stats, bucket_bytes), 24);
     assert_eq!(offset_of!(sys::ampx_data_parallel_stats, shard_elements), 56);
+    assert_eq!(size_of::<sys::ampx_doctor_options>(), 16);
+    assert_eq!(size_of::<sys::ampx_doctor_overview>(), 56);
+    assert_eq!(offset_of!(sys::ampx_doctor_overview, missed_steps), 48);
+    assert_eq!(size_of::<sys::ampx_doctor_param_stats>(), 800);
+    assert_eq!(offset_of!(sys::ampx_doctor_param_stats, histogram), 40);
+    assert_eq!(offset_of!(sys::ampx_doctor_param_stats, amax), 712);
+    assert_eq!(offset_of!(sys::ampx_doctor_param_stats, headroom), 776);
+    assert_eq!(offset_of!(sys::ampx_doctor_param_stats, lost_without_master_fraction), 792);
+    assert_eq!(size_of::<sys::ampx_doctor_sample>(), 56); // as the header says
+    assert_eq!(size_of::<sys::ampx_doctor_finding>(), 56);
+    assert_eq!(offset_of!(sys::ampx_doctor_finding, param_name), 24);
+    assert_eq!(offset_of!(sys::ampx_doctor_finding, message), 48);
     // Enums are C ints; function pointers in Option are one pointer.
     assert_eq!(size_of::<sys::ampx_status>(), 4);
     assert_eq!(size_of::<sys::ampx_segment_fn>(), 8);
@@ -133,6 +150,9 @@ fn default_options_report_their_struct_size() {
         assert_eq!(dp.struct_size, size_of::<sys::ampx_data_parallel_options>());
         assert_eq!((dp.bucket_bytes, dp.first_bucket_bytes), (25 << 20, 1 << 20));
         assert_eq!((dp.average, dp.reduce_in_fp32, dp.overlap, dp.zero_stage), (1, 0, 1, 0));
+        let doctor = sys::ampx_doctor_options_default();
+        assert_eq!(doctor.struct_size, size_of::<sys::ampx_doctor_options>());
+        assert_eq!((doctor.interval, doctor.history), (100, 4096));
     }
 }
 
