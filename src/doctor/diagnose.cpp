@@ -52,7 +52,7 @@ constexpr int kSettleRun = 10;
 constexpr double kNormRise = 4.0;
 constexpr int kSpreadBits = 12;
 constexpr int kMinUnexplained = 2;
-constexpr double kDeepDrop = 4.0;
+constexpr double kDeepDrop = 16.0;
 // An overflow this few steps after a growth, or after fewer than kSettleRun
 // clean steps, is the scaler probing.
 constexpr int kProbeWindow = 3;
