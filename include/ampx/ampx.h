@@ -1976,14 +1976,19 @@ typedef enum ampx_doctor_finding_code {
   AMPX_DOCTOR_SCALE_AT_MINIMUM = 2,               /**< the scale sits at min_scale and overflows, or
                                                        16+ steps in a row were skipped at the end */
   AMPX_DOCTOR_SCALE_TOO_LOW = 3,                  /**< gradients lost to fp16 underflow while the
-                                                       scale could be higher: without a scaler, a
-                                                       quarter or more of the fp16 gradients zero or
-                                                       subnormal; with one, 5% or more non-zero
+                                                       scale could be higher: without a scaler,
+                                                       every fp16 gradient zero, or a quarter or
+                                                       more zero or subnormal with 1% or more
+                                                       subnormal and the largest 2^4 or more below
+                                                       fp16's limit; with one, 5% or more non-zero
                                                        gradients lost while the scale is held down
                                                        by one parameter or 2^8 below its limit */
-  AMPX_DOCTOR_GRADIENTS_VANISHED = 4,             /**< the gradients were alive (under half lost),
-                                                      then 99% or more zero in every sample of the
-                                                      last quarter (dead ReLUs, saturated units) */
+  AMPX_DOCTOR_GRADIENTS_VANISHED = 4,             /**< the gradients were alive (a sample before
+                                                       the last quarter with a tenth or more of them
+                                                       representable), then 99% or more zero or
+                                                       subnormal in fp16 in every sample of the
+                                                       last quarter (dead ReLUs, saturated
+                                                       units) */
   AMPX_DOCTOR_FINDING_MIN_ENUM = -0x7fffffff - 1, /**< not a code (see AMPX_STATUS_MIN_ENUM) */
   AMPX_DOCTOR_FINDING_MAX_ENUM = 0x7fffffff
 } ampx_doctor_finding_code;

@@ -16,8 +16,8 @@
 //                      kCollapseRun steps all overflowed (every step skipped);
 //   gradients_vanished the gradients were alive, then (nearly) all zero;
 //   scale_too_low      gradients lost to fp16's range while the scale has
-//                      room: without loss scaling, fp16 gradients mostly
-//                      zero or subnormal; with it, 5% of the gradients lost
+//                      room: without loss scaling, fp16 gradients all
+//                      zero, or mostly zero or subnormal; with it, 5% of the gradients lost
 //                      while one parameter holds the scale down, or the
 //                      scale 2^8 below the largest gradient's limit.
 // The causes, from the evidence:
@@ -384,6 +384,7 @@ void range_findings(const Report& report, const ScalerFacts& scaler, const Evide
   int64_t elements = 0, fp16_elements = 0;
   double lost = 0.0, subnormal = 0.0, nonzero_lost = 0.0;
   int32_t headroom = INT32_MAX;
+  bool all_zero = true;
   for (const ParamReport& p : report.params) {
     if (p.elements == 0) continue;
     const double n = static_cast<double>(p.elements);
@@ -394,13 +395,21 @@ void range_findings(const Report& report, const ScalerFacts& scaler, const Evide
     fp16_elements += p.elements;
     lost += (p.fp16_zero_scaled + p.fp16_subnormal_scaled) * n;
     subnormal += p.fp16_subnormal_scaled * n;
+    all_zero = all_zero && p.fp16_zero_scaled == 1.0;
   }
   if (elements == 0) return;
   const int64_t step = report.sample_step;
   if (!scaler.scaling && fp16_elements > 0) {
     const double n = static_cast<double>(fp16_elements);
-    if (lost / n >= kUnscaledLost && subnormal / n >= kVisibleSubnormal &&
-        headroom >= kNoScalingHeadroom) {
+    // Every fp16 gradient exactly zero: nothing is left to show the
+    // underflow, but no model's output layer has structural zeros only.
+    if (all_zero) {
+      out.push_back(
+          {FindingCode::ScaleTooLow, FindingCause::NoLossScaling, -1, step, step,
+           "Every fp16 gradient is exactly zero without loss scaling: they underflowed (use a "
+           "dynamic loss scaler, or bf16), unless the loss does not depend on the parameters."});
+    } else if (lost / n >= kUnscaledLost && subnormal / n >= kVisibleSubnormal &&
+               headroom >= kNoScalingHeadroom) {
       out.push_back(
           {FindingCode::ScaleTooLow, FindingCause::NoLossScaling, -1, step, step,
            cat(percent(lost / n), " of the fp16 gradients are zero or subnormal (",

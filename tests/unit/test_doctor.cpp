@@ -450,6 +450,73 @@ TEST_CASE("doctor: an fp32 parameter has no lost updates; interval 0 samples not
   CHECK(s.histogram[AMPX_DOCTOR_BIN_BINADE(0)] == 8);
 }
 
+// Without a scaler, the doctor's verdict on one sampled step of two f16
+// parameters (64 elements each) with planted fp16 gradients.
+struct UnscaledFinding {
+  int32_t code, cause, param;
+  std::string message;  // a copy: the doctor's strings die with it
+};
+
+std::vector<UnscaledFinding> unscaled_findings(const std::vector<uint16_t>& first,
+                                               const std::vector<uint16_t>& second) {
+  Ctx ctx;
+  std::deque<ampx_test::Tensor> params, grads;  // not movable
+  std::vector<ampx_tensor> handles;
+  for (const std::vector<uint16_t>* bits : {&first, &second}) {
+    params.emplace_back(zeros(ctx, AMPX_F16, static_cast<int64_t>(bits->size())));
+    grads.emplace_back(ampx_test::upload(ctx, AMPX_F16, *bits));
+    REQUIRE(ampx_tensor_set_grad(params.back(), grads.back()) == AMPX_OK);
+    handles.push_back(params.back());
+  }
+  Handles h;
+  h.optimizer = make_sgd(ctx, handles, 0.0);
+  h.doctor = make_doctor(ctx, h.optimizer, 1);
+  REQUIRE(ampx_optimizer_step(h.optimizer) == AMPX_OK);
+  ampx_doctor_overview o = AMPX_DOCTOR_OVERVIEW_INIT;
+  REQUIRE(ampx_doctor_examine(h.doctor, &o) == AMPX_OK);
+  std::vector<UnscaledFinding> out;
+  for (int32_t i = 0; i < o.finding_count; ++i) {
+    ampx_doctor_finding f{};
+    f.struct_size = sizeof f;
+    REQUIRE(ampx_doctor_get_finding(h.doctor, i, &f) == AMPX_OK);
+    out.push_back({f.code, f.cause, f.param, f.message});
+  }
+  return out;
+}
+
+bool no_loss_scaling(const std::vector<UnscaledFinding>& findings) {
+  return findings.size() == 1 && findings[0].code == AMPX_DOCTOR_SCALE_TOO_LOW &&
+         findings[0].cause == AMPX_DOCTOR_CAUSE_NO_LOSS_SCALING && findings[0].param == -1;
+}
+
+TEST_CASE("doctor: fp16 gradients without a scaler: underflow is a finding, structural zeros not") {
+  const uint16_t zero = 0x0000, smallest = 0x0001 /* 2^-24 */, one = 0x3c00;
+  const uint16_t eighth = 0x3000 /* 0.125: 2^3 below 1, 2^19 below 65504 */;
+  // Everything underflowed to zero: no subnormal left to show it.
+  const std::vector<UnscaledFinding> all_zero =
+      unscaled_findings(std::vector<uint16_t>(64, zero), std::vector<uint16_t>(64, zero));
+  CHECK(no_loss_scaling(all_zero));
+  CHECK(contains(all_zero.at(0).message, "exactly zero"));
+  // Half zero, a quarter 2^-24 (the rest 1/8): underflow, room to scale.
+  std::vector<uint16_t> mixed(64, zero);
+  for (size_t i = 0; i < 16; ++i) mixed[i] = smallest;
+  for (size_t i = 16; i < 32; ++i) mixed[i] = eighth;
+  const std::vector<UnscaledFinding> underflow =
+      unscaled_findings(mixed, std::vector<uint16_t>(64, zero));
+  CHECK(no_loss_scaling(underflow));
+  CHECK(contains(underflow.at(0).message, "subnormal"));
+  // Zeros with no subnormal among the rest: structural (constant inputs,
+  // unused rows), not underflow.
+  std::vector<uint16_t> structural(64, zero);
+  for (size_t i = 0; i < 32; ++i) structural[i] = one;
+  CHECK(unscaled_findings(structural, std::vector<uint16_t>(64, one)).empty());
+  // Subnormals, but the largest gradient at fp16's limit: a scale would
+  // overflow it, so loss scaling is no remedy to report.
+  std::vector<uint16_t> no_room = mixed;
+  no_room[63] = 0x7bff;  // 65504
+  CHECK(unscaled_findings(no_room, std::vector<uint16_t>(64, zero)).empty());
+}
+
 TEST_CASE("doctor: bad input gets a clear status and training goes on") {
   Ctx ctx;
   Ctx other;
