@@ -21,6 +21,7 @@
  *  12. Training checkpoint files (EXPERIMENTAL)
  *  13. Tensor views and gradient hooks (EXPERIMENTAL)
  *  14. Data-parallel training: communicators, gradient all-reduce (EXPERIMENTAL)
+ *  15. The precision doctor: gradient statistics, scale history, findings (EXPERIMENTAL)
  *
  * Stability: sections 1-8 are stable: their functions keep their
  * signatures and meaning within an ABI major version. Sections marked
@@ -1949,7 +1950,8 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_get_param_stats(ampx_doctor doct
 typedef struct ampx_doctor_sample {
   int64_t step;
   double scale;                 /**< the scale the step's gradients carried */
-  int32_t found_inf;            /**< 1: the step overflowed (and was skipped) */
+  int32_t found_inf;            /**< 1: a gradient was not finite (with an enabled
+                                     scaler: the step overflowed and was skipped) */
   int32_t sampled;              /**< 1: statistics were taken on this step */
   double grad_norm;             /**< sampled steps: L2 norm of the finite true gradients */
   int32_t first_overflow_param; /**< the parameter backward reached first among those

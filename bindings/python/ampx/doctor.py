@@ -137,7 +137,7 @@ class DoctorSample(NamedTuple):
 
     step: int
     scale: float                 # the scale the step's gradients carried
-    found_inf: bool              # the step overflowed (and was skipped)
+    found_inf: bool              # a gradient was not finite (skipped under a scaler)
     sampled: bool                # statistics were taken on this step
     grad_norm: float             # sampled steps: L2 norm of the finite true gradients
     first_overflow_param: int | None  # lowest parameter index with a non-finite gradient
