@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 tools/build.sh
 cd build
-ctest --output-on-failure --timeout 600
+ctest --output-on-failure --timeout 600 --parallel "$(nproc)"
 echo "tools/test.sh: build and tests took $(( $(date +%s) - start )) s"

@@ -30,6 +30,12 @@
 
 #include "demo.h"
 
+/* The default --out: CMake sets it inside the build tree; a build by hand
+ * writes into the current directory. */
+#ifndef AMPX_DEMO_OUT
+#define AMPX_DEMO_OUT "demo-out"
+#endif
+
 /* How far below fp32's PSNR a low-precision run may land and still pass. */
 static const double kPsnrMargin = 1.0;
 
@@ -96,9 +102,10 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: ampx_demo [--device cpu|cuda] [--out DIR] [--steps N] [--quick]\n"
           "  --device  where to train (default: CUDA when present, else the CPU)\n"
-          "  --out     folder for the images and the chart (default: demo-out)\n"
+          "  --out     folder for the images and the chart (default: %s)\n"
           "  --steps   training steps per precision (default 600; --quick: 60)\n"
-          "  --quick   a tiny image and few steps, for tests\n");
+          "  --quick   a tiny image and few steps, for tests\n",
+          AMPX_DEMO_OUT);
 }
 
 static void format_bytes(char *out, size_t size, uint64_t bytes) {
@@ -169,7 +176,7 @@ int main(int argc, char **argv) {
   config.growth_interval = 25;
   config.log_every = 5;
   config.progress_tty = stderr_is_terminal();
-  const char *out_dir = "demo-out";
+  const char *out_dir = AMPX_DEMO_OUT;
   const char *device_name = NULL;
   int steps = 0;
 
@@ -279,10 +286,9 @@ int main(int argc, char **argv) {
       fprintf(stderr, "could not write the outputs into %s\n", out_dir);
       status = 2;
     } else {
-      printf("\nwrote %s/comparison.png (original | fp32 | fp16 | bf16, %dx), "
-             "%s/{original,fp32,fp16,bf16}.png,\n      %s/training.svg (loss and loss scale "
-             "per step)\n",
-             out_dir, kZoom, out_dir, out_dir);
+      printf("\nwrote into %s/:\n      comparison.png (original | fp32 | fp16 | bf16, %dx), "
+             "{original,fp32,fp16,bf16}.png,\n      training.svg (loss and loss scale per step)\n",
+             out_dir, kZoom);
     }
   }
 
