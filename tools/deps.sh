@@ -25,6 +25,8 @@ command -v nm >/dev/null || need+=(binutils)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 [ -f /usr/include/doctest/doctest.h ] || [ -f "$(dirname "$0")/../.deps/include/doctest/doctest.h" ] || need+=(doctest-dev)
 [ -f /usr/include/dlpack/dlpack.h ] || [ -f "$(dirname "$0")/../.deps/include/dlpack/dlpack.h" ] || need+=(libdlpack-dev)
+# nlohmann/json (header-only) parses safetensors headers.
+[ -f /usr/include/nlohmann/json.hpp ] || [ -f "$(dirname "$0")/../.deps/include/nlohmann/json.hpp" ] || need+=(nlohmann-json3-dev)
 # OpenBLAS for the CPU GEMM, loaded at run time (without it ampx multiplies
 # with its own, slower kernel).
 compgen -G '/usr/lib/*/libopenblas.so.0' >/dev/null || need+=(libopenblas0)

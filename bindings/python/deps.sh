@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # deps.sh -- installs what the Python binding's tests need and is missing:
-# numpy, torch (the default wheel from PyPI, ~1.5 min), pytest and mpi4py
-# (ampx.dist's tests under mpirun). mpi4py's PyPI wheel (seconds; a source
-# build takes ~4 min) loads the first libmpi it finds at run time, while
+# numpy, torch (the default wheel from PyPI, ~1.5 min), pytest, mpi4py
+# (ampx.dist's tests under mpirun) and safetensors (the format's reference
+# library, which tests/test_safetensors.py exchanges files with). mpi4py's
+# PyPI wheel (seconds; a source build takes ~4 min) loads the first libmpi it finds at run time, while
 # ampx's MPI plugin, libampx_mpi.so, reads the MPI_Comm handles of the MPI it
 # was built against (tools/deps.sh installs Open MPI only, so they agree).
 # On a machine with MPICH too, build mpi4py from source against the same MPI:
@@ -11,7 +12,7 @@ set -euo pipefail
 
 command -v python3 >/dev/null || { echo "install python3 (3.8 or newer) first" >&2; exit 1; }
 need=()
-for module in numpy torch pytest mpi4py; do
+for module in numpy torch pytest mpi4py safetensors; do
   python3 -c "import $module" 2>/dev/null || need+=("$module")
 done
 if [[ " ${need[*]} " == *" mpi4py "* ]] && ! command -v mpicc >/dev/null; then

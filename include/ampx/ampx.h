@@ -22,6 +22,7 @@
  *  13. Tensor views and gradient hooks (EXPERIMENTAL)
  *  14. Data-parallel training: communicators, gradient all-reduce (EXPERIMENTAL)
  *  15. The precision doctor: gradient statistics, scale history, findings (EXPERIMENTAL)
+ *  16. safetensors files: save, load into tensors, load zero-copy (EXPERIMENTAL)
  *
  * Stability: sections 1-8 are stable: their functions keep their
  * signatures and meaning within an ABI major version. Sections marked
@@ -979,7 +980,7 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_find_nonfinite_grads(ampx_optimizer opt
 #endif /* AMPX_H */
 
 /* ========================================================================== */
-/* Experimental tier (sections 9-15): AMPX_EXPERIMENTAL                        */
+/* Experimental tier (sections 9-16): AMPX_EXPERIMENTAL                        */
 /* ========================================================================== */
 
 /* The declarations below exist only for a translation unit that defines
@@ -2051,6 +2052,183 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_write_report(ampx_doctor doctor,
 /** Detaches the doctor from its optimizer and releases it. NULL is a
  *  no-op; a stale handle only sets the last error. */
 AMPX_API void ampx_doctor_release(ampx_doctor doctor);
+
+/* ========================================================================== */
+/* 16. safetensors files (EXPERIMENTAL)                                       */
+/* ========================================================================== */
+
+/* safetensors is the file format PyTorch (safetensors.torch), Hugging Face
+ * and JAX exchange weights in: an 8-byte little-endian header length N, N
+ * bytes of UTF-8 JSON naming each tensor's dtype, shape and byte range,
+ * then the data, little-endian and row-major. ampx writes files those
+ * libraries read, and reads theirs. A tensor's format dtype "F32", "F16",
+ * "BF16", "I32" or "I64" is the ampx_dtype of that name; files may list
+ * other format dtypes (F64, I8, U8, BOOL, F8_E4M3, ...), which can be listed
+ * but not loaded.
+ *
+ * Validation: ampx_safetensors_open checks the whole header before it
+ * returns, against the format's rules: a header length within the file and
+ * at most 100,000,000 bytes; valid UTF-8 JSON whose top level is an object;
+ * no key twice in any object; per tensor a known dtype, a shape of
+ * non-negative integer extents whose byte size does not overflow and equals
+ * end - begin of its data_offsets; ranges that tile the data area exactly
+ * (each tensor starts where the one before it ends, from byte 0 to the end
+ * of the file: nothing overlaps, nothing is left over); "__metadata__", if
+ * present, an object of strings; and, against attacks on the parser's
+ * memory, nesting at most 32 deep and arrays of at most 1024 elements
+ * (real headers nest three deep; their arrays hold a shape or two
+ * offsets). A file that breaks any rule is AMPX_ERR_CORRUPT with a message
+ * naming the file, the tensor and the rule. What the format allows but ampx
+ * cannot hold is AMPX_ERR_NOT_SUPPORTED: more than AMPX_MAX_DIMS
+ * dimensions, a NUL character in a name, key or value.
+ *
+ * Memory: an opened file is mapped into memory (mmap, copy-on-write), not
+ * read. On the CPU, ampx_safetensors_load_tensor returns a tensor on the
+ * mapping itself (no copy) when the tensor's data is aligned to its element
+ * size in the file -- always so for files from ampx and from the reference
+ * writer, which pad the header to 8 bytes and order tensors by decreasing
+ * element size. Such a tensor holds a reference to the mapping, which stays
+ * until the file handle and every such tensor are released, and it is a
+ * full tensor: ampx may write to it (an optimizer step), and the written
+ * pages become the process's own memory; the file never changes. Like
+ * wrapped memory, it does not count in ampx_memory_stats. While mapped, the
+ * file must not be truncated or rewritten in place by anyone (reading a
+ * truncated mapping raises SIGBUS, as for every mapped file); replacing it
+ * by rename, as ampx_safetensors_save does, is safe: the mapping keeps the
+ * old file.
+ *
+ * Threads: a file handle belongs to the context it was opened in, and
+ * follows the rules at the top for that context's objects; loads also use
+ * the contexts of the tensors they are given. ampx_safetensors_release
+ * follows the rule of the other release functions (see the top). Saves
+ * to different paths may run concurrently from threads with separate
+ * contexts; two saves to one path at once are safe (the last rename wins). */
+
+/** An opened, validated safetensors file (see above). */
+typedef struct ampx_safetensors_s *ampx_safetensors;
+
+/** Flag of ampx_safetensors_load_into: convert a tensor whose dtype differs
+ *  from the file's (as ampx_tensor_copy converts) instead of refusing it
+ *  with AMPX_ERR_DTYPE. */
+#define AMPX_SAFETENSORS_CONVERT 1u
+/** Flag of ampx_safetensors_load_tensor: always copy, never a tensor on the
+ *  mapping (e.g. to let the mapping go with the file handle). */
+#define AMPX_SAFETENSORS_COPY 2u
+
+/** Writes tensors[0..count-1] to `path` as a safetensors file, with the
+ *  string pairs metadata_keys[i] / metadata_values[i] (i < metadata_count)
+ *  as its "__metadata__" (none when metadata_count is 0). Tensor i is named
+ *  names[i], or, when `names` is NULL, by its own name (ampx_tensor_set_name).
+ *  Names and keys must be unique, non-empty (names) and valid UTF-8; a
+ *  tensor may not be named "__metadata__". The tensors may be of any dtype
+ *  and device (CUDA tensors are copied through host memory a piece at a
+ *  time; synchronizes) and are laid out by decreasing element size, then by
+ *  name, behind a header padded with spaces to a multiple of 8 bytes, as the
+ *  format's reference writer lays them out; count may be 0. The file is
+ *  replaced atomically as by ampx_checkpoint_file_save: written to a
+ *  temporary file in the same directory, flushed, renamed over `path`. All
+ *  arguments are borrowed for the call.
+ *  Errors: INVALID_ARGUMENT (NULL or empty path; NULL tensors, names,
+ *  metadata_keys or metadata_values with a non-zero count, or a NULL
+ *  string in them; a tensor without a name, a repeated or reserved name, a
+ *  repeated key; a string that is not UTF-8); STALE_HANDLE; IO (the
+ *  temporary file cannot be created, written, flushed or renamed -- `path`
+ *  is then unchanged and the temporary file removed); OUT_OF_MEMORY;
+ *  DEVICE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_safetensors_save(
+    const char *path, const ampx_tensor *tensors, const char *const *names, size_t count,
+    const char *const *metadata_keys, const char *const *metadata_values, size_t metadata_count);
+
+/** Opens `path` in `ctx`: maps the file and validates its whole header (see
+ *  above). On success *out is a new handle owned by the caller (release it
+ *  with ampx_safetensors_release); it holds a reference to `ctx`. Nothing is
+ *  read from the data area until a load.
+ *  Errors: INVALID_ARGUMENT (NULL ctx, path or out; empty path);
+ *  STALE_HANDLE; IO (the file cannot be opened, is not a regular file, or
+ *  cannot be mapped); CORRUPT (any rule broken, named in the message);
+ *  NOT_SUPPORTED (see above); OUT_OF_MEMORY. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_safetensors_open(ampx_context ctx, const char *path,
+                                                          ampx_safetensors *out);
+
+/** Drops the handle. The mapping goes once no tensor made by
+ *  ampx_safetensors_load_tensor without a copy uses it. NULL is a no-op. */
+AMPX_API void ampx_safetensors_release(ampx_safetensors file);
+
+/** *count receives the number of tensors in the file.
+ *  Errors: INVALID_ARGUMENT (NULL); STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_safetensors_count(ampx_safetensors file, size_t *count);
+
+/** One tensor of a file, as ampx_safetensors_entry_get describes it. */
+typedef struct ampx_safetensors_entry {
+  size_t struct_size;     /**< set by the caller: sizeof(ampx_safetensors_entry) */
+  const char *name;       /**< owned by the handle, valid until it is released */
+  ampx_dtype dtype;       /**< 0 when ampx has no such type (see dtype_name) */
+  const char *dtype_name; /**< the format's name, "F16"; owned by the handle */
+  int32_t ndim;
+  int64_t shape[AMPX_MAX_DIMS]; /**< shape[0..ndim-1] */
+  uint64_t offset;              /**< of the tensor's first byte, from the file's start */
+  uint64_t nbytes;              /**< of its data (0 for an empty tensor) */
+} ampx_safetensors_entry;
+
+#define AMPX_SAFETENSORS_ENTRY_INIT \
+  { sizeof(ampx_safetensors_entry), NULL, (ampx_dtype)0, NULL, 0, {0}, 0, 0 }
+
+/** Fills *entry (whose struct_size the caller sets; fields beyond it are not
+ *  written) with tensor `index` of the file; tensors are numbered in the
+ *  order of their data in the file.
+ *  Errors: INVALID_ARGUMENT (NULL entry, struct_size too small, index >=
+ *  ampx_safetensors_count); STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_safetensors_entry_get(ampx_safetensors file, size_t index,
+                                                               ampx_safetensors_entry *entry);
+
+/** *index receives the index of the tensor named `name`.
+ *  Errors: INVALID_ARGUMENT (NULL; the file has no tensor of that name, which
+ *  the message says); STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_safetensors_find(ampx_safetensors file, const char *name,
+                                                          size_t *index);
+
+/** *count receives the number of "__metadata__" entries (0 without any). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_safetensors_metadata_count(ampx_safetensors file,
+                                                                    size_t *count);
+
+/** *key and *value receive metadata entry `index` (entries ordered by key),
+ *  owned by the handle and valid until it is released.
+ *  Errors: INVALID_ARGUMENT (NULL; index >= the count); STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_safetensors_metadata_get(ampx_safetensors file,
+                                                                  size_t index, const char **key,
+                                                                  const char **value);
+
+/** Loads the file's tensor names[i] into the existing tensors[i], for i <
+ *  count (`names` NULL: each tensor's own name). Every pair is checked
+ *  before any tensor is written: the name is in the file, the shapes are
+ *  equal, and so are the dtypes unless `flags` has AMPX_SAFETENSORS_CONVERT
+ *  (then converted as ampx_tensor_copy does); a tensor converted is staged
+ *  on its context first, so running out of memory changes nothing.
+ *  Tensors may be of any context and device (CUDA: copied from the
+ *  mapping; synchronizes). A tensor equal in dtype ends up holding exactly
+ *  the file's bits. count may be 0. All handles are borrowed.
+ *  Errors: INVALID_ARGUMENT (NULL tensors with count > 0, a NULL name, a
+ *  tensor without a name when `names` is NULL, a name the file lacks, an
+ *  unknown flag); SHAPE; DTYPE (another dtype without the flag, or a format
+ *  dtype ampx lacks); STALE_HANDLE; OUT_OF_MEMORY; DEVICE (a device failure
+ *  during the copies, the one case that can leave tensors partly loaded). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_safetensors_load_into(ampx_safetensors file,
+                                                               const char *const *names,
+                                                               const ampx_tensor *tensors,
+                                                               size_t count, uint32_t flags);
+
+/** *out receives a new tensor of the file's context (owned by the caller)
+ *  holding the tensor named `name`, with the file's dtype and shape, and
+ *  named `name`. On a CPU context it is a tensor on the file's mapping (no
+ *  copy; see "Memory" above) when the data is aligned to the element size
+ *  and `flags` lacks AMPX_SAFETENSORS_COPY; otherwise the data is copied
+ *  into new memory of the context (CUDA: synchronizes).
+ *  Errors: INVALID_ARGUMENT (NULL; a name the file lacks; an unknown flag);
+ *  DTYPE (a format dtype ampx lacks); STALE_HANDLE (also when the program
+ *  has released the file's context); OUT_OF_MEMORY; DEVICE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_safetensors_load_tensor(ampx_safetensors file,
+                                                                 const char *name, uint32_t flags,
+                                                                 ampx_tensor *out);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -7,7 +7,9 @@ PyTorch through DLPack. Data-parallel training (``Communicator``,
 ``DataParallel``; EXPERIMENTAL) reduces gradients over MPI or NCCL ranks.
 The precision doctor (``Doctor``; EXPERIMENTAL) watches an optimizer's
 gradients and loss scale for fp16 underflow and overflow, and writes an
-HTML report.
+HTML report. ``save_safetensors``, ``load_safetensors`` and
+``SafetensorsFile`` (EXPERIMENTAL) read and write the safetensors files of
+PyTorch and Hugging Face.
 
 The library is loaded from ``$AMPX_LIBRARY`` (the full path of
 ``libampx.so``), else found by ``ctypes.util.find_library("ampx")`` or the
@@ -42,6 +44,8 @@ from .ops import (add, affine, batch_norm, bce_with_logits, concat, cross_entrop
                   mse_loss, mul, relu, reshape, sigmoid, silu, softmax, sub, sum, tanh, transpose)
 from .optim import (SGD, Adam, AdamW, NonfiniteGrad, Optimizer, clip_grad_norm_,
                     clip_grad_value_, find_nonfinite_grads)
+from .safetensors_file import (SafetensorsEntry, SafetensorsFile, load_safetensors,
+                               load_safetensors_into, save_safetensors)
 from .tensor import Tensor, empty, from_dlpack, tensor, zeros
 from .types import (BF16, F16, F32, I32, I64, Activation, Device, DType, OpClass, Reduction,
                     StateKind, bfloat16, float16, float32, int32, int64)

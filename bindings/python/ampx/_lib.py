@@ -217,6 +217,12 @@ class DoctorFindingStruct(Structure):
                 ("last_step", c_int64), ("message", c_char_p)]
 
 
+class SafetensorsEntryStruct(Structure):
+    _fields_ = [("struct_size", c_size_t), ("name", c_char_p), ("dtype", c_enum),
+                ("dtype_name", c_char_p), ("ndim", c_int32), ("shape", c_int64 * 8),
+                ("offset", c_uint64), ("nbytes", c_uint64)]
+
+
 # ---- functions ------------------------------------------------------------------------
 
 def _check_status(result, func, args):
@@ -407,6 +413,21 @@ _PROTOTYPES = {
     "ampx_doctor_summary": (_STATUS, [handle, POINTER(c_char_p)]),
     "ampx_doctor_write_report": (_STATUS, [handle, c_char_p]),
     "ampx_doctor_release": (None, [handle]),
+    # 16. safetensors files (EXPERIMENTAL)
+    "ampx_safetensors_save": (_STATUS, [c_char_p, handle_p, POINTER(c_char_p), c_size_t,
+                                        POINTER(c_char_p), POINTER(c_char_p), c_size_t]),
+    "ampx_safetensors_open": (_STATUS, [handle, c_char_p, handle_p]),
+    "ampx_safetensors_release": (None, [handle]),
+    "ampx_safetensors_count": (_STATUS, [handle, POINTER(c_size_t)]),
+    "ampx_safetensors_entry_get": (_STATUS, [handle, c_size_t,
+                                             POINTER(SafetensorsEntryStruct)]),
+    "ampx_safetensors_find": (_STATUS, [handle, c_char_p, POINTER(c_size_t)]),
+    "ampx_safetensors_metadata_count": (_STATUS, [handle, POINTER(c_size_t)]),
+    "ampx_safetensors_metadata_get": (_STATUS, [handle, c_size_t, POINTER(c_char_p),
+                                                POINTER(c_char_p)]),
+    "ampx_safetensors_load_into": (_STATUS, [handle, POINTER(c_char_p), handle_p, c_size_t,
+                                             c_uint32]),
+    "ampx_safetensors_load_tensor": (_STATUS, [handle, c_char_p, c_uint32, handle_p]),
 }
 
 

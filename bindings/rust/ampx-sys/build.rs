@@ -96,6 +96,10 @@ const STRUCTS: &[(&str, &[&str])] = &[
         "ampx_doctor_finding",
         &["struct_size", "code", "cause", "param", "param_name", "first_step", "last_step", "message"],
     ),
+    (
+        "ampx_safetensors_entry",
+        &["struct_size", "name", "dtype", "dtype_name", "ndim", "shape", "offset", "nbytes"],
+    ),
 ];
 
 fn main() {

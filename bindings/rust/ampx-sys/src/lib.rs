@@ -104,6 +104,8 @@ opaque! {
     ampx_data_parallel_s => ampx_data_parallel;
     /// The struct behind `ampx_doctor`.
     ampx_doctor_s => ampx_doctor;
+    /// The struct behind `ampx_safetensors`.
+    ampx_safetensors_s => ampx_safetensors;
 }
 
 /// DLPack's `DLManagedTensor`, opaque here (use a DLPack definition to read
@@ -507,6 +509,31 @@ pub const AMPX_ACTIVATION_GELU: ampx_activation = 2;
 pub const AMPX_ACTIVATION_MAX_ENUM: ampx_activation = 0x7fff_ffff;
 
 // ---------------------------------------------------------------------------
+// 16. safetensors files (EXPERIMENTAL)
+// ---------------------------------------------------------------------------
+
+/// `AMPX_SAFETENSORS_CONVERT`: `ampx_safetensors_load_into` converts dtypes.
+pub const AMPX_SAFETENSORS_CONVERT: u32 = 1;
+/// `AMPX_SAFETENSORS_COPY`: `ampx_safetensors_load_tensor` always copies.
+pub const AMPX_SAFETENSORS_COPY: u32 = 2;
+
+/// `ampx_safetensors_entry` (set `struct_size` before the call).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_safetensors_entry {
+    pub struct_size: usize,
+    /// Owned by the file handle, valid until it is released.
+    pub name: *const c_char,
+    /// 0 when ampx has no such type (see `dtype_name`).
+    pub dtype: ampx_dtype,
+    pub dtype_name: *const c_char,
+    pub ndim: i32,
+    pub shape: [i64; AMPX_MAX_DIMS],
+    pub offset: u64,
+    pub nbytes: u64,
+}
+
+// ---------------------------------------------------------------------------
 // The functions, in the header's order.
 // ---------------------------------------------------------------------------
 
@@ -896,6 +923,54 @@ extern "C" {
     pub fn ampx_doctor_summary(doctor: ampx_doctor, text: *mut *const c_char) -> ampx_status;
     pub fn ampx_doctor_write_report(doctor: ampx_doctor, path: *const c_char) -> ampx_status;
     pub fn ampx_doctor_release(doctor: ampx_doctor);
+
+    // 16. safetensors files (EXPERIMENTAL)
+    pub fn ampx_safetensors_save(
+        path: *const c_char,
+        tensors: *const ampx_tensor,
+        names: *const *const c_char,
+        count: usize,
+        metadata_keys: *const *const c_char,
+        metadata_values: *const *const c_char,
+        metadata_count: usize,
+    ) -> ampx_status;
+    pub fn ampx_safetensors_open(
+        ctx: ampx_context,
+        path: *const c_char,
+        out: *mut ampx_safetensors,
+    ) -> ampx_status;
+    pub fn ampx_safetensors_release(file: ampx_safetensors);
+    pub fn ampx_safetensors_count(file: ampx_safetensors, count: *mut usize) -> ampx_status;
+    pub fn ampx_safetensors_entry_get(
+        file: ampx_safetensors,
+        index: usize,
+        entry: *mut ampx_safetensors_entry,
+    ) -> ampx_status;
+    pub fn ampx_safetensors_find(
+        file: ampx_safetensors,
+        name: *const c_char,
+        index: *mut usize,
+    ) -> ampx_status;
+    pub fn ampx_safetensors_metadata_count(file: ampx_safetensors, count: *mut usize) -> ampx_status;
+    pub fn ampx_safetensors_metadata_get(
+        file: ampx_safetensors,
+        index: usize,
+        key: *mut *const c_char,
+        value: *mut *const c_char,
+    ) -> ampx_status;
+    pub fn ampx_safetensors_load_into(
+        file: ampx_safetensors,
+        names: *const *const c_char,
+        tensors: *const ampx_tensor,
+        count: usize,
+        flags: u32,
+    ) -> ampx_status;
+    pub fn ampx_safetensors_load_tensor(
+        file: ampx_safetensors,
+        name: *const c_char,
+        flags: u32,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
 }
 
 /// Sizes, alignments and field offsets of the header's structs as a C

@@ -48,6 +48,7 @@ fn rust_layout() -> Vec<(String, usize)> {
         ampx_doctor_param_stats { struct_size, index, name, param_dtype, grad_dtype, elements, histogram, amax, amax_scaled, grad_norm, fp16_zero_unscaled, fp16_subnormal_unscaled, fp16_zero_scaled, fp16_subnormal_scaled, fp16_overflow_scaled, headroom, headroom_unbounded, lost_update_fraction, lost_without_master_fraction }
         ampx_doctor_sample { step, scale, found_inf, sampled, grad_norm, first_overflow_param, overflow_params, fp16_lost_scaled, fp16_lost_unscaled }
         ampx_doctor_finding { struct_size, code, cause, param, param_name, first_step, last_step, message }
+        ampx_safetensors_entry { struct_size, name, dtype, dtype_name, ndim, shape, offset, nbytes }
     }
     v
 }
@@ -121,6 +122,9 @@ fn layouts_match_hand_computed_lp64_values() {
     assert_eq!(size_of::<sys::ampx_doctor_finding>(), 56);
     assert_eq!(offset_of!(sys::ampx_doctor_finding, param_name), 24);
     assert_eq!(offset_of!(sys::ampx_doctor_finding, message), 48);
+    assert_eq!(size_of::<sys::ampx_safetensors_entry>(), 120);
+    assert_eq!(offset_of!(sys::ampx_safetensors_entry, shape), 40);
+    assert_eq!(offset_of!(sys::ampx_safetensors_entry, nbytes), 112);
     // Enums are C ints; function pointers in Option are one pointer.
     assert_eq!(size_of::<sys::ampx_status>(), 4);
     assert_eq!(size_of::<sys::ampx_segment_fn>(), 8);
