@@ -620,10 +620,12 @@ typedef struct ampx_adam_options {
 #define AMPX_ADAMW_OPTIONS_INIT \
   { sizeof(ampx_adam_options), 1e-3, 0.9, 0.999, 1e-8, 1e-2, 0, 0, 1 }
 
+/** @{ */
 /** Default options (same as the INIT macros), for languages without macros. */
 AMPX_API ampx_sgd_options ampx_sgd_options_default(void);
 AMPX_API ampx_adam_options ampx_adam_options_default(void);
 AMPX_API ampx_adam_options ampx_adamw_options_default(void);
+/** @} */
 
 /** Creates an SGD optimizer over `params[0..count-1]` (param group 0, with
  *  options->lr and options->weight_decay). `options` NULL = defaults.
@@ -1207,16 +1209,19 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_cache_stats(ampx_autocast auto
  * Errors: SHAPE (with both shapes in the message), DTYPE, DEVICE. Every op
  * runs on the CPU and CUDA backends. */
 
+/** @{ */
 /** Element-wise a + b, a - b, a * b ("add", "sub", "mul": promote). `b` may
  *  also be a row vector matching a's last dimension, broadcast over the
  *  other dimensions. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_add(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
 AMPX_NODISCARD AMPX_API ampx_status ampx_sub(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
 AMPX_NODISCARD AMPX_API ampx_status ampx_mul(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
+/** @} */
 
 /** out = a * scale + shift, element-wise, in a's type ("affine": keep). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_affine(ampx_tensor a, double scale, double shift, ampx_tensor *out);
 
+/** @{ */
 /** Activations ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh":
  *  keep). gelu is the erf form; gelu_tanh the tanh approximation. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_relu(ampx_tensor x, ampx_tensor *out);
@@ -1225,7 +1230,9 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_gelu_tanh(ampx_tensor x, ampx_tensor *o
 AMPX_NODISCARD AMPX_API ampx_status ampx_silu(ampx_tensor x, ampx_tensor *out);
 AMPX_NODISCARD AMPX_API ampx_status ampx_sigmoid(ampx_tensor x, ampx_tensor *out);
 AMPX_NODISCARD AMPX_API ampx_status ampx_tanh(ampx_tensor x, ampx_tensor *out);
+/** @} */
 
+/** @{ */
 /** Sum and mean of all elements, each a one-element tensor, accumulated in
  *  fp32. ampx_sum returns F32 ("sum": fp32). ampx_mean returns x's dtype,
  *  as torch.mean ("mean": keep; it is in neither of torch's autocast lists,
@@ -1235,11 +1242,14 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_tanh(ampx_tensor x, ampx_tensor *out);
  *  times fp32(1 / numel) in fp32, rounded once. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_sum(ampx_tensor x, ampx_tensor *out);
 AMPX_NODISCARD AMPX_API ampx_status ampx_mean(ampx_tensor x, ampx_tensor *out);
+/** @} */
 
+/** @{ */
 /** Softmax / log-softmax over the last dimension ("softmax",
  *  "log_softmax": fp32). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_softmax(ampx_tensor x, ampx_tensor *out);
 AMPX_NODISCARD AMPX_API ampx_status ampx_log_softmax(ampx_tensor x, ampx_tensor *out);
+/** @} */
 
 /** Loss reductions. */
 typedef enum ampx_reduction {
@@ -2029,10 +2039,12 @@ typedef struct ampx_doctor_finding {
 AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_get_finding(ampx_doctor doctor, int32_t index,
                                                             ampx_doctor_finding *finding);
 
+/** @{ */
 /** Static names: "scale_oscillation", ...; "learning_rate", ... ("" for
  *  AMPX_DOCTOR_CAUSE_NONE); NULL for an unknown value. Thread-safe. */
 AMPX_API const char *ampx_doctor_finding_code_name(int32_t code);
 AMPX_API const char *ampx_doctor_cause_name(int32_t cause);
+/** @} */
 
 /** *text receives a one-line summary for logs (steps, the latest sample's
  *  fp16 losses and headroom, overflows, the findings' codes), owned by the
