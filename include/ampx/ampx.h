@@ -961,8 +961,8 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_clip_grad_value(ampx_optimizer optimize
 typedef struct ampx_nonfinite_grad {
   ampx_tensor param; /**< borrowed */
   const char *name;  /**< the parameter's name, borrowed ("" if unnamed) */
-  int64_t nan_count;
-  int64_t inf_count;
+  int64_t nan_count; /**< elements that are NaN */
+  int64_t inf_count; /**< elements that are +-inf */
 } ampx_nonfinite_grad;
 
 /** Finds the parameters of `optimizer` whose gradients (as the next step
@@ -1157,6 +1157,7 @@ typedef enum ampx_op_class {
   AMPX_OP_CLASS_MAX_ENUM = 0x7fffffff
 } ampx_op_class;
 
+/** Options of an autocast policy (ampx_autocast_create). */
 typedef struct ampx_autocast_options {
   size_t struct_size; /**< sizeof(ampx_autocast_options) */
   ampx_dtype dtype;   /**< AMPX_F16 (default) or AMPX_BF16 */
@@ -1711,6 +1712,7 @@ AMPX_API void ampx_comm_release(ampx_comm comm);
 /** An optimizer whose gradients are reduced over a communicator's ranks. */
 typedef struct ampx_data_parallel_s *ampx_data_parallel;
 
+/** Options of ampx_data_parallel_create. */
 typedef struct ampx_data_parallel_options {
   size_t struct_size;        /**< sizeof(ampx_data_parallel_options) */
   size_t bucket_bytes;       /**< gradient bytes per bucket: 25 MiB (DDP's bucket_cap_mb) */
@@ -1794,6 +1796,7 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_set_sync(ampx_data_parall
  *  Errors: ORDER (sync off); DEVICE; INVALID_ARGUMENT; STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_reduce(ampx_data_parallel dp);
 
+/** What ampx_data_parallel_get_stats reports. */
 typedef struct ampx_data_parallel_stats {
   size_t struct_size;             /**< set by the caller: sizeof(ampx_data_parallel_stats) */
   int32_t rank, world_size;
@@ -1866,6 +1869,7 @@ typedef struct ampx_doctor_s *ampx_doctor;
 #define AMPX_DOCTOR_BIN_HUGE 82
 #define AMPX_DOCTOR_BIN_NONFINITE 83
 
+/** Options of ampx_doctor_create. */
 typedef struct ampx_doctor_options {
   size_t struct_size; /**< sizeof(ampx_doctor_options) */
   int32_t interval;   /**< sample every interval-th step; 0: off. Default 100. */
@@ -1899,6 +1903,7 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_create(ampx_context ctx, ampx_op
  *  Errors: INVALID_ARGUMENT (negative); STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_set_interval(ampx_doctor doctor, int32_t interval);
 
+/** What ampx_doctor_examine reports: counts and the latest sample. */
 typedef struct ampx_doctor_overview {
   size_t struct_size;    /**< set by the caller: sizeof(ampx_doctor_overview) */
   int64_t steps;         /**< optimizer steps seen */
@@ -1923,6 +1928,7 @@ typedef struct ampx_doctor_overview {
 AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_examine(ampx_doctor doctor,
                                                         ampx_doctor_overview *overview);
 
+/** One parameter's statistics of the latest sample (ampx_doctor_get_param_stats). */
 typedef struct ampx_doctor_param_stats {
   size_t struct_size; /**< set by the caller: sizeof(ampx_doctor_param_stats) */
   int32_t index;      /**< the parameter's index in the optimizer */
@@ -1958,8 +1964,9 @@ typedef struct ampx_doctor_param_stats {
 AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_get_param_stats(ampx_doctor doctor, int32_t index,
                                                                 ampx_doctor_param_stats *stats);
 
+/** One step of the history (ampx_doctor_get_history). */
 typedef struct ampx_doctor_sample {
-  int64_t step;
+  int64_t step;                 /**< the optimizer step, counted from 1 */
   double scale;                 /**< the scale the step's gradients carried */
   int32_t found_inf;            /**< 1: a gradient was not finite (with an enabled
                                      scaler: the step overflowed and was skipped) */
@@ -2023,13 +2030,15 @@ typedef enum ampx_doctor_cause {
   AMPX_DOCTOR_CAUSE_MAX_ENUM = 0x7fffffff
 } ampx_doctor_cause;
 
+/** One finding (ampx_doctor_get_finding). */
 typedef struct ampx_doctor_finding {
   size_t struct_size;     /**< set by the caller: sizeof(ampx_doctor_finding) */
   int32_t code;           /**< ampx_doctor_finding_code */
   int32_t cause;          /**< ampx_doctor_cause */
   int32_t param;          /**< the parameter named (unstable op), or -1 */
   const char *param_name; /**< its name, or "" (owned by the doctor, valid until the next read) */
-  int64_t first_step, last_step; /**< the steps that show it */
+  int64_t first_step;     /**< the first step that shows it */
+  int64_t last_step;      /**< the last step that shows it */
   const char *message; /**< one or two English sentences with the evidence (owned as name) */
 } ampx_doctor_finding;
 
