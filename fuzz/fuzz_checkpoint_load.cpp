@@ -11,26 +11,20 @@
 // Oracles besides the sanitizers: a refused load leaves the model bit for bit
 // as it was and returns a documented status; an accepted one is undone by
 // loading the valid checkpoint again.
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "ampx/ampx.h"
+#include "fuzz_support.h"
 
 namespace {
 
-void require(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "fuzz_checkpoint_load: %s (%s)\n", what, ampx_last_error());
-    std::abort();
-  }
-}
+using fuzz_support::require;
 
 // CRC-32C bit by bit: the harness must not share the library's code it
 // checks.
@@ -71,10 +65,9 @@ struct Fixture {
   ampx_tensor tensors[3] = {};
   ampx_optimizer opt = nullptr;
   ampx_scaler scaler = nullptr;
-  std::string path;       // the fuzzed file
-  std::string reference;  // a valid checkpoint of this model
+  fuzz_support::ScratchFile file{"ckpt"};  // the fuzzed file
+  std::string reference;                   // a valid checkpoint of this model
   std::vector<unsigned char> reference_bytes;
-  int fd = -1;
 
   Fixture() {
     ampx_context_options o = AMPX_CONTEXT_OPTIONS_INIT;
@@ -103,24 +96,13 @@ struct Fixture {
     require(ampx_scaler_step(scaler, opt) == AMPX_OK, "step");
     require(ampx_scaler_update(scaler) == AMPX_OK, "update");
 
-    const char* dir = std::getenv("TMPDIR");
-    std::string base = std::string(dir ? dir : "/tmp") + "/ampx-fuzz-ckpt-XXXXXX";
-    fd = mkstemp(base.data());
-    require(fd >= 0, "mkstemp");
-    path = base;
-    reference = base + ".reference";
+    reference = file.path() + ".reference";
     require(ampx_checkpoint_file_save(reference.c_str(), tensors, 3, opt, scaler) == AMPX_OK,
             "saving the reference");
-    std::FILE* f = std::fopen(reference.c_str(), "rb");
-    require(f != nullptr, "reading the reference");
-    int c;
-    while ((c = std::fgetc(f)) != EOF) reference_bytes.push_back(static_cast<unsigned char>(c));
-    std::fclose(f);
+    reference_bytes = fuzz_support::read_file(reference);
   }
 
   ~Fixture() {
-    close(fd);
-    unlink(path.c_str());
     unlink(reference.c_str());
     ampx_scaler_release(scaler);
     ampx_optimizer_release(opt);
@@ -128,21 +110,9 @@ struct Fixture {
     ampx_context_release(ctx);
   }
 
-  void write_file(const std::vector<unsigned char>& bytes) {
-    require(ftruncate(fd, 0) == 0, "ftruncate");
-    require(pwrite(fd, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()),
-            "pwrite");
-  }
-
   std::vector<unsigned char> snapshot() const {
     std::vector<unsigned char> out;
-    for (ampx_tensor t : tensors) {
-      size_t n = 0;
-      require(ampx_tensor_nbytes(t, &n) == AMPX_OK, "nbytes");
-      const size_t at = out.size();
-      out.resize(at + n);
-      require(ampx_tensor_to_host(t, out.data() + at, n) == AMPX_OK, "to_host");
-    }
+    fuzz_support::append_tensor_bytes(tensors, 3, out);
     size_t n = 0;
     require(ampx_optimizer_state_size(opt, &n) == AMPX_OK, "state_size");
     const size_t at = out.size();
@@ -173,26 +143,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   --size;
   std::vector<unsigned char> file;
   if (mode & 2) {
-    file = f.reference_bytes;
-    if (size >= 2) {
-      const size_t cut = static_cast<size_t>(data[0] | data[1] << 8);
-      if (cut < file.size()) file.resize(cut);
-      data += 2;
-      size -= 2;
-    }
-    for (; size >= 3 && !file.empty(); data += 3, size -= 3)
-      file[static_cast<size_t>(data[0] | data[1] << 8) % file.size()] ^= data[2];
+    file = fuzz_support::edited(f.reference_bytes, data, size);
   } else {
     file.assign(data, data + size);
   }
   if (mode & 1) reseal(file);
-  f.write_file(file);
+  f.file.write(file);
 
   const std::vector<unsigned char> before = f.snapshot();
-  const ampx_status status = ampx_checkpoint_file_load(f.path.c_str(), f.tensors, 3, f.opt, f.scaler);
+  const ampx_status status =
+      ampx_checkpoint_file_load(f.file.path().c_str(), f.tensors, 3, f.opt, f.scaler);
   if (status == AMPX_OK) {
-    require(ampx_checkpoint_file_load(f.reference.c_str(), f.tensors, 3, f.opt, f.scaler) == AMPX_OK,
-            "reloading the reference after an accepted input");
+    require(
+        ampx_checkpoint_file_load(f.reference.c_str(), f.tensors, 3, f.opt, f.scaler) == AMPX_OK,
+        "reloading the reference after an accepted input");
     return 0;
   }
   require(status == AMPX_ERR_CORRUPT || status == AMPX_ERR_SHAPE || status == AMPX_ERR_DTYPE ||

@@ -15,45 +15,28 @@
 // tensor an accepted file lists lies inside the file and loads (read
 // through, so a bad range is an ASan report); an accepted load into the
 // model is undone by loading the valid file again.
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "ampx/ampx.h"
+#include "fuzz_support.h"
 
 namespace {
 
-void require(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "fuzz_safetensors_load: %s (%s)\n", what, ampx_last_error());
-    std::abort();
-  }
-}
-
-std::vector<unsigned char> read_file(const std::string& path) {
-  std::vector<unsigned char> bytes;
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  require(f != nullptr, "reading a file");
-  int c;
-  while ((c = std::fgetc(f)) != EOF) bytes.push_back(static_cast<unsigned char>(c));
-  std::fclose(f);
-  return bytes;
-}
+using fuzz_support::require;
 
 struct Fixture {
   ampx_context ctx = nullptr;
   ampx_tensor tensors[3] = {};
-  std::string path;       // the fuzzed file
-  std::string reference;  // a valid file of this model
+  fuzz_support::ScratchFile file{"st"};  // the fuzzed file
+  std::string reference;                 // a valid file of this model
   std::vector<unsigned char> reference_bytes;
   std::vector<unsigned char> reference_data;  // its data area
-  int fd = -1;
 
   Fixture() {
     ampx_context_options o = AMPX_CONTEXT_OPTIONS_INIT;
@@ -67,18 +50,13 @@ struct Fixture {
       require(ampx_tensor_fill(tensors[i], 0.5 + i) == AMPX_OK, "fill");
       require(ampx_tensor_set_name(tensors[i], names[i]) == AMPX_OK, "name");
     }
-    const char* dir = std::getenv("TMPDIR");
-    std::string base = std::string(dir ? dir : "/tmp") + "/ampx-fuzz-st-XXXXXX";
-    fd = mkstemp(base.data());
-    require(fd >= 0, "mkstemp");
-    path = base;
-    reference = base + ".reference";
+    reference = file.path() + ".reference";
     const char* keys[] = {"format"};
     const char* values[] = {"pt"};
     require(
         ampx_safetensors_save(reference.c_str(), tensors, nullptr, 3, keys, values, 1) == AMPX_OK,
         "saving the reference");
-    reference_bytes = read_file(reference);
+    reference_bytes = fuzz_support::read_file(reference);
     uint64_t header = 0;
     for (int i = 7; i >= 0; --i) header = header << 8 | reference_bytes[static_cast<size_t>(i)];
     reference_data.assign(reference_bytes.begin() + static_cast<long>(8 + header),
@@ -86,28 +64,14 @@ struct Fixture {
   }
 
   ~Fixture() {
-    close(fd);
-    unlink(path.c_str());
     unlink(reference.c_str());
     for (ampx_tensor t : tensors) ampx_tensor_release(t);
     ampx_context_release(ctx);
   }
 
-  void write_file(const std::vector<unsigned char>& bytes) {
-    require(ftruncate(fd, 0) == 0, "ftruncate");
-    require(pwrite(fd, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()),
-            "pwrite");
-  }
-
   std::vector<unsigned char> snapshot() const {
     std::vector<unsigned char> out;
-    for (ampx_tensor t : tensors) {
-      size_t n = 0;
-      require(ampx_tensor_nbytes(t, &n) == AMPX_OK, "nbytes");
-      const size_t at = out.size();
-      out.resize(at + n);
-      require(ampx_tensor_to_host(t, out.data() + at, n) == AMPX_OK, "to_host");
-    }
+    fuzz_support::append_tensor_bytes(tensors, 3, out);
     return out;
   }
 };
@@ -123,15 +87,7 @@ std::vector<unsigned char> file_from(const uint8_t* data, size_t size, const Fix
   --size;
   std::vector<unsigned char> file;
   if (mode & 2) {
-    file = f.reference_bytes;
-    if (size >= 2) {
-      const size_t cut = static_cast<size_t>(data[0] | data[1] << 8);
-      if (cut < file.size()) file.resize(cut);
-      data += 2;
-      size -= 2;
-    }
-    for (; size >= 3 && !file.empty(); data += 3, size -= 3)
-      file[static_cast<size_t>(data[0] | data[1] << 8) % file.size()] ^= data[2];
+    file = fuzz_support::edited(f.reference_bytes, data, size);
   } else if (mode & 1) {
     for (int i = 0; i < 8; ++i)
       file.push_back(static_cast<unsigned char>(uint64_t{size} >> (8 * i)));
@@ -184,11 +140,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   Fixture& f = fixture();
   const std::vector<unsigned char> bytes = file_from(data, size, f);
-  f.write_file(bytes);
+  f.file.write(bytes);
 
   const std::vector<unsigned char> before = f.snapshot();
   ampx_safetensors file = nullptr;
-  const ampx_status opened = ampx_safetensors_open(f.ctx, f.path.c_str(), &file);
+  const ampx_status opened = ampx_safetensors_open(f.ctx, f.file.path().c_str(), &file);
   if (opened != AMPX_OK) {
     require(opened == AMPX_ERR_CORRUPT || opened == AMPX_ERR_NOT_SUPPORTED,
             "an undocumented status for a damaged file");
