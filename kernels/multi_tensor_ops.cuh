@@ -57,6 +57,9 @@ cudaError_t launch_scaler_update(math::ScalerState* state,
 cudaError_t launch_increment_steps(int64_t* steps, int64_t count, const float* found_inf,
                                    const LaunchConfig& launch);
 
+cudaError_t launch_lr_schedule(const math::LrSchedule* schedules, int32_t groups,
+                               const int64_t* step, float* lr, const LaunchConfig& launch);
+
 cudaError_t launch_sgd_step(const std::vector<OptimParam>& params, const math::SgdConfig& config,
                             const StepScalars& scalars, const LaunchConfig& launch);
 cudaError_t launch_adam_step(const std::vector<OptimParam>& params, const math::AdamConfig& config,

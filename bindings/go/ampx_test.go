@@ -360,3 +360,56 @@ func TestTrainingLossFalls(t *testing.T) {
 		t.Errorf("w2 after load %v, saved %v", restored, saved)
 	}
 }
+
+func TestLRSchedule(t *testing.T) {
+	ctx := must(NewContext(nil))(t)
+	defer ctx.Close()
+	w := must(FromSlice(ctx, []float32{0, 0}, 2))(t)
+	defer w.Close()
+	g := must(FromSlice(ctx, []float32{1, 1}, 2))(t)
+	defer g.Close()
+	ok(t, w.SetGrad(g))
+	opts := DefaultSGDOptions()
+	opts.LR = 0.5
+	opt := must(NewSGD(ctx, []*Tensor{w}, &opts))(t)
+	defer opt.Close()
+	s := DefaultLRSchedule()
+	s.WarmupSteps, s.WarmupStartFactor = 2, 0.5
+	s.Decay, s.StepSize, s.Gamma = LRStep, 1, 0.5
+	ok(t, opt.SetLRSchedule(0, &s))
+	if got := must(opt.LRSchedule(0))(t); got != s {
+		t.Errorf("schedule read back as %+v, set %+v", got, s)
+	}
+	// Rates 0.25, 0.375 (warm-up), then 0.5, 0.25, 0.125: exact in fp32.
+	want := float32(0)
+	for k, rate := range []float32{0.25, 0.375, 0.5, 0.25, 0.125} {
+		if v := must(s.Value(0.5, int64(k)))(t); v != float64(rate) {
+			t.Errorf("step %d: Value %v, want %v", k, v, rate)
+		}
+		ok(t, opt.Step())
+		want -= rate
+		if v := must(ToSlice[float32](w))(t); v[0] != want || v[1] != want {
+			t.Errorf("step %d: parameter %v, want %v", k, v, want)
+		}
+	}
+	if n := must(opt.StepCount())(t); n != 5 {
+		t.Errorf("step count %d", n)
+	}
+	bad := DefaultLRSchedule()
+	bad.WarmupSteps = -1
+	if err := opt.SetLRSchedule(0, &bad); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("negative warm-up: %v", err)
+	}
+	bad = DefaultLRSchedule()
+	bad.Decay = LRCosine
+	if _, err := bad.Value(0.1, 0); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("cosine with total steps 0: %v", err)
+	}
+	if got := must(opt.LRSchedule(0))(t); got != s {
+		t.Errorf("a refused schedule changed it to %+v", got)
+	}
+	ok(t, opt.SetLRSchedule(0, nil))
+	if got := must(opt.LRSchedule(0))(t); got != DefaultLRSchedule() {
+		t.Errorf("after nil: %+v", got)
+	}
+}

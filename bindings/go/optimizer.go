@@ -156,6 +156,90 @@ func (o *Optimizer) LR(group int) (float64, error) {
 	return float64(lr), err
 }
 
+// LRDecay is what follows a learning-rate schedule's warm-up (ampx_lr_decay).
+type LRDecay int32
+
+const (
+	LRConstant LRDecay = C.AMPX_LR_CONSTANT // the group's rate
+	LRLinear   LRDecay = C.AMPX_LR_LINEAR   // linear to EndFactor times the rate at TotalSteps
+	LRCosine   LRDecay = C.AMPX_LR_COSINE   // cosine to MinLR at TotalSteps (periodic after it)
+	LRStep     LRDecay = C.AMPX_LR_STEP     // times Gamma every StepSize steps
+)
+
+// LRSchedule is a param group's learning-rate schedule, computed on the
+// device from the optimizer's count of taken steps (ampx_lr_schedule; the
+// formulas are in ampx.h section 17). Start from DefaultLRSchedule.
+type LRSchedule struct {
+	WarmupSteps       int64
+	WarmupStartFactor float64
+	Decay             LRDecay
+	TotalSteps        int64 // linear, cosine: the step the decay ends at, warm-up included
+	EndFactor         float64
+	MinLR             float64
+	StepSize          int64
+	Gamma             float64
+}
+
+// DefaultLRSchedule returns the library's default: the group's constant rate.
+func DefaultLRSchedule() LRSchedule { return lrScheduleFromC(C.ampx_lr_schedule_default()) }
+
+func lrScheduleFromC(c C.ampx_lr_schedule) LRSchedule {
+	return LRSchedule{int64(c.warmup_steps), float64(c.warmup_start_factor), LRDecay(c.decay),
+		int64(c.total_steps), float64(c.end_factor), float64(c.min_lr), int64(c.step_size),
+		float64(c.gamma)}
+}
+
+func (s *LRSchedule) toC() *C.ampx_lr_schedule {
+	if s == nil {
+		return nil
+	}
+	c := C.ampx_lr_schedule_default()
+	c.warmup_steps, c.warmup_start_factor = C.int64_t(s.WarmupSteps), C.double(s.WarmupStartFactor)
+	c.decay, c.total_steps = C.ampx_lr_decay(s.Decay), C.int64_t(s.TotalSteps)
+	c.end_factor, c.min_lr = C.double(s.EndFactor), C.double(s.MinLR)
+	c.step_size, c.gamma = C.int64_t(s.StepSize), C.double(s.Gamma)
+	return &c
+}
+
+// Value returns the rate the schedule gives a group of rate baseLR after
+// step taken steps, in double (ampx_lr_schedule_value).
+func (s LRSchedule) Value(baseLR float64, step int64) (float64, error) {
+	var lr C.double
+	c := s.toC()
+	err := call(func() C.ampx_status {
+		return C.ampx_lr_schedule_value(c, C.double(baseLR), C.int64_t(step), &lr)
+	})
+	return float64(lr), err
+}
+
+// SetLRSchedule gives a group a schedule from its next step on (the group's
+// rate is its base); nil: the constant rate again.
+func (o *Optimizer) SetLRSchedule(group int, schedule *LRSchedule) error {
+	h := o.handle()
+	c := schedule.toC()
+	return call(func() C.ampx_status {
+		return C.ampx_optimizer_set_lr_schedule(h, C.int32_t(group), c)
+	}, o)
+}
+
+// LRSchedule returns a group's schedule (fields its decay does not use read
+// as their defaults).
+func (o *Optimizer) LRSchedule(group int) (LRSchedule, error) {
+	c := C.ampx_lr_schedule_default()
+	h := o.handle()
+	err := call(func() C.ampx_status { return C.ampx_optimizer_get_lr_schedule(h, C.int32_t(group), &c) }, o)
+	return lrScheduleFromC(c), err
+}
+
+// StepCount returns the steps taken (skipped ones do not count), the
+// position of every group's schedule. Synchronizes with the device.
+func (o *Optimizer) StepCount() (int64, error) {
+	var n C.int64_t
+	h := o.handle()
+	err := call(func() C.ampx_status { return C.ampx_optimizer_step_count(h, &n) }, o)
+	return int64(n), err
+}
+
 // Step takes one step with the gradients as they are (use Scaler.Step when
 // the gradients are scaled).
 func (o *Optimizer) Step() error {

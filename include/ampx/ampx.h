@@ -663,8 +663,8 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_group_count(ampx_optimizer op
 
 /** Sets a group's learning rate (>= 0) for the following steps. Does not
  *  wait for the device: the value is written in stream order, so a step
- *  already enqueued keeps the old rate. Learning-rate schedules live in the
- *  host program and call this every step. */
+ *  already enqueued keeps the old rate. A group with a schedule (section 17)
+ *  takes this as the schedule's base rate. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_set_lr(ampx_optimizer optimizer, int32_t group, double lr);
 
 /** A group's learning rate as last set (no device access). */
@@ -982,7 +982,7 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_find_nonfinite_grads(ampx_optimizer opt
 #endif /* AMPX_H */
 
 /* ========================================================================== */
-/* Experimental tier (sections 9-16): AMPX_EXPERIMENTAL                        */
+/* Experimental tier (sections 9-17): AMPX_EXPERIMENTAL                        */
 /* ========================================================================== */
 
 /* The declarations below exist only for a translation unit that defines
@@ -2250,6 +2250,120 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_safetensors_load_into(ampx_safetensors 
 AMPX_NODISCARD AMPX_API ampx_status ampx_safetensors_load_tensor(ampx_safetensors file,
                                                                  const char *name, uint32_t flags,
                                                                  ampx_tensor *out);
+
+/* ========================================================================== */
+/* 17. Learning-rate schedules on the device (EXPERIMENTAL)                   */
+/* ========================================================================== */
+
+/* A param group can follow a schedule: a linear warm-up, then a constant
+ * rate or a linear, cosine or step decay. The rate of each step is computed
+ * on the device, before the update, from the optimizer's count of taken
+ * steps, so a step captured in a CUDA graph replays with the rate of its own
+ * step and no host call is needed per step. A step the loss scaler skips
+ * (inf/NaN gradients) does not advance the count, so it leaves every
+ * schedule where it was.
+ *
+ * With k the optimizer's count of steps taken before this one (0 at the
+ * first step), W = warmup_steps, s = warmup_start_factor, base the group's
+ * learning rate (set at creation, by ampx_optimizer_add_group or
+ * ampx_optimizer_set_lr), j = k - W and T = total_steps - W:
+ *
+ *   k < W      base * (s + (1 - s) * k / W)
+ *   CONSTANT   base
+ *   LINEAR     base * (1 + (end_factor - 1) * min(j, T) / T)
+ *   COSINE     min_lr + (base - min_lr) * (1 + cos(pi * j / T)) / 2
+ *   STEP       base * gamma^floor(j / step_size)
+ *
+ * These are the closed forms of torch.optim.lr_scheduler's LinearLR
+ * (start_factor s, end_factor 1, total_iters W) for the warm-up and of
+ * LinearLR (start_factor 1, end_factor, total_iters T), CosineAnnealingLR
+ * (T_max T, eta_min min_lr) and StepLR (step_size, gamma) after it, joined
+ * as SequentialLR(milestones=[W]) joins them; k is torch's last_epoch when
+ * scheduler.step() is called after every optimizer step that was taken.
+ * As CosineAnnealingLR, COSINE continues past total_steps as a cosine of
+ * period 2T (rising again); LINEAR stays at end_factor * base. Each value is
+ * computed in double and rounded once to the fp32 rate the update reads.
+ *
+ * The count starts at 0 when the optimizer is created and is saved and
+ * restored with its state (ampx_optimizer_save_state, checkpoint files),
+ * together with each group's schedule. A schedule set after some steps
+ * starts at the current count: its warm-up may already be over. */
+
+/** The decay after the warm-up. */
+typedef enum ampx_lr_decay {
+  AMPX_LR_CONSTANT = 0, /**< the group's rate */
+  AMPX_LR_LINEAR = 1,   /**< linear to end_factor * rate at total_steps */
+  AMPX_LR_COSINE = 2,   /**< cosine to min_lr at total_steps */
+  AMPX_LR_STEP = 3,     /**< times gamma every step_size steps */
+  AMPX_LR_DECAY_MIN_ENUM = -0x7fffffff - 1, /**< not a decay (see AMPX_STATUS_MIN_ENUM) */
+  AMPX_LR_DECAY_MAX_ENUM = 0x7fffffff       /**< not a decay (see AMPX_STATUS_MAX_ENUM) */
+} ampx_lr_decay;
+
+/** A param group's schedule (see the formulas above). Fields a decay does
+ *  not use are not checked and read back as their defaults. */
+typedef struct ampx_lr_schedule {
+  size_t struct_size;         /**< sizeof(ampx_lr_schedule) */
+  int64_t warmup_steps;       /**< default 0 (no warm-up); >= 0 */
+  double warmup_start_factor; /**< default 0: the first step's rate is
+                                   0 with a warm-up; in [0, 1] */
+  ampx_lr_decay decay;        /**< default AMPX_LR_CONSTANT */
+  int64_t total_steps;        /**< LINEAR, COSINE: the step at which the
+                                   decay ends, warm-up included; must be
+                                   > warmup_steps. Default 0 */
+  double end_factor;          /**< LINEAR: the final fraction of the rate;
+                                   default 0; in [0, 1] */
+  double min_lr;              /**< COSINE: the final rate (eta_min);
+                                   default 0; >= 0, at most FLT_MAX */
+  int64_t step_size;          /**< STEP: steps between decays; default 1; > 0 */
+  double gamma;               /**< STEP: the factor; default 0.1; in (0, 1] */
+} ampx_lr_schedule;
+
+#define AMPX_LR_SCHEDULE_INIT \
+  { sizeof(ampx_lr_schedule), 0, 0.0, AMPX_LR_CONSTANT, 0, 0.0, 0.0, 1, 0.1 }
+
+/** Default schedule (as AMPX_LR_SCHEDULE_INIT: the group's constant rate),
+ *  for languages without macros. */
+AMPX_API ampx_lr_schedule ampx_lr_schedule_default(void);
+
+/** Gives `group` of `optimizer` the schedule `schedule` (NULL: the
+ *  default, a constant rate) from its next step on; the group's learning
+ *  rate is the schedule's base, and ampx_optimizer_set_lr changes the base.
+ *  Does not wait for the device: the schedule is written in stream order,
+ *  so set it before capturing a CUDA graph of the step (a graph captured
+ *  while every group's rate was constant does not compute schedules).
+ *  Errors: INVALID_ARGUMENT (a group out of range; a field out of range,
+ *  named: negative warm-up, total_steps not above warmup_steps for LINEAR
+ *  or COSINE, a factor outside its range, an unknown decay; struct_size
+ *  too small), STALE_HANDLE; the optimizer is unchanged on error. Thread
+ *  rules: as every call on the optimizer (see the top). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_set_lr_schedule(ampx_optimizer optimizer,
+                                                                   int32_t group,
+                                                                   const ampx_lr_schedule *schedule);
+
+/** Writes `group`'s schedule into *out (out->struct_size set by the
+ *  caller; fields beyond it are left alone). No device access.
+ *  Errors: INVALID_ARGUMENT (NULL, a group out of range, struct_size too
+ *  small), STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_get_lr_schedule(ampx_optimizer optimizer,
+                                                                   int32_t group,
+                                                                   ampx_lr_schedule *out);
+
+/** *steps receives the number of steps `optimizer` has taken (skipped
+ *  steps do not count): the position of its groups' schedules.
+ *  Synchronizes with the device. Errors: INVALID_ARGUMENT (NULL),
+ *  STALE_HANDLE, DEVICE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_step_count(ampx_optimizer optimizer,
+                                                              int64_t *steps);
+
+/** *lr receives the rate `schedule` gives a group of rate `base_lr` when k
+ *  = `step` steps were taken before, in double (the device rounds it to
+ *  fp32), computed by the same code as the device's. For logging and
+ *  tests; touches no optimizer, any thread.
+ *  Errors: INVALID_ARGUMENT (NULL schedule or lr, step < 0, base_lr not a
+ *  valid rate, a field out of range as in ampx_optimizer_set_lr_schedule). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_lr_schedule_value(const ampx_lr_schedule *schedule,
+                                                           double base_lr, int64_t step,
+                                                           double *lr);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -220,6 +220,23 @@ class Optimizer : public detail::Owner<ampx_optimizer, ampx_optimizer_release> {
   void step() { check(ampx_optimizer_step(get())); }
   void zero_grad() { check(ampx_optimizer_zero_grad(get())); }
   void set_lr(double lr, int32_t group = 0) { check(ampx_optimizer_set_lr(get(), group, lr)); }
+  // The group's learning-rate schedule from its next step on (ampx.h section
+  // 17); the default schedule is the constant rate.
+  void set_lr_schedule(const ampx_lr_schedule& schedule, int32_t group = 0) {
+    check(ampx_optimizer_set_lr_schedule(get(), group, &schedule));
+  }
+  ampx_lr_schedule lr_schedule(int32_t group = 0) const {
+    ampx_lr_schedule schedule = ampx_lr_schedule_default();
+    check(ampx_optimizer_get_lr_schedule(get(), group, &schedule));
+    return schedule;
+  }
+  // Steps taken (skipped ones do not count), the schedules' position.
+  // Synchronizes.
+  int64_t step_count() const {
+    int64_t steps = 0;
+    check(ampx_optimizer_step_count(get(), &steps));
+    return steps;
+  }
   // Clips the gradients by their total L2 norm; returns the norm before
   // clipping (synchronizes to read it; ampx::clip_grad_norm does not).
   double clip_grad_norm(double max_norm) {

@@ -149,6 +149,15 @@ void AmpPrimitives::increment_steps(int64_t* steps, int64_t count, const float* 
   if (count > 0) run_increment_steps(steps, count, found_inf);
 }
 
+void AmpPrimitives::lr_schedule(const math::LrSchedule* schedules, int32_t groups,
+                                const int64_t* step, float* lr) {
+  if (groups < 0 || (groups > 0 && (schedules == nullptr || step == nullptr || lr == nullptr)))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "lr_schedule: ", groups, " groups, schedules ",
+         static_cast<const void*>(schedules), ", step ", static_cast<const void*>(step), ", lr ",
+         static_cast<const void*>(lr));
+  if (groups > 0) run_lr_schedule(schedules, groups, step, lr);
+}
+
 void AmpPrimitives::sgd_step(const std::vector<OptimParam>& params, const math::SgdConfig& config,
                              const StepScalars& scalars) {
   check_sgd_args(params, config, scalars);

@@ -11,6 +11,7 @@
 
 #include "core/backend.h"
 #include "math/amp.h"
+#include "math/lr_schedule.h"
 #include "math/optim.h"
 
 namespace ampx::impl {
@@ -35,7 +36,7 @@ struct OptimParam {
   float* momentum;        // SGD momentum buffer / Adam exp_avg; nullptr if unused
   float* exp_avg_sq;      // Adam; nullptr for SGD
   float* max_exp_avg_sq;  // Adam with amsgrad; nullptr otherwise
-  const int64_t* step;  // device: steps taken by this parameter, this one included
+  const int64_t* step;    // device: steps taken by this parameter, this one included
   int64_t count;
   int32_t group;
 };
@@ -91,6 +92,11 @@ class AmpPrimitives : public BackendCapability {
   // nullptr: always).
   void increment_steps(int64_t* steps, int64_t count, const float* found_inf);
 
+  // lr[g] = math::scheduled_lr_f32(schedules[g], *step) for g < groups (all
+  // three pointers device memory).
+  void lr_schedule(const math::LrSchedule* schedules, int32_t groups, const int64_t* step,
+                   float* lr);
+
   // One optimizer step over every parameter (math/optim.h), skipped entirely
   // when *scalars.found_inf != 0. Reads param->step after increment_steps.
   // F16/BF16 parameters are rewritten from their updated master.
@@ -114,6 +120,8 @@ class AmpPrimitives : public BackendCapability {
                                  const math::ScalerConfig& config, bool force,
                                  float forced_scale) = 0;
   virtual void run_increment_steps(int64_t* steps, int64_t count, const float* found_inf) = 0;
+  virtual void run_lr_schedule(const math::LrSchedule* schedules, int32_t groups,
+                               const int64_t* step, float* lr) = 0;
   virtual void run_sgd_step(const std::vector<OptimParam>& params, const math::SgdConfig& config,
                             const StepScalars& scalars) = 0;
   virtual void run_adam_step(const std::vector<OptimParam>& params, const math::AdamConfig& config,

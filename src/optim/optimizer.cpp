@@ -35,7 +35,9 @@ void check_float_rate(double value, const char* name) {
 // ---- state serialisation ---------------------------------------------------
 
 constexpr char kStateMagic[8] = {'A', 'M', 'P', 'X', 'O', 'P', 'T', '\0'};
-constexpr uint32_t kStateVersion = 1;
+// Version 2 adds the step count and the groups' schedules; version 1 states
+// (from before schedules) still load.
+constexpr uint32_t kStateVersion = 2;
 
 struct StateHeader {
   char magic[8];
@@ -100,6 +102,43 @@ void validate_hyper(const OptimizerHyper& h) {
   }
 }
 
+void validate_schedule(const math::LrSchedule& s) {
+  check_float_rate(s.base_lr, "lr");
+  if (s.warmup_steps < 0)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "warmup_steps is ", s.warmup_steps, "; it must be >= 0");
+  if (!(s.warmup_start_factor >= 0.0 && s.warmup_start_factor <= 1.0))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "warmup_start_factor is ", s.warmup_start_factor,
+         "; it must be in [0, 1]");
+  switch (s.decay) {
+    case math::kLrConstant:
+      break;
+    case math::kLrLinear:
+    case math::kLrCosine:
+      if (s.decay_steps <= 0)
+        fail(AMPX_ERR_INVALID_ARGUMENT, "total_steps is ", s.warmup_steps + s.decay_steps,
+             " with warmup_steps ", s.warmup_steps, "; ",
+             s.decay == math::kLrLinear ? "linear" : "cosine",
+             " decay needs total_steps > warmup_steps (the decay runs over the steps between)");
+      if (s.decay == math::kLrLinear && !(s.end_factor >= 0.0 && s.end_factor <= 1.0))
+        fail(AMPX_ERR_INVALID_ARGUMENT, "end_factor is ", s.end_factor, "; it must be in [0, 1]");
+      if (s.decay == math::kLrCosine) check_float_rate(s.min_lr, "min_lr");
+      // The cosine's period, 2 * (total_steps - warmup_steps), is an int64.
+      if (s.decay == math::kLrCosine && s.decay_steps > (int64_t{1} << 61))
+        fail(AMPX_ERR_INVALID_ARGUMENT, "total_steps - warmup_steps is ", s.decay_steps,
+             "; cosine decay takes at most 2^61 steps");
+      break;
+    case math::kLrStep:
+      if (s.decay_steps <= 0)
+        fail(AMPX_ERR_INVALID_ARGUMENT, "step_size is ", s.decay_steps, "; it must be > 0");
+      if (!(s.gamma > 0.0 && s.gamma <= 1.0))
+        fail(AMPX_ERR_INVALID_ARGUMENT, "gamma is ", s.gamma, "; it must be in (0, 1]");
+      break;
+    default:
+      fail(AMPX_ERR_INVALID_ARGUMENT, "decay is ", s.decay,
+           ", which is not an ampx_lr_decay (CONSTANT, LINEAR, COSINE or STEP)");
+  }
+}
+
 FusedOptimizer::FusedOptimizer(DeviceContext& ctx, const OptimizerHyper& hyper)
     : Object(kLiveMagic, &FusedOptimizer::destroy_shell), ctx_(&ctx), hyper_(hyper) {
   ctx.retain();
@@ -110,6 +149,8 @@ FusedOptimizer::~FusedOptimizer() = default;
 void FusedOptimizer::free_resources() {
   params_.clear();
   lr_.reset();
+  schedules_.reset();
+  step_count_.reset();
   weight_decay_.reset();
   steps_.reset();
   found_inf_.reset();
@@ -123,6 +164,8 @@ FusedOptimizer* FusedOptimizer::create(DeviceContext& ctx, const std::vector<Dev
   try {
     opt->found_inf_ = TensorRef(make_filled_f32(ctx, vector_shape(1), 0.0f));
     opt->last_step_skipped_ = TensorRef(make_filled_f32(ctx, vector_shape(1), 0.0f));
+    opt->step_count_ = TensorRef(DeviceTensor::empty(ctx, DType::I64, vector_shape(1)));
+    ctx.backend().fill(opt->step_count_->data(), 8, 0, 1);
     opt->add_group(params, hyper.lr, hyper.weight_decay);
   } catch (...) {
     opt->free_resources();
@@ -183,8 +226,9 @@ std::vector<FusedOptimizer::Param> FusedOptimizer::make_params(
 int32_t FusedOptimizer::add_group(const std::vector<DeviceTensor*>& params, double lr,
                                   double weight_decay) {
   if (amp_state != AmpState::Ready)
-    fail(AMPX_ERR_ORDER, "param groups can only be added between iterations (after "
-                         "ampx_scaler_update), not between unscale/step and update");
+    fail(AMPX_ERR_ORDER,
+         "param groups can only be added between iterations (after "
+         "ampx_scaler_update), not between unscale/step and update");
   if (grad_sync)
     fail(AMPX_ERR_ORDER,
          "the optimizer is wrapped for data-parallel training, whose gradient "
@@ -215,9 +259,12 @@ int32_t FusedOptimizer::add_group(const std::vector<DeviceTensor*>& params, doub
     TensorRef lr_new(DeviceTensor::empty(*ctx_, DType::F32, vector_shape(group + 1)));
     TensorRef wd_new(DeviceTensor::empty(*ctx_, DType::F32, vector_shape(group + 1)));
     TensorRef steps_new(DeviceTensor::empty(*ctx_, DType::I64, vector_shape(new_params)));
+    TensorRef schedules_new(
+        DeviceTensor::empty(*ctx_, DType::I64, vector_shape(kScheduleWords * (group + 1))));
     if (group > 0) {
       backend.copy(lr_new->data(), lr_->data(), lr_->nbytes());
       backend.copy(wd_new->data(), weight_decay_->data(), weight_decay_->nbytes());
+      backend.copy(schedules_new->data(), schedules_->data(), schedules_->nbytes());
     }
     if (old_params > 0) backend.copy(steps_new->data(), steps_->data(), steps_->nbytes());
     if (new_params > old_params)
@@ -225,16 +272,21 @@ int32_t FusedOptimizer::add_group(const std::vector<DeviceTensor*>& params, doub
                    new_params - old_params);
     backend.fill(static_cast<float*>(lr_new->data()) + group, 4, float_bits_of(lr), 1);
     backend.fill(static_cast<float*>(wd_new->data()) + group, 4, float_bits_of(weight_decay), 1);
+    fill_schedule(static_cast<int64_t*>(schedules_new->data()) + kScheduleWords * group,
+                  math::constant_schedule(lr));
     lr_host_.reserve(lr_host_.size() + 1);
     weight_decay_host_.reserve(weight_decay_host_.size() + 1);
+    schedules_host_.reserve(schedules_host_.size() + 1);
     params_.reserve(params_.size() + made.size());
     // Nothing below can fail: commit.
     lr_ = std::move(lr_new);
     weight_decay_ = std::move(wd_new);
     steps_ = std::move(steps_new);
+    schedules_ = std::move(schedules_new);
   }
   lr_host_.push_back(lr);
   weight_decay_host_.push_back(weight_decay);
+  schedules_host_.push_back(math::constant_schedule(lr));
   for (Param& p : made) params_.push_back(std::move(p));
   return group;
 }
@@ -273,19 +325,50 @@ void FusedOptimizer::keep_pieces(const std::vector<Piece>& pieces) {
 }
 
 void FusedOptimizer::set_lr(int32_t group, double lr) {
-  if (group < 0 || group >= group_count())
-    fail(AMPX_ERR_INVALID_ARGUMENT, "group is ", group, " but the optimizer has ", group_count(),
-         " group(s)");
+  check_group(group);
   check_float_rate(lr, "lr");
-  ctx_->backend().fill(static_cast<float*>(lr_->data()) + group, 4, float_bits_of(lr), 1);
-  lr_host_[static_cast<size_t>(group)] = lr;
+  const auto g = static_cast<size_t>(group);
+  lr_host_[g] = lr;
+  schedules_host_[g].base_lr = lr;
+  write_lr(group);
+  uint64_t base_bits;
+  std::memcpy(&base_bits, &lr, sizeof base_bits);
+  ctx_->backend().fill(schedule_words(group), 8, base_bits, 1);  // LrSchedule::base_lr
 }
 
 double FusedOptimizer::lr(int32_t group) const {
+  return lr_host_[static_cast<size_t>(check_group(group))];
+}
+
+int32_t FusedOptimizer::check_group(int32_t group) const {
   if (group < 0 || group >= group_count())
     fail(AMPX_ERR_INVALID_ARGUMENT, "group is ", group, " but the optimizer has ", group_count(),
          " group(s)");
-  return lr_host_[static_cast<size_t>(group)];
+  return group;
+}
+
+void FusedOptimizer::set_schedule(int32_t group, const math::LrSchedule& schedule) {
+  check_group(group);
+  math::LrSchedule s = schedule;
+  s.base_lr = lr_host_[static_cast<size_t>(group)];
+  validate_schedule(s);
+  fill_schedule(schedule_words(group), s);
+  // A group whose schedule became constant steps at its base rate again.
+  write_lr(group);
+  schedules_host_[static_cast<size_t>(group)] = s;
+  scheduled_ = false;
+  for (const math::LrSchedule& each : schedules_host_)
+    scheduled_ = scheduled_ || !math::is_constant(each);
+}
+
+const math::LrSchedule& FusedOptimizer::schedule(int32_t group) const {
+  return schedules_host_[static_cast<size_t>(check_group(group))];
+}
+
+int64_t FusedOptimizer::step_count() {
+  int64_t steps = 0;
+  ctx_->read_to_host(&steps, step_count_->data(), sizeof steps);
+  return steps;
 }
 
 std::vector<TensorSpan> FusedOptimizer::effective_grads(std::vector<const Param*>* owners) const {
@@ -347,6 +430,10 @@ void FusedOptimizer::step(const float* found_inf) {
     list.push_back(op);
   }
   flush_run(static_cast<int64_t>(params_.size()));
+  if (scheduled_)
+    amp.lr_schedule(static_cast<const math::LrSchedule*>(schedules_->data()), group_count(),
+                    static_cast<const int64_t*>(step_count_->data()),
+                    static_cast<float*>(lr_->data()));
 
   StepScalars scalars{found_inf, static_cast<const float*>(lr_->data()),
                       static_cast<const float*>(weight_decay_->data())};
@@ -354,6 +441,7 @@ void FusedOptimizer::step(const float* found_inf) {
     amp.sgd_step(list, hyper_.sgd, scalars);
   else
     amp.adam_step(list, hyper_.adam, scalars);
+  amp.increment_steps(static_cast<int64_t*>(step_count_->data()), 1, found_inf);
   for (const Param& p : params_)
     if (p.param->grad) p.param->storage->note_write();
   if (found_inf)
@@ -385,12 +473,15 @@ DeviceTensor& FusedOptimizer::state_tensor(const DeviceTensor& param, StateKind 
   const Param& entry = param_entry(param, "param");
   const bool adam = hyper_.kind == OptimizerKind::Adam;
   switch (kind) {
-    case StateKind::Master: return entry.master_or_param();
+    case StateKind::Master:
+      return entry.master_or_param();
     case StateKind::Momentum:
-      if (!entry.state[0]) fail(AMPX_ERR_NOT_SUPPORTED, "this optimizer keeps no momentum buffer (momentum is 0)");
+      if (!entry.state[0])
+        fail(AMPX_ERR_NOT_SUPPORTED, "this optimizer keeps no momentum buffer (momentum is 0)");
       return *entry.state[0];
     case StateKind::ExpAvgSq:
-      if (!adam) fail(AMPX_ERR_NOT_SUPPORTED, "this optimizer keeps no exp_avg_sq (it is not Adam)");
+      if (!adam)
+        fail(AMPX_ERR_NOT_SUPPORTED, "this optimizer keeps no exp_avg_sq (it is not Adam)");
       return *entry.state[1];
     case StateKind::MaxExpAvgSq:
       if (!adam || !entry.state[2])
@@ -468,13 +559,20 @@ int64_t FusedOptimizer::param_steps(const DeviceTensor& param) {
 
 // ---- state save / load ----------------------------------------------------
 
-size_t FusedOptimizer::state_size() const {
+size_t FusedOptimizer::state_size_of(uint32_t version) const {
   size_t bytes = sizeof(StateHeader) + sizeof(StateGroup) * lr_host_.size() +
                  sizeof(StateParam) * params_.size();
+  if (version >= 2) bytes += sizeof(int64_t) + sizeof(math::LrSchedule) * lr_host_.size();
   for (const Param& p : params_)
     bytes += static_cast<size_t>(p.param->numel()) * sizeof(float) *
              static_cast<size_t>(1 + state_count());
   return bytes + sizeof(uint64_t);
+}
+
+size_t FusedOptimizer::state_size() const { return state_size_of(kStateVersion); }
+
+bool FusedOptimizer::loads_state_of_size(size_t bytes) const {
+  return bytes == state_size_of(kStateVersion) || bytes == state_size_of(1);
 }
 
 void FusedOptimizer::save_state(void* buffer, size_t bytes) {
@@ -504,6 +602,13 @@ void FusedOptimizer::save_state(void* buffer, size_t bytes) {
     StateGroup group{lr_host_[g], weight_decay_host_[g]};
     std::memcpy(out + at, &group, sizeof group);
     at += sizeof group;
+  }
+  const int64_t taken = step_count();
+  std::memcpy(out + at, &taken, sizeof taken);
+  at += sizeof taken;
+  for (const math::LrSchedule& schedule : schedules_host_) {
+    std::memcpy(out + at, &schedule, sizeof schedule);
+    at += sizeof schedule;
   }
   std::vector<int64_t> steps(params_.size());
   Backend& backend = ctx_->backend();
@@ -535,19 +640,19 @@ void FusedOptimizer::save_state(void* buffer, size_t bytes) {
 
 void FusedOptimizer::load_state(const void* buffer, size_t bytes) {
   if (amp_state != AmpState::Ready)
-    fail(AMPX_ERR_ORDER, "optimizer state can only be loaded between iterations (after "
-                         "ampx_scaler_update)");
+    fail(AMPX_ERR_ORDER,
+         "optimizer state can only be loaded between iterations (after "
+         "ampx_scaler_update)");
   const auto* in = static_cast<const unsigned char*>(buffer);
-  const size_t expected = state_size();
   StateHeader header{};
   if (bytes < sizeof header + sizeof(uint64_t))
     fail(AMPX_ERR_CORRUPT, "the state is ", bytes, " bytes, too short to be an optimizer state");
   std::memcpy(&header, in, sizeof header);
   if (std::memcmp(header.magic, kStateMagic, sizeof kStateMagic) != 0)
     fail(AMPX_ERR_CORRUPT, "the buffer is not an ampx optimizer state (bad magic)");
-  if (header.version != kStateVersion)
+  if (header.version != kStateVersion && header.version != 1)
     fail(AMPX_ERR_CORRUPT, "optimizer state format version ", header.version,
-         " is not supported (this library reads version ", kStateVersion, ")");
+         " is not supported (this library reads versions 1 to ", kStateVersion, ")");
   uint64_t checksum = 0;
   std::memcpy(&checksum, in + bytes - sizeof checksum, sizeof checksum);
   if (checksum != fnv1a(in, bytes - sizeof checksum))
@@ -573,6 +678,7 @@ void FusedOptimizer::load_state(const void* buffer, size_t bytes) {
     fail(AMPX_ERR_CORRUPT, "the state keeps ", header.state_count,
          " buffer(s) per parameter but this optimizer keeps ", state_count(),
          " (momentum / amsgrad settings differ)");
+  const size_t expected = state_size_of(header.version);
   if (bytes != expected)
     fail(AMPX_ERR_CORRUPT, "the state is ", bytes, " bytes but ", expected, " were expected");
   size_t at = sizeof header;
@@ -584,6 +690,30 @@ void FusedOptimizer::load_state(const void* buffer, size_t bytes) {
         !(g.weight_decay <= FLT_MAX))
       fail(AMPX_ERR_CORRUPT, "the state holds learning rate ", g.lr, " and weight decay ",
            g.weight_decay, "; each must be >= 0 and at most FLT_MAX");
+  }
+  // Version 1 has no schedules: every group keeps its rate, and the step
+  // count is taken as the most any parameter has taken.
+  int64_t taken = -1;
+  std::vector<math::LrSchedule> schedules;
+  if (header.version >= 2) {
+    std::memcpy(&taken, in + at, sizeof taken);
+    at += sizeof taken;
+    if (taken < 0) fail(AMPX_ERR_CORRUPT, "the state holds a negative step count, ", taken);
+    schedules.resize(groups.size());
+    for (size_t g = 0; g < groups.size(); ++g) {
+      std::memcpy(&schedules[g], in + at, sizeof schedules[g]);
+      at += sizeof schedules[g];
+      try {
+        validate_schedule(schedules[g]);
+      } catch (const StatusError& e) {
+        fail(AMPX_ERR_CORRUPT, "the state holds an invalid schedule for group ", g, ": ", e.what());
+      }
+      if (schedules[g].base_lr != groups[g].lr)
+        fail(AMPX_ERR_CORRUPT, "the schedule of group ", g, " has base rate ", schedules[g].base_lr,
+             " but the group's rate is ", groups[g].lr);
+    }
+  } else {
+    for (const StateGroup& g : groups) schedules.push_back(math::constant_schedule(g.lr));
   }
   std::vector<int64_t> steps(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -609,6 +739,10 @@ void FusedOptimizer::load_state(const void* buffer, size_t bytes) {
     if (sp.steps < 0) fail(AMPX_ERR_CORRUPT, "parameter ", i, " has a negative step count");
     steps[i] = sp.steps;
   }
+  if (taken < 0) {
+    taken = 0;
+    for (int64_t n : steps) taken = n > taken ? n : taken;
+  }
   OptimizerHyper restored = hyper_;
   restored.sgd.nesterov = header.nesterov != 0;
   restored.sgd.momentum = math::double_to_float(header.momentum);
@@ -629,17 +763,22 @@ void FusedOptimizer::load_state(const void* buffer, size_t bytes) {
   // would need others (momentum from 0, amsgrad on or off) would leave the
   // step reading buffers that do not exist.
   if (state_count_of(restored) != state_count())
-    fail(AMPX_ERR_CORRUPT, "the state's momentum / amsgrad settings need ", state_count_of(restored),
-         " buffer(s) per parameter but the state holds ", state_count());
+    fail(AMPX_ERR_CORRUPT, "the state's momentum / amsgrad settings need ",
+         state_count_of(restored), " buffer(s) per parameter but the state holds ", state_count());
   // Everything is validated: apply.
   hyper_ = restored;
   Backend& backend = ctx_->backend();
+  scheduled_ = false;
   for (size_t g = 0; g < groups.size(); ++g) {
     lr_host_[g] = groups[g].lr;
     weight_decay_host_[g] = groups[g].weight_decay;
+    schedules_host_[g] = schedules[g];
+    scheduled_ = scheduled_ || !math::is_constant(schedules[g]);
     write_lr(static_cast<int32_t>(g));
     write_weight_decay(static_cast<int32_t>(g));
+    write_schedule(static_cast<int32_t>(g));
   }
+  backend.fill(step_count_->data(), 8, static_cast<uint64_t>(taken), 1);
   if (!steps.empty()) backend.copy_from_host(steps_->data(), steps.data(), steps_->nbytes());
   for (Param& p : params_) {
     const size_t n = p.param->numel() * sizeof(float);
@@ -660,6 +799,18 @@ void FusedOptimizer::load_state(const void* buffer, size_t bytes) {
 void FusedOptimizer::write_lr(int32_t group) {
   ctx_->backend().fill(static_cast<float*>(lr_->data()) + group, 4,
                        float_bits_of(lr_host_[static_cast<size_t>(group)]), 1);
+}
+
+// Eight stream-ordered fills rather than a copy from the host, which would
+// wait for the device.
+void FusedOptimizer::fill_schedule(int64_t* words, const math::LrSchedule& schedule) {
+  uint64_t bits[kScheduleWords];
+  std::memcpy(bits, &schedule, sizeof bits);
+  for (int w = 0; w < kScheduleWords; ++w) ctx_->backend().fill(words + w, 8, bits[w], 1);
+}
+
+void FusedOptimizer::write_schedule(int32_t group) {
+  fill_schedule(schedule_words(group), schedules_host_[static_cast<size_t>(group)]);
 }
 
 void FusedOptimizer::write_weight_decay(int32_t group) {

@@ -33,17 +33,23 @@ struct OptimizerHyper {
 // range (negative lr, betas outside [0, 1), nesterov without momentum...).
 void validate_hyper(const OptimizerHyper& hyper);
 
+// Throws AMPX_ERR_INVALID_ARGUMENT naming the field when a schedule cannot
+// be run (an unknown decay, negative warm-up, no decay steps, factors
+// outside [0, 1], a gamma outside (0, 1], a min_lr that is not a float
+// rate). base_lr is checked as the group's lr is.
+void validate_schedule(const math::LrSchedule& schedule);
+
 class FusedOptimizer : public Object {
  public:
   static constexpr uint64_t kLiveMagic = 0x414d50582d4f5054ull;  // "AMPX-OPT"
   static constexpr uint64_t kDeadMagic = 0x646561642d6f7074ull;  // "dead-opt"
 
   struct Param {
-    TensorRef param;          // the program's parameter
-    TensorRef master;         // empty when param is F32
-    TensorRef state[3];       // momentum/exp_avg, exp_avg_sq, max_exp_avg_sq
-    TensorRef unscaled_grad;  // F32 copy of an F16/BF16 grad, made by unscale
-    bool use_unscaled = false;        // unscaled_grad holds this iteration's gradient
+    TensorRef param;            // the program's parameter
+    TensorRef master;           // empty when param is F32
+    TensorRef state[3];         // momentum/exp_avg, exp_avg_sq, max_exp_avg_sq
+    TensorRef unscaled_grad;    // F32 copy of an F16/BF16 grad, made by unscale
+    bool use_unscaled = false;  // unscaled_grad holds this iteration's gradient
     int32_t group = 0;
 
     DeviceTensor& master_or_param() const { return master ? *master : *param; }
@@ -60,8 +66,17 @@ class FusedOptimizer : public Object {
 
   // A new param group (ORDER between an unscale/step and the update).
   int32_t add_group(const std::vector<DeviceTensor*>& params, double lr, double weight_decay);
+  // A group's lr is the base (peak) rate of its schedule.
   void set_lr(int32_t group, double lr);
   double lr(int32_t group) const;
+
+  // The group's schedule from the next step on (its base_lr is ignored: the
+  // group's lr is the base). Does not wait for the device.
+  void set_schedule(int32_t group, const math::LrSchedule& schedule);
+  const math::LrSchedule& schedule(int32_t group) const;
+  // Steps taken since creation (skipped ones do not count), the position of
+  // every group's schedule; synchronizes.
+  int64_t step_count();
 
   // One step over every parameter with a gradient; skipped on the device
   // when found_inf (device, may be nullptr) is non-zero.
@@ -110,6 +125,9 @@ class FusedOptimizer : public Object {
   int64_t param_steps(const DeviceTensor& param);  // synchronizes
 
   size_t state_size() const;
+  // Whether load_state takes a state of `bytes` for this optimizer's shape:
+  // state_size(), or the size of the version-1 format (without schedules).
+  bool loads_state_of_size(size_t bytes) const;
   void save_state(void* buffer, size_t bytes);
   // ORDER between an unscale/step and the update.
   void load_state(const void* buffer, size_t bytes);
@@ -144,13 +162,25 @@ class FusedOptimizer : public Object {
   int state_count() const;
   void write_lr(int32_t group);
   void write_weight_decay(int32_t group);
+  void write_schedule(int32_t group);
+  void fill_schedule(int64_t* words, const math::LrSchedule& schedule);
+  static constexpr int kScheduleWords = sizeof(math::LrSchedule) / sizeof(int64_t);
+  int64_t* schedule_words(int32_t group) const {
+    return static_cast<int64_t*>(schedules_->data()) + kScheduleWords * group;
+  }
+  int32_t check_group(int32_t group) const;
+  size_t state_size_of(uint32_t version) const;
 
   DeviceContext* ctx_;
   OptimizerHyper hyper_;
   std::vector<Param> params_;
   std::vector<double> lr_host_;
   std::vector<double> weight_decay_host_;
+  std::vector<math::LrSchedule> schedules_host_;
+  bool scheduled_ = false;       // some group's schedule is not constant
   TensorRef lr_;                 // F32[groups] on the device
+  TensorRef schedules_;          // math::LrSchedule[groups], as I64[8 * groups]
+  TensorRef step_count_;         // I64[1]: steps taken
   TensorRef weight_decay_;       // F32[groups]
   TensorRef steps_;              // I64[params]
   TensorRef found_inf_;          // F32[1]: set by the scaler's unscale

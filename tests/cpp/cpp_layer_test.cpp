@@ -54,6 +54,32 @@ TEST_CASE("c++ layer: a scaled SGD step through the RAII wrappers") {
   CHECK(scaler.counters().updates == 1);
 }
 
+TEST_CASE("c++ layer: a learning-rate schedule set through the wrapper steps on the device") {
+  ampx::Context ctx = on_cuda() ? ampx::Context::cuda() : ampx::Context();
+  ampx::Tensor w = ampx::Tensor::from_host(ctx, {0.0f}, {1});
+  ampx::Tensor g = ampx::Tensor::from_host(ctx, {1.0f}, {1});
+  w.set_grad(g);
+  ampx_sgd_options options = ampx_sgd_options_default();
+  options.lr = 0.5;
+  ampx::Optimizer opt = ampx::Optimizer::sgd(ctx, {&w}, options);
+  ampx_lr_schedule schedule = ampx_lr_schedule_default();
+  schedule.decay = AMPX_LR_LINEAR;
+  schedule.total_steps = 4;
+  schedule.end_factor = 0.5;
+  opt.set_lr_schedule(schedule);
+  CHECK(opt.lr_schedule().decay == AMPX_LR_LINEAR);
+  // Rates 0.5, 0.4375, 0.375, 0.3125, then 0.25 on: exact in fp32.
+  float want = 0.0f;
+  for (float rate : {0.5f, 0.4375f, 0.375f, 0.3125f, 0.25f, 0.25f}) {
+    opt.step();
+    want -= rate;
+    CHECK(w.to_vector().at(0) == want);
+  }
+  CHECK(opt.step_count() == 6);
+  schedule.total_steps = 0;
+  CHECK_THROWS_AS(opt.set_lr_schedule(schedule), ampx::Error);
+}
+
 TEST_CASE("c++ layer: failures throw ampx::Error with status and message") {
   ampx::Context ctx = on_cuda() ? ampx::Context::cuda()
                                                                   : ampx::Context();

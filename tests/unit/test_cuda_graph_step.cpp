@@ -3,7 +3,8 @@
 // backward, unscale, clip, AdamW step, scaler update, zero_grad) captured in
 // a CUDA graph on the host's stream and replayed, against the same steps
 // run directly on a second context. A replay whose input holds an infinity
-// must skip the step and back the scale off, as the direct run does. Any
+// must skip the step and back the scale off, as the direct run does; a
+// step with a learning-rate schedule replays with each step's own rate. Any
 // synchronisation or host copy inside the step would fail the capture, so
 // the capture itself shows the step needs no round trip to the host.
 // CUDA-only (the unit_cuda test).
@@ -197,6 +198,71 @@ TEST_CASE("cuda graph: a whole training step replays from a graph, an overflow s
     API_OK(ampx_optimizer_param_steps(graphed.opt, graphed.params[0], &steps));
     CHECK(steps == 5);
 
+    CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
+    CHECK(cudaGraphDestroy(graph) == cudaSuccess);
+  }
+  CHECK(cudaStreamDestroy(direct_stream) == cudaSuccess);
+  CHECK(cudaStreamDestroy(graph_stream) == cudaSuccess);
+}
+
+TEST_CASE("cuda graph: a replayed step follows its learning-rate schedule; a skipped step does not advance it") {
+  SKIP_UNLESS_CUDA();
+  // The graphed trainer's schedule runs on the device; the direct trainer
+  // sets the same rates from the host (ampx_optimizer_set_lr) before each
+  // step, from the closed form written out here, advancing only after steps
+  // that were taken.
+  ampx_lr_schedule schedule = AMPX_LR_SCHEDULE_INIT;
+  schedule.warmup_steps = 2;
+  schedule.warmup_start_factor = 0.1;
+  schedule.decay = AMPX_LR_COSINE;
+  schedule.total_steps = 6;
+  schedule.min_lr = 1e-4;
+  const double base = 1e-3;  // AdamW's default lr
+  const auto rate = [&](int64_t k) {
+    if (k < 2) return base * (0.1 + 0.9 * static_cast<double>(k) / 2.0);
+    return 1e-4 + (base - 1e-4) * (1.0 + std::cos(3.14159265358979323846 * (k - 2) / 4.0)) / 2.0;
+  };
+  cudaStream_t direct_stream = nullptr, graph_stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&direct_stream, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&graph_stream, cudaStreamNonBlocking) == cudaSuccess);
+  {
+    Trainer direct(direct_stream), graphed(graph_stream);
+    API_OK(ampx_optimizer_set_lr_schedule(graphed.opt, 0, &schedule));
+    int64_t taken = 0;
+    for (Trainer* t : {&direct, &graphed}) t->load_batch(0, false);
+    API_OK(ampx_optimizer_set_lr(direct.opt, 0, rate(taken)));
+    API_OK(direct.step());
+    API_OK(graphed.step());
+    ++taken;
+    API_OK(ampx_context_synchronize(graphed.ctx));
+
+    REQUIRE(cudaStreamBeginCapture(graph_stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    const ampx_status captured = graphed.step();
+    const std::string capture_error = captured == AMPX_OK ? "" : last_error();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(graph_stream, &graph);
+    REQUIRE_MESSAGE(captured == AMPX_OK, capture_error);
+    REQUIRE_MESSAGE(ended == cudaSuccess, cudaGetErrorString(ended));
+    cudaGraphExec_t exec = nullptr;
+    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+
+    // Steps 1..7 (through warm-up, the decay and past total_steps); step 3
+    // overflows and is skipped.
+    for (int k = 1; k <= 7; ++k) {
+      const bool overflow = k == 3;
+      direct.load_batch(k, overflow);
+      API_OK(ampx_optimizer_set_lr(direct.opt, 0, rate(taken)));
+      API_OK(direct.step());
+      if (!overflow) ++taken;
+      graphed.load_batch(k, overflow);
+      REQUIRE(cudaGraphLaunch(exec, graph_stream) == cudaSuccess);
+      CAPTURE(k);
+      CHECK(same_bits(graphed.weights(), direct.weights()));
+    }
+    int64_t steps = 0;
+    API_OK(ampx_optimizer_step_count(graphed.opt, &steps));
+    CHECK(steps == taken);
+    CHECK(steps == 7);
     CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
     CHECK(cudaGraphDestroy(graph) == cudaSuccess);
   }

@@ -42,13 +42,13 @@ from .errors import (ArgumentTypeError, CorruptError, DeviceError, DTypeError, E
 from .ops import (add, affine, batch_norm, bce_with_logits, concat, cross_entropy, dropout,
                   embedding, gelu, gelu_tanh, layer_norm, linear, log_softmax, matmul, mean,
                   mse_loss, mul, relu, reshape, sigmoid, silu, softmax, sub, sum, tanh, transpose)
-from .optim import (SGD, Adam, AdamW, NonfiniteGrad, Optimizer, clip_grad_norm_,
+from .optim import (SGD, Adam, AdamW, LRSchedule, NonfiniteGrad, Optimizer, clip_grad_norm_,
                     clip_grad_value_, find_nonfinite_grads)
 from .safetensors_file import (SafetensorsEntry, SafetensorsFile, load_safetensors,
                                load_safetensors_into, save_safetensors)
 from .tensor import Tensor, empty, from_dlpack, tensor, zeros
-from .types import (BF16, F16, F32, I32, I64, Activation, Device, DType, OpClass, Reduction,
-                    StateKind, bfloat16, float16, float32, int32, int64)
+from .types import (BF16, F16, F32, I32, I64, Activation, Device, DType, LRDecay, OpClass,
+                    Reduction, StateKind, bfloat16, float16, float32, int32, int64)
 
 __version__ = "0.1.0"
 

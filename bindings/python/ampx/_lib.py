@@ -106,6 +106,13 @@ class AdamOptions(Structure):
                 ("decoupled_weight_decay", c_int32)]
 
 
+class LrScheduleStruct(Structure):
+    _fields_ = [("struct_size", c_size_t), ("warmup_steps", c_int64),
+                ("warmup_start_factor", c_double), ("decay", c_enum), ("total_steps", c_int64),
+                ("end_factor", c_double), ("min_lr", c_double), ("step_size", c_int64),
+                ("gamma", c_double)]
+
+
 class ScalerOptions(Structure):
     _fields_ = [("struct_size", c_size_t), ("init_scale", c_double),
                 ("growth_factor", c_double), ("backoff_factor", c_double),
@@ -309,6 +316,13 @@ _PROTOTYPES = {
     "ampx_optimizer_save_state": (_STATUS, [handle, c_void_p, c_size_t]),
     "ampx_optimizer_load_state": (_STATUS, [handle, c_void_p, c_size_t]),
     "ampx_optimizer_last_step_taken": (_STATUS, [handle, int32_p]),
+    # 17. learning-rate schedules
+    "ampx_lr_schedule_default": (LrScheduleStruct, []),
+    "ampx_optimizer_set_lr_schedule": (_STATUS, [handle, c_int32, POINTER(LrScheduleStruct)]),
+    "ampx_optimizer_get_lr_schedule": (_STATUS, [handle, c_int32, POINTER(LrScheduleStruct)]),
+    "ampx_optimizer_step_count": (_STATUS, [handle, int64_p]),
+    "ampx_lr_schedule_value": (_STATUS, [POINTER(LrScheduleStruct), c_double, c_int64,
+                                         POINTER(c_double)]),
     # 7. loss scaling
     "ampx_scaler_options_default": (ScalerOptions, []),
     "ampx_scaler_create": (_STATUS, [handle, POINTER(ScalerOptions), handle_p]),

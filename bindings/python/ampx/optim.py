@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 from typing import Iterable, NamedTuple
 
 from ._args import bool_arg, enum_arg, float_arg, int_arg
-from ._lib import AdamOptions, NonfiniteGradStruct, SgdOptions, lib
+from ._lib import AdamOptions, LrScheduleStruct, NonfiniteGradStruct, SgdOptions, lib
 from ._resource import Resource
 from .context import Context
 from .errors import ArgumentTypeError, InvalidArgumentError
 from .tensor import Tensor, handle_array, handle_of
-from .types import StateKind
+from .types import LRDecay, StateKind
 
 _GROUP_KEYS = {"params", "lr", "weight_decay"}
 
@@ -44,6 +45,62 @@ class NonfiniteGrad(NamedTuple):
     name: str
     nan_count: int
     inf_count: int
+
+
+@dataclasses.dataclass(frozen=True)
+class LRSchedule:
+    """A param group's learning-rate schedule, run on the device (ampx.h section 17).
+
+    A linear warm-up over ``warmup_steps`` steps from ``warmup_start_factor``
+    times the group's rate, then ``decay``: ``"constant"``; ``"linear"`` to
+    ``end_factor`` times the rate at ``total_steps``; ``"cosine"`` to
+    ``min_lr`` at ``total_steps`` (periodic after it, as torch's
+    CosineAnnealingLR); ``"step"``: times ``gamma`` every ``step_size``
+    steps. ``total_steps`` counts the warm-up. With k the optimizer's taken
+    steps, the rate is what torch.optim.lr_scheduler's LinearLR (warm-up),
+    then LinearLR, CosineAnnealingLR or StepLR joined by SequentialLR give
+    after k calls of ``scheduler.step()``. Fields the decay does not use are
+    ignored.
+    """
+
+    decay: LRDecay | str = LRDecay.CONSTANT
+    warmup_steps: int = 0
+    warmup_start_factor: float = 0.0
+    total_steps: int = 0
+    end_factor: float = 0.0
+    min_lr: float = 0.0
+    step_size: int = 1
+    gamma: float = 0.1
+
+    def __post_init__(self):
+        object.__setattr__(self, "decay", enum_arg(LRDecay, self.decay, "decay"))
+
+    def _struct(self) -> LrScheduleStruct:
+        s: LrScheduleStruct = lib.ampx_lr_schedule_default()
+        s.decay = self.decay
+        s.warmup_steps = int_arg(self.warmup_steps, "warmup_steps", bits=64)
+        s.warmup_start_factor = float_arg(self.warmup_start_factor, "warmup_start_factor")
+        s.total_steps = int_arg(self.total_steps, "total_steps", bits=64)
+        s.end_factor = float_arg(self.end_factor, "end_factor")
+        s.min_lr = float_arg(self.min_lr, "min_lr")
+        s.step_size = int_arg(self.step_size, "step_size", bits=64)
+        s.gamma = float_arg(self.gamma, "gamma")
+        return s
+
+    @classmethod
+    def _from_struct(cls, s: LrScheduleStruct) -> "LRSchedule":
+        return cls(decay=LRDecay(s.decay), warmup_steps=s.warmup_steps,
+                   warmup_start_factor=s.warmup_start_factor, total_steps=s.total_steps,
+                   end_factor=s.end_factor, min_lr=s.min_lr, step_size=s.step_size,
+                   gamma=s.gamma)
+
+    def value(self, base_lr: float, step: int) -> float:
+        """The rate (double) for a group of rate ``base_lr`` after ``step`` taken steps."""
+        out = ctypes.c_double()
+        s = self._struct()
+        lib.ampx_lr_schedule_value(ctypes.byref(s), float_arg(base_lr, "base_lr"),
+                                   int_arg(step, "step", bits=64), ctypes.byref(out))
+        return out.value
 
 
 class Optimizer(Resource):
@@ -131,6 +188,36 @@ class Optimizer(Resource):
         groups = range(self.num_groups) if group is None else (int_arg(group, "group"),)
         for index in groups:
             lib.ampx_optimizer_set_lr(self.handle, index, lr)
+
+    def set_lr_schedule(self, schedule: LRSchedule | None, group: int | None = None) -> None:
+        """Gives one group (or every group, ``group=None``) a schedule from the next step on.
+
+        The group's learning rate (``set_lr``) is the schedule's base. The rate
+        of each step is computed on the device from :attr:`step_count`, so a
+        step captured in a CUDA graph replays with its own rate; skipped steps
+        do not advance it. ``None``: the group's constant rate again.
+        """
+        if schedule is not None and not isinstance(schedule, LRSchedule):
+            raise ArgumentTypeError(f"schedule must be an LRSchedule or None, not "
+                                    f"{type(schedule).__name__}")
+        s = None if schedule is None else ctypes.byref(schedule._struct())
+        groups = range(self.num_groups) if group is None else (int_arg(group, "group"),)
+        for index in groups:
+            lib.ampx_optimizer_set_lr_schedule(self.handle, index, s)
+
+    def get_lr_schedule(self, group: int = 0) -> LRSchedule:
+        """A group's schedule (unused fields read back as their defaults)."""
+        out: LrScheduleStruct = lib.ampx_lr_schedule_default()
+        lib.ampx_optimizer_get_lr_schedule(self.handle, int_arg(group, "group"),
+                                           ctypes.byref(out))
+        return LRSchedule._from_struct(out)
+
+    @property
+    def step_count(self) -> int:
+        """Steps taken (skipped ones not counted): the schedules' position. Synchronizes."""
+        out = ctypes.c_int64()
+        lib.ampx_optimizer_step_count(self.handle, ctypes.byref(out))
+        return out.value
 
     def step(self) -> None:
         """One step with the gradients as they are (with a scaler use ``Scaler.step``)."""

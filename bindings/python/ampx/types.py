@@ -69,5 +69,14 @@ class StateKind(enum.IntEnum):
     MAX_EXP_AVG_SQ = 4
 
 
+class LRDecay(enum.IntEnum):
+    """``ampx_lr_decay``: what follows a learning-rate schedule's warm-up."""
+
+    CONSTANT = 0
+    LINEAR = 1
+    COSINE = 2
+    STEP = 3
+
+
 F32, F16, BF16, I32, I64 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.I64
 float32, float16, bfloat16, int32, int64 = F32, F16, BF16, I32, I64

@@ -100,6 +100,13 @@ const STRUCTS: &[(&str, &[&str])] = &[
         "ampx_safetensors_entry",
         &["struct_size", "name", "dtype", "dtype_name", "ndim", "shape", "offset", "nbytes"],
     ),
+    (
+        "ampx_lr_schedule",
+        &[
+            "struct_size", "warmup_steps", "warmup_start_factor", "decay", "total_steps", "end_factor",
+            "min_lr", "step_size", "gamma",
+        ],
+    ),
 ];
 
 fn main() {

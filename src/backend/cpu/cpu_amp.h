@@ -29,6 +29,7 @@ void multi_tensor_count_nonfinite(ThreadPool& pool, const std::vector<TensorSpan
 void scaler_update(math::ScalerState* state, const std::vector<const float*>& found_infs,
                    const math::ScalerConfig& config, bool force, float forced_scale);
 void increment_steps(int64_t* steps, int64_t count, const float* found_inf);
+void lr_schedule(const math::LrSchedule* schedules, int32_t groups, const int64_t* step, float* lr);
 void sgd_step(ThreadPool& pool, const std::vector<OptimParam>& params,
               const math::SgdConfig& config, const StepScalars& scalars);
 void adam_step(ThreadPool& pool, const std::vector<OptimParam>& params,

@@ -79,6 +79,10 @@ class CpuAmp final : public AmpPrimitives {
   void run_increment_steps(int64_t* steps, int64_t count, const float* found_inf) override {
     cpu::increment_steps(steps, count, found_inf);
   }
+  void run_lr_schedule(const math::LrSchedule* schedules, int32_t groups, const int64_t* step,
+                       float* lr) override {
+    cpu::lr_schedule(schedules, groups, step, lr);
+  }
   void run_sgd_step(const std::vector<OptimParam>& params, const math::SgdConfig& config,
                     const StepScalars& scalars) override {
     cpu::sgd_step(pool_, params, config, scalars);

@@ -230,6 +230,13 @@ class CudaAmp final : public AmpPrimitives {
           "increment_steps kernel launch");
   }
 
+  void run_lr_schedule(const math::LrSchedule* schedules, int32_t groups, const int64_t* step,
+                       float* lr) override {
+    use_device(device_->index);
+    check(cuda::launch_lr_schedule(schedules, groups, step, lr, device_->launch),
+          "lr_schedule kernel launch");
+  }
+
   void run_sgd_step(const std::vector<OptimParam>& params, const math::SgdConfig& config,
                     const StepScalars& scalars) override {
     use_device(device_->index);

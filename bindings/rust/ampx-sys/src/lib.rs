@@ -534,6 +534,33 @@ pub struct ampx_safetensors_entry {
 }
 
 // ---------------------------------------------------------------------------
+// 17. Learning-rate schedules on the device
+// ---------------------------------------------------------------------------
+
+/// `ampx_lr_decay`.
+pub type ampx_lr_decay = c_int;
+pub const AMPX_LR_CONSTANT: ampx_lr_decay = 0;
+pub const AMPX_LR_LINEAR: ampx_lr_decay = 1;
+pub const AMPX_LR_COSINE: ampx_lr_decay = 2;
+pub const AMPX_LR_STEP: ampx_lr_decay = 3;
+pub const AMPX_LR_DECAY_MAX_ENUM: ampx_lr_decay = 0x7fff_ffff;
+
+/// `ampx_lr_schedule`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_lr_schedule {
+    pub struct_size: usize,
+    pub warmup_steps: i64,
+    pub warmup_start_factor: c_double,
+    pub decay: ampx_lr_decay,
+    pub total_steps: i64,
+    pub end_factor: c_double,
+    pub min_lr: c_double,
+    pub step_size: i64,
+    pub gamma: c_double,
+}
+
+// ---------------------------------------------------------------------------
 // The functions, in the header's order.
 // ---------------------------------------------------------------------------
 
@@ -970,6 +997,26 @@ extern "C" {
         name: *const c_char,
         flags: u32,
         out: *mut ampx_tensor,
+    ) -> ampx_status;
+
+    // 17. Learning-rate schedules on the device
+    pub fn ampx_lr_schedule_default() -> ampx_lr_schedule;
+    pub fn ampx_optimizer_set_lr_schedule(
+        optimizer: ampx_optimizer,
+        group: i32,
+        schedule: *const ampx_lr_schedule,
+    ) -> ampx_status;
+    pub fn ampx_optimizer_get_lr_schedule(
+        optimizer: ampx_optimizer,
+        group: i32,
+        out: *mut ampx_lr_schedule,
+    ) -> ampx_status;
+    pub fn ampx_optimizer_step_count(optimizer: ampx_optimizer, steps: *mut i64) -> ampx_status;
+    pub fn ampx_lr_schedule_value(
+        schedule: *const ampx_lr_schedule,
+        base_lr: c_double,
+        step: i64,
+        lr: *mut c_double,
     ) -> ampx_status;
 }
 

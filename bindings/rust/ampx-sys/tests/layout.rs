@@ -49,6 +49,7 @@ fn rust_layout() -> Vec<(String, usize)> {
         ampx_doctor_sample { step, scale, found_inf, sampled, grad_norm, first_overflow_param, overflow_params, fp16_lost_scaled, fp16_lost_unscaled }
         ampx_doctor_finding { struct_size, code, cause, param, param_name, first_step, last_step, message }
         ampx_safetensors_entry { struct_size, name, dtype, dtype_name, ndim, shape, offset, nbytes }
+        ampx_lr_schedule { struct_size, warmup_steps, warmup_start_factor, decay, total_steps, end_factor, min_lr, step_size, gamma }
     }
     v
 }

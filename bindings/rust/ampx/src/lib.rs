@@ -110,7 +110,7 @@ pub use crate::context::{Context, ContextOptions, GradModeGuard, MemoryStats, Sc
 pub use crate::dtype::{Bf16, DType, Device, Element, F16};
 pub use crate::error::{Error, Result, Status};
 pub use crate::ops::{concat, Activation, Reduction};
-pub use crate::optim::{AdamOptions, NonfiniteGrad, Optimizer, SgdOptions, StateKind};
+pub use crate::optim::{AdamOptions, LrDecay, LrSchedule, NonfiniteGrad, Optimizer, SgdOptions, StateKind};
 pub use crate::scaler::{Scaler, ScalerCounters, ScalerOptions, ScalerState};
 pub use crate::tensor::Tensor;
 

@@ -55,6 +55,99 @@ impl SgdOptions {
     }
 }
 
+/// What follows a schedule's warm-up (`ampx_lr_decay`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LrDecay {
+    /// The group's rate.
+    Constant,
+    /// Linear to `end_factor` times the rate at `total_steps`.
+    Linear,
+    /// Cosine to `min_lr` at `total_steps` (periodic after it, as torch's
+    /// CosineAnnealingLR).
+    Cosine,
+    /// Times `gamma` every `step_size` steps.
+    Step,
+}
+
+/// A param group's learning-rate schedule, computed on the device from the
+/// optimizer's count of taken steps (`ampx_lr_schedule`; the formulas are in
+/// ampx.h section 17). `Default` is the group's constant rate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LrSchedule {
+    /// Steps of linear warm-up (default 0).
+    pub warmup_steps: i64,
+    /// The warm-up's first fraction of the rate (default 0), in [0, 1].
+    pub warmup_start_factor: f64,
+    /// The decay after the warm-up.
+    pub decay: LrDecay,
+    /// Linear, cosine: the step the decay ends at, warm-up included.
+    pub total_steps: i64,
+    /// Linear: the final fraction of the rate (default 0).
+    pub end_factor: f64,
+    /// Cosine: the final rate (default 0).
+    pub min_lr: f64,
+    /// Step: steps between decays (default 1).
+    pub step_size: i64,
+    /// Step: the factor (default 0.1).
+    pub gamma: f64,
+}
+
+impl Default for LrSchedule {
+    fn default() -> Self {
+        // SAFETY: thread-safe, no arguments.
+        LrSchedule::from_raw(unsafe { sys::ampx_lr_schedule_default() })
+    }
+}
+
+impl LrSchedule {
+    fn to_raw(self) -> sys::ampx_lr_schedule {
+        // SAFETY: thread-safe, no arguments.
+        let mut s = unsafe { sys::ampx_lr_schedule_default() };
+        s.warmup_steps = self.warmup_steps;
+        s.warmup_start_factor = self.warmup_start_factor;
+        s.decay = match self.decay {
+            LrDecay::Constant => sys::AMPX_LR_CONSTANT,
+            LrDecay::Linear => sys::AMPX_LR_LINEAR,
+            LrDecay::Cosine => sys::AMPX_LR_COSINE,
+            LrDecay::Step => sys::AMPX_LR_STEP,
+        };
+        s.total_steps = self.total_steps;
+        s.end_factor = self.end_factor;
+        s.min_lr = self.min_lr;
+        s.step_size = self.step_size;
+        s.gamma = self.gamma;
+        s
+    }
+
+    fn from_raw(s: sys::ampx_lr_schedule) -> Self {
+        LrSchedule {
+            warmup_steps: s.warmup_steps,
+            warmup_start_factor: s.warmup_start_factor,
+            decay: match s.decay {
+                sys::AMPX_LR_LINEAR => LrDecay::Linear,
+                sys::AMPX_LR_COSINE => LrDecay::Cosine,
+                sys::AMPX_LR_STEP => LrDecay::Step,
+                _ => LrDecay::Constant,
+            },
+            total_steps: s.total_steps,
+            end_factor: s.end_factor,
+            min_lr: s.min_lr,
+            step_size: s.step_size,
+            gamma: s.gamma,
+        }
+    }
+
+    /// The rate this schedule gives a group of rate `base_lr` after `step`
+    /// taken steps, in double (`ampx_lr_schedule_value`).
+    pub fn value(&self, base_lr: f64, step: i64) -> Result<f64> {
+        let raw = self.to_raw();
+        let mut lr = 0.0;
+        // SAFETY: valid pointers for the call.
+        check(unsafe { sys::ampx_lr_schedule_value(&raw, base_lr, step, &mut lr) })?;
+        Ok(lr)
+    }
+}
+
 /// Adam / AdamW options (`ampx_adam_options`). `Default` is Adam's
 /// defaults; [`AdamOptions::adamw`] AdamW's.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -252,6 +345,33 @@ impl Optimizer {
         // SAFETY: live handle, valid out pointer.
         check(unsafe { sys::ampx_optimizer_get_lr(self.as_raw(), group_index(group), &mut lr) })?;
         Ok(lr)
+    }
+
+    /// Gives `group` a schedule from its next step on (the group's rate is
+    /// its base); `None`: the constant rate again.
+    pub fn set_lr_schedule(&self, group: usize, schedule: Option<&LrSchedule>) -> Result<()> {
+        let raw = schedule.map(|s| s.to_raw());
+        let pointer = raw.as_ref().map_or(ptr::null(), |r| r as *const sys::ampx_lr_schedule);
+        // SAFETY: live handle; the schedule outlives the call.
+        check(unsafe { sys::ampx_optimizer_set_lr_schedule(self.as_raw(), group_index(group), pointer) })
+    }
+
+    /// A group's schedule (fields its decay does not use read as defaults).
+    pub fn lr_schedule(&self, group: usize) -> Result<LrSchedule> {
+        // SAFETY: thread-safe, no arguments.
+        let mut raw = unsafe { sys::ampx_lr_schedule_default() };
+        // SAFETY: live handle, valid out pointer with struct_size set.
+        check(unsafe { sys::ampx_optimizer_get_lr_schedule(self.as_raw(), group_index(group), &mut raw) })?;
+        Ok(LrSchedule::from_raw(raw))
+    }
+
+    /// Steps taken (skipped ones do not count): the position of every
+    /// group's schedule. Synchronizes with the device.
+    pub fn step_count(&self) -> Result<i64> {
+        let mut steps = 0;
+        // SAFETY: live handle, valid out pointer.
+        check(unsafe { sys::ampx_optimizer_step_count(self.as_raw(), &mut steps) })?;
+        Ok(steps)
     }
 
     /// One step over every parameter with a gradient, using the gradients

@@ -2,8 +2,8 @@
 //! mode and scopes, optimizers and their state, the scaler's state,
 //! autocast classes, DLPack and checkpoint files.
 use ampx::{
-    concat, Activation, AdamOptions, Autocast, AutocastOptions, Bf16, Context, ContextOptions, DType, Device, OpClass,
-    Optimizer, Reduction, Scaler, ScalerOptions, SgdOptions, StateKind, Status, Tensor, F16,
+    concat, Activation, AdamOptions, Autocast, AutocastOptions, Bf16, Context, ContextOptions, DType, Device, LrDecay,
+    LrSchedule, OpClass, Optimizer, Reduction, Scaler, ScalerOptions, SgdOptions, StateKind, Status, Tensor, F16,
 };
 
 fn close(a: &[f32], b: &[f32], tol: f32) -> bool {
@@ -212,6 +212,40 @@ fn optimizers_groups_state_and_diagnostics() {
     let master = adam.state_tensor(&p, StateKind::Master).unwrap().to_vec::<f32>().unwrap();
     assert!((master[0] - 0.999).abs() < 1e-6, "{master:?}");
     assert_eq!(p.to_vec::<Bf16>().unwrap()[0], Bf16::from_f32(master[0]));
+}
+
+#[test]
+fn lr_schedules_run_on_the_device() {
+    let ctx = Context::new().unwrap();
+    let w = Tensor::from_slice(&ctx, &[2], &[0.0f32; 2]).unwrap();
+    w.set_grad(Some(&Tensor::from_slice(&ctx, &[2], &[1.0f32; 2]).unwrap())).unwrap();
+    let opt = Optimizer::sgd(&ctx, &[&w], &SgdOptions { lr: 0.5, ..Default::default() }).unwrap();
+    let schedule = LrSchedule {
+        warmup_steps: 2,
+        warmup_start_factor: 0.5,
+        decay: LrDecay::Step,
+        step_size: 1,
+        gamma: 0.5,
+        ..Default::default()
+    };
+    opt.set_lr_schedule(0, Some(&schedule)).unwrap();
+    assert_eq!(opt.lr_schedule(0).unwrap(), schedule);
+    // Rates 0.25, 0.375 (warm-up), then 0.5, 0.25, 0.125: exact in fp32.
+    let mut want = 0.0f32;
+    for (k, rate) in [0.25f32, 0.375, 0.5, 0.25, 0.125].iter().enumerate() {
+        assert_eq!(schedule.value(0.5, k as i64).unwrap(), f64::from(*rate));
+        opt.step().unwrap();
+        want -= rate;
+        assert_eq!(w.to_vec::<f32>().unwrap(), vec![want; 2]);
+    }
+    assert_eq!(opt.step_count().unwrap(), 5);
+    opt.set_lr_schedule(0, None).unwrap();
+    assert_eq!(opt.lr_schedule(0).unwrap(), LrSchedule::default());
+    let bad = LrSchedule { warmup_steps: -1, ..Default::default() };
+    assert_eq!(opt.set_lr_schedule(0, Some(&bad)).unwrap_err().status(), Status::InvalidArgument);
+    let bad = LrSchedule { decay: LrDecay::Cosine, total_steps: 0, ..Default::default() };
+    assert_eq!(bad.value(0.1, 0).unwrap_err().status(), Status::InvalidArgument);
+    assert_eq!(opt.lr_schedule(0).unwrap(), LrSchedule::default());
 }
 
 #[test]
