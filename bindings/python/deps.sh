@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# deps.sh -- installs what the Python binding's tests need and is missing:
+# deps.sh -- installs what the Python binding's tests need and is missing
+# (and python3's venv, for tools/check-wheel.sh):
 # numpy, torch (the default wheel from PyPI, ~1.5 min), pytest, mpi4py
 # (ampx.dist's tests under mpirun) and safetensors (the format's reference
 # library, which tests/test_safetensors.py exchanges files with). mpi4py's
@@ -11,6 +12,18 @@
 set -euo pipefail
 
 command -v python3 >/dev/null || { echo "install python3 (3.8 or newer) first" >&2; exit 1; }
+# tools/check-wheel.sh installs the package into a fresh venv: Debian's
+# python3 has venv (with ensurepip) in a package of its own.
+if ! python3 -c "import ensurepip, venv" 2>/dev/null; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    echo "installing: python3-venv"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+  else
+    echo "python3 lacks venv/ensurepip (tools/check-wheel.sh needs them): apt-get install python3-venv" >&2
+  fi
+fi
 need=()
 for module in numpy torch pytest mpi4py safetensors; do
   python3 -c "import $module" 2>/dev/null || need+=("$module")

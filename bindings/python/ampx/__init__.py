@@ -12,8 +12,9 @@ HTML report. ``save_safetensors``, ``load_safetensors`` and
 PyTorch and Hugging Face.
 
 The library is loaded from ``$AMPX_LIBRARY`` (the full path of
-``libampx.so``), else found by ``ctypes.util.find_library("ampx")`` or the
-usual file names.
+``libampx.so``), else from the package itself (where ``pip install
+bindings/python`` builds it in), else found by
+``ctypes.util.find_library("ampx")`` or the usual file names.
 
 Example::
 

@@ -4,10 +4,17 @@ This is the only module that names C types. Everything else in the package
 calls the functions through :data:`lib`, whose status-returning functions
 raise :class:`ampx.Error` on their own (see ``_declare``).
 
-The library is found, in this order, at the path in the environment
-variable ``AMPX_LIBRARY``, by ``ctypes.util.find_library("ampx")``, and under
-the usual file names (``libampx.so``, ``libampx.so.0``, ``libampx.dylib``,
-``ampx.dll``) on the loader's search path.
+The library is found, in this order:
+
+1. at the path in the environment variable ``AMPX_LIBRARY`` (an override:
+   when it does not load, importing fails and nothing else is tried);
+2. inside this package (``libampx.so.0``, else ``libampx.so``, next to this
+   file), where ``pip install bindings/python`` puts the one it builds: when
+   that file exists but does not load, importing fails too, rather than
+   quietly picking up another libampx;
+3. by ``ctypes.util.find_library("ampx")`` and under the usual file names
+   (``libampx.so``, ``libampx.so.0``, ``libampx.dylib``, ``ampx.dll``) on the
+   loader's search path (a package used from the source tree).
 """
 from __future__ import annotations
 
@@ -37,6 +44,16 @@ def _load() -> ctypes.CDLL:
             return ctypes.CDLL(path)
         except OSError as exc:
             raise ImportError(f"ampx: cannot load AMPX_LIBRARY={path!r}: {exc}") from exc
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in ("libampx.so.0", "libampx.so"):
+        bundled = os.path.join(here, name)
+        if os.path.exists(bundled):
+            try:
+                return ctypes.CDLL(bundled)
+            except OSError as exc:
+                raise ImportError(f"ampx: cannot load the package's own library {bundled!r}: "
+                                  f"{exc} (reinstall the package, or set AMPX_LIBRARY to "
+                                  f"another libampx.so)") from exc
     candidates = [ctypes.util.find_library("ampx"), "libampx.so", "libampx.so.0",
                   "libampx.dylib", "ampx.dll"]
     for name in candidates:
@@ -46,8 +63,9 @@ def _load() -> ctypes.CDLL:
             return ctypes.CDLL(name)
         except OSError:
             continue
-    raise ImportError("ampx: libampx was not found; set AMPX_LIBRARY to the full path of "
-                      "libampx.so (or put it on the loader's search path)")
+    raise ImportError("ampx: libampx was not found; install the package with "
+                      "`pip install bindings/python` (which builds it in), set AMPX_LIBRARY "
+                      "to the full path of libampx.so, or put it on the loader's search path")
 
 
 def keep_forever(callback):

@@ -1,4 +1,5 @@
 """Every AMPX_API function of ampx.h is called by the package or listed in unbound.txt."""
+import importlib.util
 import os
 import pathlib
 import re
@@ -9,9 +10,16 @@ UNBOUND = PACKAGE.parent / "unbound.txt"
 
 
 def _header() -> pathlib.Path:
+    """$AMPX_INCLUDE_DIR/ampx/ampx.h, else the copy an installed wheel carries
+    (ampx/include/ampx/ampx.h), else the source tree's."""
     include = os.environ.get("AMPX_INCLUDE_DIR")
     if include:
         return pathlib.Path(include) / "ampx" / "ampx.h"
+    spec = importlib.util.find_spec("ampx")  # found, not imported
+    if spec is not None and spec.origin:
+        installed = pathlib.Path(spec.origin).parent / "include" / "ampx" / "ampx.h"
+        if installed.exists():
+            return installed
     return PACKAGE.parents[2] / "include" / "ampx" / "ampx.h"
 
 
