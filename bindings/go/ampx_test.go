@@ -413,3 +413,27 @@ func TestLRSchedule(t *testing.T) {
 		t.Errorf("after nil: %+v", got)
 	}
 }
+
+func TestExpLogSqrtRsqrt(t *testing.T) {
+	ctx := must(NewContext(nil))(t)
+	defer ctx.Close()
+	x := must(FromSlice(ctx, []float32{0.25, 1, 4}, 3))(t)
+	defer x.Close()
+	for _, c := range []struct {
+		name string
+		fn   func(*Tensor) (*Tensor, error)
+		want func(float64) float64
+	}{
+		{"exp", Exp, math.Exp}, {"log", Log, math.Log}, {"sqrt", Sqrt, math.Sqrt},
+		{"rsqrt", Rsqrt, func(v float64) float64 { return 1 / math.Sqrt(v) }},
+	} {
+		y := must(c.fn(x))(t)
+		got := must(ToSlice[float32](y))(t)
+		y.Close()
+		for i, v := range []float64{0.25, 1, 4} {
+			if w := c.want(v); math.Abs(float64(got[i])-w) > 4e-7*math.Max(1, math.Abs(w)) {
+				t.Errorf("%s(%v) = %v, want %v", c.name, v, got[i], w)
+			}
+		}
+	}
+}

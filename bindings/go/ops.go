@@ -109,6 +109,26 @@ func Tanh(x *Tensor) (*Tensor, error) {
 	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_tanh(x, out) })
 }
 
+// Exp returns e^x (fp32 class under autocast).
+func Exp(x *Tensor) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_exp(x, out) })
+}
+
+// Log returns the natural logarithm of x (fp32 class under autocast).
+func Log(x *Tensor) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_log(x, out) })
+}
+
+// Sqrt returns the square root of x.
+func Sqrt(x *Tensor) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_sqrt(x, out) })
+}
+
+// Rsqrt returns 1 / sqrt(x) (fp32 class under autocast).
+func Rsqrt(x *Tensor) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_rsqrt(x, out) })
+}
+
 // Sum returns the sum of all elements (one element, fp32 class).
 func Sum(x *Tensor) (*Tensor, error) {
 	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_sum(x, out) })

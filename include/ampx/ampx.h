@@ -1234,6 +1234,20 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_tanh(ampx_tensor x, ampx_tensor *out);
 /** @} */
 
 /** @{ */
+/** Element-wise exp, natural log, square root and 1 / square root, with
+ *  their backward passes (log' = 1/x, sqrt' = 0.5/sqrt(x), rsqrt' =
+ *  -0.5 rsqrt(x)^3). Autocast classes as torch.autocast's on CUDA: "exp",
+ *  "log" and "rsqrt" fp32 (under autocast an F16/BF16 input is computed,
+ *  and returned, in F32), "sqrt" keep. Outside the domain the IEEE results: log(0) = -inf, NaN for a
+ *  negative input to log, sqrt and rsqrt, rsqrt(0) = inf.
+ *  Errors: DTYPE (not a floating tensor), STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_exp(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_log(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_sqrt(ampx_tensor x, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_rsqrt(ampx_tensor x, ampx_tensor *out);
+/** @} */
+
+/** @{ */
 /** Sum and mean of all elements, each a one-element tensor, accumulated in
  *  fp32. ampx_sum returns F32 ("sum": fp32). ampx_mean returns x's dtype,
  *  as torch.mean ("mean": keep; it is in neither of torch's autocast lists,

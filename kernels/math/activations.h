@@ -122,6 +122,38 @@ struct Tanh {
   }
 };
 
+// ---- exp, log, sqrt, rsqrt --------------------------------------------------
+// Outside their domains they give what the C library gives (NaN for log,
+// sqrt and rsqrt of a negative number; log(0) = -inf, rsqrt(0) = inf), and
+// their derivatives follow the formulas written here: log' = 1/x, sqrt' =
+// 0.5/sqrt(x), rsqrt' = -0.5 rsqrt(x)^3 (torch's, from the result: inf at
+// +0, with -0's sign carried through), exp' = exp(x).
+
+struct Exp {
+  AMPX_HD static float forward(float x) { return expf(x); }
+  AMPX_HD static float backward(float x, float dy) { return dy * expf(x); }
+};
+
+struct Log {
+  AMPX_HD static float forward(float x) { return logf(x); }
+  AMPX_HD static float backward(float x, float dy) { return dy / x; }
+};
+
+struct Sqrt {
+  AMPX_HD static float forward(float x) { return sqrtf(x); }
+  AMPX_HD static float backward(float x, float dy) { return dy * (0.5f / sqrtf(x)); }
+};
+
+// 1 / sqrtf(x), both correctly rounded, rather than CUDA's approximate
+// rsqrtf, so that the CPU and the GPU agree.
+struct Rsqrt {
+  AMPX_HD static float forward(float x) { return 1.0f / sqrtf(x); }
+  AMPX_HD static float backward(float x, float dy) {
+    const float r = 1.0f / sqrtf(x);
+    return dy * (-0.5f * (r * r * r));
+  }
+};
+
 // ---- rows: softmax, log-softmax, cross-entropy ------------------------------
 
 // A row's running maximum and sum of exp(x - max), in one pass. The sum is

@@ -238,6 +238,10 @@ AMPX_UNARY_OP(ampx_gelu_tanh, UnaryOp::GeluTanh)
 AMPX_UNARY_OP(ampx_silu, UnaryOp::Silu)
 AMPX_UNARY_OP(ampx_sigmoid, UnaryOp::Sigmoid)
 AMPX_UNARY_OP(ampx_tanh, UnaryOp::Tanh)
+AMPX_UNARY_OP(ampx_exp, UnaryOp::Exp)
+AMPX_UNARY_OP(ampx_log, UnaryOp::Log)
+AMPX_UNARY_OP(ampx_sqrt, UnaryOp::Sqrt)
+AMPX_UNARY_OP(ampx_rsqrt, UnaryOp::Rsqrt)
 #undef AMPX_UNARY_OP
 
 ampx_status ampx_sum(ampx_tensor x, ampx_tensor* out) {

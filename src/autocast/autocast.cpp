@@ -22,6 +22,8 @@ const std::unordered_map<std::string, OpClass>& op_table() {
       {"concat", OpClass::Promote},        {"batch_norm", OpClass::Keep},
       {"dropout", OpClass::Keep},          {"embedding", OpClass::Keep},
       {"reshape", OpClass::Keep},          {"transpose", OpClass::Keep},
+      {"exp", OpClass::Fp32},              {"log", OpClass::Fp32},
+      {"rsqrt", OpClass::Fp32},            {"sqrt", OpClass::Keep},
   };
   return table;
 }

@@ -17,7 +17,7 @@
 namespace ampx::impl {
 
 // Element-wise functions of the ops; their math is in kernels/math/activations.h.
-enum class UnaryOp { Relu, Gelu, GeluTanh, Silu, Sigmoid, Tanh };
+enum class UnaryOp { Relu, Gelu, GeluTanh, Silu, Sigmoid, Tanh, Exp, Log, Sqrt, Rsqrt };
 enum class BinaryOp { Add, Sub, Mul };
 
 // Where a strided copy reads and writes: element (i_0, ..., i_{ndim-1}),

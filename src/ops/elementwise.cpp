@@ -22,6 +22,10 @@ const char* unary_name(UnaryOp op) {
     case UnaryOp::Silu: return "silu";
     case UnaryOp::Sigmoid: return "sigmoid";
     case UnaryOp::Tanh: return "tanh";
+    case UnaryOp::Exp: return "exp";
+    case UnaryOp::Log: return "log";
+    case UnaryOp::Sqrt: return "sqrt";
+    case UnaryOp::Rsqrt: return "rsqrt";
   }
   return "?";
 }

@@ -148,6 +148,18 @@ TEST_CASE("autocast: output and compute dtypes of every op under f16, bf16 and d
         REQUIRE(fn(f, &out) == AMPX_OK);
         CHECK(dtype_of(out) == AMPX_F32);
       }
+      // exp, log and rsqrt too (torch's fp32 list); exp(2) computed in f32,
+      // not rounded to f16 (7.38905609 is 7.390625 in f16).
+      Tensor positive(make(ctx, AMPX_F16, {2}, {2.0, 0.25}));
+      for (auto fn : {ampx_exp, ampx_log, ampx_rsqrt}) {
+        REQUIRE(fn(positive, &out) == AMPX_OK);
+        CHECK(dtype_of(out) == (cfg.enabled ? AMPX_F32 : AMPX_F16));
+      }
+      REQUIRE(ampx_exp(positive, &out) == AMPX_OK);
+      if (cfg.enabled)
+        CHECK(std::fabs(values_of(out)[0] - std::exp(2.0)) < 4e-6);
+      else
+        CHECK(values_of(out)[0] == round_to(AMPX_F16, std::exp(2.0)));
       Tensor tiny(make(ctx, AMPX_F32, {2}, {1.0 + std::ldexp(1.0, -12), -1.0}));
       for (auto fn : {ampx_sum, ampx_mean}) {
         REQUIRE(fn(h, &out) == AMPX_OK);
@@ -216,7 +228,8 @@ TEST_CASE("autocast: output and compute dtypes of every op under f16, bf16 and d
         REQUIRE(ampx_affine(x, 1.0, 0.0, &out) == AMPX_OK);
         CHECK(dtype_of(out) == in);
         CHECK(values_of(out)[0] == round_to(in, 1.0 + std::ldexp(1.0, -12)));
-        for (auto fn : {ampx_relu, ampx_gelu, ampx_gelu_tanh, ampx_silu, ampx_sigmoid, ampx_tanh}) {
+        for (auto fn : {ampx_relu, ampx_gelu, ampx_gelu_tanh, ampx_silu, ampx_sigmoid, ampx_tanh,
+                        ampx_sqrt}) {
           REQUIRE(fn(x, &out) == AMPX_OK);
           CHECK(dtype_of(out) == in);
         }
@@ -254,7 +267,11 @@ TEST_CASE("autocast: the default op classes are torch's, readable per op name") 
                          {"gelu_tanh", AMPX_OP_KEEP},
                          {"silu", AMPX_OP_KEEP},
                          {"sigmoid", AMPX_OP_KEEP},
-                         {"tanh", AMPX_OP_KEEP}};
+                         {"tanh", AMPX_OP_KEEP},
+                         {"exp", AMPX_OP_FP32},
+                         {"log", AMPX_OP_FP32},
+                         {"rsqrt", AMPX_OP_FP32},
+                         {"sqrt", AMPX_OP_KEEP}};
   for (const Entry& e : table) {
     ampx_op_class c = AMPX_OP_CLASS_MAX_ENUM;
     REQUIRE_MESSAGE(ampx_autocast_op_class(p, e.name, &c) == AMPX_OK, last_error());

@@ -124,6 +124,14 @@ float act_forward(UnaryOp op, float x) {
       return ampx::impl::math::Sigmoid::forward(x);
     case UnaryOp::Tanh:
       return ampx::impl::math::Tanh::forward(x);
+    case UnaryOp::Exp:
+      return ampx::impl::math::Exp::forward(x);
+    case UnaryOp::Log:
+      return ampx::impl::math::Log::forward(x);
+    case UnaryOp::Sqrt:
+      return ampx::impl::math::Sqrt::forward(x);
+    case UnaryOp::Rsqrt:
+      return ampx::impl::math::Rsqrt::forward(x);
   }
   return x;
 }
@@ -142,12 +150,21 @@ float act_backward(UnaryOp op, float x, float dy) {
       return ampx::impl::math::Sigmoid::backward(x, dy);
     case UnaryOp::Tanh:
       return ampx::impl::math::Tanh::backward(x, dy);
+    case UnaryOp::Exp:
+      return ampx::impl::math::Exp::backward(x, dy);
+    case UnaryOp::Log:
+      return ampx::impl::math::Log::backward(x, dy);
+    case UnaryOp::Sqrt:
+      return ampx::impl::math::Sqrt::backward(x, dy);
+    case UnaryOp::Rsqrt:
+      return ampx::impl::math::Rsqrt::backward(x, dy);
   }
   return dy;
 }
 
-const UnaryOp kUnaryOps[] = {UnaryOp::Relu, UnaryOp::Gelu,    UnaryOp::GeluTanh,
-                             UnaryOp::Silu, UnaryOp::Sigmoid, UnaryOp::Tanh};
+const UnaryOp kUnaryOps[] = {UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::Silu,
+                             UnaryOp::Sigmoid, UnaryOp::Tanh, UnaryOp::Exp, UnaryOp::Log,
+                             UnaryOp::Sqrt, UnaryOp::Rsqrt};
 
 // 65536 + 1000: every 16-bit pattern, past two threads' split of the range
 // and not a multiple of the tile.

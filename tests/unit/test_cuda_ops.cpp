@@ -69,8 +69,9 @@ using ampx::impl::BinaryOp;
 using ampx::impl::GemmArgs;
 using ampx::impl::UnaryOp;
 
-const UnaryOp kUnaryOps[] = {UnaryOp::Relu, UnaryOp::Gelu,    UnaryOp::GeluTanh,
-                             UnaryOp::Silu, UnaryOp::Sigmoid, UnaryOp::Tanh};
+const UnaryOp kUnaryOps[] = {UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::Silu,
+                             UnaryOp::Sigmoid, UnaryOp::Tanh, UnaryOp::Exp, UnaryOp::Log,
+                             UnaryOp::Sqrt, UnaryOp::Rsqrt};
 const BinaryOp kBinaryOps[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul};
 
 // Zeros of both signs, infinities, NaN, the largest values and a huge

@@ -475,6 +475,82 @@ TEST_CASE("nn primitives: f32 activations and derivatives over the whole line") 
   }
 }
 
+TEST_CASE("nn primitives: exp, log, sqrt and rsqrt, and their derivatives, against double") {
+  const Device d;
+  if (!has_unary(d)) return;
+  struct Math {
+    UnaryOp op;
+    const char* name;
+    double (*f)(double);
+    double (*df)(double);
+    bool positive_only;  // the points tested are > 0
+    double ulps;         // the derivative's bound, in roundings of its value
+  };
+  const Math kMath[] = {
+      {UnaryOp::Exp, "exp", [](double x) { return std::exp(x); },
+       [](double x) { return std::exp(x); }, false, 4},
+      {UnaryOp::Log, "log", [](double x) { return std::log(x); }, [](double x) { return 1 / x; },
+       true, 2},
+      {UnaryOp::Sqrt, "sqrt", [](double x) { return std::sqrt(x); },
+       [](double x) { return 0.5 / std::sqrt(x); }, true, 4},
+      {UnaryOp::Rsqrt, "rsqrt", [](double x) { return 1 / std::sqrt(x); },
+       [](double x) { return -0.5 / (x * std::sqrt(x)); }, true, 8},
+  };
+  std::mt19937 rng(9);
+  for (const Math& m : kMath) {
+    // A grid, then random magnitudes over the whole f32 range that keeps
+    // the result and the derivative finite (exp: |x| <= 87).
+    std::vector<double> xs;
+    for (int i = m.positive_only ? 1 : -80 * 16; i <= 80 * 16; ++i) xs.push_back(i / 16.0);
+    std::uniform_real_distribution<double> log2_magnitude(-40.0, 40.0);
+    std::uniform_real_distribution<double> exp_argument(-87.0, 87.0);
+    for (int i = 0; i < 3000; ++i)
+      xs.push_back(m.positive_only ? std::exp2(log2_magnitude(rng)) : exp_argument(rng));
+    const std::vector<double> x = rounded(DType::F32, xs);
+    const std::vector<double> ones(x.size(), 1.0);
+    const std::vector<double> y = run_unary(d, m.op, DType::F32, x);
+    const std::vector<double> slope = run_unary_backward(d, m.op, DType::F32, x, ones);
+    Mismatches forward(std::string(m.name) + " forward");
+    Mismatches derivative(std::string(m.name) + " derivative");
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double f = m.f(x[i]), df = m.df(x[i]);
+      // The C library's and CUDA's expf and logf are within 2 ulp; sqrtf and
+      // the division are correctly rounded.
+      forward.check(x[i], y[i], f, 4 * kEps * std::fabs(f) + kTiny);
+      derivative.check(x[i], slope[i], df, m.ulps * kEps * std::fabs(df) + kTiny);
+    }
+  }
+  // Outside the domains, at the infinities and for NaN: the IEEE results.
+  const std::vector<double> specials = {0.0, -0.0, kInf, -kInf, kNaN, -1.0};
+  struct Special {
+    UnaryOp op;
+    double f[6];
+    double df[6];
+  };
+  const Special kSpecialValues[] = {
+      {UnaryOp::Exp, {1, 1, kInf, 0, kNaN, std::exp(-1.0)}, {1, 1, kInf, 0, kNaN, std::exp(-1.0)}},
+      {UnaryOp::Log, {-kInf, -kInf, kInf, kNaN, kNaN, kNaN}, {kInf, -kInf, 0, -0.0, kNaN, -1}},
+      {UnaryOp::Sqrt, {0, -0.0, kInf, kNaN, kNaN, kNaN}, {kInf, -kInf, 0, kNaN, kNaN, kNaN}},
+      {UnaryOp::Rsqrt, {kInf, -kInf, 0, kNaN, kNaN, kNaN}, {-kInf, kInf, -0.0, kNaN, kNaN, kNaN}},
+  };
+  const std::vector<double> ones(specials.size(), 1.0);
+  for (const Special& s : kSpecialValues) {
+    const std::vector<double> y = run_unary(d, s.op, DType::F32, specials);
+    const std::vector<double> slope = run_unary_backward(d, s.op, DType::F32, specials, ones);
+    Mismatches wrong("special values of op " + std::to_string(static_cast<int>(s.op)));
+    for (size_t i = 0; i < specials.size(); ++i) {
+      if (std::isfinite(s.f[i]) && s.f[i] != 0)
+        wrong.check(specials[i], y[i], s.f[i], 4 * kEps * std::fabs(s.f[i]));
+      else
+        wrong.check_same(specials[i], y[i], s.f[i]);
+      if (std::isfinite(s.df[i]) && s.df[i] != 0)
+        wrong.check(specials[i], slope[i], s.df[i], 4 * kEps * std::fabs(s.df[i]));
+      else
+        wrong.check_same(specials[i], slope[i], s.df[i]);
+    }
+  }
+}
+
 TEST_CASE("nn primitives: f16 and bf16 activations within one ulp of the reference") {
   const Device d;
   if (!has_unary(d)) return;

@@ -421,6 +421,30 @@ TEST_CASE("ops gradcheck: relu, gelu, gelu_tanh, silu, sigmoid, tanh") {
   }
 }
 
+TEST_CASE("ops gradcheck: exp, log, sqrt, rsqrt") {
+  OPS_REQUIRE_CPU();
+  struct Unary {
+    const char* name;
+    ampx_status (*fn)(ampx_tensor, ampx_tensor*);
+    double (*ref)(double);
+    double low, high;  // the inputs' range
+  };
+  const Unary ops[] = {{"exp", ampx_exp, [](double x) { return std::exp(x); }, -2.0, 2.0},
+                       {"log", ampx_log, [](double x) { return std::log(x); }, 0.2, 4.0},
+                       {"sqrt", ampx_sqrt, [](double x) { return std::sqrt(x); }, 0.2, 4.0},
+                       {"rsqrt", ampx_rsqrt, [](double x) { return 1 / std::sqrt(x); }, 0.2, 4.0}};
+  Rng rng(17);
+  for (const Unary& u : ops) {
+    for (int trial = 0; trial < 2; ++trial) {
+      const Dims dims = random_dims(rng, static_cast<size_t>(rng.integer(1, 3)), 1, 6);
+      gradcheck(
+          u.name, {floating(dims, rng.values(count_of(dims), u.low, u.high))},
+          [&](const std::vector<ampx_tensor>& t, ampx_tensor* out) { return u.fn(t[0], out); },
+          [&](const Inputs& v) { return map(v[0], u.ref); }, 40 + static_cast<uint64_t>(trial));
+    }
+  }
+}
+
 // ---- reductions and losses ------------------------------------------------------------
 
 TEST_CASE("ops gradcheck: sum and mean") {

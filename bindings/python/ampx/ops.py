@@ -92,6 +92,26 @@ def tanh(x: Tensor) -> Tensor:
     return _unary(lib.ampx_tanh, x)
 
 
+def exp(x: Tensor) -> Tensor:
+    """e^x (autocast: fp32, as torch's)."""
+    return _unary(lib.ampx_exp, x)
+
+
+def log(x: Tensor) -> Tensor:
+    """The natural logarithm (autocast: fp32)."""
+    return _unary(lib.ampx_log, x)
+
+
+def sqrt(x: Tensor) -> Tensor:
+    """The square root (autocast: keep)."""
+    return _unary(lib.ampx_sqrt, x)
+
+
+def rsqrt(x: Tensor) -> Tensor:
+    """1 / sqrt(x) (autocast: fp32)."""
+    return _unary(lib.ampx_rsqrt, x)
+
+
 def sum(x: Tensor) -> Tensor:  # noqa: A001  (as torch.sum)
     """The sum of all elements, a one-element tensor (computed in fp32)."""
     return _unary(lib.ampx_sum, x)

@@ -378,6 +378,22 @@ class Tensor(Resource):
         """:func:`ampx.tanh` of this tensor."""
         return ops.tanh(self)
 
+    def exp(self) -> "Tensor":
+        """:func:`ampx.exp` of this tensor."""
+        return ops.exp(self)
+
+    def log(self) -> "Tensor":
+        """:func:`ampx.log` of this tensor."""
+        return ops.log(self)
+
+    def sqrt(self) -> "Tensor":
+        """:func:`ampx.sqrt` of this tensor."""
+        return ops.sqrt(self)
+
+    def rsqrt(self) -> "Tensor":
+        """:func:`ampx.rsqrt` of this tensor."""
+        return ops.rsqrt(self)
+
     def sum(self) -> "Tensor":
         """:func:`ampx.sum` of this tensor."""
         return ops.sum(self)

@@ -95,6 +95,11 @@ class OpsTest(unittest.TestCase):
             self.close(getattr(a, name)(), reference(ta), 1e-4)
         self.close(a.sum(), ta.sum().reshape(()), 1e-4)
         self.close(ampx.mean(a), ta.mean().reshape(()), 1e-5)
+        positive = np.abs(np.asarray(self.a, np.float32)) + 0.25
+        p, tp = _t(self.ctx, positive), torch.tensor(positive)
+        for name in ("exp", "log", "sqrt", "rsqrt"):
+            self.close(getattr(ampx, name)(p), getattr(torch, name)(tp), 1e-5)
+            self.close(getattr(p, name)(), getattr(torch, name)(tp), 1e-5)
 
     def test_matrix_and_shape_ops(self):
         a, w = _t(self.ctx, self.a), _t(self.ctx, self.w)

@@ -39,6 +39,10 @@ void for_activation(UnaryOp op, Fn&& fn) {
     case UnaryOp::Silu: return fn(math::Silu{});
     case UnaryOp::Sigmoid: return fn(math::Sigmoid{});
     case UnaryOp::Tanh: return fn(math::Tanh{});
+    case UnaryOp::Exp: return fn(math::Exp{});
+    case UnaryOp::Log: return fn(math::Log{});
+    case UnaryOp::Sqrt: return fn(math::Sqrt{});
+    case UnaryOp::Rsqrt: return fn(math::Rsqrt{});
   }
   fail(AMPX_ERR_INTERNAL, "unary: unknown op ", static_cast<int>(op));
 }

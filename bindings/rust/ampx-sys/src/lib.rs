@@ -799,6 +799,10 @@ extern "C" {
     pub fn ampx_silu(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
     pub fn ampx_sigmoid(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
     pub fn ampx_tanh(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_exp(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_log(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_sqrt(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_rsqrt(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
     pub fn ampx_sum(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
     pub fn ampx_mean(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
     pub fn ampx_softmax(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;

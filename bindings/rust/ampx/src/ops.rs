@@ -154,6 +154,14 @@ unary_ops! {
     sigmoid => ampx_sigmoid;
     /// Hyperbolic tangent ("tanh": keep).
     tanh => ampx_tanh;
+    /// e^x ("exp": fp32).
+    exp => ampx_exp;
+    /// Natural logarithm ("log": fp32).
+    log => ampx_log;
+    /// Square root ("sqrt": keep).
+    sqrt => ampx_sqrt;
+    /// 1 / sqrt(x) ("rsqrt": fp32).
+    rsqrt => ampx_rsqrt;
     /// Sum of all elements, one element ("sum": fp32).
     sum => ampx_sum;
     /// Mean of all elements, one element of x's dtype, accumulated in fp32

@@ -119,6 +119,12 @@ fn every_op_computes() {
     assert!(close(&v(a.silu().unwrap()), &[0.7310586, -0.23840584, 2.8577223, -0.07194484], 1e-5));
     assert!(close(&v(a.sigmoid().unwrap()), &[0.7310586, 0.11920292, 0.95257413, 0.01798621], 1e-6));
     assert!(close(&v(a.tanh().unwrap()), &[0.7615942, -0.9640276, 0.9950548, -0.9993293], 1e-6));
+    let p = Tensor::from_slice(&ctx, &[4], &[0.25f32, 1.0, 4.0, 9.0]).unwrap();
+    let e = Tensor::from_slice(&ctx, &[4], &[0.25f32, 1.0, -1.0, 2.0]).unwrap();
+    assert!(close(&v(e.exp().unwrap()), &[1.2840254, 2.7182817, 0.36787945, 7.389056], 2e-6));
+    assert!(close(&v(p.log().unwrap()), &[-1.3862944, 0.0, 1.3862944, 2.1972246], 1e-6));
+    assert_eq!(v(p.sqrt().unwrap()), vec![0.5, 1.0, 2.0, 3.0]);
+    assert!(close(&v(p.rsqrt().unwrap()), &[2.0, 1.0, 0.5, 0.33333334], 1e-7));
     assert_eq!(v(a.sum().unwrap()), vec![-2.0]);
     assert_eq!(v(a.mean().unwrap()), vec![-0.5]);
     let sm = v(a.softmax().unwrap());
