@@ -30,6 +30,10 @@ command -v ninja >/dev/null || need+=(ninja-build)
 command -v g++ >/dev/null || need+=(g++)
 command -v nm >/dev/null || need+=(binutils)
 command -v pkg-config >/dev/null || need+=(pkg-config)
+# CPack's Debian packages (the deb_packages test): dpkg-shlibdeps finds the
+# library's dependencies, with file.
+command -v dpkg-shlibdeps >/dev/null || need+=(dpkg-dev)
+command -v file >/dev/null || need+=(file)
 [ -f /usr/include/doctest/doctest.h ] || [ -f "$(dirname "$0")/../.deps/include/doctest/doctest.h" ] || need+=(doctest-dev)
 [ -f /usr/include/dlpack/dlpack.h ] || [ -f "$(dirname "$0")/../.deps/include/dlpack/dlpack.h" ] || need+=(libdlpack-dev)
 # nlohmann/json (header-only) parses safetensors headers.
