@@ -70,8 +70,10 @@ __device__ __forceinline__ float apply(float a, float b) {
     return a + b;
   else if constexpr (Op == BinaryOp::Sub)
     return a - b;
-  else
+  else if constexpr (Op == BinaryOp::Mul)
     return a * b;
+  else
+    return a / b;
 }
 
 // Broadcast: b is one row, repeated. Its index advances with the element
@@ -236,6 +238,8 @@ cudaError_t launch_binary(BinaryOp op, const void* a, const void* b, void* out, 
         return launch_binary_op<D, BinaryOp::Sub>(a, b, out, count, b_count, launch);
       case BinaryOp::Mul:
         return launch_binary_op<D, BinaryOp::Mul>(a, b, out, count, b_count, launch);
+      case BinaryOp::Div:
+        return launch_binary_op<D, BinaryOp::Div>(a, b, out, count, b_count, launch);
     }
     return cudaErrorInvalidValue;
   });

@@ -414,11 +414,16 @@ func TestLRSchedule(t *testing.T) {
 	}
 }
 
-func TestExpLogSqrtRsqrt(t *testing.T) {
+func TestDivExpLogSqrtRsqrt(t *testing.T) {
 	ctx := must(NewContext(nil))(t)
 	defer ctx.Close()
 	x := must(FromSlice(ctx, []float32{0.25, 1, 4}, 3))(t)
 	defer x.Close()
+	q := must(Div(x, x))(t)
+	if v := must(ToSlice[float32](q))(t); fmt.Sprint(v) != "[1 1 1]" {
+		t.Errorf("x / x = %v", v)
+	}
+	q.Close()
 	for _, c := range []struct {
 		name string
 		fn   func(*Tensor) (*Tensor, error)

@@ -60,6 +60,11 @@ func Mul(a, b *Tensor) (*Tensor, error) {
 	return binary(a, b, func(a, b C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_mul(a, b, out) })
 }
 
+// Div returns a / b element-wise (IEEE division; b may be a row as in Add).
+func Div(a, b *Tensor) (*Tensor, error) {
+	return binary(a, b, func(a, b C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_div(a, b, out) })
+}
+
 // Matmul returns the matrix product [M,K]x[K,N] (or batched [B,M,K]x[B,K,N]).
 func Matmul(a, b *Tensor) (*Tensor, error) {
 	return binary(a, b, func(a, b C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_matmul(a, b, out) })

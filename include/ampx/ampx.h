@@ -1211,12 +1211,14 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_cache_stats(ampx_autocast auto
  * runs on the CPU and CUDA backends. */
 
 /** @{ */
-/** Element-wise a + b, a - b, a * b ("add", "sub", "mul": promote). `b` may
- *  also be a row vector matching a's last dimension, broadcast over the
- *  other dimensions. */
+/** Element-wise a + b, a - b, a * b, a / b ("add", "sub", "mul", "div":
+ *  promote; division is IEEE's: x / 0 is +-inf, 0 / 0 NaN). `b` may also be
+ *  a row vector matching a's last dimension, broadcast over the other
+ *  dimensions. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_add(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
 AMPX_NODISCARD AMPX_API ampx_status ampx_sub(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
 AMPX_NODISCARD AMPX_API ampx_status ampx_mul(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_div(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
 /** @} */
 
 /** out = a * scale + shift, element-wise, in a's type ("affine": keep). */

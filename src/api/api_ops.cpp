@@ -220,6 +220,7 @@ ampx_status ampx_autocast_cache_stats(ampx_autocast autocast, int64_t* hits, int
 AMPX_BINARY_OP(ampx_add, BinaryOp::Add)
 AMPX_BINARY_OP(ampx_sub, BinaryOp::Sub)
 AMPX_BINARY_OP(ampx_mul, BinaryOp::Mul)
+AMPX_BINARY_OP(ampx_div, BinaryOp::Div)
 #undef AMPX_BINARY_OP
 
 ampx_status ampx_affine(ampx_tensor a, double scale, double shift, ampx_tensor* out) {

@@ -24,6 +24,7 @@ const std::unordered_map<std::string, OpClass>& op_table() {
       {"reshape", OpClass::Keep},          {"transpose", OpClass::Keep},
       {"exp", OpClass::Fp32},              {"log", OpClass::Fp32},
       {"rsqrt", OpClass::Fp32},            {"sqrt", OpClass::Keep},
+      {"div", OpClass::Promote},
   };
   return table;
 }

@@ -18,7 +18,7 @@ namespace ampx::impl {
 
 // Element-wise functions of the ops; their math is in kernels/math/activations.h.
 enum class UnaryOp { Relu, Gelu, GeluTanh, Silu, Sigmoid, Tanh, Exp, Log, Sqrt, Rsqrt };
-enum class BinaryOp { Add, Sub, Mul };
+enum class BinaryOp { Add, Sub, Mul, Div };
 
 // Where a strided copy reads and writes: element (i_0, ..., i_{ndim-1}),
 // i_k < sizes[k], goes from src[sum i_k src_strides[k]] to dst[sum i_k

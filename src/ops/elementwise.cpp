@@ -1,4 +1,5 @@
-// elementwise.cpp -- add/sub/mul with row broadcasting, affine, activations.
+// elementwise.cpp -- add/sub/mul/div with row broadcasting, affine, activations
+// and the element-wise functions (exp, log, sqrt, rsqrt).
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -10,6 +11,7 @@ const char* binary_name(BinaryOp op) {
     case BinaryOp::Add: return "add";
     case BinaryOp::Sub: return "sub";
     case BinaryOp::Mul: return "mul";
+    case BinaryOp::Div: return "div";
   }
   return "?";
 }
@@ -39,7 +41,7 @@ class BinaryNode final : public Node {
  public:
   BinaryOp op = BinaryOp::Add;
   const char* name() const override { return binary_name(op); }
-  bool reads_input(size_t) const override { return op == BinaryOp::Mul; }
+  bool reads_input(size_t) const override { return op == BinaryOp::Mul || op == BinaryOp::Div; }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
     DeviceTensor& a = *inputs[0];
@@ -48,6 +50,29 @@ class BinaryNode final : public Node {
     const int64_t n = a.numel();
     const bool broadcast = b.numel() != n;
     TensorRef da, db;
+    if (op == BinaryOp::Div) {
+      // da = dy / b; db = -(dy / b) * a / b, summed over the broadcast rows.
+      NnPrimitives& nn = nn_of(ctx, name());
+      TensorRef quotient = new_tensor(ctx, a.dtype, a.shape);
+      if (n > 0)
+        nn.binary(BinaryOp::Div, dy.data(), b.data(), quotient->data(), a.dtype, n, b.numel());
+      if (b.requires_grad) {
+        TensorRef full = new_tensor(ctx, a.dtype, a.shape);
+        if (n > 0) {
+          nn.binary(BinaryOp::Mul, quotient->data(), a.data(), full->data(), a.dtype, n, n);
+          nn.binary(BinaryOp::Div, full->data(), b.data(), full->data(), a.dtype, n, b.numel());
+          nn.affine(full->data(), full->data(), a.dtype, n, -1.0f, 0.0f);
+        }
+        if (broadcast) {
+          db = new_tensor(ctx, b.dtype, b.shape);
+          nn.sum_rows(full->data(), a.dtype, n / b.numel(), b.numel(), db->data(), b.dtype);
+        } else {
+          db = std::move(full);
+        }
+      }
+      if (a.requires_grad) da = std::move(quotient);
+      return grad_list(std::move(da), std::move(db));
+    }
     if (a.requires_grad) {
       if (op == BinaryOp::Mul) {
         da = new_tensor(ctx, a.dtype, a.shape);

@@ -205,7 +205,7 @@ TEST_CASE("autocast: output and compute dtypes of every op under f16, bf16 and d
       Tensor h(make(ctx, AMPX_F16, {2}, {1.5, 2.0}));
       Tensor bf(make(ctx, AMPX_BF16, {2}, {0.5, 4.0}));
       Tensor f(make(ctx, AMPX_F32, {2}, {std::ldexp(1.0, -20), 3.0}));
-      for (auto fn : {ampx_add, ampx_sub, ampx_mul}) {
+      for (auto fn : {ampx_add, ampx_sub, ampx_mul, ampx_div}) {
         REQUIRE(fn(h, f, &out) == AMPX_OK);
         CHECK(dtype_of(out) == AMPX_F32);
         if (fn == ampx_add)
@@ -261,6 +261,7 @@ TEST_CASE("autocast: the default op classes are torch's, readable per op name") 
                          {"add", AMPX_OP_PROMOTE},
                          {"sub", AMPX_OP_PROMOTE},
                          {"mul", AMPX_OP_PROMOTE},
+                         {"div", AMPX_OP_PROMOTE},
                          {"affine", AMPX_OP_KEEP},
                          {"relu", AMPX_OP_KEEP},
                          {"gelu", AMPX_OP_KEEP},

@@ -72,7 +72,7 @@ using ampx::impl::UnaryOp;
 const UnaryOp kUnaryOps[] = {UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::Silu,
                              UnaryOp::Sigmoid, UnaryOp::Tanh, UnaryOp::Exp, UnaryOp::Log,
                              UnaryOp::Sqrt, UnaryOp::Rsqrt};
-const BinaryOp kBinaryOps[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul};
+const BinaryOp kBinaryOps[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div};
 
 // Zeros of both signs, infinities, NaN, the largest values and a huge
 // negative argument at the front (as far as n allows).

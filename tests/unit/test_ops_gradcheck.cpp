@@ -241,7 +241,7 @@ Vec ref_binary(char op, const Vec& a, const Vec& b) {
   Vec out(a.size());
   for (size_t i = 0; i < a.size(); ++i) {
     const double y = b[i % b.size()];
-    out[i] = op == '+' ? a[i] + y : op == '-' ? a[i] - y : a[i] * y;
+    out[i] = op == '+' ? a[i] + y : op == '-' ? a[i] - y : op == '*' ? a[i] * y : a[i] / y;
   }
   return out;
 }
@@ -335,16 +335,23 @@ Dims random_dims(Rng& rng, size_t ndim, int64_t lo, int64_t hi) {
 
 // ---- element-wise ------------------------------------------------------------------
 
-TEST_CASE("ops gradcheck: add, sub and mul, same shape and b broadcast as a row") {
+TEST_CASE("ops gradcheck: add, sub, mul and div, same shape and b broadcast as a row") {
   OPS_REQUIRE_CPU();
   struct Binary {
     const char* name;
     char op;
     ampx_status (*fn)(ampx_tensor, ampx_tensor, ampx_tensor*);
   };
-  const Binary ops[] = {{"add", '+', ampx_add}, {"sub", '-', ampx_sub}, {"mul", '*', ampx_mul}};
+  const Binary ops[] = {{"add", '+', ampx_add},
+                        {"sub", '-', ampx_sub},
+                        {"mul", '*', ampx_mul},
+                        {"div", '/', ampx_div}};
   Rng rng(11);
   for (const Binary& b : ops) {
+    // A divisor keeps |b| >= 0.5, where the quotient's curvature stays mild.
+    const auto b_values = [&](size_t count) {
+      return b.op == '/' ? rng.away_from_zero(count, 0.5, 2) : rng.values(count, -2, 2);
+    };
     for (int trial = 0; trial < 3; ++trial) {
       const Dims dims = random_dims(rng, static_cast<size_t>(rng.integer(1, 3)), 1, 5);
       const size_t n = count_of(dims);
@@ -355,20 +362,19 @@ TEST_CASE("ops gradcheck: add, sub and mul, same shape and b broadcast as a row"
       const Reference ref = [&](const Inputs& v) { return ref_binary(b.op, v[0], v[1]); };
       const uint64_t seed = 100 + static_cast<uint64_t>(trial);
       gradcheck(std::string(b.name) + " same shape",
-                {floating(dims, rng.values(n, -2, 2)), floating(dims, rng.values(n, -2, 2))}, op,
-                ref, seed);
-      gradcheck(
-          std::string(b.name) + " row broadcast",
-          {floating(dims, rng.values(n, -2, 2)), floating(row, rng.values(count_of(row), -2, 2))},
-          op, ref, seed);
+                {floating(dims, rng.values(n, -2, 2)), floating(dims, b_values(n))}, op, ref,
+                seed);
+      gradcheck(std::string(b.name) + " row broadcast",
+                {floating(dims, rng.values(n, -2, 2)), floating(row, b_values(count_of(row)))},
+                op, ref, seed);
       // Only one side requires grad: the other gets no gradient at all.
       gradcheck(std::string(b.name) + " b constant",
                 {floating(dims, rng.values(n, -2, 2)),
-                 floating(row, rng.values(count_of(row), -2, 2), false)},
+                 floating(row, b_values(count_of(row)), false)},
                 op, ref, seed);
       gradcheck(std::string(b.name) + " a constant",
                 {floating(dims, rng.values(n, -2, 2), false),
-                 floating(row, rng.values(count_of(row), -2, 2))},
+                 floating(row, b_values(count_of(row)))},
                 op, ref, seed);
     }
   }

@@ -41,7 +41,7 @@ from .errors import (ArgumentTypeError, CorruptError, DeviceError, DTypeError, E
                      InternalError, InvalidArgumentError, NoDeviceError, NotSupportedError,
                      OrderError, OutOfMemoryError, ShapeError, StaleHandleError, Status)
 from .ops import (add, affine, batch_norm, bce_with_logits, concat, cross_entropy, dropout,
-                  embedding, exp, gelu, gelu_tanh, layer_norm, linear, log, log_softmax, matmul,
+                  div, embedding, exp, gelu, gelu_tanh, layer_norm, linear, log, log_softmax, matmul,
                   mean, mse_loss, mul, relu, reshape, rsqrt, sigmoid, silu, softmax, sqrt, sub,
                   sum, tanh, transpose)
 from .optim import (SGD, Adam, AdamW, LRSchedule, NonfiniteGrad, Optimizer, clip_grad_norm_,

@@ -384,6 +384,7 @@ _PROTOTYPES = {
     "ampx_add": (_STATUS, [handle, handle, handle_p]),
     "ampx_sub": (_STATUS, [handle, handle, handle_p]),
     "ampx_mul": (_STATUS, [handle, handle, handle_p]),
+    "ampx_div": (_STATUS, [handle, handle, handle_p]),
     "ampx_affine": (_STATUS, [handle, c_double, c_double, handle_p]),
     "ampx_relu": (_STATUS, [handle, handle_p]),
     "ampx_gelu": (_STATUS, [handle, handle_p]),

@@ -55,6 +55,11 @@ def mul(a: Tensor, b: Tensor) -> Tensor:
     return _binary(lib.ampx_mul, a, b)
 
 
+def div(a: Tensor, b: Tensor) -> Tensor:
+    """``a / b`` element-wise (broadcasting as :func:`add`; IEEE division)."""
+    return _binary(lib.ampx_div, a, b)
+
+
 def affine(x: Tensor, scale: float, shift: float = 0.0) -> Tensor:
     """``x * scale + shift`` element-wise, in x's type."""
     x = _tensor(x, "x")

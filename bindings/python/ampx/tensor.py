@@ -444,6 +444,10 @@ class Tensor(Resource):
     def __rmul__(self, other):
         return self._affine(other, 0.0)
 
+    def __truediv__(self, other):
+        # A number divides as a multiplication by its reciprocal (affine).
+        return ops.div(self, other) if isinstance(other, Tensor) else self._affine(1.0 / other, 0.0)
+
     def __neg__(self):
         return self._affine(-1.0, 0.0)
 

@@ -84,6 +84,8 @@ class OpsTest(unittest.TestCase):
         self.close(a + b, ta + tb)
         self.close(a - b, ta - tb)
         self.close(a * b, ta * tb)
+        self.close(a / (b * b + 1.0), ta / (tb * tb + 1.0))
+        self.close(ampx.div(a, b * b + 1.0), torch.div(ta, tb * tb + 1.0))
         self.close(a + _t(self.ctx, self.b[0]), ta + tb[0])  # row broadcast
         self.close(ampx.affine(a, 2.0, 0.5), ta * 2 + 0.5)
         for name, reference in (("relu", torch.relu), ("sigmoid", torch.sigmoid),

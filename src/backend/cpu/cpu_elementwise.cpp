@@ -49,6 +49,7 @@ void binary(ThreadPool& pool, BinaryOp op, const void* a, const void* b, void* o
           case BinaryOp::Add: for (int64_t k = 0; k < n; ++k) w[k] = u[k] + v[k]; break;
           case BinaryOp::Sub: for (int64_t k = 0; k < n; ++k) w[k] = u[k] - v[k]; break;
           case BinaryOp::Mul: for (int64_t k = 0; k < n; ++k) w[k] = u[k] * v[k]; break;
+          case BinaryOp::Div: for (int64_t k = 0; k < n; ++k) w[k] = u[k] / v[k]; break;
         }
         write.finish(z + i, n);
         i += n;

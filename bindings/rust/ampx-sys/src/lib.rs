@@ -792,6 +792,7 @@ extern "C" {
     pub fn ampx_add(a: ampx_tensor, b: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
     pub fn ampx_sub(a: ampx_tensor, b: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
     pub fn ampx_mul(a: ampx_tensor, b: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_div(a: ampx_tensor, b: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
     pub fn ampx_affine(a: ampx_tensor, scale: c_double, shift: c_double, out: *mut ampx_tensor) -> ampx_status;
     pub fn ampx_relu(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
     pub fn ampx_gelu(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;

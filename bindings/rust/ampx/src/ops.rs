@@ -136,6 +136,9 @@ binary_ops! {
     sub => ampx_sub;
     /// `self * other` ("mul": promote), broadcasting as [`Tensor::add`].
     mul => ampx_mul;
+    /// `self / other` ("div": promote; IEEE division), broadcasting as
+    /// [`Tensor::add`].
+    div => ampx_div;
     /// Matrix product ("matmul": lower precision): `[M, K] x [K, N]` or
     /// batched `[B, M, K] x [B, K, N]`; accumulates in fp32.
     matmul => ampx_matmul;

@@ -112,6 +112,7 @@ fn every_op_computes() {
     assert_eq!(v(a.add(&row).unwrap()), vec![11.0, 18.0, 13.0, 16.0]);
     assert_eq!(v(a.sub(&b).unwrap()), vec![0.5, -2.5, 1.0, -6.0]);
     assert_eq!(v(a.mul(&b).unwrap()), vec![0.5, -1.0, 6.0, -8.0]);
+    assert_eq!(v(a.div(&b).unwrap()), vec![2.0, -4.0, 1.5, -2.0]);
     assert_eq!(v(a.affine(2.0, 1.0).unwrap()), vec![3.0, -3.0, 7.0, -7.0]);
     assert_eq!(v(a.relu().unwrap()), vec![1.0, 0.0, 3.0, 0.0]);
     assert!(close(&v(a.gelu().unwrap()), &[0.8413447, -0.04550026, 2.9959502, -0.00012668], 1e-5));
