@@ -131,6 +131,28 @@ struct Trainer {
   }
 };
 
+// One step of `trainer` captured on `stream` and instantiated; a failure in
+// the step or the capture stops the test case with its message.
+struct CapturedStep {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CapturedStep(Trainer& trainer, cudaStream_t stream) {
+    REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    const ampx_status captured = trainer.step();
+    const std::string capture_error = captured == AMPX_OK ? "" : last_error();
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    REQUIRE_MESSAGE(captured == AMPX_OK, capture_error);
+    REQUIRE_MESSAGE(ended == cudaSuccess, cudaGetErrorString(ended));
+    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  }
+  ~CapturedStep() {
+    if (exec) CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
+    if (graph) CHECK(cudaGraphDestroy(graph) == cudaSuccess);
+  }
+  CapturedStep(const CapturedStep&) = delete;
+  CapturedStep& operator=(const CapturedStep&) = delete;
+};
+
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -152,15 +174,7 @@ TEST_CASE("cuda graph: a whole training step replays from a graph, an overflow s
     }
     API_OK(ampx_context_synchronize(graphed.ctx));
 
-    REQUIRE(cudaStreamBeginCapture(graph_stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-    const ampx_status captured = graphed.step();
-    const std::string capture_error = captured == AMPX_OK ? "" : last_error();
-    cudaGraph_t graph = nullptr;
-    const cudaError_t ended = cudaStreamEndCapture(graph_stream, &graph);
-    REQUIRE_MESSAGE(captured == AMPX_OK, capture_error);
-    REQUIRE_MESSAGE(ended == cudaSuccess, cudaGetErrorString(ended));
-    cudaGraphExec_t exec = nullptr;
-    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    const CapturedStep captured(graphed, graph_stream);
 
     // Steps 1..5; step 3's batch overflows.
     std::vector<float> after_step2;
@@ -169,7 +183,7 @@ TEST_CASE("cuda graph: a whole training step replays from a graph, an overflow s
       direct.load_batch(k, overflow);
       API_OK(direct.step());
       graphed.load_batch(k, overflow);
-      REQUIRE(cudaGraphLaunch(exec, graph_stream) == cudaSuccess);
+      REQUIRE(cudaGraphLaunch(captured.exec, graph_stream) == cudaSuccess);
       if (k == 2) after_step2 = graphed.weights();
       if (k == 3) {
         CAPTURE(k);
@@ -198,8 +212,6 @@ TEST_CASE("cuda graph: a whole training step replays from a graph, an overflow s
     API_OK(ampx_optimizer_param_steps(graphed.opt, graphed.params[0], &steps));
     CHECK(steps == 5);
 
-    CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
-    CHECK(cudaGraphDestroy(graph) == cudaSuccess);
   }
   CHECK(cudaStreamDestroy(direct_stream) == cudaSuccess);
   CHECK(cudaStreamDestroy(graph_stream) == cudaSuccess);
@@ -236,15 +248,7 @@ TEST_CASE("cuda graph: a replayed step follows its learning-rate schedule; a ski
     ++taken;
     API_OK(ampx_context_synchronize(graphed.ctx));
 
-    REQUIRE(cudaStreamBeginCapture(graph_stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-    const ampx_status captured = graphed.step();
-    const std::string capture_error = captured == AMPX_OK ? "" : last_error();
-    cudaGraph_t graph = nullptr;
-    const cudaError_t ended = cudaStreamEndCapture(graph_stream, &graph);
-    REQUIRE_MESSAGE(captured == AMPX_OK, capture_error);
-    REQUIRE_MESSAGE(ended == cudaSuccess, cudaGetErrorString(ended));
-    cudaGraphExec_t exec = nullptr;
-    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    const CapturedStep captured(graphed, graph_stream);
 
     // Steps 1..7 (through warm-up, the decay and past total_steps); step 3
     // overflows and is skipped.
@@ -255,7 +259,7 @@ TEST_CASE("cuda graph: a replayed step follows its learning-rate schedule; a ski
       API_OK(direct.step());
       if (!overflow) ++taken;
       graphed.load_batch(k, overflow);
-      REQUIRE(cudaGraphLaunch(exec, graph_stream) == cudaSuccess);
+      REQUIRE(cudaGraphLaunch(captured.exec, graph_stream) == cudaSuccess);
       CAPTURE(k);
       CHECK(same_bits(graphed.weights(), direct.weights()));
     }
@@ -263,8 +267,6 @@ TEST_CASE("cuda graph: a replayed step follows its learning-rate schedule; a ski
     API_OK(ampx_optimizer_step_count(graphed.opt, &steps));
     CHECK(steps == taken);
     CHECK(steps == 7);
-    CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
-    CHECK(cudaGraphDestroy(graph) == cudaSuccess);
   }
   CHECK(cudaStreamDestroy(direct_stream) == cudaSuccess);
   CHECK(cudaStreamDestroy(graph_stream) == cudaSuccess);
