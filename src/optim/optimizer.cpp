@@ -274,7 +274,6 @@ int32_t FusedOptimizer::add_group(const std::vector<DeviceTensor*>& params, doub
     backend.fill(static_cast<float*>(wd_new->data()) + group, 4, float_bits_of(weight_decay), 1);
     fill_schedule(static_cast<int64_t*>(schedules_new->data()) + kScheduleWords * group,
                   math::constant_schedule(lr));
-    lr_host_.reserve(lr_host_.size() + 1);
     weight_decay_host_.reserve(weight_decay_host_.size() + 1);
     schedules_host_.reserve(schedules_host_.size() + 1);
     params_.reserve(params_.size() + made.size());
@@ -284,7 +283,6 @@ int32_t FusedOptimizer::add_group(const std::vector<DeviceTensor*>& params, doub
     steps_ = std::move(steps_new);
     schedules_ = std::move(schedules_new);
   }
-  lr_host_.push_back(lr);
   weight_decay_host_.push_back(weight_decay);
   schedules_host_.push_back(math::constant_schedule(lr));
   for (Param& p : made) params_.push_back(std::move(p));
@@ -327,9 +325,7 @@ void FusedOptimizer::keep_pieces(const std::vector<Piece>& pieces) {
 void FusedOptimizer::set_lr(int32_t group, double lr) {
   check_group(group);
   check_float_rate(lr, "lr");
-  const auto g = static_cast<size_t>(group);
-  lr_host_[g] = lr;
-  schedules_host_[g].base_lr = lr;
+  schedules_host_[static_cast<size_t>(group)].base_lr = lr;
   write_lr(group);
   uint64_t base_bits;
   std::memcpy(&base_bits, &lr, sizeof base_bits);
@@ -337,7 +333,7 @@ void FusedOptimizer::set_lr(int32_t group, double lr) {
 }
 
 double FusedOptimizer::lr(int32_t group) const {
-  return lr_host_[static_cast<size_t>(check_group(group))];
+  return schedules_host_[static_cast<size_t>(check_group(group))].base_lr;
 }
 
 int32_t FusedOptimizer::check_group(int32_t group) const {
@@ -350,15 +346,18 @@ int32_t FusedOptimizer::check_group(int32_t group) const {
 void FusedOptimizer::set_schedule(int32_t group, const math::LrSchedule& schedule) {
   check_group(group);
   math::LrSchedule s = schedule;
-  s.base_lr = lr_host_[static_cast<size_t>(group)];
+  s.base_lr = lr(group);
   validate_schedule(s);
   fill_schedule(schedule_words(group), s);
   // A group whose schedule became constant steps at its base rate again.
   write_lr(group);
   schedules_host_[static_cast<size_t>(group)] = s;
-  scheduled_ = false;
-  for (const math::LrSchedule& each : schedules_host_)
-    scheduled_ = scheduled_ || !math::is_constant(each);
+}
+
+bool FusedOptimizer::scheduled() const {
+  for (const math::LrSchedule& s : schedules_host_)
+    if (!math::is_constant(s)) return true;
+  return false;
 }
 
 const math::LrSchedule& FusedOptimizer::schedule(int32_t group) const {
@@ -430,7 +429,7 @@ void FusedOptimizer::step(const float* found_inf) {
     list.push_back(op);
   }
   flush_run(static_cast<int64_t>(params_.size()));
-  if (scheduled_)
+  if (scheduled())
     amp.lr_schedule(static_cast<const math::LrSchedule*>(schedules_->data()), group_count(),
                     static_cast<const int64_t*>(step_count_->data()),
                     static_cast<float*>(lr_->data()));
@@ -560,9 +559,9 @@ int64_t FusedOptimizer::param_steps(const DeviceTensor& param) {
 // ---- state save / load ----------------------------------------------------
 
 size_t FusedOptimizer::state_size_of(uint32_t version) const {
-  size_t bytes = sizeof(StateHeader) + sizeof(StateGroup) * lr_host_.size() +
+  size_t bytes = sizeof(StateHeader) + sizeof(StateGroup) * schedules_host_.size() +
                  sizeof(StateParam) * params_.size();
-  if (version >= 2) bytes += sizeof(int64_t) + sizeof(math::LrSchedule) * lr_host_.size();
+  if (version >= 2) bytes += sizeof(int64_t) + sizeof(math::LrSchedule) * schedules_host_.size();
   for (const Param& p : params_)
     bytes += static_cast<size_t>(p.param->numel()) * sizeof(float) *
              static_cast<size_t>(1 + state_count());
@@ -584,7 +583,7 @@ void FusedOptimizer::save_state(void* buffer, size_t bytes) {
   std::memcpy(header.magic, kStateMagic, sizeof kStateMagic);
   header.version = kStateVersion;
   header.kind = static_cast<uint32_t>(hyper_.kind);
-  header.group_count = static_cast<uint32_t>(lr_host_.size());
+  header.group_count = static_cast<uint32_t>(schedules_host_.size());
   header.param_count = static_cast<uint32_t>(params_.size());
   header.state_count = static_cast<uint32_t>(state_count());
   header.nesterov = hyper_.sgd.nesterov;
@@ -598,8 +597,8 @@ void FusedOptimizer::save_state(void* buffer, size_t bytes) {
   header.eps = hyper_.adam.eps;
   std::memcpy(out, &header, sizeof header);
   size_t at = sizeof header;
-  for (size_t g = 0; g < lr_host_.size(); ++g) {
-    StateGroup group{lr_host_[g], weight_decay_host_[g]};
+  for (size_t g = 0; g < schedules_host_.size(); ++g) {
+    StateGroup group{schedules_host_[g].base_lr, weight_decay_host_[g]};
     std::memcpy(out + at, &group, sizeof group);
     at += sizeof group;
   }
@@ -670,10 +669,10 @@ void FusedOptimizer::load_state(const void* buffer, size_t bytes) {
          header.decoupled_weight_decay ? "AdamW" : "Adam", " optimizer but this one is ",
          hyper_.adam.decoupled_weight_decay ? "AdamW" : "Adam",
          "; create an optimizer of the saved kind to load it");
-  if (header.group_count != lr_host_.size() || header.param_count != params_.size())
+  if (header.group_count != schedules_host_.size() || header.param_count != params_.size())
     fail(AMPX_ERR_CORRUPT, "the state has ", header.group_count, " group(s) and ",
-         header.param_count, " parameter(s) but the optimizer has ", lr_host_.size(), " and ",
-         params_.size());
+         header.param_count, " parameter(s) but the optimizer has ", schedules_host_.size(),
+         " and ", params_.size());
   if (header.state_count != static_cast<uint32_t>(state_count()))
     fail(AMPX_ERR_CORRUPT, "the state keeps ", header.state_count,
          " buffer(s) per parameter but this optimizer keeps ", state_count(),
@@ -682,7 +681,7 @@ void FusedOptimizer::load_state(const void* buffer, size_t bytes) {
   if (bytes != expected)
     fail(AMPX_ERR_CORRUPT, "the state is ", bytes, " bytes but ", expected, " were expected");
   size_t at = sizeof header;
-  std::vector<StateGroup> groups(lr_host_.size());
+  std::vector<StateGroup> groups(schedules_host_.size());
   for (StateGroup& g : groups) {
     std::memcpy(&g, in + at, sizeof g);
     at += sizeof g;
@@ -768,12 +767,9 @@ void FusedOptimizer::load_state(const void* buffer, size_t bytes) {
   // Everything is validated: apply.
   hyper_ = restored;
   Backend& backend = ctx_->backend();
-  scheduled_ = false;
   for (size_t g = 0; g < groups.size(); ++g) {
-    lr_host_[g] = groups[g].lr;
     weight_decay_host_[g] = groups[g].weight_decay;
     schedules_host_[g] = schedules[g];
-    scheduled_ = scheduled_ || !math::is_constant(schedules[g]);
     write_lr(static_cast<int32_t>(g));
     write_weight_decay(static_cast<int32_t>(g));
     write_schedule(static_cast<int32_t>(g));
@@ -797,8 +793,7 @@ void FusedOptimizer::load_state(const void* buffer, size_t bytes) {
 }
 
 void FusedOptimizer::write_lr(int32_t group) {
-  ctx_->backend().fill(static_cast<float*>(lr_->data()) + group, 4,
-                       float_bits_of(lr_host_[static_cast<size_t>(group)]), 1);
+  ctx_->backend().fill(static_cast<float*>(lr_->data()) + group, 4, float_bits_of(lr(group)), 1);
 }
 
 // Eight stream-ordered fills rather than a copy from the host, which would

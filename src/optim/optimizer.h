@@ -62,7 +62,7 @@ class FusedOptimizer : public Object {
   DeviceContext& context() const { return *ctx_; }
   const OptimizerHyper& hyper() const { return hyper_; }
   const std::vector<Param>& params() const { return params_; }
-  int32_t group_count() const { return static_cast<int32_t>(lr_host_.size()); }
+  int32_t group_count() const { return static_cast<int32_t>(schedules_host_.size()); }
 
   // A new param group (ORDER between an unscale/step and the update).
   int32_t add_group(const std::vector<DeviceTensor*>& params, double lr, double weight_decay);
@@ -169,15 +169,16 @@ class FusedOptimizer : public Object {
     return static_cast<int64_t*>(schedules_->data()) + kScheduleWords * group;
   }
   int32_t check_group(int32_t group) const;
+  // Some group's schedule is not constant: the step computes the rates.
+  bool scheduled() const;
   size_t state_size_of(uint32_t version) const;
 
   DeviceContext* ctx_;
   OptimizerHyper hyper_;
   std::vector<Param> params_;
-  std::vector<double> lr_host_;
   std::vector<double> weight_decay_host_;
+  // Per group; base_lr is the group's lr (as last set).
   std::vector<math::LrSchedule> schedules_host_;
-  bool scheduled_ = false;       // some group's schedule is not constant
   TensorRef lr_;                 // F32[groups] on the device
   TensorRef schedules_;          // math::LrSchedule[groups], as I64[8 * groups]
   TensorRef step_count_;         // I64[1]: steps taken

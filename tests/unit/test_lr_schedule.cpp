@@ -62,7 +62,16 @@ ampx_lr_schedule warmup_then(ampx_lr_decay decay, int64_t warmup, int64_t total)
 
 struct Optimizer {
   ampx_optimizer handle = nullptr;
+  Optimizer() = default;
+  // Plain SGD (no momentum or decay) over `param` at rate `lr`.
+  Optimizer(ampx_context ctx, ampx_tensor param, double lr) {
+    ampx_sgd_options sgd = AMPX_SGD_OPTIONS_INIT;
+    sgd.lr = lr;
+    API_OK(ampx_optimizer_create_sgd(ctx, &param, 1, &sgd, &handle));
+  }
   ~Optimizer() { ampx_optimizer_release(handle); }
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
   operator ampx_optimizer() const { return handle; }
 };
 
@@ -163,11 +172,8 @@ TEST_CASE("lr schedule: ampx_lr_schedule_value is each decay's closed form, warm
 TEST_CASE("lr schedule: each group steps with its own scheduled fp32 rate, on the device") {
   Ctx ctx;
   Model model(ctx, 3);
-  Optimizer opt;
-  ampx_sgd_options sgd = AMPX_SGD_OPTIONS_INIT;
-  sgd.lr = 0.01;
   ampx_tensor first = model.params[0];
-  API_OK(ampx_optimizer_create_sgd(ctx, &first, 1, &sgd, &opt.handle));
+  Optimizer opt(ctx, first, 0.01);
   ampx_tensor second = model.params[1], third = model.params[2];
   API_OK(ampx_optimizer_add_group(opt, &second, 1, 0.02, 0.0, nullptr));
   API_OK(ampx_optimizer_add_group(opt, &third, 1, 0.03, 0.0, nullptr));
@@ -214,11 +220,8 @@ TEST_CASE("lr schedule: each group steps with its own scheduled fp32 rate, on th
 TEST_CASE("lr schedule: a step the scaler skips leaves the schedule where it was") {
   Ctx ctx;
   Model model(ctx, 1);
-  Optimizer opt;
-  ampx_sgd_options sgd = AMPX_SGD_OPTIONS_INIT;
-  sgd.lr = 0.1;
   ampx_tensor p = model.params[0];
-  API_OK(ampx_optimizer_create_sgd(ctx, &p, 1, &sgd, &opt.handle));
+  Optimizer opt(ctx, p, 0.1);
   const ampx_lr_schedule linear = warmup_then(AMPX_LR_LINEAR, 3, 12);
   API_OK(ampx_optimizer_set_lr_schedule(opt, 0, &linear));
   ampx_scaler_options scaling = AMPX_SCALER_OPTIONS_INIT;
@@ -320,9 +323,7 @@ TEST_CASE("lr schedule: the step count and the schedules travel with the optimiz
 TEST_CASE("lr schedule: bad schedules are refused, naming the field, and change nothing") {
   Ctx ctx;
   Model model(ctx, 1);
-  Optimizer opt;
-  ampx_tensor p = model.params[0];
-  API_OK(ampx_optimizer_create_sgd(ctx, &p, 1, nullptr, &opt.handle));
+  Optimizer opt(ctx, model.params[0], 1e-3);
   const ampx_lr_schedule good = warmup_then(AMPX_LR_COSINE, 4, 20);
   API_OK(ampx_optimizer_set_lr_schedule(opt, 0, &good));
 
@@ -413,11 +414,8 @@ TEST_CASE("lr schedule: bad schedules are refused, naming the field, and change 
 TEST_CASE("lr schedule: a group added later follows the optimizer's count") {
   Ctx ctx;
   Model model(ctx, 2);
-  Optimizer opt;
   ampx_tensor p0 = model.params[0], p1 = model.params[1];
-  ampx_sgd_options sgd = AMPX_SGD_OPTIONS_INIT;
-  sgd.lr = 0.25;
-  API_OK(ampx_optimizer_create_sgd(ctx, &p0, 1, &sgd, &opt.handle));
+  Optimizer opt(ctx, p0, 0.25);
   const ampx_lr_schedule step = warmup_then(AMPX_LR_STEP, 0, 0);
   API_OK(ampx_optimizer_set_lr_schedule(opt, 0, &step));
   for (int k = 0; k < 9; ++k) API_OK(ampx_optimizer_step(opt));
