@@ -2338,7 +2338,7 @@ typedef struct ampx_lr_schedule {
   { sizeof(ampx_lr_schedule), 0, 0.0, AMPX_LR_CONSTANT, 0, 0.0, 0.0, 1, 0.1 }
 
 /** Default schedule (as AMPX_LR_SCHEDULE_INIT: the group's constant rate),
- *  for languages without macros. */
+ *  for languages without macros. Any thread. */
 AMPX_API ampx_lr_schedule ampx_lr_schedule_default(void);
 
 /** Gives `group` of `optimizer` the schedule `schedule` (NULL: the
@@ -2359,7 +2359,7 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_set_lr_schedule(ampx_optimize
 /** Writes `group`'s schedule into *out (out->struct_size set by the
  *  caller; fields beyond it are left alone). No device access.
  *  Errors: INVALID_ARGUMENT (NULL, a group out of range, struct_size too
- *  small), STALE_HANDLE. */
+ *  small), STALE_HANDLE. Thread rules: as every call on the optimizer. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_get_lr_schedule(ampx_optimizer optimizer,
                                                                    int32_t group,
                                                                    ampx_lr_schedule *out);
@@ -2367,7 +2367,7 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_get_lr_schedule(ampx_optimize
 /** *steps receives the number of steps `optimizer` has taken (skipped
  *  steps do not count): the position of its groups' schedules.
  *  Synchronizes with the device. Errors: INVALID_ARGUMENT (NULL),
- *  STALE_HANDLE, DEVICE. */
+ *  STALE_HANDLE, DEVICE. Thread rules: as every call on the optimizer. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_step_count(ampx_optimizer optimizer,
                                                               int64_t *steps);
 
