@@ -3,7 +3,8 @@
 // (math/lr_schedule.h), so that a step replayed from a CUDA graph uses the
 // rate of its own step and the host is not involved.
 //
-//   lr[g] = fp32(scheduled_lr(schedules[g], *step)) for g < groups
+//   lr[g] = fp32(scheduled_lr(schedules[g], *step)) for g < groups whose
+//   schedule is not constant (the others keep the rate the host wrote)
 //
 // Memory traffic: reads the 8-byte count and 64 bytes per group, writes 4
 // bytes per group; one thread per group (a handful), a few double
@@ -22,7 +23,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     lr_schedule_kernel(const math::LrSchedule* schedules, int32_t groups, const int64_t* step,
                        float* lr) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g < groups) lr[g] = math::scheduled_lr_f32(schedules[g], *step);
+  if (g < groups && !math::is_constant(schedules[g]))
+    lr[g] = math::scheduled_lr_f32(schedules[g], *step);
 }
 
 }  // namespace

@@ -40,12 +40,14 @@ struct LrSchedule {
 };
 static_assert(sizeof(LrSchedule) == 64, "LrSchedule is eight 8-byte words");
 
-// A schedule that is the group's lr at every step.
+// A schedule that is the group's lr at every step. The step leaves such a
+// group's rate as the host wrote it, so its base_lr on the device is never
+// read.
 inline LrSchedule constant_schedule(double base_lr) {
   return LrSchedule{base_lr, 0.0, 0.0, 0.0, 1.0, 0, 1, kLrConstant};
 }
 
-inline bool is_constant(const LrSchedule& s) {
+AMPX_HD bool is_constant(const LrSchedule& s) {
   return s.decay == kLrConstant && s.warmup_steps == 0;
 }
 

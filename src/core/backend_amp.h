@@ -92,8 +92,9 @@ class AmpPrimitives : public BackendCapability {
   // nullptr: always).
   void increment_steps(int64_t* steps, int64_t count, const float* found_inf);
 
-  // lr[g] = math::scheduled_lr_f32(schedules[g], *step) for g < groups (all
-  // three pointers device memory).
+  // lr[g] = math::scheduled_lr_f32(schedules[g], *step) for g < groups whose
+  // schedule is not constant; the others keep their rate (all three
+  // pointers device memory).
   void lr_schedule(const math::LrSchedule* schedules, int32_t groups, const int64_t* step,
                    float* lr);
 

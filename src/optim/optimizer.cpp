@@ -325,8 +325,13 @@ void FusedOptimizer::keep_pieces(const std::vector<Piece>& pieces) {
 void FusedOptimizer::set_lr(int32_t group, double lr) {
   check_group(group);
   check_float_rate(lr, "lr");
-  schedules_host_[static_cast<size_t>(group)].base_lr = lr;
+  math::LrSchedule& schedule = schedules_host_[static_cast<size_t>(group)];
+  schedule.base_lr = lr;
   write_lr(group);
+  // The device reads a record only while it is not constant (set_schedule
+  // writes it whole): a program that sets the rate itself every step pays
+  // for one fill, as before schedules.
+  if (math::is_constant(schedule)) return;
   uint64_t base_bits;
   std::memcpy(&base_bits, &lr, sizeof base_bits);
   ctx_->backend().fill(schedule_words(group), 8, base_bits, 1);  // LrSchedule::base_lr

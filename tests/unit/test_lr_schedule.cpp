@@ -203,12 +203,20 @@ TEST_CASE("lr schedule: each group steps with its own scheduled fp32 rate, on th
   double lr = 0;
   API_OK(ampx_optimizer_get_lr(opt, 0, &lr));
   CHECK(lr == 0.01);  // the base, as set
+  // A constant group takes a new rate beside scheduled ones.
+  API_OK(ampx_optimizer_set_lr(opt, 2, 0.0625));
+  API_OK(ampx_optimizer_step(opt));
+  want[2] -= 0.0625f;
+  want[1] -= static_cast<float>(reference_lr(step, 0.02, 150));
+  want[0] -= static_cast<float>(reference_lr(cosine, 0.01, 150));
+  CHECK(model.value(2) == want[2]);
+  CHECK(model.value(1) == want[1]);
 
   // set_lr changes the base the schedule scales; a constant schedule again
   // gives the group its base rate.
   API_OK(ampx_optimizer_set_lr(opt, 0, 0.5));
   API_OK(ampx_optimizer_step(opt));
-  want[0] -= static_cast<float>(reference_lr(cosine, 0.5, 150));
+  want[0] -= static_cast<float>(reference_lr(cosine, 0.5, 151));
   CHECK(model.value(0) == want[0]);
   API_OK(ampx_optimizer_set_lr_schedule(opt, 0, nullptr));
   API_OK(ampx_optimizer_step(opt));

@@ -279,7 +279,8 @@ void increment_steps(int64_t* steps, int64_t count, const float* found_inf) {
 
 void lr_schedule(const math::LrSchedule* schedules, int32_t groups, const int64_t* step,
                  float* lr) {
-  for (int32_t g = 0; g < groups; ++g) lr[g] = math::scheduled_lr_f32(schedules[g], *step);
+  for (int32_t g = 0; g < groups; ++g)
+    if (!math::is_constant(schedules[g])) lr[g] = math::scheduled_lr_f32(schedules[g], *step);
 }
 
 void sgd_step(ThreadPool& pool, const std::vector<OptimParam>& params,
