@@ -1416,6 +1416,51 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_concat(const ampx_tensor *tensors, size
 AMPX_NODISCARD AMPX_API ampx_status ampx_bce_with_logits(ampx_tensor logits, ampx_tensor targets,
                                           ampx_reduction reduction, ampx_tensor *out);
 
+/** Options of ampx_scaled_dot_product_attention; fields are only appended. */
+typedef struct ampx_attention_options {
+  size_t struct_size; /**< sizeof(ampx_attention_options) */
+  int32_t causal;     /**< non-zero: query i attends to keys j <= i only
+                           (torch's is_causal, aligned at the top left) */
+  double scale;       /**< score scale; 0 selects 1 / sqrt(head_dim) */
+  double dropout_p;   /**< probability of zeroing each attention weight,
+                           in [0, 1); applied whenever > 0, as torch */
+} ampx_attention_options;
+
+#define AMPX_ATTENTION_OPTIONS_INIT { sizeof(ampx_attention_options), 0, 0.0, 0.0 }
+
+/** Default options (same as AMPX_ATTENTION_OPTIONS_INIT): not causal,
+ *  scale 1 / sqrt(head_dim), no dropout. Thread-safe. */
+AMPX_API ampx_attention_options ampx_attention_options_default(void);
+
+/** Scaled dot-product attention ("scaled_dot_product_attention": lower
+ *  precision), torch.nn.functional.scaled_dot_product_attention's math:
+ *  q [B, H, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] give out
+ *  [B, H, Tq, Dv] = softmax(scale * q k^T + mask) v, row by row. Hkv must
+ *  divide H: query head h uses key/value head h / (H / Hkv) (grouped-query
+ *  attention, torch's enable_gqa). `mask` (NULL: none) is added to the
+ *  scores: any floating type, 2 to 4 dimensions broadcasting to
+ *  [B, H, Tq, Tk] (e.g. [Tq, Tk], [B, 1, 1, Tk]); use -inf to exclude a key.
+ *  A row whose every key is excluded gives zeros (and a zero gradient),
+ *  where torch's math gives NaN. Dropout (options->dropout_p > 0) zeroes
+ *  each weight with that probability and scales the others by 1 / (1 - p);
+ *  weight (b, h, i, j) is dropped exactly when ampx_dropout, drawing next on
+ *  this context, would drop element (b, h, i, j) of a [B, H, Tq, Tk]
+ *  tensor, and it counts as one dropout call.
+ *  Softmax statistics and accumulations are fp32; no Tq x Tk matrix is
+ *  stored, forward or backward (the backward pass recomputes the weights
+ *  from the log-sum-exp the forward keeps, B * H * Tq floats). Gradients
+ *  flow to q, k and v; the mask is a constant. D and Dv are at most 256.
+ *  options NULL: ampx_attention_options_default().
+ *  Errors: SHAPE (not 4-D, an extent 0 -- T = 0 included --, batch, kv_len or
+ *  head_dim that disagree, Hkv not dividing H, D or Dv over 256, a mask that
+ *  does not broadcast), DTYPE (not floating, q, k and v of different types
+ *  outside autocast), DEVICE, INVALID_ARGUMENT (struct_size too small,
+ *  dropout_p outside [0, 1), a scale that is not finite, both a mask and
+ *  causal: fold the causal part into the mask). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaled_dot_product_attention(
+    ampx_tensor q, ampx_tensor k, ampx_tensor v, ampx_tensor mask,
+    const ampx_attention_options *options, ampx_tensor *out);
+
 /* ========================================================================== */
 /* 12. Training checkpoint files (EXPERIMENTAL)                               */
 /* ========================================================================== */

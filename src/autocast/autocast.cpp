@@ -25,6 +25,7 @@ const std::unordered_map<std::string, OpClass>& op_table() {
       {"exp", OpClass::Fp32},              {"log", OpClass::Fp32},
       {"rsqrt", OpClass::Fp32},            {"sqrt", OpClass::Keep},
       {"div", OpClass::Promote},
+      {"scaled_dot_product_attention", OpClass::LowerPrecision},
   };
   return table;
 }

@@ -39,6 +39,9 @@ DeviceTensor* op_reshape(DeviceTensor& x, int32_t ndim, const int64_t* dims);
 DeviceTensor* op_transpose(DeviceTensor& x, int32_t dim0, int32_t dim1);
 DeviceTensor* op_concat(const std::vector<DeviceTensor*>& tensors, int32_t dim);
 DeviceTensor* op_embedding(DeviceTensor& weight, DeviceTensor& indices);
+// attention.cpp; scale 0 selects 1 / sqrt(head_dim)
+DeviceTensor* op_attention(DeviceTensor& q, DeviceTensor& k, DeviceTensor& v, DeviceTensor* mask,
+                           bool causal, double scale, double dropout_p);
 // loss.cpp
 DeviceTensor* op_bce_with_logits(DeviceTensor& logits, DeviceTensor& targets, Reduction reduction);
 

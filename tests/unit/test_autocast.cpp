@@ -272,7 +272,8 @@ TEST_CASE("autocast: the default op classes are torch's, readable per op name") 
                          {"exp", AMPX_OP_FP32},
                          {"log", AMPX_OP_FP32},
                          {"rsqrt", AMPX_OP_FP32},
-                         {"sqrt", AMPX_OP_KEEP}};
+                         {"sqrt", AMPX_OP_KEEP},
+                         {"scaled_dot_product_attention", AMPX_OP_LOWER_PRECISION}};
   for (const Entry& e : table) {
     ampx_op_class c = AMPX_OP_CLASS_MAX_ENUM;
     REQUIRE_MESSAGE(ampx_autocast_op_class(p, e.name, &c) == AMPX_OK, last_error());

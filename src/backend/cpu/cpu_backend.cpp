@@ -240,6 +240,25 @@ class CpuGradStats final : public GradStatsPrimitives {
   ThreadPool& pool_;
 };
 
+class CpuAttention final : public AttentionPrimitives {
+ public:
+  explicit CpuAttention(ThreadPool& pool) : pool_(pool) {}
+
+ protected:
+  void run_forward(const AttentionShape& shape, const void* q, const void* k, const void* v,
+                   DType type, void* out, float* lse) override {
+    cpu::attention_forward(pool_, shape, q, k, v, type, out, lse);
+  }
+  void run_backward(const AttentionShape& shape, const void* q, const void* k, const void* v,
+                    const void* out, const void* dout, const float* lse, DType type, void* dq,
+                    void* dk, void* dv) override {
+    cpu::attention_backward(pool_, shape, q, k, v, out, dout, lse, type, dq, dk, dv);
+  }
+
+ private:
+  ThreadPool& pool_;
+};
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads)
@@ -248,11 +267,13 @@ class CpuBackend final : public Backend {
         amp_(pool_),
         nn_(pool_),
         gemm_(pool_),
-        grad_stats_(pool_) {
+        grad_stats_(pool_),
+        attention_(pool_) {
     provide(amp_);
     provide(nn_);
     provide(gemm_);
     provide(grad_stats_);
+    provide(attention_);
   }
 
   std::unique_ptr<Allocator> make_default_allocator() override {
@@ -325,6 +346,7 @@ class CpuBackend final : public Backend {
   CpuNn nn_;
   CpuGemm gemm_;
   CpuGradStats grad_stats_;
+  CpuAttention attention_;
 };
 
 }  // namespace

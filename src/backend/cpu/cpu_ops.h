@@ -3,10 +3,12 @@
 // per family: cpu_elementwise.cpp (binary, affine, add_into, sums),
 // cpu_nn.cpp (activations, softmax, cross-entropy), cpu_gemm.cpp (GEMM),
 // cpu_norm.cpp (layer and batch norm), cpu_shape.cpp (strided copies,
-// gathers, scatter-adds), cpu_random.cpp (dropout), cpu_loss.cpp (BCE).
+// gathers, scatter-adds), cpu_random.cpp (dropout), cpu_loss.cpp (BCE),
+// cpu_attention.cpp (scaled dot-product attention).
 #pragma once
 
 #include "backend/cpu/thread_pool.h"
+#include "core/backend_attention.h"
 #include "core/backend_gemm.h"
 #include "core/backend_nn.h"
 
@@ -58,6 +60,11 @@ void scatter_add_rows(ThreadPool& pool, const void* src, DType src_type, int64_t
                       int64_t dst_rows);
 void check_indices(const void* indices, DType type, int64_t count, const IndexCheck& check,
                    float* valid, int64_t* record);
+void attention_forward(ThreadPool& pool, const AttentionShape& shape, const void* q, const void* k,
+                       const void* v, DType type, void* out, float* lse);
+void attention_backward(ThreadPool& pool, const AttentionShape& shape, const void* q,
+                        const void* k, const void* v, const void* out, const void* dout,
+                        const float* lse, DType type, void* dq, void* dk, void* dv);
 void copy_strided(ThreadPool& pool, void* dst, const void* src, size_t elem_size,
                   const StridedCopy& layout);
 void dropout(ThreadPool& pool, const void* x, void* y, DType type, int64_t count, uint64_t seed,

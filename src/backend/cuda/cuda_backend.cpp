@@ -10,8 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "attention_launch.cuh"
 #include "backend/cuda/cublaslt_gemm.h"
 #include "core/backend_amp.h"
+#include "core/backend_attention.h"
 #include "core/backend_gemm.h"
 #include "core/backend_grad_stats.h"
 #include "core/backend_nn.h"
@@ -513,6 +515,34 @@ class CudaGradStats final : public GradStatsPrimitives {
   std::shared_ptr<const CudaDevice> device_;
 };
 
+// Fused attention (kernels/attention_launch.cuh); the backward pass's
+// per-row dout . out comes from the stream-ordered pool.
+class CudaAttention final : public AttentionPrimitives {
+ public:
+  explicit CudaAttention(std::shared_ptr<const CudaDevice> device) : device_(std::move(device)) {}
+
+ protected:
+  void run_forward(const AttentionShape& shape, const void* q, const void* k, const void* v,
+                   DType type, void* out, float* lse) override {
+    use_device(device_->index);
+    check(cuda::launch_attention_forward(shape, q, k, v, type, out, lse, device_->launch),
+          "attention_forward kernel launch");
+  }
+  void run_backward(const AttentionShape& shape, const void* q, const void* k, const void* v,
+                    const void* out, const void* dout, const float* lse, DType type, void* dq,
+                    void* dk, void* dv) override {
+    use_device(device_->index);
+    const StreamScratch scratch(device_, cuda::attention_backward_scratch_bytes(shape),
+                                "attention_backward");
+    check(cuda::launch_attention_backward(shape, q, k, v, out, dout, lse, type, dq, dk, dv,
+                                          scratch.get(), device_->launch),
+          "attention_backward kernel launch");
+  }
+
+ private:
+  std::shared_ptr<const CudaDevice> device_;
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(std::shared_ptr<const CudaDevice> device)
@@ -523,11 +553,13 @@ class CudaBackend final : public Backend {
         amp_(device),
         nn_(device),
         gemm_(device),
-        grad_stats_(device) {
+        grad_stats_(device),
+        attention_(device) {
     provide(amp_);
     provide(nn_);
     provide(gemm_);
     provide(grad_stats_);
+    provide(attention_);
   }
 
   ~CudaBackend() override {
@@ -652,6 +684,7 @@ class CudaBackend final : public Backend {
   CudaNn nn_;
   CudaGemm gemm_;
   CudaGradStats grad_stats_;
+  CudaAttention attention_;
 };
 
 int device_attribute(cudaDeviceAttr attribute, int32_t device) {
