@@ -442,3 +442,28 @@ func TestDivExpLogSqrtRsqrt(t *testing.T) {
 		}
 	}
 }
+
+func TestScaledDotProductAttention(t *testing.T) {
+	ctx := must(NewContext(nil))(t)
+	defer ctx.Close()
+	// One head, two positions, one feature; scores q_i k_j at scale 1.
+	q := must(FromSlice(ctx, []float32{1, 2}, 1, 1, 2, 1))(t)
+	defer q.Close()
+	v := must(FromSlice(ctx, []float32{3, 5}, 1, 1, 2, 1))(t)
+	defer v.Close()
+	out := must(ScaledDotProductAttention(q, q, v, nil, AttentionOptions{Causal: true}))(t)
+	got := must(ToSlice[float32](out))(t)
+	out.Close()
+	p1 := 1 / (1 + math.Exp(-2)) // e^4 / (e^2 + e^4)
+	want := []float64{3, 3*(1-p1) + 5*p1}
+	for i := range want {
+		if math.Abs(float64(got[i])-want[i]) > 1e-6 {
+			t.Errorf("out[%d] = %v, want %v", i, got[i], want[i])
+		}
+	}
+	flat := must(FromSlice(ctx, []float32{1, 2}, 1, 2, 1))(t)
+	defer flat.Close()
+	if _, err := ScaledDotProductAttention(flat, flat, flat, nil, AttentionOptions{}); err == nil {
+		t.Error("a 3-D q was accepted")
+	}
+}

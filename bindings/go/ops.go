@@ -213,6 +213,29 @@ func Dropout(x *Tensor, p float64, training bool) (*Tensor, error) {
 	})
 }
 
+// AttentionOptions are the options of ScaledDotProductAttention; the zero
+// value is the default (not causal, scale 1/sqrt(D), no dropout).
+type AttentionOptions struct {
+	Causal   bool    // query i attends to keys j <= i only (torch's is_causal)
+	Scale    float64 // score scale; 0 selects 1/sqrt(head_dim)
+	DropoutP float64 // probability of dropping each attention weight, in [0, 1)
+}
+
+// ScaledDotProductAttention computes softmax(scale q k^T + mask) v for q
+// [B, H, Tq, D], k [B, Hkv, Tk, D] and v [B, Hkv, Tk, Dv], as torch's
+// scaled_dot_product_attention: Hkv divides H (grouped-query heads), mask
+// (nil: none) is additive and broadcasts to [B, H, Tq, Tk].
+func ScaledDotProductAttention(q, k, v, mask *Tensor, options AttentionOptions) (*Tensor, error) {
+	hq, hk, hv, hm := q.handle(), k.handle(), v.handle(), mask.handle()
+	o := C.ampx_attention_options_default()
+	o.causal = cbool(options.Causal)
+	o.scale = C.double(options.Scale)
+	o.dropout_p = C.double(options.DropoutP)
+	return op(q, func(out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_scaled_dot_product_attention(hq, hk, hv, hm, &o, out)
+	}, q, k, v, mask)
+}
+
 // Reshape returns x's elements with a new shape (one extent may be -1),
 // sharing x's memory.
 func Reshape(x *Tensor, shape ...int64) (*Tensor, error) {

@@ -42,8 +42,8 @@ from .errors import (ArgumentTypeError, CorruptError, DeviceError, DTypeError, E
                      OrderError, OutOfMemoryError, ShapeError, StaleHandleError, Status)
 from .ops import (add, affine, batch_norm, bce_with_logits, concat, cross_entropy, dropout,
                   div, embedding, exp, gelu, gelu_tanh, layer_norm, linear, log, log_softmax, matmul,
-                  mean, mse_loss, mul, relu, reshape, rsqrt, sigmoid, silu, softmax, sqrt, sub,
-                  sum, tanh, transpose)
+                  mean, mse_loss, mul, relu, reshape, rsqrt, scaled_dot_product_attention,
+                  sigmoid, silu, softmax, sqrt, sub, sum, tanh, transpose)
 from .optim import (SGD, Adam, AdamW, LRSchedule, NonfiniteGrad, Optimizer, clip_grad_norm_,
                     clip_grad_value_, find_nonfinite_grads)
 from .safetensors_file import (SafetensorsEntry, SafetensorsFile, load_safetensors,

@@ -131,6 +131,11 @@ class LrScheduleStruct(Structure):
                 ("gamma", c_double)]
 
 
+class AttentionOptions(Structure):
+    _fields_ = [("struct_size", c_size_t), ("causal", c_int32), ("scale", c_double),
+                ("dropout_p", c_double)]
+
+
 class ScalerOptions(Structure):
     _fields_ = [("struct_size", c_size_t), ("init_scale", c_double),
                 ("growth_factor", c_double), ("backoff_factor", c_double),
@@ -413,6 +418,9 @@ _PROTOTYPES = {
     "ampx_transpose": (_STATUS, [handle, c_int32, c_int32, handle_p]),
     "ampx_concat": (_STATUS, [handle_p, c_size_t, c_int32, handle_p]),
     "ampx_bce_with_logits": (_STATUS, [handle, handle, c_enum, handle_p]),
+    "ampx_attention_options_default": (AttentionOptions, []),
+    "ampx_scaled_dot_product_attention": (_STATUS, [handle, handle, handle, handle,
+                                                    POINTER(AttentionOptions), handle_p]),
     # 12. training checkpoint files
     "ampx_checkpoint_file_save": (_STATUS, [c_char_p, handle_p, c_size_t, handle, handle]),
     "ampx_checkpoint_file_load": (_STATUS, [c_char_p, handle_p, c_size_t, handle, handle]),

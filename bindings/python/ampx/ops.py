@@ -12,7 +12,7 @@ import ctypes
 
 from ._args import bool_arg, enum_arg, float_arg, int_arg, shape_arg
 from ._lib import lib
-from .errors import ArgumentTypeError
+from .errors import ArgumentTypeError, InvalidArgumentError
 from .tensor import Tensor, _int64_array, handle_array, handle_of
 from .types import Activation, Reduction
 
@@ -206,6 +206,30 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     """Inverted dropout with the context's deterministic random stream."""
     x = _tensor(x, "x")
     return _run(lib.ampx_dropout, x, x.handle, float_arg(p, "p"), bool_arg(training, "training"))
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale: float | None = None) -> Tensor:
+    """torch.nn.functional.scaled_dot_product_attention for [B, H, T, D] tensors.
+
+    ``k`` and ``v`` may have fewer heads than ``q`` (grouped-query attention,
+    torch's ``enable_gqa=True``); ``attn_mask`` is additive (any floating type,
+    broadcasting to [B, H, Tq, Tk]); ``scale`` None is 1 / sqrt(D). Dropout
+    applies whenever ``dropout_p`` > 0, as torch's; a row with every key
+    masked gives zeros. No Tq x Tk matrix is stored."""
+    q = _tensor(q, "q")
+    options = lib.ampx_attention_options_default()
+    options.causal = bool_arg(is_causal, "is_causal")
+    options.dropout_p = float_arg(dropout_p, "dropout_p")
+    if scale is not None:
+        options.scale = float_arg(scale, "scale")
+        if options.scale == 0.0:
+            raise InvalidArgumentError("scale is 0; ampx reads 0 as the default 1 / sqrt(D), "
+                                       "so a zero scale cannot be asked for")
+    return _run(lib.ampx_scaled_dot_product_attention, q, q.handle, handle_of(k, "k"),
+                handle_of(v, "v"), handle_of(attn_mask, "attn_mask", optional=True),
+                ctypes.byref(options))
 
 
 def embedding(weight: Tensor, indices: Tensor) -> Tensor:

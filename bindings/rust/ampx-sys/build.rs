@@ -107,6 +107,7 @@ const STRUCTS: &[(&str, &[&str])] = &[
             "min_lr", "step_size", "gamma",
         ],
     ),
+    ("ampx_attention_options", &["struct_size", "causal", "scale", "dropout_p"]),
 ];
 
 fn main() {

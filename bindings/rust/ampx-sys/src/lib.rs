@@ -560,6 +560,16 @@ pub struct ampx_lr_schedule {
     pub gamma: c_double,
 }
 
+/// `ampx_attention_options`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_attention_options {
+    pub struct_size: usize,
+    pub causal: i32,
+    pub scale: c_double,
+    pub dropout_p: c_double,
+}
+
 // ---------------------------------------------------------------------------
 // The functions, in the header's order.
 // ---------------------------------------------------------------------------
@@ -861,6 +871,15 @@ extern "C" {
         logits: ampx_tensor,
         targets: ampx_tensor,
         reduction: ampx_reduction,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_attention_options_default() -> ampx_attention_options;
+    pub fn ampx_scaled_dot_product_attention(
+        q: ampx_tensor,
+        k: ampx_tensor,
+        v: ampx_tensor,
+        mask: ampx_tensor,
+        options: *const ampx_attention_options,
         out: *mut ampx_tensor,
     ) -> ampx_status;
 

@@ -50,6 +50,7 @@ fn rust_layout() -> Vec<(String, usize)> {
         ampx_doctor_finding { struct_size, code, cause, param, param_name, first_step, last_step, message }
         ampx_safetensors_entry { struct_size, name, dtype, dtype_name, ndim, shape, offset, nbytes }
         ampx_lr_schedule { struct_size, warmup_steps, warmup_start_factor, decay, total_steps, end_factor, min_lr, step_size, gamma }
+        ampx_attention_options { struct_size, causal, scale, dropout_p }
     }
     v
 }
@@ -126,6 +127,9 @@ fn layouts_match_hand_computed_lp64_values() {
     assert_eq!(size_of::<sys::ampx_safetensors_entry>(), 120);
     assert_eq!(offset_of!(sys::ampx_safetensors_entry, shape), 40);
     assert_eq!(offset_of!(sys::ampx_safetensors_entry, nbytes), 112);
+    assert_eq!(size_of::<sys::ampx_attention_options>(), 32);
+    assert_eq!(offset_of!(sys::ampx_attention_options, scale), 16);
+    assert_eq!(offset_of!(sys::ampx_attention_options, dropout_p), 24);
     // Enums are C ints; function pointers in Option are one pointer.
     assert_eq!(size_of::<sys::ampx_status>(), 4);
     assert_eq!(size_of::<sys::ampx_segment_fn>(), 8);
@@ -158,6 +162,9 @@ fn default_options_report_their_struct_size() {
         let doctor = sys::ampx_doctor_options_default();
         assert_eq!(doctor.struct_size, size_of::<sys::ampx_doctor_options>());
         assert_eq!((doctor.interval, doctor.history), (100, 4096));
+        let attention = sys::ampx_attention_options_default();
+        assert_eq!(attention.struct_size, size_of::<sys::ampx_attention_options>());
+        assert_eq!((attention.causal, attention.scale, attention.dropout_p), (0, 0.0, 0.0));
     }
 }
 

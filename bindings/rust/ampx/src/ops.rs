@@ -27,6 +27,19 @@ impl Reduction {
     }
 }
 
+/// Options of [`Tensor::scaled_dot_product_attention`]
+/// (`ampx_attention_options`). The default: not causal, scale 1 / sqrt(D),
+/// no dropout.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AttentionOptions {
+    /// Query i attends to keys j <= i only (torch's `is_causal`).
+    pub causal: bool,
+    /// The score scale; `None` is 1 / sqrt(head_dim).
+    pub scale: Option<f64>,
+    /// The probability of dropping each attention weight, in [0, 1).
+    pub dropout_p: f64,
+}
+
 /// Activations fused into [`Tensor::linear`] (`ampx_activation`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Activation {
@@ -246,6 +259,32 @@ impl Tensor {
     pub fn dropout(&self, p: f64, training: bool) -> Result<Tensor> {
         // SAFETY: live input.
         run_op(self, |out| unsafe { sys::ampx_dropout(self.as_raw(), p, training.into(), out) })
+    }
+
+    /// Scaled dot-product attention of this `q` `[B, H, Tq, D]` over `k`
+    /// `[B, Hkv, Tk, D]` and `v` `[B, Hkv, Tk, Dv]` ("scaled_dot_product_attention":
+    /// lower precision), as torch's: Hkv divides H (grouped-query heads),
+    /// `mask` is additive and broadcasts to `[B, H, Tq, Tk]`. A scale of
+    /// `Some(0.0)` is refused (the C API reads 0 as the default).
+    pub fn scaled_dot_product_attention(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+        options: &AttentionOptions,
+    ) -> Result<Tensor> {
+        if options.scale == Some(0.0) {
+            return Err(Error::new(Status::InvalidArgument, "scale is 0; ampx reads 0 as 1 / sqrt(D)"));
+        }
+        // SAFETY: no arguments; returns a struct by value.
+        let mut raw = unsafe { sys::ampx_attention_options_default() };
+        raw.causal = options.causal.into();
+        raw.scale = options.scale.unwrap_or(0.0);
+        raw.dropout_p = options.dropout_p;
+        // SAFETY: live inputs (or NULL); raw outlives the call.
+        run_op(self, |out| unsafe {
+            sys::ampx_scaled_dot_product_attention(self.as_raw(), k.as_raw(), v.as_raw(), opt(mask), &raw, out)
+        })
     }
 
     /// Rows of this table `[V, D]` at `indices` (I32 or I64) ("embedding": keep).

@@ -2,7 +2,7 @@
 //! mode and scopes, optimizers and their state, the scaler's state,
 //! autocast classes, DLPack and checkpoint files.
 use ampx::{
-    concat, Activation, AdamOptions, Autocast, AutocastOptions, Bf16, Context, ContextOptions, DType, Device, LrDecay,
+    concat, Activation, AdamOptions, AttentionOptions, Autocast, AutocastOptions, Bf16, Context, ContextOptions, DType, Device, LrDecay,
     LrSchedule, OpClass, Optimizer, Reduction, Scaler, ScalerOptions, SgdOptions, StateKind, Status, Tensor, F16,
 };
 
@@ -99,6 +99,27 @@ fn gradients_grad_mode_and_scopes() {
     assert_eq!(w.grad().unwrap().unwrap(), g);
     w.set_grad(None).unwrap();
     assert!(w.grad().unwrap().is_none());
+}
+
+#[test]
+fn attention_matches_a_hand_computed_softmax() {
+    let ctx = Context::new().unwrap();
+    // One head, two positions, one feature: scores q_i k_j with scale 1.
+    let q = Tensor::from_slice(&ctx, &[1, 1, 2, 1], &[1.0f32, 2.0]).unwrap();
+    let v = Tensor::from_slice(&ctx, &[1, 1, 2, 1], &[3.0f32, 5.0]).unwrap();
+    let causal = AttentionOptions { causal: true, ..Default::default() };
+    let out = q.scaled_dot_product_attention(&q, &v, None, &causal).unwrap().to_vec::<f32>().unwrap();
+    let p1 = 1.0 / (1.0 + (-2.0f32).exp()); // weight of key 1 for query 1: e^4 / (e^2 + e^4)
+    assert!(close(&out, &[3.0, 3.0 * (1.0 - p1) + 5.0 * p1], 1e-6), "{out:?}");
+    // An additive mask of -inf on key 1 gives query 1 only key 0.
+    let mask = Tensor::from_slice(&ctx, &[2, 2], &[0.0f32, f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY]).unwrap();
+    let masked = q.scaled_dot_product_attention(&q, &v, Some(&mask), &AttentionOptions::default()).unwrap();
+    assert_eq!(masked.to_vec::<f32>().unwrap(), vec![3.0, 3.0]);
+    let three = Tensor::from_slice(&ctx, &[1, 2, 1], &[1.0f32, 2.0]).unwrap();
+    let err = three.scaled_dot_product_attention(&three, &three, None, &causal).unwrap_err();
+    assert_eq!(err.status(), Status::Shape);
+    let zero = AttentionOptions { scale: Some(0.0), ..Default::default() };
+    assert_eq!(q.scaled_dot_product_attention(&q, &v, None, &zero).unwrap_err().status(), Status::InvalidArgument);
 }
 
 #[test]
