@@ -3,7 +3,7 @@
 //
 //   unary           y[i]  = Act::forward(x[i])          (math/activations.h)
 //   unary_backward  dx[i] = Act::backward(x[i], dy[i])
-//   binary          out[i] = a[i] op b[i % b_count]      (op: + - *)
+//   binary          out[i] = a[i] op b[i % b_count]      (op: + - * /, ==)
 //   affine          y[i]  = x[i] * scale + shift
 //   add_into        dst[i] = dst[i] + src[i]             (types may differ)
 //   scale_matrices  c[b * stride + e] = beta == 0 ? 0 : c[b * stride + e] * beta
@@ -72,8 +72,10 @@ __device__ __forceinline__ float apply(float a, float b) {
     return a - b;
   else if constexpr (Op == BinaryOp::Mul)
     return a * b;
-  else
+  else if constexpr (Op == BinaryOp::Div)
     return a / b;
+  else
+    return a == b ? 1.0f : 0.0f;
 }
 
 // Broadcast: b is one row, repeated. Its index advances with the element
@@ -240,6 +242,8 @@ cudaError_t launch_binary(BinaryOp op, const void* a, const void* b, void* out, 
         return launch_binary_op<D, BinaryOp::Mul>(a, b, out, count, b_count, launch);
       case BinaryOp::Div:
         return launch_binary_op<D, BinaryOp::Div>(a, b, out, count, b_count, launch);
+      case BinaryOp::Equal:
+        return launch_binary_op<D, BinaryOp::Equal>(a, b, out, count, b_count, launch);
     }
     return cudaErrorInvalidValue;
   });

@@ -1,5 +1,7 @@
 // layer_norm.cu -- layer normalisation of each row of a rows x cols matrix
-// (any floating type) and its gradients, as the CPU backend computes them
+// (any floating type) and its gradients, and RMS normalisation (not
+// centered: mean = 0 throughout, var the mean of squares, and no mean-of-g
+// term in dx), as the CPU backend computes them
 // (backend/cpu/cpu_norm.cpp): statistics and gradient sums in double around
 // the fp32 per-element math of kernels/math/norm.h.
 //
@@ -92,7 +94,7 @@ __device__ __forceinline__ float load_or(const Elem<D>* p, int64_t j, float fall
   return p ? math::load_float<D>(p[j]) : fallback;
 }
 
-template <int D, int G>
+template <int D, int G, bool Centered>
 __global__ void __launch_bounds__(kBlockThreads)
     layer_norm_kernel(const Elem<D>* x, const Elem<D>* weight, const Elem<D>* bias, int64_t rows,
                       int64_t cols, float eps, Elem<D>* y, float* mean, float* rstd) {
@@ -101,10 +103,13 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (int64_t r = group.first_row(); r < rows; r += group.row_step()) {
     const Elem<D>* in = x + r * cols;
     Elem<D>* out = y + r * cols;
-    double sum[1] = {0.0};
-    for (int64_t j = group.lane(); j < cols; j += G) sum[0] += math::load_float<D>(in[j]);
-    group_sum<G>(sum);
-    const double mean_d = sum[0] / n;
+    double mean_d = 0.0;
+    if constexpr (Centered) {
+      double sum[1] = {0.0};
+      for (int64_t j = group.lane(); j < cols; j += G) sum[0] += math::load_float<D>(in[j]);
+      group_sum<G>(sum);
+      mean_d = sum[0] / n;
+    }
     double squares[1] = {0.0};
     for (int64_t j = group.lane(); j < cols; j += G) {
       const double d = math::load_float<D>(in[j]) - mean_d;
@@ -125,7 +130,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-template <int D, int G>
+template <int D, int G, bool Centered>
 __global__ void __launch_bounds__(kBlockThreads)
     layer_norm_dx_kernel(const Elem<D>* x, const Elem<D>* dy, const Elem<D>* weight, int64_t rows,
                          int64_t cols, const float* mean, const float* rstd, Elem<D>* dx) {
@@ -144,7 +149,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       sums[1] += static_cast<double>(g) * xhat;
     }
     group_sum<G>(sums);
-    const auto mean_g = static_cast<float>(sums[0] / n);
+    const auto mean_g = Centered ? static_cast<float>(sums[0] / n) : 0.0f;
     const auto mean_g_xhat = static_cast<float>(sums[1] / n);
     for (int64_t j = group.lane(); j < cols; j += G) {
       const float g = math::load_float<D>(dy_row[j]) * load_or<D>(weight, j, 1.0f);
@@ -256,14 +261,15 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 cudaError_t launch_layer_norm(const void* x, const void* weight, const void* bias, DType type,
                               int64_t rows, int64_t cols, float eps, void* y, float* mean,
-                              float* rstd, const LaunchConfig& launch) {
+                              float* rstd, bool centered, const LaunchConfig& launch) {
   // cols == 0 runs: like the CPU, each row's statistics are then 0 / 0.
   if (rows <= 0 || cols < 0) return cudaSuccess;
   return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     return with_row_group(cols, [&](auto group) {
       constexpr int G = decltype(group)::value;
-      return enqueue(layer_norm_kernel<D, G>, row_blocks<G>(rows, launch), launch,
+      const auto kernel = centered ? layer_norm_kernel<D, G, true> : layer_norm_kernel<D, G, false>;
+      return enqueue(kernel, row_blocks<G>(rows, launch), launch,
                      static_cast<const Elem<D>*>(x), static_cast<const Elem<D>*>(weight),
                      static_cast<const Elem<D>*>(bias), rows, cols, eps, static_cast<Elem<D>*>(y),
                      mean, rstd);
@@ -280,7 +286,7 @@ size_t layer_norm_backward_scratch_bytes(int64_t rows, int64_t cols, const Launc
 cudaError_t launch_layer_norm_backward(const void* x, const void* dy, const void* weight,
                                        DType type, int64_t rows, int64_t cols, const float* mean,
                                        const float* rstd, void* dx, void* dweight, void* dbias,
-                                       void* scratch, const LaunchConfig& launch) {
+                                       bool centered, void* scratch, const LaunchConfig& launch) {
   if (rows < 0 || cols <= 0) return cudaSuccess;
   return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
@@ -305,7 +311,9 @@ cudaError_t launch_layer_norm_backward(const void* x, const void* dy, const void
     if (!dx || rows == 0) return cudaSuccess;
     return with_row_group(cols, [&](auto group) {
       constexpr int G = decltype(group)::value;
-      return enqueue(layer_norm_dx_kernel<D, G>, row_blocks<G>(rows, launch), launch, in, grad_out,
+      const auto kernel =
+          centered ? layer_norm_dx_kernel<D, G, true> : layer_norm_dx_kernel<D, G, false>;
+      return enqueue(kernel, row_blocks<G>(rows, launch), launch, in, grad_out,
                      static_cast<const Elem<D>*>(weight), rows, cols, mean, rstd,
                      static_cast<Elem<D>*>(dx));
     });

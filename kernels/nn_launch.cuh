@@ -31,12 +31,12 @@ namespace cuda {
 
 cudaError_t launch_layer_norm(const void* x, const void* weight, const void* bias, DType type,
                               int64_t rows, int64_t cols, float eps, void* y, float* mean,
-                              float* rstd, const LaunchConfig& launch);
+                              float* rstd, bool centered, const LaunchConfig& launch);
 size_t layer_norm_backward_scratch_bytes(int64_t rows, int64_t cols, const LaunchConfig& launch);
 cudaError_t launch_layer_norm_backward(const void* x, const void* dy, const void* weight,
                                        DType type, int64_t rows, int64_t cols, const float* mean,
                                        const float* rstd, void* dx, void* dweight, void* dbias,
-                                       void* scratch, const LaunchConfig& launch);
+                                       bool centered, void* scratch, const LaunchConfig& launch);
 
 size_t batch_norm_stats_scratch_bytes(int64_t n, int64_t channels, int64_t inner,
                                       const LaunchConfig& launch);

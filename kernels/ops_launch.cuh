@@ -1,6 +1,7 @@
 // ops_launch.cuh -- host-side launchers of the primitives of the ops
 // (Backend::unary to cross_entropy_backward, and the k == 0 case of gemm):
-// kernels/elementwise.cu, reduce.cu, softmax.cu and cross_entropy.cu.
+// kernels/elementwise.cu, broadcast.cu, reduce.cu, softmax.cu and
+// cross_entropy.cu.
 //
 // Plain C++ declarations, so the CUDA backend, which the host compiler
 // builds, can include them. As for the other launchers, each one only
@@ -32,6 +33,11 @@ cudaError_t launch_unary_backward(UnaryOp op, const void* x, const void* dy, voi
 // b_count must divide count (the backend checks it).
 cudaError_t launch_binary(BinaryOp op, const void* a, const void* b, void* out, DType type,
                           int64_t count, int64_t b_count, const LaunchConfig& launch);
+cudaError_t launch_binary_broadcast(BinaryOp op, const void* a, const void* b, void* out,
+                                    DType type, const BroadcastLayout& layout,
+                                    const LaunchConfig& launch);
+cudaError_t launch_reduce_dims(DimReduce op, const void* x, DType type, const ReduceLayout& layout,
+                               void* out, DType out_type, const LaunchConfig& launch);
 cudaError_t launch_affine(const void* x, void* y, DType type, int64_t count, float scale,
                           float shift, const LaunchConfig& launch);
 cudaError_t launch_add_into(void* dst, DType dst_type, const void* src, DType src_type,

@@ -467,3 +467,35 @@ func TestScaledDotProductAttention(t *testing.T) {
 		t.Error("a 3-D q was accepted")
 	}
 }
+
+func TestBlockOps(t *testing.T) {
+	ctx := must(NewContext(nil))(t)
+	defer ctx.Close()
+	col := must(FromSlice(ctx, []float32{1, 2}, 2, 1))(t)
+	defer col.Close()
+	row := must(FromSlice(ctx, []float32{10, 20, 30}, 3))(t)
+	defer row.Close()
+	grid := must(Add(col, row))(t)
+	defer grid.Close()
+	check := func(name string, x *Tensor, want string) {
+		t.Helper()
+		if got := fmt.Sprint(must(ToSlice[float32](x))(t)); got != want {
+			t.Errorf("%s = %s, want %s", name, got, want)
+		}
+		x.Close()
+	}
+	check("col + row", must(Add(col, row))(t), "[11 21 31 12 22 32]")
+	check("sum over 0", must(SumDims(grid, []int32{0}, false))(t), "[23 43 63]")
+	check("amax", must(Amax(grid, nil, false))(t), "[32]")
+	check("mean over -1", must(MeanDims(grid, []int32{-1}, true))(t), "[21 22]")
+	check("permute", must(Permute(grid, 1, 0))(t), "[11 12 21 22 31 32]")
+	check("rms_norm", must(RMSNorm(col, nil, 0))(t), "[1 1]")
+	sm := must(SoftmaxDim(grid, 0))(t)
+	if v := must(ToSlice[float32](sm))(t); math.Abs(float64(v[0])-0.26894143) > 1e-6 {
+		t.Errorf("softmax over 0 = %v", v)
+	}
+	sm.Close()
+	if _, err := Permute(grid, 0, 0); err == nil {
+		t.Error("a repeated dimension was accepted")
+	}
+}

@@ -3,6 +3,8 @@ package ampx
 // #include <ampx/ampx.h>
 import "C"
 
+import "unsafe"
+
 // Ops (section 11 of ampx.h). Each returns a new tensor on its inputs'
 // context: borrowed from the innermost scope when one is open, else owned.
 // Under an entered Autocast the op's precision class picks the compute
@@ -251,6 +253,74 @@ func Transpose(x *Tensor, dim0, dim1 int32) (*Tensor, error) {
 	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
 		return C.ampx_transpose(x, C.int32_t(dim0), C.int32_t(dim1), out)
 	})
+}
+
+// Permute returns a contiguous copy with the dimensions reordered: output
+// dimension k is dims[k] of x.
+func Permute(x *Tensor, dims ...int32) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
+		var p *C.int32_t
+		if len(dims) > 0 {
+			p = (*C.int32_t)(unsafe.Pointer(&dims[0]))
+		}
+		return C.ampx_permute(x, C.int32_t(len(dims)), p, out)
+	})
+}
+
+// SoftmaxDim returns the softmax over dimension dim.
+func SoftmaxDim(x *Tensor, dim int32) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_softmax_dim(x, C.int32_t(dim), out)
+	})
+}
+
+// LogSoftmaxDim returns the log-softmax over dimension dim.
+func LogSoftmaxDim(x *Tensor, dim int32) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_log_softmax_dim(x, C.int32_t(dim), out)
+	})
+}
+
+type reduceFunc func(C.ampx_tensor, *C.int32_t, C.int32_t, C.int32_t, *C.ampx_tensor) C.ampx_status
+
+func reduceDims(x *Tensor, dims []int32, keepdim bool, f reduceFunc) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
+		var p *C.int32_t
+		if len(dims) > 0 {
+			p = (*C.int32_t)(unsafe.Pointer(&dims[0]))
+		}
+		return f(x, p, C.int32_t(len(dims)), cbool(keepdim), out)
+	})
+}
+
+// SumDims returns the sum over dims (none: all) in x's dtype, as
+// torch.sum(x, dims, keepdim).
+func SumDims(x *Tensor, dims []int32, keepdim bool) (*Tensor, error) {
+	return reduceDims(x, dims, keepdim, func(x C.ampx_tensor, d *C.int32_t, n, k C.int32_t, out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_sum_dims(x, d, n, k, out)
+	})
+}
+
+// MeanDims returns the mean over dims (none: all), as torch.mean(x, dims, keepdim).
+func MeanDims(x *Tensor, dims []int32, keepdim bool) (*Tensor, error) {
+	return reduceDims(x, dims, keepdim, func(x C.ampx_tensor, d *C.int32_t, n, k C.int32_t, out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_mean_dims(x, d, n, k, out)
+	})
+}
+
+// Amax returns the maximum over dims (none: all), as torch.amax(x, dims, keepdim).
+func Amax(x *Tensor, dims []int32, keepdim bool) (*Tensor, error) {
+	return reduceDims(x, dims, keepdim, func(x C.ampx_tensor, d *C.int32_t, n, k C.int32_t, out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_amax(x, d, n, k, out)
+	})
+}
+
+// RMSNorm normalises over the last dimension as torch's rms_norm; weight may be nil.
+func RMSNorm(x, weight *Tensor, eps float64) (*Tensor, error) {
+	hx, hw := x.handle(), weight.handle()
+	return op(x, func(out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_rms_norm(hx, hw, C.double(eps), out)
+	}, x, weight)
 }
 
 // Concat joins tensors along dim.

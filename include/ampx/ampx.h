@@ -1212,9 +1212,14 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_cache_stats(ampx_autocast auto
 
 /** @{ */
 /** Element-wise a + b, a - b, a * b, a / b ("add", "sub", "mul", "div":
- *  promote; division is IEEE's: x / 0 is +-inf, 0 / 0 NaN). `b` may also be
- *  a row vector matching a's last dimension, broadcast over the other
- *  dimensions. */
+ *  promote; division is IEEE's: x / 0 is +-inf, 0 / 0 NaN), with NumPy's
+ *  (and torch's) broadcasting: the shapes are aligned at the right, missing
+ *  dimensions count as 1, and each pair of extents must be equal or one of
+ *  them 1; the output has the larger extent of each pair (a [T, T] mask
+ *  over [B, H, T, T] scores, a [T, D] table over [B, T, D], a scalar, a
+ *  column [N, 1]). Each operand's gradient is summed over the dimensions it
+ *  was broadcast along.
+ *  Errors: SHAPE (shapes that do not broadcast), DTYPE, DEVICE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_add(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
 AMPX_NODISCARD AMPX_API ampx_status ampx_sub(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
 AMPX_NODISCARD AMPX_API ampx_status ampx_mul(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
@@ -1266,6 +1271,38 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_mean(ampx_tensor x, ampx_tensor *out);
  *  "log_softmax": fp32). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_softmax(ampx_tensor x, ampx_tensor *out);
 AMPX_NODISCARD AMPX_API ampx_status ampx_log_softmax(ampx_tensor x, ampx_tensor *out);
+/** @} */
+
+/** @{ */
+/** Softmax / log-softmax over dimension `dim` (negative counts from the
+ *  end), as torch.softmax(x, dim) ("softmax", "log_softmax": fp32).
+ *  Errors: INVALID_ARGUMENT (dim outside [-ndim, ndim); x a scalar), DTYPE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_softmax_dim(ampx_tensor x, int32_t dim, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_log_softmax_dim(ampx_tensor x, int32_t dim,
+                                                         ampx_tensor *out);
+/** @} */
+
+/** @{ */
+/** Sum, mean and maximum over the `ndims` dimensions listed in dims
+ *  (negative count from the end; ndims 0: every dimension), as
+ *  torch.sum / torch.mean / torch.amax(x, dim, keepdim): keepdim != 0
+ *  keeps them at extent 1, else they are removed. The output has x's dtype
+ *  after autocast ("sum": fp32, "mean": keep, "amax": keep); sums are
+ *  accumulated in double in a fixed order (the same bits on every run and
+ *  on every backend), a mean is that sum rounded to fp32 times
+ *  fp32(1 / count). Sums over no element are 0, means NaN. amax propagates
+ *  NaN; its gradient is shared evenly among the elements equal to the
+ *  maximum (torch.amax's rule).
+ *  Errors: INVALID_ARGUMENT (ndims outside 0..ndim, dims NULL with ndims >
+ *  0, a dim out of range or named twice), SHAPE (amax over an extent 0),
+ *  DTYPE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_sum_dims(ampx_tensor x, const int32_t *dims, int32_t ndims,
+                                                  int32_t keepdim, ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_mean_dims(ampx_tensor x, const int32_t *dims,
+                                                   int32_t ndims, int32_t keepdim,
+                                                   ampx_tensor *out);
+AMPX_NODISCARD AMPX_API ampx_status ampx_amax(ampx_tensor x, const int32_t *dims, int32_t ndims,
+                                              int32_t keepdim, ampx_tensor *out);
 /** @} */
 
 /** Loss reductions. */
@@ -1327,6 +1364,17 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_linear(ampx_tensor x, ampx_tensor weigh
  *  INVALID_ARGUMENT (eps negative or not finite). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_layer_norm(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
                                      double eps, ampx_tensor *out);
+
+/** RMS normalisation over the last dimension ("rms_norm": fp32), as
+ *  torch.nn.functional.rms_norm(x, (D,), weight, eps): y = x / sqrt(mean(x^2)
+ *  + eps) * weight, each row's mean of squares computed in fp32 whatever
+ *  x's type. x [..., D] (at least one dimension); weight [D] may be NULL
+ *  (no scale) and outside autocast shares x's dtype. Gradients flow to x
+ *  and weight.
+ *  Errors: SHAPE (x a scalar, weight not [D]), DTYPE, DEVICE,
+ *  INVALID_ARGUMENT (eps negative or not finite). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_rms_norm(ampx_tensor x, ampx_tensor weight, double eps,
+                                                  ampx_tensor *out);
 
 /** Batch normalisation of x [N, C] or [N, C, L] per channel
  *  ("batch_norm": keep): y = (x - mean[c]) / sqrt(var[c] + eps) *
@@ -1394,6 +1442,15 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_reshape(ampx_tensor x, int32_t ndim, co
  *  Errors: INVALID_ARGUMENT (a dim outside [-ndim, ndim)). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_transpose(ampx_tensor x, int32_t dim0, int32_t dim1,
                                     ampx_tensor *out);
+
+/** x with its dimensions reordered, copied into a new contiguous tensor
+ *  ("permute": keep), as torch.permute(x, dims).contiguous(): dimension k
+ *  of the output is dimension dims[k] of x; dims (ndim entries, negative
+ *  counting from the end) is a permutation of x's dimensions. Any dtype.
+ *  Errors: INVALID_ARGUMENT (ndim not x's, dims NULL, an entry out of range
+ *  or repeated). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_permute(ampx_tensor x, int32_t ndim, const int32_t *dims,
+                                                 ampx_tensor *out);
 
 /** Joins tensors[0..count-1] along `dim` ("concat": promote): their shapes
  *  agree except in dim (negative counts from the end), and the output's

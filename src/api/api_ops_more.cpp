@@ -1,5 +1,5 @@
-// api_ops_more.cpp -- the C entry points of the normalisation, dropout,
-// shape, embedding and BCE ops (section 11 of ampx.h).
+// api_ops_more.cpp -- the C entry points of the normalisation (layer, RMS,
+// batch), dropout, shape, embedding and BCE ops (section 11 of ampx.h).
 #include <string>
 #include <vector>
 
@@ -23,6 +23,13 @@ ampx_status ampx_layer_norm(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
   return run_op(__func__, out, [&] {
     return op_layer_norm(tensor_arg(x, "x"), optional_tensor(weight, "weight"),
                          optional_tensor(bias, "bias"), math::double_to_float(eps));
+  });
+}
+
+ampx_status ampx_rms_norm(ampx_tensor x, ampx_tensor weight, double eps, ampx_tensor* out) {
+  return run_op(__func__, out, [&] {
+    return op_rms_norm(tensor_arg(x, "x"), optional_tensor(weight, "weight"),
+                       math::double_to_float(eps));
   });
 }
 
@@ -53,6 +60,10 @@ ampx_status ampx_reshape(ampx_tensor x, int32_t ndim, const int64_t* shape, ampx
 
 ampx_status ampx_transpose(ampx_tensor x, int32_t dim0, int32_t dim1, ampx_tensor* out) {
   return run_op(__func__, out, [&] { return op_transpose(tensor_arg(x, "x"), dim0, dim1); });
+}
+
+ampx_status ampx_permute(ampx_tensor x, int32_t ndim, const int32_t* dims, ampx_tensor* out) {
+  return run_op(__func__, out, [&] { return op_permute(tensor_arg(x, "x"), ndim, dims); });
 }
 
 ampx_status ampx_concat(const ampx_tensor* tensors, size_t count, int32_t dim, ampx_tensor* out) {

@@ -26,6 +26,8 @@ const std::unordered_map<std::string, OpClass>& op_table() {
       {"rsqrt", OpClass::Fp32},            {"sqrt", OpClass::Keep},
       {"div", OpClass::Promote},
       {"scaled_dot_product_attention", OpClass::LowerPrecision},
+      {"rms_norm", OpClass::Fp32},         {"amax", OpClass::Keep},
+      {"permute", OpClass::Keep},
   };
   return table;
 }

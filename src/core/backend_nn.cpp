@@ -43,6 +43,27 @@ void NnPrimitives::binary(BinaryOp op, const void* a, const void* b, void* out, 
   run_binary(op, a, b, out, type, count, b_count);
 }
 
+void NnPrimitives::binary_broadcast(BinaryOp op, const void* a, const void* b, void* out,
+                                    DType type, const BroadcastLayout& layout) {
+  require_float("binary_broadcast", type);
+  if (layout.ndim < 1 || layout.ndim > AMPX_MAX_DIMS)
+    fail(AMPX_ERR_INTERNAL, "binary_broadcast: ", layout.ndim, " dimensions");
+  for (int32_t k = 0; k < layout.ndim; ++k)
+    if (layout.sizes[k] <= 0) fail(AMPX_ERR_INTERNAL, "binary_broadcast: extent ", layout.sizes[k]);
+  run_binary_broadcast(op, a, b, out, type, layout);
+}
+
+void NnPrimitives::reduce_dims(DimReduce op, const void* x, DType type, const ReduceLayout& layout,
+                               void* out, DType out_type) {
+  require_float("reduce_dims", type);
+  require_float("reduce_dims", out_type);
+  if (layout.ndim < 1 || layout.ndim > AMPX_MAX_DIMS || (layout.reduced >> layout.ndim) != 0)
+    fail(AMPX_ERR_INTERNAL, "reduce_dims: ", layout.ndim, " dimensions, mask ", layout.reduced);
+  for (int32_t k = 0; k < layout.ndim; ++k)
+    if (layout.sizes[k] <= 0) fail(AMPX_ERR_INTERNAL, "reduce_dims: extent ", layout.sizes[k]);
+  run_reduce_dims(op, x, type, layout, out, out_type);
+}
+
 void NnPrimitives::affine(const void* x, void* y, DType type, int64_t count, float scale,
                           float shift) {
   require_float("affine", type);
@@ -100,16 +121,18 @@ void NnPrimitives::cross_entropy_backward(const void* logits, DType type, const 
 
 void NnPrimitives::layer_norm(const void* x, const void* weight, const void* bias, DType type,
                               int64_t rows, int64_t cols, float eps, void* y, float* mean,
-                              float* rstd) {
+                              float* rstd, bool centered) {
   require_float("layer_norm", type);
-  run_layer_norm(x, weight, bias, type, rows, cols, eps, y, mean, rstd);
+  run_layer_norm(x, weight, bias, type, rows, cols, eps, y, mean, rstd, centered);
 }
 
 void NnPrimitives::layer_norm_backward(const void* x, const void* dy, const void* weight,
                                        DType type, int64_t rows, int64_t cols, const float* mean,
-                                       const float* rstd, void* dx, void* dweight, void* dbias) {
+                                       const float* rstd, void* dx, void* dweight, void* dbias,
+                                       bool centered) {
   require_float("layer_norm_backward", type);
-  run_layer_norm_backward(x, dy, weight, type, rows, cols, mean, rstd, dx, dweight, dbias);
+  run_layer_norm_backward(x, dy, weight, type, rows, cols, mean, rstd, dx, dweight, dbias,
+                          centered);
 }
 
 void NnPrimitives::batch_norm_stats(const void* x, DType type, int64_t n, int64_t channels,

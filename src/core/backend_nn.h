@@ -18,7 +18,9 @@ namespace ampx::impl {
 
 // Element-wise functions of the ops; their math is in kernels/math/activations.h.
 enum class UnaryOp { Relu, Gelu, GeluTanh, Silu, Sigmoid, Tanh, Exp, Log, Sqrt, Rsqrt };
-enum class BinaryOp { Add, Sub, Mul, Div };
+// Equal gives 1 where a == b and 0 elsewhere (NaN equals nothing): the
+// tie mask of amax's backward pass, never an op of its own.
+enum class BinaryOp { Add, Sub, Mul, Div, Equal };
 
 // Where a strided copy reads and writes: element (i_0, ..., i_{ndim-1}),
 // i_k < sizes[k], goes from src[sum i_k src_strides[k]] to dst[sum i_k
@@ -29,6 +31,29 @@ struct StridedCopy {
   int64_t sizes[AMPX_MAX_DIMS] = {};
   int64_t dst_strides[AMPX_MAX_DIMS] = {};
   int64_t src_strides[AMPX_MAX_DIMS] = {};
+};
+
+// An element-wise op over an output of `ndim` extents `sizes` (row-major,
+// contiguous): output element (i_0, ..., i_{ndim-1}) reads a at
+// sum i_k a_strides[k] and b at sum i_k b_strides[k] (strides in elements,
+// 0 along a dimension an operand is broadcast over). NumPy broadcasting.
+struct BroadcastLayout {
+  int32_t ndim = 0;
+  int64_t sizes[AMPX_MAX_DIMS] = {};
+  int64_t a_strides[AMPX_MAX_DIMS] = {};
+  int64_t b_strides[AMPX_MAX_DIMS] = {};
+};
+
+// Reductions over chosen dimensions of a contiguous x of `ndim` extents
+// `sizes`: output element j (row-major over the kept dimensions, in their
+// order) combines the x elements that agree with j on every kept
+// dimension, visited in row-major order over the reduced ones. Bit
+// `reduced` & (1 << k) marks dimension k as reduced.
+enum class DimReduce { Sum, Max };
+struct ReduceLayout {
+  int32_t ndim = 0;
+  int64_t sizes[AMPX_MAX_DIMS] = {};
+  uint32_t reduced = 0;
 };
 
 // The ops whose indices NnPrimitives::check_indices checks, named in a finding.
@@ -66,6 +91,15 @@ class NnPrimitives : public BackendCapability {
   // count: no broadcast). One floating type throughout.
   void binary(BinaryOp op, const void* a, const void* b, void* out, DType type, int64_t count,
               int64_t b_count);
+  // out = a op b with the broadcasting of `layout`; sizes > 0. One floating
+  // type throughout; out does not overlap a or b.
+  void binary_broadcast(BinaryOp op, const void* a, const void* b, void* out, DType type,
+                        const BroadcastLayout& layout);
+  // out = the sum (accumulated in double, in the layout's order) or the
+  // maximum (NaN if any element is NaN, as torch.amax) of x over the
+  // reduced dimensions; sizes > 0. x floating, out of any floating type.
+  void reduce_dims(DimReduce op, const void* x, DType type, const ReduceLayout& layout, void* out,
+                   DType out_type);
   // y = x * scale + shift.
   void affine(const void* x, void* y, DType type, int64_t count, float scale, float shift);
   // dst += src, element-wise; the floating types may differ.
@@ -92,15 +126,18 @@ class NnPrimitives : public BackendCapability {
   // Layer norm of each row of a rows x cols matrix: y = (x - mean) * rstd *
   // weight + bias, with the row's mean and rstd = 1 / sqrt(biased variance
   // + eps) also written to mean[rows] and rstd[rows]. weight and bias
-  // ([cols], of `type`) may each be nullptr (1 and 0).
+  // ([cols], of `type`) may each be nullptr (1 and 0). Not centered: RMS
+  // norm, the mean taken as 0 (mean[] holds zeros, rstd = 1 / sqrt(mean of
+  // squares + eps)).
   void layer_norm(const void* x, const void* weight, const void* bias, DType type, int64_t rows,
-                  int64_t cols, float eps, void* y, float* mean, float* rstd);
+                  int64_t cols, float eps, void* y, float* mean, float* rstd,
+                  bool centered = true);
   // Its gradients from the forward's x, mean and rstd: dx, and dweight and
   // dbias ([cols], sums over the rows), all of `type`; an output that is
   // nullptr is not computed.
   void layer_norm_backward(const void* x, const void* dy, const void* weight, DType type,
                            int64_t rows, int64_t cols, const float* mean, const float* rstd,
-                           void* dx, void* dweight, void* dbias);
+                           void* dx, void* dweight, void* dbias, bool centered = true);
   // Batch-norm statistics of x viewed as [n, channels, inner]: each
   // channel's mean and biased variance over its n * inner elements. When
   // running_mean and running_var are not nullptr they are updated as torch
@@ -164,6 +201,10 @@ class NnPrimitives : public BackendCapability {
                                   int64_t count) = 0;
   virtual void run_binary(BinaryOp op, const void* a, const void* b, void* out, DType type,
                           int64_t count, int64_t b_count) = 0;
+  virtual void run_binary_broadcast(BinaryOp op, const void* a, const void* b, void* out,
+                                    DType type, const BroadcastLayout& layout) = 0;
+  virtual void run_reduce_dims(DimReduce op, const void* x, DType type, const ReduceLayout& layout,
+                               void* out, DType out_type) = 0;
   virtual void run_affine(const void* x, void* y, DType type, int64_t count, float scale,
                           float shift) = 0;
   virtual void run_add_into(void* dst, DType dst_type, const void* src, DType src_type,
@@ -184,10 +225,11 @@ class NnPrimitives : public BackendCapability {
                                           void* dlogits) = 0;
   virtual void run_layer_norm(const void* x, const void* weight, const void* bias, DType type,
                               int64_t rows, int64_t cols, float eps, void* y, float* mean,
-                              float* rstd) = 0;
+                              float* rstd, bool centered) = 0;
   virtual void run_layer_norm_backward(const void* x, const void* dy, const void* weight,
                                        DType type, int64_t rows, int64_t cols, const float* mean,
-                                       const float* rstd, void* dx, void* dweight, void* dbias) = 0;
+                                       const float* rstd, void* dx, void* dweight, void* dbias,
+                                       bool centered) = 0;
   virtual void run_batch_norm_stats(const void* x, DType type, int64_t n, int64_t channels,
                                     int64_t inner, float momentum, float* mean, float* var,
                                     float* running_mean, float* running_var) = 0;

@@ -1,5 +1,9 @@
-// elementwise.cpp -- add/sub/mul/div with row broadcasting, affine, activations
-// and the element-wise functions (exp, log, sqrt, rsqrt).
+// elementwise.cpp -- add/sub/mul/div with NumPy broadcasting, affine,
+// activations and the element-wise functions (exp, log, sqrt, rsqrt).
+// Equal shapes and a row vector b take the backend's plain binary
+// primitive; other broadcasts its binary_broadcast, their gradients summed
+// back to each operand's shape (ops/broadcast.h).
+#include "ops/broadcast.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -12,6 +16,7 @@ const char* binary_name(BinaryOp op) {
     case BinaryOp::Sub: return "sub";
     case BinaryOp::Mul: return "mul";
     case BinaryOp::Div: return "div";
+    case BinaryOp::Equal: return "equal";
   }
   return "?";
 }
@@ -109,6 +114,61 @@ class BinaryNode final : public Node {
   }
 };
 
+// a op b for operands that broadcast to `out_shape` in general.
+class BroadcastBinaryNode final : public Node {
+ public:
+  BinaryOp op = BinaryOp::Add;
+  const char* name() const override { return binary_name(op); }
+  bool reads_input(size_t) const override { return op == BinaryOp::Mul || op == BinaryOp::Div; }
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& a = *inputs[0];
+    DeviceTensor& b = *inputs[1];
+    DeviceTensor& dy = *grads[0];
+    TensorRef da, db;
+    if (op == BinaryOp::Add || op == BinaryOp::Sub) {
+      if (a.requires_grad) da = sum_to_shape(ctx, name(), dy, a.shape);
+      if (b.requires_grad) {
+        db = sum_to_shape(ctx, name(), dy, b.shape);
+        if (op == BinaryOp::Sub) db = negated(ctx, *db);
+      }
+      return grad_list(std::move(da), std::move(db));
+    }
+    if (op == BinaryOp::Mul) {
+      if (a.requires_grad) da = sum_to_shape(ctx, name(), *combined(ctx, BinaryOp::Mul, dy, b), a.shape);
+      if (b.requires_grad) db = sum_to_shape(ctx, name(), *combined(ctx, BinaryOp::Mul, dy, a), b.shape);
+      return grad_list(std::move(da), std::move(db));
+    }
+    // Div: da = dy / b; db = -(dy / b) * a / b.
+    TensorRef quotient = combined(ctx, BinaryOp::Div, dy, b);
+    if (b.requires_grad) {
+      TensorRef t = combined(ctx, BinaryOp::Mul, *quotient, a);
+      t = combined(ctx, BinaryOp::Div, *t, b);
+      db = negated(ctx, *sum_to_shape(ctx, name(), *t, b.shape));
+    }
+    if (a.requires_grad) da = sum_to_shape(ctx, name(), *quotient, a.shape);
+    return grad_list(std::move(da), std::move(db));
+  }
+
+ private:
+  // full op operand, where full has the broadcast shape.
+  TensorRef combined(DeviceContext& ctx, BinaryOp with, DeviceTensor& full,
+                     const DeviceTensor& operand) const {
+    TensorRef out = new_tensor(ctx, full.dtype, full.shape);
+    if (out->numel() > 0)
+      nn_of(ctx, name())
+          .binary_broadcast(with, full.data(), operand.data(), out->data(), full.dtype,
+                            broadcast_layout(full.shape, full.shape, operand.shape));
+    return out;
+  }
+  TensorRef negated(DeviceContext& ctx, DeviceTensor& t) const {
+    TensorRef out = new_tensor(ctx, t.dtype, t.shape);
+    if (out->numel() > 0)
+      nn_of(ctx, name()).affine(t.data(), out->data(), t.dtype, t.numel(), -1.0f, 0.0f);
+    return out;
+  }
+};
+
 class AffineNode final : public Node {
  public:
   float scale = 1.0f;
@@ -144,13 +204,25 @@ DeviceTensor* op_binary(BinaryOp op, DeviceTensor& a_in, DeviceTensor& b_in) {
   check_same_context(a_in, b_in, "a", "b");
   check_floating(a_in, "a");
   check_floating(b_in, "b");
-  if (!(a_in.shape == b_in.shape) && !is_row_of(b_in, a_in))
-    fail(AMPX_ERR_SHAPE, "'a' is ", a_in.describe(), " and 'b' is ", b_in.describe(),
-         "; 'b' must have a's shape or be a row of a's last dimension");
+  const bool plain = a_in.shape == b_in.shape || is_row_of(b_in, a_in);
+  const Shape out_shape = plain ? a_in.shape : broadcast_shape(a_in, b_in, binary_name(op));
   DeviceContext& ctx = *a_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, binary_name(op), {&a_in, &b_in});
   DeviceTensor& a = *in[0];
   DeviceTensor& b = *in[1];
+  if (!plain) {
+    TensorRef out = new_tensor(ctx, a.dtype, out_shape);
+    if (out->numel() > 0)
+      nn_of(ctx, binary_name(op))
+          .binary_broadcast(op, a.data(), b.data(), out->data(), a.dtype,
+                            broadcast_layout(out_shape, a.shape, b.shape));
+    if (should_record(ctx, {&a, &b})) {
+      auto node = make_node<BroadcastBinaryNode>({&in[0], &in[1]});
+      node->op = op;
+      record(ctx, std::move(node), {out.get()});
+    }
+    return out.take();
+  }
   TensorRef out = new_tensor(ctx, a.dtype, a.shape);
   if (a.numel() > 0)
     nn_of(ctx, binary_name(op))

@@ -1,4 +1,4 @@
-// norm.cpp -- layer norm and batch norm. Statistics are F32 whatever the
+// norm.cpp -- layer norm, RMS norm and batch norm. Statistics are F32 whatever the
 // input type: layer norm is an fp32-class op (autocast lifts its inputs),
 // while batch norm keeps x's type and only its parameters, statistics and
 // running statistics are F32, as torch's batch norm under autocast.
@@ -28,8 +28,9 @@ void zero_fill(DeviceContext& ctx, DeviceTensor* t) {
 class LayerNormNode final : public Node {
  public:
   int64_t rows = 0, cols = 0;
+  bool centered = true;  // false: RMS norm
   TensorRef mean, rstd;  // F32 [rows]
-  const char* name() const override { return "layer_norm"; }
+  const char* name() const override { return centered ? "layer_norm" : "rms_norm"; }
   bool reads_input(size_t i) const override { return i < 2; }  // x and weight
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
@@ -45,7 +46,7 @@ class LayerNormNode final : public Node {
           .layer_norm_backward(x.data(), grads[0]->data(), w ? w->data() : nullptr, x.dtype, rows,
                                cols, static_cast<const float*>(mean->data()),
                                static_cast<const float*>(rstd->data()), dx ? dx->data() : nullptr,
-                               dw ? dw->data() : nullptr, db ? db->data() : nullptr);
+                               dw ? dw->data() : nullptr, db ? db->data() : nullptr, centered);
     } else {  // no rows: the parameters' gradients are empty sums
       zero_fill(ctx, dw.get());
       zero_fill(ctx, db.get());
@@ -100,11 +101,16 @@ void check_channel_tensor(const DeviceTensor& x, const DeviceTensor* t, int64_t 
 
 }  // namespace
 
-DeviceTensor* op_layer_norm(DeviceTensor& x_in, DeviceTensor* w_in, DeviceTensor* b_in, float eps) {
-  require_capabilities(*x_in.ctx, "layer_norm", Capability::Nn);
+namespace {
+
+// Layer norm (centered) or RMS norm of x's rows; bias only when centered.
+DeviceTensor* normalize_rows(DeviceTensor& x_in, DeviceTensor* w_in, DeviceTensor* b_in, float eps,
+                             bool centered) {
+  const char* op = centered ? "layer_norm" : "rms_norm";
+  require_capabilities(*x_in.ctx, op, Capability::Nn);
   check_floating(x_in, "x");
   if (x_in.shape.ndim < 1)
-    fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(), "; layer norm needs at least one dimension");
+    fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(), "; ", op, " needs at least one dimension");
   const int64_t cols = x_in.shape.dims[x_in.shape.ndim - 1];
   for (DeviceTensor* t : {w_in, b_in}) {
     if (!t) continue;
@@ -115,7 +121,7 @@ DeviceTensor* op_layer_norm(DeviceTensor& x_in, DeviceTensor* w_in, DeviceTensor
   }
   check_eps(eps);
   DeviceContext& ctx = *x_in.ctx;
-  std::vector<TensorRef> in = op_inputs(ctx, "layer_norm", {&x_in, w_in, b_in});
+  std::vector<TensorRef> in = op_inputs(ctx, op, {&x_in, w_in, b_in});
   DeviceTensor& x = *in[0];
   DeviceTensor* w = in[1].get();
   DeviceTensor* b = in[2].get();
@@ -129,18 +135,28 @@ DeviceTensor* op_layer_norm(DeviceTensor& x_in, DeviceTensor* w_in, DeviceTensor
   TensorRef mean = new_tensor(ctx, DType::F32, vector_shape(rows));
   TensorRef rstd = new_tensor(ctx, DType::F32, vector_shape(rows));
   if (out->numel() > 0)
-    nn_of(ctx, "layer_norm")
-        .layer_norm(x.data(), w ? w->data() : nullptr, b ? b->data() : nullptr, x.dtype, rows, cols,
-                    eps, out->data(), static_cast<float*>(mean->data()),
-                    static_cast<float*>(rstd->data()));
+    nn_of(ctx, op).layer_norm(x.data(), w ? w->data() : nullptr, b ? b->data() : nullptr, x.dtype,
+                              rows, cols, eps, out->data(), static_cast<float*>(mean->data()),
+                              static_cast<float*>(rstd->data()), centered);
   if (should_record(ctx, {&x, w, b})) {
     auto node = make_node<LayerNormNode>({&in[0], &in[1], &in[2]});
     node->rows = rows, node->cols = cols;
+    node->centered = centered;
     node->mean = std::move(mean);
     node->rstd = std::move(rstd);
     record(ctx, std::move(node), {out.get()});
   }
   return out.take();
+}
+
+}  // namespace
+
+DeviceTensor* op_layer_norm(DeviceTensor& x, DeviceTensor* weight, DeviceTensor* bias, float eps) {
+  return normalize_rows(x, weight, bias, eps, true);
+}
+
+DeviceTensor* op_rms_norm(DeviceTensor& x, DeviceTensor* weight, float eps) {
+  return normalize_rows(x, weight, nullptr, eps, false);
 }
 
 DeviceTensor* op_batch_norm(DeviceTensor& x_in, DeviceTensor* weight, DeviceTensor* bias,

@@ -14,12 +14,14 @@ namespace ampx::impl {
 
 enum class Reduction { Mean, Sum };
 enum class Activation { None, Relu, Gelu };
+enum class DimsReduction { Sum, Mean, Amax };
 
 DeviceTensor* op_binary(BinaryOp op, DeviceTensor& a, DeviceTensor& b);
 DeviceTensor* op_affine(DeviceTensor& x, float scale, float shift);
 DeviceTensor* op_unary(UnaryOp op, DeviceTensor& x);
 DeviceTensor* op_sum(DeviceTensor& x, bool mean);
 DeviceTensor* op_softmax(DeviceTensor& x, bool log);
+DeviceTensor* op_softmax_dim(DeviceTensor& x, int32_t dim, bool log);
 DeviceTensor* op_cross_entropy(DeviceTensor& logits, DeviceTensor& labels, Reduction reduction,
                                int64_t ignore_index);
 DeviceTensor* op_mse_loss(DeviceTensor& input, DeviceTensor& target, Reduction reduction);
@@ -29,6 +31,7 @@ DeviceTensor* op_linear(DeviceTensor& x, DeviceTensor& weight, DeviceTensor* bia
 
 // norm.cpp
 DeviceTensor* op_layer_norm(DeviceTensor& x, DeviceTensor* weight, DeviceTensor* bias, float eps);
+DeviceTensor* op_rms_norm(DeviceTensor& x, DeviceTensor* weight, float eps);
 DeviceTensor* op_batch_norm(DeviceTensor& x, DeviceTensor* weight, DeviceTensor* bias,
                             DeviceTensor* running_mean, DeviceTensor* running_var, bool training,
                             float momentum, float eps);
@@ -37,8 +40,12 @@ DeviceTensor* op_dropout(DeviceTensor& x, double p, bool training);
 // shape.cpp
 DeviceTensor* op_reshape(DeviceTensor& x, int32_t ndim, const int64_t* dims);
 DeviceTensor* op_transpose(DeviceTensor& x, int32_t dim0, int32_t dim1);
+DeviceTensor* op_permute(DeviceTensor& x, int32_t ndim, const int32_t* dims);
 DeviceTensor* op_concat(const std::vector<DeviceTensor*>& tensors, int32_t dim);
 DeviceTensor* op_embedding(DeviceTensor& weight, DeviceTensor& indices);
+// reduce_dims.cpp: over the dimensions listed (ndims 0: all)
+DeviceTensor* op_reduce_dims(DeviceTensor& x, const int32_t* dims, int32_t ndims, bool keepdim,
+                             DimsReduction kind);
 // attention.cpp; scale 0 selects 1 / sqrt(head_dim)
 DeviceTensor* op_attention(DeviceTensor& q, DeviceTensor& k, DeviceTensor& v, DeviceTensor* mask,
                            bool causal, double scale, double dropout_p);

@@ -178,6 +178,20 @@ DeviceTensor* op_softmax(DeviceTensor& x_in, bool log) {
   return out.take();
 }
 
+DeviceTensor* op_softmax_dim(DeviceTensor& x, int32_t dim, bool log) {
+  const int32_t nd = x.shape.ndim;
+  const int32_t d = dim < 0 ? dim + nd : dim;
+  if (nd == 0 || d < 0 || d >= nd)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'dim' is ", dim, " but '", x.describe(), "' has ", nd,
+         " dimensions", nd ? "" : "; softmax needs at least one");
+  if (d == nd - 1) return op_softmax(x, log);
+  // The row primitive works on the last dimension: move `dim` there and
+  // back (each move a recorded transpose, so the gradient follows).
+  TensorRef moved(op_transpose(x, d, nd - 1));
+  TensorRef y(op_softmax(*moved, log));
+  return op_transpose(*y, d, nd - 1);
+}
+
 DeviceTensor* op_cross_entropy(DeviceTensor& logits_in, DeviceTensor& labels, Reduction reduction,
                                int64_t ignore_index) {
   require_capabilities(*logits_in.ctx, "cross_entropy", Capability::Nn, Capability::MultiTensorAmp);

@@ -82,6 +82,37 @@ class TransposeNode final : public Node {
   }
 };
 
+// Writes `src` permuted to `dst` (contiguous): output dimension k is
+// dimension order[k] of src.
+void permute_into(NnPrimitives& nn, const DeviceTensor& src, void* dst, const int32_t* order) {
+  int64_t src_strides[AMPX_MAX_DIMS];
+  contiguous_strides(src.shape, src_strides);
+  StridedCopy layout;
+  layout.ndim = src.shape.ndim;
+  Shape out;
+  out.ndim = src.shape.ndim;
+  for (int32_t k = 0; k < out.ndim; ++k) {
+    out.dims[k] = layout.sizes[k] = src.shape.dims[order[k]];
+    layout.src_strides[k] = src_strides[order[k]];
+  }
+  contiguous_strides(out, layout.dst_strides);
+  nn.copy_strided(dst, src.data(), dtype_size(src.dtype), layout);
+}
+
+class PermuteNode final : public Node {
+ public:
+  int32_t inverse[AMPX_MAX_DIMS] = {};  // the permutation that undoes the forward's
+  const char* name() const override { return "permute"; }
+  bool reads_input(size_t) const override { return false; }
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& x = *inputs[0];
+    TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
+    permute_into(nn_of(ctx, name()), *grads[0], dx->data(), inverse);
+    return grad_list(std::move(dx));
+  }
+};
+
 class ConcatNode final : public Node {
  public:
   int64_t outer = 0, inner = 0, total = 0;  // total: the output's extent along dim
@@ -213,6 +244,38 @@ DeviceTensor* op_transpose(DeviceTensor& x_in, int32_t dim0, int32_t dim1) {
   if (should_record(ctx, {&x})) {
     auto node = make_node<TransposeNode>({&in[0]});
     node->d0 = d0, node->d1 = d1;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+DeviceTensor* op_permute(DeviceTensor& x_in, int32_t ndim, const int32_t* dims) {
+  require_capabilities(*x_in.ctx, "permute", Capability::Nn);
+  const int32_t nd = x_in.shape.ndim;
+  if (ndim != nd || (nd > 0 && dims == nullptr))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'ndim' is ", ndim, " (dims ", dims ? "given" : "NULL",
+         ") but '", x_in.describe(), "' has ", nd, " dimensions; permute lists each once");
+  int32_t order[AMPX_MAX_DIMS] = {};
+  uint32_t seen = 0;
+  for (int32_t k = 0; k < nd; ++k) {
+    order[k] = dim_arg(dims[k], nd, "dims", x_in);
+    if (seen & (1u << order[k]))
+      fail(AMPX_ERR_INVALID_ARGUMENT, "dimension ", order[k], " is listed twice in dims");
+    seen |= 1u << order[k];
+  }
+  DeviceContext& ctx = *x_in.ctx;
+  std::vector<TensorRef> in = op_inputs(ctx, "permute", {&x_in});
+  DeviceTensor& x = *in[0];
+  Shape shape = x.shape;
+  for (int32_t k = 0; k < nd; ++k) shape.dims[k] = x.shape.dims[order[k]];
+  TensorRef out = new_tensor(ctx, x.dtype, shape);
+  if (nd > 0)
+    permute_into(nn_of(ctx, "permute"), x, out->data(), order);
+  else if (x.numel() > 0)
+    ctx.backend().copy(out->data(), x.data(), x.nbytes());
+  if (should_record(ctx, {&x})) {
+    auto node = make_node<PermuteNode>({&in[0]});
+    for (int32_t k = 0; k < nd; ++k) node->inverse[order[k]] = k;
     record(ctx, std::move(node), {out.get()});
   }
   return out.take();

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "training_fixture.h"
@@ -40,10 +41,14 @@ using Rng = ampx_fixture::Rng;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct Case {
+  Case(int64_t b, int64_t h, int64_t hkv, int64_t tq, int64_t tk, int64_t d, int64_t dv,
+       bool causal_ = false, Dims mask = {}, double scale_ = 0.0)
+      : batch(b), heads(h), kv_heads(hkv), q_len(tq), kv_len(tk), head_dim(d), value_dim(dv),
+        causal(causal_), mask_dims(std::move(mask)), scale(scale_) {}
   int64_t batch, heads, kv_heads, q_len, kv_len, head_dim, value_dim;
-  bool causal = false;
+  bool causal;
   Dims mask_dims;  // empty: no mask
-  double scale = 0.0;
+  double scale;
 };
 
 std::string describe(const Case& c) {

@@ -40,9 +40,10 @@ from .doctor import Doctor, DoctorFinding, DoctorOverview, DoctorParamStats, Doc
 from .errors import (ArgumentTypeError, CorruptError, DeviceError, DTypeError, Error, FileError,
                      InternalError, InvalidArgumentError, NoDeviceError, NotSupportedError,
                      OrderError, OutOfMemoryError, ShapeError, StaleHandleError, Status)
-from .ops import (add, affine, batch_norm, bce_with_logits, concat, cross_entropy, dropout,
+from .ops import (add, affine, amax, batch_norm, bce_with_logits, concat, cross_entropy, dropout,
                   div, embedding, exp, gelu, gelu_tanh, layer_norm, linear, log, log_softmax, matmul,
-                  mean, mse_loss, mul, relu, reshape, rsqrt, scaled_dot_product_attention,
+                  mean, mse_loss, mul, permute, relu, reshape, rms_norm, rsqrt,
+                  scaled_dot_product_attention,
                   sigmoid, silu, softmax, sqrt, sub, sum, tanh, transpose)
 from .optim import (SGD, Adam, AdamW, LRSchedule, NonfiniteGrad, Optimizer, clip_grad_norm_,
                     clip_grad_value_, find_nonfinite_grads)

@@ -117,24 +117,56 @@ def rsqrt(x: Tensor) -> Tensor:
     return _unary(lib.ampx_rsqrt, x)
 
 
-def sum(x: Tensor) -> Tensor:  # noqa: A001  (as torch.sum)
-    """The sum of all elements, a one-element tensor (computed in fp32)."""
-    return _unary(lib.ampx_sum, x)
+def _dims_arg(dim, what: str = "dim"):
+    """dim (an int or a sequence of ints) as a C int32 array and its length."""
+    dims = (dim,) if isinstance(dim, int) and not isinstance(dim, bool) else tuple(dim)
+    values = [int_arg(d, what) for d in dims]
+    return (ctypes.c_int32 * max(1, len(values)))(*values), len(values)
 
 
-def mean(x: Tensor) -> Tensor:
-    """The mean of all elements, a one-element tensor of x's dtype (accumulated in fp32)."""
-    return _unary(lib.ampx_mean, x)
+def _reduce_dims(function, x, dim, keepdim) -> Tensor:
+    x = _tensor(x, "x")
+    dims, count = _dims_arg(dim)
+    return _run(function, x, x.handle, dims, count, bool_arg(keepdim, "keepdim"))
 
 
-def softmax(x: Tensor) -> Tensor:
-    """Softmax over the last dimension."""
-    return _unary(lib.ampx_softmax, x)
+def sum(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001  (as torch.sum)
+    """The sum of all elements, a one-element F32 tensor (computed in fp32); with
+    ``dim`` (an int or a sequence), over those dimensions as torch.sum(x, dim,
+    keepdim), in x's dtype, accumulated in double."""
+    if dim is None:
+        return _unary(lib.ampx_sum, x)
+    return _reduce_dims(lib.ampx_sum_dims, x, dim, keepdim)
 
 
-def log_softmax(x: Tensor) -> Tensor:
-    """Log-softmax over the last dimension."""
-    return _unary(lib.ampx_log_softmax, x)
+def mean(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    """The mean of all elements, a one-element tensor of x's dtype (accumulated in fp32);
+    with ``dim``, over those dimensions as torch.mean(x, dim, keepdim)."""
+    if dim is None:
+        return _unary(lib.ampx_mean, x)
+    return _reduce_dims(lib.ampx_mean_dims, x, dim, keepdim)
+
+
+def amax(x: Tensor, dim=(), keepdim: bool = False) -> Tensor:
+    """torch.amax: the maximum over ``dim`` (an int or a sequence; () is every
+    dimension); the gradient is shared evenly among the maxima."""
+    return _reduce_dims(lib.ampx_amax, x, dim, keepdim)
+
+
+def softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """Softmax over dimension ``dim`` (the last by default)."""
+    x = _tensor(x, "x")
+    if dim == -1:
+        return _unary(lib.ampx_softmax, x)
+    return _run(lib.ampx_softmax_dim, x, x.handle, int_arg(dim, "dim"))
+
+
+def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """Log-softmax over dimension ``dim`` (the last by default)."""
+    x = _tensor(x, "x")
+    if dim == -1:
+        return _unary(lib.ampx_log_softmax, x)
+    return _run(lib.ampx_log_softmax_dim, x, x.handle, int_arg(dim, "dim"))
 
 
 def cross_entropy(logits: Tensor, labels: Tensor, reduction="mean",
@@ -183,6 +215,16 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
     x = _tensor(x, "x")
     return _run(lib.ampx_layer_norm, x, x.handle, handle_of(weight, "weight", optional=True),
                 handle_of(bias, "bias", optional=True), float_arg(eps, "eps"))
+
+
+def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
+    """torch.nn.functional.rms_norm over the last dimension (statistics in fp32);
+    eps None is the machine epsilon of x's dtype, as torch's."""
+    x = _tensor(x, "x")
+    if eps is None:
+        eps = {"f32": 2.0 ** -23, "f16": 2.0 ** -10, "bf16": 2.0 ** -7}[str(x.dtype)]
+    return _run(lib.ampx_rms_norm, x, x.handle, handle_of(weight, "weight", optional=True),
+                float_arg(eps, "eps"))
 
 
 def batch_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
@@ -249,6 +291,14 @@ def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
     """A contiguous copy with dimensions ``dim0`` and ``dim1`` exchanged."""
     x = _tensor(x, "x")
     return _run(lib.ampx_transpose, x, x.handle, int_arg(dim0, "dim0"), int_arg(dim1, "dim1"))
+
+
+def permute(x: Tensor, dims) -> Tensor:
+    """A contiguous copy with the dimensions reordered: output dimension k is
+    ``dims[k]`` of x (torch.permute(x, dims).contiguous())."""
+    x = _tensor(x, "x")
+    array, count = _dims_arg(dims, "dims")
+    return _run(lib.ampx_permute, x, x.handle, count, array)
 
 
 def concat(tensors, dim: int = 0) -> Tensor:

@@ -112,6 +112,14 @@ class CpuNn final : public NnPrimitives {
                   int64_t b_count) override {
     cpu::binary(pool_, op, a, b, out, type, count, b_count);
   }
+  void run_binary_broadcast(BinaryOp op, const void* a, const void* b, void* out, DType type,
+                            const BroadcastLayout& layout) override {
+    cpu::binary_broadcast(pool_, op, a, b, out, type, layout);
+  }
+  void run_reduce_dims(DimReduce op, const void* x, DType type, const ReduceLayout& layout,
+                       void* out, DType out_type) override {
+    cpu::reduce_dims(pool_, op, x, type, layout, out, out_type);
+  }
   void run_affine(const void* x, void* y, DType type, int64_t count, float scale,
                   float shift) override {
     cpu::affine(pool_, x, y, type, count, scale, shift);
@@ -147,14 +155,15 @@ class CpuNn final : public NnPrimitives {
                                 dloss, scale, dlogits);
   }
   void run_layer_norm(const void* x, const void* weight, const void* bias, DType type, int64_t rows,
-                      int64_t cols, float eps, void* y, float* mean, float* rstd) override {
-    cpu::layer_norm(pool_, x, weight, bias, type, rows, cols, eps, y, mean, rstd);
+                      int64_t cols, float eps, void* y, float* mean, float* rstd,
+                      bool centered) override {
+    cpu::layer_norm(pool_, x, weight, bias, type, rows, cols, eps, y, mean, rstd, centered);
   }
   void run_layer_norm_backward(const void* x, const void* dy, const void* weight, DType type,
                                int64_t rows, int64_t cols, const float* mean, const float* rstd,
-                               void* dx, void* dweight, void* dbias) override {
+                               void* dx, void* dweight, void* dbias, bool centered) override {
     cpu::layer_norm_backward(pool_, x, dy, weight, type, rows, cols, mean, rstd, dx, dweight,
-                             dbias);
+                             dbias, centered);
   }
   void run_batch_norm_stats(const void* x, DType type, int64_t n, int64_t channels, int64_t inner,
                             float momentum, float* mean, float* var, float* running_mean,

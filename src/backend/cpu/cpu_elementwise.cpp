@@ -50,6 +50,9 @@ void binary(ThreadPool& pool, BinaryOp op, const void* a, const void* b, void* o
           case BinaryOp::Sub: for (int64_t k = 0; k < n; ++k) w[k] = u[k] - v[k]; break;
           case BinaryOp::Mul: for (int64_t k = 0; k < n; ++k) w[k] = u[k] * v[k]; break;
           case BinaryOp::Div: for (int64_t k = 0; k < n; ++k) w[k] = u[k] / v[k]; break;
+          case BinaryOp::Equal:
+            for (int64_t k = 0; k < n; ++k) w[k] = u[k] == v[k] ? 1.0f : 0.0f;
+            break;
         }
         write.finish(z + i, n);
         i += n;

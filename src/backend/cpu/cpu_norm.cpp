@@ -52,7 +52,8 @@ struct ChannelIndex {
 }  // namespace
 
 void layer_norm(ThreadPool& pool, const void* x, const void* weight, const void* bias, DType type,
-                int64_t rows, int64_t cols, float eps, void* y, float* mean, float* rstd) {
+                int64_t rows, int64_t cols, float eps, void* y, float* mean, float* rstd,
+                bool centered) {
   visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
@@ -63,8 +64,16 @@ void layer_norm(ThreadPool& pool, const void* x, const void* weight, const void*
       for (int64_t r = begin; r < end; ++r) {
         const Elem<D>* row = in + r * cols;
         double var = 0.0;
-        const float m = static_cast<float>(mean_and_var<D>(
-            cols, [](int64_t j) { return j; }, row, &var));
+        float m = 0.0f;
+        if (centered) {
+          m = static_cast<float>(mean_and_var<D>(cols, [](int64_t j) { return j; }, row, &var));
+        } else {
+          for (int64_t j = 0; j < cols; ++j) {
+            const double v = math::load_float<D>(row[j]);
+            var += v * v;
+          }
+          var /= static_cast<double>(cols);
+        }
         const float rs = math::inv_std(static_cast<float>(var), eps);
         mean[r] = m;
         rstd[r] = rs;
@@ -80,7 +89,7 @@ void layer_norm(ThreadPool& pool, const void* x, const void* weight, const void*
 
 void layer_norm_backward(ThreadPool& pool, const void* x, const void* dy, const void* weight,
                          DType type, int64_t rows, int64_t cols, const float* mean,
-                         const float* rstd, void* dx, void* dweight, void* dbias) {
+                         const float* rstd, void* dx, void* dweight, void* dbias, bool centered) {
   visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
@@ -101,7 +110,7 @@ void layer_norm_backward(ThreadPool& pool, const void* x, const void* dy, const 
             sum_g_xhat += static_cast<double>(g) * xhat_at(r, j);
           }
           const auto n = static_cast<double>(cols);
-          const auto mean_g = static_cast<float>(sum_g / n);
+          const auto mean_g = centered ? static_cast<float>(sum_g / n) : 0.0f;
           const auto mean_g_xhat = static_cast<float>(sum_g_xhat / n);
           for (int64_t j = 0; j < cols; ++j) {
             const float g = math::load_float<D>(dy_row[j]) * load_or<D>(w, j, 1.0f);

@@ -4,7 +4,8 @@
 // cpu_nn.cpp (activations, softmax, cross-entropy), cpu_gemm.cpp (GEMM),
 // cpu_norm.cpp (layer and batch norm), cpu_shape.cpp (strided copies,
 // gathers, scatter-adds), cpu_random.cpp (dropout), cpu_loss.cpp (BCE),
-// cpu_attention.cpp (scaled dot-product attention).
+// cpu_attention.cpp (scaled dot-product attention), cpu_broadcast.cpp
+// (broadcasting binary ops, reductions over chosen dimensions).
 #pragma once
 
 #include "backend/cpu/thread_pool.h"
@@ -20,6 +21,10 @@ void unary_backward(ThreadPool& pool, UnaryOp op, const void* x, const void* dy,
                     DType type, int64_t count);
 void binary(ThreadPool& pool, BinaryOp op, const void* a, const void* b, void* out, DType type,
             int64_t count, int64_t b_count);
+void binary_broadcast(ThreadPool& pool, BinaryOp op, const void* a, const void* b, void* out,
+                      DType type, const BroadcastLayout& layout);
+void reduce_dims(ThreadPool& pool, DimReduce op, const void* x, DType type,
+                 const ReduceLayout& layout, void* out, DType out_type);
 void affine(ThreadPool& pool, const void* x, void* y, DType type, int64_t count, float scale,
             float shift);
 void add_into(ThreadPool& pool, void* dst, DType dst_type, const void* src, DType src_type,
@@ -39,10 +44,11 @@ void cross_entropy_backward(ThreadPool& pool, const void* logits, DType type, co
                             const float* dloss, float scale, void* dlogits);
 void gemm(ThreadPool& pool, const GemmArgs& args);
 void layer_norm(ThreadPool& pool, const void* x, const void* weight, const void* bias, DType type,
-                int64_t rows, int64_t cols, float eps, void* y, float* mean, float* rstd);
+                int64_t rows, int64_t cols, float eps, void* y, float* mean, float* rstd,
+                bool centered);
 void layer_norm_backward(ThreadPool& pool, const void* x, const void* dy, const void* weight,
                          DType type, int64_t rows, int64_t cols, const float* mean,
-                         const float* rstd, void* dx, void* dweight, void* dbias);
+                         const float* rstd, void* dx, void* dweight, void* dbias, bool centered);
 void batch_norm_stats(ThreadPool& pool, const void* x, DType type, int64_t n, int64_t channels,
                       int64_t inner, float momentum, float* mean, float* var, float* running_mean,
                       float* running_var);

@@ -284,6 +284,20 @@ class CudaNn final : public NnPrimitives {
           "binary kernel launch");
   }
 
+  void run_binary_broadcast(BinaryOp op, const void* a, const void* b, void* out, DType type,
+                            const BroadcastLayout& layout) override {
+    use_device(device_->index);
+    check(cuda::launch_binary_broadcast(op, a, b, out, type, layout, device_->launch),
+          "binary_broadcast kernel launch");
+  }
+
+  void run_reduce_dims(DimReduce op, const void* x, DType type, const ReduceLayout& layout,
+                       void* out, DType out_type) override {
+    use_device(device_->index);
+    check(cuda::launch_reduce_dims(op, x, type, layout, out, out_type, device_->launch),
+          "reduce_dims kernel launch");
+  }
+
   void run_affine(const void* x, void* y, DType type, int64_t count, float scale,
                   float shift) override {
     use_device(device_->index);
@@ -350,23 +364,24 @@ class CudaNn final : public NnPrimitives {
   }
 
   void run_layer_norm(const void* x, const void* weight, const void* bias, DType type, int64_t rows,
-                      int64_t cols, float eps, void* y, float* mean, float* rstd) override {
+                      int64_t cols, float eps, void* y, float* mean, float* rstd,
+                      bool centered) override {
     use_device(device_->index);
-    check(cuda::launch_layer_norm(x, weight, bias, type, rows, cols, eps, y, mean, rstd,
+    check(cuda::launch_layer_norm(x, weight, bias, type, rows, cols, eps, y, mean, rstd, centered,
                                   device_->launch),
           "layer_norm kernel launch");
   }
 
   void run_layer_norm_backward(const void* x, const void* dy, const void* weight, DType type,
                                int64_t rows, int64_t cols, const float* mean, const float* rstd,
-                               void* dx, void* dweight, void* dbias) override {
+                               void* dx, void* dweight, void* dbias, bool centered) override {
     use_device(device_->index);
     const bool sums = dweight != nullptr || dbias != nullptr;  // the only users of scratch
     const StreamScratch scratch(
         device_, sums ? cuda::layer_norm_backward_scratch_bytes(rows, cols, device_->launch) : 0,
         "layer_norm_backward");
     check(cuda::launch_layer_norm_backward(x, dy, weight, type, rows, cols, mean, rstd, dx, dweight,
-                                           dbias, scratch.get(), device_->launch),
+                                           dbias, centered, scratch.get(), device_->launch),
           "layer_norm_backward kernel launch");
   }
 

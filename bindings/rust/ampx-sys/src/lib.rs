@@ -818,6 +818,14 @@ extern "C" {
     pub fn ampx_mean(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
     pub fn ampx_softmax(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
     pub fn ampx_log_softmax(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_softmax_dim(x: ampx_tensor, dim: i32, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_log_softmax_dim(x: ampx_tensor, dim: i32, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_sum_dims(x: ampx_tensor, dims: *const i32, ndims: i32, keepdim: i32, out: *mut ampx_tensor)
+        -> ampx_status;
+    pub fn ampx_mean_dims(x: ampx_tensor, dims: *const i32, ndims: i32, keepdim: i32, out: *mut ampx_tensor)
+        -> ampx_status;
+    pub fn ampx_amax(x: ampx_tensor, dims: *const i32, ndims: i32, keepdim: i32, out: *mut ampx_tensor)
+        -> ampx_status;
     pub fn ampx_cross_entropy(
         logits: ampx_tensor,
         labels: ampx_tensor,
@@ -839,6 +847,7 @@ extern "C" {
         activation: ampx_activation,
         out: *mut ampx_tensor,
     ) -> ampx_status;
+    pub fn ampx_rms_norm(x: ampx_tensor, weight: ampx_tensor, eps: c_double, out: *mut ampx_tensor) -> ampx_status;
     pub fn ampx_layer_norm(
         x: ampx_tensor,
         weight: ampx_tensor,
@@ -861,6 +870,7 @@ extern "C" {
     pub fn ampx_embedding(weight: ampx_tensor, indices: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
     pub fn ampx_reshape(x: ampx_tensor, ndim: i32, shape: *const i64, out: *mut ampx_tensor) -> ampx_status;
     pub fn ampx_transpose(x: ampx_tensor, dim0: i32, dim1: i32, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_permute(x: ampx_tensor, ndim: i32, dims: *const i32, out: *mut ampx_tensor) -> ampx_status;
     pub fn ampx_concat(
         tensors: *const ampx_tensor,
         count: usize,

@@ -301,6 +301,61 @@ impl Tensor {
         run_op(self, |out| unsafe { sys::ampx_reshape(self.as_raw(), ndim, dims, out) })
     }
 
+    /// A contiguous copy with the dimensions reordered ("permute": keep):
+    /// output dimension k is `dims[k]` of this tensor.
+    pub fn permute(&self, dims: &[i32]) -> Result<Tensor> {
+        let ndim = i32::try_from(dims.len()).map_err(|_| Error::new(Status::InvalidArgument, "too many dims"))?;
+        // SAFETY: live input; dims outlives the call.
+        run_op(self, |out| unsafe { sys::ampx_permute(self.as_raw(), ndim, dims.as_ptr(), out) })
+    }
+
+    /// Softmax over dimension `dim` ("softmax": fp32).
+    pub fn softmax_dim(&self, dim: i32) -> Result<Tensor> {
+        // SAFETY: live input.
+        run_op(self, |out| unsafe { sys::ampx_softmax_dim(self.as_raw(), dim, out) })
+    }
+
+    /// Log-softmax over dimension `dim` ("log_softmax": fp32).
+    pub fn log_softmax_dim(&self, dim: i32) -> Result<Tensor> {
+        // SAFETY: live input.
+        run_op(self, |out| unsafe { sys::ampx_log_softmax_dim(self.as_raw(), dim, out) })
+    }
+
+    /// The sum over `dims` (empty: all) in this tensor's dtype, as
+    /// torch.sum(x, dims, keepdim) (accumulated in double).
+    pub fn sum_dims(&self, dims: &[i32], keepdim: bool) -> Result<Tensor> {
+        self.reduce_dims(dims, keepdim, sys::ampx_sum_dims)
+    }
+
+    /// The mean over `dims` (empty: all), as torch.mean(x, dims, keepdim).
+    pub fn mean_dims(&self, dims: &[i32], keepdim: bool) -> Result<Tensor> {
+        self.reduce_dims(dims, keepdim, sys::ampx_mean_dims)
+    }
+
+    /// The maximum over `dims` (empty: all), as torch.amax(x, dims, keepdim).
+    pub fn amax(&self, dims: &[i32], keepdim: bool) -> Result<Tensor> {
+        self.reduce_dims(dims, keepdim, sys::ampx_amax)
+    }
+
+    fn reduce_dims(
+        &self,
+        dims: &[i32],
+        keepdim: bool,
+        f: unsafe extern "C" fn(sys::ampx_tensor, *const i32, i32, i32, *mut sys::ampx_tensor) -> sys::ampx_status,
+    ) -> Result<Tensor> {
+        let ndims = i32::try_from(dims.len()).map_err(|_| Error::new(Status::InvalidArgument, "too many dims"))?;
+        let ptr = if dims.is_empty() { ptr::null() } else { dims.as_ptr() };
+        // SAFETY: live input; dims outlives the call.
+        run_op(self, |out| unsafe { f(self.as_raw(), ptr, ndims, keepdim.into(), out) })
+    }
+
+    /// RMS normalisation over the last dimension ("rms_norm": fp32), as
+    /// torch.nn.functional.rms_norm; `weight` `[D]` is optional.
+    pub fn rms_norm(&self, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+        // SAFETY: live inputs (or NULL).
+        run_op(self, |out| unsafe { sys::ampx_rms_norm(self.as_raw(), opt(weight), eps, out) })
+    }
+
     /// A contiguous copy with dimensions `dim0` and `dim1` exchanged
     /// ("transpose": keep); negative dims count from the end.
     pub fn transpose(&self, dim0: i32, dim1: i32) -> Result<Tensor> {

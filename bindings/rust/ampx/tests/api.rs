@@ -123,6 +123,26 @@ fn attention_matches_a_hand_computed_softmax() {
 }
 
 #[test]
+fn block_ops_compute() {
+    let ctx = Context::new().unwrap();
+    let v = |t: Tensor| t.to_vec::<f32>().unwrap();
+    let col = Tensor::from_slice(&ctx, &[2, 1], &[1.0f32, 2.0]).unwrap();
+    let row = Tensor::from_slice(&ctx, &[3], &[10.0f32, 20.0, 30.0]).unwrap();
+    let grid = col.add(&row).unwrap();
+    assert_eq!(grid.shape().unwrap(), vec![2, 3]);
+    assert_eq!(v(grid.clone()), vec![11.0, 21.0, 31.0, 12.0, 22.0, 32.0]);
+    assert_eq!(v(grid.sum_dims(&[0], false).unwrap()), vec![23.0, 43.0, 63.0]);
+    assert_eq!(grid.mean_dims(&[-1], true).unwrap().shape().unwrap(), vec![2, 1]);
+    assert_eq!(v(grid.amax(&[], false).unwrap()), vec![32.0]);
+    assert_eq!(v(grid.permute(&[1, 0]).unwrap()), vec![11.0, 12.0, 21.0, 22.0, 31.0, 32.0]);
+    let sm = v(grid.softmax_dim(0).unwrap());
+    assert!(close(&sm[..3], &[0.26894143, 0.26894143, 0.26894143], 1e-6));
+    let rms = v(col.rms_norm(None, 0.0).unwrap());
+    assert!(close(&rms, &[1.0, 1.0], 1e-6));
+    assert_eq!(grid.permute(&[0, 0]).unwrap_err().status(), Status::InvalidArgument);
+}
+
+#[test]
 fn every_op_computes() {
     let ctx = Context::new().unwrap();
     let a = Tensor::from_slice(&ctx, &[2, 2], &[1.0f32, -2.0, 3.0, -4.0]).unwrap();

@@ -1,0 +1,474 @@
+// test_broadcast_ops.cpp -- NumPy broadcasting of add/sub/mul/div, sum /
+// mean / amax over chosen dimensions, RMS norm, permute and softmax over any
+// dimension (ampx.h section 11), through the C API on the test device,
+// against references written here in double from torch's definitions.
+//
+// Gradients are checked against the analytic derivatives evaluated in
+// double (for a broadcast operand: the sum of the output gradient's terms
+// over the positions that read it), with L = sum(y * R) for a fixed random
+// R. The broadcasting table is every pair of operand shapes up to 4-D that
+// broadcast, each dimension of each operand either the base extent or 1,
+// operands of 0 to 4 dimensions (31 shapes, 961 pairs, for each op).
+//
+// Tolerances: ampx computes each element in fp32 (correctly rounded for
+// + - * /) and sums gradients in fp32 or double: values agree to 2 fp32
+// ulps, gradients to 1e-5 relative plus 1e-6 of the largest.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "training_fixture.h"
+
+using ampx_fixture::dtype_of;
+using ampx_fixture::dims_of;
+using ampx_fixture::make;
+using ampx_fixture::round_to;
+using ampx_fixture::values_of;
+using ampx_test::Ctx;
+using ampx_test::last_error;
+using ampx_test::Tensor;
+
+namespace {
+
+using Vec = std::vector<double>;
+using Dims = std::vector<int64_t>;
+using Rng = ampx_fixture::Rng;
+
+size_t count_of(const Dims& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return static_cast<size_t>(n);
+}
+
+std::string str(const Dims& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+Vec floats(Rng& rng, size_t n, double lo, double hi) {
+  Vec v = rng.vector(n, lo, hi);
+  for (double& x : v) x = static_cast<float>(x);
+  return v;
+}
+
+double largest(const Vec& v) {
+  double m = 0.0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+void check_values(const char* what, const Vec& have, const Vec& want, double rtol,
+                  double atol_of_max) {
+  REQUIRE(have.size() == want.size());
+  const double atol = atol_of_max * largest(want);
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const bool same_nan = std::isnan(have[i]) && std::isnan(want[i]);
+    if (!same_nan && !(std::fabs(have[i] - want[i]) <= rtol * std::fabs(want[i]) + atol) &&
+        bad++ == 0)
+      first = i;
+  }
+  CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", want.size(), " differ; first at ", first, ": ",
+                (bad ? have[first] : 0.0), " vs ", (bad ? want[first] : 0.0));
+}
+
+constexpr double kValueRtol = 0x1p-22;  // 2 fp32 ulps
+constexpr double kGradRtol = 1e-5, kGradAtol = 1e-6;
+
+ampx_tensor grad_of(ampx_tensor t) {
+  ampx_tensor g = nullptr;
+  REQUIRE(ampx_tensor_grad(t, &g) == AMPX_OK);
+  REQUIRE(g != nullptr);
+  return g;
+}
+
+// y = op(inputs...) then backward of sum(y * r); returns y's values and
+// the inputs' gradients.
+struct Result {
+  Dims shape;
+  Vec y;
+  std::vector<Vec> grads;
+};
+
+Result run(ampx_context ctx, const std::vector<Dims>& dims, const std::vector<Vec>& values,
+           const std::function<ampx_status(const std::vector<ampx_tensor>&, ampx_tensor*)>& op,
+           const Vec& r_values_or_empty, Rng& rng) {
+  std::deque<Tensor> inputs;  // Tensor does not move
+  std::vector<ampx_tensor> handles;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    inputs.emplace_back(make(ctx, AMPX_F32, dims[i], values[i], true));
+    handles.push_back(inputs.back());
+  }
+  Tensor y;
+  REQUIRE_MESSAGE(op(handles, y.out()) == AMPX_OK, last_error());
+  Result res;
+  res.shape = dims_of(y);
+  res.y = values_of(y);
+  const Vec r = r_values_or_empty.empty() ? floats(rng, res.y.size(), -1, 1) : r_values_or_empty;
+  Tensor tr(make(ctx, AMPX_F32, res.shape, r)), weighted, loss;
+  REQUIRE(ampx_mul(y, tr, weighted.out()) == AMPX_OK);
+  REQUIRE(ampx_sum(weighted, loss.out()) == AMPX_OK);
+  REQUIRE_MESSAGE(ampx_backward(loss, nullptr) == AMPX_OK, last_error());
+  for (ampx_tensor h : handles) res.grads.push_back(values_of(grad_of(h)));
+  res.grads.push_back(r);  // the R used, for the reference
+  return res;
+}
+
+// Row-major index of `shape`'s element read by output multi-index `at`
+// (aligned at the right, extent-1 dimensions broadcast).
+size_t broadcast_index(const Dims& shape, const Dims& out, const std::vector<int64_t>& at) {
+  size_t index = 0;
+  const size_t offset = out.size() - shape.size();
+  for (size_t k = 0; k < shape.size(); ++k)
+    index = index * static_cast<size_t>(shape[k]) +
+            static_cast<size_t>(shape[k] == 1 ? 0 : at[offset + k]);
+  return index;
+}
+
+// Every shape of 0..4 dimensions whose extents are base's trailing ones or 1.
+std::vector<Dims> operand_shapes(const Dims& base) {
+  std::vector<Dims> shapes;
+  for (size_t n = 0; n <= base.size(); ++n)
+    for (uint32_t ones = 0; ones < (1u << n); ++ones) {
+      Dims s;
+      for (size_t k = 0; k < n; ++k)
+        s.push_back((ones >> k) & 1u ? 1 : base[base.size() - n + k]);
+      shapes.push_back(s);
+    }
+  return shapes;
+}
+
+}  // namespace
+
+TEST_CASE("broadcasting: add, sub, mul and div over every pair of shapes up to 4-D") {
+  Ctx ctx;
+  const Dims base = {2, 3, 4, 2};
+  const std::vector<Dims> shapes = operand_shapes(base);
+  REQUIRE(shapes.size() == 31);
+  Rng rng(17);
+  const char* names[] = {"add", "sub", "mul", "div"};
+  using Fn = ampx_status (*)(ampx_tensor, ampx_tensor, ampx_tensor*);
+  const Fn fns[] = {ampx_add, ampx_sub, ampx_mul, ampx_div};
+  size_t pairs = 0;
+  for (size_t ia = 0; ia < shapes.size(); ++ia)
+    for (size_t ib = 0; ib < shapes.size(); ++ib) {
+      ++pairs;
+      const Dims& sa = shapes[ia];
+      const Dims& sb = shapes[ib];
+      Dims out(std::max(sa.size(), sb.size()));
+      for (size_t k = 0; k < out.size(); ++k) {
+        const int64_t ea = k + sa.size() >= out.size() ? sa[k + sa.size() - out.size()] : 1;
+        const int64_t eb = k + sb.size() >= out.size() ? sb[k + sb.size() - out.size()] : 1;
+        out[k] = std::max(ea, eb);
+      }
+      const Vec a = floats(rng, count_of(sa), -2, 2);
+      Vec b = floats(rng, count_of(sb), 0.5, 2);  // away from 0 for div
+      for (size_t i = 0; i < b.size(); i += 2) b[i] = -b[i];
+      for (int o = 0; o < 4; ++o) {
+        INFO((std::string(names[o]) + " " + str(sa) + " with " + str(sb)));
+        const Result res = run(
+            ctx, {sa, sb}, {a, b},
+            [&](const std::vector<ampx_tensor>& t, ampx_tensor* y) { return fns[o](t[0], t[1], y); },
+            {}, rng);
+        REQUIRE(res.shape == out);
+        const Vec& r = res.grads[2];
+        Vec y(count_of(out)), da(a.size(), 0.0), db(b.size(), 0.0);
+        Vec da_size(a.size(), 0.0), db_size(b.size(), 0.0);  // sums of |term|
+        std::vector<int64_t> at(out.size(), 0);
+        for (size_t i = 0; i < y.size(); ++i) {
+          size_t rest = i;
+          for (size_t k = out.size(); k-- > 0;) {
+            at[k] = static_cast<int64_t>(rest % static_cast<size_t>(out[k]));
+            rest /= static_cast<size_t>(out[k]);
+          }
+          const size_t ja = broadcast_index(sa, out, at), jb = broadcast_index(sb, out, at);
+          const double u = a[ja], v = b[jb];
+          double ta = r[i], tb = r[i];
+          switch (o) {
+            case 0: y[i] = u + v; break;
+            case 1: y[i] = u - v; tb = -r[i]; break;
+            case 2: y[i] = u * v; ta = r[i] * v; tb = r[i] * u; break;
+            default: y[i] = u / v; ta = r[i] / v; tb = -r[i] * u / (v * v); break;
+          }
+          da[ja] += ta, db[jb] += tb;
+          da_size[ja] += std::fabs(ta), db_size[jb] += std::fabs(tb);
+        }
+        for (double& x : y) x = static_cast<float>(x);
+        check_values("y", res.y, y, kValueRtol, 0.0);
+        // A gradient summed over a broadcast may cancel: its error follows
+        // the size of the terms, not of the result.
+        check_values("da", res.grads[0], da, kGradRtol, kGradAtol * largest(da_size) / (largest(da) + 1e-300));
+        check_values("db", res.grads[1], db, kGradRtol, kGradAtol * largest(db_size) / (largest(db) + 1e-300));
+      }
+    }
+  CHECK(pairs == 961);
+}
+
+TEST_CASE("broadcasting: shapes that do not broadcast are refused, nothing made") {
+  Ctx ctx;
+  Tensor a(make(ctx, AMPX_F32, {2, 3}, Vec(6, 1.0))), b(make(ctx, AMPX_F32, {4, 1, 2}, Vec(8, 1.0)));
+  Tensor c(make(ctx, AMPX_F32, {3, 1}, Vec(3, 1.0)));
+  ampx_tensor out = nullptr;
+  CHECK_FAILS_WITH(ampx_add(a, b, &out), AMPX_ERR_SHAPE, "do not broadcast");
+  CHECK_FAILS_WITH(ampx_mul(a, c, &out), AMPX_ERR_SHAPE, "[2, 3]");
+  CHECK(out == nullptr);
+  // A column and a row make a matrix; the reversed row case works too.
+  Tensor col(make(ctx, AMPX_F32, {3, 1}, {1, 2, 3})), row(make(ctx, AMPX_F32, {2}, {10, 20}));
+  Tensor sum, flipped;
+  REQUIRE(ampx_add(col, row, sum.out()) == AMPX_OK);
+  CHECK(dims_of(sum) == Dims{3, 2});
+  CHECK(values_of(sum) == Vec{11, 21, 12, 22, 13, 23});
+  REQUIRE(ampx_sub(row, col, flipped.out()) == AMPX_OK);
+  CHECK(values_of(flipped) == Vec{9, 19, 8, 18, 7, 17});
+}
+
+TEST_CASE("reductions: sum, mean and amax over every set of dimensions, with keepdim") {
+  Ctx ctx;
+  Rng rng(23);
+  const Dims shape = {3, 1, 4, 5};
+  const size_t n = count_of(shape);
+  for (uint32_t mask = 0; mask < 16; ++mask)
+    for (int keep = 0; keep <= 1; ++keep)
+      for (int kind = 0; kind < 3; ++kind) {
+        std::vector<int32_t> dims;
+        for (int32_t k = 0; k < 4; ++k)
+          if (mask & (1u << k)) dims.push_back(k - (k % 2 ? 4 : 0));  // some negative
+        const uint32_t reduced = mask == 0 ? 15u : mask;
+        INFO(("kind " + std::to_string(kind) + " mask " + std::to_string(mask) + " keepdim " +
+              std::to_string(keep)));
+        // amax: values with ties (a few distinct levels).
+        Vec x = floats(rng, n, -3, 3);
+        if (kind == 2)
+          for (double& v : x) v = std::floor(v);
+        const Result res = run(
+            ctx, {shape}, {x},
+            [&](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+              const int32_t* d = dims.empty() ? nullptr : dims.data();
+              const auto nd = static_cast<int32_t>(dims.size());
+              return kind == 0   ? ampx_sum_dims(t[0], d, nd, keep, y)
+                     : kind == 1 ? ampx_mean_dims(t[0], d, nd, keep, y)
+                                 : ampx_amax(t[0], d, nd, keep, y);
+            },
+            {}, rng);
+        Dims out;
+        for (int32_t k = 0; k < 4; ++k) {
+          if (!(reduced & (1u << k)))
+            out.push_back(shape[k]);
+          else if (keep)
+            out.push_back(1);
+        }
+        REQUIRE(res.shape == out);
+        // Reference: group by the kept index.
+        const size_t outputs = res.y.size();
+        Vec sum(outputs, 0.0), max(outputs, -std::numeric_limits<double>::infinity());
+        std::vector<double> count(outputs, 0.0), ties(outputs, 0.0);
+        std::vector<size_t> owner(n);
+        for (size_t i = 0; i < n; ++i) {
+          size_t rest = i, j = 0, stride = 1;
+          int64_t at[4];
+          for (int k = 3; k >= 0; --k) {
+            at[k] = static_cast<int64_t>(rest % static_cast<size_t>(shape[k]));
+            rest /= static_cast<size_t>(shape[k]);
+          }
+          for (int k = 3; k >= 0; --k)
+            if (!(reduced & (1u << k))) {
+              j += static_cast<size_t>(at[k]) * stride;
+              stride *= static_cast<size_t>(shape[k]);
+            }
+          owner[i] = j;
+          sum[j] += x[i];
+          count[j] += 1;
+          max[j] = std::max(max[j], x[i]);
+        }
+        for (size_t i = 0; i < n; ++i) ties[owner[i]] += x[i] == max[owner[i]];
+        const Vec& r = res.grads[1];
+        Vec y(outputs), dx(n);
+        for (size_t j = 0; j < outputs; ++j)
+          y[j] = kind == 0 ? sum[j] : kind == 1 ? sum[j] / count[j] : max[j];
+        for (size_t i = 0; i < n; ++i) {
+          const size_t j = owner[i];
+          dx[i] = kind == 0   ? r[j]
+                  : kind == 1 ? r[j] / count[j]
+                              : (x[i] == max[j] ? r[j] / ties[j] : 0.0);
+        }
+        check_values("y", res.y, y, 1e-6, 1e-7);
+        check_values("dx", res.grads[0], dx, kGradRtol, kGradAtol);
+      }
+}
+
+TEST_CASE("reductions: empty extents, f16 output, NaN and bad dims") {
+  Ctx ctx;
+  Tensor empty(make(ctx, AMPX_F32, {2, 0, 3}, {}));
+  const int32_t middle[] = {1};
+  Tensor s, m;
+  REQUIRE(ampx_sum_dims(empty, middle, 1, 0, s.out()) == AMPX_OK);
+  CHECK(values_of(s) == Vec(6, 0.0));
+  REQUIRE(ampx_mean_dims(empty, middle, 1, 1, m.out()) == AMPX_OK);
+  CHECK(dims_of(m) == Dims{2, 1, 3});
+  for (double v : values_of(m)) CHECK(std::isnan(v));
+  ampx_tensor out = nullptr;
+  CHECK_FAILS_WITH(ampx_amax(empty, middle, 1, 0, &out), AMPX_ERR_SHAPE, "extent 0");
+  Tensor x(make(ctx, AMPX_F16, {2, 3}, {1, 2, 3, 4, 5, std::nan("")}));
+  const int32_t last[] = {-1}, twice[] = {0, -2}, outside[] = {2};
+  Tensor mx, sum16;
+  REQUIRE(ampx_amax(x, last, 1, 0, mx.out()) == AMPX_OK);
+  CHECK(dtype_of(mx) == AMPX_F16);
+  const Vec maxima = values_of(mx);
+  CHECK(maxima[0] == 3.0);
+  CHECK(std::isnan(maxima[1]));
+  REQUIRE(ampx_sum_dims(x, last, 1, 0, sum16.out()) == AMPX_OK);
+  CHECK(dtype_of(sum16) == AMPX_F16);
+  CHECK(values_of(sum16)[0] == 6.0);
+  CHECK_FAILS_WITH(ampx_sum_dims(x, twice, 2, 0, &out), AMPX_ERR_INVALID_ARGUMENT, "twice");
+  CHECK_FAILS_WITH(ampx_sum_dims(x, outside, 1, 0, &out), AMPX_ERR_INVALID_ARGUMENT, "dims[0]");
+  CHECK_FAILS_WITH(ampx_mean_dims(x, nullptr, 1, 0, &out), AMPX_ERR_INVALID_ARGUMENT, "NULL");
+  CHECK_FAILS_WITH(ampx_mean_dims(x, last, 3, 0, &out), AMPX_ERR_INVALID_ARGUMENT, "ndims");
+  CHECK(out == nullptr);
+}
+
+TEST_CASE("rms_norm: torch's formula, fp32 statistics, gradients of x and weight") {
+  Ctx ctx;
+  Rng rng(29);
+  for (const Dims& shape : {Dims{3, 7}, Dims{2, 3, 64}, Dims{1, 300}}) {
+    for (bool with_weight : {true, false}) {
+      INFO((str(shape) + (with_weight ? " weight" : " no weight")));
+      const int64_t D = shape.back();
+      const size_t rows = count_of(shape) / static_cast<size_t>(D);
+      const Vec x = floats(rng, count_of(shape), -2, 2), w = floats(rng, static_cast<size_t>(D), 0.5, 1.5);
+      const double eps = 1e-5;
+      std::vector<Dims> dims = {shape};
+      std::vector<Vec> values = {x};
+      if (with_weight) dims.push_back({D}), values.push_back(w);
+      const Result res = run(
+          ctx, dims, values,
+          [&](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+            return ampx_rms_norm(t[0], with_weight ? t[1] : nullptr, eps, y);
+          },
+          {}, rng);
+      const Vec& r = res.grads.back();
+      Vec y(x.size()), dx(x.size()), dw(static_cast<size_t>(D), 0.0);
+      for (size_t row = 0; row < rows; ++row) {
+        const double* xr = x.data() + row * D;
+        double squares = 0.0;
+        for (int64_t j = 0; j < D; ++j) squares += xr[j] * xr[j];
+        const double rs = 1.0 / std::sqrt(squares / D + eps);
+        double dot = 0.0;  // sum_k g_k w_k x_k
+        for (int64_t j = 0; j < D; ++j) dot += r[row * D + j] * (with_weight ? w[j] : 1.0) * xr[j];
+        for (int64_t j = 0; j < D; ++j) {
+          const double wj = with_weight ? w[j] : 1.0, g = r[row * D + j];
+          y[row * D + j] = xr[j] * rs * wj;
+          dx[row * D + j] = rs * wj * g - xr[j] * rs * rs * rs * dot / D;
+          dw[j] += g * xr[j] * rs;
+        }
+      }
+      check_values("y", res.y, y, 1e-6, 1e-7);
+      check_values("dx", res.grads[0], dx, kGradRtol, kGradAtol);
+      if (with_weight) check_values("dweight", res.grads[1], dw, kGradRtol, kGradAtol);
+    }
+  }
+  Tensor x(make(ctx, AMPX_F32, {2, 4}, Vec(8, 1.0))), w(make(ctx, AMPX_F32, {3}, Vec(3, 1.0)));
+  ampx_tensor out = nullptr;
+  CHECK_FAILS_WITH(ampx_rms_norm(x, w, 1e-5, &out), AMPX_ERR_SHAPE, "'weight'");
+  CHECK_FAILS_WITH(ampx_rms_norm(x, nullptr, -1.0, &out), AMPX_ERR_INVALID_ARGUMENT, "eps");
+  CHECK(out == nullptr);
+}
+
+TEST_CASE("permute: every order of a 4-D tensor, and its gradient") {
+  Ctx ctx;
+  Rng rng(31);
+  const Dims shape = {2, 3, 4, 5};
+  const Vec x = floats(rng, count_of(shape), -1, 1);
+  std::vector<int32_t> order = {0, 1, 2, 3};
+  int permutations = 0;
+  do {
+    ++permutations;
+    // Negative entries for half of them: -4 .. -1 name the same dimensions.
+    std::vector<int32_t> given = order;
+    if (permutations % 2)
+      for (int32_t& d : given) d -= 4;
+    const Result res = run(
+        ctx, {shape}, {x},
+        [&](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+          return ampx_permute(t[0], 4, given.data(), y);
+        },
+        {}, rng);
+    Dims out;
+    for (int32_t d : order) out.push_back(shape[d]);
+    REQUIRE(res.shape == out);
+    const Vec& r = res.grads[1];
+    Vec y(x.size()), dx(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      int64_t at[4], rest = static_cast<int64_t>(i);
+      for (int k = 3; k >= 0; --k) at[k] = rest % shape[k], rest /= shape[k];
+      int64_t j = 0;
+      for (int k = 0; k < 4; ++k) j = j * out[k] + at[order[k]];
+      y[static_cast<size_t>(j)] = x[i];
+      dx[i] = r[static_cast<size_t>(j)];
+    }
+    CHECK(res.y == y);
+    CHECK(res.grads[0] == dx);
+  } while (std::next_permutation(order.begin(), order.end()));
+  CHECK(permutations == 24);
+  Tensor t(make(ctx, AMPX_F32, shape, x));
+  ampx_tensor out = nullptr;
+  const int32_t repeated[] = {0, 1, 1, 3}, short_list[] = {0, 1, 2};
+  CHECK_FAILS_WITH(ampx_permute(t, 4, repeated, &out), AMPX_ERR_INVALID_ARGUMENT, "twice");
+  CHECK_FAILS_WITH(ampx_permute(t, 3, short_list, &out), AMPX_ERR_INVALID_ARGUMENT, "ndim");
+  CHECK(out == nullptr);
+}
+
+TEST_CASE("softmax and log-softmax over any dimension") {
+  Ctx ctx;
+  Rng rng(37);
+  const Dims shape = {3, 4, 5};
+  const Vec x = floats(rng, count_of(shape), -3, 3);
+  for (int log = 0; log <= 1; ++log)
+    for (int32_t dim = -3; dim < 3; ++dim) {
+      INFO(("dim " + std::to_string(dim) + (log ? " log" : "")));
+      const Result res = run(
+          ctx, {shape}, {x},
+          [&](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+            return log ? ampx_log_softmax_dim(t[0], dim, y) : ampx_softmax_dim(t[0], dim, y);
+          },
+          {}, rng);
+      REQUIRE(res.shape == shape);
+      const int32_t d = dim < 0 ? dim + 3 : dim;
+      int64_t stride = 1;
+      for (int32_t k = 2; k > d; --k) stride *= shape[k];
+      const Vec& r = res.grads[1];
+      Vec y(x.size()), dx(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        const int64_t pos = (static_cast<int64_t>(i) / stride) % shape[d];
+        if (pos != 0) continue;  // one pass per line, from its first element
+        double max = -1e300, sum = 0.0;
+        for (int64_t k = 0; k < shape[d]; ++k) max = std::max(max, x[i + k * stride]);
+        for (int64_t k = 0; k < shape[d]; ++k) sum += std::exp(x[i + k * stride] - max);
+        double dot = 0.0, rsum = 0.0;
+        for (int64_t k = 0; k < shape[d]; ++k) {
+          const size_t at = i + static_cast<size_t>(k * stride);
+          const double p = std::exp(x[at] - max) / sum;
+          y[at] = log ? std::log(p) : p;
+          dot += r[at] * p;
+          rsum += r[at];
+        }
+        for (int64_t k = 0; k < shape[d]; ++k) {
+          const size_t at = i + static_cast<size_t>(k * stride);
+          const double p = std::exp(x[at] - max) / sum;
+          dx[at] = log ? r[at] - p * rsum : p * (r[at] - dot);
+        }
+      }
+      check_values("y", res.y, y, 1e-6, 1e-6);
+      check_values("dx", res.grads[0], dx, kGradRtol, kGradAtol);
+    }
+  Tensor t(make(ctx, AMPX_F32, shape, x));
+  ampx_tensor out = nullptr;
+  CHECK_FAILS_WITH(ampx_softmax_dim(t, 3, &out), AMPX_ERR_INVALID_ARGUMENT, "'dim'");
+  CHECK(out == nullptr);
+}
