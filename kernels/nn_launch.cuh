@@ -1,7 +1,8 @@
 // nn_launch.cuh -- host-side launchers of the second group of the ops'
 // primitives (Backend::layer_norm to bce_with_logits): kernels/layer_norm.cu,
 // batch_norm.cu, gather_scatter.cu, copy_strided.cu, dropout.cu,
-// bce_with_logits.cu and check_indices.cu.
+// bce_with_logits.cu, check_indices.cu, masked_fill.cu, pow.cu and
+// rotary.cu.
 //
 // The rules of ops_launch.cuh hold here too: plain C++ declarations; each
 // launcher only enqueues on launch.stream and returns the first failing
@@ -74,6 +75,19 @@ size_t check_indices_scratch_bytes();
 cudaError_t launch_check_indices(const void* indices, DType type, int64_t count,
                                  const IndexCheck& check, float* valid, int64_t* record,
                                  void* scratch, const LaunchConfig& launch);
+
+// ---- the Transformer-block ops (masked_fill.cu, pow.cu, rotary.cu) ----------
+
+cudaError_t launch_masked_fill(const void* x, DType type, const void* mask, DType mask_type,
+                               float value, void* out, const BroadcastLayout& layout,
+                               const LaunchConfig& launch);
+cudaError_t launch_pow(const void* x, void* y, DType type, int64_t count, float exponent,
+                       const LaunchConfig& launch);
+cudaError_t launch_pow_backward(const void* x, const void* dy, void* dx, DType type,
+                                int64_t count, float exponent, const LaunchConfig& launch);
+cudaError_t launch_rotary(const void* x, DType type, const void* cos, const void* sin,
+                          DType table_type, void* out, const RotaryShape& shape, bool inverse,
+                          const LaunchConfig& launch);
 
 // ---- dropout and the BCE loss (dropout.cu, bce_with_logits.cu) ---------------
 

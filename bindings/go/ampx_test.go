@@ -499,3 +499,44 @@ func TestBlockOps(t *testing.T) {
 		t.Error("a repeated dimension was accepted")
 	}
 }
+
+func TestSplitMaskPowRotary(t *testing.T) {
+	ctx := must(NewContext(nil))(t)
+	defer ctx.Close()
+	x := must(FromSlice(ctx, []float32{1, 2, 3, 4, 5, 6}, 2, 3))(t)
+	defer x.Close()
+	parts := must(Split(x, 1, 1, 2))(t)
+	if got := fmt.Sprint(must(ToSlice[float32](parts[1]))(t)); got != "[2 3 5 6]" {
+		t.Errorf("split = %s", got)
+	}
+	chunks := must(Chunk(x, 2, 1))(t)
+	if len(chunks) != 2 {
+		t.Errorf("chunk made %d pieces", len(chunks))
+	}
+	for _, p := range append(parts, chunks...) {
+		p.Close()
+	}
+	mask := must(FromSlice(ctx, []int32{0, 1, 0}, 3))(t)
+	defer mask.Close()
+	filled := must(MaskedFill(x, mask, -1))(t)
+	if got := fmt.Sprint(must(ToSlice[float32](filled))(t)); got != "[1 -1 3 4 -1 6]" {
+		t.Errorf("masked_fill = %s", got)
+	}
+	filled.Close()
+	sq := must(Pow(x, 2))(t)
+	if got := fmt.Sprint(must(ToSlice[float32](sq))(t)); got != "[1 4 9 16 25 36]" {
+		t.Errorf("pow = %s", got)
+	}
+	sq.Close()
+	pair := must(FromSlice(ctx, []float32{1, 2}, 1, 2))(t)
+	defer pair.Close()
+	c := must(FromSlice(ctx, []float32{0}, 1, 1))(t)
+	defer c.Close()
+	s := must(FromSlice(ctx, []float32{1}, 1, 1))(t)
+	defer s.Close()
+	r := must(RotaryEmbedding(pair, c, s, false))(t)
+	if got := fmt.Sprint(must(ToSlice[float32](r))(t)); got != "[-2 1]" {
+		t.Errorf("rotary = %s", got)
+	}
+	r.Close()
+}

@@ -230,6 +230,18 @@ func (c *Context) owned(h C.ampx_tensor, err error) (*Tensor, error) {
 	return t, nil
 }
 
+// results wraps the outputs of an op that makes several (see result).
+func (c *Context) results(hs []C.ampx_tensor, err error) ([]*Tensor, error) {
+	if err != nil {
+		return nil, err
+	}
+	ts := make([]*Tensor, len(hs))
+	for i, h := range hs {
+		ts[i], _ = c.result(h, nil)
+	}
+	return ts, nil
+}
+
 // result wraps the output of an op: borrowed from the innermost scope when
 // one is open, else owned.
 func (c *Context) result(h C.ampx_tensor, err error) (*Tensor, error) {

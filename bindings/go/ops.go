@@ -323,6 +323,59 @@ func RMSNorm(x, weight *Tensor, eps float64) (*Tensor, error) {
 	}, x, weight)
 }
 
+// MaskedFill returns x with value where mask (any dtype; non-zero is set)
+// is set; the mask broadcasts to x's shape.
+func MaskedFill(x, mask *Tensor, value float64) (*Tensor, error) {
+	hx, hm := x.handle(), mask.handle()
+	return op(x, func(out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_masked_fill(hx, hm, C.double(value), out)
+	}, x, mask)
+}
+
+// Pow returns x^exponent element-wise.
+func Pow(x *Tensor, exponent float64) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_pow(x, C.double(exponent), out)
+	})
+}
+
+// RotaryEmbedding rotates the pairs of x [..., T, D] by the angles of the
+// tables cos, sin [T, D/2] (rotate-half pairs, or (2i, 2i+1) when interleaved).
+func RotaryEmbedding(x, cos, sin *Tensor, interleaved bool) (*Tensor, error) {
+	hx, hc, hs := x.handle(), cos.handle(), sin.handle()
+	return op(x, func(out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_rotary_embedding(hx, hc, hs, cbool(interleaved), out)
+	}, x, cos, sin)
+}
+
+// Split cuts x along dim into pieces of the given sizes (torch.split), each
+// a new contiguous tensor.
+func Split(x *Tensor, dim int32, sizes ...int64) ([]*Tensor, error) {
+	h := x.handle()
+	outs := make([]C.ampx_tensor, len(sizes)+1)
+	ptr, count := arrayArg(sizes)
+	err := call(func() C.ampx_status {
+		return C.ampx_split(h, (*C.int64_t)(unsafe.Pointer(ptr)), count, C.int32_t(dim), &outs[0])
+	}, x, sizes)
+	return x.context().results(outs[:len(sizes)], err)
+}
+
+// Chunk cuts x along dim into at most chunks pieces of ceil(extent/chunks)
+// elements (torch.chunk).
+func Chunk(x *Tensor, chunks, dim int32) ([]*Tensor, error) {
+	h := x.handle()
+	n := int(chunks)
+	if n < 1 {
+		n = 1
+	}
+	outs := make([]C.ampx_tensor, n)
+	var count C.int32_t
+	err := call(func() C.ampx_status {
+		return C.ampx_chunk(h, C.int32_t(chunks), C.int32_t(dim), &outs[0], &count)
+	}, x)
+	return x.context().results(outs[:int(count)], err)
+}
+
 // Concat joins tensors along dim.
 func Concat(dim int32, tensors ...*Tensor) (*Tensor, error) {
 	ptr, count := arrayArg(handlesOf(tensors))

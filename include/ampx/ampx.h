@@ -1452,6 +1452,26 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_transpose(ampx_tensor x, int32_t dim0, 
 AMPX_NODISCARD AMPX_API ampx_status ampx_permute(ampx_tensor x, int32_t ndim, const int32_t *dims,
                                                  ampx_tensor *out);
 
+/** Splits x along `dim` (negative counts from the end) into `count` pieces
+ *  of sizes[0..count-1] elements (which add up to x's extent there), each a
+ *  new contiguous tensor written to outs[k] ("split": keep), as
+ *  torch.split(x, sizes, dim) followed by .contiguous(). Each piece's
+ *  gradient flows back into its slice of x's (zeros for pieces no gradient
+ *  reached). outs must hold count handles; on error none is written.
+ *  Errors: INVALID_ARGUMENT (count 0, sizes or outs NULL, a negative size,
+ *  dim out of range, x a scalar), SHAPE (sizes that do not add up). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_split(ampx_tensor x, const int64_t *sizes, size_t count,
+                                               int32_t dim, ampx_tensor *outs);
+
+/** Splits x along `dim` into pieces of ceil(extent / chunks) elements, the
+ *  last one smaller, as torch.chunk: *count receives how many (at most
+ *  `chunks`; `chunks` empty pieces for an extent 0), written to outs, which
+ *  must hold `chunks` handles. Otherwise as ampx_split.
+ *  Errors: INVALID_ARGUMENT (chunks < 1, outs or count NULL, dim out of
+ *  range, x a scalar). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_chunk(ampx_tensor x, int32_t chunks, int32_t dim,
+                                               ampx_tensor *outs, int32_t *count);
+
 /** Joins tensors[0..count-1] along `dim` ("concat": promote): their shapes
  *  agree except in dim (negative counts from the end), and the output's
  *  extent there is the sum. Floating tensors compute in the widest of their
@@ -1462,6 +1482,39 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_permute(ampx_tensor x, int32_t ndim, co
  *  with integer, two integer types), DEVICE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_concat(const ampx_tensor *tensors, size_t count, int32_t dim,
                                  ampx_tensor *out);
+
+/** x with value written where `mask` is set ("masked_fill": keep), as
+ *  torch.Tensor.masked_fill(mask, value): the mask has any dtype (non-zero
+ *  -- NaN included -- is set, as a bool of it in torch) and broadcasts to
+ *  x's shape (e.g. a [T, T] causal mask over [B, H, T, T] scores); value
+ *  is rounded to x's dtype (-inf allowed). The gradient flows to x where
+ *  the mask is not set; the mask gets none.
+ *  Errors: SHAPE (a mask that does not broadcast to x's shape), DTYPE (x
+ *  not floating), DEVICE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_masked_fill(ampx_tensor x, ampx_tensor mask, double value,
+                                                     ampx_tensor *out);
+
+/** x^exponent element-wise for a number exponent ("pow": fp32), as
+ *  torch.pow(x, exponent): C's powf on fp32 (x^0 is 1 even for NaN),
+ *  exactly x * x for 2 and sqrt for 0.5. Gradient exponent *
+ *  x^(exponent - 1), 0 for exponent 0. Errors: DTYPE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_pow(ampx_tensor x, double exponent, ampx_tensor *out);
+
+/** Rotary position embeddings ("rotary_embedding": keep), as LLaMA-style
+ *  models apply them to queries and keys: x [..., T, D] (D even; e.g.
+ *  [B, H, T, D]) and tables cos, sin [T, D / 2] (any floating type, one
+ *  for both; usually cos(t * theta_i), sin(t * theta_i) with theta_i =
+ *  base^(-2i / D)). Pair i of position t, (x_a, x_b), becomes
+ *  (x_a cos - x_b sin, x_b cos + x_a sin) with a = i, b = i + D / 2 (the
+ *  rotate-half convention of Hugging Face's LLaMA) or, interleaved != 0,
+ *  a = 2i, b = 2i + 1 (Meta's original). Computed in fp32, rounded to x's
+ *  dtype once. The gradient, the inverse rotation of the output's, flows
+ *  to x; the tables get none.
+ *  Errors: SHAPE (x not [..., T, D] with D even, a table not [T, D / 2]),
+ *  DTYPE (not floating, tables of two dtypes), DEVICE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_rotary_embedding(ampx_tensor x, ampx_tensor cos,
+                                                          ampx_tensor sin, int32_t interleaved,
+                                                          ampx_tensor *out);
 
 /** Binary cross-entropy of logits against targets of the same shape
  *  (torch's binary_cross_entropy_with_logits; "bce_with_logits": fp32), a

@@ -1,5 +1,7 @@
 // api_ops_more.cpp -- the C entry points of the normalisation (layer, RMS,
-// batch), dropout, shape, embedding and BCE ops (section 11 of ampx.h).
+// batch), dropout, shape (reshape to split and chunk), embedding, the
+// block ops (masked_fill, pow, rotary embeddings) and BCE (section 11 of
+// ampx.h).
 #include <string>
 #include <vector>
 
@@ -12,6 +14,12 @@ namespace {
 
 DeviceTensor* optional_tensor(ampx_tensor handle, const char* arg) {
   return handle ? &tensor_arg(handle, arg) : nullptr;
+}
+
+// Hands every piece to the open scope (or the caller), once all exist.
+void deliver_all(DeviceContext& ctx, std::vector<TensorRef> pieces, ampx_tensor* outs) {
+  for (size_t k = 0; k < pieces.size(); ++k)
+    outs[k] = to_handle(deliver(ctx, std::move(pieces[k])));
 }
 
 }  // namespace
@@ -69,6 +77,47 @@ ampx_status ampx_permute(ampx_tensor x, int32_t ndim, const int32_t* dims, ampx_
 ampx_status ampx_concat(const ampx_tensor* tensors, size_t count, int32_t dim, ampx_tensor* out) {
   return run_op(__func__, out, [&] {
     return op_concat(tensor_list_arg(tensors, count, "tensors"), dim);
+  });
+}
+
+ampx_status ampx_masked_fill(ampx_tensor x, ampx_tensor mask, double value, ampx_tensor* out) {
+  return run_op(__func__, out, [&] {
+    return op_masked_fill(tensor_arg(x, "x"), tensor_arg(mask, "mask"), value);
+  });
+}
+
+ampx_status ampx_pow(ampx_tensor x, double exponent, ampx_tensor* out) {
+  return run_op(__func__, out, [&] { return op_pow(tensor_arg(x, "x"), exponent); });
+}
+
+ampx_status ampx_rotary_embedding(ampx_tensor x, ampx_tensor cos, ampx_tensor sin,
+                                  int32_t interleaved, ampx_tensor* out) {
+  return run_op(__func__, out, [&] {
+    return op_rotary(tensor_arg(x, "x"), tensor_arg(cos, "cos"), tensor_arg(sin, "sin"),
+                     interleaved != 0);
+  });
+}
+
+ampx_status ampx_split(ampx_tensor x, const int64_t* sizes, size_t count, int32_t dim,
+                       ampx_tensor* outs) {
+  return guard(__func__, [&] {
+    DeviceTensor& t = tensor_arg(x, "x");
+    require_pointer(outs, "outs");
+    if (count > 0) require_pointer(sizes, "sizes");
+    deliver_all(*t.ctx, op_split(t, std::vector<int64_t>(sizes, sizes + count), dim), outs);
+  });
+}
+
+ampx_status ampx_chunk(ampx_tensor x, int32_t chunks, int32_t dim, ampx_tensor* outs,
+                       int32_t* count) {
+  return guard(__func__, [&] {
+    DeviceTensor& t = tensor_arg(x, "x");
+    require_pointer(outs, "outs");
+    require_pointer(count, "count");
+    std::vector<TensorRef> pieces = op_split(t, chunk_sizes(t, chunks, dim), dim);
+    const auto made = static_cast<int32_t>(pieces.size());
+    deliver_all(*t.ctx, std::move(pieces), outs);
+    *count = made;
   });
 }
 

@@ -27,7 +27,9 @@ const std::unordered_map<std::string, OpClass>& op_table() {
       {"div", OpClass::Promote},
       {"scaled_dot_product_attention", OpClass::LowerPrecision},
       {"rms_norm", OpClass::Fp32},         {"amax", OpClass::Keep},
-      {"permute", OpClass::Keep},
+      {"permute", OpClass::Keep},          {"masked_fill", OpClass::Keep},
+      {"pow", OpClass::Fp32},              {"rotary_embedding", OpClass::Keep},
+      {"split", OpClass::Keep},
   };
   return table;
 }

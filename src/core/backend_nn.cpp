@@ -64,6 +64,38 @@ void NnPrimitives::reduce_dims(DimReduce op, const void* x, DType type, const Re
   run_reduce_dims(op, x, type, layout, out, out_type);
 }
 
+void NnPrimitives::masked_fill(const void* x, DType type, const void* mask, DType mask_type,
+                               float value, void* out, const BroadcastLayout& layout) {
+  require_float("masked_fill", type);
+  if (!is_valid_dtype(static_cast<int32_t>(mask_type)))
+    fail(AMPX_ERR_DTYPE, "masked_fill: the mask's dtype ", static_cast<int>(mask_type));
+  if (layout.ndim < 1 || layout.ndim > AMPX_MAX_DIMS)
+    fail(AMPX_ERR_INTERNAL, "masked_fill: ", layout.ndim, " dimensions");
+  for (int32_t k = 0; k < layout.ndim; ++k)
+    if (layout.sizes[k] <= 0) fail(AMPX_ERR_INTERNAL, "masked_fill: extent ", layout.sizes[k]);
+  run_masked_fill(x, type, mask, mask_type, value, out, layout);
+}
+
+void NnPrimitives::pow_scalar(const void* x, void* y, DType type, int64_t count, float exponent) {
+  require_float("pow", type);
+  if (count > 0) run_pow_scalar(x, y, type, count, exponent);
+}
+
+void NnPrimitives::pow_scalar_backward(const void* x, const void* dy, void* dx, DType type,
+                                       int64_t count, float exponent) {
+  require_float("pow_backward", type);
+  if (count > 0) run_pow_scalar_backward(x, dy, dx, type, count, exponent);
+}
+
+void NnPrimitives::rotary(const void* x, DType type, const void* cos, const void* sin,
+                          DType table_type, void* out, const RotaryShape& shape, bool inverse) {
+  require_float("rotary", type);
+  require_float("rotary", table_type);
+  if (shape.rows <= 0 || shape.positions <= 0 || shape.dim <= 0 || shape.dim % 2 != 0)
+    fail(AMPX_ERR_INTERNAL, "rotary: ", shape.rows, " x ", shape.positions, " x ", shape.dim);
+  run_rotary(x, type, cos, sin, table_type, out, shape, inverse);
+}
+
 void NnPrimitives::affine(const void* x, void* y, DType type, int64_t count, float scale,
                           float shift) {
   require_float("affine", type);

@@ -56,6 +56,16 @@ struct ReduceLayout {
   uint32_t reduced = 0;
 };
 
+// Rotary position embedding of x viewed as [rows, positions, dim] (dim
+// even): position t's pairs are rotated by the angles whose cosines and
+// sines are cos[t][i], sin[t][i], i < dim / 2 (tables [positions, dim / 2]).
+// The pairs are (i, i + dim / 2) (rotate-half, as Hugging Face's LLaMA) or
+// (2i, 2i + 1) when interleaved (as Meta's original).
+struct RotaryShape {
+  int64_t rows = 0, positions = 0, dim = 0;
+  bool interleaved = false;
+};
+
 // The ops whose indices NnPrimitives::check_indices checks, named in a finding.
 enum IndexCheckOp : int64_t { kCheckCrossEntropyLabels = 1, kCheckEmbeddingIndices = 2 };
 
@@ -100,6 +110,19 @@ class NnPrimitives : public BackendCapability {
   // reduced dimensions; sizes > 0. x floating, out of any floating type.
   void reduce_dims(DimReduce op, const void* x, DType type, const ReduceLayout& layout, void* out,
                    DType out_type);
+  // out = value where mask is set (math::mask_set; any dtype, read through
+  // layout.b_strides), else x (contiguous: layout.a_strides); sizes > 0.
+  // dx of the op is the same call on dy with value 0.
+  void masked_fill(const void* x, DType type, const void* mask, DType mask_type, float value,
+                   void* out, const BroadcastLayout& layout);
+  // y = math::pow_value(x, exponent) and its gradient math::pow_grad.
+  void pow_scalar(const void* x, void* y, DType type, int64_t count, float exponent);
+  void pow_scalar_backward(const void* x, const void* dy, void* dx, DType type, int64_t count,
+                           float exponent);
+  // out = x rotated as `shape` says (math::rotate; inverse: the backward
+  // pass). x and out of `type`, the tables of any floating table_type.
+  void rotary(const void* x, DType type, const void* cos, const void* sin, DType table_type,
+              void* out, const RotaryShape& shape, bool inverse);
   // y = x * scale + shift.
   void affine(const void* x, void* y, DType type, int64_t count, float scale, float shift);
   // dst += src, element-wise; the floating types may differ.
@@ -205,6 +228,15 @@ class NnPrimitives : public BackendCapability {
                                     DType type, const BroadcastLayout& layout) = 0;
   virtual void run_reduce_dims(DimReduce op, const void* x, DType type, const ReduceLayout& layout,
                                void* out, DType out_type) = 0;
+  virtual void run_masked_fill(const void* x, DType type, const void* mask, DType mask_type,
+                               float value, void* out, const BroadcastLayout& layout) = 0;
+  virtual void run_pow_scalar(const void* x, void* y, DType type, int64_t count,
+                              float exponent) = 0;
+  virtual void run_pow_scalar_backward(const void* x, const void* dy, void* dx, DType type,
+                                       int64_t count, float exponent) = 0;
+  virtual void run_rotary(const void* x, DType type, const void* cos, const void* sin,
+                          DType table_type, void* out, const RotaryShape& shape,
+                          bool inverse) = 0;
   virtual void run_affine(const void* x, void* y, DType type, int64_t count, float scale,
                           float shift) = 0;
   virtual void run_add_into(void* dst, DType dst_type, const void* src, DType src_type,

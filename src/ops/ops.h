@@ -49,6 +49,13 @@ DeviceTensor* op_reduce_dims(DeviceTensor& x, const int32_t* dims, int32_t ndims
 // attention.cpp; scale 0 selects 1 / sqrt(head_dim)
 DeviceTensor* op_attention(DeviceTensor& q, DeviceTensor& k, DeviceTensor& v, DeviceTensor* mask,
                            bool causal, double scale, double dropout_p);
+// block_ops.cpp
+DeviceTensor* op_masked_fill(DeviceTensor& x, DeviceTensor& mask, double value);
+DeviceTensor* op_pow(DeviceTensor& x, double exponent);
+DeviceTensor* op_rotary(DeviceTensor& x, DeviceTensor& cos, DeviceTensor& sin, bool interleaved);
+std::vector<TensorRef> op_split(DeviceTensor& x, const std::vector<int64_t>& sizes, int32_t dim);
+// The sizes torch.chunk(x, chunks, dim) gives its pieces.
+std::vector<int64_t> chunk_sizes(const DeviceTensor& x, int32_t chunks, int32_t dim);
 // loss.cpp
 DeviceTensor* op_bce_with_logits(DeviceTensor& logits, DeviceTensor& targets, Reduction reduction);
 

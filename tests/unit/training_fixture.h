@@ -91,6 +91,12 @@ inline std::vector<unsigned char> encode(ampx_dtype dtype, const std::vector<dou
     if (dtype == AMPX_F32) {
       const float f = static_cast<float>(values[i]);
       std::memcpy(bytes.data() + 4 * i, &f, 4);
+    } else if (dtype == AMPX_I32) {
+      const auto v = static_cast<int32_t>(values[i]);
+      std::memcpy(bytes.data() + 4 * i, &v, 4);
+    } else if (dtype == AMPX_I64) {
+      const auto v = static_cast<int64_t>(values[i]);
+      std::memcpy(bytes.data() + 8 * i, &v, 8);
     } else {
       const uint16_t h = dtype == AMPX_F16 ? f16_bits(values[i]) : bf16_bits(values[i]);
       std::memcpy(bytes.data() + 2 * i, &h, 2);
@@ -107,6 +113,14 @@ inline std::vector<double> decode(ampx_dtype dtype, const std::vector<unsigned c
       float f;
       std::memcpy(&f, bytes.data() + 4 * i, 4);
       values[i] = f;
+    } else if (dtype == AMPX_I32) {
+      int32_t v;
+      std::memcpy(&v, bytes.data() + 4 * i, 4);
+      values[i] = v;
+    } else if (dtype == AMPX_I64) {
+      int64_t v;
+      std::memcpy(&v, bytes.data() + 8 * i, 8);
+      values[i] = static_cast<double>(v);
     } else {
       uint16_t h;
       std::memcpy(&h, bytes.data() + 2 * i, 2);

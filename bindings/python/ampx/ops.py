@@ -301,6 +301,62 @@ def permute(x: Tensor, dims) -> Tensor:
     return _run(lib.ampx_permute, x, x.handle, count, array)
 
 
+def masked_fill(x: Tensor, mask: Tensor, value: float) -> Tensor:
+    """x with ``value`` where ``mask`` (any dtype; non-zero is set) is set; the
+    mask broadcasts to x's shape (torch.Tensor.masked_fill)."""
+    x = _tensor(x, "x")
+    return _run(lib.ampx_masked_fill, x, x.handle, handle_of(mask, "mask"),
+                float_arg(value, "value"))
+
+
+def pow(x: Tensor, exponent: float) -> Tensor:  # noqa: A001  (as torch.pow)
+    """x ** exponent for a number exponent (fp32 class under autocast)."""
+    x = _tensor(x, "x")
+    return _run(lib.ampx_pow, x, x.handle, float_arg(exponent, "exponent"))
+
+
+def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False) -> Tensor:
+    """Rotary position embeddings of x [..., T, D] with tables [T, D / 2]: pairs
+    (i, i + D/2) rotated (Hugging Face LLaMA's rotate-half), or (2i, 2i+1)
+    when ``interleaved``."""
+    x = _tensor(x, "x")
+    return _run(lib.ampx_rotary_embedding, x, x.handle, handle_of(cos, "cos"),
+                handle_of(sin, "sin"), bool_arg(interleaved, "interleaved"))
+
+
+def _pieces(x: Tensor, handles, count: int):
+    return tuple(Tensor._from_op(handles[k], x.context) for k in range(count))
+
+
+def split(x: Tensor, split_size_or_sections, dim: int = 0):
+    """torch.split: pieces of ``split_size_or_sections`` elements along ``dim``
+    (an int: that size, the last piece smaller; a list: those sizes), as new
+    contiguous tensors."""
+    x = _tensor(x, "x")
+    if isinstance(split_size_or_sections, int) and not isinstance(split_size_or_sections, bool):
+        size = int_arg(split_size_or_sections, "split_size")
+        if size < 1:
+            raise InvalidArgumentError(f"split_size is {size}; it must be at least 1")
+        extent = x.shape[int_arg(dim, "dim")]
+        sizes = [min(size, extent - start) for start in range(0, extent, size)] or [0]
+    else:
+        sizes = [int_arg(s, "sizes") for s in split_size_or_sections]
+    handles = (ctypes.c_void_p * max(1, len(sizes)))()
+    array = _int64_array(sizes)
+    lib.ampx_split(x.handle, array, len(sizes), int_arg(dim, "dim"), handles)
+    return _pieces(x, handles, len(sizes))
+
+
+def chunk(x: Tensor, chunks: int, dim: int = 0):
+    """torch.chunk: at most ``chunks`` pieces of ceil(extent / chunks) along ``dim``."""
+    x = _tensor(x, "x")
+    chunks = int_arg(chunks, "chunks")
+    handles = (ctypes.c_void_p * max(1, chunks))()
+    count = ctypes.c_int32()
+    lib.ampx_chunk(x.handle, chunks, int_arg(dim, "dim"), handles, ctypes.byref(count))
+    return _pieces(x, handles, count.value)
+
+
 def concat(tensors, dim: int = 0) -> Tensor:
     """Joins tensors along ``dim``."""
     tensors, handles = handle_array(tensors, "tensors")

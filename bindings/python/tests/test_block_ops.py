@@ -1,6 +1,8 @@
 """The ops of a Transformer block against torch: broadcasting add/sub/mul/div,
-sum/mean/amax over dimensions with keepdim, rms_norm, permute and softmax /
-log_softmax over any dimension, values and gradients (backward of
+sum/mean/amax over dimensions with keepdim, rms_norm, permute, softmax /
+log_softmax over any dimension, masked_fill, pow, rotary embeddings (against
+Hugging Face LLaMA's rotate_half formula written in torch), split and
+chunk, values and gradients (backward of
 sum(y * r) on both sides). Both compute in fp32 (ampx's reductions in
 double): agreement to 1e-5 absolute on values of order 1.
 """
@@ -69,6 +71,46 @@ class BlockOpsTest(unittest.TestCase):
             compare(self, lambda a: ampx.softmax(a, dim), lambda a: torch.softmax(a, dim), x)
             compare(self, lambda a: ampx.log_softmax(a, dim),
                     lambda a: torch.log_softmax(a, dim), x)
+
+    def test_masked_fill_pow_rotary(self):
+        x = self.data(2, 3, 4, 4)
+        causal = np.triu(np.ones((4, 4), np.float32), 1)
+        compare(self, lambda a: ampx.masked_fill(a, ampx.tensor(causal), -1e4),
+                lambda a: a.masked_fill(torch.tensor(causal).bool(), -1e4), x)
+        for p in (2.0, 0.5, -1.5, 3.0):
+            compare(self, lambda a: ampx.pow(a, p), lambda a: torch.pow(a, p),
+                    self.data(5, 7, low=0.2, high=2.0))
+        T, D = 6, 8
+        inv = 10000.0 ** (-np.arange(0, D, 2, dtype=np.float64) / D)
+        angles = np.outer(np.arange(T), inv)
+        cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+        def rotate_half(t):
+            half = t.shape[-1] // 2
+            return torch.cat((-t[..., half:], t[..., :half]), dim=-1)
+
+        def torch_rotary(t):
+            c = torch.tensor(np.concatenate([cos, cos], -1))
+            s = torch.tensor(np.concatenate([sin, sin], -1))
+            return t * c + rotate_half(t) * s
+
+        compare(self, lambda a: ampx.rotary_embedding(a, ampx.tensor(cos), ampx.tensor(sin)),
+                torch_rotary, self.data(2, 3, T, D))
+
+    def test_split_chunk(self):
+        x = self.data(2, 7, 3)
+        for sizes in (3, [2, 0, 5], [7]):
+            have = ampx.split(ampx.tensor(x), sizes, 1)
+            want = torch.split(torch.tensor(x), sizes, 1)
+            self.assertEqual(len(have), len(want))
+            for h, w in zip(have, want):
+                np.testing.assert_array_equal(h.numpy(), w.numpy())
+        for chunks in (1, 3, 4, 7, 9):
+            have = ampx.chunk(ampx.tensor(x), chunks, 1)
+            want = torch.chunk(torch.tensor(x), chunks, 1)
+            self.assertEqual([tuple(h.shape) for h in have], [tuple(w.shape) for w in want])
+        compare(self, lambda a: ampx.mul(ampx.split(a, [3, 4], 1)[1], ampx.split(a, [3, 4], 1)[1]),
+                lambda a: torch.split(a, [3, 4], 1)[1] ** 2, x)
 
     def test_errors(self):
         with self.assertRaises(ampx.ShapeError):

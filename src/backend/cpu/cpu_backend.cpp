@@ -120,6 +120,22 @@ class CpuNn final : public NnPrimitives {
                        void* out, DType out_type) override {
     cpu::reduce_dims(pool_, op, x, type, layout, out, out_type);
   }
+  void run_masked_fill(const void* x, DType type, const void* mask, DType mask_type, float value,
+                       void* out, const BroadcastLayout& layout) override {
+    cpu::masked_fill(pool_, x, type, mask, mask_type, value, out, layout);
+  }
+  void run_pow_scalar(const void* x, void* y, DType type, int64_t count,
+                      float exponent) override {
+    cpu::pow_scalar(pool_, x, y, type, count, exponent);
+  }
+  void run_pow_scalar_backward(const void* x, const void* dy, void* dx, DType type, int64_t count,
+                               float exponent) override {
+    cpu::pow_scalar_backward(pool_, x, dy, dx, type, count, exponent);
+  }
+  void run_rotary(const void* x, DType type, const void* cos, const void* sin, DType table_type,
+                  void* out, const RotaryShape& shape, bool inverse) override {
+    cpu::rotary(pool_, x, type, cos, sin, table_type, out, shape, inverse);
+  }
   void run_affine(const void* x, void* y, DType type, int64_t count, float scale,
                   float shift) override {
     cpu::affine(pool_, x, y, type, count, scale, shift);

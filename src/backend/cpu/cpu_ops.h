@@ -5,7 +5,8 @@
 // cpu_norm.cpp (layer and batch norm), cpu_shape.cpp (strided copies,
 // gathers, scatter-adds), cpu_random.cpp (dropout), cpu_loss.cpp (BCE),
 // cpu_attention.cpp (scaled dot-product attention), cpu_broadcast.cpp
-// (broadcasting binary ops, reductions over chosen dimensions).
+// (broadcasting binary ops, reductions over chosen dimensions),
+// cpu_block_ops.cpp (masked_fill, pow, rotary embeddings).
 #pragma once
 
 #include "backend/cpu/thread_pool.h"
@@ -25,6 +26,14 @@ void binary_broadcast(ThreadPool& pool, BinaryOp op, const void* a, const void* 
                       DType type, const BroadcastLayout& layout);
 void reduce_dims(ThreadPool& pool, DimReduce op, const void* x, DType type,
                  const ReduceLayout& layout, void* out, DType out_type);
+void masked_fill(ThreadPool& pool, const void* x, DType type, const void* mask, DType mask_type,
+                 float value, void* out, const BroadcastLayout& layout);
+void pow_scalar(ThreadPool& pool, const void* x, void* y, DType type, int64_t count,
+                float exponent);
+void pow_scalar_backward(ThreadPool& pool, const void* x, const void* dy, void* dx, DType type,
+                         int64_t count, float exponent);
+void rotary(ThreadPool& pool, const void* x, DType type, const void* cos, const void* sin,
+            DType table_type, void* out, const RotaryShape& shape, bool inverse);
 void affine(ThreadPool& pool, const void* x, void* y, DType type, int64_t count, float scale,
             float shift);
 void add_into(ThreadPool& pool, void* dst, DType dst_type, const void* src, DType src_type,

@@ -291,6 +291,33 @@ class CudaNn final : public NnPrimitives {
           "binary_broadcast kernel launch");
   }
 
+  void run_masked_fill(const void* x, DType type, const void* mask, DType mask_type, float value,
+                       void* out, const BroadcastLayout& layout) override {
+    use_device(device_->index);
+    check(cuda::launch_masked_fill(x, type, mask, mask_type, value, out, layout, device_->launch),
+          "masked_fill kernel launch");
+  }
+
+  void run_pow_scalar(const void* x, void* y, DType type, int64_t count,
+                      float exponent) override {
+    use_device(device_->index);
+    check(cuda::launch_pow(x, y, type, count, exponent, device_->launch), "pow kernel launch");
+  }
+
+  void run_pow_scalar_backward(const void* x, const void* dy, void* dx, DType type, int64_t count,
+                               float exponent) override {
+    use_device(device_->index);
+    check(cuda::launch_pow_backward(x, dy, dx, type, count, exponent, device_->launch),
+          "pow_backward kernel launch");
+  }
+
+  void run_rotary(const void* x, DType type, const void* cos, const void* sin, DType table_type,
+                  void* out, const RotaryShape& shape, bool inverse) override {
+    use_device(device_->index);
+    check(cuda::launch_rotary(x, type, cos, sin, table_type, out, shape, inverse, device_->launch),
+          "rotary kernel launch");
+  }
+
   void run_reduce_dims(DimReduce op, const void* x, DType type, const ReduceLayout& layout,
                        void* out, DType out_type) override {
     use_device(device_->index);

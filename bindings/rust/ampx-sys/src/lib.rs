@@ -848,6 +848,20 @@ extern "C" {
         out: *mut ampx_tensor,
     ) -> ampx_status;
     pub fn ampx_rms_norm(x: ampx_tensor, weight: ampx_tensor, eps: c_double, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_split(x: ampx_tensor, sizes: *const i64, count: usize, dim: i32, outs: *mut ampx_tensor)
+        -> ampx_status;
+    pub fn ampx_chunk(x: ampx_tensor, chunks: i32, dim: i32, outs: *mut ampx_tensor, count: *mut i32)
+        -> ampx_status;
+    pub fn ampx_masked_fill(x: ampx_tensor, mask: ampx_tensor, value: c_double, out: *mut ampx_tensor)
+        -> ampx_status;
+    pub fn ampx_pow(x: ampx_tensor, exponent: c_double, out: *mut ampx_tensor) -> ampx_status;
+    pub fn ampx_rotary_embedding(
+        x: ampx_tensor,
+        cos: ampx_tensor,
+        sin: ampx_tensor,
+        interleaved: i32,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
     pub fn ampx_layer_norm(
         x: ampx_tensor,
         weight: ampx_tensor,

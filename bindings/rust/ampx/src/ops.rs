@@ -349,6 +349,71 @@ impl Tensor {
         run_op(self, |out| unsafe { f(self.as_raw(), ptr, ndims, keepdim.into(), out) })
     }
 
+    /// Pieces of `sizes` elements along `dim` (torch.split), each a new
+    /// contiguous tensor ("split": keep); gradients flow back into the slices.
+    pub fn split(&self, sizes: &[i64], dim: i32) -> Result<Vec<Tensor>> {
+        let ctx = self.raw_context()?;
+        let mut outs = vec![ptr::null_mut(); sizes.len()];
+        run_outputs(ctx, &mut outs, |out| {
+            // SAFETY: live input; `out` holds sizes.len() handles.
+            check(unsafe { sys::ampx_split(self.as_raw(), sizes.as_ptr(), sizes.len(), dim, out) })
+        })
+    }
+
+    /// At most `chunks` pieces of ceil(extent / chunks) elements along `dim`
+    /// (torch.chunk).
+    pub fn chunk(&self, chunks: i32, dim: i32) -> Result<Vec<Tensor>> {
+        let shape = self.shape()?;
+        let rank = shape.len() as i64;
+        let d = if dim < 0 { i64::from(dim) + rank } else { i64::from(dim) };
+        // How many pieces the library will make (an error of the call below
+        // for a bad dim or chunks, reported by it).
+        let pieces = match (usize::try_from(d).ok().and_then(|d| shape.get(d)), chunks) {
+            (Some(&0), c) if c >= 1 => c as usize,
+            (Some(&n), c) if c >= 1 => {
+                let piece = (n + i64::from(c) - 1) / i64::from(c);
+                ((n + piece - 1) / piece) as usize
+            }
+            _ => 1,
+        };
+        let ctx = self.raw_context()?;
+        let mut outs = vec![ptr::null_mut(); pieces];
+        run_outputs(ctx, &mut outs, |out| {
+            let mut all = vec![ptr::null_mut(); chunks.max(1) as usize];
+            let mut count = 0i32;
+            // SAFETY: live input; `all` holds `chunks` handles.
+            check(unsafe { sys::ampx_chunk(self.as_raw(), chunks, dim, all.as_mut_ptr(), &mut count) })?;
+            if count as usize != pieces {
+                return Err(Error::new(Status::Internal, "chunk made an unexpected number of pieces"));
+            }
+            // SAFETY: `out` holds `pieces` handles.
+            unsafe { ptr::copy_nonoverlapping(all.as_ptr(), out, pieces) };
+            Ok(())
+        })
+    }
+
+    /// This tensor with `value` where `mask` (any dtype; non-zero is set) is
+    /// set; the mask broadcasts to this tensor's shape ("masked_fill": keep).
+    pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
+        // SAFETY: live inputs.
+        run_op(self, |out| unsafe { sys::ampx_masked_fill(self.as_raw(), mask.as_raw(), value, out) })
+    }
+
+    /// Element-wise power with a number exponent ("pow": fp32).
+    pub fn pow(&self, exponent: f64) -> Result<Tensor> {
+        // SAFETY: live input.
+        run_op(self, |out| unsafe { sys::ampx_pow(self.as_raw(), exponent, out) })
+    }
+
+    /// Rotary position embeddings of this `[..., T, D]` tensor with tables
+    /// `[T, D / 2]` (rotate-half pairs, or (2i, 2i + 1) when `interleaved`).
+    pub fn rotary_embedding(&self, cos: &Tensor, sin: &Tensor, interleaved: bool) -> Result<Tensor> {
+        // SAFETY: live inputs.
+        run_op(self, |out| unsafe {
+            sys::ampx_rotary_embedding(self.as_raw(), cos.as_raw(), sin.as_raw(), interleaved.into(), out)
+        })
+    }
+
     /// RMS normalisation over the last dimension ("rms_norm": fp32), as
     /// torch.nn.functional.rms_norm; `weight` `[D]` is optional.
     pub fn rms_norm(&self, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {

@@ -140,6 +140,18 @@ fn block_ops_compute() {
     let rms = v(col.rms_norm(None, 0.0).unwrap());
     assert!(close(&rms, &[1.0, 1.0], 1e-6));
     assert_eq!(grid.permute(&[0, 0]).unwrap_err().status(), Status::InvalidArgument);
+    let parts = grid.split(&[1, 2], 1).unwrap();
+    assert_eq!(v(parts[1].clone()), vec![21.0, 31.0, 22.0, 32.0]);
+    let chunks = grid.chunk(2, 1).unwrap();
+    assert_eq!(chunks.len(), 2);
+    assert_eq!(chunks[1].shape().unwrap(), vec![2, 1]);
+    let mask = Tensor::from_slice(&ctx, &[3], &[0i32, 1, 0]).unwrap();
+    assert_eq!(v(grid.masked_fill(&mask, -1.0).unwrap()), vec![11.0, -1.0, 31.0, 12.0, -1.0, 32.0]);
+    assert_eq!(v(col.pow(2.0).unwrap()), vec![1.0, 4.0]);
+    // A quarter turn: (a, b) -> (-b, a).
+    let pair = Tensor::from_slice(&ctx, &[1, 2], &[1.0f32, 2.0]).unwrap();
+    let (c, s) = (Tensor::from_slice(&ctx, &[1, 1], &[0.0f32]).unwrap(), Tensor::from_slice(&ctx, &[1, 1], &[1.0f32]).unwrap());
+    assert_eq!(v(pair.rotary_embedding(&c, &s, false).unwrap()), vec![-2.0, 1.0]);
 }
 
 #[test]

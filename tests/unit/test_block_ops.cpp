@@ -1,6 +1,7 @@
-// test_broadcast_ops.cpp -- NumPy broadcasting of add/sub/mul/div, sum /
-// mean / amax over chosen dimensions, RMS norm, permute and softmax over any
-// dimension (ampx.h section 11), through the C API on the test device,
+// test_block_ops.cpp -- the ops of a Transformer block (ampx.h section 11):
+// NumPy broadcasting of add/sub/mul/div, sum / mean / amax over chosen
+// dimensions, RMS norm, permute, softmax over any dimension, masked_fill,
+// pow, rotary embeddings, split and chunk, through the C API on the test device,
 // against references written here in double from torch's definitions.
 //
 // Gradients are checked against the analytic derivatives evaluated in
@@ -471,4 +472,151 @@ TEST_CASE("softmax and log-softmax over any dimension") {
   ampx_tensor out = nullptr;
   CHECK_FAILS_WITH(ampx_softmax_dim(t, 3, &out), AMPX_ERR_INVALID_ARGUMENT, "'dim'");
   CHECK(out == nullptr);
+}
+
+TEST_CASE("masked_fill: a broadcast mask of any dtype, the gradient where it is clear") {
+  Ctx ctx;
+  Rng rng(41);
+  const Dims shape = {2, 3, 4, 4};
+  const Vec x = floats(rng, count_of(shape), -1, 1);
+  // A causal [T, T] mask (set above the diagonal) over [B, H, T, T].
+  Vec causal(16);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) causal[i * 4 + j] = j > i ? 1.0 : 0.0;
+  for (ampx_dtype mask_dtype : {AMPX_F32, AMPX_F16, AMPX_I32, AMPX_I64}) {
+    INFO(std::string(ampx_dtype_name(mask_dtype)));
+    Tensor mask(make(ctx, mask_dtype, {4, 4}, causal));
+    const double fill = -std::numeric_limits<double>::infinity();
+    const Result res = run(
+        ctx, {shape}, {x},
+        [&](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+          return ampx_masked_fill(t[0], mask, fill, y);
+        },
+        {}, rng);
+    const Vec& r = res.grads[1];
+    for (size_t i = 0; i < x.size(); ++i) {
+      const bool set = causal[i % 16] != 0.0;
+      CHECK(res.y[i] == (set ? fill : x[i]));
+      CHECK(res.grads[0][i] == (set ? 0.0 : r[i]));
+    }
+  }
+  Tensor t(make(ctx, AMPX_F32, {2, 3}, Vec(6, 1.0))), wide(make(ctx, AMPX_F32, {2, 2, 3}, Vec(12, 1.0)));
+  ampx_tensor out = nullptr;
+  CHECK_FAILS_WITH(ampx_masked_fill(t, wide, 0.0, &out), AMPX_ERR_SHAPE, "'mask'");
+  CHECK(out == nullptr);
+}
+
+TEST_CASE("pow: powf semantics, exact squares, gradient p x^(p-1)") {
+  Ctx ctx;
+  Rng rng(43);
+  const Vec x = floats(rng, 64, 0.1, 3.0);
+  for (double p : {2.0, 0.5, -1.5, 3.0, 0.0, 1.0}) {
+    INFO(("exponent " + std::to_string(p)));
+    const Result res = run(
+        ctx, {{64}}, {x},
+        [&](const std::vector<ampx_tensor>& t, ampx_tensor* y) { return ampx_pow(t[0], p, y); },
+        {}, rng);
+    const Vec& r = res.grads[1];
+    Vec y(64), dx(64);
+    for (size_t i = 0; i < 64; ++i) {
+      y[i] = std::pow(x[i], p);
+      dx[i] = p == 0.0 ? 0.0 : r[i] * p * std::pow(x[i], p - 1.0);
+    }
+    check_values("y", res.y, y, 4 * 0x1p-24, 0.0);
+    check_values("dx", res.grads[0], dx, 1e-6, 0.0);
+    if (p == 2.0)
+      for (size_t i = 0; i < 64; ++i) CHECK(res.y[i] == static_cast<float>(x[i] * x[i]));
+  }
+}
+
+TEST_CASE("rotary embeddings: rotate-half and interleaved pairs, inverse rotation backward") {
+  Ctx ctx;
+  Rng rng(47);
+  const int64_t B = 2, H = 3, T = 5, D = 8;
+  const Vec x = floats(rng, static_cast<size_t>(B * H * T * D), -1, 1);
+  Vec cos_t(static_cast<size_t>(T * D / 2)), sin_t(cos_t.size());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < D / 2; ++i) {
+      const double angle = t * std::pow(10000.0, -2.0 * i / D);
+      cos_t[t * D / 2 + i] = static_cast<float>(std::cos(angle));
+      sin_t[t * D / 2 + i] = static_cast<float>(std::sin(angle));
+    }
+  Tensor c(make(ctx, AMPX_F32, {T, D / 2}, cos_t)), s(make(ctx, AMPX_F32, {T, D / 2}, sin_t));
+  for (int interleaved = 0; interleaved <= 1; ++interleaved) {
+    INFO((interleaved ? "interleaved" : "rotate-half"));
+    const Result res = run(
+        ctx, {{B, H, T, D}}, {x},
+        [&](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+          return ampx_rotary_embedding(t[0], c, s, interleaved, y);
+        },
+        {}, rng);
+    const Vec& r = res.grads[1];
+    Vec y(x.size()), dx(x.size());
+    for (int64_t row = 0; row < B * H * T; ++row) {
+      const int64_t t = row % T;
+      for (int64_t i = 0; i < D / 2; ++i) {
+        const int64_t a = row * D + (interleaved ? 2 * i : i);
+        const int64_t b = row * D + (interleaved ? 2 * i + 1 : i + D / 2);
+        const double cs = cos_t[t * D / 2 + i], sn = sin_t[t * D / 2 + i];
+        y[a] = x[a] * cs - x[b] * sn;
+        y[b] = x[b] * cs + x[a] * sn;
+        // d/dx of y . r: the transposed rotation.
+        dx[a] = r[a] * cs + r[b] * sn;
+        dx[b] = r[b] * cs - r[a] * sn;
+      }
+    }
+    check_values("y", res.y, y, 1e-6, 1e-7);
+    check_values("dx", res.grads[0], dx, 1e-6, 1e-7);
+  }
+  Tensor odd(make(ctx, AMPX_F32, {T, 3}, Vec(static_cast<size_t>(T * 3), 0.0)));
+  Tensor short_table(make(ctx, AMPX_F32, {T - 1, D / 2}, Vec(static_cast<size_t>((T - 1) * D / 2), 0.0)));
+  Tensor xt(make(ctx, AMPX_F32, {B, H, T, D}, x));
+  ampx_tensor out = nullptr;
+  CHECK_FAILS_WITH(ampx_rotary_embedding(odd, c, s, 0, &out), AMPX_ERR_SHAPE, "D even");
+  CHECK_FAILS_WITH(ampx_rotary_embedding(xt, short_table, s, 0, &out), AMPX_ERR_SHAPE, "'cos'");
+  CHECK(out == nullptr);
+}
+
+TEST_CASE("split and chunk: torch's pieces, gradients back in their slices") {
+  Ctx ctx;
+  Rng rng(53);
+  const Dims shape = {2, 7, 3};
+  const Vec x = floats(rng, count_of(shape), -1, 1);
+  Tensor t(make(ctx, AMPX_F32, shape, x, true));
+  const int64_t sizes[] = {2, 0, 5};
+  ampx_tensor pieces[3] = {};
+  REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+  REQUIRE_MESSAGE(ampx_split(t, sizes, 3, -2, pieces) == AMPX_OK, last_error());
+  CHECK(dims_of(pieces[0]) == Dims{2, 2, 3});
+  CHECK(dims_of(pieces[1]) == Dims{2, 0, 3});
+  CHECK(dims_of(pieces[2]) == Dims{2, 5, 3});
+  const Vec p2 = values_of(pieces[2]);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < 5; ++i)
+      for (int64_t k = 0; k < 3; ++k) CHECK(p2[(b * 5 + i) * 3 + k] == x[(b * 7 + 2 + i) * 3 + k]);
+  // Only the last piece reaches the loss: the first two slices get zeros.
+  ampx_tensor loss = nullptr;
+  REQUIRE(ampx_sum(pieces[2], &loss) == AMPX_OK);
+  REQUIRE_MESSAGE(ampx_backward(loss, nullptr) == AMPX_OK, last_error());
+  const Vec g = values_of(grad_of(t));
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < 7; ++i)
+      for (int64_t k = 0; k < 3; ++k) CHECK(g[(b * 7 + i) * 3 + k] == (i >= 2 ? 1.0 : 0.0));
+  REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+  ampx_tensor chunked[4] = {};
+  int32_t count = 0;
+  REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+  REQUIRE_MESSAGE(ampx_chunk(t, 4, 1, chunked, &count) == AMPX_OK, last_error());
+  CHECK(count == 4);  // 7 in pieces of 2: 2, 2, 2, 1
+  CHECK(dims_of(chunked[3]) == Dims{2, 1, 3});
+  REQUIRE(ampx_chunk(t, 3, 1, chunked, &count) == AMPX_OK);
+  CHECK(count == 3);  // pieces of 3: 3, 3, 1
+  REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+  ampx_tensor untouched[2] = {nullptr, nullptr};
+  const int64_t wrong[] = {3, 3}, negative[] = {-1, 8};
+  CHECK_FAILS_WITH(ampx_split(t, wrong, 2, 1, untouched), AMPX_ERR_SHAPE, "add up");
+  CHECK_FAILS_WITH(ampx_split(t, negative, 2, 1, untouched), AMPX_ERR_INVALID_ARGUMENT, ">= 0");
+  CHECK_FAILS_WITH(ampx_split(t, wrong, 2, 3, untouched), AMPX_ERR_INVALID_ARGUMENT, "'dim'");
+  CHECK_FAILS_WITH(ampx_chunk(t, 0, 1, untouched, &count), AMPX_ERR_INVALID_ARGUMENT, "chunks");
+  CHECK(untouched[0] == nullptr);
 }
