@@ -1,7 +1,7 @@
 // ops_launch.cuh -- host-side launchers of the primitives of the ops
 // (Backend::unary to cross_entropy_backward, and the k == 0 case of gemm):
-// kernels/elementwise.cu, broadcast.cu, reduce.cu, softmax.cu and
-// cross_entropy.cu.
+// kernels/elementwise.cu, broadcast.cu, reduce.cu, softmax.cu,
+// cross_entropy.cu and cross_entropy_smoothed.cu.
 //
 // Plain C++ declarations, so the CUDA backend, which the host compiler
 // builds, can include them. As for the other launchers, each one only
@@ -85,6 +85,17 @@ cudaError_t launch_cross_entropy_backward(const void* logits, DType type, const 
                                           DType label_type, int64_t rows, int64_t cols,
                                           int64_t ignore_index, const float* dloss, float scale,
                                           void* dlogits, const LaunchConfig& launch);
+cudaError_t launch_cross_entropy_smoothed(const void* logits, DType type, const void* labels,
+                                          DType label_type, int64_t rows, int64_t cols,
+                                          int64_t ignore_index, const float* class_weight,
+                                          float smoothing, float* losses, float* row_weights,
+                                          const LaunchConfig& launch);
+cudaError_t launch_cross_entropy_smoothed_backward(const void* logits, DType type,
+                                                   const void* labels, DType label_type,
+                                                   int64_t rows, int64_t cols,
+                                                   int64_t ignore_index, const float* class_weight,
+                                                   float smoothing, const float* dloss,
+                                                   void* dlogits, const LaunchConfig& launch);
 
 }  // namespace cuda
 }  // namespace ampx::impl

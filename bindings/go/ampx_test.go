@@ -540,3 +540,18 @@ func TestSplitMaskPowRotary(t *testing.T) {
 	}
 	r.Close()
 }
+
+func TestCrossEntropyEx(t *testing.T) {
+	ctx := must(NewContext(nil))(t)
+	defer ctx.Close()
+	// Full smoothing over two equal logits: the uniform target, loss ln 2.
+	logits := must(FromSlice(ctx, []float32{0, 0}, 1, 2))(t)
+	defer logits.Close()
+	label := must(FromSlice(ctx, []int64{1}, 1))(t)
+	defer label.Close()
+	ce := must(CrossEntropyEx(logits, label, nil, ReductionMean, -100, 1))(t)
+	defer ce.Close()
+	if v := must(ToSlice[float32](ce))(t); math.Abs(float64(v[0])-math.Ln2) > 1e-6 {
+		t.Errorf("loss = %v, want ln 2", v)
+	}
+}

@@ -164,6 +164,19 @@ func CrossEntropy(logits, labels *Tensor, reduction Reduction, ignoreIndex int64
 	})
 }
 
+// CrossEntropyEx is CrossEntropy with class weights [C] (nil: none) and
+// label smoothing in [0, 1], as torch's cross_entropy.
+func CrossEntropyEx(logits, labels, weight *Tensor, reduction Reduction, ignoreIndex int64, labelSmoothing float64) (*Tensor, error) {
+	hl, hy, hw := logits.handle(), labels.handle(), weight.handle()
+	o := C.ampx_cross_entropy_options_default()
+	o.reduction = C.ampx_reduction(reduction)
+	o.ignore_index = C.int64_t(ignoreIndex)
+	o.label_smoothing = C.double(labelSmoothing)
+	return op(logits, func(out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_cross_entropy_ex(hl, hy, hw, &o, out)
+	}, logits, labels, weight)
+}
+
 // MSELoss returns the mean-squared error (or the sum of squares) between
 // input and target.
 func MSELoss(input, target *Tensor, reduction Reduction) (*Tensor, error) {

@@ -1328,6 +1328,37 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_cross_entropy(ampx_tensor logits, ampx_
                                         ampx_reduction reduction, int64_t ignore_index,
                                         ampx_tensor *out);
 
+/** Options of ampx_cross_entropy_ex; fields are only appended. */
+typedef struct ampx_cross_entropy_options {
+  size_t struct_size;       /**< sizeof(ampx_cross_entropy_options) */
+  ampx_reduction reduction; /**< AMPX_REDUCTION_MEAN (default) or _SUM */
+  int64_t ignore_index;     /**< labels equal to it count for nothing (-100) */
+  double label_smoothing;   /**< in [0, 1]; 0: none (torch's label_smoothing) */
+} ampx_cross_entropy_options;
+
+#define AMPX_CROSS_ENTROPY_OPTIONS_INIT \
+  { sizeof(ampx_cross_entropy_options), AMPX_REDUCTION_MEAN, -100, 0.0 }
+
+/** Default options (same as AMPX_CROSS_ENTROPY_OPTIONS_INIT). Thread-safe. */
+AMPX_API ampx_cross_entropy_options ampx_cross_entropy_options_default(void);
+
+/** ampx_cross_entropy with class weights and label smoothing, as
+ *  torch.nn.functional.cross_entropy(logits, labels, weight, ignore_index,
+ *  reduction, label_smoothing): in a row labelled y (not ignored), class c
+ *  has target mass q_c = (1 - eps) w_y [c == y] + eps / C * w_c and the
+ *  row's loss is sum_c q_c (logsumexp - x_c); the mean divides the sum by
+ *  the summed w_y of the counted rows (their number without weights).
+ *  weight (NULL: all 1) is [C], any floating type (used in fp32), a
+ *  constant (no gradient). With no weight and eps 0 this is
+ *  ampx_cross_entropy. options NULL: defaults. Labels are checked as there.
+ *  Errors: those of ampx_cross_entropy, SHAPE (weight not [C]), DTYPE
+ *  (weight not floating), INVALID_ARGUMENT (struct_size too small,
+ *  label_smoothing outside [0, 1], reduction). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_cross_entropy_ex(ampx_tensor logits, ampx_tensor labels,
+                                                          ampx_tensor weight,
+                                                          const ampx_cross_entropy_options *options,
+                                                          ampx_tensor *out);
+
 /** Mean-squared error between two tensors of one shape ("mse_loss": fp32). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_mse_loss(ampx_tensor input, ampx_tensor target,
                                    ampx_reduction reduction, ampx_tensor *out);

@@ -269,6 +269,22 @@ ampx_status ampx_cross_entropy(ampx_tensor logits, ampx_tensor labels, ampx_redu
   });
 }
 
+ampx_cross_entropy_options ampx_cross_entropy_options_default(void) {
+  ampx_cross_entropy_options options = AMPX_CROSS_ENTROPY_OPTIONS_INIT;
+  return options;
+}
+
+ampx_status ampx_cross_entropy_ex(ampx_tensor logits, ampx_tensor labels, ampx_tensor weight,
+                                  const ampx_cross_entropy_options* options, ampx_tensor* out) {
+  return run_op(__func__, out, [&] {
+    const ampx_cross_entropy_options o =
+        read_options(options, ampx_cross_entropy_options_default(), "options");
+    return op_cross_entropy(tensor_arg(logits, "logits"), tensor_arg(labels, "labels"),
+                            reduction_arg(o.reduction), o.ignore_index,
+                            weight ? &tensor_arg(weight, "weight") : nullptr, o.label_smoothing);
+  });
+}
+
 ampx_status ampx_mse_loss(ampx_tensor input, ampx_tensor target, ampx_reduction reduction,
                           ampx_tensor* out) {
   return run_op(__func__, out, [&] {

@@ -151,6 +151,30 @@ void NnPrimitives::cross_entropy_backward(const void* logits, DType type, const 
                              scale, dlogits);
 }
 
+void NnPrimitives::cross_entropy_smoothed(const void* logits, DType type, const void* labels,
+                                          DType label_type, int64_t rows, int64_t cols,
+                                          int64_t ignore_index, const float* class_weight,
+                                          float smoothing, float* losses, float* row_weights) {
+  require_float("cross_entropy_smoothed", type);
+  require_indices("cross_entropy_smoothed", label_type);
+  if (rows > 0 && cols > 0)
+    run_cross_entropy_smoothed(logits, type, labels, label_type, rows, cols, ignore_index,
+                               class_weight, smoothing, losses, row_weights);
+}
+
+void NnPrimitives::cross_entropy_smoothed_backward(const void* logits, DType type,
+                                                   const void* labels, DType label_type,
+                                                   int64_t rows, int64_t cols,
+                                                   int64_t ignore_index, const float* class_weight,
+                                                   float smoothing, const float* dloss,
+                                                   void* dlogits) {
+  require_float("cross_entropy_smoothed_backward", type);
+  require_indices("cross_entropy_smoothed_backward", label_type);
+  if (rows > 0 && cols > 0)
+    run_cross_entropy_smoothed_backward(logits, type, labels, label_type, rows, cols, ignore_index,
+                                        class_weight, smoothing, dloss, dlogits);
+}
+
 void NnPrimitives::layer_norm(const void* x, const void* weight, const void* bias, DType type,
                               int64_t rows, int64_t cols, float eps, void* y, float* mean,
                               float* rstd, bool centered) {

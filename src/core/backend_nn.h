@@ -146,6 +146,20 @@ class NnPrimitives : public BackendCapability {
                               int64_t rows, int64_t cols, int64_t ignore_index, const float* dloss,
                               float scale, void* dlogits);
 
+  // Cross-entropy with label smoothing `smoothing` and class weights
+  // (F32 [cols], nullptr: 1), math::smoothed_target: losses[r] = sum_c q_c
+  // (lse_r - x_rc) and row_weights[r] = w[label_r] (0 for both where
+  // label_r == ignore_index); labels already checked.
+  void cross_entropy_smoothed(const void* logits, DType type, const void* labels,
+                              DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
+                              const float* class_weight, float smoothing, float* losses,
+                              float* row_weights);
+  // dlogits_r = (p_r W_r - q_r) * (*dloss) (0 rows where ignored).
+  void cross_entropy_smoothed_backward(const void* logits, DType type, const void* labels,
+                                       DType label_type, int64_t rows, int64_t cols,
+                                       int64_t ignore_index, const float* class_weight,
+                                       float smoothing, const float* dloss, void* dlogits);
+
   // Layer norm of each row of a rows x cols matrix: y = (x - mean) * rstd *
   // weight + bias, with the row's mean and rstd = 1 / sqrt(biased variance
   // + eps) also written to mean[rows] and rstd[rows]. weight and bias
@@ -255,6 +269,16 @@ class NnPrimitives : public BackendCapability {
                                           DType label_type, int64_t rows, int64_t cols,
                                           int64_t ignore_index, const float* dloss, float scale,
                                           void* dlogits) = 0;
+  virtual void run_cross_entropy_smoothed(const void* logits, DType type, const void* labels,
+                                          DType label_type, int64_t rows, int64_t cols,
+                                          int64_t ignore_index, const float* class_weight,
+                                          float smoothing, float* losses, float* row_weights) = 0;
+  virtual void run_cross_entropy_smoothed_backward(const void* logits, DType type,
+                                                   const void* labels, DType label_type,
+                                                   int64_t rows, int64_t cols,
+                                                   int64_t ignore_index,
+                                                   const float* class_weight, float smoothing,
+                                                   const float* dloss, void* dlogits) = 0;
   virtual void run_layer_norm(const void* x, const void* weight, const void* bias, DType type,
                               int64_t rows, int64_t cols, float eps, void* y, float* mean,
                               float* rstd, bool centered) = 0;

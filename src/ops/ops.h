@@ -22,8 +22,11 @@ DeviceTensor* op_unary(UnaryOp op, DeviceTensor& x);
 DeviceTensor* op_sum(DeviceTensor& x, bool mean);
 DeviceTensor* op_softmax(DeviceTensor& x, bool log);
 DeviceTensor* op_softmax_dim(DeviceTensor& x, int32_t dim, bool log);
+// weight: class weights [C] or nullptr; smoothing in [0, 1] (torch's
+// label_smoothing).
 DeviceTensor* op_cross_entropy(DeviceTensor& logits, DeviceTensor& labels, Reduction reduction,
-                               int64_t ignore_index);
+                               int64_t ignore_index, DeviceTensor* weight = nullptr,
+                               double smoothing = 0.0);
 DeviceTensor* op_mse_loss(DeviceTensor& input, DeviceTensor& target, Reduction reduction);
 DeviceTensor* op_matmul(DeviceTensor& a, DeviceTensor& b);
 DeviceTensor* op_linear(DeviceTensor& x, DeviceTensor& weight, DeviceTensor* bias,

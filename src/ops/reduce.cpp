@@ -75,6 +75,36 @@ class CrossEntropyNode final : public Node {
   }
 };
 
+// With label smoothing or class weights (core/backend_nn.h,
+// cross_entropy_smoothed).
+class SmoothedCrossEntropyNode final : public Node {
+ public:
+  int64_t ignore_index = -100;
+  float smoothing = 0.0f;
+  TensorRef weight;       // F32 [C] or empty: a constant
+  TensorRef denominator;  // for a mean: the count or weight of the labels (F32 scalar)
+  const char* name() const override { return "cross_entropy"; }
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& logits = *inputs[0];
+    DeviceTensor& labels = *inputs[1];
+    TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
+    if (denominator) {
+      TensorRef mean_dy = new_tensor(ctx, DType::F32, scalar_shape());
+      divide_by_device_scalar(ctx, dy->data(), *denominator, mean_dy->data());
+      dy = std::move(mean_dy);
+    }
+    TensorRef dlogits = new_tensor(ctx, logits.dtype, logits.shape);
+    nn_of(ctx, name())
+        .cross_entropy_smoothed_backward(
+            logits.data(), logits.dtype, labels.data(), labels.dtype, logits.shape.dims[0],
+            logits.shape.dims[1], ignore_index,
+            weight ? static_cast<const float*>(weight->data()) : nullptr, smoothing,
+            static_cast<const float*>(dy->data()), dlogits->data());
+    return grad_list(std::move(dlogits));
+  }
+};
+
 class MseNode final : public Node {
  public:
   TensorRef diff;  // input - target
@@ -192,8 +222,66 @@ DeviceTensor* op_softmax_dim(DeviceTensor& x, int32_t dim, bool log) {
   return op_transpose(*y, d, nd - 1);
 }
 
+namespace {
+
+// Cross-entropy with class weights or label smoothing, as torch's: a mean
+// divides by the summed weights of the labels not ignored (their count
+// without weights).
+DeviceTensor* smoothed_cross_entropy(DeviceTensor& logits_in, DeviceTensor& labels,
+                                     Reduction reduction, int64_t ignore_index,
+                                     DeviceTensor* weight_in, float smoothing) {
+  DeviceContext& ctx = *logits_in.ctx;
+  const int64_t rows = logits_in.shape.dims[0];
+  const int64_t cols = logits_in.shape.dims[1];
+  const bool mean = reduction == Reduction::Mean;
+  TensorRef valid = mean && !weight_in ? new_tensor(ctx, DType::F32, scalar_shape()) : TensorRef();
+  check_labels(ctx, labels, cols, ignore_index, valid ? static_cast<float*>(valid->data()) : nullptr);
+  TensorRef weight;
+  if (weight_in) {
+    weight = new_tensor(ctx, DType::F32, weight_in->shape);
+    if (cols > 0)
+      ctx.backend().convert(weight->data(), DType::F32, weight_in->data(), weight_in->dtype, cols);
+  }
+  std::vector<TensorRef> in = op_inputs(ctx, "cross_entropy", {&logits_in, &labels});
+  DeviceTensor& logits = *in[0];
+  NnPrimitives& nn = nn_of(ctx, "cross_entropy");
+  TensorRef losses = new_tensor(ctx, DType::F32, vector_shape(rows));
+  TensorRef row_weights = new_tensor(ctx, DType::F32, vector_shape(rows));
+  if (rows > 0 && cols > 0) {
+    nn.cross_entropy_smoothed(logits.data(), logits.dtype, labels.data(), labels.dtype, rows, cols,
+                              ignore_index,
+                              weight ? static_cast<const float*>(weight->data()) : nullptr,
+                              smoothing, static_cast<float*>(losses->data()),
+                              static_cast<float*>(row_weights->data()));
+  } else if (rows > 0) {
+    ctx.backend().fill(losses->data(), 4, 0, rows);
+    ctx.backend().fill(row_weights->data(), 4, 0, rows);
+  }
+  TensorRef out = new_tensor(ctx, DType::F32, scalar_shape());
+  nn.sum_all(losses->data(), DType::F32, rows, static_cast<float*>(out->data()));
+  TensorRef denominator;
+  if (mean && weight) {
+    denominator = new_tensor(ctx, DType::F32, scalar_shape());
+    nn.sum_all(row_weights->data(), DType::F32, rows, static_cast<float*>(denominator->data()));
+  } else if (mean) {
+    denominator = std::move(valid);
+  }
+  if (denominator) divide_by_device_scalar(ctx, out->data(), *denominator, out->data());
+  if (should_record(ctx, {&logits})) {
+    auto node = make_node<SmoothedCrossEntropyNode>({&in[0], &in[1]});
+    node->ignore_index = ignore_index;
+    node->smoothing = smoothing;
+    node->weight = std::move(weight);
+    node->denominator = std::move(denominator);
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+}  // namespace
+
 DeviceTensor* op_cross_entropy(DeviceTensor& logits_in, DeviceTensor& labels, Reduction reduction,
-                               int64_t ignore_index) {
+                               int64_t ignore_index, DeviceTensor* weight_in, double smoothing) {
   require_capabilities(*logits_in.ctx, "cross_entropy", Capability::Nn, Capability::MultiTensorAmp);
   check_same_context(logits_in, labels, "logits", "labels");
   check_floating(logits_in, "logits");
@@ -206,6 +294,19 @@ DeviceTensor* op_cross_entropy(DeviceTensor& logits_in, DeviceTensor& labels, Re
   DeviceContext& ctx = *logits_in.ctx;
   const int64_t rows = logits_in.shape.dims[0];
   const int64_t cols = logits_in.shape.dims[1];
+  if (!(smoothing >= 0.0 && smoothing <= 1.0))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "option 'label_smoothing' is ", smoothing,
+         "; it must lie in [0, 1]");
+  if (weight_in) {
+    check_same_context(logits_in, *weight_in, "logits", "weight");
+    check_floating(*weight_in, "weight");
+    if (!(weight_in->shape.ndim == 1 && weight_in->shape.dims[0] == cols))
+      fail(AMPX_ERR_SHAPE, "'weight' is ", weight_in->describe(), "; logits ",
+           logits_in.describe(), " need one weight per class, [", cols, "]");
+  }
+  if (weight_in || smoothing > 0.0)
+    return smoothed_cross_entropy(logits_in, labels, reduction, ignore_index, weight_in,
+                                  static_cast<float>(smoothing));
   // The mean divides by the count of labels not ignored; torch's mean over
   // none is 0/0 = NaN, which multiplying by 1/0 gives too.
   const bool mean = reduction == Reduction::Mean;

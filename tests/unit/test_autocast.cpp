@@ -273,7 +273,14 @@ TEST_CASE("autocast: the default op classes are torch's, readable per op name") 
                          {"log", AMPX_OP_FP32},
                          {"rsqrt", AMPX_OP_FP32},
                          {"sqrt", AMPX_OP_KEEP},
-                         {"scaled_dot_product_attention", AMPX_OP_LOWER_PRECISION}};
+                         {"scaled_dot_product_attention", AMPX_OP_LOWER_PRECISION},
+                         {"rms_norm", AMPX_OP_FP32},
+                         {"pow", AMPX_OP_FP32},
+                         {"amax", AMPX_OP_KEEP},
+                         {"permute", AMPX_OP_KEEP},
+                         {"masked_fill", AMPX_OP_KEEP},
+                         {"rotary_embedding", AMPX_OP_KEEP},
+                         {"split", AMPX_OP_KEEP}};
   for (const Entry& e : table) {
     ampx_op_class c = AMPX_OP_CLASS_MAX_ENUM;
     REQUIRE_MESSAGE(ampx_autocast_op_class(p, e.name, &c) == AMPX_OK, last_error());

@@ -620,3 +620,136 @@ TEST_CASE("split and chunk: torch's pieces, gradients back in their slices") {
   CHECK_FAILS_WITH(ampx_chunk(t, 0, 1, untouched, &count), AMPX_ERR_INVALID_ARGUMENT, "chunks");
   CHECK(untouched[0] == nullptr);
 }
+
+TEST_CASE("cross-entropy with class weights and label smoothing, as torch") {
+  Ctx ctx;
+  Rng rng(59);
+  const int64_t N = 9, C = 6;
+  const Vec logits = floats(rng, static_cast<size_t>(N * C), -3, 3);
+  Vec labels(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) labels[i] = static_cast<double>((i * 5) % C);
+  labels[4] = -100;  // ignored
+  const Vec weight = floats(rng, static_cast<size_t>(C), 0.2, 2.0);
+  Tensor tl(make(ctx, AMPX_I64, {N}, labels)), tw(make(ctx, AMPX_F32, {C}, weight));
+  for (int weighted = 0; weighted <= 1; ++weighted)
+    for (double eps : {0.0, 0.1, 1.0})
+      for (ampx_reduction red : {AMPX_REDUCTION_MEAN, AMPX_REDUCTION_SUM}) {
+        if (!weighted && eps == 0.0) continue;  // plain ampx_cross_entropy, tested elsewhere
+        INFO(("weighted " + std::to_string(weighted) + " eps " + std::to_string(eps) +
+              (red == AMPX_REDUCTION_MEAN ? " mean" : " sum")));
+        ampx_cross_entropy_options o = ampx_cross_entropy_options_default();
+        o.reduction = red;
+        o.label_smoothing = eps;
+        const Result res = run(
+            ctx, {{N, C}}, {logits},
+            [&](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+              return ampx_cross_entropy_ex(t[0], tl, weighted ? tw.handle : nullptr, &o, y);
+            },
+            {1.0}, rng);
+        double total = 0.0, denom = 0.0;
+        Vec dx(logits.size(), 0.0);
+        for (int64_t i = 0; i < N; ++i) {
+          if (labels[i] < 0) continue;
+          const auto y = static_cast<int64_t>(labels[i]);
+          const double* x = logits.data() + i * C;
+          double max = -1e300, sum = 0.0;
+          for (int64_t c = 0; c < C; ++c) max = std::max(max, x[c]);
+          for (int64_t c = 0; c < C; ++c) sum += std::exp(x[c] - max);
+          const double lse = max + std::log(sum);
+          const double wy = weighted ? weight[y] : 1.0;
+          denom += wy;
+          double mass = 0.0;
+          for (int64_t c = 0; c < C; ++c) {
+            const double wc = weighted ? weight[c] : 1.0;
+            const double q = (c == y ? (1 - eps) * wy : 0.0) + eps / C * wc;
+            total += q * (lse - x[c]);
+            mass += q;
+          }
+          for (int64_t c = 0; c < C; ++c) {
+            const double wc = weighted ? weight[c] : 1.0;
+            const double q = (c == y ? (1 - eps) * wy : 0.0) + eps / C * wc;
+            dx[i * C + c] = std::exp(x[c] - lse) * mass - q;
+          }
+        }
+        const double scale = red == AMPX_REDUCTION_MEAN ? 1.0 / denom : 1.0;
+        for (double& g : dx) g *= scale;
+        check_values("loss", res.y, {total * scale}, 1e-6, 0.0);
+        check_values("dlogits", res.grads[0], dx, kGradRtol, kGradAtol);
+      }
+  Tensor logits_t(make(ctx, AMPX_F32, {N, C}, logits)), short_w(make(ctx, AMPX_F32, {C - 1}, Vec(5, 1.0)));
+  ampx_cross_entropy_options o = ampx_cross_entropy_options_default();
+  ampx_tensor out = nullptr;
+  CHECK_FAILS_WITH(ampx_cross_entropy_ex(logits_t, tl, short_w, &o, &out), AMPX_ERR_SHAPE, "'weight'");
+  o.label_smoothing = 1.5;
+  CHECK_FAILS_WITH(ampx_cross_entropy_ex(logits_t, tl, nullptr, &o, &out), AMPX_ERR_INVALID_ARGUMENT,
+                   "label_smoothing");
+  CHECK(out == nullptr);
+  // No weight and no smoothing: ampx_cross_entropy's value.
+  o = ampx_cross_entropy_options_default();
+  Tensor a, b;
+  REQUIRE(ampx_cross_entropy_ex(logits_t, tl, nullptr, &o, a.out()) == AMPX_OK);
+  REQUIRE(ampx_cross_entropy(logits_t, tl, AMPX_REDUCTION_MEAN, -100, b.out()) == AMPX_OK);
+  CHECK(values_of(a) == values_of(b));
+}
+
+// The dtype of every step of a pre-norm GPT block under an f16 autocast
+// region, against torch.autocast("cuda", float16)'s lists: linear, matmul
+// and attention lower precision; layer_norm, rms_norm, softmax, exp, pow,
+// sum and cross_entropy fp32; add promotes to the widest input; gelu, mean,
+// masked_fill and the shape ops keep their input's type.
+TEST_CASE("autocast: a GPT block's dtypes are torch.autocast's") {
+  Ctx ctx;
+  Rng rng(61);
+  const int64_t B = 2, T = 4, D = 8, H = 2;
+  ampx_autocast policy = nullptr;
+  ampx_autocast_options o = ampx_autocast_options_default();
+  o.dtype = AMPX_F16;
+  REQUIRE(ampx_autocast_create(ctx, &o, &policy) == AMPX_OK);
+  REQUIRE(ampx_autocast_enter(policy) == AMPX_OK);
+  REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+  auto f32 = [&](Dims dims) { return make(ctx, AMPX_F32, dims, floats(rng, count_of(dims), -1, 1)); };
+  Tensor x(f32({B, T, D})), w(f32({D})), wq(f32({D, D})), w1(f32({4 * D, D})), w2(f32({D, 4 * D}));
+  // The handle is read after the call (argument order is unspecified).
+  auto step = [&](ampx_status s, const ampx_tensor* made, ampx_dtype want, const char* what) {
+    REQUIRE_MESSAGE(s == AMPX_OK, last_error());
+    CHECK_MESSAGE(dtype_of(*made) == want, what);
+  };
+  ampx_tensor h = nullptr, q = nullptr, heads = nullptr, attn = nullptr, r = nullptr, n2 = nullptr;
+  ampx_tensor u = nullptr, g = nullptr, m = nullptr, logits = nullptr, t = nullptr;
+  step(ampx_layer_norm(x, w, nullptr, 1e-5, &h), &h, AMPX_F32, "layer_norm");
+  step(ampx_linear(h, wq, nullptr, AMPX_ACTIVATION_NONE, &q), &q, AMPX_F16, "linear");
+  const int64_t split[4] = {B, T, H, D / H};
+  REQUIRE(ampx_reshape(q, 4, split, &heads) == AMPX_OK);
+  const int32_t order[4] = {0, 2, 1, 3};
+  ampx_tensor bhtd = nullptr;
+  step(ampx_permute(heads, 4, order, &bhtd), &bhtd, AMPX_F16, "permute");
+  ampx_attention_options causal = AMPX_ATTENTION_OPTIONS_INIT;
+  causal.causal = 1;
+  step(ampx_scaled_dot_product_attention(bhtd, bhtd, bhtd, nullptr, &causal, &attn), &attn, AMPX_F16,
+       "scaled_dot_product_attention");
+  step(ampx_add(x, q, &r), &r, AMPX_F32, "add (f32 + f16)");
+  step(ampx_rms_norm(r, w, 1e-6, &n2), &n2, AMPX_F32, "rms_norm");
+  step(ampx_linear(n2, w1, nullptr, AMPX_ACTIVATION_NONE, &u), &u, AMPX_F16, "linear");
+  step(ampx_gelu(u, &g), &g, AMPX_F16, "gelu");
+  step(ampx_linear(g, w2, nullptr, AMPX_ACTIVATION_NONE, &m), &m, AMPX_F16, "linear");
+  const int64_t rows[2] = {B * T, D};
+  ampx_tensor m2 = nullptr;
+  REQUIRE(ampx_reshape(m, 2, rows, &m2) == AMPX_OK);
+  step(ampx_matmul(m2, wq, &logits), &logits, AMPX_F16, "matmul");
+  step(ampx_softmax(logits, &t), &t, AMPX_F32, "softmax");
+  step(ampx_exp(logits, &t), &t, AMPX_F32, "exp");
+  step(ampx_pow(logits, 2.0, &t), &t, AMPX_F32, "pow");
+  const int32_t last[1] = {-1};
+  step(ampx_sum_dims(logits, last, 1, 0, &t), &t, AMPX_F32, "sum");
+  step(ampx_mean_dims(logits, last, 1, 0, &t), &t, AMPX_F16, "mean");
+  step(ampx_amax(logits, last, 1, 0, &t), &t, AMPX_F16, "amax");
+  Tensor mask(make(ctx, AMPX_I32, {D}, Vec(static_cast<size_t>(D), 0.0)));
+  step(ampx_masked_fill(logits, mask, -1e4, &t), &t, AMPX_F16, "masked_fill");
+  ampx_tensor flat = logits, ce = nullptr;
+  Tensor labels(make(ctx, AMPX_I64, {B * T}, Vec(static_cast<size_t>(B * T), 1.0)));
+  step(ampx_cross_entropy(flat, labels, AMPX_REDUCTION_MEAN, -100, &ce), &ce, AMPX_F32,
+       "cross_entropy");
+  REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+  REQUIRE(ampx_autocast_exit(policy) == AMPX_OK);
+  ampx_autocast_release(policy);
+}

@@ -136,6 +136,11 @@ class AttentionOptions(Structure):
                 ("dropout_p", c_double)]
 
 
+class CrossEntropyOptions(Structure):
+    _fields_ = [("struct_size", c_size_t), ("reduction", c_enum), ("ignore_index", c_int64),
+                ("label_smoothing", c_double)]
+
+
 class ScalerOptions(Structure):
     _fields_ = [("struct_size", c_size_t), ("init_scale", c_double),
                 ("growth_factor", c_double), ("backoff_factor", c_double),
@@ -419,6 +424,9 @@ _PROTOTYPES = {
     "ampx_concat": (_STATUS, [handle_p, c_size_t, c_int32, handle_p]),
     "ampx_bce_with_logits": (_STATUS, [handle, handle, c_enum, handle_p]),
     "ampx_rms_norm": (_STATUS, [handle, handle, c_double, handle_p]),
+    "ampx_cross_entropy_options_default": (CrossEntropyOptions, []),
+    "ampx_cross_entropy_ex": (_STATUS, [handle, handle, handle, POINTER(CrossEntropyOptions),
+                                        handle_p]),
     "ampx_masked_fill": (_STATUS, [handle, handle, c_double, handle_p]),
     "ampx_pow": (_STATUS, [handle, c_double, handle_p]),
     "ampx_rotary_embedding": (_STATUS, [handle, handle, handle, c_int32, handle_p]),

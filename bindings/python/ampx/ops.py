@@ -170,16 +170,26 @@ def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
 
 
 def cross_entropy(logits: Tensor, labels: Tensor, reduction="mean",
-                  ignore_index: int = -100) -> Tensor:
-    """Cross-entropy of logits [N, C] against class labels [N] (I32 or I64).
+                  ignore_index: int = -100, weight: Tensor | None = None,
+                  label_smoothing: float = 0.0) -> Tensor:
+    """Cross-entropy of logits [N, C] against class labels [N] (I32 or I64), as
+    torch.nn.functional.cross_entropy: optional class weights [C] and label
+    smoothing in [0, 1].
 
     Labels equal to ``ignore_index`` contribute nothing and are not counted
-    in the mean.
+    in the mean (with weights, the mean divides by their summed weights).
     """
     logits = _tensor(logits, "logits")
-    return _run(lib.ampx_cross_entropy, logits, logits.handle, handle_of(labels, "labels"),
-                enum_arg(Reduction, reduction, "reduction"),
-                int_arg(ignore_index, "ignore_index", bits=64))
+    if weight is None and label_smoothing == 0.0:
+        return _run(lib.ampx_cross_entropy, logits, logits.handle, handle_of(labels, "labels"),
+                    enum_arg(Reduction, reduction, "reduction"),
+                    int_arg(ignore_index, "ignore_index", bits=64))
+    options = lib.ampx_cross_entropy_options_default()
+    options.reduction = enum_arg(Reduction, reduction, "reduction")
+    options.ignore_index = int_arg(ignore_index, "ignore_index", bits=64)
+    options.label_smoothing = float_arg(label_smoothing, "label_smoothing")
+    return _run(lib.ampx_cross_entropy_ex, logits, logits.handle, handle_of(labels, "labels"),
+                handle_of(weight, "weight", optional=True), ctypes.byref(options))
 
 
 def mse_loss(input: Tensor, target: Tensor, reduction="mean") -> Tensor:  # noqa: A002

@@ -112,6 +112,25 @@ class BlockOpsTest(unittest.TestCase):
         compare(self, lambda a: ampx.mul(ampx.split(a, [3, 4], 1)[1], ampx.split(a, [3, 4], 1)[1]),
                 lambda a: torch.split(a, [3, 4], 1)[1] ** 2, x)
 
+    def test_cross_entropy_weights_smoothing(self):
+        logits = self.data(9, 6, low=-3, high=3)
+        labels = np.array([0, 5, 4, -100, 2, 1, 3, 3, 0], np.int64)
+        weight = self.data(6, low=0.2, high=2.0)
+        for w in (None, weight):
+            for eps in (0.0, 0.1, 1.0):
+                for red in ("mean", "sum"):
+                    with self.subTest(weighted=w is not None, eps=eps, reduction=red):
+                        compare(self,
+                                lambda a: ampx.cross_entropy(
+                                    a, ampx.tensor(labels), red,
+                                    weight=None if w is None else ampx.tensor(w),
+                                    label_smoothing=eps),
+                                lambda a: F.cross_entropy(
+                                    a, torch.tensor(labels),
+                                    weight=None if w is None else torch.tensor(w),
+                                    reduction=red, label_smoothing=eps),
+                                logits)
+
     def test_errors(self):
         with self.assertRaises(ampx.ShapeError):
             ampx.add(ampx.tensor(self.data(2, 3)), ampx.tensor(self.data(4, 1, 2)))

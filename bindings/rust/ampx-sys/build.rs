@@ -108,6 +108,7 @@ const STRUCTS: &[(&str, &[&str])] = &[
         ],
     ),
     ("ampx_attention_options", &["struct_size", "causal", "scale", "dropout_p"]),
+    ("ampx_cross_entropy_options", &["struct_size", "reduction", "ignore_index", "label_smoothing"]),
 ];
 
 fn main() {

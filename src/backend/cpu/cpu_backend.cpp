@@ -170,6 +170,21 @@ class CpuNn final : public NnPrimitives {
     cpu::cross_entropy_backward(pool_, logits, type, labels, label_type, rows, cols, ignore_index,
                                 dloss, scale, dlogits);
   }
+  void run_cross_entropy_smoothed(const void* logits, DType type, const void* labels,
+                                  DType label_type, int64_t rows, int64_t cols,
+                                  int64_t ignore_index, const float* class_weight,
+                                  float smoothing, float* losses, float* row_weights) override {
+    cpu::cross_entropy_smoothed(pool_, logits, type, labels, label_type, rows, cols, ignore_index,
+                                class_weight, smoothing, losses, row_weights);
+  }
+  void run_cross_entropy_smoothed_backward(const void* logits, DType type, const void* labels,
+                                           DType label_type, int64_t rows, int64_t cols,
+                                           int64_t ignore_index, const float* class_weight,
+                                           float smoothing, const float* dloss,
+                                           void* dlogits) override {
+    cpu::cross_entropy_smoothed_backward(pool_, logits, type, labels, label_type, rows, cols,
+                                         ignore_index, class_weight, smoothing, dloss, dlogits);
+  }
   void run_layer_norm(const void* x, const void* weight, const void* bias, DType type, int64_t rows,
                       int64_t cols, float eps, void* y, float* mean, float* rstd,
                       bool centered) override {

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "math/activations.h"
 #include "math/convert.h"
+#include "math/losses.h"
 
 namespace ampx::impl {
 namespace cpu {
@@ -221,6 +222,78 @@ void cross_entropy_backward(ThreadPool& pool, const void* logits, DType type, co
         for (int64_t j = 0; j < cols; ++j) {
           const float lp = math::log_softmax_value(math::load_float<D>(row[j]), st.max, st.log_sum);
           dx_row[j] = math::store_float<D>(math::cross_entropy_grad(lp, j == l, g));
+        }
+      }
+    });
+  });
+}
+
+void cross_entropy_smoothed(ThreadPool& pool, const void* logits, DType type, const void* labels,
+                            DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
+                            const float* class_weight, float smoothing, float* losses,
+                            float* row_weights) {
+  const Labels label(labels, label_type);
+  const float inv_classes = 1.0f / static_cast<float>(cols);
+  visit_floating(type, [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    const auto* x = static_cast<const Elem<D>*>(logits);
+    pool.parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t l = label[r];
+        if (l == ignore_index) {
+          losses[r] = row_weights[r] = 0.0f;
+          continue;
+        }
+        const Elem<D>* row = x + r * cols;
+        const RowStats st = row_stats<D>(row, cols);
+        const float wl = class_weight ? class_weight[l] : 1.0f;
+        double loss = 0.0;
+        for (int64_t j = 0; j < cols; ++j) {
+          const float q = math::smoothed_target(j == l, wl, class_weight ? class_weight[j] : 1.0f,
+                                                smoothing, inv_classes);
+          loss -= static_cast<double>(q) *
+                  math::log_softmax_value(math::load_float<D>(row[j]), st.max, st.log_sum);
+        }
+        losses[r] = static_cast<float>(loss);
+        row_weights[r] = wl;
+      }
+    });
+  });
+}
+
+void cross_entropy_smoothed_backward(ThreadPool& pool, const void* logits, DType type,
+                                     const void* labels, DType label_type, int64_t rows,
+                                     int64_t cols, int64_t ignore_index, const float* class_weight,
+                                     float smoothing, const float* dloss, void* dlogits) {
+  const Labels label(labels, label_type);
+  const float g = *dloss;
+  const float inv_classes = 1.0f / static_cast<float>(cols);
+  visit_floating(type, [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    const auto* x = static_cast<const Elem<D>*>(logits);
+    auto* dx = static_cast<Elem<D>*>(dlogits);
+    pool.parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t l = label[r];
+        Elem<D>* dx_row = dx + r * cols;
+        if (l == ignore_index) {
+          std::fill(dx_row, dx_row + cols, math::store_float<D>(0.0f));
+          continue;
+        }
+        const Elem<D>* row = x + r * cols;
+        const RowStats st = row_stats<D>(row, cols);
+        const float wl = class_weight ? class_weight[l] : 1.0f;
+        double mass = 0.0;  // W = sum_c q_c
+        for (int64_t j = 0; j < cols; ++j)
+          mass += math::smoothed_target(j == l, wl, class_weight ? class_weight[j] : 1.0f,
+                                        smoothing, inv_classes);
+        const auto w = static_cast<float>(mass);
+        for (int64_t j = 0; j < cols; ++j) {
+          const float q = math::smoothed_target(j == l, wl, class_weight ? class_weight[j] : 1.0f,
+                                                smoothing, inv_classes);
+          const float p =
+              expf(math::log_softmax_value(math::load_float<D>(row[j]), st.max, st.log_sum));
+          dx_row[j] = math::store_float<D>((p * w - q) * g);
         }
       }
     });

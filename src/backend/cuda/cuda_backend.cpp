@@ -390,6 +390,29 @@ class CudaNn final : public NnPrimitives {
           "cross_entropy_backward kernel launch");
   }
 
+  void run_cross_entropy_smoothed(const void* logits, DType type, const void* labels,
+                                  DType label_type, int64_t rows, int64_t cols,
+                                  int64_t ignore_index, const float* class_weight,
+                                  float smoothing, float* losses, float* row_weights) override {
+    use_device(device_->index);
+    check(cuda::launch_cross_entropy_smoothed(logits, type, labels, label_type, rows, cols,
+                                              ignore_index, class_weight, smoothing, losses,
+                                              row_weights, device_->launch),
+          "cross_entropy_smoothed kernel launch");
+  }
+
+  void run_cross_entropy_smoothed_backward(const void* logits, DType type, const void* labels,
+                                           DType label_type, int64_t rows, int64_t cols,
+                                           int64_t ignore_index, const float* class_weight,
+                                           float smoothing, const float* dloss,
+                                           void* dlogits) override {
+    use_device(device_->index);
+    check(cuda::launch_cross_entropy_smoothed_backward(logits, type, labels, label_type, rows,
+                                                       cols, ignore_index, class_weight, smoothing,
+                                                       dloss, dlogits, device_->launch),
+          "cross_entropy_smoothed_backward kernel launch");
+  }
+
   void run_layer_norm(const void* x, const void* weight, const void* bias, DType type, int64_t rows,
                       int64_t cols, float eps, void* y, float* mean, float* rstd,
                       bool centered) override {

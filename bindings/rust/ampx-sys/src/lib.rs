@@ -560,6 +560,16 @@ pub struct ampx_lr_schedule {
     pub gamma: c_double,
 }
 
+/// `ampx_cross_entropy_options`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_cross_entropy_options {
+    pub struct_size: usize,
+    pub reduction: ampx_reduction,
+    pub ignore_index: i64,
+    pub label_smoothing: c_double,
+}
+
 /// `ampx_attention_options`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -845,6 +855,14 @@ extern "C" {
         weight: ampx_tensor,
         bias: ampx_tensor,
         activation: ampx_activation,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_cross_entropy_options_default() -> ampx_cross_entropy_options;
+    pub fn ampx_cross_entropy_ex(
+        logits: ampx_tensor,
+        labels: ampx_tensor,
+        weight: ampx_tensor,
+        options: *const ampx_cross_entropy_options,
         out: *mut ampx_tensor,
     ) -> ampx_status;
     pub fn ampx_rms_norm(x: ampx_tensor, weight: ampx_tensor, eps: c_double, out: *mut ampx_tensor) -> ampx_status;

@@ -51,6 +51,7 @@ fn rust_layout() -> Vec<(String, usize)> {
         ampx_safetensors_entry { struct_size, name, dtype, dtype_name, ndim, shape, offset, nbytes }
         ampx_lr_schedule { struct_size, warmup_steps, warmup_start_factor, decay, total_steps, end_factor, min_lr, step_size, gamma }
         ampx_attention_options { struct_size, causal, scale, dropout_p }
+        ampx_cross_entropy_options { struct_size, reduction, ignore_index, label_smoothing }
     }
     v
 }
@@ -128,6 +129,8 @@ fn layouts_match_hand_computed_lp64_values() {
     assert_eq!(offset_of!(sys::ampx_safetensors_entry, shape), 40);
     assert_eq!(offset_of!(sys::ampx_safetensors_entry, nbytes), 112);
     assert_eq!(size_of::<sys::ampx_attention_options>(), 32);
+    assert_eq!(size_of::<sys::ampx_cross_entropy_options>(), 32);
+    assert_eq!(offset_of!(sys::ampx_cross_entropy_options, ignore_index), 16);
     assert_eq!(offset_of!(sys::ampx_attention_options, scale), 16);
     assert_eq!(offset_of!(sys::ampx_attention_options, dropout_p), 24);
     // Enums are C ints; function pointers in Option are one pointer.

@@ -205,6 +205,27 @@ impl Tensor {
         })
     }
 
+    /// Cross-entropy with class weights `[C]` (optional) and label smoothing
+    /// in [0, 1], as torch's cross_entropy ("cross_entropy": fp32).
+    pub fn cross_entropy_ex(
+        &self,
+        labels: &Tensor,
+        weight: Option<&Tensor>,
+        reduction: Reduction,
+        ignore_index: i64,
+        label_smoothing: f64,
+    ) -> Result<Tensor> {
+        // SAFETY: no arguments; returns a struct by value.
+        let mut o = unsafe { sys::ampx_cross_entropy_options_default() };
+        o.reduction = reduction.to_raw();
+        o.ignore_index = ignore_index;
+        o.label_smoothing = label_smoothing;
+        // SAFETY: live inputs (or NULL); o outlives the call.
+        run_op(self, |out| unsafe {
+            sys::ampx_cross_entropy_ex(self.as_raw(), labels.as_raw(), opt(weight), &o, out)
+        })
+    }
+
     /// Mean-squared error against `target` of the same shape ("mse_loss": fp32).
     pub fn mse_loss(&self, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
         // SAFETY: live inputs.

@@ -152,6 +152,11 @@ fn block_ops_compute() {
     let pair = Tensor::from_slice(&ctx, &[1, 2], &[1.0f32, 2.0]).unwrap();
     let (c, s) = (Tensor::from_slice(&ctx, &[1, 1], &[0.0f32]).unwrap(), Tensor::from_slice(&ctx, &[1, 1], &[1.0f32]).unwrap());
     assert_eq!(v(pair.rotary_embedding(&c, &s, false).unwrap()), vec![-2.0, 1.0]);
+    // Full smoothing over two equal logits: the uniform target, loss ln 2.
+    let logits = Tensor::from_slice(&ctx, &[1, 2], &[0.0f32, 0.0]).unwrap();
+    let label = Tensor::from_slice(&ctx, &[1], &[1i64]).unwrap();
+    let ce = logits.cross_entropy_ex(&label, None, Reduction::Mean, -100, 1.0).unwrap().item::<f32>().unwrap();
+    assert!((ce - std::f32::consts::LN_2).abs() < 1e-6);
 }
 
 #[test]

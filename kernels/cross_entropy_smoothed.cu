@@ -1,0 +1,154 @@
+// cross_entropy_smoothed.cu -- cross-entropy with label smoothing and class
+// weights (torch's cross_entropy(weight, label_smoothing)), per row of a
+// rows x cols matrix of logits against I32 or I64 labels, in fp32:
+//
+//   q_c = math::smoothed_target(c == l, w_l, w_c, eps, 1 / C),  W = sum_c q_c
+//   forward   losses[r] = sum_c q_c (lse - x_c),  row_weights[r] = w_l
+//   backward  dx_rc = (p_c W - q_c) * (*dloss)
+//   (0 where l == ignore_index; NaN where a label is out of range, which
+//   the op reports through check_indices)
+//
+// Rows are reduced as in cross_entropy.cu (row_reduce.cuh): the same
+// results on every run. Memory traffic: forward reads a row twice and the
+// class weights once per row (from cache); backward reads a row three
+// times and writes it once.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "math/activations.h"
+#include "math/convert.h"
+#include "math/losses.h"
+#include "multi_tensor.cuh"
+#include "ops_launch.cuh"
+#include "row_reduce.cuh"
+
+namespace ampx::impl {
+namespace cuda {
+namespace {
+
+template <int D>
+using Elem = math::storage_t<D>;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+__device__ __forceinline__ float weight_of(const float* w, int64_t c) { return w ? w[c] : 1.0f; }
+
+template <int D, class Label, int G>
+__global__ void __launch_bounds__(kBlockThreads)
+    cross_entropy_smoothed_kernel(const Elem<D>* logits, const Label* labels, int64_t rows,
+                                  int64_t cols, int64_t ignore_index, const float* weight,
+                                  float eps, float* losses, float* row_weights) {
+  const RowGroup<G> group;
+  const float inv_classes = 1.0f / static_cast<float>(cols);
+  for (int64_t r = group.first_row(); r < rows; r += group.row_step()) {
+    const int64_t label = labels[r];
+    if (label == ignore_index || label < 0 || label >= cols) {
+      if (group.lane() == 0) {
+        losses[r] = label == ignore_index ? 0.0f : kNaN;
+        row_weights[r] = label == ignore_index ? 0.0f : kNaN;
+      }
+      continue;
+    }
+    const Elem<D>* row = logits + r * cols;
+    const math::ExpSum s = group.template exp_sum<D>(row, cols);
+    const float log_sum = math::exp_sum_log(s), wl = weight_of(weight, label);
+    float part = 0.0f;
+    for (int64_t j = group.lane(); j < cols; j += G)
+      part -= math::smoothed_target(j == label, wl, weight_of(weight, j), eps, inv_classes) *
+              math::log_softmax_value(math::load_float<D>(row[j]), s.max, log_sum);
+    const float loss = group.sum(part);
+    if (group.lane() == 0) {
+      losses[r] = loss;
+      row_weights[r] = wl;
+    }
+  }
+}
+
+template <int D, class Label, int G>
+__global__ void __launch_bounds__(kBlockThreads)
+    cross_entropy_smoothed_backward_kernel(const Elem<D>* logits, const Label* labels,
+                                           int64_t rows, int64_t cols, int64_t ignore_index,
+                                           const float* weight, float eps, const float* dloss,
+                                           Elem<D>* dlogits) {
+  const RowGroup<G> group;
+  const float g = *dloss;
+  const float inv_classes = 1.0f / static_cast<float>(cols);
+  for (int64_t r = group.first_row(); r < rows; r += group.row_step()) {
+    const int64_t label = labels[r];
+    Elem<D>* dx = dlogits + r * cols;
+    if (label == ignore_index || label < 0 || label >= cols) {
+      const Elem<D> fill = math::store_float<D>(label == ignore_index ? 0.0f : kNaN);
+      for (int64_t j = group.lane(); j < cols; j += G) dx[j] = fill;
+      continue;
+    }
+    const Elem<D>* row = logits + r * cols;
+    const math::ExpSum s = group.template exp_sum<D>(row, cols);
+    const float log_sum = math::exp_sum_log(s), wl = weight_of(weight, label);
+    float part = 0.0f;
+    for (int64_t j = group.lane(); j < cols; j += G)
+      part += math::smoothed_target(j == label, wl, weight_of(weight, j), eps, inv_classes);
+    const float mass = group.sum(part);
+    for (int64_t j = group.lane(); j < cols; j += G) {
+      const float q = math::smoothed_target(j == label, wl, weight_of(weight, j), eps, inv_classes);
+      const float p = expf(math::log_softmax_value(math::load_float<D>(row[j]), s.max, log_sum));
+      dx[j] = math::store_float<D>((p * mass - q) * g);
+    }
+  }
+}
+
+template <class Fn>
+cudaError_t with_labels(DType label_type, Fn&& fn) {
+  switch (label_type) {
+    case DType::I32: return fn(int32_t{});
+    case DType::I64: return fn(int64_t{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_cross_entropy_smoothed(const void* logits, DType type, const void* labels,
+                                          DType label_type, int64_t rows, int64_t cols,
+                                          int64_t ignore_index, const float* class_weight,
+                                          float smoothing, float* losses, float* row_weights,
+                                          const LaunchConfig& launch) {
+  return visit_floating(type, [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    return with_labels(label_type, [&](auto label) {
+      using Label = decltype(label);
+      return with_row_group(cols, [&](auto group) {
+        constexpr int G = decltype(group)::value;
+        return enqueue(cross_entropy_smoothed_kernel<D, Label, G>, row_blocks<G>(rows, launch),
+                       launch, static_cast<const Elem<D>*>(logits),
+                       static_cast<const Label*>(labels), rows, cols, ignore_index, class_weight,
+                       smoothing, losses, row_weights);
+      });
+    });
+  });
+}
+
+cudaError_t launch_cross_entropy_smoothed_backward(const void* logits, DType type,
+                                                   const void* labels, DType label_type,
+                                                   int64_t rows, int64_t cols,
+                                                   int64_t ignore_index, const float* class_weight,
+                                                   float smoothing, const float* dloss,
+                                                   void* dlogits, const LaunchConfig& launch) {
+  return visit_floating(type, [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    return with_labels(label_type, [&](auto label) {
+      using Label = decltype(label);
+      return with_row_group(cols, [&](auto group) {
+        constexpr int G = decltype(group)::value;
+        return enqueue(cross_entropy_smoothed_backward_kernel<D, Label, G>,
+                       row_blocks<G>(rows, launch), launch, static_cast<const Elem<D>*>(logits),
+                       static_cast<const Label*>(labels), rows, cols, ignore_index, class_weight,
+                       smoothing, dloss, static_cast<Elem<D>*>(dlogits));
+      });
+    });
+  });
+}
+
+}  // namespace cuda
+}  // namespace ampx::impl
