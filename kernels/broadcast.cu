@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "core/dtype.h"
+#include "math/binary.h"
 #include "math/convert.h"
 #include "ops_launch.cuh"
 
@@ -25,20 +26,6 @@ namespace {
 
 template <int D>
 using Elem = math::storage_t<D>;
-
-template <BinaryOp Op>
-__device__ __forceinline__ float combine(float a, float b) {
-  if constexpr (Op == BinaryOp::Add)
-    return a + b;
-  else if constexpr (Op == BinaryOp::Sub)
-    return a - b;
-  else if constexpr (Op == BinaryOp::Mul)
-    return a * b;
-  else if constexpr (Op == BinaryOp::Div)
-    return a / b;
-  else
-    return a == b ? 1.0f : 0.0f;
-}
 
 template <int D, BinaryOp Op>
 __global__ void __launch_bounds__(kBlockThreads)
@@ -55,7 +42,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       ob += c * l.b_strides[k];
     }
     out[i] = math::store_float<D>(
-        combine<Op>(math::load_float<D>(a[oa]), math::load_float<D>(b[ob])));
+        math::binary_value<Op>(math::load_float<D>(a[oa]), math::load_float<D>(b[ob])));
   }
 }
 

@@ -8,6 +8,13 @@
 //             dx_rj = math::cross_entropy_grad(log_softmax_j, j == l, g);
 //             0 for every j where l == ignore_index
 //
+// With class weights or label smoothing (torch's cross_entropy(weight,
+// label_smoothing)):
+//
+//   q_c = math::smoothed_target(c == l, w_l, w_c, eps, 1 / C),  W = sum_c q_c
+//   forward   losses[r] = sum_c q_c (lse - x_c),  row_weights[r] = w_l
+//   backward  dx_rc = (p_c W - q_c) * (*dloss)
+//
 // Rows are reduced as in softmax.cu (row_reduce.cuh: a warp or a block per
 // row, fixed combining order), so results are the same on every run and
 // within the rounding of a reordered row sum of the CPU's. Ignored rows are
@@ -27,6 +34,7 @@
 
 #include "math/activations.h"
 #include "math/convert.h"
+#include "math/losses.h"
 #include "multi_tensor.cuh"
 #include "ops_launch.cuh"
 #include "row_reduce.cuh"
@@ -84,6 +92,71 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
+__device__ __forceinline__ float weight_of(const float* w, int64_t c) { return w ? w[c] : 1.0f; }
+
+template <int D, class Label, int G>
+__global__ void __launch_bounds__(kBlockThreads)
+    cross_entropy_smoothed_kernel(const Elem<D>* logits, const Label* labels, int64_t rows,
+                                  int64_t cols, int64_t ignore_index, const float* weight,
+                                  float eps, float* losses, float* row_weights) {
+  const RowGroup<G> group;
+  const float inv_classes = 1.0f / static_cast<float>(cols);
+  for (int64_t r = group.first_row(); r < rows; r += group.row_step()) {
+    const int64_t label = labels[r];
+    if (label == ignore_index || label < 0 || label >= cols) {
+      if (group.lane() == 0) {
+        losses[r] = label == ignore_index ? 0.0f : kNaN;
+        row_weights[r] = label == ignore_index ? 0.0f : kNaN;
+      }
+      continue;
+    }
+    const Elem<D>* row = logits + r * cols;
+    const math::ExpSum s = group.template exp_sum<D>(row, cols);
+    const float log_sum = math::exp_sum_log(s), wl = weight_of(weight, label);
+    float part = 0.0f;
+    for (int64_t j = group.lane(); j < cols; j += G)
+      part -= math::smoothed_target(j == label, wl, weight_of(weight, j), eps, inv_classes) *
+              math::log_softmax_value(math::load_float<D>(row[j]), s.max, log_sum);
+    const float loss = group.sum(part);
+    if (group.lane() == 0) {
+      losses[r] = loss;
+      row_weights[r] = wl;
+    }
+  }
+}
+
+template <int D, class Label, int G>
+__global__ void __launch_bounds__(kBlockThreads)
+    cross_entropy_smoothed_backward_kernel(const Elem<D>* logits, const Label* labels,
+                                           int64_t rows, int64_t cols, int64_t ignore_index,
+                                           const float* weight, float eps, const float* dloss,
+                                           Elem<D>* dlogits) {
+  const RowGroup<G> group;
+  const float g = *dloss;
+  const float inv_classes = 1.0f / static_cast<float>(cols);
+  for (int64_t r = group.first_row(); r < rows; r += group.row_step()) {
+    const int64_t label = labels[r];
+    Elem<D>* dx = dlogits + r * cols;
+    if (label == ignore_index || label < 0 || label >= cols) {
+      const Elem<D> fill = math::store_float<D>(label == ignore_index ? 0.0f : kNaN);
+      for (int64_t j = group.lane(); j < cols; j += G) dx[j] = fill;
+      continue;
+    }
+    const Elem<D>* row = logits + r * cols;
+    const math::ExpSum s = group.template exp_sum<D>(row, cols);
+    const float log_sum = math::exp_sum_log(s), wl = weight_of(weight, label);
+    float part = 0.0f;
+    for (int64_t j = group.lane(); j < cols; j += G)
+      part += math::smoothed_target(j == label, wl, weight_of(weight, j), eps, inv_classes);
+    const float mass = group.sum(part);
+    for (int64_t j = group.lane(); j < cols; j += G) {
+      const float q = math::smoothed_target(j == label, wl, weight_of(weight, j), eps, inv_classes);
+      const float p = expf(math::log_softmax_value(math::load_float<D>(row[j]), s.max, log_sum));
+      dx[j] = math::store_float<D>((p * mass - q) * g);
+    }
+  }
+}
+
 // Calls fn(Label{}) with the label element type (int32_t or int64_t).
 template <class Fn>
 cudaError_t with_label_type(DType label_type, Fn&& fn) {
@@ -129,6 +202,47 @@ cudaError_t launch_cross_entropy_backward(const void* logits, DType type, const 
                        launch, static_cast<const Elem<D>*>(logits),
                        static_cast<const Label*>(labels), rows, cols, ignore_index, dloss, scale,
                        static_cast<Elem<D>*>(dlogits));
+      });
+    });
+  });
+}
+
+cudaError_t launch_cross_entropy_smoothed(const void* logits, DType type, const void* labels,
+                                          DType label_type, int64_t rows, int64_t cols,
+                                          int64_t ignore_index, const float* class_weight,
+                                          float smoothing, float* losses, float* row_weights,
+                                          const LaunchConfig& launch) {
+  return visit_floating(type, [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    return with_label_type(label_type, [&](auto label) {
+      using Label = decltype(label);
+      return with_row_group(cols, [&](auto group) {
+        constexpr int G = decltype(group)::value;
+        return enqueue(cross_entropy_smoothed_kernel<D, Label, G>, row_blocks<G>(rows, launch),
+                       launch, static_cast<const Elem<D>*>(logits),
+                       static_cast<const Label*>(labels), rows, cols, ignore_index, class_weight,
+                       smoothing, losses, row_weights);
+      });
+    });
+  });
+}
+
+cudaError_t launch_cross_entropy_smoothed_backward(const void* logits, DType type,
+                                                   const void* labels, DType label_type,
+                                                   int64_t rows, int64_t cols,
+                                                   int64_t ignore_index, const float* class_weight,
+                                                   float smoothing, const float* dloss,
+                                                   void* dlogits, const LaunchConfig& launch) {
+  return visit_floating(type, [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    return with_label_type(label_type, [&](auto label) {
+      using Label = decltype(label);
+      return with_row_group(cols, [&](auto group) {
+        constexpr int G = decltype(group)::value;
+        return enqueue(cross_entropy_smoothed_backward_kernel<D, Label, G>,
+                       row_blocks<G>(rows, launch), launch, static_cast<const Elem<D>*>(logits),
+                       static_cast<const Label*>(labels), rows, cols, ignore_index, class_weight,
+                       smoothing, dloss, static_cast<Elem<D>*>(dlogits));
       });
     });
   });

@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include "math/activations.h"
+#include "math/binary.h"
 #include "math/convert.h"
 #include "multi_tensor.cuh"
 #include "ops_launch.cuh"
@@ -64,20 +65,6 @@ __global__ void __launch_bounds__(kBlockThreads)
   });
 }
 
-template <BinaryOp Op>
-__device__ __forceinline__ float apply(float a, float b) {
-  if constexpr (Op == BinaryOp::Add)
-    return a + b;
-  else if constexpr (Op == BinaryOp::Sub)
-    return a - b;
-  else if constexpr (Op == BinaryOp::Mul)
-    return a * b;
-  else if constexpr (Op == BinaryOp::Div)
-    return a / b;
-  else
-    return a == b ? 1.0f : 0.0f;
-}
-
 // Broadcast: b is one row, repeated. Its index advances with the element
 // and wraps, so the 64-bit modulo is paid once per packet, not per element.
 template <int D, BinaryOp Op, bool Broadcast>
@@ -95,7 +82,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
       for (int k = 0; k < W; ++k) {
         r.v[k] = math::store_float<D>(
-            apply<Op>(math::load_float<D>(as.v[k]), math::load_float<D>(b[jb])));
+            math::binary_value<Op>(math::load_float<D>(as.v[k]), math::load_float<D>(b[jb])));
         if (++jb == b_count) jb = 0;
       }
     } else {
@@ -103,7 +90,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
       for (int k = 0; k < W; ++k)
         r.v[k] = math::store_float<D>(
-            apply<Op>(math::load_float<D>(as.v[k]), math::load_float<D>(bs.v[k])));
+            math::binary_value<Op>(math::load_float<D>(as.v[k]), math::load_float<D>(bs.v[k])));
     }
     store_pack(out + j, r);
   });

@@ -1,7 +1,7 @@
 // ops_launch.cuh -- host-side launchers of the primitives of the ops
 // (Backend::unary to cross_entropy_backward, and the k == 0 case of gemm):
-// kernels/elementwise.cu, broadcast.cu, reduce.cu, softmax.cu,
-// cross_entropy.cu and cross_entropy_smoothed.cu.
+// kernels/elementwise.cu, broadcast.cu, reduce.cu, softmax.cu
+// and cross_entropy.cu.
 //
 // Plain C++ declarations, so the CUDA backend, which the host compiler
 // builds, can include them. As for the other launchers, each one only

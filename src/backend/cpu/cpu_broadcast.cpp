@@ -11,6 +11,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/float_dispatch.h"
+#include "math/binary.h"
 #include "math/convert.h"
 
 namespace ampx::impl {
@@ -19,15 +20,6 @@ namespace {
 
 template <int D>
 using Elem = math::storage_t<D>;
-
-template <BinaryOp Op>
-float apply(float a, float b) {
-  if constexpr (Op == BinaryOp::Add) return a + b;
-  if constexpr (Op == BinaryOp::Sub) return a - b;
-  if constexpr (Op == BinaryOp::Mul) return a * b;
-  if constexpr (Op == BinaryOp::Div) return a / b;
-  return a == b ? 1.0f : 0.0f;
-}
 
 template <int D, BinaryOp Op>
 void broadcast_rows(ThreadPool& pool, const Elem<D>* a, const Elem<D>* b, Elem<D>* out,
@@ -48,7 +40,7 @@ void broadcast_rows(ThreadPool& pool, const Elem<D>* a, const Elem<D>* b, Elem<D
       }
       Elem<D>* row = out + r * cols;
       for (int64_t c = 0; c < cols; ++c)
-        row[c] = math::store_float<D>(apply<Op>(math::load_float<D>(a[oa + c * sa]),
+        row[c] = math::store_float<D>(math::binary_value<Op>(math::load_float<D>(a[oa + c * sa]),
                                                 math::load_float<D>(b[ob + c * sb])));
     }
   });
