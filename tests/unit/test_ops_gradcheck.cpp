@@ -813,3 +813,276 @@ TEST_CASE("ops: an op whose inputs need no gradient records nothing and creates 
   grad_values(b, &present);
   CHECK_FALSE(present);
 }
+
+// ---- the ops of a Transformer block ------------------------------------------------
+
+namespace {
+
+// The row-major index of `shape`'s element that output multi-index `at`
+// reads (aligned at the right, extents of 1 broadcast).
+size_t read_index(const Dims& shape, const Dims& out, const Dims& at) {
+  size_t index = 0;
+  const size_t skip = out.size() - shape.size();
+  for (size_t k = 0; k < shape.size(); ++k)
+    index = index * static_cast<size_t>(shape[k]) + static_cast<size_t>(shape[k] == 1 ? 0 : at[skip + k]);
+  return index;
+}
+
+Dims multi_index(size_t i, const Dims& shape) {
+  Dims at(shape.size());
+  for (size_t k = shape.size(); k-- > 0;) {
+    at[k] = static_cast<int64_t>(i % static_cast<size_t>(shape[k]));
+    i /= static_cast<size_t>(shape[k]);
+  }
+  return at;
+}
+
+// softmax(scale q k^T + mask) v for q [B, H, T, D], k and v [B, Hkv, T, D],
+// a [T, T] mask or none, causal or not.
+Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const Vec* mask, int64_t B, int64_t H,
+                  int64_t Hkv, int64_t T, int64_t D, bool causal) {
+  Vec out(q.size(), 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        const int64_t g = h / (H / Hkv);
+        Vec s(static_cast<size_t>(T));
+        double max = -1e300;
+        for (int64_t j = 0; j < T; ++j) {
+          if (causal && j > i) {
+            s[j] = -INFINITY;
+            continue;
+          }
+          double dot = 0.0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += q[((b * H + h) * T + i) * D + d] * k[((b * Hkv + g) * T + j) * D + d];
+          s[j] = dot * scale + (mask ? (*mask)[i * T + j] : 0.0);
+          max = std::max(max, s[j]);
+        }
+        double sum = 0.0;
+        for (double& x : s) sum += (x = std::exp(x - max));
+        for (int64_t j = 0; j < T; ++j)
+          for (int64_t d = 0; d < D; ++d)
+            out[((b * H + h) * T + i) * D + d] += s[j] / sum * v[((b * Hkv + g) * T + j) * D + d];
+      }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("ops gradcheck: broadcasting add, sub, mul, div over column, scalar and 4-D shapes") {
+  Rng rng(31);
+  const std::vector<std::pair<Dims, Dims>> pairs = {
+      {{2, 1, 3}, {4, 1}}, {{3}, {2, 3}}, {{1}, {2, 2}}, {{}, {3}}, {{2, 3, 1, 2}, {3, 4, 1}}};
+  const char ops[] = {'+', '-', '*', '/'};
+  using Fn = ampx_status (*)(ampx_tensor, ampx_tensor, ampx_tensor*);
+  const Fn fns[] = {ampx_add, ampx_sub, ampx_mul, ampx_div};
+  for (const auto& [da, db] : pairs) {
+    Dims out(std::max(da.size(), db.size()));
+    for (size_t k = 0; k < out.size(); ++k) {
+      const int64_t ea = k + da.size() >= out.size() ? da[k + da.size() - out.size()] : 1;
+      const int64_t eb = k + db.size() >= out.size() ? db[k + db.size() - out.size()] : 1;
+      out[k] = std::max(ea, eb);
+    }
+    const Vec a = rng.values(count_of(da), -2, 2), b = rng.away_from_zero(count_of(db), 0.5, 2);
+    for (int o = 0; o < 4; ++o)
+      gradcheck(
+          std::string("broadcast ") + ops[o], {floating(da, a), floating(db, b)},
+          [&](const std::vector<ampx_tensor>& t, ampx_tensor* y) { return fns[o](t[0], t[1], y); },
+          [&](const Inputs& v) {
+            Vec y(count_of(out));
+            for (size_t i = 0; i < y.size(); ++i) {
+              const Dims at = multi_index(i, out);
+              y[i] = ref_binary(ops[o], {v[0][read_index(da, out, at)]},
+                                {v[1][read_index(db, out, at)]})[0];
+            }
+            return y;
+          },
+          50 + o);
+  }
+}
+
+TEST_CASE("ops gradcheck: sum, mean and amax over dimensions; permute; softmax over a dimension") {
+  Rng rng(32);
+  const Dims dims = {3, 4, 2};
+  const Vec x = rng.values(count_of(dims), -2, 2);
+  const int32_t reduced[] = {0, 2};
+  for (int kind = 0; kind < 3; ++kind)
+    gradcheck(
+        kind == 0 ? "sum_dims" : kind == 1 ? "mean_dims" : "amax", {floating(dims, x)},
+        [&](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+          return kind == 0   ? ampx_sum_dims(t[0], reduced, 2, 1, y)
+                 : kind == 1 ? ampx_mean_dims(t[0], reduced, 2, 0, y)
+                             : ampx_amax(t[0], reduced, 2, 0, y);
+        },
+        [&](const Inputs& v) {
+          Vec y(4, kind == 2 ? -1e300 : 0.0);
+          for (size_t i = 0; i < v[0].size(); ++i) {
+            const size_t j = (i / 2) % 4;
+            if (kind == 2)
+              y[j] = std::max(y[j], v[0][i]);
+            else
+              y[j] += v[0][i] / (kind == 1 ? 6.0 : 1.0);
+          }
+          return y;
+        },
+        60 + kind);
+  const int32_t order[] = {2, 0, 1};
+  gradcheck(
+      "permute", {floating(dims, x)},
+      [&](const std::vector<ampx_tensor>& t, ampx_tensor* y) { return ampx_permute(t[0], 3, order, y); },
+      [&](const Inputs& v) {
+        Vec y(v[0].size());
+        for (size_t i = 0; i < y.size(); ++i) {
+          const Dims at = multi_index(i, {2, 3, 4});  // (c, a, b) of x's (a, b, c)
+          y[i] = v[0][static_cast<size_t>((at[1] * 4 + at[2]) * 2 + at[0])];
+        }
+        return y;
+      },
+      63);
+  gradcheck(
+      "softmax_dim 1", {floating(dims, x)},
+      [&](const std::vector<ampx_tensor>& t, ampx_tensor* y) { return ampx_softmax_dim(t[0], 1, y); },
+      [&](const Inputs& v) {
+        Vec y(v[0].size());
+        for (int64_t a = 0; a < 3; ++a)
+          for (int64_t c = 0; c < 2; ++c) {
+            double sum = 0.0;
+            for (int64_t b = 0; b < 4; ++b) sum += std::exp(v[0][(a * 4 + b) * 2 + c]);
+            for (int64_t b = 0; b < 4; ++b)
+              y[(a * 4 + b) * 2 + c] = std::exp(v[0][(a * 4 + b) * 2 + c]) / sum;
+          }
+        return y;
+      },
+      64);
+}
+
+TEST_CASE("ops gradcheck: rms_norm, pow, masked_fill, rotary_embedding, a split piece") {
+  Rng rng(33);
+  const Dims dims = {3, 6};
+  const Vec x = rng.values(18, -2, 2), w = rng.values(6, 0.5, 1.5);
+  gradcheck(
+      "rms_norm", {floating(dims, x), floating({6}, w)},
+      [](const std::vector<ampx_tensor>& t, ampx_tensor* y) { return ampx_rms_norm(t[0], t[1], 1e-5, y); },
+      [](const Inputs& v) {
+        Vec y(18);
+        for (int r = 0; r < 3; ++r) {
+          double ms = 0.0;
+          for (int j = 0; j < 6; ++j) ms += v[0][r * 6 + j] * v[0][r * 6 + j] / 6.0;
+          for (int j = 0; j < 6; ++j) y[r * 6 + j] = v[0][r * 6 + j] / std::sqrt(ms + 1e-5) * v[1][j];
+        }
+        return y;
+      },
+      70);
+  for (double p : {2.0, -1.5, 0.5})
+    gradcheck(
+        "pow " + std::to_string(p), {floating(dims, rng.values(18, 0.3, 2.0))},
+        [p](const std::vector<ampx_tensor>& t, ampx_tensor* y) { return ampx_pow(t[0], p, y); },
+        [p](const Inputs& v) {
+          Vec y(v[0].size());
+          for (size_t i = 0; i < y.size(); ++i) y[i] = std::pow(v[0][i], p);
+          return y;
+        },
+        71);
+  const Vec mask = {0, 1, 0, 0, 1, 1};
+  gradcheck(
+      "masked_fill", {floating(dims, x), floating({6}, mask, false)},
+      [](const std::vector<ampx_tensor>& t, ampx_tensor* y) { return ampx_masked_fill(t[0], t[1], -3.0, y); },
+      [](const Inputs& v) {
+        Vec y(v[0]);
+        for (size_t i = 0; i < y.size(); ++i)
+          if (v[1][i % 6] != 0.0) y[i] = -3.0;
+        return y;
+      },
+      72);
+  const Vec angles = rng.values(9, -3, 3);  // [T 3, D/2 3]
+  Vec c(9), s(9);
+  for (size_t i = 0; i < 9; ++i) c[i] = static_cast<float>(std::cos(angles[i])), s[i] = static_cast<float>(std::sin(angles[i]));
+  gradcheck(
+      "rotary_embedding", {floating({2, 3, 6}, rng.values(36, -1, 1)), floating({3, 3}, c, false),
+                           floating({3, 3}, s, false)},
+      [](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+        return ampx_rotary_embedding(t[0], t[1], t[2], 0, y);
+      },
+      [](const Inputs& v) {
+        Vec y(v[0].size());
+        for (int64_t row = 0; row < 6; ++row)
+          for (int64_t i = 0; i < 3; ++i) {
+            const int64_t t = row % 3, a = row * 6 + i, b = a + 3;
+            const double cs = v[1][t * 3 + i], sn = v[2][t * 3 + i];
+            y[a] = v[0][a] * cs - v[0][b] * sn;
+            y[b] = v[0][b] * cs + v[0][a] * sn;
+          }
+        return y;
+      },
+      73);
+  gradcheck(
+      "split piece 1", {floating(dims, x)},
+      [](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+        const int64_t sizes[] = {2, 4};
+        ampx_tensor pieces[2] = {};
+        const ampx_status status = ampx_split(t[0], sizes, 2, 1, pieces);
+        *y = pieces[1];
+        return status;
+      },
+      [](const Inputs& v) {
+        Vec y;
+        for (int r = 0; r < 3; ++r)
+          for (int j = 2; j < 6; ++j) y.push_back(v[0][r * 6 + j]);
+        return y;
+      },
+      74);
+}
+
+TEST_CASE("ops gradcheck: attention (causal, grouped heads, masked) and smoothed cross-entropy") {
+  Rng rng(34);
+  const int64_t B = 1, H = 2, Hkv = 1, T = 4, D = 3;
+  const Vec q = rng.values(static_cast<size_t>(B * H * T * D), -1, 1);
+  const Vec k = rng.values(static_cast<size_t>(B * Hkv * T * D), -1, 1);
+  const Vec v = rng.values(static_cast<size_t>(B * Hkv * T * D), -1, 1);
+  const Vec mask = rng.values(static_cast<size_t>(T * T), -1, 1);
+  for (int masked = 0; masked <= 1; ++masked)
+    gradcheck(
+        masked ? "attention, mask" : "attention, causal",
+        masked ? std::vector<Input>{floating({B, H, T, D}, q), floating({B, Hkv, T, D}, k),
+                                    floating({B, Hkv, T, D}, v), floating({T, T}, mask, false)}
+               : std::vector<Input>{floating({B, H, T, D}, q), floating({B, Hkv, T, D}, k),
+                                    floating({B, Hkv, T, D}, v)},
+        [masked](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+          ampx_attention_options o = AMPX_ATTENTION_OPTIONS_INIT;
+          o.causal = !masked;
+          return ampx_scaled_dot_product_attention(t[0], t[1], t[2], masked ? t[3] : nullptr, &o, y);
+        },
+        [&](const Inputs& in) {
+          return ref_attention(in[0], in[1], in[2], masked ? &in[3] : nullptr, B, H, Hkv, T, D,
+                               !masked);
+        },
+        80 + masked);
+  const size_t N = 5, C = 4;
+  const Vec logits = rng.values(N * C, -2, 2), weight = rng.values(C, 0.3, 2.0);
+  const Vec label = {0, 3, -100, 1, 3};
+  gradcheck(
+      "cross_entropy_ex", {floating({5, 4}, logits), labels(label, AMPX_I64), floating({4}, weight, false)},
+      [](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+        ampx_cross_entropy_options o = ampx_cross_entropy_options_default();
+        o.label_smoothing = 0.2;
+        return ampx_cross_entropy_ex(t[0], t[1], t[2], &o, y);
+      },
+      [&](const Inputs& in) {
+        double total = 0.0, denom = 0.0;
+        for (size_t i = 0; i < N; ++i) {
+          if (in[1][i] < 0) continue;
+          const auto y = static_cast<size_t>(in[1][i]);
+          double max = -1e300, sum = 0.0;
+          for (size_t c = 0; c < C; ++c) max = std::max(max, in[0][i * C + c]);
+          for (size_t c = 0; c < C; ++c) sum += std::exp(in[0][i * C + c] - max);
+          const double lse = max + std::log(sum);
+          for (size_t c = 0; c < C; ++c)
+            total += ((c == y ? 0.8 * in[2][y] : 0.0) + 0.2 / C * in[2][c]) * (lse - in[0][i * C + c]);
+          denom += in[2][y];
+        }
+        return Vec{total / denom};
+      },
+      82);
+}
