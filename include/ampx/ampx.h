@@ -1407,8 +1407,9 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_layer_norm(ampx_tensor x, ampx_tensor w
 AMPX_NODISCARD AMPX_API ampx_status ampx_rms_norm(ampx_tensor x, ampx_tensor weight, double eps,
                                                   ampx_tensor *out);
 
-/** Batch normalisation of x [N, C] or [N, C, L] per channel
- *  ("batch_norm": keep): y = (x - mean[c]) / sqrt(var[c] + eps) *
+/** Batch normalisation of x [N, C] or [N, C, ...] ([N, C, L],
+ *  [N, C, H, W], ...; L below is the product of the dimensions after C) per
+ *  channel ("batch_norm": keep): y = (x - mean[c]) / sqrt(var[c] + eps) *
  *  weight[c] + bias[c]. weight, bias, running_mean and running_var are
  *  F32 [C] -- also under autocast and for f16/bf16 x: statistics are
  *  computed and kept in fp32, and y has x's dtype. weight and bias may each
@@ -1421,7 +1422,7 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_rms_norm(ampx_tensor x, ampx_tensor wei
  *  nothing (without running statistics, with the batch's, as torch).
  *  Gradients flow to x, weight and bias in both modes (the running
  *  statistics are constants).
- *  Errors: SHAPE (x not 2-D or 3-D, a parameter not [C], training with
+ *  Errors: SHAPE (x under 2-D, a parameter not [C], training with
  *  N * L <= 1), DTYPE (x not floating, a parameter or statistic not F32),
  *  DEVICE, INVALID_ARGUMENT (only one running statistic, momentum outside
  *  [0, 1], eps negative or not finite). */
@@ -1601,6 +1602,102 @@ AMPX_API ampx_attention_options ampx_attention_options_default(void);
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaled_dot_product_attention(
     ampx_tensor q, ampx_tensor k, ampx_tensor v, ampx_tensor mask,
     const ampx_attention_options *options, ampx_tensor *out);
+
+/** Options of ampx_conv2d; fields are only appended. */
+typedef struct ampx_conv2d_options {
+  size_t struct_size;  /**< sizeof(ampx_conv2d_options) */
+  int64_t stride[2];   /**< rows, columns between windows; each >= 1 (1, 1) */
+  int64_t padding[2];  /**< zero rows / columns added on each side; >= 0 (0, 0) */
+  int64_t dilation[2]; /**< spacing of the kernel's taps; each >= 1 (1, 1) */
+  int64_t groups;      /**< channel groups; divides both channel counts (1);
+                            groups == in_channels is a depthwise convolution */
+} ampx_conv2d_options;
+
+#define AMPX_CONV2D_OPTIONS_INIT { sizeof(ampx_conv2d_options), {1, 1}, {0, 0}, {1, 1}, 1 }
+
+/** Default options (same as AMPX_CONV2D_OPTIONS_INIT): stride 1, no
+ *  padding, no dilation, one group. Thread-safe. */
+AMPX_API ampx_conv2d_options ampx_conv2d_options_default(void);
+
+/** 2-D convolution ("conv2d": lower precision), as
+ *  torch.nn.functional.conv2d(x, weight, bias, stride, padding, dilation,
+ *  groups): x [N, C, H, W] (or an unbatched [C, H, W]), weight
+ *  [O, C / groups, kh, kw], bias [O] or NULL; out [N, O, OH, OW] with
+ *  OH = (H + 2 padding - dilation (kh - 1) - 1) / stride + 1 (rounded down;
+ *  likewise OW). Products accumulate in fp32 and the bias is added before
+ *  the one rounding to the output's type. N may be 0 (an empty output).
+ *  Gradients flow to x, weight and bias. options NULL: defaults.
+ *  Errors: SHAPE (x not 3-D or 4-D or without channels, rows or columns;
+ *  weight not 4-D; groups not dividing the channels; weight's dimension 1
+ *  not C / groups; a kernel larger than the padded input; bias not [O] --
+ *  the message gives both shapes), DTYPE (not floating, types that differ
+ *  outside autocast), DEVICE, INVALID_ARGUMENT (struct_size too small, a
+ *  stride or dilation under 1, negative padding, groups under 1),
+ *  NOT_SUPPORTED (a backend without convolution). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_conv2d(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
+                                                const ampx_conv2d_options *options,
+                                                ampx_tensor *out);
+
+/** Options of ampx_max_pool2d and ampx_avg_pool2d; fields are only
+ *  appended. */
+typedef struct ampx_pool2d_options {
+  size_t struct_size;        /**< sizeof(ampx_pool2d_options) */
+  int64_t stride[2];         /**< each >= 1; (0, 0) selects the kernel size
+                                  (torch's stride=None, the default) */
+  int64_t padding[2];        /**< added on each side, at most half the
+                                  (dilated) kernel (0, 0) */
+  int64_t dilation[2];       /**< max pooling only; average takes (1, 1) */
+  int32_t ceil_mode;         /**< non-zero: output extents round up (a last
+                                  window may hang over the edge) (0) */
+  int32_t count_include_pad; /**< average only: padding counts in the
+                                  divisor (1, as torch) */
+  int64_t divisor_override;  /**< average only: divide by this instead
+                                  (0: none) */
+} ampx_pool2d_options;
+
+#define AMPX_POOL2D_OPTIONS_INIT \
+  { sizeof(ampx_pool2d_options), {0, 0}, {0, 0}, {1, 1}, 0, 1, 0 }
+
+/** Default options (same as AMPX_POOL2D_OPTIONS_INIT). Thread-safe. */
+AMPX_API ampx_pool2d_options ampx_pool2d_options_default(void);
+
+/** Max pooling over kernel_h x kernel_w windows of each channel
+ *  ("max_pool2d": keep), as torch.nn.functional.max_pool2d: x [N, C, H, W]
+ *  or [C, H, W]; OH = (H + 2 padding - dilation (kernel_h - 1) - 1 +
+ *  (ceil_mode ? stride - 1 : 0)) / stride + 1, rounded down, less one when
+ *  ceil_mode would start the last window in the right padding (likewise
+ *  OW). Padding never wins: the maximum is over the window's elements inside
+ *  the image; a NaN wins, and of equal maxima the first (row-major) takes
+ *  the gradient. Gradients flow to x. options NULL: defaults.
+ *  Errors: SHAPE (x not 3-D or 4-D or without channels, rows or columns, a
+ *  window that does not fit the padded input), DTYPE, DEVICE,
+ *  INVALID_ARGUMENT (struct_size too small, a kernel extent or stride under
+ *  1 -- stride (0, 0) excepted --, dilation under 1, negative padding or
+ *  over half the dilated kernel), NOT_SUPPORTED. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_max_pool2d(ampx_tensor x, int64_t kernel_h,
+                                                    int64_t kernel_w,
+                                                    const ampx_pool2d_options *options,
+                                                    ampx_tensor *out);
+
+/** Average pooling ("avg_pool2d": keep), as torch.nn.functional.avg_pool2d:
+ *  output sizes as ampx_max_pool2d's (dilation 1); each output is the sum
+ *  of its window's elements inside the image divided by divisor_override
+ *  when set, else by the window's size clipped to the padded image
+ *  (count_include_pad) or to the image. Gradients flow to x. options NULL:
+ *  defaults. Errors: those of ampx_max_pool2d, INVALID_ARGUMENT (a
+ *  dilation other than (1, 1), divisor_override negative). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_avg_pool2d(ampx_tensor x, int64_t kernel_h,
+                                                    int64_t kernel_w,
+                                                    const ampx_pool2d_options *options,
+                                                    ampx_tensor *out);
+
+/** Global average pooling, torch's adaptive_avg_pool2d(x, 1): the mean of
+ *  each channel over H and W, x [N, C, H, W] -> [N, C, 1, 1] (or [C, H, W]
+ *  -> [C, 1, 1]); ampx_mean_dims over the last two dimensions with keepdim
+ *  ("mean": keep). Gradients flow to x.
+ *  Errors: SHAPE (x not 3-D or 4-D or without channels, rows or columns),
+ *  DTYPE, DEVICE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_global_avg_pool2d(ampx_tensor x, ampx_tensor *out);
 
 /* ========================================================================== */
 /* 12. Training checkpoint files (EXPERIMENTAL)                               */

@@ -29,7 +29,8 @@ const std::unordered_map<std::string, OpClass>& op_table() {
       {"rms_norm", OpClass::Fp32},         {"amax", OpClass::Keep},
       {"permute", OpClass::Keep},          {"masked_fill", OpClass::Keep},
       {"pow", OpClass::Fp32},              {"rotary_embedding", OpClass::Keep},
-      {"split", OpClass::Keep},
+      {"split", OpClass::Keep},           {"conv2d", OpClass::LowerPrecision},
+      {"max_pool2d", OpClass::Keep},      {"avg_pool2d", OpClass::Keep},
   };
   return table;
 }

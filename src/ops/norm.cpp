@@ -165,9 +165,10 @@ DeviceTensor* op_batch_norm(DeviceTensor& x_in, DeviceTensor* weight, DeviceTens
   require_capabilities(*x_in.ctx, "batch_norm", Capability::Nn);
   check_floating(x_in, "x");
   const Shape& s = x_in.shape;
-  if (s.ndim != 2 && s.ndim != 3)
-    fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(), "; batch norm takes [N, C] or [N, C, L]");
-  const int64_t n = s.dims[0], channels = s.dims[1], inner = s.ndim == 3 ? s.dims[2] : 1;
+  if (s.ndim < 2)
+    fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(),
+         "; batch norm takes [N, C] or [N, C, ...] ([N, C, L], [N, C, H, W], ...)");
+  const int64_t n = s.dims[0], channels = s.dims[1], inner = s.extent_product(2, s.ndim);
   check_channel_tensor(x_in, weight, channels, "weight");
   check_channel_tensor(x_in, bias, channels, "bias");
   check_channel_tensor(x_in, running_mean, channels, "running_mean");

@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "core/backend_conv.h"
 #include "core/backend_nn.h"
 #include "core/tensor.h"
 
@@ -59,6 +60,23 @@ DeviceTensor* op_rotary(DeviceTensor& x, DeviceTensor& cos, DeviceTensor& sin, b
 std::vector<TensorRef> op_split(DeviceTensor& x, const std::vector<int64_t>& sizes, int32_t dim);
 // The sizes torch.chunk(x, chunks, dim) gives its pieces.
 std::vector<int64_t> chunk_sizes(const DeviceTensor& x, int32_t chunks, int32_t dim);
+// conv.cpp
+struct Conv2dParams {
+  int64_t stride[2] = {1, 1}, padding[2] = {0, 0}, dilation[2] = {1, 1};
+  int64_t groups = 1;
+};
+DeviceTensor* op_conv2d(DeviceTensor& x, DeviceTensor& weight, DeviceTensor* bias,
+                        const Conv2dParams& params);
+struct Pool2dParams {
+  PoolKind kind = PoolKind::Max;
+  int64_t kernel[2] = {1, 1}, stride[2] = {1, 1}, padding[2] = {0, 0}, dilation[2] = {1, 1};
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+  int64_t divisor = 0;  // 0: the window's size
+};
+DeviceTensor* op_pool2d(DeviceTensor& x, const Pool2dParams& params);
+// The mean over H and W with keepdim: [N, C, 1, 1] (or [C, 1, 1]).
+DeviceTensor* op_global_avg_pool2d(DeviceTensor& x);
 // loss.cpp
 DeviceTensor* op_bce_with_logits(DeviceTensor& logits, DeviceTensor& targets, Reduction reduction);
 

@@ -40,7 +40,8 @@ from .doctor import Doctor, DoctorFinding, DoctorOverview, DoctorParamStats, Doc
 from .errors import (ArgumentTypeError, CorruptError, DeviceError, DTypeError, Error, FileError,
                      InternalError, InvalidArgumentError, NoDeviceError, NotSupportedError,
                      OrderError, OutOfMemoryError, ShapeError, StaleHandleError, Status)
-from .ops import (add, affine, amax, batch_norm, bce_with_logits, chunk, concat, cross_entropy,
+from .ops import (add, affine, amax, avg_pool2d, batch_norm, bce_with_logits, chunk, concat,
+                  conv2d, cross_entropy, global_avg_pool2d, max_pool2d,
                   dropout, masked_fill, pow, rotary_embedding, split,
                   div, embedding, exp, gelu, gelu_tanh, layer_norm, linear, log, log_softmax, matmul,
                   mean, mse_loss, mul, permute, relu, reshape, rms_norm, rsqrt,

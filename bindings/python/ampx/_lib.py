@@ -141,6 +141,17 @@ class CrossEntropyOptions(Structure):
                 ("label_smoothing", c_double)]
 
 
+class Conv2dOptions(Structure):
+    _fields_ = [("struct_size", c_size_t), ("stride", c_int64 * 2), ("padding", c_int64 * 2),
+                ("dilation", c_int64 * 2), ("groups", c_int64)]
+
+
+class Pool2dOptions(Structure):
+    _fields_ = [("struct_size", c_size_t), ("stride", c_int64 * 2), ("padding", c_int64 * 2),
+                ("dilation", c_int64 * 2), ("ceil_mode", c_int32),
+                ("count_include_pad", c_int32), ("divisor_override", c_int64)]
+
+
 class ScalerOptions(Structure):
     _fields_ = [("struct_size", c_size_t), ("init_scale", c_double),
                 ("growth_factor", c_double), ("backoff_factor", c_double),
@@ -441,6 +452,12 @@ _PROTOTYPES = {
     "ampx_attention_options_default": (AttentionOptions, []),
     "ampx_scaled_dot_product_attention": (_STATUS, [handle, handle, handle, handle,
                                                     POINTER(AttentionOptions), handle_p]),
+    "ampx_conv2d_options_default": (Conv2dOptions, []),
+    "ampx_conv2d": (_STATUS, [handle, handle, handle, POINTER(Conv2dOptions), handle_p]),
+    "ampx_pool2d_options_default": (Pool2dOptions, []),
+    "ampx_max_pool2d": (_STATUS, [handle, c_int64, c_int64, POINTER(Pool2dOptions), handle_p]),
+    "ampx_avg_pool2d": (_STATUS, [handle, c_int64, c_int64, POINTER(Pool2dOptions), handle_p]),
+    "ampx_global_avg_pool2d": (_STATUS, [handle, handle_p]),
     # 12. training checkpoint files
     "ampx_checkpoint_file_save": (_STATUS, [c_char_p, handle_p, c_size_t, handle, handle]),
     "ampx_checkpoint_file_load": (_STATUS, [c_char_p, handle_p, c_size_t, handle, handle]),

@@ -284,6 +284,70 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Ten
                 ctypes.byref(options))
 
 
+def _pair(value, what: str, minimum: int) -> tuple[int, int]:
+    """An int or a pair of ints, as torch's _pair."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise InvalidArgumentError(f"{what} has {len(value)} entries; give one int or two")
+        return (int_arg(value[0], what, 64, minimum), int_arg(value[1], what, 64, minimum))
+    number = int_arg(value, what, 64, minimum)
+    return (number, number)
+
+
+def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
+           dilation=1, groups: int = 1) -> Tensor:
+    """torch.nn.functional.conv2d: x [N, C, H, W] (or [C, H, W]), weight
+    [O, C / groups, kh, kw], bias [O] or None; stride, padding and dilation
+    are an int or a pair."""
+    x = _tensor(x, "x")
+    options = lib.ampx_conv2d_options_default()
+    options.stride[:] = _pair(stride, "stride", 1)
+    options.padding[:] = _pair(padding, "padding", 0)
+    options.dilation[:] = _pair(dilation, "dilation", 1)
+    options.groups = int_arg(groups, "groups", 64, 1)
+    return _run(lib.ampx_conv2d, x, x.handle, handle_of(weight, "weight"),
+                handle_of(bias, "bias", optional=True), ctypes.byref(options))
+
+
+def _pool_options(stride, padding, dilation, ceil_mode, count_include_pad=True,
+                  divisor_override=None):
+    options = lib.ampx_pool2d_options_default()
+    if stride is not None:
+        options.stride[:] = _pair(stride, "stride", 1)
+    options.padding[:] = _pair(padding, "padding", 0)
+    options.dilation[:] = _pair(dilation, "dilation", 1)
+    options.ceil_mode = bool_arg(ceil_mode, "ceil_mode")
+    options.count_include_pad = bool_arg(count_include_pad, "count_include_pad")
+    if divisor_override is not None:
+        options.divisor_override = int_arg(divisor_override, "divisor_override", 64, 1)
+    return options
+
+
+def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1,
+               ceil_mode: bool = False) -> Tensor:
+    """torch.nn.functional.max_pool2d (without return_indices); stride None
+    is the kernel size."""
+    x = _tensor(x, "x")
+    kernel = _pair(kernel_size, "kernel_size", 1)
+    options = _pool_options(stride, padding, dilation, ceil_mode)
+    return _run(lib.ampx_max_pool2d, x, x.handle, kernel[0], kernel[1], ctypes.byref(options))
+
+
+def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
+    """torch.nn.functional.avg_pool2d; stride None is the kernel size."""
+    x = _tensor(x, "x")
+    kernel = _pair(kernel_size, "kernel_size", 1)
+    options = _pool_options(stride, padding, 1, ceil_mode, count_include_pad, divisor_override)
+    return _run(lib.ampx_avg_pool2d, x, x.handle, kernel[0], kernel[1], ctypes.byref(options))
+
+
+def global_avg_pool2d(x: Tensor) -> Tensor:
+    """torch's adaptive_avg_pool2d(x, 1): each channel's mean, [N, C, 1, 1]."""
+    x = _tensor(x, "x")
+    return _run(lib.ampx_global_avg_pool2d, x, x.handle)
+
+
 def embedding(weight: Tensor, indices: Tensor) -> Tensor:
     """Rows of ``weight`` [V, D] picked by ``indices`` (I32 or I64, any shape)."""
     weight = _tensor(weight, "weight")

@@ -299,6 +299,35 @@ class CpuAttention final : public AttentionPrimitives {
   ThreadPool& pool_;
 };
 
+class CpuConvolution final : public ConvolutionPrimitives {
+ public:
+  explicit CpuConvolution(ThreadPool& pool) : pool_(pool) {}
+
+ protected:
+  void run_conv2d_forward(const Conv2dShape& shape, const void* x, const void* w, const void* bias,
+                          DType type, void* y) override {
+    cpu::conv2d_forward(pool_, shape, x, w, bias, type, y);
+  }
+  void run_conv2d_backward_data(const Conv2dShape& shape, const void* dy, const void* w,
+                                DType type, void* dx) override {
+    cpu::conv2d_backward_data(pool_, shape, dy, w, type, dx);
+  }
+  void run_conv2d_backward_weight(const Conv2dShape& shape, const void* dy, const void* x,
+                                  DType type, void* dw, void* dbias) override {
+    cpu::conv2d_backward_weight(pool_, shape, dy, x, type, dw, dbias);
+  }
+  void run_pool2d_forward(const Pool2dShape& shape, const void* x, DType type, void* y) override {
+    cpu::pool2d_forward(pool_, shape, x, type, y);
+  }
+  void run_pool2d_backward(const Pool2dShape& shape, const void* x, const void* dy, DType type,
+                           void* dx) override {
+    cpu::pool2d_backward(pool_, shape, x, dy, type, dx);
+  }
+
+ private:
+  ThreadPool& pool_;
+};
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads)
@@ -308,12 +337,14 @@ class CpuBackend final : public Backend {
         nn_(pool_),
         gemm_(pool_),
         grad_stats_(pool_),
-        attention_(pool_) {
+        attention_(pool_),
+        convolution_(pool_) {
     provide(amp_);
     provide(nn_);
     provide(gemm_);
     provide(grad_stats_);
     provide(attention_);
+    provide(convolution_);
   }
 
   std::unique_ptr<Allocator> make_default_allocator() override {
@@ -387,6 +418,7 @@ class CpuBackend final : public Backend {
   CpuGemm gemm_;
   CpuGradStats grad_stats_;
   CpuAttention attention_;
+  CpuConvolution convolution_;
 };
 
 }  // namespace

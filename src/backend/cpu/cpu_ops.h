@@ -6,11 +6,13 @@
 // gathers, scatter-adds), cpu_random.cpp (dropout), cpu_loss.cpp (BCE),
 // cpu_attention.cpp (scaled dot-product attention), cpu_broadcast.cpp
 // (broadcasting binary ops, reductions over chosen dimensions),
-// cpu_block_ops.cpp (masked_fill, pow, rotary embeddings).
+// cpu_block_ops.cpp (masked_fill, pow, rotary embeddings), cpu_conv.cpp
+// (convolution and pooling, core/backend_conv.h).
 #pragma once
 
 #include "backend/cpu/thread_pool.h"
 #include "core/backend_attention.h"
+#include "core/backend_conv.h"
 #include "core/backend_gemm.h"
 #include "core/backend_nn.h"
 
@@ -88,6 +90,15 @@ void attention_forward(ThreadPool& pool, const AttentionShape& shape, const void
 void attention_backward(ThreadPool& pool, const AttentionShape& shape, const void* q,
                         const void* k, const void* v, const void* out, const void* dout,
                         const float* lse, DType type, void* dq, void* dk, void* dv);
+void conv2d_forward(ThreadPool& pool, const Conv2dShape& shape, const void* x, const void* w,
+                    const void* bias, DType type, void* y);
+void conv2d_backward_data(ThreadPool& pool, const Conv2dShape& shape, const void* dy, const void* w,
+                          DType type, void* dx);
+void conv2d_backward_weight(ThreadPool& pool, const Conv2dShape& shape, const void* dy,
+                            const void* x, DType type, void* dw, void* dbias);
+void pool2d_forward(ThreadPool& pool, const Pool2dShape& shape, const void* x, DType type, void* y);
+void pool2d_backward(ThreadPool& pool, const Pool2dShape& shape, const void* x, const void* dy,
+                     DType type, void* dx);
 void copy_strided(ThreadPool& pool, void* dst, const void* src, size_t elem_size,
                   const StridedCopy& layout);
 void dropout(ThreadPool& pool, const void* x, void* y, DType type, int64_t count, uint64_t seed,
