@@ -183,6 +183,9 @@ TEST_CASE("capabilities: every op on a core-only backend is NOT_SUPPORTED, namin
        }},
       {"bce_with_logits",
        [&](ampx_tensor* o) { return ampx_bce_with_logits(x, y, AMPX_REDUCTION_SUM, o); }},
+      {"conv2d", [&](ampx_tensor* o) { return ampx_conv2d(x, w, nullptr, nullptr, o); }},
+      {"max_pool2d", [&](ampx_tensor* o) { return ampx_max_pool2d(x, 2, 2, nullptr, o); }},
+      {"avg_pool2d", [&](ampx_tensor* o) { return ampx_avg_pool2d(x, 2, 2, nullptr, o); }},
   };
   for (const auto& [name, call] : ops) {
     CAPTURE(name);

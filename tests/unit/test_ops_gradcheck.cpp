@@ -1086,3 +1086,188 @@ TEST_CASE("ops gradcheck: attention (causal, grouped heads, masked) and smoothed
       },
       82);
 }
+
+// ---- convolution and pooling -------------------------------------------------------
+
+struct ConvCase {
+  int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups;
+  bool bias;
+};
+
+// y[n, o, p, q] = b[o] + sum_{c, i, j} w[o, c, i, j] x[n, g Cg + c, p sh - ph + i dh, ...].
+Vec ref_conv2d(const ConvCase& k, const Vec& x, const Vec& w, const Vec* b) {
+  const int64_t oh = (k.h + 2 * k.ph - k.dh * (k.kh - 1) - 1) / k.sh + 1;
+  const int64_t ow = (k.w + 2 * k.pw - k.dw * (k.kw - 1) - 1) / k.sw + 1;
+  const int64_t cg = k.c / k.groups, og = k.o / k.groups;
+  Vec y(static_cast<size_t>(k.n * k.o * oh * ow));
+  for (int64_t n = 0; n < k.n; ++n)
+    for (int64_t o = 0; o < k.o; ++o)
+      for (int64_t p = 0; p < oh; ++p)
+        for (int64_t q = 0; q < ow; ++q) {
+          double sum = b ? (*b)[o] : 0.0;
+          for (int64_t c = 0; c < cg; ++c)
+            for (int64_t i = 0; i < k.kh; ++i)
+              for (int64_t j = 0; j < k.kw; ++j) {
+                const int64_t a = p * k.sh - k.ph + i * k.dh, bb = q * k.sw - k.pw + j * k.dw;
+                if (a < 0 || a >= k.h || bb < 0 || bb >= k.w) continue;
+                const int64_t ci = o / og * cg + c;
+                sum += w[((o * cg + c) * k.kh + i) * k.kw + j] *
+                       x[((n * k.c + ci) * k.h + a) * k.w + bb];
+              }
+          y[((n * k.o + o) * oh + p) * ow + q] = sum;
+        }
+  return y;
+}
+
+struct PoolCase {
+  int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw;
+  bool ceil_mode, max, include_pad;
+  int64_t divisor;
+};
+
+int64_t ref_pool_extent(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  const int64_t span = in + 2 * p - d * (k - 1) - 1;
+  int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  if (ceil_mode && (out - 1) * s >= in + p) --out;
+  return out;
+}
+
+// torch's max_pool2d / avg_pool2d, element by element.
+Vec ref_pool2d(const PoolCase& k, const Vec& x) {
+  const int64_t oh = ref_pool_extent(k.h, k.kh, k.sh, k.ph, k.dh, k.ceil_mode);
+  const int64_t ow = ref_pool_extent(k.w, k.kw, k.sw, k.pw, k.dw, k.ceil_mode);
+  Vec y(static_cast<size_t>(k.n * k.c * oh * ow));
+  for (int64_t plane = 0; plane < k.n * k.c; ++plane)
+    for (int64_t p = 0; p < oh; ++p)
+      for (int64_t q = 0; q < ow; ++q) {
+        const int64_t r0 = p * k.sh - k.ph, c0 = q * k.sw - k.pw;
+        double result = 0.0;
+        if (k.max) {
+          result = -INFINITY;
+          for (int64_t i = 0; i < k.kh; ++i)
+            for (int64_t j = 0; j < k.kw; ++j) {
+              const int64_t a = r0 + i * k.dh, b = c0 + j * k.dw;
+              if (a >= 0 && a < k.h && b >= 0 && b < k.w)
+                result = std::max(result, x[(plane * k.h + a) * k.w + b]);
+            }
+        } else {
+          const int64_t r1 = std::min(r0 + k.kh, k.h + k.ph), c1 = std::min(c0 + k.kw, k.w + k.pw);
+          const int64_t padded = (r1 - r0) * (c1 - c0);
+          int64_t inside = 0;
+          for (int64_t a = std::max<int64_t>(r0, 0); a < std::min(r1, k.h); ++a)
+            for (int64_t b = std::max<int64_t>(c0, 0); b < std::min(c1, k.w); ++b, ++inside)
+              result += x[(plane * k.h + a) * k.w + b];
+          result /= static_cast<double>(k.divisor ? k.divisor : k.include_pad ? padded : inside);
+        }
+        y[(plane * oh + p) * ow + q] = result;
+      }
+  return y;
+}
+
+// Distinct values at least 0.01 apart in a random order: max pooling has no
+// ties for the finite differences to straddle.
+Vec spread_values(Rng& rng, size_t n) {
+  Vec v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(-1.0 + 0.01 * static_cast<double>(i));
+  for (size_t i = n; i > 1; --i) std::swap(v[i - 1], v[static_cast<size_t>(rng.integer(0, static_cast<int64_t>(i) - 1))]);
+  return v;
+}
+
+TEST_CASE("ops gradcheck: conv2d across strides, paddings, dilations, groups and odd sizes") {
+  Rng rng(90);
+  const std::vector<ConvCase> cases = {
+      {2, 3, 5, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
+      {1, 4, 7, 5, 6, 3, 2, 2, 1, 1, 0, 1, 1, 2, false},
+      {2, 4, 6, 7, 4, 3, 3, 1, 1, 2, 2, 2, 2, 4, true},   // depthwise, dilated
+      {3, 2, 3, 3, 3, 1, 1, 1, 1, 0, 0, 1, 1, 1, true},   // 1x1
+      {1, 3, 9, 8, 2, 5, 4, 3, 2, 2, 1, 1, 2, 1, true},
+      {2, 2, 4, 4, 4, 4, 4, 1, 1, 0, 0, 1, 1, 2, false},  // kernel = image
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const ConvCase& k = cases[i];
+    std::vector<Input> inputs = {floating({k.n, k.c, k.h, k.w}, rng.values(count_of({k.n, k.c, k.h, k.w}), -1, 1)),
+                                 floating({k.o, k.c / k.groups, k.kh, k.kw},
+                                          rng.values(count_of({k.o, k.c / k.groups, k.kh, k.kw}), -1, 1))};
+    if (k.bias) inputs.push_back(floating({k.o}, rng.values(static_cast<size_t>(k.o), -1, 1)));
+    gradcheck(
+        "conv2d case " + std::to_string(i), inputs,
+        [k](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+          ampx_conv2d_options o = AMPX_CONV2D_OPTIONS_INIT;
+          o.stride[0] = k.sh, o.stride[1] = k.sw, o.padding[0] = k.ph, o.padding[1] = k.pw;
+          o.dilation[0] = k.dh, o.dilation[1] = k.dw, o.groups = k.groups;
+          return ampx_conv2d(t[0], t[1], k.bias ? t[2] : nullptr, &o, y);
+        },
+        [k](const Inputs& in) { return ref_conv2d(k, in[0], in[1], k.bias ? &in[2] : nullptr); },
+        90 + i);
+  }
+}
+
+TEST_CASE("ops gradcheck: max and average pooling with padding, dilation, ceil mode, divisors") {
+  Rng rng(91);
+  const std::vector<PoolCase> cases = {
+      {2, 2, 6, 5, 2, 2, 2, 2, 0, 0, 1, 1, false, true, true, 0},
+      {1, 3, 7, 7, 3, 3, 2, 2, 1, 1, 1, 1, true, true, true, 0},
+      {1, 2, 9, 8, 3, 2, 1, 2, 1, 1, 2, 1, false, true, true, 0},   // dilated, overlapping
+      {2, 2, 6, 5, 2, 2, 2, 2, 0, 0, 1, 1, false, false, true, 0},
+      {1, 3, 7, 7, 3, 3, 2, 2, 1, 1, 1, 1, true, false, false, 0},
+      {1, 2, 7, 6, 3, 2, 2, 1, 1, 1, 1, 1, true, false, true, 0},
+      {1, 2, 5, 5, 3, 3, 2, 2, 1, 1, 1, 1, false, false, true, 5},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const PoolCase& k = cases[i];
+    const size_t count = count_of({k.n, k.c, k.h, k.w});
+    gradcheck(
+        std::string(k.max ? "max" : "avg") + "_pool2d case " + std::to_string(i),
+        {floating({k.n, k.c, k.h, k.w}, spread_values(rng, count))},
+        [k](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+          ampx_pool2d_options o = AMPX_POOL2D_OPTIONS_INIT;
+          o.stride[0] = k.sh, o.stride[1] = k.sw, o.padding[0] = k.ph, o.padding[1] = k.pw;
+          o.dilation[0] = k.dh, o.dilation[1] = k.dw, o.ceil_mode = k.ceil_mode;
+          o.count_include_pad = k.include_pad, o.divisor_override = k.divisor;
+          return k.max ? ampx_max_pool2d(t[0], k.kh, k.kw, &o, y)
+                       : ampx_avg_pool2d(t[0], k.kh, k.kw, &o, y);
+        },
+        [k](const Inputs& in) { return ref_pool2d(k, in[0]); }, 100 + i);
+  }
+  gradcheck(
+      "global_avg_pool2d", {floating({2, 3, 3, 5}, rng.values(90, -1, 1))},
+      [](const std::vector<ampx_tensor>& t, ampx_tensor* y) { return ampx_global_avg_pool2d(t[0], y); },
+      [](const Inputs& in) {
+        Vec y(6, 0.0);
+        for (size_t i = 0; i < 90; ++i) y[i / 15] += in[0][i] / 15.0;
+        return y;
+      },
+      110);
+}
+
+TEST_CASE("ops gradcheck: batch_norm on [N, C, H, W] in training") {
+  Rng rng(92);
+  const size_t N = 2, C = 3, L = 4 * 3;
+  gradcheck(
+      "batch_norm 4-D",
+      {floating({2, 3, 4, 3}, rng.values(N * C * L, -1, 1)), floating({3}, rng.values(C, 0.5, 1.5)),
+       floating({3}, rng.values(C, -1, 1))},
+      [](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+        return ampx_batch_norm(t[0], t[1], t[2], nullptr, nullptr, 1, 0.1, 1e-5, y);
+      },
+      [&](const Inputs& in) {
+        Vec y(N * C * L);
+        for (size_t c = 0; c < C; ++c) {
+          double mean = 0.0, var = 0.0;
+          for (size_t n = 0; n < N; ++n)
+            for (size_t l = 0; l < L; ++l) mean += in[0][(n * C + c) * L + l] / (N * L);
+          for (size_t n = 0; n < N; ++n)
+            for (size_t l = 0; l < L; ++l) {
+              const double d = in[0][(n * C + c) * L + l] - mean;
+              var += d * d / (N * L);
+            }
+          for (size_t n = 0; n < N; ++n)
+            for (size_t l = 0; l < L; ++l) {
+              const size_t at = (n * C + c) * L + l;
+              y[at] = (in[0][at] - mean) / std::sqrt(var + 1e-5) * in[1][c] + in[2][c];
+            }
+        }
+        return y;
+      },
+      111);
+}
