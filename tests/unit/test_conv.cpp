@@ -134,6 +134,7 @@ Op conv(int64_t stride, int64_t pad, int64_t dilation, int64_t groups) {
 }  // namespace
 
 TEST_CASE("conv2d in f32, f16 and bf16 matches fp32 on the CPU") {
+  SKIP_UNLESS_CONVOLUTION();
   compare_with_cpu_f32("3x3 pad 1", {{2, 8, 9, 7}, {16, 8, 3, 3}, {16}}, conv(1, 1, 1, 1), 1);
   compare_with_cpu_f32("stride 2 dilation 2 groups 2", {{2, 6, 11, 10}, {4, 3, 3, 3}},
                        conv(2, 2, 2, 2), 2);
@@ -142,6 +143,7 @@ TEST_CASE("conv2d in f32, f16 and bf16 matches fp32 on the CPU") {
 }
 
 TEST_CASE("pooling in f32, f16 and bf16 matches fp32 on the CPU") {
+  SKIP_UNLESS_CONVOLUTION();
   compare_with_cpu_f32(
       "max 3x3 stride 2 pad 1 ceil", {{2, 4, 9, 8}},
       [](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
@@ -165,6 +167,7 @@ TEST_CASE("pooling in f32, f16 and bf16 matches fp32 on the CPU") {
 }
 
 TEST_CASE("conv2d with an empty batch gives an empty output and zero weight gradients") {
+  SKIP_UNLESS_CONVOLUTION();
   Ctx ctx;
   Tensor x(make(ctx, AMPX_F32, {0, 3, 5, 5}, {}, true));
   Tensor w(make(ctx, AMPX_F32, {4, 3, 3, 3}, Vec(108, 0.5), true));
@@ -179,6 +182,7 @@ TEST_CASE("conv2d with an empty batch gives an empty output and zero weight grad
 }
 
 TEST_CASE("autocast: conv2d computes in the lower precision, pooling keeps, batch norm fp32") {
+  SKIP_UNLESS_CONVOLUTION();
   // torch.autocast: conv2d is on the lower-precision list, max/avg pooling
   // and batch norm on none (they run in their input's type, batch norm
   // with fp32 statistics and parameters).
@@ -224,6 +228,7 @@ TEST_CASE("autocast: conv2d computes in the lower precision, pooling keeps, batc
 }
 
 TEST_CASE("conv2d and pooling: bad input gets a clear status with both shapes, changing nothing") {
+  SKIP_UNLESS_CONVOLUTION();
   Ctx ctx;
   auto t = [&](Dims dims, ampx_dtype dtype = AMPX_F32) {
     return make(ctx, dtype, dims, Vec(count_of(dims), 0.5), true);

@@ -1174,6 +1174,7 @@ Vec spread_values(Rng& rng, size_t n) {
 }
 
 TEST_CASE("ops gradcheck: conv2d across strides, paddings, dilations, groups and odd sizes") {
+  SKIP_UNLESS_CONVOLUTION();
   Rng rng(90);
   const std::vector<ConvCase> cases = {
       {2, 3, 5, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
@@ -1203,6 +1204,7 @@ TEST_CASE("ops gradcheck: conv2d across strides, paddings, dilations, groups and
 }
 
 TEST_CASE("ops gradcheck: max and average pooling with padding, dilation, ceil mode, divisors") {
+  SKIP_UNLESS_CONVOLUTION();
   Rng rng(91);
   const std::vector<PoolCase> cases = {
       {2, 2, 6, 5, 2, 2, 2, 2, 0, 0, 1, 1, false, true, true, 0},
