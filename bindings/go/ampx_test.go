@@ -468,6 +468,40 @@ func TestScaledDotProductAttention(t *testing.T) {
 	}
 }
 
+func TestConvAndPooling(t *testing.T) {
+	ctx := must(NewContext(nil))(t)
+	defer ctx.Close()
+	// A 3x3 image 1..9 and a 2x2 kernel of ones: each output sums a 2x2 block.
+	x := must(FromSlice(ctx, []float32{1, 2, 3, 4, 5, 6, 7, 8, 9}, 1, 1, 3, 3))(t)
+	defer x.Close()
+	w := must(FromSlice(ctx, []float32{1, 1, 1, 1}, 1, 1, 2, 2))(t)
+	defer w.Close()
+	check := func(name string, y *Tensor, want []float32) {
+		t.Helper()
+		defer y.Close()
+		got := must(ToSlice[float32](y))(t)
+		if len(got) != len(want) {
+			t.Fatalf("%s: %v, want %v", name, got, want)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("%s: %v, want %v", name, got, want)
+				return
+			}
+		}
+	}
+	check("conv", must(Conv2d(x, w, nil, Conv2dOptions{}))(t), []float32{12, 16, 24, 28})
+	check("strided conv", must(Conv2d(x, w, nil, Conv2dOptions{Stride: [2]int64{2, 2}, Padding: [2]int64{1, 1}}))(t),
+		[]float32{1, 5, 11, 28})
+	unit := Pool2dOptions{Stride: [2]int64{1, 1}}
+	check("max", must(MaxPool2d(x, 2, 2, unit))(t), []float32{5, 6, 8, 9})
+	check("avg", must(AvgPool2d(x, 2, 2, unit))(t), []float32{3, 4, 6, 7})
+	check("global", must(GlobalAvgPool2d(x))(t), []float32{5})
+	if _, err := Conv2d(x, w, nil, Conv2dOptions{Padding: [2]int64{-1, 0}}); err == nil {
+		t.Error("negative padding was accepted")
+	}
+}
+
 func TestBlockOps(t *testing.T) {
 	ctx := must(NewContext(nil))(t)
 	defer ctx.Close()

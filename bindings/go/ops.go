@@ -251,6 +251,91 @@ func ScaledDotProductAttention(q, k, v, mask *Tensor, options AttentionOptions) 
 	}, q, k, v, mask)
 }
 
+// Conv2dOptions are the options of Conv2d, pairs as (rows, columns); zero
+// fields select the defaults (stride 1, no padding, dilation 1, one group),
+// negative ones are refused by the library.
+type Conv2dOptions struct {
+	Stride   [2]int64
+	Padding  [2]int64
+	Dilation [2]int64
+	Groups   int64 // in_channels for a depthwise convolution
+}
+
+func orOne(v int64) C.int64_t {
+	if v == 0 {
+		return 1
+	}
+	return C.int64_t(v)
+}
+
+// Conv2d convolves x [N, C, H, W] (or [C, H, W]) with weight
+// [O, C / groups, kh, kw] and bias [O] (nil: none), as
+// torch.nn.functional.conv2d ("conv2d": lower precision).
+func Conv2d(x, weight, bias *Tensor, options Conv2dOptions) (*Tensor, error) {
+	hx, hw, hb := x.handle(), weight.handle(), bias.handle()
+	o := C.ampx_conv2d_options_default()
+	for d := 0; d < 2; d++ {
+		o.stride[d] = orOne(options.Stride[d])
+		o.padding[d] = C.int64_t(options.Padding[d])
+		o.dilation[d] = orOne(options.Dilation[d])
+	}
+	o.groups = orOne(options.Groups)
+	return op(x, func(out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_conv2d(hx, hw, hb, &o, out)
+	}, x, weight, bias)
+}
+
+// Pool2dOptions are the options of MaxPool2d and AvgPool2d; the zero value
+// is torch's default except ExcludePad: stride the kernel size, no padding,
+// dilation 1, floor mode, padding counted in averages, no divisor override.
+type Pool2dOptions struct {
+	Stride          [2]int64 // {0, 0}: the kernel size
+	Padding         [2]int64 // at most half the (dilated) kernel
+	Dilation        [2]int64 // max pooling only; zero entries are 1
+	CeilMode        bool
+	ExcludePad      bool  // average only: padding does not count in the divisor
+	DivisorOverride int64 // average only; 0: none
+}
+
+func poolOptions(options Pool2dOptions) C.ampx_pool2d_options {
+	o := C.ampx_pool2d_options_default()
+	for d := 0; d < 2; d++ {
+		o.stride[d] = C.int64_t(options.Stride[d])
+		o.padding[d] = C.int64_t(options.Padding[d])
+		o.dilation[d] = orOne(options.Dilation[d])
+	}
+	o.ceil_mode = cbool(options.CeilMode)
+	o.count_include_pad = cbool(!options.ExcludePad)
+	o.divisor_override = C.int64_t(options.DivisorOverride)
+	return o
+}
+
+// MaxPool2d takes each kernelH x kernelW window's maximum, as
+// torch.nn.functional.max_pool2d ("max_pool2d": keep).
+func MaxPool2d(x *Tensor, kernelH, kernelW int64, options Pool2dOptions) (*Tensor, error) {
+	o := poolOptions(options)
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_max_pool2d(x, C.int64_t(kernelH), C.int64_t(kernelW), &o, out)
+	})
+}
+
+// AvgPool2d averages each kernelH x kernelW window, as
+// torch.nn.functional.avg_pool2d ("avg_pool2d": keep).
+func AvgPool2d(x *Tensor, kernelH, kernelW int64, options Pool2dOptions) (*Tensor, error) {
+	o := poolOptions(options)
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_avg_pool2d(x, C.int64_t(kernelH), C.int64_t(kernelW), &o, out)
+	})
+}
+
+// GlobalAvgPool2d is each channel's mean over H and W, [N, C, 1, 1]
+// (torch's adaptive_avg_pool2d(x, 1)).
+func GlobalAvgPool2d(x *Tensor) (*Tensor, error) {
+	return unary(x, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_global_avg_pool2d(x, out)
+	})
+}
+
 // Reshape returns x's elements with a new shape (one extent may be -1),
 // sharing x's memory.
 func Reshape(x *Tensor, shape ...int64) (*Tensor, error) {

@@ -108,6 +108,11 @@ const STRUCTS: &[(&str, &[&str])] = &[
         ],
     ),
     ("ampx_attention_options", &["struct_size", "causal", "scale", "dropout_p"]),
+    ("ampx_conv2d_options", &["struct_size", "stride", "padding", "dilation", "groups"]),
+    (
+        "ampx_pool2d_options",
+        &["struct_size", "stride", "padding", "dilation", "ceil_mode", "count_include_pad", "divisor_override"],
+    ),
     ("ampx_cross_entropy_options", &["struct_size", "reduction", "ignore_index", "label_smoothing"]),
 ];
 

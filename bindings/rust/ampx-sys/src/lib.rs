@@ -580,6 +580,30 @@ pub struct ampx_attention_options {
     pub dropout_p: c_double,
 }
 
+/// `ampx_conv2d_options`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_conv2d_options {
+    pub struct_size: usize,
+    pub stride: [i64; 2],
+    pub padding: [i64; 2],
+    pub dilation: [i64; 2],
+    pub groups: i64,
+}
+
+/// `ampx_pool2d_options`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_pool2d_options {
+    pub struct_size: usize,
+    pub stride: [i64; 2],
+    pub padding: [i64; 2],
+    pub dilation: [i64; 2],
+    pub ceil_mode: i32,
+    pub count_include_pad: i32,
+    pub divisor_override: i64,
+}
+
 // ---------------------------------------------------------------------------
 // The functions, in the header's order.
 // ---------------------------------------------------------------------------
@@ -924,6 +948,30 @@ extern "C" {
         options: *const ampx_attention_options,
         out: *mut ampx_tensor,
     ) -> ampx_status;
+    pub fn ampx_conv2d_options_default() -> ampx_conv2d_options;
+    pub fn ampx_conv2d(
+        x: ampx_tensor,
+        weight: ampx_tensor,
+        bias: ampx_tensor,
+        options: *const ampx_conv2d_options,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_pool2d_options_default() -> ampx_pool2d_options;
+    pub fn ampx_max_pool2d(
+        x: ampx_tensor,
+        kernel_h: i64,
+        kernel_w: i64,
+        options: *const ampx_pool2d_options,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_avg_pool2d(
+        x: ampx_tensor,
+        kernel_h: i64,
+        kernel_w: i64,
+        options: *const ampx_pool2d_options,
+        out: *mut ampx_tensor,
+    ) -> ampx_status;
+    pub fn ampx_global_avg_pool2d(x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
 
     // 12. Training checkpoint files
     pub fn ampx_checkpoint_file_save(

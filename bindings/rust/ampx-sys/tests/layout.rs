@@ -51,6 +51,8 @@ fn rust_layout() -> Vec<(String, usize)> {
         ampx_safetensors_entry { struct_size, name, dtype, dtype_name, ndim, shape, offset, nbytes }
         ampx_lr_schedule { struct_size, warmup_steps, warmup_start_factor, decay, total_steps, end_factor, min_lr, step_size, gamma }
         ampx_attention_options { struct_size, causal, scale, dropout_p }
+        ampx_conv2d_options { struct_size, stride, padding, dilation, groups }
+        ampx_pool2d_options { struct_size, stride, padding, dilation, ceil_mode, count_include_pad, divisor_override }
         ampx_cross_entropy_options { struct_size, reduction, ignore_index, label_smoothing }
     }
     v
@@ -133,6 +135,11 @@ fn layouts_match_hand_computed_lp64_values() {
     assert_eq!(offset_of!(sys::ampx_cross_entropy_options, ignore_index), 16);
     assert_eq!(offset_of!(sys::ampx_attention_options, scale), 16);
     assert_eq!(offset_of!(sys::ampx_attention_options, dropout_p), 24);
+    assert_eq!(size_of::<sys::ampx_conv2d_options>(), 64);
+    assert_eq!(offset_of!(sys::ampx_conv2d_options, groups), 56);
+    assert_eq!(size_of::<sys::ampx_pool2d_options>(), 72);
+    assert_eq!(offset_of!(sys::ampx_pool2d_options, count_include_pad), 60);
+    assert_eq!(offset_of!(sys::ampx_pool2d_options, divisor_override), 64);
     // Enums are C ints; function pointers in Option are one pointer.
     assert_eq!(size_of::<sys::ampx_status>(), 4);
     assert_eq!(size_of::<sys::ampx_segment_fn>(), 8);
@@ -168,6 +175,13 @@ fn default_options_report_their_struct_size() {
         let attention = sys::ampx_attention_options_default();
         assert_eq!(attention.struct_size, size_of::<sys::ampx_attention_options>());
         assert_eq!((attention.causal, attention.scale, attention.dropout_p), (0, 0.0, 0.0));
+        let conv = sys::ampx_conv2d_options_default();
+        assert_eq!(conv.struct_size, size_of::<sys::ampx_conv2d_options>());
+        assert_eq!((conv.stride, conv.padding, conv.dilation, conv.groups), ([1, 1], [0, 0], [1, 1], 1));
+        let pool = sys::ampx_pool2d_options_default();
+        assert_eq!(pool.struct_size, size_of::<sys::ampx_pool2d_options>());
+        assert_eq!((pool.stride, pool.padding, pool.dilation), ([0, 0], [0, 0], [1, 1]));
+        assert_eq!((pool.ceil_mode, pool.count_include_pad, pool.divisor_override), (0, 1, 0));
     }
 }
 

@@ -109,7 +109,7 @@ pub use crate::checkpoint_file::{load_checkpoint, save_checkpoint};
 pub use crate::context::{Context, ContextOptions, GradModeGuard, MemoryStats, Scope};
 pub use crate::dtype::{Bf16, DType, Device, Element, F16};
 pub use crate::error::{Error, Result, Status};
-pub use crate::ops::{concat, Activation, AttentionOptions, Reduction};
+pub use crate::ops::{concat, Activation, AttentionOptions, Conv2dOptions, Pool2dOptions, Reduction};
 pub use crate::optim::{AdamOptions, LrDecay, LrSchedule, NonfiniteGrad, Optimizer, SgdOptions, StateKind};
 pub use crate::scaler::{Scaler, ScalerCounters, ScalerOptions, ScalerState};
 pub use crate::tensor::Tensor;

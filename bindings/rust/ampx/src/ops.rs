@@ -40,6 +40,69 @@ pub struct AttentionOptions {
     pub dropout_p: f64,
 }
 
+/// Options of [`Tensor::conv2d`] (`ampx_conv2d_options`), pairs as
+/// (rows, columns). The default: stride 1, no padding, no dilation, one group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dOptions {
+    /// Rows and columns between windows, each at least 1.
+    pub stride: [i64; 2],
+    /// Zeros added on each side, each at least 0.
+    pub padding: [i64; 2],
+    /// Spacing of the kernel's taps, each at least 1.
+    pub dilation: [i64; 2],
+    /// Channel groups (in_channels for a depthwise convolution).
+    pub groups: i64,
+}
+
+impl Default for Conv2dOptions {
+    fn default() -> Self {
+        Conv2dOptions { stride: [1, 1], padding: [0, 0], dilation: [1, 1], groups: 1 }
+    }
+}
+
+/// Options of [`Tensor::max_pool2d`] and [`Tensor::avg_pool2d`]
+/// (`ampx_pool2d_options`), torch's defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pool2dOptions {
+    /// Rows and columns between windows; `None` is the kernel size.
+    pub stride: Option<[i64; 2]>,
+    /// Added on each side, at most half the (dilated) kernel.
+    pub padding: [i64; 2],
+    /// Max pooling only; average takes [1, 1].
+    pub dilation: [i64; 2],
+    /// Output extents round up.
+    pub ceil_mode: bool,
+    /// Average only: padding counts in the divisor.
+    pub count_include_pad: bool,
+    /// Average only: divide by this instead of the window's size.
+    pub divisor_override: Option<i64>,
+}
+
+impl Default for Pool2dOptions {
+    fn default() -> Self {
+        Pool2dOptions {
+            stride: None,
+            padding: [0, 0],
+            dilation: [1, 1],
+            ceil_mode: false,
+            count_include_pad: true,
+            divisor_override: None,
+        }
+    }
+}
+
+fn pool_options(options: &Pool2dOptions) -> sys::ampx_pool2d_options {
+    // SAFETY: no arguments; returns a struct by value.
+    let mut raw = unsafe { sys::ampx_pool2d_options_default() };
+    raw.stride = options.stride.unwrap_or([0, 0]);
+    raw.padding = options.padding;
+    raw.dilation = options.dilation;
+    raw.ceil_mode = options.ceil_mode.into();
+    raw.count_include_pad = options.count_include_pad.into();
+    raw.divisor_override = options.divisor_override.unwrap_or(0);
+    raw
+}
+
 /// Activations fused into [`Tensor::linear`] (`ampx_activation`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Activation {
@@ -306,6 +369,43 @@ impl Tensor {
         run_op(self, |out| unsafe {
             sys::ampx_scaled_dot_product_attention(self.as_raw(), k.as_raw(), v.as_raw(), opt(mask), &raw, out)
         })
+    }
+
+    /// 2-D convolution of this `x` `[N, C, H, W]` (or `[C, H, W]`) with
+    /// `weight` `[O, C / groups, kh, kw]` and an optional `bias` `[O]`
+    /// ("conv2d": lower precision), as torch.nn.functional.conv2d.
+    pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, options: &Conv2dOptions) -> Result<Tensor> {
+        // SAFETY: no arguments; returns a struct by value.
+        let mut raw = unsafe { sys::ampx_conv2d_options_default() };
+        raw.stride = options.stride;
+        raw.padding = options.padding;
+        raw.dilation = options.dilation;
+        raw.groups = options.groups;
+        // SAFETY: live inputs (or NULL); raw outlives the call.
+        run_op(self, |out| unsafe { sys::ampx_conv2d(self.as_raw(), weight.as_raw(), opt(bias), &raw, out) })
+    }
+
+    /// Max pooling over `kernel` (rows, columns) windows ("max_pool2d": keep),
+    /// as torch.nn.functional.max_pool2d.
+    pub fn max_pool2d(&self, kernel: [i64; 2], options: &Pool2dOptions) -> Result<Tensor> {
+        let raw = pool_options(options);
+        // SAFETY: live input; raw outlives the call.
+        run_op(self, |out| unsafe { sys::ampx_max_pool2d(self.as_raw(), kernel[0], kernel[1], &raw, out) })
+    }
+
+    /// Average pooling over `kernel` windows ("avg_pool2d": keep), as
+    /// torch.nn.functional.avg_pool2d.
+    pub fn avg_pool2d(&self, kernel: [i64; 2], options: &Pool2dOptions) -> Result<Tensor> {
+        let raw = pool_options(options);
+        // SAFETY: live input; raw outlives the call.
+        run_op(self, |out| unsafe { sys::ampx_avg_pool2d(self.as_raw(), kernel[0], kernel[1], &raw, out) })
+    }
+
+    /// Each channel's mean over H and W, `[N, C, 1, 1]` (torch's
+    /// adaptive_avg_pool2d(x, 1)).
+    pub fn global_avg_pool2d(&self) -> Result<Tensor> {
+        // SAFETY: live input.
+        run_op(self, |out| unsafe { sys::ampx_global_avg_pool2d(self.as_raw(), out) })
     }
 
     /// Rows of this table `[V, D]` at `indices` (I32 or I64) ("embedding": keep).

@@ -2,7 +2,7 @@
 //! mode and scopes, optimizers and their state, the scaler's state,
 //! autocast classes, DLPack and checkpoint files.
 use ampx::{
-    concat, Activation, AdamOptions, AttentionOptions, Autocast, AutocastOptions, Bf16, Context, ContextOptions, DType, Device, LrDecay,
+    concat, Activation, AdamOptions, AttentionOptions, Autocast, Conv2dOptions, Pool2dOptions, AutocastOptions, Bf16, Context, ContextOptions, DType, Device, LrDecay,
     LrSchedule, OpClass, Optimizer, Reduction, Scaler, ScalerOptions, SgdOptions, StateKind, Status, Tensor, F16,
 };
 
@@ -99,6 +99,27 @@ fn gradients_grad_mode_and_scopes() {
     assert_eq!(w.grad().unwrap().unwrap(), g);
     w.set_grad(None).unwrap();
     assert!(w.grad().unwrap().is_none());
+}
+
+#[test]
+fn conv2d_and_pooling_match_hand_computed_values() {
+    let ctx = Context::new().unwrap();
+    // A 3x3 image 1..9 and a 2x2 kernel of ones: each output sums a 2x2 block.
+    let x = Tensor::from_slice(&ctx, &[1, 1, 3, 3], &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]).unwrap();
+    let w = Tensor::from_slice(&ctx, &[1, 1, 2, 2], &[1.0f32; 4]).unwrap();
+    let b = Tensor::from_slice(&ctx, &[1], &[0.5f32]).unwrap();
+    let y = x.conv2d(&w, Some(&b), &Conv2dOptions::default()).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![12.5, 16.5, 24.5, 28.5]);
+    let strided = Conv2dOptions { stride: [2, 2], padding: [1, 1], ..Default::default() };
+    assert_eq!(x.conv2d(&w, None, &strided).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 5.0, 11.0, 28.0]);
+    let pool = Pool2dOptions { stride: Some([1, 1]), ..Default::default() };
+    assert_eq!(x.max_pool2d([2, 2], &pool).unwrap().to_vec::<f32>().unwrap(), vec![5.0, 6.0, 8.0, 9.0]);
+    assert_eq!(x.avg_pool2d([2, 2], &pool).unwrap().to_vec::<f32>().unwrap(), vec![3.0, 4.0, 6.0, 7.0]);
+    assert_eq!(x.global_avg_pool2d().unwrap().to_vec::<f32>().unwrap(), vec![5.0]);
+    let zero_stride = Conv2dOptions { stride: [0, 1], ..Default::default() };
+    assert_eq!(x.conv2d(&w, None, &zero_stride).unwrap_err().status(), Status::InvalidArgument);
+    let big = Tensor::from_slice(&ctx, &[1, 1, 4, 4], &[1.0f32; 16]).unwrap();
+    assert_eq!(x.conv2d(&big, None, &Conv2dOptions::default()).unwrap_err().status(), Status::Shape);
 }
 
 #[test]
