@@ -288,3 +288,43 @@ TEST_CASE("conv2d and pooling: bad input gets a clear status with both shapes, c
   CHECK(after.current_bytes == before.current_bytes);
   CHECK(values_of(x) == Vec(100, 0.5));
 }
+
+TEST_CASE("conv2d over a batch the CPU splits into chunks equals the images one at a time") {
+  // 32 channels, 3x3, 64x64: the CPU's unfolded images take 1.2 Mi floats
+  // each, so a batch of 15 is computed as chunks of 14 and 1.
+  SKIP_UNLESS_CONVOLUTION();
+  Ctx ctx;
+  Rng rng(11);
+  const int64_t n = 15, c = 32, side = 64, image = c * side * side;
+  const Vec xs = rng.vector(static_cast<size_t>(n * image), -1, 1);
+  const Vec ws = rng.vector(static_cast<size_t>(c * c * 9), -0.1, 0.1);
+  ampx_conv2d_options o = AMPX_CONV2D_OPTIONS_INIT;
+  o.padding[0] = o.padding[1] = 1;
+  Tensor w(make(ctx, AMPX_F32, {c, c, 3, 3}, ws, true));
+  Tensor x(make(ctx, AMPX_F32, {n, c, side, side}, xs, true));
+  Tensor y, loss;
+  REQUIRE_MESSAGE(ampx_conv2d(x, w, nullptr, &o, y.out()) == AMPX_OK, last_error());
+  REQUIRE(ampx_sum(y, loss.out()) == AMPX_OK);
+  REQUIRE_MESSAGE(ampx_backward(loss, nullptr) == AMPX_OK, last_error());
+  const Vec batch_out = values_of(y), batch_dx = values_of(grad_of(x));
+  const Vec batch_dw = values_of(grad_of(w));
+  Vec dw_sum(ws.size(), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    INFO("image ", i);
+    Tensor wi(make(ctx, AMPX_F32, {c, c, 3, 3}, ws, true));
+    Tensor xi(make(ctx, AMPX_F32, {1, c, side, side},
+                   Vec(xs.begin() + i * image, xs.begin() + (i + 1) * image), true));
+    Tensor yi, li;
+    REQUIRE(ampx_conv2d(xi, wi, nullptr, &o, yi.out()) == AMPX_OK);
+    REQUIRE(ampx_sum(yi, li.out()) == AMPX_OK);
+    REQUIRE(ampx_backward(li, nullptr) == AMPX_OK);
+    const Vec out = values_of(yi), dx = values_of(grad_of(xi)), dw = values_of(grad_of(wi));
+    for (size_t k = 0; k < out.size(); ++k)
+      REQUIRE(std::fabs(out[k] - batch_out[i * image + k]) <= 1e-5 * (1 + std::fabs(out[k])));
+    for (size_t k = 0; k < dx.size(); ++k)
+      REQUIRE(std::fabs(dx[k] - batch_dx[i * image + k]) <= 1e-5 * (1 + std::fabs(dx[k])));
+    for (size_t k = 0; k < dw.size(); ++k) dw_sum[k] += dw[k];
+  }
+  for (size_t k = 0; k < dw_sum.size(); ++k)
+    CHECK(std::fabs(batch_dw[k] - dw_sum[k]) <= 1e-4 * (1 + std::fabs(dw_sum[k])));
+}

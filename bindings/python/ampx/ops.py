@@ -240,7 +240,7 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float | None = None) 
 def batch_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
                running_mean: Tensor | None = None, running_var: Tensor | None = None,
                training: bool = True, momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
-    """Batch normalisation of x [N, C] or [N, C, L] per channel.
+    """Batch normalisation of x [N, C] or [N, C, ...] ([N, C, H, W]) per channel.
 
     Parameters and running statistics are F32 [C]. While training, the
     running statistics (when given) are updated in place as torch does.

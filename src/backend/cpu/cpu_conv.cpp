@@ -1,17 +1,21 @@
 // cpu_conv.cpp -- the CPU backend's convolution and pooling
 // (core/backend_conv.h).
 //
-// Convolution is lowered to matrix products, one image at a time: the
-// image's receptive fields are unfolded into col [Cin * kh * kw, OH * OW]
-// (im2col; a 1x1 kernel of stride 1 without padding uses the image itself),
-// then for each group g
-//   forward          y_g [Og, P]  = w_g [Og, K] col_g [K, P]
-//   backward data    dcol_g [K, P] = w_g^T dy_g,  folded back into dx (col2im)
+// Convolution is lowered to matrix products over a chunk of nb images at
+// once: the chunk's receptive fields are unfolded into col [Cin * kh * kw,
+// nb * P] (im2col; column n * P + p is image n's output position p), then
+// for each group g
+//   forward          y_g [Og, nb P]  = w_g [Og, K] col_g [K, nb P]
+//   backward data    dcol_g [K, nb P] = w_g^T dy_g,  folded back into dx (col2im)
 //   backward weight  dw_g [Og, K] += dy_g col_g^T
 // with K = Cg * kh * kw and P = OH * OW, through cpu::gemm (OpenBLAS's sgemm
-// when loaded), which threads each product. Everything is computed in fp32
-// and each result converted to the tensors' type once. Scratch per image:
-// col (K * groups * P floats) and the image in fp32.
+// when loaded), which threads each product. One product over many images
+// keeps the GEMM wide even for small feature maps, where a product per
+// image would be a few hundred columns. The outputs and output gradients
+// are held channel-major ([O, nb P]) in fp32 scratch and moved to / from
+// NCHW with the conversion to the tensors' type. Everything is computed in
+// fp32 and each result converted once. Scratch: col (K * groups * nb * P
+// floats, nb chosen to keep it near kColFloats) and the chunk in fp32.
 //
 // Pooling runs one plane per task in fp32; max pooling's backward re-finds
 // each window's maximum and adds the gradient there (a plane belongs to one
@@ -30,6 +34,9 @@ namespace {
 
 using Floats = std::vector<float>;
 
+// The col buffer's target size: 16 Mi floats (64 MiB) bound the scratch.
+constexpr int64_t kColFloats = int64_t{1} << 24;
+
 Floats to_f32(const void* data, DType type, int64_t count) {
   Floats out(static_cast<size_t>(count));
   if (count > 0) convert_bulk(out.data(), DType::F32, data, type, count);
@@ -43,27 +50,32 @@ char* offset_of(void* base, DType type, int64_t elements) {
   return static_cast<char*>(base) + elements * static_cast<int64_t>(dtype_size(type));
 }
 
-int64_t kernel_size(const Conv2dShape& s) {
-  return s.in_channels / s.groups * s.kernel_h * s.kernel_w;
+// The extents of one chunk of images.
+struct Chunk {
+  const Conv2dShape& s;
+  int64_t images;     // nb
+  int64_t positions;  // P
+  int64_t columns() const { return images * positions; }
+  int64_t rows() const { return s.in_channels * s.kernel_h * s.kernel_w; }  // K * groups
+  int64_t k() const { return rows() / s.groups; }
+};
+
+int64_t chunk_images(const Conv2dShape& s) {
+  const int64_t per_image = s.in_channels * s.kernel_h * s.kernel_w * s.out_h * s.out_w;
+  return std::clamp<int64_t>(kColFloats / std::max<int64_t>(per_image, 1), 1, s.batch);
 }
 
-// The image is its own col: a 1x1 kernel that visits every pixel once.
-bool col_is_image(const Conv2dShape& s) {
-  return s.kernel_h == 1 && s.kernel_w == 1 && s.stride_h == 1 && s.stride_w == 1 &&
-         s.pad_h == 0 && s.pad_w == 0;
-}
-
-// col row r = (c, i, j) holds x[c, p * sh - ph + i * dh, q * sw - pw + j * dw].
-void im2col(ThreadPool& pool, const Conv2dShape& s, const float* image, float* col) {
-  const int64_t rows = s.in_channels * s.kernel_h * s.kernel_w;
-  const int64_t positions = s.out_h * s.out_w;
-  pool.parallel_for(rows, std::max<int64_t>(1, 4096 / positions), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t c = r / (s.kernel_h * s.kernel_w);
-      const int64_t i = r / s.kernel_w % s.kernel_h;
-      const int64_t j = r % s.kernel_w;
-      const float* plane = image + c * s.in_h * s.in_w;
-      float* out = col + r * positions;
+// col row r = (c, i, j), column n * P + (p, q) holds
+// image[n, c, p * sh - ph + i * dh, q * sw - pw + j * dw].
+void im2col(ThreadPool& pool, const Chunk& ch, const float* images, float* col) {
+  const Conv2dShape& s = ch.s;
+  const int64_t taps = s.kernel_h * s.kernel_w, plane = s.in_h * s.in_w;
+  pool.parallel_for(ch.rows() * ch.images, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t r = task / ch.images, n = task % ch.images;
+      const int64_t c = r / taps, i = r % taps / s.kernel_w, j = r % s.kernel_w;
+      const float* in = images + (n * s.in_channels + c) * plane;
+      float* out = col + r * ch.columns() + n * ch.positions;
       for (int64_t p = 0; p < s.out_h; ++p) {
         const int64_t a = p * s.stride_h - s.pad_h + i * s.dilation_h;
         float* row = out + p * s.out_w;
@@ -73,30 +85,32 @@ void im2col(ThreadPool& pool, const Conv2dShape& s, const float* image, float* c
         }
         for (int64_t q = 0; q < s.out_w; ++q) {
           const int64_t b = q * s.stride_w - s.pad_w + j * s.dilation_w;
-          row[q] = b >= 0 && b < s.in_w ? plane[a * s.in_w + b] : 0.0f;
+          row[q] = b >= 0 && b < s.in_w ? in[a * s.in_w + b] : 0.0f;
         }
       }
     }
   });
 }
 
-// image += the col entries folded back onto their pixels; one task per
-// input channel, so no two tasks write one pixel.
-void col2im(ThreadPool& pool, const Conv2dShape& s, const float* col, float* image) {
-  const int64_t positions = s.out_h * s.out_w;
-  const int64_t taps = s.kernel_h * s.kernel_w;
-  pool.parallel_for(s.in_channels, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c) {
-      float* plane = image + c * s.in_h * s.in_w;
+// images (zeroed by the caller) += the col entries folded back onto their
+// pixels; one task per (image, channel) plane, so no two tasks write one
+// pixel.
+void col2im(ThreadPool& pool, const Chunk& ch, const float* col, float* images) {
+  const Conv2dShape& s = ch.s;
+  const int64_t taps = s.kernel_h * s.kernel_w, plane = s.in_h * s.in_w;
+  pool.parallel_for(ch.images * s.in_channels, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t n = task / s.in_channels, c = task % s.in_channels;
+      float* out = images + task * plane;
       for (int64_t t = 0; t < taps; ++t) {
         const int64_t i = t / s.kernel_w, j = t % s.kernel_w;
-        const float* in = col + (c * taps + t) * positions;
+        const float* in = col + (c * taps + t) * ch.columns() + n * ch.positions;
         for (int64_t p = 0; p < s.out_h; ++p) {
           const int64_t a = p * s.stride_h - s.pad_h + i * s.dilation_h;
           if (a < 0 || a >= s.in_h) continue;
           for (int64_t q = 0; q < s.out_w; ++q) {
             const int64_t b = q * s.stride_w - s.pad_w + j * s.dilation_w;
-            if (b >= 0 && b < s.in_w) plane[a * s.in_w + b] += in[p * s.out_w + q];
+            if (b >= 0 && b < s.in_w) out[a * s.in_w + b] += in[p * s.out_w + q];
           }
         }
       }
@@ -104,7 +118,7 @@ void col2im(ThreadPool& pool, const Conv2dShape& s, const float* col, float* ima
   });
 }
 
-// Per-group products over one image: c_g = op(a_g) op(b_g) (+ c_g).
+// Per-group products over one chunk: c_g = op(a_g) op(b_g) (+ c_g).
 GemmArgs group_product(const Conv2dShape& s, int64_t m, int64_t n, int64_t k, const float* a,
                        bool trans_a, int64_t a_stride, const float* b, bool trans_b,
                        int64_t b_stride, float* c, int64_t c_stride, float beta) {
@@ -117,85 +131,108 @@ GemmArgs group_product(const Conv2dShape& s, int64_t m, int64_t n, int64_t k, co
   return g;
 }
 
+// dy of the chunk's images (NCHW, the tensors' type) as channel-major fp32
+// [O, nb P].
+void gather_channel_major(ThreadPool& pool, const Chunk& ch, const void* dy, DType type,
+                          float* out) {
+  const int64_t o_count = ch.s.out_channels;
+  pool.parallel_for(ch.images * o_count, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t n = task / o_count, o = task % o_count;
+      convert_bulk(out + o * ch.columns() + n * ch.positions, DType::F32,
+                   offset_of(dy, type, task * ch.positions), type, ch.positions);
+    }
+  });
+}
+
 }  // namespace
 
 void conv2d_forward(ThreadPool& pool, const Conv2dShape& s, const void* x, const void* w,
                     const void* bias, DType type, void* y) {
-  const int64_t k = kernel_size(s), positions = s.out_h * s.out_w;
-  const int64_t out_group = s.out_channels / s.groups;
-  const int64_t image_size = s.in_channels * s.in_h * s.in_w;
-  const Floats weight = to_f32(w, type, s.out_channels * k);
+  const int64_t positions = s.out_h * s.out_w, out_group = s.out_channels / s.groups;
+  const int64_t image_size = s.in_channels * s.in_h * s.in_w, step = chunk_images(s);
+  const Floats weight = to_f32(w, type, s.out_channels * (s.in_channels / s.groups) *
+                                            s.kernel_h * s.kernel_w);
   const Floats bias_f32 = bias ? to_f32(bias, type, s.out_channels) : Floats();
-  Floats image(static_cast<size_t>(image_size));
-  Floats col(col_is_image(s) ? 0 : static_cast<size_t>(k * s.groups * positions));
-  Floats out(static_cast<size_t>(s.out_channels * positions));
-  for (int64_t n = 0; n < s.batch; ++n) {
-    convert_bulk(image.data(), DType::F32, offset_of(x, type, n * image_size), type, image_size);
-    const float* cols = image.data();
-    if (!col_is_image(s)) {
-      im2col(pool, s, image.data(), col.data());
-      cols = col.data();
-    }
-    gemm(pool, group_product(s, out_group, positions, k, weight.data(), false, out_group * k, cols,
-                             false, k * positions, out.data(), out_group * positions, 0.0f));
-    if (bias)
-      for (int64_t o = 0; o < s.out_channels; ++o)
-        for (int64_t p = 0; p < positions; ++p) out[o * positions + p] += bias_f32[o];
-    convert_bulk(offset_of(y, type, n * s.out_channels * positions), type, out.data(), DType::F32,
-                 s.out_channels * positions);
+  Floats images, col, out;
+  for (int64_t first = 0; first < s.batch; first += step) {
+    const Chunk ch{s, std::min(step, s.batch - first), positions};
+    images.resize(static_cast<size_t>(ch.images * image_size));
+    col.resize(static_cast<size_t>(ch.rows() * ch.columns()));
+    out.resize(static_cast<size_t>(s.out_channels * ch.columns()));
+    convert_bulk(images.data(), DType::F32, offset_of(x, type, first * image_size), type,
+                 ch.images * image_size);
+    im2col(pool, ch, images.data(), col.data());
+    gemm(pool, group_product(s, out_group, ch.columns(), ch.k(), weight.data(), false,
+                             out_group * ch.k(), col.data(), false, ch.k() * ch.columns(),
+                             out.data(), out_group * ch.columns(), 0.0f));
+    pool.parallel_for(ch.images * s.out_channels, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> row(static_cast<size_t>(positions));
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t n = task / s.out_channels, o = task % s.out_channels;
+        const float* src = out.data() + o * ch.columns() + n * positions;
+        const float add = bias ? bias_f32[o] : 0.0f;
+        for (int64_t p = 0; p < positions; ++p) row[p] = src[p] + add;
+        convert_bulk(offset_of(y, type, ((first + n) * s.out_channels + o) * positions), type,
+                     row.data(), DType::F32, positions);
+      }
+    });
   }
 }
 
 void conv2d_backward_data(ThreadPool& pool, const Conv2dShape& s, const void* dy, const void* w,
                           DType type, void* dx) {
-  const int64_t k = kernel_size(s), positions = s.out_h * s.out_w;
-  const int64_t out_group = s.out_channels / s.groups;
-  const int64_t image_size = s.in_channels * s.in_h * s.in_w;
-  const Floats weight = to_f32(w, type, s.out_channels * k);
-  Floats grad_out(static_cast<size_t>(s.out_channels * positions));
-  Floats dcol(static_cast<size_t>(k * s.groups * positions));
-  Floats image(col_is_image(s) ? 0 : static_cast<size_t>(image_size));
-  for (int64_t n = 0; n < s.batch; ++n) {
-    convert_bulk(grad_out.data(), DType::F32, offset_of(dy, type, n * s.out_channels * positions),
-                 type, s.out_channels * positions);
-    gemm(pool, group_product(s, k, positions, out_group, weight.data(), true, out_group * k,
-                             grad_out.data(), false, out_group * positions, dcol.data(),
-                             k * positions, 0.0f));
-    const float* result = dcol.data();
-    if (!col_is_image(s)) {
-      std::fill(image.begin(), image.end(), 0.0f);
-      col2im(pool, s, dcol.data(), image.data());
-      result = image.data();
-    }
-    convert_bulk(offset_of(dx, type, n * image_size), type, result, DType::F32, image_size);
+  const int64_t positions = s.out_h * s.out_w, out_group = s.out_channels / s.groups;
+  const int64_t image_size = s.in_channels * s.in_h * s.in_w, step = chunk_images(s);
+  const Floats weight = to_f32(w, type, s.out_channels * (s.in_channels / s.groups) *
+                                            s.kernel_h * s.kernel_w);
+  Floats grad_out, dcol, images;
+  for (int64_t first = 0; first < s.batch; first += step) {
+    const Chunk ch{s, std::min(step, s.batch - first), positions};
+    grad_out.resize(static_cast<size_t>(s.out_channels * ch.columns()));
+    dcol.resize(static_cast<size_t>(ch.rows() * ch.columns()));
+    gather_channel_major(pool, ch, offset_of(dy, type, first * s.out_channels * positions), type,
+                         grad_out.data());
+    gemm(pool, group_product(s, ch.k(), ch.columns(), out_group, weight.data(), true,
+                             out_group * ch.k(), grad_out.data(), false,
+                             out_group * ch.columns(), dcol.data(), ch.k() * ch.columns(), 0.0f));
+    images.assign(static_cast<size_t>(ch.images * image_size), 0.0f);
+    col2im(pool, ch, dcol.data(), images.data());
+    convert_bulk(offset_of(dx, type, first * image_size), type, images.data(), DType::F32,
+                 ch.images * image_size);
   }
 }
 
 void conv2d_backward_weight(ThreadPool& pool, const Conv2dShape& s, const void* dy, const void* x,
                             DType type, void* dw, void* dbias) {
-  const int64_t k = kernel_size(s), positions = s.out_h * s.out_w;
-  const int64_t out_group = s.out_channels / s.groups;
-  const int64_t image_size = s.in_channels * s.in_h * s.in_w;
-  Floats grad_out(static_cast<size_t>(s.out_channels * positions));
-  Floats image(static_cast<size_t>(image_size));
-  Floats col(col_is_image(s) ? 0 : static_cast<size_t>(k * s.groups * positions));
+  const int64_t positions = s.out_h * s.out_w, out_group = s.out_channels / s.groups;
+  const int64_t image_size = s.in_channels * s.in_h * s.in_w, step = chunk_images(s);
+  const int64_t k = s.in_channels / s.groups * s.kernel_h * s.kernel_w;
+  Floats grad_out, images, col;
   Floats grad_weight(static_cast<size_t>(s.out_channels * k));
   std::vector<double> grad_bias(static_cast<size_t>(s.out_channels), 0.0);
-  for (int64_t n = 0; n < s.batch; ++n) {
-    convert_bulk(grad_out.data(), DType::F32, offset_of(dy, type, n * s.out_channels * positions),
-                 type, s.out_channels * positions);
-    convert_bulk(image.data(), DType::F32, offset_of(x, type, n * image_size), type, image_size);
-    const float* cols = image.data();
-    if (!col_is_image(s)) {
-      im2col(pool, s, image.data(), col.data());
-      cols = col.data();
-    }
-    gemm(pool, group_product(s, out_group, k, positions, grad_out.data(), false,
-                             out_group * positions, cols, true, k * positions, grad_weight.data(),
-                             out_group * k, n == 0 ? 0.0f : 1.0f));
+  for (int64_t first = 0; first < s.batch; first += step) {
+    const Chunk ch{s, std::min(step, s.batch - first), positions};
+    grad_out.resize(static_cast<size_t>(s.out_channels * ch.columns()));
+    images.resize(static_cast<size_t>(ch.images * image_size));
+    col.resize(static_cast<size_t>(ch.rows() * ch.columns()));
+    gather_channel_major(pool, ch, offset_of(dy, type, first * s.out_channels * positions), type,
+                         grad_out.data());
+    convert_bulk(images.data(), DType::F32, offset_of(x, type, first * image_size), type,
+                 ch.images * image_size);
+    im2col(pool, ch, images.data(), col.data());
+    gemm(pool, group_product(s, out_group, k, ch.columns(), grad_out.data(), false,
+                             out_group * ch.columns(), col.data(), true, k * ch.columns(),
+                             grad_weight.data(), out_group * k, first == 0 ? 0.0f : 1.0f));
     if (dbias)
-      for (int64_t o = 0; o < s.out_channels; ++o)
-        for (int64_t p = 0; p < positions; ++p) grad_bias[o] += grad_out[o * positions + p];
+      pool.parallel_for(s.out_channels, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t o = begin; o < end; ++o) {
+          const float* row = grad_out.data() + o * ch.columns();
+          double sum = 0.0;
+          for (int64_t c = 0; c < ch.columns(); ++c) sum += row[c];
+          grad_bias[o] += sum;
+        }
+      });
   }
   convert_bulk(dw, type, grad_weight.data(), DType::F32, s.out_channels * k);
   if (dbias) {
