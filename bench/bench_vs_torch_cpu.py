@@ -40,21 +40,14 @@ CASES = [  # (name, width, depth, batch, timed steps per round)
 ]
 
 
-def torch_step_time(width, depth, batch, precision, steps):
-    torch.manual_seed(0)
-    layers = []
-    for i in range(depth):
-        layers.append(torch.nn.Linear(width, CLASSES if i == depth - 1 else width))
-        if i != depth - 1:
-            layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers)
+def torch_time_steps(model, x, y, precision, steps, warmup):
+    """The median time of a training step of model on (x, y), in ms: AdamW,
+    autocast in the lower precision, a GradScaler for fp16."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler("cpu") if precision == "fp16" else None
-    x = torch.rand(batch, width) * 2 - 1
-    y = torch.arange(batch) % CLASSES
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     times = []
-    for step in range(steps + 3):
+    for step in range(steps + warmup):
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
@@ -66,9 +59,22 @@ def torch_step_time(width, depth, batch, precision, steps):
         else:
             loss.backward()
             opt.step()
-        if step >= 3:
+        if step >= warmup:
             times.append(time.perf_counter() - start)
     return 1e3 * statistics.median(times)
+
+
+def torch_step_time(width, depth, batch, precision, steps):
+    torch.manual_seed(0)
+    layers = []
+    for i in range(depth):
+        layers.append(torch.nn.Linear(width, CLASSES if i == depth - 1 else width))
+        if i != depth - 1:
+            layers.append(torch.nn.ReLU())
+    model = torch.nn.Sequential(*layers)
+    x = torch.rand(batch, width) * 2 - 1
+    y = torch.arange(batch) % CLASSES
+    return torch_time_steps(model, x, y, precision, steps, 3)
 
 
 def torch_cnn(width):
@@ -93,27 +99,9 @@ def torch_cnn(width):
 
 def torch_cnn_step_time(width, batch, precision, steps):
     model = torch_cnn(width)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    scaler = torch.amp.GradScaler("cpu") if precision == "fp16" else None
     x = torch.rand(batch, 3, 32, 32)
     y = torch.arange(batch) % 4
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    times = []
-    for step in range(steps + 2):
-        start = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-            loss = F.cross_entropy(model(x), y)
-        if scaler:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
-        if step >= 2:
-            times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    return torch_time_steps(model, x, y, precision, steps, 2)
 
 
 def ampx_cnn_step_time(width, batch, precision, threads, steps):
