@@ -527,6 +527,11 @@ TEST_CASE("pow: powf semantics, exact squares, gradient p x^(p-1)") {
     if (p == 2.0)
       for (size_t i = 0; i < 64; ++i) CHECK(res.y[i] == static_cast<float>(x[i] * x[i]));
   }
+  Tensor labels(make(ctx, AMPX_I32, {4}, Vec(4, 2.0)));
+  ampx_tensor out = nullptr;
+  CHECK_FAILS_WITH(ampx_pow(labels, 2.0, &out), AMPX_ERR_DTYPE, "i32");
+  CHECK_FAILS_WITH(ampx_pow(nullptr, 2.0, &out), AMPX_ERR_INVALID_ARGUMENT, "'x'");
+  CHECK(out == nullptr);
 }
 
 TEST_CASE("rotary embeddings: rotate-half and interleaved pairs, inverse rotation backward") {
