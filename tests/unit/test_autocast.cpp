@@ -508,7 +508,7 @@ TEST_CASE("autocast: op classes can be overridden per policy at run time") {
 
   CHECK_FAILS_WITH(ampx_autocast_set_op_class(p, "softmaxx", AMPX_OP_FP32),
                    AMPX_ERR_INVALID_ARGUMENT, "softmaxx");
-  CHECK_FAILS_WITH(ampx_autocast_op_class(p, "conv2d", &c), AMPX_ERR_INVALID_ARGUMENT, "conv2d");
+  CHECK_FAILS_WITH(ampx_autocast_op_class(p, "conv3d", &c), AMPX_ERR_INVALID_ARGUMENT, "conv3d");
   CHECK_FAILS_WITH(ampx_autocast_set_op_class(p, nullptr, AMPX_OP_FP32), AMPX_ERR_INVALID_ARGUMENT,
                    "op_name");
   CHECK_FAILS_WITH(ampx_autocast_set_op_class(p, "softmax", static_cast<ampx_op_class>(0)),
