@@ -15,7 +15,8 @@
 // are held channel-major ([O, nb P]) in fp32 scratch and moved to / from
 // NCHW with the conversion to the tensors' type. Everything is computed in
 // fp32 and each result converted once. Scratch: col (K * groups * nb * P
-// floats, nb chosen to keep it near kColFloats) and the chunk in fp32.
+// floats, nb chosen to keep it near kColFloats) and, for f16 and bf16
+// tensors, the chunk in fp32 (F32 tensors are read and written in place).
 //
 // Pooling runs one plane per task in fp32; max pooling's backward re-finds
 // each window's maximum and adds the gradient there (a plane belongs to one
@@ -37,10 +38,13 @@ using Floats = std::vector<float>;
 // The col buffer's target size: 16 Mi floats (64 MiB) bound the scratch.
 constexpr int64_t kColFloats = int64_t{1} << 24;
 
-Floats to_f32(const void* data, DType type, int64_t count) {
-  Floats out(static_cast<size_t>(count));
-  if (count > 0) convert_bulk(out.data(), DType::F32, data, type, count);
-  return out;
+// `count` elements at `data` as fp32: the tensor itself when it is F32
+// (no pass over it), else its conversion into `scratch`.
+const float* f32_view(const void* data, DType type, int64_t count, Floats& scratch) {
+  if (type == DType::F32) return static_cast<const float*>(data);
+  scratch.resize(static_cast<size_t>(count));
+  if (count > 0) convert_bulk(scratch.data(), DType::F32, data, type, count);
+  return scratch.data();
 }
 
 const char* offset_of(const void* base, DType type, int64_t elements) {
@@ -59,6 +63,11 @@ struct Chunk {
   int64_t rows() const { return s.in_channels * s.kernel_h * s.kernel_w; }  // K * groups
   int64_t k() const { return rows() / s.groups; }
 };
+
+// Elements of one output channel's weights: K = Cg * kh * kw.
+int64_t kernel_size(const Conv2dShape& s) {
+  return s.in_channels / s.groups * s.kernel_h * s.kernel_w;
+}
 
 int64_t chunk_images(const Conv2dShape& s) {
   const int64_t per_image = s.in_channels * s.kernel_h * s.kernel_w * s.out_h * s.out_w;
@@ -151,19 +160,17 @@ void conv2d_forward(ThreadPool& pool, const Conv2dShape& s, const void* x, const
                     const void* bias, DType type, void* y) {
   const int64_t positions = s.out_h * s.out_w, out_group = s.out_channels / s.groups;
   const int64_t image_size = s.in_channels * s.in_h * s.in_w, step = chunk_images(s);
-  const Floats weight = to_f32(w, type, s.out_channels * (s.in_channels / s.groups) *
-                                            s.kernel_h * s.kernel_w);
-  const Floats bias_f32 = bias ? to_f32(bias, type, s.out_channels) : Floats();
-  Floats images, col, out;
+  Floats weight_scratch, bias_scratch, images, col, out;
+  const float* weight = f32_view(w, type, s.out_channels * kernel_size(s), weight_scratch);
+  const float* bias_f32 = bias ? f32_view(bias, type, s.out_channels, bias_scratch) : nullptr;
   for (int64_t first = 0; first < s.batch; first += step) {
     const Chunk ch{s, std::min(step, s.batch - first), positions};
-    images.resize(static_cast<size_t>(ch.images * image_size));
     col.resize(static_cast<size_t>(ch.rows() * ch.columns()));
     out.resize(static_cast<size_t>(s.out_channels * ch.columns()));
-    convert_bulk(images.data(), DType::F32, offset_of(x, type, first * image_size), type,
-                 ch.images * image_size);
-    im2col(pool, ch, images.data(), col.data());
-    gemm(pool, group_product(s, out_group, ch.columns(), ch.k(), weight.data(), false,
+    im2col(pool, ch,
+           f32_view(offset_of(x, type, first * image_size), type, ch.images * image_size, images),
+           col.data());
+    gemm(pool, group_product(s, out_group, ch.columns(), ch.k(), weight, false,
                              out_group * ch.k(), col.data(), false, ch.k() * ch.columns(),
                              out.data(), out_group * ch.columns(), 0.0f));
     pool.parallel_for(ch.images * s.out_channels, 1, [&](int64_t begin, int64_t end) {
@@ -171,7 +178,7 @@ void conv2d_forward(ThreadPool& pool, const Conv2dShape& s, const void* x, const
       for (int64_t task = begin; task < end; ++task) {
         const int64_t n = task / s.out_channels, o = task % s.out_channels;
         const float* src = out.data() + o * ch.columns() + n * positions;
-        const float add = bias ? bias_f32[o] : 0.0f;
+        const float add = bias_f32 ? bias_f32[o] : 0.0f;
         for (int64_t p = 0; p < positions; ++p) row[p] = src[p] + add;
         convert_bulk(offset_of(y, type, ((first + n) * s.out_channels + o) * positions), type,
                      row.data(), DType::F32, positions);
@@ -184,22 +191,28 @@ void conv2d_backward_data(ThreadPool& pool, const Conv2dShape& s, const void* dy
                           DType type, void* dx) {
   const int64_t positions = s.out_h * s.out_w, out_group = s.out_channels / s.groups;
   const int64_t image_size = s.in_channels * s.in_h * s.in_w, step = chunk_images(s);
-  const Floats weight = to_f32(w, type, s.out_channels * (s.in_channels / s.groups) *
-                                            s.kernel_h * s.kernel_w);
-  Floats grad_out, dcol, images;
+  Floats weight_scratch, grad_out, dcol, images;
+  const float* weight = f32_view(w, type, s.out_channels * kernel_size(s), weight_scratch);
   for (int64_t first = 0; first < s.batch; first += step) {
     const Chunk ch{s, std::min(step, s.batch - first), positions};
     grad_out.resize(static_cast<size_t>(s.out_channels * ch.columns()));
     dcol.resize(static_cast<size_t>(ch.rows() * ch.columns()));
     gather_channel_major(pool, ch, offset_of(dy, type, first * s.out_channels * positions), type,
                          grad_out.data());
-    gemm(pool, group_product(s, ch.k(), ch.columns(), out_group, weight.data(), true,
+    gemm(pool, group_product(s, ch.k(), ch.columns(), out_group, weight, true,
                              out_group * ch.k(), grad_out.data(), false,
                              out_group * ch.columns(), dcol.data(), ch.k() * ch.columns(), 0.0f));
-    images.assign(static_cast<size_t>(ch.images * image_size), 0.0f);
-    col2im(pool, ch, dcol.data(), images.data());
-    convert_bulk(offset_of(dx, type, first * image_size), type, images.data(), DType::F32,
-                 ch.images * image_size);
+    // An F32 dx is accumulated in place; another type goes through fp32.
+    float* target = reinterpret_cast<float*>(offset_of(dx, type, first * image_size));
+    if (type != DType::F32) {
+      images.resize(static_cast<size_t>(ch.images * image_size));
+      target = images.data();
+    }
+    std::fill(target, target + ch.images * image_size, 0.0f);
+    col2im(pool, ch, dcol.data(), target);
+    if (type != DType::F32)
+      convert_bulk(offset_of(dx, type, first * image_size), type, target, DType::F32,
+                   ch.images * image_size);
   }
 }
 
@@ -207,20 +220,19 @@ void conv2d_backward_weight(ThreadPool& pool, const Conv2dShape& s, const void* 
                             DType type, void* dw, void* dbias) {
   const int64_t positions = s.out_h * s.out_w, out_group = s.out_channels / s.groups;
   const int64_t image_size = s.in_channels * s.in_h * s.in_w, step = chunk_images(s);
-  const int64_t k = s.in_channels / s.groups * s.kernel_h * s.kernel_w;
+  const int64_t k = kernel_size(s);
   Floats grad_out, images, col;
   Floats grad_weight(static_cast<size_t>(s.out_channels * k));
   std::vector<double> grad_bias(static_cast<size_t>(s.out_channels), 0.0);
   for (int64_t first = 0; first < s.batch; first += step) {
     const Chunk ch{s, std::min(step, s.batch - first), positions};
     grad_out.resize(static_cast<size_t>(s.out_channels * ch.columns()));
-    images.resize(static_cast<size_t>(ch.images * image_size));
     col.resize(static_cast<size_t>(ch.rows() * ch.columns()));
     gather_channel_major(pool, ch, offset_of(dy, type, first * s.out_channels * positions), type,
                          grad_out.data());
-    convert_bulk(images.data(), DType::F32, offset_of(x, type, first * image_size), type,
-                 ch.images * image_size);
-    im2col(pool, ch, images.data(), col.data());
+    im2col(pool, ch,
+           f32_view(offset_of(x, type, first * image_size), type, ch.images * image_size, images),
+           col.data());
     gemm(pool, group_product(s, out_group, k, ch.columns(), grad_out.data(), false,
                              out_group * ch.columns(), col.data(), true, k * ch.columns(),
                              grad_weight.data(), out_group * k, first == 0 ? 0.0f : 1.0f));
@@ -301,13 +313,13 @@ void pool2d_forward(ThreadPool& pool, const Pool2dShape& s, const void* x, DType
   const int64_t in_size = s.in_h * s.in_w, out_size = s.out_h * s.out_w;
   pool.parallel_for(s.planes, 1, [&](int64_t begin, int64_t end) {
     for (int64_t plane_index = begin; plane_index < end; ++plane_index) {
-      const Floats plane = to_f32(offset_of(x, type, plane_index * in_size), type, in_size);
-      Floats out(static_cast<size_t>(out_size));
+      Floats scratch, out(static_cast<size_t>(out_size));
+      const float* plane = f32_view(offset_of(x, type, plane_index * in_size), type, in_size, scratch);
       for (int64_t p = 0; p < s.out_h; ++p)
         for (int64_t q = 0; q < s.out_w; ++q) {
           float& o = out[p * s.out_w + q];
           if (s.kind == PoolKind::Max) {
-            const int64_t at = window_argmax(s, plane.data(), p, q);
+            const int64_t at = window_argmax(s, plane, p, q);
             o = at < 0 ? -std::numeric_limits<float>::infinity() : plane[at];
             continue;
           }
@@ -328,17 +340,18 @@ void pool2d_backward(ThreadPool& pool, const Pool2dShape& s, const void* x, cons
   const int64_t in_size = s.in_h * s.in_w, out_size = s.out_h * s.out_w;
   pool.parallel_for(s.planes, 1, [&](int64_t begin, int64_t end) {
     for (int64_t plane_index = begin; plane_index < end; ++plane_index) {
-      const Floats grad_out =
-          to_f32(offset_of(dy, type, plane_index * out_size), type, out_size);
-      Floats grad(static_cast<size_t>(in_size), 0.0f);
-      Floats plane;
-      if (s.kind == PoolKind::Max)
-        plane = to_f32(offset_of(x, type, plane_index * in_size), type, in_size);
+      Floats grad_scratch, plane_scratch, grad(static_cast<size_t>(in_size), 0.0f);
+      const float* grad_out =
+          f32_view(offset_of(dy, type, plane_index * out_size), type, out_size, grad_scratch);
+      const float* plane = s.kind == PoolKind::Max
+                               ? f32_view(offset_of(x, type, plane_index * in_size), type,
+                                          in_size, plane_scratch)
+                               : nullptr;
       for (int64_t p = 0; p < s.out_h; ++p)
         for (int64_t q = 0; q < s.out_w; ++q) {
           const float g = grad_out[p * s.out_w + q];
           if (s.kind == PoolKind::Max) {
-            const int64_t at = window_argmax(s, plane.data(), p, q);
+            const int64_t at = window_argmax(s, plane, p, q);
             if (at >= 0) grad[at] += g;
             continue;
           }
