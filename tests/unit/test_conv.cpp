@@ -251,6 +251,13 @@ TEST_CASE("conv2d and pooling: bad input gets a clear status with both shapes, c
     CHECK_FAILS_WITH(ampx_conv2d(x2d, w, nullptr, nullptr, &out), AMPX_ERR_SHAPE, "'x'");
     CHECK_FAILS_WITH(ampx_conv2d(x, w, bias, nullptr, &out), AMPX_ERR_SHAPE, "'bias'");
     CHECK_FAILS_WITH(ampx_conv2d(x, wh, nullptr, nullptr, &out), AMPX_ERR_DTYPE, "share a dtype");
+    Tensor ints(make(ctx, AMPX_I32, {1, 4, 5, 5}, Vec(100, 1.0))), bias_h(t({2}, AMPX_F16));
+    CHECK_FAILS_WITH(ampx_conv2d(ints, w, nullptr, nullptr, &out), AMPX_ERR_DTYPE, "'x'");
+    CHECK_FAILS_WITH(ampx_conv2d(x, w, bias_h, nullptr, &out), AMPX_ERR_DTYPE, "share a dtype");
+    CHECK_FAILS_WITH(ampx_max_pool2d(ints, 2, 2, nullptr, &out), AMPX_ERR_DTYPE, "'x'");
+    CHECK_FAILS_WITH(ampx_avg_pool2d(ints, 2, 2, nullptr, &out), AMPX_ERR_DTYPE, "'x'");
+    CHECK_FAILS_WITH(ampx_conv2d(nullptr, w, nullptr, nullptr, &out), AMPX_ERR_INVALID_ARGUMENT,
+                     "'x'");
     o = ampx_conv2d_options_default();
     o.stride[1] = 0;
     CHECK_FAILS_WITH(ampx_conv2d(x, w, nullptr, &o, &out), AMPX_ERR_INVALID_ARGUMENT, "'stride'");
@@ -281,7 +288,11 @@ TEST_CASE("conv2d and pooling: bad input gets a clear status with both shapes, c
     p = ampx_pool2d_options_default();
     p.divisor_override = -3;
     CHECK_FAILS_WITH(ampx_avg_pool2d(x, 2, 2, &p, &out), AMPX_ERR_INVALID_ARGUMENT, "divisor");
+    p = ampx_pool2d_options_default();
+    p.struct_size = 0;
+    CHECK_FAILS_WITH(ampx_avg_pool2d(x, 2, 2, &p, &out), AMPX_ERR_INVALID_ARGUMENT, "struct_size");
     CHECK_FAILS_WITH(ampx_global_avg_pool2d(x2d, &out), AMPX_ERR_SHAPE, "'x'");
+    CHECK_FAILS_WITH(ampx_max_pool2d(x, 2, 2, nullptr, nullptr), AMPX_ERR_INVALID_ARGUMENT, "out");
     CHECK(out == nullptr);
   }
   REQUIRE(ampx_memory_stats_get(ctx, &after) == AMPX_OK);
