@@ -28,6 +28,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "core/convert_bulk.h"
+#include "math/pool.h"
 
 namespace ampx::impl {
 namespace cpu {
@@ -253,77 +254,22 @@ void conv2d_backward_weight(ThreadPool& pool, const Conv2dShape& s, const void* 
   }
 }
 
-namespace {
-
-// The window of output (p, q) along one dimension: taps t with in-image
-// position start + t * dilation, t < kernel.
-struct Span {
-  int64_t start, first, last;  // taps [first, last) fall inside the image
-};
-
-Span window_span(int64_t out_index, int64_t stride, int64_t pad, int64_t kernel, int64_t dilation,
-                 int64_t in) {
-  Span span{out_index * stride - pad, 0, kernel};
-  while (span.first < kernel && span.start + span.first * dilation < 0) ++span.first;
-  while (span.last > span.first && span.start + (span.last - 1) * dilation >= in) --span.last;
-  return span;
-}
-
-// The plane index of the window's maximum (a NaN wins, then the first of
-// equal maxima), or -1 when no tap lies in the image.
-int64_t window_argmax(const Pool2dShape& s, const float* plane, int64_t p, int64_t q) {
-  const Span rows = window_span(p, s.stride_h, s.pad_h, s.kernel_h, s.dilation_h, s.in_h);
-  const Span cols = window_span(q, s.stride_w, s.pad_w, s.kernel_w, s.dilation_w, s.in_w);
-  int64_t best = -1;
-  float best_value = -std::numeric_limits<float>::infinity();
-  for (int64_t i = rows.first; i < rows.last; ++i)
-    for (int64_t j = cols.first; j < cols.last; ++j) {
-      const int64_t at = (rows.start + i * s.dilation_h) * s.in_w + cols.start + j * s.dilation_w;
-      const float v = plane[at];
-      if (best < 0 || v > best_value || std::isnan(v)) {
-        best = at;
-        best_value = v;
-      }
-    }
-  return best;
-}
-
-// The average window of output (p, q): its in-image rows and columns and
-// its divisor.
-struct AverageWindow {
-  int64_t row_begin, row_end, col_begin, col_end;
-  float divisor;
-};
-
-AverageWindow average_window(const Pool2dShape& s, int64_t p, int64_t q) {
-  int64_t r0 = p * s.stride_h - s.pad_h, c0 = q * s.stride_w - s.pad_w;
-  int64_t r1 = std::min(r0 + s.kernel_h, s.in_h + s.pad_h);
-  int64_t c1 = std::min(c0 + s.kernel_w, s.in_w + s.pad_w);
-  const int64_t padded = (r1 - r0) * (c1 - c0);
-  r0 = std::max<int64_t>(r0, 0), c0 = std::max<int64_t>(c0, 0);
-  r1 = std::min(r1, s.in_h), c1 = std::min(c1, s.in_w);
-  const int64_t inside = std::max<int64_t>(r1 - r0, 0) * std::max<int64_t>(c1 - c0, 0);
-  const int64_t divisor = s.divisor ? s.divisor : s.count_include_pad ? padded : inside;
-  return {r0, r1, c0, c1, static_cast<float>(divisor)};
-}
-
-}  // namespace
-
 void pool2d_forward(ThreadPool& pool, const Pool2dShape& s, const void* x, DType type, void* y) {
   const int64_t in_size = s.in_h * s.in_w, out_size = s.out_h * s.out_w;
   pool.parallel_for(s.planes, 1, [&](int64_t begin, int64_t end) {
     for (int64_t plane_index = begin; plane_index < end; ++plane_index) {
       Floats scratch, out(static_cast<size_t>(out_size));
       const float* plane = f32_view(offset_of(x, type, plane_index * in_size), type, in_size, scratch);
+      const auto load = [plane](int64_t i) { return plane[i]; };
       for (int64_t p = 0; p < s.out_h; ++p)
         for (int64_t q = 0; q < s.out_w; ++q) {
           float& o = out[p * s.out_w + q];
           if (s.kind == PoolKind::Max) {
-            const int64_t at = window_argmax(s, plane, p, q);
+            const int64_t at = math::pool_window_argmax(s, load, p, q);
             o = at < 0 ? -std::numeric_limits<float>::infinity() : plane[at];
             continue;
           }
-          const AverageWindow win = average_window(s, p, q);
+          const math::AverageWindow win = math::pool_average_window(s, p, q);
           float sum = 0.0f;
           for (int64_t a = win.row_begin; a < win.row_end; ++a)
             for (int64_t b = win.col_begin; b < win.col_end; ++b) sum += plane[a * s.in_w + b];
@@ -347,15 +293,16 @@ void pool2d_backward(ThreadPool& pool, const Pool2dShape& s, const void* x, cons
                                ? f32_view(offset_of(x, type, plane_index * in_size), type,
                                           in_size, plane_scratch)
                                : nullptr;
+      const auto load = [plane](int64_t i) { return plane[i]; };
       for (int64_t p = 0; p < s.out_h; ++p)
         for (int64_t q = 0; q < s.out_w; ++q) {
           const float g = grad_out[p * s.out_w + q];
           if (s.kind == PoolKind::Max) {
-            const int64_t at = window_argmax(s, plane, p, q);
+            const int64_t at = math::pool_window_argmax(s, load, p, q);
             if (at >= 0) grad[at] += g;
             continue;
           }
-          const AverageWindow win = average_window(s, p, q);
+          const math::AverageWindow win = math::pool_average_window(s, p, q);
           for (int64_t a = win.row_begin; a < win.row_end; ++a)
             for (int64_t b = win.col_begin; b < win.col_end; ++b)
               grad[a * s.in_w + b] += g / win.divisor;

@@ -1,0 +1,88 @@
+// pool.h -- the windows of 2-D max and average pooling (core/backend_conv.h
+// states the semantics), shared by the CPU backend's loops and the CUDA
+// kernels (kernels/pool2d.cu) so that both pick the same maximum and divide
+// by the same count.
+#pragma once
+
+#include <cstdint>
+
+#include "core/backend_conv.h"
+#include "math/hd.h"
+
+namespace ampx::impl {
+namespace math {
+
+// The window of output index `out_index` along one dimension: taps t with
+// in-image position start + t * dilation, t < kernel.
+struct PoolSpan {
+  int64_t start, first, last;  // taps [first, last) fall inside the image
+};
+
+AMPX_HD PoolSpan pool_span(int64_t out_index, int64_t stride, int64_t pad, int64_t kernel,
+                           int64_t dilation, int64_t in) {
+  PoolSpan span{out_index * stride - pad, 0, kernel};
+  while (span.first < kernel && span.start + span.first * dilation < 0) ++span.first;
+  while (span.last > span.first && span.start + (span.last - 1) * dilation >= in) --span.last;
+  return span;
+}
+
+// The plane index of the maximum of output (p, q)'s window (a NaN wins --
+// the last one, as torch's -- else the first of equal maxima in row-major
+// order), or -1 when no tap
+// lies in the image. load(i) gives plane element i as a float.
+template <class Load>
+AMPX_HD int64_t pool_window_argmax(const Pool2dShape& s, const Load& load, int64_t p, int64_t q) {
+  const PoolSpan rows = pool_span(p, s.stride_h, s.pad_h, s.kernel_h, s.dilation_h, s.in_h);
+  const PoolSpan cols = pool_span(q, s.stride_w, s.pad_w, s.kernel_w, s.dilation_w, s.in_w);
+  int64_t best = -1;
+  float best_value = 0.0f;
+  for (int64_t i = rows.first; i < rows.last; ++i)
+    for (int64_t j = cols.first; j < cols.last; ++j) {
+      const int64_t at = (rows.start + i * s.dilation_h) * s.in_w + cols.start + j * s.dilation_w;
+      const float v = load(at);
+      if (best < 0 || v > best_value || v != v) {
+        best = at;
+        best_value = v;
+      }
+    }
+  return best;
+}
+
+// Output (p, q)'s average window: its in-image rows [row_begin, row_end)
+// and columns, and its divisor.
+struct AverageWindow {
+  int64_t row_begin, row_end, col_begin, col_end;
+  float divisor;
+};
+
+AMPX_HD AverageWindow pool_average_window(const Pool2dShape& s, int64_t p, int64_t q) {
+  int64_t r0 = p * s.stride_h - s.pad_h, c0 = q * s.stride_w - s.pad_w;
+  int64_t r1 = r0 + s.kernel_h < s.in_h + s.pad_h ? r0 + s.kernel_h : s.in_h + s.pad_h;
+  int64_t c1 = c0 + s.kernel_w < s.in_w + s.pad_w ? c0 + s.kernel_w : s.in_w + s.pad_w;
+  const int64_t padded = (r1 - r0) * (c1 - c0);
+  r0 = r0 > 0 ? r0 : 0, c0 = c0 > 0 ? c0 : 0;
+  r1 = r1 < s.in_h ? r1 : s.in_h, c1 = c1 < s.in_w ? c1 : s.in_w;
+  const int64_t inside = (r1 > r0 ? r1 - r0 : 0) * (c1 > c0 ? c1 - c0 : 0);
+  const int64_t divisor = s.divisor ? s.divisor : s.count_include_pad ? padded : inside;
+  return {r0, r1, c0, c1, static_cast<float>(divisor)};
+}
+
+// The output indices whose windows may hold input index `a` along one
+// dimension: [first, last), clipped to the output.
+struct OutputRange {
+  int64_t first, last;
+};
+
+AMPX_HD OutputRange pool_outputs_covering(int64_t a, int64_t stride, int64_t pad, int64_t kernel,
+                                          int64_t dilation, int64_t out) {
+  // Output p covers a when p * stride - pad <= a <= p * stride - pad + (kernel - 1) * dilation.
+  const int64_t reach = a + pad - (kernel - 1) * dilation;
+  int64_t first = reach <= 0 ? 0 : (reach + stride - 1) / stride;
+  int64_t last = (a + pad) / stride + 1;
+  if (last > out) last = out;
+  if (first > last) first = last;
+  return {first, last};
+}
+
+}  // namespace math
+}  // namespace ampx::impl
