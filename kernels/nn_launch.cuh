@@ -1,8 +1,8 @@
 // nn_launch.cuh -- host-side launchers of the second group of the ops'
 // primitives (Backend::layer_norm to bce_with_logits): kernels/layer_norm.cu,
 // batch_norm.cu, gather_scatter.cu, copy_strided.cu, dropout.cu,
-// bce_with_logits.cu, check_indices.cu, masked_fill.cu, pow.cu and
-// rotary.cu.
+// bce_with_logits.cu, check_indices.cu, masked_fill.cu, pow.cu,
+// rotary.cu and pool2d.cu.
 //
 // The rules of ops_launch.cuh hold here too: plain C++ declarations; each
 // launcher only enqueues on launch.stream and returns the first failing
@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/backend_conv.h"
 #include "core/backend_nn.h"
 #include "fill_convert.cuh"
 
@@ -85,6 +86,11 @@ cudaError_t launch_pow(const void* x, void* y, DType type, int64_t count, float 
                        const LaunchConfig& launch);
 cudaError_t launch_pow_backward(const void* x, const void* dy, void* dx, DType type,
                                 int64_t count, float exponent, const LaunchConfig& launch);
+// Pooling (core/backend_conv.h's PoolingPrimitives): pool2d.cu.
+cudaError_t launch_pool2d_forward(const Pool2dShape& shape, const void* x, DType type, void* y,
+                                  const LaunchConfig& launch);
+cudaError_t launch_pool2d_backward(const Pool2dShape& shape, const void* x, const void* dy,
+                                   DType type, void* dx, const LaunchConfig& launch);
 cudaError_t launch_rotary(const void* x, DType type, const void* cos, const void* sin,
                           DType table_type, void* out, const RotaryShape& shape, bool inverse,
                           const LaunchConfig& launch);

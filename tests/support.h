@@ -126,9 +126,9 @@ inline bool contains(const std::string& text, const std::string& part) {
     }                                                                       \
   } while (0)
 
-// Convolution and pooling run on the CPU backend only so far: elsewhere a
-// case reports that and returns (the CUDA backend refuses them with
-// AMPX_ERR_NOT_SUPPORTED, checked in test_backend_capabilities.cpp).
+// Convolution runs on the CPU backend only so far: elsewhere a case reports
+// that and returns (the CUDA backend refuses it with AMPX_ERR_NOT_SUPPORTED,
+// checked in test_backend_capabilities.cpp). Pooling runs on both.
 #define SKIP_UNLESS_CONVOLUTION()                                                    \
   do {                                                                               \
     if (ampx_test::test_device() != AMPX_DEVICE_CPU) {                               \

@@ -20,6 +20,8 @@ const char* capability_name(Capability capability) {
       return "FP8 GEMM";
     case Capability::Convolution:
       return "convolution";
+    case Capability::Pooling:
+      return "pooling";
     case Capability::Attention:
       return "attention";
     case Capability::GradStats:

@@ -66,7 +66,8 @@ enum class Capability : int {
   Gemm,            // backend_gemm.h: matrix products
   Collectives,     // all-reduce / reduce-scatter / all-gather between devices
   Fp8Gemm,         // matrix products of FP8 operands with scales
-  Convolution,     // conv2d and pooling
+  Convolution,     // conv2d
+  Pooling,         // max and average pooling over 2-D windows
   Attention,       // fused scaled dot-product attention
   GradStats,       // gradient histograms of the precision doctor
   Count

@@ -79,13 +79,13 @@ void ConvolutionPrimitives::conv2d_backward_weight(const Conv2dShape& shape, con
   run_conv2d_backward_weight(shape, dy, x, type, dw, dbias);
 }
 
-void ConvolutionPrimitives::pool2d_forward(const Pool2dShape& shape, const void* x, DType type,
+void PoolingPrimitives::pool2d_forward(const Pool2dShape& shape, const void* x, DType type,
                                            void* y) {
   check_pool("pool2d_forward", shape, type);
   run_pool2d_forward(shape, x, type, y);
 }
 
-void ConvolutionPrimitives::pool2d_backward(const Pool2dShape& shape, const void* x,
+void PoolingPrimitives::pool2d_backward(const Pool2dShape& shape, const void* x,
                                             const void* dy, DType type, void* dx) {
   check_pool("pool2d_backward", shape, type);
   run_pool2d_backward(shape, x, dy, type, dx);

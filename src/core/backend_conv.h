@@ -1,6 +1,7 @@
-// backend_conv.h -- 2-D convolution and pooling over NCHW tensors, a
-// backend capability (backend.h) behind ampx_conv2d, ampx_max_pool2d and
-// ampx_avg_pool2d.
+// backend_conv.h -- 2-D convolution and pooling over NCHW tensors, two
+// backend capabilities (backend.h): Convolution behind ampx_conv2d, Pooling
+// behind ampx_max_pool2d and ampx_avg_pool2d (a backend may have pooling
+// kernels of its own while its convolution needs a library it may lack).
 //
 // Convolution, for image n, output channel o of group g = o / (out_channels
 // / groups) and output position (p, q):
@@ -71,12 +72,6 @@ class ConvolutionPrimitives : public BackendCapability {
   // dw (written) and, when not nullptr, dbias (written) from dy and x.
   void conv2d_backward_weight(const Conv2dShape& shape, const void* dy, const void* x, DType type,
                               void* dw, void* dbias);
-  // y [planes, out_h, out_w] from x [planes, in_h, in_w].
-  void pool2d_forward(const Pool2dShape& shape, const void* x, DType type, void* y);
-  // dx (written) from x and dy (max pooling re-finds each window's maximum
-  // in x).
-  void pool2d_backward(const Pool2dShape& shape, const void* x, const void* dy, DType type,
-                       void* dx);
 
  protected:
   virtual void run_conv2d_forward(const Conv2dShape& shape, const void* x, const void* w,
@@ -85,6 +80,20 @@ class ConvolutionPrimitives : public BackendCapability {
                                         DType type, void* dx) = 0;
   virtual void run_conv2d_backward_weight(const Conv2dShape& shape, const void* dy,
                                           const void* x, DType type, void* dw, void* dbias) = 0;
+};
+
+class PoolingPrimitives : public BackendCapability {
+ public:
+  static constexpr Capability kId = Capability::Pooling;
+
+  // y [planes, out_h, out_w] from x [planes, in_h, in_w].
+  void pool2d_forward(const Pool2dShape& shape, const void* x, DType type, void* y);
+  // dx (written) from x and dy (max pooling re-finds each window's maximum
+  // in x).
+  void pool2d_backward(const Pool2dShape& shape, const void* x, const void* dy, DType type,
+                       void* dx);
+
+ protected:
   virtual void run_pool2d_forward(const Pool2dShape& shape, const void* x, DType type,
                                   void* y) = 0;
   virtual void run_pool2d_backward(const Pool2dShape& shape, const void* x, const void* dy,

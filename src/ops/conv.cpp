@@ -1,6 +1,6 @@
 // conv.cpp -- 2-D convolution and pooling (ampx.h section 11): shape and
 // option checks with both shapes in every message, autocast, and nodes
-// whose backward runs the backend's ConvolutionPrimitives
+// whose backward runs the backend's ConvolutionPrimitives and PoolingPrimitives
 // (core/backend_conv.h). An unbatched [C, H, W] input is a batch of one.
 #include "core/backend_conv.h"
 #include "ops/op_util.h"
@@ -11,6 +11,10 @@ namespace {
 
 ConvolutionPrimitives& conv_of(DeviceContext& ctx, const char* op) {
   return ctx.backend().require<ConvolutionPrimitives>(op);
+}
+
+PoolingPrimitives& pool_of(DeviceContext& ctx, const char* op) {
+  return ctx.backend().require<PoolingPrimitives>(op);
 }
 
 // [N, C, H, W] or [C, H, W] (N = 1) with C, H and W > 0; N may be 0.
@@ -88,7 +92,7 @@ class Pool2dNode final : public Node {
     DeviceTensor& x = *inputs[0];
     TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
     if (shape.planes > 0)
-      conv_of(ctx, name()).pool2d_backward(shape, x.data(), grads[0]->data(), x.dtype,
+      pool_of(ctx, name()).pool2d_backward(shape, x.data(), grads[0]->data(), x.dtype,
                                            dx->data());
     return grad_list(std::move(dx));
   }
@@ -167,7 +171,7 @@ DeviceTensor* op_pool2d(DeviceTensor& x_in, const Pool2dParams& p) {
   const bool max = p.kind == PoolKind::Max;
   const char* const op = max ? "max_pool2d" : "avg_pool2d";
   DeviceContext& ctx = *x_in.ctx;
-  require_capabilities(ctx, op, Capability::Convolution);
+  require_capabilities(ctx, op, Capability::Pooling);
   check_floating(x_in, "x");
   check_pair(op, "kernel_size", p.kernel, 1);
   check_pair(op, "stride", p.stride, 1);
@@ -207,7 +211,7 @@ DeviceTensor* op_pool2d(DeviceTensor& x_in, const Pool2dParams& p) {
   std::vector<TensorRef> in = op_inputs(ctx, op, {&x_in});
   DeviceTensor& x = *in[0];
   TensorRef out = new_tensor(ctx, x.dtype, image_shape(x, n, c, s.out_h, s.out_w));
-  if (s.planes > 0) conv_of(ctx, op).pool2d_forward(s, x.data(), x.dtype, out->data());
+  if (s.planes > 0) pool_of(ctx, op).pool2d_forward(s, x.data(), x.dtype, out->data());
   if (should_record(ctx, {&x})) {
     auto node = make_node<Pool2dNode>({&in[0]});
     node->shape = s;

@@ -239,6 +239,7 @@ TEST_CASE("capabilities: the built-in backends say what they provide") {
   CHECK(backend.supports(ampx::impl::Capability::Gemm));
   CHECK(backend.supports(ampx::impl::Capability::GradStats));
   CHECK(backend.supports(ampx::impl::Capability::Attention));
+  CHECK(backend.supports(ampx::impl::Capability::Pooling));
   // Convolution is the CPU's only so far (the CUDA backend's is to come).
   CHECK(backend.supports(ampx::impl::Capability::Convolution) ==
         (ampx_test::test_device() == AMPX_DEVICE_CPU));

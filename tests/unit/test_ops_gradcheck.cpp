@@ -1204,7 +1204,6 @@ TEST_CASE("ops gradcheck: conv2d across strides, paddings, dilations, groups and
 }
 
 TEST_CASE("ops gradcheck: max and average pooling with padding, dilation, ceil mode, divisors") {
-  SKIP_UNLESS_CONVOLUTION();
   Rng rng(91);
   const std::vector<PoolCase> cases = {
       {2, 2, 6, 5, 2, 2, 2, 2, 0, 0, 1, 1, false, true, true, 0},

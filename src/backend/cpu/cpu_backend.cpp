@@ -316,6 +316,16 @@ class CpuConvolution final : public ConvolutionPrimitives {
                                   DType type, void* dw, void* dbias) override {
     cpu::conv2d_backward_weight(pool_, shape, dy, x, type, dw, dbias);
   }
+
+ private:
+  ThreadPool& pool_;
+};
+
+class CpuPooling final : public PoolingPrimitives {
+ public:
+  explicit CpuPooling(ThreadPool& pool) : pool_(pool) {}
+
+ protected:
   void run_pool2d_forward(const Pool2dShape& shape, const void* x, DType type, void* y) override {
     cpu::pool2d_forward(pool_, shape, x, type, y);
   }
@@ -338,13 +348,15 @@ class CpuBackend final : public Backend {
         gemm_(pool_),
         grad_stats_(pool_),
         attention_(pool_),
-        convolution_(pool_) {
+        convolution_(pool_),
+        pooling_(pool_) {
     provide(amp_);
     provide(nn_);
     provide(gemm_);
     provide(grad_stats_);
     provide(attention_);
     provide(convolution_);
+    provide(pooling_);
   }
 
   std::unique_ptr<Allocator> make_default_allocator() override {
@@ -419,6 +431,7 @@ class CpuBackend final : public Backend {
   CpuGradStats grad_stats_;
   CpuAttention attention_;
   CpuConvolution convolution_;
+  CpuPooling pooling_;
 };
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "backend/cuda/cublaslt_gemm.h"
 #include "core/backend_amp.h"
 #include "core/backend_attention.h"
+#include "core/backend_conv.h"
 #include "core/backend_gemm.h"
 #include "core/backend_grad_stats.h"
 #include "core/backend_nn.h"
@@ -608,6 +609,28 @@ class CudaAttention final : public AttentionPrimitives {
   std::shared_ptr<const CudaDevice> device_;
 };
 
+// Pooling (kernels/pool2d.cu); convolution is not provided yet.
+class CudaPooling final : public PoolingPrimitives {
+ public:
+  explicit CudaPooling(std::shared_ptr<const CudaDevice> device) : device_(std::move(device)) {}
+
+ protected:
+  void run_pool2d_forward(const Pool2dShape& shape, const void* x, DType type, void* y) override {
+    use_device(device_->index);
+    check(cuda::launch_pool2d_forward(shape, x, type, y, device_->launch),
+          "pool2d_forward kernel launch");
+  }
+  void run_pool2d_backward(const Pool2dShape& shape, const void* x, const void* dy, DType type,
+                           void* dx) override {
+    use_device(device_->index);
+    check(cuda::launch_pool2d_backward(shape, x, dy, type, dx, device_->launch),
+          "pool2d_backward kernel launch");
+  }
+
+ private:
+  std::shared_ptr<const CudaDevice> device_;
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(std::shared_ptr<const CudaDevice> device)
@@ -619,12 +642,14 @@ class CudaBackend final : public Backend {
         nn_(device),
         gemm_(device),
         grad_stats_(device),
-        attention_(device) {
+        attention_(device),
+        pooling_(device) {
     provide(amp_);
     provide(nn_);
     provide(gemm_);
     provide(grad_stats_);
     provide(attention_);
+    provide(pooling_);
   }
 
   ~CudaBackend() override {
@@ -750,6 +775,7 @@ class CudaBackend final : public Backend {
   CudaGemm gemm_;
   CudaGradStats grad_stats_;
   CudaAttention attention_;
+  CudaPooling pooling_;
 };
 
 int device_attribute(cudaDeviceAttr attribute, int32_t device) {
