@@ -123,6 +123,13 @@ if [ -z "${AMPX_NCCL_LIBRARY:-}" ]; then
   [ -n "$nccl" ] && [ -f "$nccl" ] && export AMPX_NCCL_LIBRARY="$nccl"
 fi
 echo "NCCL: ${AMPX_NCCL_LIBRARY:-libnccl.so.2 from the loader's path}"
+# cuDNN for conv2d likewise (without it the CUDA backend has no convolution
+# and those cases skip).
+if [ -z "${AMPX_CUDNN_LIBRARY:-}" ]; then
+  cudnn=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib", "libcudnn.so.9"))' 2>/dev/null)
+  [ -n "$cudnn" ] && [ -f "$cudnn" ] && export AMPX_CUDNN_LIBRARY="$cudnn"
+fi
+echo "cuDNN: ${AMPX_CUDNN_LIBRARY:-libcudnn.so.9 from the loader's path}"
 
 echo "== ctest =="
 log="$BUILD/gpu-check-ctest.log"

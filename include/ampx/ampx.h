@@ -1624,8 +1624,11 @@ AMPX_API ampx_conv2d_options ampx_conv2d_options_default(void);
  *  groups): x [N, C, H, W] (or an unbatched [C, H, W]), weight
  *  [O, C / groups, kh, kw], bias [O] or NULL; out [N, O, OH, OW] with
  *  OH = (H + 2 padding - dilation (kh - 1) - 1) / stride + 1 (rounded down;
- *  likewise OW). Products accumulate in fp32 and the bias is added before
- *  the one rounding to the output's type. N may be 0 (an empty output).
+ *  likewise OW). Products accumulate in fp32 (f32 tensors: IEEE fp32, never
+ *  TF32). On the CPU the bias is added before the one rounding to the
+ *  output's type; on CUDA (cuDNN 9, loaded at run time) it is added to the
+ *  rounded product, as torch's CUDA conv2d does. N may be 0 (an empty
+ *  output).
  *  Gradients flow to x, weight and bias. options NULL: defaults.
  *  Errors: SHAPE (x not 3-D or 4-D or without channels, rows or columns;
  *  weight not 4-D; groups not dividing the channels; weight's dimension 1
@@ -1633,7 +1636,9 @@ AMPX_API ampx_conv2d_options ampx_conv2d_options_default(void);
  *  the message gives both shapes), DTYPE (not floating, types that differ
  *  outside autocast), DEVICE, INVALID_ARGUMENT (struct_size too small, a
  *  stride or dilation under 1, negative padding, groups under 1),
- *  NOT_SUPPORTED (a backend without convolution). */
+ *  NOT_SUPPORTED (a backend without convolution: a CUDA context where
+ *  cuDNN 9 could not be loaded -- the message says why; AMPX_CUDNN_LIBRARY
+ *  names the file to load instead of libcudnn.so.9). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_conv2d(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
                                                 const ampx_conv2d_options *options,
                                                 ampx_tensor *out);

@@ -33,8 +33,9 @@ const char* capability_name(Capability capability) {
 }
 
 void Backend::refuse(const char* op, Capability capability) const {
+  const std::string& why = missing_why_[static_cast<int>(capability)];
   fail(AMPX_ERR_NOT_SUPPORTED, op, " needs the ", capability_name(capability), ", which the ",
-       name(), " backend does not provide");
+       name(), " backend does not provide", why.empty() ? "" : ": ", why);
 }
 
 void Backend::copy_from_host(void* dst, const void* host_src, size_t bytes) {

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "ampx/ampx.h"
 #include "core/dtype.h"
@@ -182,6 +183,11 @@ class Backend {
   void provide(C& capability) {
     capabilities_[static_cast<int>(C::kId)] = &capability;
   }
+  // Called by a backend's constructor for a capability it would provide
+  // but cannot here (a library it needs is missing): refuse() tells why.
+  void explain_missing(Capability capability, std::string why) {
+    missing_why_[static_cast<int>(capability)] = std::move(why);
+  }
 
   // The implementations behind the front doors above, called with valid
   // arguments and something to do (bytes > 0, count > 0, dst != src).
@@ -195,6 +201,7 @@ class Backend {
  private:
   BackendInfo info_;
   BackendCapability* capabilities_[static_cast<int>(Capability::Count)] = {};
+  std::string missing_why_[static_cast<int>(Capability::Count)];
 };
 
 struct BackendOptions {

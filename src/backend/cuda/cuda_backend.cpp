@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "attention_launch.cuh"
 #include "backend/cuda/cublaslt_gemm.h"
+#include "backend/cuda/cudnn_conv.h"
 #include "core/backend_amp.h"
 #include "core/backend_attention.h"
 #include "core/backend_conv.h"
@@ -609,7 +611,7 @@ class CudaAttention final : public AttentionPrimitives {
   std::shared_ptr<const CudaDevice> device_;
 };
 
-// Pooling (kernels/pool2d.cu); convolution is not provided yet.
+// Pooling (kernels/pool2d.cu); convolution is cuDNN's (cudnn_conv.h).
 class CudaPooling final : public PoolingPrimitives {
  public:
   explicit CudaPooling(std::shared_ptr<const CudaDevice> device) : device_(std::move(device)) {}
@@ -650,6 +652,14 @@ class CudaBackend final : public Backend {
     provide(grad_stats_);
     provide(attention_);
     provide(pooling_);
+    std::string why;
+    if (const cuda::CudnnLibrary* cudnn = cuda::load_cudnn(&why)) {
+      convolution_ = std::make_unique<cuda::CudnnConvolution>(
+          *cudnn, device_->index, std::make_unique<CudaAllocator>(device_), device_->launch);
+      provide(*convolution_);
+    } else {
+      explain_missing(Capability::Convolution, why);
+    }
   }
 
   ~CudaBackend() override {
@@ -776,6 +786,7 @@ class CudaBackend final : public Backend {
   CudaGradStats grad_stats_;
   CudaAttention attention_;
   CudaPooling pooling_;
+  std::unique_ptr<cuda::CudnnConvolution> convolution_;  // when cuDNN loads
 };
 
 int device_attribute(cudaDeviceAttr attribute, int32_t device) {
