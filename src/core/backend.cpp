@@ -6,6 +6,14 @@
 
 namespace ampx::impl {
 
+ScratchBuffer::ScratchBuffer(Allocator& memory, size_t bytes, const char* primitive)
+    : memory_(memory), bytes_(bytes) {
+  if (bytes == 0) return;
+  ptr_ = memory_.allocate(bytes);
+  if (ptr_ == nullptr)
+    fail(AMPX_ERR_OUT_OF_MEMORY, primitive, ": no device memory for ", bytes, " bytes of scratch");
+}
+
 const char* capability_name(Capability capability) {
   switch (capability) {
     case Capability::MultiTensorAmp:

@@ -45,6 +45,27 @@ class Allocator {
   virtual uint64_t reserved_bytes() const = 0;
 };
 
+// Memory for the intermediate results of one primitive call, given back when
+// the call's work is enqueued. With a stream-ordered allocator (the CUDA
+// pool) the work already queued still uses it and nothing waits for the
+// device. Throws AMPX_ERR_OUT_OF_MEMORY naming the primitive when the memory
+// cannot be had; zero bytes allocates nothing.
+class ScratchBuffer {
+ public:
+  ScratchBuffer(Allocator& memory, size_t bytes, const char* primitive);
+  ~ScratchBuffer() { memory_.deallocate(ptr_, bytes_); }
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Allocator& memory_;
+  size_t bytes_;
+  void* ptr_ = nullptr;
+};
+
 // The streams of a backend. Every primitive runs on Compute; Communication
 // carries collectives, so that they overlap the computation that follows
 // them. Work on different streams is ordered only through events.
@@ -58,19 +79,20 @@ class DeviceEvent {
   virtual ~DeviceEvent() = default;
 };
 
-// The optional parts of a backend. The first three exist today; the others
-// are the slots the next features fill (each will get an interface header
-// of its own, like backend_amp.h).
+// The optional parts of a backend, each with an interface header of its
+// own (backend_amp.h, ...). Collectives and Fp8Gemm are reserved slots with
+// no interface yet: no backend has them (collectives live in src/dist, over
+// a transport of their own).
 enum class Capability : int {
   MultiTensorAmp,  // backend_amp.h: unscale, norms, clipping, scaler, optimizer steps
   Nn,              // backend_nn.h: the primitives of the ops
   Gemm,            // backend_gemm.h: matrix products
-  Collectives,     // all-reduce / reduce-scatter / all-gather between devices
-  Fp8Gemm,         // matrix products of FP8 operands with scales
-  Convolution,     // conv2d
-  Pooling,         // max and average pooling over 2-D windows
-  Attention,       // fused scaled dot-product attention
-  GradStats,       // gradient histograms of the precision doctor
+  Collectives,     // reserved: all-reduce / reduce-scatter / all-gather between devices
+  Fp8Gemm,         // reserved: matrix products of FP8 operands with scales
+  Convolution,     // backend_conv.h: conv2d
+  Pooling,         // backend_conv.h: max and average pooling over 2-D windows
+  Attention,       // backend_attention.h: fused scaled dot-product attention
+  GradStats,       // backend_grad_stats.h: gradient histograms of the precision doctor
   Count
 };
 

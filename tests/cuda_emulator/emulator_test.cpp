@@ -15,7 +15,10 @@
 //   6. graph capture, its refusals, graph-owned pool memory;
 //   7. pointer attributes;
 //   8. cuBLASLt: f32 and f16 products against a double reference, the BIAS
-//      heuristic rule, a host operand refused.
+//      heuristic rule, a host operand refused;
+//   9. the cuDNN stand-in: a convolution against a double reference, and its
+//      refusals (short workspace, TF32 math for f32, a freed operand at a
+//      graph replay).
 // Kernels are plain C++ functions written as CUDA kernels, as ampx's are.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
@@ -918,6 +921,175 @@ TEST_CASE("cuBLASLt has no BIAS algorithm when D's rows are not a multiple of 8"
           (m % 8 == 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED));
     CHECK(count == (m % 8 == 0 ? 1 : 0));
   }
+}
+
+}  // namespace
+
+// ---- 9. the cuDNN stand-in ------------------------------------------------------
+// Its refusals are what keep the backend's cuDNN calls honest in CI, so each
+// is shown to fire: a workspace smaller than the algorithm's, f32 data with
+// tensor-op (TF32) math, an operand freed before a captured call replays.
+
+
+extern "C" void* ampx_emulated_cudnn_symbol(const char* name);
+
+namespace {
+
+constexpr int kCudnnSuccess = 0, kCudnnBadParam = 2000;
+constexpr int kCudnnFloat = 0, kCudnnNchw = 0, kCudnnCrossCorrelation = 1;
+constexpr int kCudnnTensorOpMath = 1, kCudnnFmaMath = 3;
+
+template <class Fn>
+Fn cudnn_function(const char* name) {
+  void* symbol = ampx_emulated_cudnn_symbol(name);
+  REQUIRE_MESSAGE(symbol != nullptr, name);
+  return reinterpret_cast<Fn>(symbol);
+}
+
+// x [1, 2, 5, 4] * w [3, 2, 3, 3], padding 1, stride 2: y [1, 3, 3, 2], in f32.
+struct CudnnConv {
+  static constexpr int n = 1, c = 2, h = 5, w = 4, k = 3, r = 3, pad = 1, stride = 2;
+  static constexpr int oh = (h + 2 * pad - r) / stride + 1, ow = (w + 2 * pad - r) / stride + 1;
+
+  using Create = int (*)(void**);
+  using SetTensor = int (*)(void*, int, int, int, int, int, int);
+  using SetFilter = int (*)(void*, int, int, int, int, int, int);
+  using SetConv = int (*)(void*, int, int, int, int, int, int, int, int);
+  using SetMath = int (*)(void*, int);
+  using Workspace = int (*)(void*, void*, void*, void*, void*, int, size_t*);
+  using Forward = int (*)(void*, const void*, void*, const void*, void*, const void*, void*, int,
+                          void*, size_t, const void*, void*, void*);
+
+  void* handle = nullptr;
+  void* x_desc = nullptr;
+  void* y_desc = nullptr;
+  void* w_desc = nullptr;
+  void* conv = nullptr;
+  Forward forward = cudnn_function<Forward>("cudnnConvolutionForward");
+
+  explicit CudnnConv(int math) {
+    REQUIRE(cudnn_function<Create>("cudnnCreate")(&handle) == kCudnnSuccess);
+    REQUIRE(cudnn_function<Create>("cudnnCreateTensorDescriptor")(&x_desc) == kCudnnSuccess);
+    REQUIRE(cudnn_function<Create>("cudnnCreateTensorDescriptor")(&y_desc) == kCudnnSuccess);
+    REQUIRE(cudnn_function<Create>("cudnnCreateFilterDescriptor")(&w_desc) == kCudnnSuccess);
+    REQUIRE(cudnn_function<Create>("cudnnCreateConvolutionDescriptor")(&conv) == kCudnnSuccess);
+    const auto set_tensor = cudnn_function<SetTensor>("cudnnSetTensor4dDescriptor");
+    REQUIRE(set_tensor(x_desc, kCudnnNchw, kCudnnFloat, n, c, h, w) == kCudnnSuccess);
+    REQUIRE(set_tensor(y_desc, kCudnnNchw, kCudnnFloat, n, k, oh, ow) == kCudnnSuccess);
+    REQUIRE(cudnn_function<SetFilter>("cudnnSetFilter4dDescriptor")(w_desc, kCudnnFloat,
+                                                                    kCudnnNchw, k, c, r, r) ==
+            kCudnnSuccess);
+    REQUIRE(cudnn_function<SetConv>("cudnnSetConvolution2dDescriptor")(
+                conv, pad, pad, stride, stride, 1, 1, kCudnnCrossCorrelation, kCudnnFloat) ==
+            kCudnnSuccess);
+    REQUIRE(cudnn_function<SetMath>("cudnnSetConvolutionMathType")(conv, math) == kCudnnSuccess);
+  }
+  ~CudnnConv() {
+    using Destroy = int (*)(void*);
+    cudnn_function<Destroy>("cudnnDestroyConvolutionDescriptor")(conv);
+    cudnn_function<Destroy>("cudnnDestroyFilterDescriptor")(w_desc);
+    cudnn_function<Destroy>("cudnnDestroyTensorDescriptor")(y_desc);
+    cudnn_function<Destroy>("cudnnDestroyTensorDescriptor")(x_desc);
+    cudnn_function<Destroy>("cudnnDestroy")(handle);
+  }
+  CudnnConv(const CudnnConv&) = delete;
+  CudnnConv& operator=(const CudnnConv&) = delete;
+
+  int workspace_size(int algo, size_t* bytes) const {
+    return cudnn_function<Workspace>("cudnnGetConvolutionForwardWorkspaceSize")(
+        handle, x_desc, w_desc, conv, y_desc, algo, bytes);
+  }
+  int run(int algo, const float* x, const float* wt, float* y, void* workspace,
+          size_t bytes) const {
+    const float one = 1.0f, zero = 0.0f;
+    return forward(handle, &one, x_desc, x, w_desc, wt, conv, algo, workspace, bytes, &zero,
+                   y_desc, y);
+  }
+
+  static std::vector<float> input() {
+    std::vector<float> v(n * c * h * w);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::sin(0.9 * i));
+    return v;
+  }
+  static std::vector<float> filter() {
+    std::vector<float> v(k * c * r * r);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::cos(1.7 * i) * 0.5);
+    return v;
+  }
+  // Cross-correlation in double, from the definition.
+  static std::vector<double> reference() {
+    const std::vector<float> x = input(), wt = filter();
+    std::vector<double> y(n * k * oh * ow, 0.0);
+    for (int o = 0; o < k; ++o)
+      for (int i = 0; i < oh; ++i)
+        for (int j = 0; j < ow; ++j)
+          for (int ch = 0; ch < c; ++ch)
+            for (int a = 0; a < r; ++a)
+              for (int b = 0; b < r; ++b) {
+                const int row = i * stride - pad + a, col = j * stride - pad + b;
+                if (row < 0 || row >= h || col < 0 || col >= w) continue;
+                y[(o * oh + i) * ow + j] +=
+                    double{x[(ch * h + row) * w + col]} * wt[((o * c + ch) * r + a) * r + b];
+              }
+    return y;
+  }
+};
+
+TEST_CASE("cuDNN stand-in: a convolution with its full workspace, and one short of it") {
+  const CudnnConv conv(kCudnnFmaMath);
+  DeviceArray<float> x(CudnnConv::input()), wt(CudnnConv::filter()),
+      y(CudnnConv::n * CudnnConv::k * CudnnConv::oh * CudnnConv::ow, -7.0f);
+  constexpr int algo = 1;  // the stand-in's algorithm with a workspace
+  size_t bytes = 0;
+  REQUIRE(conv.workspace_size(algo, &bytes) == kCudnnSuccess);
+  REQUIRE(bytes > 0);
+  DeviceArray<unsigned char> workspace(bytes);
+  Stream stream;
+  REQUIRE(cudnn_function<int (*)(void*, cudaStream_t)>("cudnnSetStream")(conv.handle, stream) ==
+          kCudnnSuccess);
+
+  CHECK(conv.run(algo, x, wt, y, workspace, bytes - 1) == kCudnnBadParam);
+  CHECK(conv.run(algo, x, wt, y, nullptr, bytes) == kCudnnBadParam);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  for (float v : y.read()) CHECK(v == -7.0f);  // a refused call writes nothing
+
+  REQUIRE(conv.run(algo, x, wt, y, workspace, bytes) == kCudnnSuccess);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  const std::vector<float> got = y.read();
+  const std::vector<double> want = CudnnConv::reference();
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-6));
+}
+
+TEST_CASE("cuDNN stand-in: f32 data with tensor-op math is refused") {
+  const CudnnConv conv(kCudnnTensorOpMath);
+  DeviceArray<float> x(CudnnConv::input()), wt(CudnnConv::filter()),
+      y(CudnnConv::n * CudnnConv::k * CudnnConv::oh * CudnnConv::ow);
+  size_t bytes = 0;
+  CHECK(conv.workspace_size(0, &bytes) == kCudnnBadParam);
+  CHECK(conv.run(0, x, wt, y, nullptr, 0) == kCudnnBadParam);
+}
+
+TEST_CASE("cuDNN stand-in: a captured convolution whose input was freed faults at replay") {
+  const ChildOutcome outcome = run_in_child([] {
+    const CudnnConv conv(kCudnnFmaMath);
+    Stream stream;
+    cudnn_function<int (*)(void*, cudaStream_t)>("cudnnSetStream")(conv.handle, stream);
+    float* x = nullptr;
+    if (cudaMalloc(reinterpret_cast<void**>(&x), sizeof(float) * 40) != cudaSuccess) return;
+    DeviceArray<float> wt(CudnnConv::filter()), y(18);
+    cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+    if (conv.run(0, x, wt, y, nullptr, 0) != kCudnnSuccess) return;
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(stream, &graph);
+    cudaGraphExec_t exec = nullptr;
+    cudaGraphInstantiate(&exec, graph);
+    cudaFree(x);
+    cudaGraphLaunch(exec, stream);
+    cudaStreamSynchronize(stream);
+  });
+  INFO("child stderr: " << outcome.stderr_text);
+  CHECK(outcome.signal == SIGABRT);
+  CHECK(outcome.stderr_text.find("not (or no longer) in device memory") != std::string::npos);
 }
 
 }  // namespace

@@ -116,30 +116,14 @@ class CudaAllocator final : public Allocator {
   std::shared_ptr<const CudaDevice> device_;
 };
 
-// Device memory for the intermediate results of one primitive: taken from
-// the backend's pool on its stream and given back, in stream order, once the
-// primitive's work is enqueued. The kernels already queued still use it, and
-// nothing waits for the device.
-class StreamScratch {
- public:
+// A primitive's scratch (ScratchBuffer) from the backend's pool, on its stream.
+struct StreamScratch {
   StreamScratch(std::shared_ptr<const CudaDevice> device, size_t bytes, const char* primitive)
-      : allocator_(std::move(device)), bytes_(bytes) {
-    if (bytes == 0) return;
-    ptr_ = allocator_.allocate(bytes);
-    if (ptr_ == nullptr)
-      fail(AMPX_ERR_OUT_OF_MEMORY, primitive, ": no device memory for ", bytes,
-           " bytes of scratch");
-  }
-  ~StreamScratch() { allocator_.deallocate(ptr_, bytes_); }
-  StreamScratch(const StreamScratch&) = delete;
-  StreamScratch& operator=(const StreamScratch&) = delete;
+      : allocator(std::move(device)), buffer(allocator, bytes, primitive) {}
+  void* get() const { return buffer.get(); }
 
-  void* get() const { return ptr_; }
-
- private:
-  CudaAllocator allocator_;
-  size_t bytes_;
-  void* ptr_ = nullptr;
+  CudaAllocator allocator;
+  ScratchBuffer buffer;
 };
 
 class CudaEvent final : public DeviceEvent {

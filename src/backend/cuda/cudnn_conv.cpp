@@ -182,27 +182,6 @@ int narrow(int64_t value, const char* what) {
   return static_cast<int>(value);
 }
 
-// Device memory for one call's workspace, back to the pool in stream order.
-class Workspace {
- public:
-  Workspace(Allocator& memory, size_t bytes) : memory_(memory), bytes_(bytes) {
-    if (bytes == 0) return;
-    ptr_ = memory_.allocate(bytes);
-    if (!ptr_) fail(AMPX_ERR_OUT_OF_MEMORY, "conv2d: no device memory for ", bytes,
-                    " bytes of cuDNN workspace");
-  }
-  ~Workspace() { memory_.deallocate(ptr_, bytes_); }
-  Workspace(const Workspace&) = delete;
-  Workspace& operator=(const Workspace&) = delete;
-  void* get() const { return ptr_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  Allocator& memory_;
-  size_t bytes_;
-  void* ptr_ = nullptr;
-};
-
 }  // namespace
 
 const CudnnLibrary* load_cudnn(std::string* why) {
@@ -378,7 +357,7 @@ void CudnnConvolution::run_conv2d_forward(const Conv2dShape& shape, const void* 
                                           const void* bias, DType type, void* y) {
   const Plan& p = plan_for(shape, type);
   const float one = 1.0f, zero = 0.0f;
-  const Workspace workspace(*memory_, p.forward_bytes);
+  const ScratchBuffer workspace(*memory_, p.forward_bytes, "conv2d");
   check(cudnn_,
         cudnn_.forward(handle_, &one, p.x, x, p.w, w, p.conv, p.forward_algo, workspace.get(),
                        workspace.bytes(), &zero, p.y, y),
@@ -392,7 +371,7 @@ void CudnnConvolution::run_conv2d_backward_data(const Conv2dShape& shape, const 
                                                 const void* w, DType type, void* dx) {
   const Plan& p = plan_for(shape, type);
   const float one = 1.0f, zero = 0.0f;
-  const Workspace workspace(*memory_, p.data_bytes);
+  const ScratchBuffer workspace(*memory_, p.data_bytes, "conv2d backward data");
   check(cudnn_,
         cudnn_.backward_data(handle_, &one, p.w, w, p.y, dy, p.conv, p.data_algo, workspace.get(),
                              workspace.bytes(), &zero, p.x, dx),
@@ -405,7 +384,7 @@ void CudnnConvolution::run_conv2d_backward_weight(const Conv2dShape& shape, cons
   const Plan& p = plan_for(shape, type);
   const float one = 1.0f, zero = 0.0f;
   {
-    const Workspace workspace(*memory_, p.filter_bytes);
+    const ScratchBuffer workspace(*memory_, p.filter_bytes, "conv2d backward filter");
     check(cudnn_,
           cudnn_.backward_filter(handle_, &one, p.x, x, p.y, dy, p.conv, p.filter_algo,
                                  workspace.get(), workspace.bytes(), &zero, p.w, dw),
