@@ -75,8 +75,22 @@ int64_t chunk_images(const Conv2dShape& s) {
   return std::clamp<int64_t>(kColFloats / std::max<int64_t>(per_image, 1), 1, s.batch);
 }
 
+// The outputs o in [0, out) whose tap lands inside the image along one
+// dimension: 0 <= o * stride + shift < in, with shift = tap * dilation - pad.
+// They are contiguous, so the loops over them need no bounds checks.
+struct Inside {
+  int64_t begin, end;
+};
+
+Inside outputs_inside(int64_t out, int64_t stride, int64_t shift, int64_t in) {
+  const int64_t begin = std::min(out, shift >= 0 ? 0 : (stride - 1 - shift) / stride);
+  const int64_t last = in - 1 - shift;  // o * stride <= last
+  const int64_t end = last < 0 ? 0 : std::min(out, last / stride + 1);
+  return {begin, std::max(begin, end)};
+}
+
 // col row r = (c, i, j), column n * P + (p, q) holds
-// image[n, c, p * sh - ph + i * dh, q * sw - pw + j * dw].
+// image[n, c, p * sh - ph + i * dh, q * sw - pw + j * dw] (0 outside it).
 void im2col(ThreadPool& pool, const Chunk& ch, const float* images, float* col) {
   const Conv2dShape& s = ch.s;
   const int64_t taps = s.kernel_h * s.kernel_w, plane = s.in_h * s.in_w;
@@ -84,20 +98,24 @@ void im2col(ThreadPool& pool, const Chunk& ch, const float* images, float* col) 
     for (int64_t task = begin; task < end; ++task) {
       const int64_t r = task / ch.images, n = task % ch.images;
       const int64_t c = r / taps, i = r % taps / s.kernel_w, j = r % s.kernel_w;
+      const int64_t row_shift = i * s.dilation_h - s.pad_h, col_shift = j * s.dilation_w - s.pad_w;
+      const Inside rows = outputs_inside(s.out_h, s.stride_h, row_shift, s.in_h);
+      const Inside cols = outputs_inside(s.out_w, s.stride_w, col_shift, s.in_w);
       const float* in = images + (n * s.in_channels + c) * plane;
       float* out = col + r * ch.columns() + n * ch.positions;
-      for (int64_t p = 0; p < s.out_h; ++p) {
-        const int64_t a = p * s.stride_h - s.pad_h + i * s.dilation_h;
+      std::fill(out, out + rows.begin * s.out_w, 0.0f);
+      for (int64_t p = rows.begin; p < rows.end; ++p) {
+        const float* src = in + (p * s.stride_h + row_shift) * s.in_w + col_shift;
         float* row = out + p * s.out_w;
-        if (a < 0 || a >= s.in_h) {
-          std::fill(row, row + s.out_w, 0.0f);
-          continue;
+        std::fill(row, row + cols.begin, 0.0f);
+        if (s.stride_w == 1) {
+          std::copy(src + cols.begin, src + cols.end, row + cols.begin);
+        } else {
+          for (int64_t q = cols.begin; q < cols.end; ++q) row[q] = src[q * s.stride_w];
         }
-        for (int64_t q = 0; q < s.out_w; ++q) {
-          const int64_t b = q * s.stride_w - s.pad_w + j * s.dilation_w;
-          row[q] = b >= 0 && b < s.in_w ? in[a * s.in_w + b] : 0.0f;
-        }
+        std::fill(row + cols.end, row + s.out_w, 0.0f);
       }
+      std::fill(out + rows.end * s.out_w, out + ch.positions, 0.0f);
     }
   });
 }
@@ -114,14 +132,15 @@ void col2im(ThreadPool& pool, const Chunk& ch, const float* col, float* images) 
       float* out = images + task * plane;
       for (int64_t t = 0; t < taps; ++t) {
         const int64_t i = t / s.kernel_w, j = t % s.kernel_w;
+        const int64_t row_shift = i * s.dilation_h - s.pad_h,
+                      col_shift = j * s.dilation_w - s.pad_w;
+        const Inside rows = outputs_inside(s.out_h, s.stride_h, row_shift, s.in_h);
+        const Inside cols = outputs_inside(s.out_w, s.stride_w, col_shift, s.in_w);
         const float* in = col + (c * taps + t) * ch.columns() + n * ch.positions;
-        for (int64_t p = 0; p < s.out_h; ++p) {
-          const int64_t a = p * s.stride_h - s.pad_h + i * s.dilation_h;
-          if (a < 0 || a >= s.in_h) continue;
-          for (int64_t q = 0; q < s.out_w; ++q) {
-            const int64_t b = q * s.stride_w - s.pad_w + j * s.dilation_w;
-            if (b >= 0 && b < s.in_w) out[a * s.in_w + b] += in[p * s.out_w + q];
-          }
+        for (int64_t p = rows.begin; p < rows.end; ++p) {
+          float* dst = out + (p * s.stride_h + row_shift) * s.in_w + col_shift;
+          const float* src = in + p * s.out_w;
+          for (int64_t q = cols.begin; q < cols.end; ++q) dst[q * s.stride_w] += src[q];
         }
       }
     }
