@@ -43,6 +43,10 @@ command -v file >/dev/null || need+=(file)
 compgen -G '/usr/lib/*/libopenblas.so.0' >/dev/null || need+=(libopenblas0)
 # MPI for data-parallel training on the CPU (the plugin libampx_mpi.so and
 # the tests under mpirun); libampx itself runs without it.
+# oneDNN for the CPU's bf16 matrix products on processors with AVX512-BF16,
+# loaded at run time (the headers let the build compile that path; without
+# the library ampx converts to fp32 and multiplies with OpenBLAS).
+[ -f /usr/include/oneapi/dnnl/dnnl.h ] || need+=(libdnnl-dev)
 command -v mpirun >/dev/null || need+=(openmpi-bin)
 compgen -G '/usr/lib/*/openmpi/include/mpi.h' >/dev/null || need+=(libopenmpi-dev)
 

@@ -1,6 +1,7 @@
 // test_gemm.cpp -- Backend::gemm on the suite's device, and the CPU
 // backend's built-in kernel (cpu::gemm_fallback, what a build without CBLAS
-// runs), against a double-precision reference.
+// runs), and oneDNN's bf16 matmul where the CPU multiplies bf16 natively,
+// against a double-precision reference.
 //
 // Inputs are rounded to their type first and the reference is computed in
 // double on the rounded values, so the only error left is the fp32
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_gemm.h"
+#include "backend/cpu/dnnl_matmul.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/backend.h"
 #include "core/convert_bulk.h"
@@ -131,6 +133,27 @@ Target fallback_target(int threads) {
   return {"built-in kernel, " + std::to_string(threads) + " threads", run};
 }
 
+// oneDNN's bf16 matmul (dnnl_matmul.h) on 2 threads; what it declines by
+// its documented rules goes to the built-in kernel, and it must take the
+// rest.
+Target dnnl_target() {
+  auto pool = std::make_shared<ampx::impl::ThreadPool>(2);
+  Runner run = [pool](GemmArgs& args, const Bytes& a, const Bytes& b, Bytes& c,
+                      const Bytes& bias) {
+    args.a = a.data(), args.b = b.data(), args.c = c.data();
+    args.bias = bias.empty() ? nullptr : bias.data();
+    ampx::impl::check_gemm_args(args);
+    const bool declined = args.ab_type != DType::BF16 ||
+                          (args.batch > 1 && args.c_batch_stride == 0) ||
+                          (args.bias && args.alpha != 1.0f) || args.batch == 0 || args.m == 0 ||
+                          args.n == 0 || args.k == 0;
+    const bool taken = ampx::impl::cpu::dnnl_gemm(2, args);
+    CHECK(taken == !declined);
+    if (!taken) ampx::impl::cpu::gemm_fallback(*pool, args);
+  };
+  return {"oneDNN, 2 threads", run};
+}
+
 ampx_status status_of(const std::function<void()>& fn) {
   try {
     fn();
@@ -157,6 +180,11 @@ std::vector<Target> targets() {
   }
   all.push_back(fallback_target(1));
   all.push_back(fallback_target(3));
+  if (ampx::impl::cpu::dnnl_available()) {
+    all.push_back(dnnl_target());
+  } else {
+    MESSAGE(ampx::impl::cpu::dnnl_description(), "; its bf16 path is not tested here");
+  }
   return all;
 }
 
@@ -376,6 +404,21 @@ TEST_CASE("gemm: f16 and bf16 inputs with f32 and low-precision outputs") {
               cs.ab = ab, cs.c = c, cs.alpha = 0.5f, cs.beta = beta, cs.pad = 2;
               cases.push_back(cs);
             }
+  check_cases(cases);
+}
+
+// Above 16M multiply-adds oneDNN's product runs on its threads, not on the
+// caller's alone (dnnl_matmul.cpp); each path must give the same product.
+TEST_CASE("gemm: bf16 products large enough to run on several threads") {
+  std::vector<Case> cases;
+  for (bool transposed : kBools) {
+    Case cs;
+    cs.m = 257, cs.n = 263, cs.k = 255, cs.trans_a = transposed, cs.trans_b = transposed;
+    cs.ab = DType::BF16, cs.c = transposed ? DType::BF16 : DType::F32;
+    cs.beta = transposed ? 0.5f : 0.0f;
+    cs.bias = !transposed;
+    cases.push_back(cs);
+  }
   check_cases(cases);
 }
 

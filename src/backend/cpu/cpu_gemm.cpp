@@ -1,7 +1,10 @@
 // cpu_gemm.cpp -- GEMM on the CPU (Backend::gemm; the contract is GemmArgs
 // in backend.h).
 //
-// Every product is an fp32 one. F16/BF16 inputs are converted to fp32 with
+// BF16 products go to oneDNN when the CPU multiplies bf16 natively
+// (dnnl_matmul.h); what it does not take is computed here.
+//
+// Every product here is an fp32 one. F16/BF16 inputs are converted to fp32 with
 // convert_bulk tile by tile into scratch buffers, so the extra memory stays
 // bounded (kScratchFloats) whatever the shapes; a low-precision C is
 // accumulated in an fp32 tile, alpha, beta and the bias included, and rounded
@@ -35,6 +38,7 @@
 
 #include "backend/cpu/cblas_loader.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/dnnl_matmul.h"
 #include "core/convert_bulk.h"
 #include "core/error.h"
 
@@ -468,6 +472,7 @@ void gemm_fallback(ThreadPool& pool, const GemmArgs& args) {
 }
 
 void gemm(ThreadPool& pool, const GemmArgs& args) {
+  if (dnnl_gemm(pool.size(), args)) return;
   const Cblas* blas = loaded_cblas();
   if (!blas) {
     run_gemm(pool, args, spread_batch(pool, args), builtin_sgemm);
