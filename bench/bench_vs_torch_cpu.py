@@ -14,8 +14,8 @@ fp16 = autocast float16 with a dynamic loss scaler (torch.amp.GradScaler).
 The CNN is examples/cnn_batchnorm.c's network (conv 3x3 + batch norm + ReLU
 stem, max pool, two residual blocks, a stride-2 conv, global average pool,
 linear) at width 16 on [64, 3, 32, 32] images; ampx runs it through its
-Python binding in this process (one ctypes call per op, a few microseconds
-each against milliseconds of convolution).
+Python binding in a child process (one ctypes call per op, a few
+microseconds each against milliseconds of convolution).
 
     python3 bench/bench_vs_torch_cpu.py [--bench build/bench/bench_mlp_cpu]
         [--threads 2] [--rounds 3]
@@ -30,8 +30,13 @@ import subprocess
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+# The ampx CNN runs in a child process of this script (--ampx-cnn), without
+# PyTorch: PyTorch's OpenMP runtime, loaded first, would also run the
+# threads of ampx's oneDNN, with PyTorch's spinning wait policy against
+# ampx's own threads.
+if "--ampx-cnn" not in sys.argv:
+    import torch
+    import torch.nn.functional as F
 
 CLASSES = 10
 CASES = [  # (name, width, depth, batch, timed steps per round)
@@ -173,6 +178,13 @@ def ampx_cnn_step_time(width, batch, precision, threads, steps):
     return 1e3 * statistics.median(times)
 
 
+def ampx_cnn_child_time(width, batch, precision, threads, steps):
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--ampx-cnn", precision,
+                          "--threads", str(threads), "--cnn-steps", str(steps)],
+                         check=True, capture_output=True, text=True).stdout
+    return float(out.split()[-1])
+
+
 def ampx_step_time(bench, width, depth, batch, precision, threads, steps):
     out = subprocess.run([bench, str(width), str(depth), str(batch), precision, str(threads),
                           str(steps)], check=True, capture_output=True, text=True).stdout
@@ -187,7 +199,14 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--precisions", default="fp32,bf16,fp16")
     parser.add_argument("--cnn-steps", type=int, default=10)
+    parser.add_argument("--ampx-cnn", metavar="PRECISION",
+                        help="(the child) time ampx's CNN step alone and print it")
     args = parser.parse_args()
+    cnn_width, cnn_batch = 16, 64
+    if args.ampx_cnn:
+        print(ampx_cnn_step_time(cnn_width, cnn_batch, args.ampx_cnn, args.threads,
+                                 args.cnn_steps))
+        return 0
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__} (MKL {torch.backends.mkl.is_available()}, "
           f"oneDNN {torch.backends.mkldnn.is_available()}), {args.threads} threads, "
@@ -203,14 +222,15 @@ def main():
             a, t = statistics.median(ampx_ms), statistics.median(torch_ms)
             label = f"{name} {depth}x{width} b{batch} {precision}"
             print(f"{label:<28}{a:>10.3f}{t:>10.3f}{t / a:>12.2f}", flush=True)
-    width, batch, steps = 16, 64, args.cnn_steps
+    steps = args.cnn_steps
     for precision in args.precisions.split(","):
         ampx_ms, torch_ms = [], []
         for _ in range(args.rounds):
-            ampx_ms.append(ampx_cnn_step_time(width, batch, precision, args.threads, steps))
-            torch_ms.append(torch_cnn_step_time(width, batch, precision, steps))
+            ampx_ms.append(ampx_cnn_child_time(cnn_width, cnn_batch, precision, args.threads,
+                                               steps))
+            torch_ms.append(torch_cnn_step_time(cnn_width, cnn_batch, precision, steps))
         a, t = statistics.median(ampx_ms), statistics.median(torch_ms)
-        label = f"cnn w{width} b{batch} {precision}"
+        label = f"cnn w{cnn_width} b{cnn_batch} {precision}"
         print(f"{label:<28}{a:>10.3f}{t:>10.3f}{t / a:>12.2f}", flush=True)
 
 

@@ -333,8 +333,16 @@ AMPX_API ampx_context_options ampx_context_options_default(void);
  *  the kernel family the CPU's features allow (older OpenBLAS releases fall
  *  back to their slowest kernels on CPU models they predate), and
  *  OPENBLAS_THREAD_TIMEOUT=4, so OpenBLAS's idle threads sleep instead of
- *  spinning on the cores ampx's own threads need. A host that reads the
- *  environment from another thread at that moment may see them. */
+ *  spinning on the cores ampx's own threads need. On a CPU that multiplies
+ *  bf16 natively (AVX512-BF16 or AMX), products of BF16 operands and F32 and
+ *  BF16 convolutions go to oneDNN instead (libdnnl.so.2, or the library
+ *  AMPX_DNNL_LIBRARY names), loaded at the first one; AMPX_DNNL_LIBRARY=none
+ *  or AMPX_BLAS=none turns that off. If no OpenMP runtime is loaded yet and
+ *  the host has not set OMP_WAIT_POLICY, it is set to "passive" for the
+ *  length of that load, so that oneDNN's idle threads sleep too; a host
+ *  that loaded an OpenMP runtime of its own first (PyTorch does) may have
+ *  oneDNN's threads run on it, with its wait policy. A host that reads the environment
+ *  from another thread at those moments may see these variables. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_context_create(const ampx_context_options *options,
                                          ampx_context *out);
 

@@ -1,6 +1,10 @@
 // cpu_conv.cpp -- the CPU backend's convolution and pooling
 // (core/backend_conv.h).
 //
+// Where oneDNN is used (dnnl_library.h), F32 and BF16 convolutions go to
+// its primitives (dnnl_conv.h); the rest, and everything without it, is
+// computed here.
+//
 // Convolution is lowered to matrix products over a chunk of nb images at
 // once: the chunk's receptive fields are unfolded into col [Cin * kh * kw,
 // nb * P] (im2col; column n * P + p is image n's output position p), then
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/dnnl_conv.h"
 #include "core/convert_bulk.h"
 #include "math/pool.h"
 
@@ -178,6 +183,7 @@ void gather_channel_major(ThreadPool& pool, const Chunk& ch, const void* dy, DTy
 
 void conv2d_forward(ThreadPool& pool, const Conv2dShape& s, const void* x, const void* w,
                     const void* bias, DType type, void* y) {
+  if (dnnl_conv2d_forward(pool.size(), s, x, w, bias, type, y)) return;
   const int64_t positions = s.out_h * s.out_w, out_group = s.out_channels / s.groups;
   const int64_t image_size = s.in_channels * s.in_h * s.in_w, step = chunk_images(s);
   Floats weight_scratch, bias_scratch, images, col, out;
@@ -209,6 +215,7 @@ void conv2d_forward(ThreadPool& pool, const Conv2dShape& s, const void* x, const
 
 void conv2d_backward_data(ThreadPool& pool, const Conv2dShape& s, const void* dy, const void* w,
                           DType type, void* dx) {
+  if (dnnl_conv2d_backward_data(pool.size(), s, dy, w, type, dx)) return;
   const int64_t positions = s.out_h * s.out_w, out_group = s.out_channels / s.groups;
   const int64_t image_size = s.in_channels * s.in_h * s.in_w, step = chunk_images(s);
   Floats weight_scratch, grad_out, dcol, images;
@@ -238,6 +245,7 @@ void conv2d_backward_data(ThreadPool& pool, const Conv2dShape& s, const void* dy
 
 void conv2d_backward_weight(ThreadPool& pool, const Conv2dShape& s, const void* dy, const void* x,
                             DType type, void* dw, void* dbias) {
+  if (dnnl_conv2d_backward_weight(pool.size(), s, dy, x, type, dw, dbias)) return;
   const int64_t positions = s.out_h * s.out_w, out_group = s.out_channels / s.groups;
   const int64_t image_size = s.in_channels * s.in_h * s.in_w, step = chunk_images(s);
   const int64_t k = kernel_size(s);

@@ -6,128 +6,15 @@
 #include "backend/cpu/dnnl_matmul.h"
 
 #if __has_include(<oneapi/dnnl/dnnl.h>)
-#include <dlfcn.h>
-#include <oneapi/dnnl/dnnl.h>
-
-#include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
-#include <string>
-#include <utility>
-#include <vector>
 
+#include "backend/cpu/dnnl_library.h"
 #include "core/error.h"
 
 namespace ampx::impl {
 namespace cpu {
 namespace {
-
-struct Dnnl {
-  decltype(&dnnl_version) version = nullptr;
-  decltype(&dnnl_get_effective_cpu_isa) effective_isa = nullptr;
-  decltype(&dnnl_engine_create) engine_create = nullptr;
-  decltype(&dnnl_stream_create) stream_create = nullptr;
-  decltype(&dnnl_stream_wait) stream_wait = nullptr;
-  decltype(&dnnl_stream_destroy) stream_destroy = nullptr;
-  decltype(&dnnl_memory_desc_init_by_strides) memory_desc = nullptr;
-  decltype(&dnnl_memory_create) memory_create = nullptr;
-  decltype(&dnnl_memory_destroy) memory_destroy = nullptr;
-  decltype(&dnnl_matmul_desc_init) matmul_desc = nullptr;
-  decltype(&dnnl_primitive_attr_create) attr_create = nullptr;
-  decltype(&dnnl_primitive_attr_destroy) attr_destroy = nullptr;
-  decltype(&dnnl_primitive_attr_set_output_scales) attr_output_scales = nullptr;
-  decltype(&dnnl_primitive_attr_set_post_ops) attr_post_ops = nullptr;
-  decltype(&dnnl_post_ops_create) post_ops_create = nullptr;
-  decltype(&dnnl_post_ops_destroy) post_ops_destroy = nullptr;
-  decltype(&dnnl_post_ops_append_sum) post_ops_sum = nullptr;
-  decltype(&dnnl_primitive_desc_create) pd_create = nullptr;
-  decltype(&dnnl_primitive_desc_destroy) pd_destroy = nullptr;
-  decltype(&dnnl_primitive_create) primitive_create = nullptr;
-  decltype(&dnnl_primitive_destroy) primitive_destroy = nullptr;
-  decltype(&dnnl_primitive_execute) execute = nullptr;
-  // The OpenMP runtime oneDNN runs on; its thread count is the calling
-  // thread's own setting, so setting it for one call disturbs no other.
-  void (*omp_set_num_threads)(int) = nullptr;
-  int (*omp_get_max_threads)() = nullptr;
-  dnnl_engine_t engine = nullptr;
-  std::string description;
-};
-
-template <class Fn>
-bool resolve(void* handle, const char* name, Fn& fn) {
-  fn = reinterpret_cast<Fn>(dlsym(handle, name));
-  return fn != nullptr;
-}
-
-// Opens oneDNN, or says in `lib.description` why not (then returns false).
-bool open_dnnl(Dnnl& lib) {
-  const char* named = std::getenv("AMPX_DNNL_LIBRARY");
-  const std::string path = named && *named ? named : "libdnnl.so.2";
-  if (path == "none") {
-    lib.description = "oneDNN off (AMPX_DNNL_LIBRARY=none)";
-    return false;
-  }
-  const bool omp_loaded = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD) != nullptr;
-  const bool set_policy = !omp_loaded && std::getenv("OMP_WAIT_POLICY") == nullptr;
-  if (set_policy) setenv("OMP_WAIT_POLICY", "passive", 0);
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (set_policy) unsetenv("OMP_WAIT_POLICY");
-  if (!handle) {
-    const char* error = dlerror();
-    lib.description = "oneDNN not loaded (" + path + ": " + (error ? error : "not found") + ")";
-    return false;
-  }
-  const bool complete =
-      resolve(handle, "dnnl_version", lib.version) &&
-      resolve(handle, "dnnl_get_effective_cpu_isa", lib.effective_isa) &&
-      resolve(handle, "dnnl_engine_create", lib.engine_create) &&
-      resolve(handle, "dnnl_stream_create", lib.stream_create) &&
-      resolve(handle, "dnnl_stream_wait", lib.stream_wait) &&
-      resolve(handle, "dnnl_stream_destroy", lib.stream_destroy) &&
-      resolve(handle, "dnnl_memory_desc_init_by_strides", lib.memory_desc) &&
-      resolve(handle, "dnnl_memory_create", lib.memory_create) &&
-      resolve(handle, "dnnl_memory_destroy", lib.memory_destroy) &&
-      resolve(handle, "dnnl_matmul_desc_init", lib.matmul_desc) &&
-      resolve(handle, "dnnl_primitive_attr_create", lib.attr_create) &&
-      resolve(handle, "dnnl_primitive_attr_destroy", lib.attr_destroy) &&
-      resolve(handle, "dnnl_primitive_attr_set_output_scales", lib.attr_output_scales) &&
-      resolve(handle, "dnnl_primitive_attr_set_post_ops", lib.attr_post_ops) &&
-      resolve(handle, "dnnl_post_ops_create", lib.post_ops_create) &&
-      resolve(handle, "dnnl_post_ops_destroy", lib.post_ops_destroy) &&
-      resolve(handle, "dnnl_post_ops_append_sum", lib.post_ops_sum) &&
-      resolve(handle, "dnnl_primitive_desc_create", lib.pd_create) &&
-      resolve(handle, "dnnl_primitive_desc_destroy", lib.pd_destroy) &&
-      resolve(handle, "dnnl_primitive_create", lib.primitive_create) &&
-      resolve(handle, "dnnl_primitive_destroy", lib.primitive_destroy) &&
-      resolve(handle, "dnnl_primitive_execute", lib.execute);
-  if (!complete) {
-    lib.description = "oneDNN not used (" + path + " lacks the oneDNN 2.x C API)";
-    dlclose(handle);
-    return false;
-  }
-  resolve(handle, "omp_set_num_threads", lib.omp_set_num_threads);
-  resolve(handle, "omp_get_max_threads", lib.omp_get_max_threads);
-  const dnnl_version_t* v = lib.version();
-  const std::string name = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) +
-                           "." + std::to_string(v->patch);
-  if (lib.effective_isa() < dnnl_cpu_isa_avx512_core_bf16) {
-    lib.description = name + " not used: the CPU has no native bf16 (AVX512-BF16)";
-    return false;  // kept open: unloading a runtime with threads is not safe
-  }
-  if (lib.engine_create(&lib.engine, dnnl_cpu, 0) != dnnl_success) {
-    lib.description = name + " not used: no CPU engine";
-    return false;
-  }
-  lib.description = name + (lib.effective_isa() >= dnnl_cpu_isa_avx512_core_amx
-                                ? " (AMX bf16)"
-                                : " (AVX512-BF16)");
-  return true;
-}
-
-dnnl_data_type_t dnnl_type(DType type) {
-  return type == DType::BF16 ? dnnl_bf16 : type == DType::F16 ? dnnl_f16 : dnnl_f32;
-}
 
 // A product's primitive, made once per shape: making one costs tens of
 // microseconds even with oneDNN's own cache, as much as a small product.
@@ -136,9 +23,6 @@ struct ShapeKey {
   bool trans_a, trans_b, bias;
   DType ab_type, c_type;
   float alpha, beta;
-  bool operator==(const ShapeKey& o) const {
-    return std::memcmp(this, &o, sizeof(ShapeKey)) == 0;
-  }
 };
 
 ShapeKey shape_key(const GemmArgs& g) {
@@ -165,6 +49,9 @@ ShapeKey shape_key(const GemmArgs& g) {
 struct Made {
   dnnl_primitive_t primitive = nullptr;
   dnnl_memory_desc_t a, b, c, bias;
+  void release(const Dnnl& d) {
+    if (primitive) d.primitive_destroy(primitive);
+  }
 };
 
 // Everything made on the way to one primitive, released whatever happens.
@@ -219,86 +106,11 @@ bool make(const Dnnl& d, const GemmArgs& g, Made* made) {
          d.primitive_create(&made->primitive, making.pd) == dnnl_success;
 }
 
-// The primitives made so far, most recent last; a model has a few dozen
-// shapes, so a short list searched linearly is enough, the oldest dropped
-// when it is full. A primitive executes on several threads at once (each
-// with its own stream); one dropped while another thread runs it would be
-// freed under it, so entries are shared_ptrs.
-class Primitives {
- public:
-  explicit Primitives(const Dnnl& lib) : d_(lib) {}
-  std::shared_ptr<const Made> find_or_make(const GemmArgs& g) {
-    const ShapeKey key = shape_key(g);
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& entry : entries_)
-      if (entry.first == key) return entry.second;
-    auto made = std::shared_ptr<Made>(new Made, [&lib = d_](Made* m) {
-      if (m->primitive) lib.primitive_destroy(m->primitive);
-      delete m;
-    });
-    if (!make(d_, g, made.get())) return nullptr;
-    if (entries_.size() == kCapacity) entries_.erase(entries_.begin());
-    entries_.emplace_back(key, made);
-    return made;
-  }
-
- private:
-  static constexpr size_t kCapacity = 128;
-  const Dnnl& d_;
-  std::mutex mutex_;
-  std::vector<std::pair<ShapeKey, std::shared_ptr<const Made>>> entries_;
-};
-
-// This thread's stream: a stream is not meant to be shared across threads.
-dnnl_stream_t thread_stream(const Dnnl& d) {
-  struct Owned {
-    const Dnnl* d = nullptr;
-    dnnl_stream_t stream = nullptr;
-    ~Owned() {
-      if (stream) d->stream_destroy(stream);
-    }
-  };
-  thread_local Owned owned;
-  if (!owned.stream && d.stream_create(&owned.stream, d.engine, dnnl_stream_default_flags) ==
-                           dnnl_success)
-    owned.d = &d;
-  return owned.stream;
-}
-
-// The memory objects of one call, released whatever happens.
-struct Bound {
-  const Dnnl& d;
-  dnnl_memory_t memory[4] = {};
-  explicit Bound(const Dnnl& lib) : d(lib) {}
-  ~Bound() {
-    for (dnnl_memory_t m : memory)
-      if (m) d.memory_destroy(m);
-  }
-  Bound(const Bound&) = delete;
-  Bound& operator=(const Bound&) = delete;
-};
-
-struct Loaded {
-  Dnnl lib;
-  bool usable = false;
-  Primitives primitives{lib};
-};
-
-// Never destroyed: at exit oneDNN may be torn down before ampx's statics.
-Loaded& loaded() {
-  static Loaded& state = *new Loaded;
-  static std::once_flag once;
-  std::call_once(once, [] { state.usable = open_dnnl(state.lib); });
-  return state;
-}
-
-// Multiply-adds below which one thread beats waking the others: on two EPYC
-// cores bench_mlp_cpu's bf16 step at width 256, batch 64 (4M per product)
-// took 0.79 ms this way and 1.08 ms on both threads.
-constexpr double kParallelProducts = 16.0 * 1024 * 1024;
+using Primitives = PrimitiveCache<ShapeKey, Made>;
 
 bool run(const Dnnl& d, Primitives& primitives, int threads, const GemmArgs& g) {
-  const std::shared_ptr<const Made> made = primitives.find_or_make(g);
+  const std::shared_ptr<const Made> made =
+      primitives.find_or_make(shape_key(g), [&](Made* m) { return make(d, g, m); });
   dnnl_stream_t stream = thread_stream(d);
   if (!made || !stream) return false;
   Bound bound(d);
@@ -314,15 +126,10 @@ bool run(const Dnnl& d, Primitives& primitives, int threads, const GemmArgs& g) 
                              {DNNL_ARG_WEIGHTS, bound.memory[1]},
                              {DNNL_ARG_DST, bound.memory[2]},
                              {DNNL_ARG_BIAS, bound.memory[3]}};
-  // OpenMP's threads sleep between products (OMP_WAIT_POLICY=passive) and
-  // take tens of microseconds to wake: a product shorter than that runs
-  // faster on the calling thread alone.
-  const double products = double(g.batch) * double(g.m) * double(g.n) * double(g.k);
-  const int saved = d.omp_get_max_threads ? d.omp_get_max_threads() : 0;
-  if (d.omp_set_num_threads) d.omp_set_num_threads(products < kParallelProducts ? 1 : threads);
+  const OmpThreads omp(d, threads,
+                       double(g.batch) * double(g.m) * double(g.n) * double(g.k));
   const dnnl_status_t status = d.execute(made->primitive, stream, g.bias ? 4 : 3, args);
   const dnnl_status_t waited = status == dnnl_success ? d.stream_wait(stream) : status;
-  if (d.omp_set_num_threads) d.omp_set_num_threads(saved);
   // C may be partly written by now: no falling back to the other path.
   if (waited != dnnl_success)
     fail(AMPX_ERR_INTERNAL, "gemm: oneDNN's matmul failed (dnnl_status ", int{waited}, ")");
@@ -335,13 +142,11 @@ bool dnnl_gemm(int threads, const GemmArgs& g) {
   if (g.ab_type != DType::BF16 || (g.batch > 1 && g.c_batch_stride == 0) ||
       (g.bias && g.alpha != 1.0f) || g.batch == 0 || g.k == 0 || g.m == 0 || g.n == 0)
     return false;
-  Loaded& state = loaded();
-  return state.usable && run(state.lib, state.primitives, threads, g);
+  const Dnnl* d = dnnl_library();
+  if (!d) return false;
+  static Primitives& primitives = *new Primitives(*d);  // never destroyed, as the library
+  return run(*d, primitives, threads, g);
 }
-
-bool dnnl_available() { return loaded().usable; }
-
-const char* dnnl_description() { return loaded().lib.description.c_str(); }
 
 }  // namespace cpu
 }  // namespace ampx::impl
@@ -352,8 +157,6 @@ namespace ampx::impl {
 namespace cpu {
 
 bool dnnl_gemm(int, const GemmArgs&) { return false; }
-bool dnnl_available() { return false; }
-const char* dnnl_description() { return "oneDNN not used (built without its headers)"; }
 
 }  // namespace cpu
 }  // namespace ampx::impl

@@ -10,15 +10,12 @@
 // are fp32, alpha, the bias and beta * C are applied in fp32, and a bf16 C
 // is rounded once.
 //
-// oneDNN is optional: libdnnl.so.2 (oneDNN 2.x, Debian's libdnnl2), or the
-// file AMPX_DNNL_LIBRARY names ("none" turns it off), is opened on the
-// first bf16 product; without it, or on a CPU below AVX512-BF16 (as oneDNN
-// itself detects it), the fp32 path multiplies. When ampx loads oneDNN's
-// OpenMP runtime first and OMP_WAIT_POLICY is unset, it is set to passive
-// for the load, so that OpenMP's idle threads sleep instead of spinning
-// against ampx's own and OpenBLAS's threads on the same cores.
+// oneDNN is optional (dnnl_library.h says when it is used); without it the
+// fp32 path multiplies. Products under 16M multiply-adds run on the calling
+// thread alone.
 #pragma once
 
+#include "backend/cpu/dnnl_library.h"
 #include "core/backend_gemm.h"
 
 namespace ampx::impl {
@@ -32,13 +29,6 @@ namespace cpu {
 // AMPX_ERR_INTERNAL when oneDNN fails after it began writing C.
 // Thread-safe.
 bool dnnl_gemm(int threads, const GemmArgs& args);
-
-// Whether dnnl_gemm computes bf16 products in this process (decided on the
-// first call of either, thread-safe).
-bool dnnl_available();
-
-// "oneDNN 2.6.3 (avx512_core_bf16)", or why it is not used.
-const char* dnnl_description();
 
 }  // namespace cpu
 }  // namespace ampx::impl

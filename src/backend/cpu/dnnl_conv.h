@@ -1,0 +1,31 @@
+// dnnl_conv.h -- the CPU backend's F32 and BF16 convolutions through
+// oneDNN's convolution primitives, where oneDNN is used (dnnl_library.h).
+//
+// ampx's tensors stay NCHW (weights [O, C / groups, kh, kw]); each
+// primitive picks its own blocked layouts, and the operands are reordered
+// into them and the result back, which costs a pass over each operand
+// against oneDNN's slow plain-layout kernels. Sums are fp32 and a BF16
+// result is rounded once, as the im2col path (cpu_conv.cpp) computes; the
+// order of the sums differs.
+#pragma once
+
+#include "backend/cpu/dnnl_library.h"
+#include "core/backend_conv.h"
+
+namespace ampx::impl {
+namespace cpu {
+
+// Each computes what its namesake in cpu_ops.h computes, on `threads`
+// threads, and returns true; or returns false, having written nothing, when
+// oneDNN is not used, `type` is neither F32 nor BF16, or oneDNN has no
+// primitive for the shape. Throws AMPX_ERR_INTERNAL when oneDNN fails after
+// it began writing the result. Thread-safe.
+bool dnnl_conv2d_forward(int threads, const Conv2dShape& shape, const void* x, const void* w,
+                         const void* bias, DType type, void* y);
+bool dnnl_conv2d_backward_data(int threads, const Conv2dShape& shape, const void* dy,
+                               const void* w, DType type, void* dx);
+bool dnnl_conv2d_backward_weight(int threads, const Conv2dShape& shape, const void* dy,
+                                 const void* x, DType type, void* dw, void* dbias);
+
+}  // namespace cpu
+}  // namespace ampx::impl
