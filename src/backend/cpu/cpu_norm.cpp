@@ -42,11 +42,38 @@ double mean_and_var(int64_t count, Index&& at, const Elem<D>* x, double* var) {
   return mean;
 }
 
-// Position i of channel c's n * inner elements in an [n, channels, inner]
-// array.
-struct ChannelIndex {
-  int64_t channels, inner, c;
-  int64_t operator()(int64_t i) const { return ((i / inner) * channels + c) * inner + i % inner; }
+// Channel c of an [n, channels, inner] array: n runs of `inner` contiguous
+// elements.
+struct Channel {
+  int64_t n, channels, inner, c;
+  int64_t run(int64_t image) const { return (image * channels + c) * inner; }
+
+  // fn(k) for each element k of the channel, in order.
+  template <class Fn>
+  void for_each(Fn&& fn) const {
+    for (int64_t image = 0; image < n; ++image)
+      for (int64_t k = run(image), end = k + inner; k < end; ++k) fn(k);
+  }
+
+  // The sum of term(k) over the channel's elements, in double: kLanes
+  // partial sums, element j of a run going to lane j % kLanes, so that the
+  // compiler can keep them in vector registers; the order is fixed by the
+  // shape alone.
+  template <class Term>
+  double sum(Term&& term) const {
+    constexpr int64_t kLanes = 8;
+    double lanes[kLanes] = {};
+    double rest = 0.0;
+    for (int64_t image = 0; image < n; ++image) {
+      const int64_t base = run(image);
+      int64_t j = 0;
+      for (; j + kLanes <= inner; j += kLanes)
+        for (int64_t l = 0; l < kLanes; ++l) lanes[l] += term(base + j + l);
+      for (; j < inner; ++j) rest += term(base + j);
+    }
+    for (double lane : lanes) rest += lane;
+    return rest;
+  }
 };
 
 }  // namespace
@@ -151,8 +178,15 @@ void batch_norm_stats(ThreadPool& pool, const void* x, DType type, int64_t n, in
     const int64_t count = n * inner;
     pool.parallel_for(channels, items_per_task(kGrain, count), [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
-        double v = 0.0;
-        const double m = mean_and_var<D>(count, ChannelIndex{channels, inner, c}, in, &v);
+        // Two passes, as mean_and_var.
+        const Channel channel{n, channels, inner, c};
+        const double m =
+            channel.sum([&](int64_t k) -> double { return math::load_float<D>(in[k]); }) /
+            static_cast<double>(count);
+        const double v = channel.sum([&](int64_t k) {
+          const double d = math::load_float<D>(in[k]) - m;
+          return d * d;
+        }) / static_cast<double>(count);
         mean[c] = static_cast<float>(m);
         var[c] = static_cast<float>(v);
         if (!running_mean) continue;
@@ -202,16 +236,15 @@ void batch_norm_backward(ThreadPool& pool, const void* x, const void* dy, DType 
     const int64_t count = n * inner;
     pool.parallel_for(channels, items_per_task(kGrain, count), [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
-        const ChannelIndex at{channels, inner, c};
+        const Channel channel{n, channels, inner, c};
         const float rs = math::inv_std(var[c], eps);
         const float w = weight ? weight[c] : 1.0f;
-        double sum_dy = 0.0, sum_dy_xhat = 0.0;
-        for (int64_t i = 0; i < count; ++i) {
-          const int64_t k = at(i);
-          const double g = math::load_float<D>(grad_out[k]);
-          sum_dy += g;
-          sum_dy_xhat += g * math::normalized(math::load_float<D>(in[k]), mean[c], rs);
-        }
+        const double sum_dy =
+            channel.sum([&](int64_t k) -> double { return math::load_float<D>(grad_out[k]); });
+        const double sum_dy_xhat = channel.sum([&](int64_t k) {
+          return double{math::load_float<D>(grad_out[k])} *
+                 math::normalized(math::load_float<D>(in[k]), mean[c], rs);
+        });
         if (dweight) dweight[c] = static_cast<float>(sum_dy_xhat);
         if (dbias) dbias[c] = static_cast<float>(sum_dy);
         if (!grad_in) continue;
@@ -219,12 +252,11 @@ void batch_norm_backward(ThreadPool& pool, const void* x, const void* dy, DType 
         const double per = batch_stats ? w / static_cast<double>(count) : 0.0;
         const auto mean_g = static_cast<float>(per * sum_dy);
         const auto mean_g_xhat = static_cast<float>(per * sum_dy_xhat);
-        for (int64_t i = 0; i < count; ++i) {
-          const int64_t k = at(i);
+        channel.for_each([&](int64_t k) {
           const float xhat = math::normalized(math::load_float<D>(in[k]), mean[c], rs);
           grad_in[k] = math::store_float<D>(math::norm_input_grad(
               math::load_float<D>(grad_out[k]) * w, xhat, rs, mean_g, mean_g_xhat));
-        }
+        });
       }
     });
   });
