@@ -42,15 +42,11 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-try:
-    import torch
-    import torch.nn.functional as F
-except ImportError:
-    print("SKIPPED: torch is not installed")
-    sys.exit(0)
-if not torch.cuda.is_available() and "--smoke" not in sys.argv:
-    print("SKIPPED: no CUDA device")
-    sys.exit(0)
+from gpu_common import AmpxTraining, TorchTraining, skip_without_cuda, timed  # noqa: E402
+import torch  # noqa: E402  (gpu_common exits without it)
+import torch.nn.functional as F  # noqa: E402
+
+skip_without_cuda(smoke=True)
 
 CLASSES = 4
 
@@ -171,13 +167,8 @@ class AmpxOps:
         return ampx.linear(x, w, b)
 
 
-def dtype_of(precision):
-    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
-
-
-class TorchRun:
+class TorchRun(TorchTraining):
     def __init__(self, precision, weights, images, labels, channels_last):
-        self.precision = precision
         layout = torch.channels_last if channels_last else torch.contiguous_format
 
         def place(t):
@@ -187,71 +178,26 @@ class TorchRun:
         self.p = {name: place(t).requires_grad_() for name, t in weights}
         self.stats = {name: (m.cuda(), v.cuda()) for name, m, v in running_stats()}
         self.images, self.labels = place(images), labels
-        self.opt = torch.optim.AdamW(self.p.values(), lr=1e-3, fused=True)
-        self.scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
+        super().__init__(precision, self.p.values(), lr=1e-3)
 
-    def step(self):
-        self.opt.zero_grad(set_to_none=False)
-        dtype = dtype_of(self.precision)
-        with torch.autocast("cuda", dtype=dtype or torch.float16, enabled=dtype is not None):
-            loss = F.cross_entropy(forward(TorchOps, self.p, self.stats, self.images), self.labels)
-        self.scaler.scale(loss).backward()
-        self.scaler.step(self.opt)
-        self.scaler.update()
-
-    def reset_peak(self):
-        torch.cuda.reset_peak_memory_stats()
-
-    def held_bytes(self):
-        return torch.cuda.memory_allocated()
-
-    def peak_bytes(self):
-        return torch.cuda.max_memory_allocated()
+    def loss(self):
+        return F.cross_entropy(forward(TorchOps, self.p, self.stats, self.images), self.labels)
 
 
-class AmpxRun:
+class AmpxRun(AmpxTraining):
     def __init__(self, precision, weights, images, labels, stream):
-        self.ctx = ampx.Context("cuda", cuda_stream=stream)
-        self.p = {name: ampx.tensor(t.numpy(), context=self.ctx, requires_grad=True)
+        ctx = ampx.Context("cuda", cuda_stream=stream)
+        self.p = {name: ampx.tensor(t.numpy(), context=ctx, requires_grad=True)
                   for name, t in weights}
-        self.stats = {name: (ampx.tensor(m.numpy(), context=self.ctx),
-                             ampx.tensor(v.numpy(), context=self.ctx))
+        self.stats = {name: (ampx.tensor(m.numpy(), context=ctx),
+                             ampx.tensor(v.numpy(), context=ctx))
                       for name, m, v in running_stats()}
-        self.images = ampx.tensor(images.numpy(), context=self.ctx)
-        self.labels = ampx.tensor(labels.cpu().numpy(), context=self.ctx)
-        self.opt = ampx.AdamW(list(self.p.values()), lr=1e-3)
-        self.scaler = ampx.Scaler(self.ctx, enabled=precision == "fp16")
-        self.autocast = (ampx.Autocast(self.ctx, "f16" if precision == "fp16" else "bf16")
-                         if precision != "fp32" else contextlib.nullcontext())
+        self.images = ampx.tensor(images.numpy(), context=ctx)
+        self.labels = ampx.tensor(labels.cpu().numpy(), context=ctx)
+        super().__init__(ampx, ctx, precision, self.p.values(), lr=1e-3)
 
-    def step(self):
-        self.opt.zero_grad()
-        with self.ctx.scope():
-            with self.autocast:
-                logits = forward(AmpxOps, self.p, self.stats, self.images)
-                loss = ampx.cross_entropy(logits, self.labels)
-            loss.backward(self.scaler)
-            self.scaler.step(self.opt)
-            self.scaler.update()
-
-    def reset_peak(self):
-        self.ctx.reset_peak_memory()
-
-    def held_bytes(self):
-        return self.ctx.memory_stats().current_bytes
-
-    def peak_bytes(self):
-        return self.ctx.memory_stats().peak_bytes
-
-
-def timed(run, steps):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(steps):
-        run.step()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3 / steps
+    def loss(self):
+        return ampx.cross_entropy(forward(AmpxOps, self.p, self.stats, self.images), self.labels)
 
 
 def data():

@@ -40,15 +40,11 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-try:
-    import torch
-    import torch.nn.functional as F
-except ImportError:
-    print("SKIPPED: torch is not installed")
-    sys.exit(0)
-if not torch.cuda.is_available() and "--smoke" not in sys.argv:
-    print("SKIPPED: no CUDA device")
-    sys.exit(0)
+from gpu_common import AmpxTraining, TorchTraining, skip_without_cuda, timed  # noqa: E402
+import torch  # noqa: E402  (gpu_common exits without it)
+import torch.nn.functional as F  # noqa: E402
+
+skip_without_cuda(smoke=True)
 
 
 def parse():
@@ -193,67 +189,28 @@ class AmpxOps:
         return ampx.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-class TorchRun:
+class TorchRun(TorchTraining):
     def __init__(self, precision, weights, tokens, targets):
-        self.precision = precision
         self.p = {name: t.cuda().requires_grad_() for name, t in weights}
         self.tokens, self.targets = tokens, targets
-        self.opt = torch.optim.AdamW(self.p.values(), lr=1e-4, fused=True)
-        self.scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
+        super().__init__(precision, self.p.values(), lr=1e-4)
 
-    def step(self):
-        self.opt.zero_grad(set_to_none=False)
-        dtype = torch.float16 if self.precision == "fp16" else torch.bfloat16
-        with torch.autocast("cuda", dtype=dtype):
-            logits = forward(TorchOps, self.p, self.tokens, args.batch)
-            loss = F.cross_entropy(logits, self.targets)
-        self.scaler.scale(loss).backward()
-        self.scaler.step(self.opt)
-        self.scaler.update()
-
-    def reset_peak(self):
-        torch.cuda.reset_peak_memory_stats()
-
-    def peak_bytes(self):
-        return torch.cuda.max_memory_allocated()
+    def loss(self):
+        return F.cross_entropy(forward(TorchOps, self.p, self.tokens, args.batch), self.targets)
 
 
-class AmpxRun:
+class AmpxRun(AmpxTraining):
     def __init__(self, precision, weights, tokens, targets, stream):
-        self.ctx = ampx.Context("cuda", cuda_stream=stream)
-        self.p = {name: ampx.tensor(t.numpy(), context=self.ctx, requires_grad=True)
+        ctx = ampx.Context("cuda", cuda_stream=stream)
+        self.p = {name: ampx.tensor(t.numpy(), context=ctx, requires_grad=True)
                   for name, t in weights}
-        self.tokens = ampx.tensor(tokens.cpu().numpy(), context=self.ctx)
-        self.targets = ampx.tensor(targets.cpu().numpy(), context=self.ctx)
-        self.opt = ampx.AdamW(list(self.p.values()), lr=1e-4)
-        self.scaler = ampx.Scaler(self.ctx, enabled=precision == "fp16")
-        self.autocast = ampx.Autocast(self.ctx, "f16" if precision == "fp16" else "bf16")
+        self.tokens = ampx.tensor(tokens.cpu().numpy(), context=ctx)
+        self.targets = ampx.tensor(targets.cpu().numpy(), context=ctx)
+        super().__init__(ampx, ctx, precision, self.p.values(), lr=1e-4)
 
-    def step(self):
-        self.opt.zero_grad()
-        with self.ctx.scope():
-            with self.autocast:
-                logits = forward(AmpxOps, self.p, self.tokens, args.batch)
-                loss = ampx.cross_entropy(logits, self.targets)
-            loss.backward(self.scaler)
-            self.scaler.step(self.opt)
-            self.scaler.update()
-
-    def reset_peak(self):
-        self.ctx.reset_peak_memory()
-
-    def peak_bytes(self):
-        return self.ctx.memory_stats().peak_bytes
-
-
-def timed(run, steps):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(steps):
-        run.step()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3 / steps
+    def loss(self):
+        return ampx.cross_entropy(forward(AmpxOps, self.p, self.tokens, args.batch),
+                                  self.targets)
 
 
 def smoke():

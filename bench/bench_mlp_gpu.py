@@ -25,22 +25,17 @@ faster than torch). Uses the Python binding in bindings/python. Prints
 "SKIPPED" and exits 0 without torch or a GPU.
 """
 import argparse
-import contextlib
 import os
 import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-try:
-    import torch
-    import torch.nn.functional as F
-except ImportError:
-    print("SKIPPED: torch is not installed")
-    sys.exit(0)
-if not torch.cuda.is_available():
-    print("SKIPPED: no CUDA device")
-    sys.exit(0)
+from gpu_common import AmpxTraining, TorchTraining, skip_without_cuda, timed  # noqa: E402
+import torch  # noqa: E402  (gpu_common exits without it)
+import torch.nn.functional as F  # noqa: E402
+
+skip_without_cuda()
 
 CLASSES = 10
 
@@ -84,88 +79,42 @@ def initial_weights(width, depth, seed=0):
     return weights
 
 
-class TorchRun:
+class TorchRun(TorchTraining):
     def __init__(self, precision, weights, x, y):
-        self.precision = precision
         self.params = []
         for w, b in weights:
             self.params += [w.cuda().requires_grad_(), b.cuda().requires_grad_()]
         self.x, self.y = x, y
-        self.opt = torch.optim.AdamW(self.params, lr=1e-4, fused=True)
-        self.scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
+        super().__init__(precision, self.params, lr=1e-4)
 
-    def step(self):
-        self.opt.zero_grad(set_to_none=False)
-        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.precision)
-        with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
-            h = self.x
-            n = len(self.params) // 2
-            for i in range(n):
-                h = F.linear(h, self.params[2 * i], self.params[2 * i + 1])
-                if i + 1 < n:
-                    h = torch.relu(h)
-            loss = F.cross_entropy(h, self.y)
-        self.scaler.scale(loss).backward()
-        self.scaler.step(self.opt)
-        self.scaler.update()
-
-    def held_bytes(self):
-        return torch.cuda.memory_allocated()
-
-    def reset_peak(self):
-        torch.cuda.reset_peak_memory_stats()
-
-    def peak_bytes(self):
-        return torch.cuda.max_memory_allocated()
+    def loss(self):
+        h = self.x
+        n = len(self.params) // 2
+        for i in range(n):
+            h = F.linear(h, self.params[2 * i], self.params[2 * i + 1])
+            if i + 1 < n:
+                h = torch.relu(h)
+        return F.cross_entropy(h, self.y)
 
 
-class AmpxRun:
+class AmpxRun(AmpxTraining):
     def __init__(self, precision, weights, x, y, stream):
-        self.ctx = ampx.Context("cuda", cuda_stream=stream)
+        ctx = ampx.Context("cuda", cuda_stream=stream)
         self.params = []
         for w, b in weights:
-            self.params += [ampx.tensor(w.detach().numpy(), context=self.ctx, requires_grad=True),
-                            ampx.tensor(b.detach().numpy(), context=self.ctx, requires_grad=True)]
-        self.x = ampx.tensor(x.cpu().numpy(), context=self.ctx)
-        self.y = ampx.tensor(y.cpu().numpy(), context=self.ctx)
-        self.opt = ampx.AdamW(self.params, lr=1e-4)
-        self.scaler = ampx.Scaler(self.ctx, enabled=precision == "fp16")
-        self.autocast = None
-        if precision != "fp32":
-            self.autocast = ampx.Autocast(self.ctx, "f16" if precision == "fp16" else "bf16")
+            self.params += [ampx.tensor(w.detach().numpy(), context=ctx, requires_grad=True),
+                            ampx.tensor(b.detach().numpy(), context=ctx, requires_grad=True)]
+        self.x = ampx.tensor(x.cpu().numpy(), context=ctx)
+        self.y = ampx.tensor(y.cpu().numpy(), context=ctx)
+        super().__init__(ampx, ctx, precision, self.params, lr=1e-4)
 
-    def step(self):
-        self.opt.zero_grad()
-        with self.ctx.scope():
-            with self.autocast or contextlib.nullcontext():
-                h = self.x
-                n = len(self.params) // 2
-                for i in range(n):
-                    h = ampx.linear(h, self.params[2 * i], self.params[2 * i + 1],
-                                    "relu" if i + 1 < n else "none")
-                loss = ampx.cross_entropy(h, self.y)
-            loss.backward(self.scaler)
-            self.scaler.step(self.opt)
-            self.scaler.update()
-
-    def held_bytes(self):
-        return self.ctx.memory_stats().current_bytes
-
-    def reset_peak(self):
-        self.ctx.reset_peak_memory()
-
-    def peak_bytes(self):
-        return self.ctx.memory_stats().peak_bytes
-
-
-def timed(run, steps):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(steps):
-        run.step()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3 / steps
+    def loss(self):
+        h = self.x
+        n = len(self.params) // 2
+        for i in range(n):
+            h = ampx.linear(h, self.params[2 * i], self.params[2 * i + 1],
+                            "relu" if i + 1 < n else "none")
+        return ampx.cross_entropy(h, self.y)
 
 
 def main():
