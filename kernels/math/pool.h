@@ -34,18 +34,26 @@ template <class Load>
 AMPX_HD int64_t pool_window_argmax(const Pool2dShape& s, const Load& load, int64_t p, int64_t q) {
   const PoolSpan rows = pool_span(p, s.stride_h, s.pad_h, s.kernel_h, s.dilation_h, s.in_h);
   const PoolSpan cols = pool_span(q, s.stride_w, s.pad_w, s.kernel_w, s.dilation_w, s.in_w);
-  int64_t best = -1;
-  float best_value = 0.0f;
-  for (int64_t i = rows.first; i < rows.last; ++i)
+  if (rows.first >= rows.last || cols.first >= cols.last) return -1;
+  // The first maximum and the last NaN tracked apart, with selects rather
+  // than branches: which tap wins depends on the data, so branches on it
+  // mispredict.
+  int64_t best = (rows.start + rows.first * s.dilation_h) * s.in_w + cols.start +
+                 cols.first * s.dilation_w;
+  float best_value = load(best);
+  int64_t last_nan = -1;
+  for (int64_t i = rows.first; i < rows.last; ++i) {
+    const int64_t row = (rows.start + i * s.dilation_h) * s.in_w + cols.start;
     for (int64_t j = cols.first; j < cols.last; ++j) {
-      const int64_t at = (rows.start + i * s.dilation_h) * s.in_w + cols.start + j * s.dilation_w;
+      const int64_t at = row + j * s.dilation_w;
       const float v = load(at);
-      if (best < 0 || v > best_value || v != v) {
-        best = at;
-        best_value = v;
-      }
+      const bool greater = v > best_value;
+      best = greater ? at : best;
+      best_value = greater ? v : best_value;
+      last_nan = v != v ? at : last_nan;
     }
-  return best;
+  }
+  return last_nan >= 0 ? last_nan : best;
 }
 
 // Output (p, q)'s average window: its in-image rows [row_begin, row_end)

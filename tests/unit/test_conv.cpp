@@ -188,6 +188,31 @@ TEST_CASE("pooling in f32, f16 and bf16 matches fp32 on the CPU") {
       8);
 }
 
+// torch's max pooling: a NaN in a window is its maximum (the last NaN gets
+// the gradient), else the first of equal maxima in row-major order does.
+TEST_CASE("max_pool2d: a window's NaN wins, the last one; of equal maxima the first") {
+  Ctx ctx;
+  const double nan = std::nan("");
+  // Three 2x2 windows: {1, 3 / 2, NaN}, {NaN, 0 / 5, NaN}, {4, 4 / 4, 1}.
+  const Vec xs = {1, 3, nan, 0, 4, 4, 2, nan, 5, nan, 4, 1};
+  for (ampx_dtype dtype : {AMPX_F32, AMPX_F16, AMPX_BF16}) {
+    INFO("dtype ", dtype);
+    Tensor x(make(ctx, dtype, {1, 1, 2, 6}, xs, true));
+    Tensor weights(make(ctx, dtype, {1, 1, 1, 3}, Vec{1, 2, 3}));
+    Tensor y, weighted, loss;
+    REQUIRE_MESSAGE(ampx_max_pool2d(x, 2, 2, nullptr, y.out()) == AMPX_OK, last_error());
+    const Vec out = values_of(y);
+    REQUIRE(out.size() == 3);
+    CHECK(std::isnan(out[0]));
+    CHECK(std::isnan(out[1]));
+    CHECK(out[2] == 4.0);
+    REQUIRE(ampx_mul(y, weights, weighted.out()) == AMPX_OK);
+    REQUIRE(ampx_sum(weighted, loss.out()) == AMPX_OK);
+    REQUIRE_MESSAGE(ampx_backward(loss, nullptr) == AMPX_OK, last_error());
+    CHECK(values_of(grad_of(x)) == Vec{0, 0, 0, 0, 3, 0, 0, 1, 0, 2, 0, 0});
+  }
+}
+
 TEST_CASE("conv2d with an empty batch gives an empty output and zero weight gradients") {
   SKIP_UNLESS_CONVOLUTION();
   Ctx ctx;
