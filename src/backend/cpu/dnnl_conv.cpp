@@ -7,7 +7,6 @@
 #include "backend/cpu/dnnl_conv.h"
 
 #if __has_include(<oneapi/dnnl/dnnl.h>)
-#include <cstring>
 #include <vector>
 
 #include "core/error.h"
@@ -164,12 +163,7 @@ bool run(int threads, const Conv2dShape& s, Pass pass, DType type, const void* c
   if (!lib) return false;
   const Dnnl& d = *lib;
   static Plans& plans = *new Plans(d);  // never destroyed, as the library
-  PlanKey key;
-  std::memset(&key, 0, sizeof key);
-  key.shape = s;
-  key.type = static_cast<int64_t>(type);
-  key.pass = static_cast<int64_t>(pass);
-  key.bias = bias != nullptr;
+  const PlanKey key{s, static_cast<int64_t>(type), static_cast<int64_t>(pass), bias != nullptr};
   const std::shared_ptr<const Plan> plan =
       plans.find_or_make(key, [&](Plan* p) { return make_plan(d, key, p); });
   dnnl_stream_t stream = thread_stream(d);

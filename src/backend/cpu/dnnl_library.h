@@ -106,8 +106,9 @@ struct Bound {
 };
 
 // The primitives made so far, one per Key (compared bytewise: set padding
-// too), most recent last: making one costs tens of microseconds even with
-// oneDNN's own cache, as much as a small product. A model has a few dozen
+// too), most recent last, so that a training step does not describe and
+// create its primitives (a convolution's reorders too) again on every call;
+// what that costs was not measured apart. A model has a few dozen
 // shapes, so a short list searched linearly is enough, the oldest dropped
 // when it is full. A primitive executes on several threads at once (each
 // with its own stream); one dropped while another thread runs it would be

@@ -16,8 +16,7 @@ namespace ampx::impl {
 namespace cpu {
 namespace {
 
-// A product's primitive, made once per shape: making one costs tens of
-// microseconds even with oneDNN's own cache, as much as a small product.
+// What a product's cached primitive is made for (PrimitiveCache).
 struct ShapeKey {
   int64_t batch, m, n, k, a_batch_stride, b_batch_stride, c_batch_stride;
   bool trans_a, trans_b, bias;
