@@ -67,7 +67,9 @@ func Div(a, b *Tensor) (*Tensor, error) {
 	return binary(a, b, func(a, b C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_div(a, b, out) })
 }
 
-// Matmul returns the matrix product [M,K]x[K,N] (or batched [B,M,K]x[B,K,N]).
+// Matmul returns the matrix product with torch.matmul's shapes: [...,M,K]x[...,K,N]
+// with batch dimensions that broadcast; a 1-D operand is one row (a) or one
+// column (b), an extent the output drops.
 func Matmul(a, b *Tensor) (*Tensor, error) {
 	return binary(a, b, func(a, b C.ampx_tensor, out *C.ampx_tensor) C.ampx_status { return C.ampx_matmul(a, b, out) })
 }

@@ -1371,8 +1371,19 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_cross_entropy_ex(ampx_tensor logits, am
 AMPX_NODISCARD AMPX_API ampx_status ampx_mse_loss(ampx_tensor input, ampx_tensor target,
                                    ampx_reduction reduction, ampx_tensor *out);
 
-/** Matrix product ("matmul": lower precision): [M, K] x [K, N] -> [M, N],
- *  or batched [B, M, K] x [B, K, N] -> [B, M, N]. Accumulates in fp32. */
+/** Matrix product with torch.matmul's shapes ("matmul": lower precision):
+ *  a [..., M, K] times b [..., K, N] gives [..., M, N], the batch dimensions
+ *  (all but the last two) broadcasting as in ampx_add (aligned at the
+ *  right, each extent equal or 1). A 1-D a [K] is one row (its M is dropped
+ *  from the output), a 1-D b [K] one column (its N is dropped): [K] x [K]
+ *  is a 0-D dot product, [M, K] x [K] is [M], [K] x [B, K, N] is [B, N].
+ *  Accumulates in fp32. A batch times one matrix ([B, M, K] x [K, N]) is a
+ *  single [B*M, K] product; an operand broadcast along some batch
+ *  dimensions but not all is copied out to the output's batch first, and
+ *  its gradient is summed over those dimensions in fp32, rounded once.
+ *  Errors: SHAPE (a 0-D operand, K differs, batches that do not
+ *  broadcast, an output too large), DTYPE (a and b differ outside
+ *  autocast, not floating), DEVICE (different contexts). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_matmul(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
 
 /** Activation fused into ampx_linear. */

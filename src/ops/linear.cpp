@@ -1,14 +1,84 @@
-// linear.cpp -- matmul (2-D and batched) and linear (x W^T + b, optional
-// fused activation), through the backend's GEMM.
+// linear.cpp -- matmul (torch.matmul's shapes: vectors, batches that
+// broadcast) and linear (x W^T + b, optional fused activation), through the
+// backend's GEMM.
+#include "ops/broadcast.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
 namespace ampx::impl {
 namespace {
 
+// How one operand of a matmul is read by the batched product: its [M, K]
+// (or [K, N]) matrices one per output batch element (Direct), one matrix
+// shared by every batch element (Shared: batch stride 0), or copied out to
+// the output's batch shape first (Expanded: broadcast along some batch
+// dimensions but not all).
+enum class BatchRead { Direct, Shared, Expanded };
+
+// torch.matmul's shapes: a [..., M, K] (a 1-D a is [1, K], its M dropped
+// from the output), b [..., K, N] (a 1-D b is [K, 1], its N dropped); the
+// batch dimensions broadcast. `a_matrices` / `b_matrices` are the operands
+// with the 1-D promotion (a shape of the operand's own memory). With
+// `folded`, a's batch rows are one [batch * M, K] matrix times b's one
+// [K, N] (b has one matrix, a its full batch).
 struct MatmulShape {
-  int64_t batch, m, k, n;
+  int64_t batch = 1, m = 0, k = 0, n = 0;
+  Shape out_batch;  // the broadcast batch dimensions
+  Shape a_matrices, b_matrices;
+  BatchRead a_read = BatchRead::Direct, b_read = BatchRead::Direct;
+  bool folded = false;
 };
+
+// `matrices` (an operand's shape, promoted) with its batch dimensions
+// broadcast to s.out_batch.
+Shape expanded_shape(const MatmulShape& s, const Shape& matrices) {
+  Shape full = s.out_batch;
+  full.ndim += 2;
+  full.dims[full.ndim - 2] = matrices.dims[matrices.ndim - 2];
+  full.dims[full.ndim - 1] = matrices.dims[matrices.ndim - 1];
+  return full;
+}
+
+// The operand's matrices as the product reads them: its own memory, or a
+// copy broadcast to the output's batch (kept alive by `copy`).
+const void* batch_operand(DeviceContext& ctx, const MatmulShape& s, const DeviceTensor& t,
+                          const Shape& matrices, BatchRead read, TensorRef& copy) {
+  if (read != BatchRead::Expanded) return t.data();
+  const Shape full = expanded_shape(s, matrices);
+  copy = new_tensor(ctx, t.dtype, full);
+  StridedCopy layout;
+  layout.ndim = full.ndim;
+  int64_t dst_stride = 1, src_stride = 1;
+  for (int32_t d = full.ndim - 1; d >= 0; --d) {
+    const int32_t own = d - (full.ndim - matrices.ndim);
+    const int64_t own_extent = own >= 0 ? matrices.dims[own] : 1;
+    layout.sizes[d] = full.dims[d];
+    layout.dst_strides[d] = dst_stride;
+    layout.src_strides[d] = own_extent == 1 ? 0 : src_stride;
+    dst_stride *= full.dims[d];
+    src_stride *= own_extent;
+  }
+  nn_of(ctx, "matmul").copy_strided(copy->data(), t.data(), dtype_size(t.dtype), layout);
+  return copy->data();
+}
+
+int64_t batch_stride(BatchRead read, int64_t matrix_elements) {
+  return read == BatchRead::Shared ? 0 : matrix_elements;
+}
+
+// The gradient of an operand read Shared or Expanded (not folded): the
+// product computes it in F32 for every output batch element, summed here
+// over the batch dimensions the operand was broadcast along and rounded
+// once to its dtype.
+TensorRef reduced_gradient(DeviceContext& ctx, DeviceTensor& per_batch,
+                           const DeviceTensor& operand, const Shape& matrices) {
+  TensorRef summed = sum_to_shape(ctx, "matmul", per_batch, matrices);
+  if (operand.dtype == DType::F32)
+    return TensorRef(DeviceTensor::alias(ctx, *summed, DType::F32, operand.shape));
+  TensorRef grad = new_tensor(ctx, operand.dtype, operand.shape);
+  ctx.backend().convert(grad->data(), grad->dtype, summed->data(), DType::F32, grad->numel());
+  return grad;
+}
 
 class MatmulNode final : public Node {
  public:
@@ -21,26 +91,49 @@ class MatmulNode final : public Node {
     DeviceTensor& dy = *grads[0];
     // The strides are products of two extents: they fit in int64 whenever
     // the tensor written has elements (with none, nothing runs).
-    TensorRef da, db;
-    if (a.requires_grad) da = new_tensor(ctx, a.dtype, a.shape);
-    if (da && da->numel() > 0) {  // dA = dY B^T
-      GemmArgs g;
-      g.batch = s.batch, g.m = s.m, g.n = s.k, g.k = s.n;
-      g.a = dy.data(), g.a_batch_stride = s.m * s.n;
-      g.b = b.data(), g.trans_b = true, g.b_batch_stride = s.k * s.n;
-      g.ab_type = a.dtype, g.c = da->data(), g.c_type = a.dtype, g.c_batch_stride = s.m * s.k;
-      gemm_of(ctx, name()).gemm(g);
-    }
-    if (b.requires_grad) db = new_tensor(ctx, b.dtype, b.shape);
-    if (db && db->numel() > 0) {  // dB = A^T dY
-      GemmArgs g;
-      g.batch = s.batch, g.m = s.k, g.n = s.n, g.k = s.m;
-      g.a = a.data(), g.trans_a = true, g.a_batch_stride = s.m * s.k;
-      g.b = dy.data(), g.b_batch_stride = s.m * s.n;
-      g.ab_type = a.dtype, g.c = db->data(), g.c_type = b.dtype, g.c_batch_stride = s.k * s.n;
-      gemm_of(ctx, name()).gemm(g);
-    }
+    TensorRef da, db, a_copy, b_copy;
+    if (a.requires_grad) da = gradient(ctx, a, s.a_matrices, s.a_read, true, dy, b, b_copy);
+    if (b.requires_grad) db = gradient(ctx, b, s.b_matrices, s.b_read, false, dy, a, a_copy);
     return grad_list(std::move(da), std::move(db));
+  }
+
+ private:
+  // dA = dY B^T (for_a) or dB = A^T dY: each product of the batch into the
+  // operand's gradient, or into F32 per-batch gradients then reduced. With
+  // no output elements every gradient element is an empty sum.
+  TensorRef gradient(DeviceContext& ctx, DeviceTensor& operand, const Shape& matrices,
+                     BatchRead read, bool for_a, DeviceTensor& dy, DeviceTensor& other,
+                     TensorRef& other_copy) {
+    if (dy.numel() == 0) {
+      TensorRef zeros = new_tensor(ctx, operand.dtype, operand.shape);
+      ctx.backend().fill(zeros->data(), dtype_size(zeros->dtype), 0, zeros->numel());
+      return zeros;
+    }
+    const bool direct = read == BatchRead::Direct || s.folded;
+    TensorRef grad = direct ? new_tensor(ctx, operand.dtype, operand.shape)
+                            : new_tensor(ctx, DType::F32, expanded_shape(s, matrices));
+    const Shape& other_matrices = for_a ? s.b_matrices : s.a_matrices;
+    const BatchRead other_read = for_a ? s.b_read : s.a_read;
+    const void* other_data =
+        batch_operand(ctx, s, other, other_matrices, other_read, other_copy);
+    GemmArgs g;
+    g.batch = s.folded ? 1 : s.batch;
+    const int64_t rows = s.folded ? s.batch * s.m : s.m;
+    if (for_a) {
+      g.m = rows, g.n = s.k, g.k = s.n;
+      g.a = dy.data(), g.a_batch_stride = s.m * s.n;
+      g.b = other_data, g.trans_b = true, g.b_batch_stride = batch_stride(other_read, s.k * s.n);
+      g.c_batch_stride = s.m * s.k;
+    } else {
+      g.m = s.k, g.n = s.n, g.k = rows;
+      g.a = other_data, g.trans_a = true, g.a_batch_stride = batch_stride(other_read, s.m * s.k);
+      g.b = dy.data(), g.b_batch_stride = s.m * s.n;
+      g.c_batch_stride = s.k * s.n;
+    }
+    g.ab_type = dy.dtype, g.c = grad->data(), g.c_type = grad->dtype;
+    gemm_of(ctx, name()).gemm(g);
+    if (direct) return grad;
+    return reduced_gradient(ctx, *grad, operand, matrices);
   }
 };
 
@@ -103,38 +196,102 @@ void check_same_dtype(const DeviceTensor& a, const DeviceTensor& b, const char* 
 
 }  // namespace
 
+namespace {
+
+// The operand's shape with torch.matmul's promotion of a vector: [K] is
+// [1, K] as a (`first`) and [K, 1] as b.
+Shape promoted_matrices(const Shape& shape, bool first) {
+  if (shape.ndim != 1) return shape;
+  Shape m;
+  m.ndim = 2;
+  m.dims[first ? 0 : 1] = 1;
+  m.dims[first ? 1 : 0] = shape.dims[0];
+  return m;
+}
+
+// How an operand whose matrices are `matrices` is read against the output
+// batch `out_batch`.
+BatchRead batch_read(const Shape& matrices, const Shape& out_batch) {
+  const int32_t own_batch = matrices.ndim - 2;
+  bool all_ones = true, all_equal = true;
+  for (int32_t d = 0; d < out_batch.ndim; ++d) {
+    const int32_t own = d - (out_batch.ndim - own_batch);
+    const int64_t extent = own >= 0 ? matrices.dims[own] : 1;
+    if (extent != 1) all_ones = false;
+    if (extent != out_batch.dims[d]) all_equal = false;
+  }
+  if (all_equal) return BatchRead::Direct;
+  return all_ones ? BatchRead::Shared : BatchRead::Expanded;
+}
+
+MatmulShape matmul_shape(const DeviceTensor& a, const DeviceTensor& b) {
+  const auto bad = [&](const char* why) {
+    fail(AMPX_ERR_SHAPE, "'a' is ", a.describe(), " and 'b' is ", b.describe(), "; ", why,
+         " (matmul takes a [..., M, K] or [K] and b [..., K, N] or [K], with batch "
+         "dimensions that broadcast)");
+  };
+  if (a.shape.ndim < 1 || b.shape.ndim < 1) bad("a 0-D operand has no matrix");
+  MatmulShape s;
+  s.a_matrices = promoted_matrices(a.shape, true);
+  s.b_matrices = promoted_matrices(b.shape, false);
+  const Shape& am = s.a_matrices;
+  const Shape& bm = s.b_matrices;
+  s.m = am.dims[am.ndim - 2];
+  s.k = am.dims[am.ndim - 1];
+  s.n = bm.dims[bm.ndim - 1];
+  if (bm.dims[bm.ndim - 2] != s.k) bad("a's last extent is not b's contracted one");
+  const int32_t a_batch = am.ndim - 2, b_batch = bm.ndim - 2;
+  s.out_batch.ndim = a_batch > b_batch ? a_batch : b_batch;
+  for (int32_t d = 0; d < s.out_batch.ndim; ++d) {
+    const int32_t ad = d - (s.out_batch.ndim - a_batch), bd = d - (s.out_batch.ndim - b_batch);
+    const int64_t ea = ad >= 0 ? am.dims[ad] : 1, eb = bd >= 0 ? bm.dims[bd] : 1;
+    if (ea != eb && ea != 1 && eb != 1) bad("the batch dimensions do not broadcast");
+    s.out_batch.dims[d] = ea == 1 ? eb : ea;
+  }
+  s.a_read = batch_read(am, s.out_batch);
+  s.b_read = batch_read(bm, s.out_batch);
+  s.folded = s.a_read == BatchRead::Direct && s.b_read == BatchRead::Shared;
+  return s;
+}
+
+// torch.matmul's output shape: the batch, then M unless a is a vector,
+// then N unless b is.
+Shape matmul_output_shape(const MatmulShape& s, const Shape& a, const Shape& b) {
+  Shape out = s.out_batch;
+  if (a.ndim > 1) out.dims[out.ndim++] = s.m;
+  if (b.ndim > 1) out.dims[out.ndim++] = s.n;
+  return out;
+}
+
+}  // namespace
+
 DeviceTensor* op_matmul(DeviceTensor& a_in, DeviceTensor& b_in) {
   require_capabilities(*a_in.ctx, "matmul", Capability::Gemm);
   check_same_context(a_in, b_in, "a", "b");
   check_floating(a_in, "a");
   check_floating(b_in, "b");
-  const Shape& as = a_in.shape;
-  const Shape& bs = b_in.shape;
-  MatmulShape s{};
-  if (as.ndim == 2 && bs.ndim == 2 && as.dims[1] == bs.dims[0]) {
-    s = {1, as.dims[0], as.dims[1], bs.dims[1]};
-  } else if (as.ndim == 3 && bs.ndim == 3 && as.dims[0] == bs.dims[0] && as.dims[2] == bs.dims[1]) {
-    s = {as.dims[0], as.dims[1], as.dims[2], bs.dims[2]};
-  } else {
-    fail(AMPX_ERR_SHAPE, "'a' is ", a_in.describe(), " and 'b' is ", b_in.describe(),
-         "; matmul takes [M, K] x [K, N] or [B, M, K] x [B, K, N]");
-  }
+  MatmulShape s = matmul_shape(a_in, b_in);
+  // Checked before the batch's product, which no longer overflows.
+  const Shape out_shape =
+      make_shape(matmul_output_shape(s, a_in.shape, b_in.shape), a_in.dtype, "matmul's output");
+  s.batch = s.out_batch.numel();
+  if (s.a_read != BatchRead::Direct || s.b_read != BatchRead::Direct)
+    require_capabilities(*a_in.ctx, "matmul (batch broadcasting)", Capability::Nn);
   DeviceContext& ctx = *a_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, "matmul", {&a_in, &b_in});
   DeviceTensor& a = *in[0];
   DeviceTensor& b = *in[1];
   check_same_dtype(a, b, "a", "b");
-  Shape out_shape;
-  out_shape.ndim = as.ndim;
-  if (as.ndim == 3) out_shape.dims[0] = s.batch;
-  out_shape.dims[as.ndim - 2] = s.m;
-  out_shape.dims[as.ndim - 1] = s.n;
-  TensorRef out = new_tensor(ctx, a.dtype, make_shape(out_shape, a.dtype, "matmul's output"));
+  TensorRef out = new_tensor(ctx, a.dtype, out_shape);
   if (out->numel() > 0) {  // then every stride below fits in int64
+    TensorRef a_copy, b_copy;
     GemmArgs g;
-    g.batch = s.batch, g.m = s.m, g.n = s.n, g.k = s.k;
-    g.a = a.data(), g.a_batch_stride = s.m * s.k;
-    g.b = b.data(), g.b_batch_stride = s.k * s.n;
+    g.batch = s.folded ? 1 : s.batch, g.m = s.folded ? s.batch * s.m : s.m;
+    g.n = s.n, g.k = s.k;
+    g.a = batch_operand(ctx, s, a, s.a_matrices, s.a_read, a_copy);
+    g.a_batch_stride = batch_stride(s.a_read, s.m * s.k);
+    g.b = batch_operand(ctx, s, b, s.b_matrices, s.b_read, b_copy);
+    g.b_batch_stride = batch_stride(s.b_read, s.k * s.n);
     g.ab_type = a.dtype, g.c = out->data(), g.c_type = a.dtype, g.c_batch_stride = s.m * s.n;
     gemm_of(ctx, "matmul").gemm(g);
   }

@@ -30,6 +30,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "training_fixture.h"
@@ -604,6 +605,138 @@ TEST_CASE("ops gradcheck: matmul, 2-D and batched") {
     gradcheck(name + ", b constant", {floating(a_dims, a), floating(b_dims, b, false)}, op, ref,
               72);
   }
+}
+
+// torch.matmul's rules, written out in double: a vector is a matrix of one
+// row (as a) or one column (as b) whose extent the output drops; the batch
+// dimensions (all but the last two) broadcast aligned at the right.
+struct MatmulRef {
+  Dims a_dims, b_dims, out_dims, batch;
+  size_t m = 1, k = 0, n = 1;
+
+  MatmulRef(Dims a, Dims b) : a_dims(std::move(a)), b_dims(std::move(b)) {
+    Dims am = a_dims, bm = b_dims;
+    if (am.size() == 1) am.insert(am.begin(), 1);
+    if (bm.size() == 1) bm.push_back(1);
+    m = static_cast<size_t>(am[am.size() - 2]);
+    k = static_cast<size_t>(am.back());
+    n = static_cast<size_t>(bm.back());
+    const size_t ab = am.size() - 2, bb = bm.size() - 2, ob = std::max(ab, bb);
+    a_batch.assign(ob, 1), b_batch.assign(ob, 1);
+    for (size_t d = 0; d < ab; ++d) a_batch[ob - ab + d] = am[d];
+    for (size_t d = 0; d < bb; ++d) b_batch[ob - bb + d] = bm[d];
+    for (size_t d = 0; d < ob; ++d) batch.push_back(std::max(a_batch[d], b_batch[d]));
+    out_dims = batch;
+    if (a_dims.size() > 1) out_dims.push_back(static_cast<int64_t>(m));
+    if (b_dims.size() > 1) out_dims.push_back(static_cast<int64_t>(n));
+  }
+
+  // The flat index of batch element `p` (of `batch`) in an operand whose
+  // batch extents are `own` (1 where broadcast).
+  size_t operand_batch(size_t p, const Dims& own) const {
+    size_t index = 0, stride = 1;
+    for (size_t d = batch.size(); d-- > 0;) {
+      const size_t coord = p % static_cast<size_t>(batch[d]);
+      p /= static_cast<size_t>(batch[d]);
+      if (own[d] != 1) index += coord * stride;
+      stride *= static_cast<size_t>(own[d]);
+    }
+    return index;
+  }
+
+  Vec operator()(const Vec& a, const Vec& b) const {
+    const size_t batches = count_of(batch);
+    Vec out(batches * m * n, 0.0);
+    for (size_t p = 0; p < batches; ++p) {
+      const size_t pa = operand_batch(p, a_batch), pb = operand_batch(p, b_batch);
+      for (size_t i = 0; i < m; ++i)
+        for (size_t j = 0; j < n; ++j) {
+          double sum = 0.0;
+          for (size_t q = 0; q < k; ++q)
+            sum += a[(pa * m + i) * k + q] * b[(pb * k + q) * n + j];
+          out[(p * m + i) * n + j] = sum;
+        }
+    }
+    return out;
+  }
+
+ private:
+  Dims a_batch, b_batch;
+};
+
+TEST_CASE("ops gradcheck: matmul with torch.matmul's shapes (vectors, broadcast batches)") {
+  OPS_REQUIRE_CPU();
+  // (a, b, torch.matmul's output shape)
+  const std::vector<std::tuple<Dims, Dims, Dims>> cases = {
+      {{3}, {3}, {}},                          // dot
+      {{2, 3}, {3}, {2}},                      // matrix-vector
+      {{3}, {3, 4}, {4}},                      // vector-matrix
+      {{3}, {2, 3, 4}, {2, 4}},                // vector times a batch
+      {{2, 3, 4}, {4}, {2, 3}},                // a batch times a vector
+      {{2, 3, 4}, {4, 5}, {2, 3, 5}},          // a batch times one matrix
+      {{3, 4}, {2, 4, 5}, {2, 3, 5}},          // one matrix times a batch
+      {{1, 2, 3}, {4, 3, 2}, {4, 2, 2}},       // a batch of one, shared
+      {{2, 1, 3, 4}, {5, 4, 2}, {2, 5, 3, 2}}, // both broadcast
+      {{2, 3, 2, 3}, {1, 3, 3, 2}, {2, 3, 2, 2}},
+      {{2, 2, 3, 4}, {2, 2, 4, 1}, {2, 2, 3, 1}},
+      {{1, 1, 2, 3}, {3, 2}, {1, 1, 2, 2}},
+  };
+  const Op op = [](const std::vector<ampx_tensor>& t, ampx_tensor* out) {
+    return ampx_matmul(t[0], t[1], out);
+  };
+  Rng rng(23);
+  uint64_t seed = 80;
+  for (const auto& [a_dims, b_dims, out_dims] : cases) {
+    const MatmulRef ref(a_dims, b_dims);
+    REQUIRE(ref.out_dims == out_dims);
+    const Vec a = rng.values(count_of(a_dims), -2, 2), b = rng.values(count_of(b_dims), -2, 2);
+    const Reference reference = [&](const Inputs& v) { return ref(v[0], v[1]); };
+    const auto text = [](const Dims& dims) {
+      std::string t = "[";
+      for (size_t d = 0; d < dims.size(); ++d) t += (d ? ", " : "") + std::to_string(dims[d]);
+      return t + "]";
+    };
+    const std::string name = "matmul " + text(a_dims) + " x " + text(b_dims);
+    {
+      Ctx ctx;
+      Tensor ta(make_tensor(ctx, floating(a_dims, a, false)));
+      Tensor tb(make_tensor(ctx, floating(b_dims, b, false)));
+      Tensor out;
+      REQUIRE_MESSAGE(ampx_matmul(ta, tb, out.out()) == AMPX_OK, last_error());
+      CHECK(ampx_fixture::dims_of(out) == out_dims);
+    }
+    gradcheck(name, {floating(a_dims, a), floating(b_dims, b)}, op, reference, seed++);
+    gradcheck(name + ", a constant", {floating(a_dims, a, false), floating(b_dims, b)}, op,
+              reference, seed++);
+  }
+}
+
+TEST_CASE("ops matmul: a product with no elements gives zero gradients; bad shapes change nothing") {
+  Ctx ctx;
+  Tensor a(make_tensor(ctx, floating({3, 4}, Vec(12, 1.0))));
+  Tensor empty_batch(make_tensor(ctx, floating({0, 4, 5}, Vec{})));
+  REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+  ampx_tensor y = nullptr, total = nullptr;
+  REQUIRE_MESSAGE(ampx_matmul(a, empty_batch, &y) == AMPX_OK, last_error());
+  CHECK(ampx_fixture::dims_of(y) == Dims{0, 3, 5});
+  REQUIRE(ampx_sum(y, &total) == AMPX_OK);
+  REQUIRE_MESSAGE(ampx_backward(total, nullptr) == AMPX_OK, last_error());
+  bool present = false;
+  CHECK(grad_values(a, &present) == Vec(12, 0.0));
+  CHECK(present);
+  REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+
+  Tensor scalar(make_tensor(ctx, floating({}, Vec{2.0}, false)));
+  Tensor v3(make_tensor(ctx, floating({3}, Vec(3, 1.0), false)));
+  Tensor b234(make_tensor(ctx, floating({2, 3, 4}, Vec(24, 1.0), false)));
+  Tensor b343(make_tensor(ctx, floating({3, 4, 3}, Vec(36, 1.0), false)));
+  ampx_tensor out = reinterpret_cast<ampx_tensor>(&ctx);  // must stay untouched
+  const ampx_tensor untouched = out;
+  CHECK_FAILS_WITH(ampx_matmul(scalar, v3, &out), AMPX_ERR_SHAPE, "0-D");
+  CHECK_FAILS_WITH(ampx_matmul(v3, b343, &out), AMPX_ERR_SHAPE, "contracted");
+  CHECK_FAILS_WITH(ampx_matmul(b234, b343, &out), AMPX_ERR_SHAPE, "do not broadcast");
+  CHECK(ampx_test::contains(last_error(), "f32[3, 4, 3]"));
+  CHECK(out == untouched);
 }
 
 TEST_CASE("ops gradcheck: linear with and without bias, each fused activation") {

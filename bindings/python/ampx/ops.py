@@ -207,7 +207,9 @@ def bce_with_logits(logits: Tensor, targets: Tensor, reduction="mean") -> Tensor
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
-    """[M, K] @ [K, N], or batched [B, M, K] @ [B, K, N]; accumulates in fp32."""
+    """``torch.matmul``'s shapes: [..., M, K] @ [..., K, N] with batch dimensions
+    that broadcast; a 1-D a is one row, a 1-D b one column, and the output
+    drops that extent ([K] @ [K] is 0-D). Accumulates in fp32."""
     return _binary(lib.ampx_matmul, a, b)
 
 

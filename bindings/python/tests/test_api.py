@@ -112,6 +112,15 @@ class OpsTest(unittest.TestCase):
         self.close(a @ w.transpose(0, 1), ta @ tw.T, 1e-4)
         self.close(ampx.matmul(a.reshape(2, 2, 6), ampx.reshape(a, (2, 6, 2))),
                    torch.bmm(ta.reshape(2, 2, 6), ta.reshape(2, 6, 2)), 1e-4)
+        # torch.matmul's shapes: a batch times a matrix, broadcast batches, vectors
+        self.close(a.reshape(2, 1, 2, 6) @ ampx.reshape(a, (2, 6, 2)),
+                   ta.reshape(2, 1, 2, 6) @ ta.reshape(2, 6, 2), 1e-4)
+        self.close(a.reshape(2, 2, 6) @ a.reshape(6, 4), ta.reshape(2, 2, 6) @ ta.reshape(6, 4),
+                   1e-4)
+        v0, v1 = _t(self.ctx, self.a[0]), _t(self.ctx, self.a[1])
+        self.close(a @ v0, ta @ ta[0], 1e-4)
+        self.close(v0 @ v1, ta[0] @ ta[1], 1e-4)
+        self.assertEqual((v0 @ v1).shape, ())
         self.assertEqual(a.reshape(-1).shape, (24,))
         self.assertEqual(a.reshape(-1).data_ptr, a.data_ptr)
         self.close(ampx.concat([a, a], dim=-1), torch.cat([ta, ta], -1))

@@ -215,8 +215,10 @@ binary_ops! {
     /// `self / other` ("div": promote; IEEE division), broadcasting as
     /// [`Tensor::add`].
     div => ampx_div;
-    /// Matrix product ("matmul": lower precision): `[M, K] x [K, N]` or
-    /// batched `[B, M, K] x [B, K, N]`; accumulates in fp32.
+    /// Matrix product with `torch.matmul`'s shapes ("matmul": lower
+    /// precision): `[..., M, K] x [..., K, N]` with broadcasting batch
+    /// dimensions, a 1-D operand as one row (a) or column (b) whose extent
+    /// the output drops; accumulates in fp32.
     matmul => ampx_matmul;
 }
 
