@@ -269,14 +269,17 @@ TEST_CASE("cpu tiles: row and whole sums accumulate each element's exact value i
         for (size_t r = 0; r < rows; ++r) acc += load(t, x, r * cols + c);
         store(out_type, want, c, static_cast<float>(acc));
       }
-      for (size_t i = 0; i < rows * cols; ++i) total += load(t, x, i);
+      // sum_all adds fixed blocks of 2^15 elements, then the blocks; inside
+      // a block element j goes to partial sum j % 8, and the eight partial
+      // sums are added in order. All 17500 elements are one block here.
+      double lanes[8] = {};
+      for (size_t i = 0; i < rows * cols; ++i) lanes[i % 8] += load(t, x, i);
+      for (double lane : lanes) total += lane;
       Bytes out(want.size());
       ampx_test::nn_of(backend).sum_rows(x.data(), t, rows, cols, out.data(), out_type);
       CHECK(same_values(out_type, out, want));
       float sum = 0.0f;
       ampx_test::nn_of(backend).sum_all(x.data(), t, static_cast<int64_t>(rows * cols), &sum);
-      // sum_all adds fixed blocks of 2^15 and then the blocks: all 17500
-      // elements are one block here, so the order is the reference's.
       CHECK(sum == static_cast<float>(total));
     }
   }
