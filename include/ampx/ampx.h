@@ -299,7 +299,9 @@ typedef struct ampx_context_options {
   ampx_device_type device_type; /**< default AMPX_DEVICE_CPU */
   int32_t device_index;         /**< CUDA device ordinal; default 0 */
   int32_t num_threads;          /**< CPU worker threads; 0 (default) = one per
-                                     hardware thread; 1 = no worker threads */
+                                     hardware thread; 1 = no worker threads.
+                                     Idle workers poll for 50 us after each
+                                     op before they sleep. */
   uint64_t seed;                /**< seed of the context's random streams;
                                      default 0 */
   ampx_allocator allocator;     /**< default: ampx's allocator */
@@ -338,8 +340,9 @@ AMPX_API ampx_context_options ampx_context_options_default(void);
  *  BF16 convolutions go to oneDNN instead (libdnnl.so.2, or the library
  *  AMPX_DNNL_LIBRARY names), loaded at the first one; AMPX_DNNL_LIBRARY=none
  *  or AMPX_BLAS=none turns that off. If no OpenMP runtime is loaded yet and
- *  the host has not set OMP_WAIT_POLICY, it is set to "passive" for the
- *  length of that load, so that oneDNN's idle threads sleep too; a host
+ *  the host has set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, they are set
+ *  to "passive" and "1000" for the length of that load, so that oneDNN's
+ *  idle threads poll briefly and then sleep too; a host
  *  that loaded an OpenMP runtime of its own first (PyTorch does) may have
  *  oneDNN's threads run on it, with its wait policy. A host that reads the environment
  *  from another thread at those moments may see these variables. */

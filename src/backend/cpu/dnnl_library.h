@@ -6,10 +6,10 @@
 // opened on first use; "none" there, or AMPX_BLAS=none (ampx's own kernels
 // for everything), turns it off. It is used only on a CPU that multiplies
 // bf16 natively (AVX512-BF16 or AMX, as oneDNN itself detects it). When
-// ampx loads oneDNN's OpenMP runtime first and OMP_WAIT_POLICY is unset, it
-// is set to passive for the load, so that OpenMP's idle threads sleep
-// instead of spinning against ampx's own and OpenBLAS's threads on the same
-// cores.
+// ampx loads oneDNN's OpenMP runtime first and neither OMP_WAIT_POLICY nor
+// GOMP_SPINCOUNT is set, they are set to passive and 1000 for the load, so
+// that OpenMP's idle threads poll briefly and then sleep instead of
+// spinning against ampx's own and OpenBLAS's threads on the same cores.
 #pragma once
 
 namespace ampx::impl {

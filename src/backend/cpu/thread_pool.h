@@ -3,7 +3,9 @@
 // A fixed set of workers that split one range at a time; the calling thread
 // works too, so a pool of size 1 has no worker threads at all. Small ranges
 // run inline on the caller: waking workers costs microseconds, which would
-// dominate small tensors.
+// dominate small tensors. Idle workers, and a caller waiting for them, poll
+// for a short window (50 us) before they sleep, so that back-to-back ops do
+// not pay a kernel wake-up each.
 #pragma once
 
 #include <atomic>
@@ -42,9 +44,11 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  uint64_t generation_ = 0;
+  uint64_t generation_ = 0;  // guarded by mutex_
+  // generation_ (or a stop) as polling workers read it without the mutex.
+  std::atomic<uint64_t> published_{0};
   bool stopping_ = false;
-  int busy_workers_ = 0;
+  std::atomic<int> busy_workers_{0};
 
   // The job of the current generation.
   const RangeFn* job_ = nullptr;
