@@ -7,6 +7,7 @@
 #include "backend/cpu/dnnl_conv.h"
 
 #if __has_include(<oneapi/dnnl/dnnl.h>)
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
