@@ -579,6 +579,7 @@ Tensor run_op(ampx_tensor any_input, Call call) {
 AMPX_HPP_BINARY_OP(add)
 AMPX_HPP_BINARY_OP(sub)
 AMPX_HPP_BINARY_OP(mul)
+AMPX_HPP_BINARY_OP(div)
 AMPX_HPP_BINARY_OP(matmul)
 AMPX_HPP_BINARY_OP(embedding)  // (weight, indices)
 #undef AMPX_HPP_BINARY_OP
@@ -597,7 +598,39 @@ AMPX_HPP_UNARY_OP(sum)
 AMPX_HPP_UNARY_OP(mean)
 AMPX_HPP_UNARY_OP(softmax)
 AMPX_HPP_UNARY_OP(log_softmax)
+AMPX_HPP_UNARY_OP(exp)
+AMPX_HPP_UNARY_OP(log)
+AMPX_HPP_UNARY_OP(sqrt)
+AMPX_HPP_UNARY_OP(rsqrt)
+AMPX_HPP_UNARY_OP(global_avg_pool2d)
 #undef AMPX_HPP_UNARY_OP
+
+inline Tensor pow(const Tensor& x, double exponent) {
+  return detail::run_op(x.get(), [&](ampx_tensor* out) { return ampx_pow(x.get(), exponent, out); });
+}
+
+inline Tensor softmax(const Tensor& x, int32_t dim) {
+  return detail::run_op(x.get(), [&](ampx_tensor* out) { return ampx_softmax_dim(x.get(), dim, out); });
+}
+
+inline Tensor log_softmax(const Tensor& x, int32_t dim) {
+  return detail::run_op(x.get(),
+                        [&](ampx_tensor* out) { return ampx_log_softmax_dim(x.get(), dim, out); });
+}
+
+// Reductions over `dims` (negative counts from the end), as torch's
+// x.sum(dims, keepdim), x.mean(dims, keepdim) and x.amax(dims, keepdim).
+#define AMPX_HPP_DIMS_OP(name, c_name)                                                    \
+  inline Tensor name(const Tensor& x, const std::vector<int32_t>& dims, bool keepdim = false) { \
+    return detail::run_op(x.get(), [&](ampx_tensor* out) {                                \
+      return c_name(x.get(), dims.data(), static_cast<int32_t>(dims.size()), keepdim ? 1 : 0, \
+                    out);                                                                 \
+    });                                                                                   \
+  }
+AMPX_HPP_DIMS_OP(sum, ampx_sum_dims)
+AMPX_HPP_DIMS_OP(mean, ampx_mean_dims)
+AMPX_HPP_DIMS_OP(amax, ampx_amax)
+#undef AMPX_HPP_DIMS_OP
 
 inline Tensor affine(const Tensor& a, double scale, double shift) {
   return detail::run_op(a.get(), [&](ampx_tensor* out) { return ampx_affine(a.get(), scale, shift, out); });
@@ -608,6 +641,14 @@ inline Tensor cross_entropy(const Tensor& logits, const Tensor& labels,
                             int64_t ignore_index = -100) {
   return detail::run_op(logits.get(), [&](ampx_tensor* out) {
     return ampx_cross_entropy(logits.get(), labels.get(), reduction, ignore_index, out);
+  });
+}
+
+// With class weights (an empty Tensor(): none) and label smoothing.
+inline Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& weight,
+                            const ampx_cross_entropy_options& options) {
+  return detail::run_op(logits.get(), [&](ampx_tensor* out) {
+    return ampx_cross_entropy_ex(logits.get(), labels.get(), weight.get(), &options, out);
   });
 }
 
@@ -651,6 +692,64 @@ inline Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bi
   });
 }
 
+inline Tensor rms_norm(const Tensor& x, const Tensor& weight = Tensor(), double eps = 1e-6) {
+  return detail::run_op(x.get(), [&](ampx_tensor* out) {
+    return ampx_rms_norm(x.get(), weight.get(), eps, out);
+  });
+}
+
+// NCHW; an empty Tensor() as bias means none.
+inline Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                     const ampx_conv2d_options& options = ampx_conv2d_options_default()) {
+  return detail::run_op(x.get(), [&](ampx_tensor* out) {
+    return ampx_conv2d(x.get(), weight.get(), bias.get(), &options, out);
+  });
+}
+
+inline Tensor max_pool2d(const Tensor& x, int64_t kernel_h, int64_t kernel_w,
+                         const ampx_pool2d_options& options = ampx_pool2d_options_default()) {
+  return detail::run_op(x.get(), [&](ampx_tensor* out) {
+    return ampx_max_pool2d(x.get(), kernel_h, kernel_w, &options, out);
+  });
+}
+
+inline Tensor avg_pool2d(const Tensor& x, int64_t kernel_h, int64_t kernel_w,
+                         const ampx_pool2d_options& options = ampx_pool2d_options_default()) {
+  return detail::run_op(x.get(), [&](ampx_tensor* out) {
+    return ampx_avg_pool2d(x.get(), kernel_h, kernel_w, &options, out);
+  });
+}
+
+// q [B, H, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv]; an empty Tensor()
+// as mask means none.
+inline Tensor scaled_dot_product_attention(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = Tensor(),
+    const ampx_attention_options& options = ampx_attention_options_default()) {
+  return detail::run_op(q.get(), [&](ampx_tensor* out) {
+    return ampx_scaled_dot_product_attention(q.get(), k.get(), v.get(), mask.get(), &options,
+                                             out);
+  });
+}
+
+inline Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  return detail::run_op(x.get(), [&](ampx_tensor* out) {
+    return ampx_masked_fill(x.get(), mask.get(), value, out);
+  });
+}
+
+inline Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                               bool interleaved = false) {
+  return detail::run_op(x.get(), [&](ampx_tensor* out) {
+    return ampx_rotary_embedding(x.get(), cos.get(), sin.get(), interleaved ? 1 : 0, out);
+  });
+}
+
+inline Tensor permute(const Tensor& x, const std::vector<int32_t>& dims) {
+  return detail::run_op(x.get(), [&](ampx_tensor* out) {
+    return ampx_permute(x.get(), static_cast<int32_t>(dims.size()), dims.data(), out);
+  });
+}
+
 inline Tensor dropout(const Tensor& x, double p, bool training) {
   return detail::run_op(x.get(), [&](ampx_tensor* out) {
     return ampx_dropout(x.get(), p, training ? 1 : 0, out);
@@ -672,6 +771,58 @@ inline Tensor concat(const std::vector<const Tensor*>& tensors, int32_t dim) {
   for (const Tensor* t : tensors) handles.push_back(t ? t->get() : nullptr);
   return detail::run_op(handles.empty() ? nullptr : handles.front(), [&](ampx_tensor* out) {
     return ampx_concat(handles.data(), handles.size(), dim, out);
+  });
+}
+
+namespace detail {
+
+// run_op for the ops that write several outputs: `call(outs, &written)`
+// fills up to `capacity` handles and says how many.
+template <class Call>
+std::vector<Tensor> run_multi_op(ampx_tensor any_input, size_t capacity, Call call) {
+  std::vector<ampx_tensor> outs(capacity, nullptr);
+  size_t written = 0;
+  ampx_context ctx = nullptr;
+  const ampx_status no_context = ampx_tensor_context(any_input, &ctx);
+  if (no_context != AMPX_OK) {
+    const ampx_status status = call(outs.data(), &written);
+    throw Error(status != AMPX_OK ? status : no_context, ampx_last_error());
+  }
+  check(ampx_scope_push(ctx));
+  ampx_status status = call(outs.data(), &written);
+  std::vector<Tensor> result;
+  for (size_t i = 0; status == AMPX_OK && i < written; ++i) {
+    status = ampx_tensor_retain(outs[i]);
+    if (status == AMPX_OK) result.emplace_back(outs[i]);
+  }
+  if (status != AMPX_OK) {
+    Error error(status, ampx_last_error());
+    (void)ampx_scope_pop(ctx);
+    throw error;
+  }
+  check(ampx_scope_pop(ctx));
+  return result;
+}
+
+}  // namespace detail
+
+// Pieces of sizes[k] along dim, as torch.split(x, sizes, dim).
+inline std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes,
+                                 int32_t dim) {
+  return detail::run_multi_op(x.get(), sizes.size(), [&](ampx_tensor* outs, size_t* written) {
+    *written = sizes.size();
+    return ampx_split(x.get(), sizes.data(), sizes.size(), dim, outs);
+  });
+}
+
+// At most `chunks` pieces along dim, as torch.chunk.
+inline std::vector<Tensor> chunk(const Tensor& x, int32_t chunks, int32_t dim) {
+  const size_t capacity = chunks > 0 ? static_cast<size_t>(chunks) : 1;
+  return detail::run_multi_op(x.get(), capacity, [&](ampx_tensor* outs, size_t* written) {
+    int32_t count = 0;
+    const ampx_status status = ampx_chunk(x.get(), chunks, dim, outs, &count);
+    *written = status == AMPX_OK ? static_cast<size_t>(count) : 0;
+    return status;
   });
 }
 

@@ -153,6 +153,73 @@ TEST_CASE("c++ layer: shape ops, losses and norms") {
         doctest::Approx(std::log(2.0)));
 }
 
+TEST_CASE("c++ layer: the CNN and Transformer ops, against values worked by hand") {
+  ampx::Context ctx;
+  using V = std::vector<float>;
+  using S = std::vector<int64_t>;
+  // A 1x1x3x3 image and a 2x2 kernel of ones, no padding: 2x2 window sums.
+  const ampx::Tensor image = ampx::Tensor::from_host(ctx, {1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3});
+  const ampx::Tensor ones = ampx::Tensor::from_host(ctx, {1, 1, 1, 1}, {1, 1, 2, 2});
+  CHECK(ampx::conv2d(image, ones).to_vector() == V{12, 16, 24, 28});
+  ampx_conv2d_options padded = ampx_conv2d_options_default();
+  padded.padding[0] = padded.padding[1] = 1;
+  padded.stride[0] = padded.stride[1] = 2;
+  CHECK(ampx::conv2d(image, ones, ampx::Tensor(), padded).to_vector() == V{1, 5, 11, 28});
+  CHECK(ampx::max_pool2d(image, 2, 2).to_vector() == V{5});  // stride = kernel
+  ampx_pool2d_options step1 = ampx_pool2d_options_default();
+  step1.stride[0] = step1.stride[1] = 1;
+  CHECK(ampx::avg_pool2d(image, 2, 2, step1).to_vector() == V{3, 4, 6, 7});
+  CHECK(ampx::global_avg_pool2d(image).to_vector() == V{5});
+
+  const ampx::Tensor a = ampx::Tensor::from_host(ctx, {1, 2, 3, 4, 5, 6}, {2, 3});
+  CHECK(ampx::sum(a, {0}).to_vector() == V{5, 7, 9});
+  CHECK(ampx::mean(a, {-1}, true).shape() == S{2, 1});
+  CHECK(ampx::amax(a, {1}).to_vector() == V{3, 6});
+  CHECK(ampx::permute(a, {1, 0}).to_vector() == V{1, 4, 2, 5, 3, 6});
+  CHECK(ampx::div(a, a).to_vector() == V(6, 1.0f));
+  CHECK(ampx::sqrt(ampx::pow(a, 2.0)).to_vector()[5] == doctest::Approx(6.0));
+  CHECK(ampx::exp(ampx::log(a)).to_vector()[2] == doctest::Approx(3.0));
+  CHECK(ampx::rsqrt(a).to_vector()[3] == doctest::Approx(0.5));
+  const V column = ampx::softmax(a, 0).to_vector();  // each column: 1 / (1 + e^3), e^3 / (1 + e^3)
+  CHECK(column[0] == doctest::Approx(1.0 / (1.0 + std::exp(3.0))));
+  CHECK(column[0] + column[3] == doctest::Approx(1.0));
+  CHECK(ampx::log_softmax(a, 1).to_vector()[2] ==
+        doctest::Approx(-std::log(1.0 + std::exp(-1.0) + std::exp(-2.0))));
+  const std::vector<ampx::Tensor> pieces = ampx::split(a, {1, 2}, 1);
+  REQUIRE(pieces.size() == 2);
+  CHECK(pieces[1].to_vector() == V{2, 3, 5, 6});
+  const std::vector<ampx::Tensor> halves = ampx::chunk(a, 4, 0);  // extent 2: two pieces
+  REQUIRE(halves.size() == 2);
+  CHECK(halves[1].to_vector() == V{4, 5, 6});
+  const ampx::Tensor mask = ampx::Tensor::from_host(ctx, {1, 0, 0}, {3});  // non-zero: set
+  CHECK(ampx::masked_fill(a, mask, -1.0).to_vector() == V{-1, 2, 3, -1, 5, 6});
+  CHECK(ampx::rms_norm(ampx::Tensor::from_host(ctx, {3, 4}, {1, 2})).to_vector()[1] ==
+        doctest::Approx(4.0 / std::sqrt(12.5 + 1e-6)).epsilon(1e-5));
+
+  // One query attending to two keys with scores 0 and 1 (scale 1).
+  const ampx::Tensor q = ampx::Tensor::from_host(ctx, {1}, {1, 1, 1, 1});
+  const ampx::Tensor k = ampx::Tensor::from_host(ctx, {0, 1}, {1, 1, 2, 1});
+  const ampx::Tensor v = ampx::Tensor::from_host(ctx, {10, 20}, {1, 1, 2, 1});
+  ampx_attention_options unscaled = ampx_attention_options_default();
+  unscaled.scale = 1.0;
+  const double p1 = std::exp(1.0) / (1.0 + std::exp(1.0));
+  CHECK(ampx::scaled_dot_product_attention(q, k, v, ampx::Tensor(), unscaled).to_vector()[0] ==
+        doctest::Approx(10.0 * (1.0 - p1) + 20.0 * p1));
+  // Rotary with angle 0 (cos 1, sin 0) is the identity.
+  const ampx::Tensor x = ampx::Tensor::from_host(ctx, {1, 2}, {1, 1, 1, 2});
+  const ampx::Tensor cos = ampx::Tensor::from_host(ctx, {1}, {1, 1});
+  const ampx::Tensor sin = ampx::Tensor::from_host(ctx, {0}, {1, 1});
+  CHECK(ampx::rotary_embedding(x, cos, sin).to_vector() == V{1, 2});
+
+  ampx_cross_entropy_options smoothed = ampx_cross_entropy_options_default();
+  smoothed.label_smoothing = 0.0;
+  const ampx::Tensor labels = ampx::Tensor::from_host_i64(ctx, {2, 0}, {2});
+  CHECK(ampx::cross_entropy(a, labels, ampx::Tensor(), smoothed).to_vector() ==
+        ampx::cross_entropy(a, labels).to_vector());
+  CHECK_THROWS_AS(ampx::split(a, {1, 1}, 1), ampx::Error);  // sizes do not add up
+  CHECK_THROWS_AS(ampx::chunk(a, 0, 0), ampx::Error);
+}
+
 TEST_CASE("c++ layer: Autocast guards enter, nest and leave regions") {
   ampx::Context ctx = test_context();
   ampx::Tensor x = ampx::Tensor::from_host(ctx, {1.0f, 2.0f}, {1, 2});
