@@ -130,7 +130,7 @@ class MatmulNode final : public Node {
       g.b = dy.data(), g.b_batch_stride = s.m * s.n;
       g.c_batch_stride = s.k * s.n;
     }
-    g.ab_type = dy.dtype, g.c = grad->data(), g.c_type = grad->dtype;
+    g.ab_type = operand.dtype, g.c = grad->data(), g.c_type = grad->dtype;
     gemm_of(ctx, name()).gemm(g);
     if (direct) return grad;
     return reduced_gradient(ctx, *grad, operand, matrices);
