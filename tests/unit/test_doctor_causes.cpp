@@ -4,7 +4,7 @@
 // each run, with SGD and with Adam, ReLU, GELU or no activation:
 //   a learning rate 100x too high   -> a finding caused by the learning rate
 //                                      (in the runs where it does harm);
-//   one parameter's gradient x 1e6  -> a finding of an unstable op naming it;
+//   one parameter's gradient x 1e8  -> a finding of an unstable op naming it;
 //   one outlier batch in 200        -> a finding of outlier batches;
 //   nothing                         -> no finding at all.
 // The diagnosis is host code over what the device recorded (the kernels
@@ -34,7 +34,7 @@ struct RunSetup {
   bool adam = false;  // Adam (lr 1e-3), else SGD with momentum 0.9 (lr 0.02)
   ampx_activation activation = AMPX_ACTIVATION_RELU;
   double lr_factor = 1.0;
-  int boosted_param = -1;  // this parameter's gradient is multiplied by 1e6
+  int boosted_param = -1;  // this parameter's gradient is multiplied by 1e8
   int outlier_every = 0;   // every n-th batch has inputs 300x larger
 };
 
@@ -123,7 +123,7 @@ Result train(const RunSetup& setup) {
       ampx_tensor g = nullptr;
       REQUIRE(ampx_tensor_grad(params[setup.boosted_param], &g) == AMPX_OK);
       std::vector<double> v = values_of(g);
-      for (double& e : v) e *= 1e6;
+      for (double& e : v) e *= 1e8;
       write(g, v);
     }
     REQUIRE_MESSAGE(ampx_scaler_step(scaler, opt) == AMPX_OK, last_error());
@@ -214,8 +214,13 @@ TEST_CASE("doctor causes: a learning rate 100x too high is named the cause") {
   }
 }
 
-TEST_CASE("doctor causes: a parameter whose gradient is 1e6 too large is named") {
+TEST_CASE("doctor causes: a parameter whose gradient is 1e8 too large is named") {
   if (ampx_test::test_device() != AMPX_DEVICE_CPU) return;
+  // 1e8, not less: at 1e6 the Adam run without activations loses only 1-4%
+  // of its gradients at the scale the boosted one allows on some CPUs (their
+  // GEMMs round differently, so the runs differ), under the 5% at which a
+  // loss is a finding; at 1e8 the Adam runs lose over half of them and the
+  // SGD runs' scale falls to its minimum (here, an AMD EPYC).
   for (RunSetup s : variants()) {
     s.boosted_param = 4;  // layer3.weight
     CAPTURE(s.adam);
