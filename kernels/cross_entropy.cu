@@ -4,7 +4,8 @@
 //
 //   forward   losses[r] = -math::log_softmax_value(x_r[l], s.max, exp_sum_log(s))
 //             with s the row's max and exp-sum; 0 where l == ignore_index
-//   backward  g = *dloss * scale (read on the device)
+//   backward  g = dloss[r * dloss_stride] * scale (read on the device: one
+//             scalar for a reduced loss, stride 0, or one per row, stride 1)
 //             dx_rj = math::cross_entropy_grad(log_softmax_j, j == l, g);
 //             0 for every j where l == ignore_index
 //
@@ -13,7 +14,7 @@
 //
 //   q_c = math::smoothed_target(c == l, w_l, w_c, eps, 1 / C),  W = sum_c q_c
 //   forward   losses[r] = sum_c q_c (lse - x_c),  row_weights[r] = w_l
-//   backward  dx_rc = (p_c W - q_c) * (*dloss)
+//   backward  dx_rc = (p_c W - q_c) * dloss[r * dloss_stride]
 //
 // Rows are reduced as in softmax.cu (row_reduce.cuh: a warp or a block per
 // row, fixed combining order), so results are the same on every run and
@@ -71,9 +72,8 @@ template <int D, class Label, int G>
 __global__ void __launch_bounds__(kBlockThreads)
     cross_entropy_backward_kernel(const Elem<D>* logits, const Label* labels, int64_t rows,
                                   int64_t cols, int64_t ignore_index, const float* dloss,
-                                  float scale, Elem<D>* dlogits) {
+                                  int64_t dloss_stride, float scale, Elem<D>* dlogits) {
   const RowGroup<G> group;
-  const float g = *dloss * scale;
   for (int64_t r = group.first_row(); r < rows; r += group.row_step()) {
     const int64_t label = labels[r];
     Elem<D>* dx = dlogits + r * cols;
@@ -85,6 +85,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     const Elem<D>* row = logits + r * cols;
     const math::ExpSum s = group.template exp_sum<D>(row, cols);
     const float log_sum = math::exp_sum_log(s);
+    const float g = dloss[r * dloss_stride] * scale;
     for (int64_t j = group.lane(); j < cols; j += G) {
       const float lp = math::log_softmax_value(math::load_float<D>(row[j]), s.max, log_sum);
       dx[j] = math::store_float<D>(math::cross_entropy_grad(lp, j == label, g));
@@ -130,9 +131,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     cross_entropy_smoothed_backward_kernel(const Elem<D>* logits, const Label* labels,
                                            int64_t rows, int64_t cols, int64_t ignore_index,
                                            const float* weight, float eps, const float* dloss,
-                                           Elem<D>* dlogits) {
+                                           int64_t dloss_stride, Elem<D>* dlogits) {
   const RowGroup<G> group;
-  const float g = *dloss;
   const float inv_classes = 1.0f / static_cast<float>(cols);
   for (int64_t r = group.first_row(); r < rows; r += group.row_step()) {
     const int64_t label = labels[r];
@@ -149,6 +149,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     for (int64_t j = group.lane(); j < cols; j += G)
       part += math::smoothed_target(j == label, wl, weight_of(weight, j), eps, inv_classes);
     const float mass = group.sum(part);
+    const float g = dloss[r * dloss_stride];
     for (int64_t j = group.lane(); j < cols; j += G) {
       const float q = math::smoothed_target(j == label, wl, weight_of(weight, j), eps, inv_classes);
       const float p = expf(math::log_softmax_value(math::load_float<D>(row[j]), s.max, log_sum));
@@ -189,8 +190,9 @@ cudaError_t launch_cross_entropy(const void* logits, DType type, const void* lab
 
 cudaError_t launch_cross_entropy_backward(const void* logits, DType type, const void* labels,
                                           DType label_type, int64_t rows, int64_t cols,
-                                          int64_t ignore_index, const float* dloss, float scale,
-                                          void* dlogits, const LaunchConfig& launch) {
+                                          int64_t ignore_index, const float* dloss,
+                                          int64_t dloss_stride, float scale, void* dlogits,
+                                          const LaunchConfig& launch) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
@@ -200,8 +202,8 @@ cudaError_t launch_cross_entropy_backward(const void* logits, DType type, const 
         constexpr int G = decltype(group)::value;
         return enqueue(cross_entropy_backward_kernel<D, Label, G>, row_blocks<G>(rows, launch),
                        launch, static_cast<const Elem<D>*>(logits),
-                       static_cast<const Label*>(labels), rows, cols, ignore_index, dloss, scale,
-                       static_cast<Elem<D>*>(dlogits));
+                       static_cast<const Label*>(labels), rows, cols, ignore_index, dloss,
+                       dloss_stride, scale, static_cast<Elem<D>*>(dlogits));
       });
     });
   });
@@ -232,7 +234,8 @@ cudaError_t launch_cross_entropy_smoothed_backward(const void* logits, DType typ
                                                    int64_t rows, int64_t cols,
                                                    int64_t ignore_index, const float* class_weight,
                                                    float smoothing, const float* dloss,
-                                                   void* dlogits, const LaunchConfig& launch) {
+                                                   int64_t dloss_stride, void* dlogits,
+                                                   const LaunchConfig& launch) {
   return visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     return with_label_type(label_type, [&](auto label) {
@@ -242,7 +245,7 @@ cudaError_t launch_cross_entropy_smoothed_backward(const void* logits, DType typ
         return enqueue(cross_entropy_smoothed_backward_kernel<D, Label, G>,
                        row_blocks<G>(rows, launch), launch, static_cast<const Elem<D>*>(logits),
                        static_cast<const Label*>(labels), rows, cols, ignore_index, class_weight,
-                       smoothing, dloss, static_cast<Elem<D>*>(dlogits));
+                       smoothing, dloss, dloss_stride, static_cast<Elem<D>*>(dlogits));
       });
     });
   });

@@ -83,8 +83,9 @@ cudaError_t launch_cross_entropy(const void* logits, DType type, const void* lab
                                  float* losses, const LaunchConfig& launch);
 cudaError_t launch_cross_entropy_backward(const void* logits, DType type, const void* labels,
                                           DType label_type, int64_t rows, int64_t cols,
-                                          int64_t ignore_index, const float* dloss, float scale,
-                                          void* dlogits, const LaunchConfig& launch);
+                                          int64_t ignore_index, const float* dloss,
+                                          int64_t dloss_stride, float scale, void* dlogits,
+                                          const LaunchConfig& launch);
 cudaError_t launch_cross_entropy_smoothed(const void* logits, DType type, const void* labels,
                                           DType label_type, int64_t rows, int64_t cols,
                                           int64_t ignore_index, const float* class_weight,
@@ -95,7 +96,8 @@ cudaError_t launch_cross_entropy_smoothed_backward(const void* logits, DType typ
                                                    int64_t rows, int64_t cols,
                                                    int64_t ignore_index, const float* class_weight,
                                                    float smoothing, const float* dloss,
-                                                   void* dlogits, const LaunchConfig& launch);
+                                                   int64_t dloss_stride, void* dlogits,
+                                                   const LaunchConfig& launch);
 
 }  // namespace cuda
 }  // namespace ampx::impl

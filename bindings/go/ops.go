@@ -17,6 +17,8 @@ type Reduction int32
 const (
 	ReductionMean Reduction = C.AMPX_REDUCTION_MEAN
 	ReductionSum  Reduction = C.AMPX_REDUCTION_SUM
+	// ReductionNone keeps one F32 loss per row or element.
+	ReductionNone Reduction = C.AMPX_REDUCTION_NONE
 )
 
 // Activation is fused into Linear.

@@ -1316,16 +1316,25 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_amax(ampx_tensor x, const int32_t *dims
                                               int32_t keepdim, ampx_tensor *out);
 /** @} */
 
-/** Loss reductions. */
+/** Loss reductions. A reduced loss is a one-element F32 tensor; an
+ *  unreduced one (AMPX_REDUCTION_NONE, torch's reduction='none') is an F32
+ *  tensor of one loss per row or element, as each loss says, whose
+ *  gradient may be any tensor of that shape. */
 typedef enum ampx_reduction {
   AMPX_REDUCTION_MEAN = 1,
   AMPX_REDUCTION_SUM = 2,
+  AMPX_REDUCTION_NONE = 3,
   AMPX_REDUCTION_MIN_ENUM = -0x7fffffff - 1, /**< not a reduction (see AMPX_STATUS_MIN_ENUM) */
   AMPX_REDUCTION_MAX_ENUM = 0x7fffffff
 } ampx_reduction;
 
-/** Cross-entropy of logits [N, C] against class labels [N] (I32 or I64);
- *  labels equal to ignore_index contribute nothing and are not counted in
+/** Cross-entropy of logits [N, C] against class labels [N] (I32 or I64),
+ *  with torch's other shapes too: logits [N, C, d1, ..., dk] against labels
+ *  [N, d1, ..., dk] (a loss per position, e.g. per pixel of a segmentation;
+ *  the logits are copied with the classes last first), and logits [C]
+ *  against a 0-D label. AMPX_REDUCTION_NONE gives the labels' shape, one
+ *  loss per label (0 where ignored). Labels equal to ignore_index
+ *  contribute nothing and are not counted in
  *  the mean (a mean over no counted label is NaN, as in PyTorch). Other
  *  labels outside [0, C) are AMPX_ERR_INVALID_ARGUMENT, naming the first
  *  one. The labels are checked where they live, without waiting for the
@@ -1342,7 +1351,7 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_cross_entropy(ampx_tensor logits, ampx_
 /** Options of ampx_cross_entropy_ex; fields are only appended. */
 typedef struct ampx_cross_entropy_options {
   size_t struct_size;       /**< sizeof(ampx_cross_entropy_options) */
-  ampx_reduction reduction; /**< AMPX_REDUCTION_MEAN (default) or _SUM */
+  ampx_reduction reduction; /**< AMPX_REDUCTION_MEAN (default), _SUM or _NONE */
   int64_t ignore_index;     /**< labels equal to it count for nothing (-100) */
   double label_smoothing;   /**< in [0, 1]; 0: none (torch's label_smoothing) */
 } ampx_cross_entropy_options;
@@ -1370,7 +1379,9 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_cross_entropy_ex(ampx_tensor logits, am
                                                           const ampx_cross_entropy_options *options,
                                                           ampx_tensor *out);
 
-/** Mean-squared error between two tensors of one shape ("mse_loss": fp32). */
+/** Mean-squared error between two tensors of one shape ("mse_loss": fp32);
+ *  AMPX_REDUCTION_NONE gives each element's squared difference, F32, in
+ *  their shape. Errors: SHAPE, DTYPE, DEVICE, INVALID_ARGUMENT (reduction). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_mse_loss(ampx_tensor input, ampx_tensor target,
                                    ampx_reduction reduction, ampx_tensor *out);
 
@@ -1574,7 +1585,8 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_rotary_embedding(ampx_tensor x, ampx_te
  *  (torch's binary_cross_entropy_with_logits; "bce_with_logits": fp32), a
  *  one-element F32 tensor: the mean or sum over the elements of
  *  max(x, 0) - x * t + log1p(exp(-|x|)), a form that stays finite and
- *  accurate for any finite logit. The mean of no element is NaN, as torch.
+ *  accurate for any finite logit (AMPX_REDUCTION_NONE: those element
+ *  losses, F32, in the logits' shape). The mean of no element is NaN, as torch.
  *  Gradients flow to the logits and, when they require one, to the targets.
  *  Errors: SHAPE, DTYPE, DEVICE, INVALID_ARGUMENT (reduction). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_bce_with_logits(ampx_tensor logits, ampx_tensor targets,

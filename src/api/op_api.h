@@ -24,10 +24,11 @@ inline Reduction reduction_arg(ampx_reduction r) {
   switch (r) {
     case AMPX_REDUCTION_MEAN: return Reduction::Mean;
     case AMPX_REDUCTION_SUM: return Reduction::Sum;
+    case AMPX_REDUCTION_NONE: return Reduction::None;
     default: break;
   }
   fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'reduction' is ", static_cast<int>(r),
-       "; use AMPX_REDUCTION_MEAN or AMPX_REDUCTION_SUM");
+       "; use AMPX_REDUCTION_MEAN, AMPX_REDUCTION_SUM or AMPX_REDUCTION_NONE");
 }
 
 }  // namespace ampx::impl

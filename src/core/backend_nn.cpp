@@ -17,6 +17,11 @@ void require_indices(const char* primitive, DType t) {
     fail(AMPX_ERR_DTYPE, primitive, ": indices are ", dtype_name(t), "; they need i32 or i64");
 }
 
+void require_loss_stride(const char* primitive, int64_t stride) {
+  if (stride != 0 && stride != 1)
+    fail(AMPX_ERR_INTERNAL, primitive, ": dloss stride ", stride, " (0: one for all rows, 1: per row)");
+}
+
 void require_element_size(const char* primitive, size_t elem_size) {
   if (elem_size != 1 && elem_size != 2 && elem_size != 4 && elem_size != 8)
     fail(AMPX_ERR_INTERNAL, primitive, ": elements of ", elem_size, " bytes");
@@ -144,11 +149,12 @@ void NnPrimitives::cross_entropy(const void* logits, DType type, const void* lab
 void NnPrimitives::cross_entropy_backward(const void* logits, DType type, const void* labels,
                                           DType label_type, int64_t rows, int64_t cols,
                                           int64_t ignore_index, const float* dloss, float scale,
-                                          void* dlogits) {
+                                          void* dlogits, int64_t dloss_stride) {
   require_float("cross_entropy_backward", type);
   require_indices("cross_entropy_backward", label_type);
+  require_loss_stride("cross_entropy_backward", dloss_stride);
   run_cross_entropy_backward(logits, type, labels, label_type, rows, cols, ignore_index, dloss,
-                             scale, dlogits);
+                             scale, dlogits, dloss_stride);
 }
 
 void NnPrimitives::cross_entropy_smoothed(const void* logits, DType type, const void* labels,
@@ -167,12 +173,13 @@ void NnPrimitives::cross_entropy_smoothed_backward(const void* logits, DType typ
                                                    int64_t rows, int64_t cols,
                                                    int64_t ignore_index, const float* class_weight,
                                                    float smoothing, const float* dloss,
-                                                   void* dlogits) {
+                                                   void* dlogits, int64_t dloss_stride) {
   require_float("cross_entropy_smoothed_backward", type);
   require_indices("cross_entropy_smoothed_backward", label_type);
+  require_loss_stride("cross_entropy_smoothed_backward", dloss_stride);
   if (rows > 0 && cols > 0)
     run_cross_entropy_smoothed_backward(logits, type, labels, label_type, rows, cols, ignore_index,
-                                        class_weight, smoothing, dloss, dlogits);
+                                        class_weight, smoothing, dloss, dlogits, dloss_stride);
 }
 
 void NnPrimitives::layer_norm(const void* x, const void* weight, const void* bias, DType type,

@@ -140,11 +140,12 @@ class NnPrimitives : public BackendCapability {
   // label_r == ignore_index); labels are I32 or I64 and already checked.
   void cross_entropy(const void* logits, DType type, const void* labels, DType label_type,
                      int64_t rows, int64_t cols, int64_t ignore_index, float* losses);
-  // dlogits_r = (softmax(x_r) - onehot(label_r)) * (*dloss) * scale (0 rows
-  // where ignored); dloss is a device F32 scalar.
+  // dlogits_r = (softmax(x_r) - onehot(label_r)) * dloss[r * dloss_stride] *
+  // scale (0 rows where ignored); dloss is on the device, F32: one scalar
+  // for every row (stride 0, a reduced loss) or one per row (stride 1).
   void cross_entropy_backward(const void* logits, DType type, const void* labels, DType label_type,
                               int64_t rows, int64_t cols, int64_t ignore_index, const float* dloss,
-                              float scale, void* dlogits);
+                              float scale, void* dlogits, int64_t dloss_stride = 0);
 
   // Cross-entropy with label smoothing `smoothing` and class weights
   // (F32 [cols], nullptr: 1), math::smoothed_target: losses[r] = sum_c q_c
@@ -154,11 +155,13 @@ class NnPrimitives : public BackendCapability {
                               DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
                               const float* class_weight, float smoothing, float* losses,
                               float* row_weights);
-  // dlogits_r = (p_r W_r - q_r) * (*dloss) (0 rows where ignored).
+  // dlogits_r = (p_r W_r - q_r) * dloss[r * dloss_stride] (0 rows where
+  // ignored; dloss as in cross_entropy_backward).
   void cross_entropy_smoothed_backward(const void* logits, DType type, const void* labels,
                                        DType label_type, int64_t rows, int64_t cols,
                                        int64_t ignore_index, const float* class_weight,
-                                       float smoothing, const float* dloss, void* dlogits);
+                                       float smoothing, const float* dloss, void* dlogits,
+                                       int64_t dloss_stride = 0);
 
   // Layer norm of each row of a rows x cols matrix: y = (x - mean) * rstd *
   // weight + bias, with the row's mean and rstd = 1 / sqrt(biased variance
@@ -268,7 +271,7 @@ class NnPrimitives : public BackendCapability {
   virtual void run_cross_entropy_backward(const void* logits, DType type, const void* labels,
                                           DType label_type, int64_t rows, int64_t cols,
                                           int64_t ignore_index, const float* dloss, float scale,
-                                          void* dlogits) = 0;
+                                          void* dlogits, int64_t dloss_stride) = 0;
   virtual void run_cross_entropy_smoothed(const void* logits, DType type, const void* labels,
                                           DType label_type, int64_t rows, int64_t cols,
                                           int64_t ignore_index, const float* class_weight,
@@ -278,7 +281,8 @@ class NnPrimitives : public BackendCapability {
                                                    int64_t rows, int64_t cols,
                                                    int64_t ignore_index,
                                                    const float* class_weight, float smoothing,
-                                                   const float* dloss, void* dlogits) = 0;
+                                                   const float* dloss, void* dlogits,
+                                                   int64_t dloss_stride) = 0;
   virtual void run_layer_norm(const void* x, const void* weight, const void* bias, DType type,
                               int64_t rows, int64_t cols, float eps, void* y, float* mean,
                               float* rstd, bool centered) = 0;

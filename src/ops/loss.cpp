@@ -12,13 +12,14 @@ namespace {
 
 class BceWithLogitsNode final : public Node {
  public:
-  float scale = 1.0f;  // 1/n for a mean
+  float scale = 1.0f;        // 1/n for a mean
+  bool per_element = false;  // unreduced: the output holds one loss per element
   const char* name() const override { return "bce_with_logits"; }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
     DeviceTensor& logits = *inputs[0];
     DeviceTensor& targets = *inputs[1];
-    TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
+    TensorRef dy = grad_f32(ctx, *grads[0]);
     const auto* factor = static_cast<const float*>(dy->data());
     const int64_t n = logits.numel();
     TensorRef d_logits, d_targets;
@@ -28,13 +29,19 @@ class BceWithLogitsNode final : public Node {
         void* d = d_logits->data();
         nn_of(ctx, name()).unary(UnaryOp::Sigmoid, logits.data(), d, logits.dtype, n);
         nn_of(ctx, name()).binary(BinaryOp::Sub, d, targets.data(), d, logits.dtype, n, n);
-        amp_of(ctx, name())
-            .multi_tensor_scale({{d, logits.dtype, n}}, {{d, logits.dtype, n}}, factor, false,
-                                nullptr);
-        nn_of(ctx, name()).affine(d, d, logits.dtype, n, scale, 0.0f);
+        if (per_element) {
+          d_logits = times_grad(ctx, name(), *d_logits, *dy, 1.0f, logits.dtype);
+        } else {
+          amp_of(ctx, name())
+              .multi_tensor_scale({{d, logits.dtype, n}}, {{d, logits.dtype, n}}, factor, false,
+                                  nullptr);
+          nn_of(ctx, name()).affine(d, d, logits.dtype, n, scale, 0.0f);
+        }
       }
     }
-    if (targets.requires_grad) {  // -x * dy * scale
+    if (targets.requires_grad && per_element) {  // -x * dy
+      d_targets = times_grad(ctx, name(), logits, *dy, -1.0f, targets.dtype);
+    } else if (targets.requires_grad) {  // -x * dy * scale
       d_targets = new_tensor(ctx, targets.dtype, targets.shape);
       if (n > 0) {
         void* d = d_targets->data();
@@ -68,7 +75,8 @@ DeviceTensor* op_bce_with_logits(DeviceTensor& logits_in, DeviceTensor& targets_
     fail(AMPX_ERR_DTYPE, "'logits' is ", logits.describe(), " but 'targets' is ",
          targets.describe(), "; outside autocast they must share a dtype");
   const int64_t n = logits.numel();
-  TensorRef losses = new_tensor(ctx, DType::F32, vector_shape(n));
+  const bool per_element = reduction == Reduction::None;
+  TensorRef losses = new_tensor(ctx, DType::F32, per_element ? logits.shape : vector_shape(n));
   if (n > 0)
     nn_of(ctx, "bce_with_logits")
         .bce_with_logits(logits.data(), targets.data(), logits.dtype, n,
@@ -77,14 +85,15 @@ DeviceTensor* op_bce_with_logits(DeviceTensor& logits_in, DeviceTensor& targets_
   const float scale = reduction == Reduction::Sum ? 1.0f
                       : n > 0                     ? 1.0f / static_cast<float>(n)
                                                   : NAN;
-  TensorRef out = new_tensor(ctx, DType::F32, scalar_shape());
+  TensorRef out = per_element ? std::move(losses) : new_tensor(ctx, DType::F32, scalar_shape());
   auto* result = static_cast<float*>(out->data());
-  nn_of(ctx, "bce_with_logits").sum_all(losses->data(), DType::F32, n, result);
+  if (!per_element) nn_of(ctx, "bce_with_logits").sum_all(losses->data(), DType::F32, n, result);
   if (reduction == Reduction::Mean)
     nn_of(ctx, "bce_with_logits").affine(result, result, DType::F32, 1, scale, 0.0f);
   if (should_record(ctx, {&logits, &targets})) {
     auto node = make_node<BceWithLogitsNode>({&in[0], &in[1]});
     node->scale = scale;
+    node->per_element = per_element;
     record(ctx, std::move(node), {out.get()});
   }
   return out.take();

@@ -13,7 +13,7 @@
 
 namespace ampx::impl {
 
-enum class Reduction { Mean, Sum };
+enum class Reduction { Mean, Sum, None };
 enum class Activation { None, Relu, Gelu };
 enum class DimsReduction { Sum, Mean, Amax };
 

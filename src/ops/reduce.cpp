@@ -17,7 +17,7 @@ class SumNode final : public Node {
   bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
-    TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
+    TensorRef dy = grad_f32(ctx, *grads[0]);
     return grad_list(
         broadcast_scaled(ctx, name(), *inputs[0], static_cast<const float*>(dy->data()), scale));
   }
@@ -53,13 +53,14 @@ void divide_by_device_scalar(DeviceContext& ctx, const void* x, const DeviceTens
 class CrossEntropyNode final : public Node {
  public:
   int64_t ignore_index = -100;
-  TensorRef valid;  // for a mean: the count of labels not ignored (F32 scalar)
+  bool per_row = false;  // unreduced: the output holds one loss per row
+  TensorRef valid;       // for a mean: the count of labels not ignored (F32 scalar)
   const char* name() const override { return "cross_entropy"; }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
     DeviceTensor& logits = *inputs[0];
     DeviceTensor& labels = *inputs[1];
-    TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
+    TensorRef dy = grad_f32(ctx, *grads[0]);
     if (valid) {  // into a new scalar: dy may be a tensor others hold
       TensorRef mean_dy = new_tensor(ctx, DType::F32, scalar_shape());
       divide_by_device_scalar(ctx, dy->data(), *valid, mean_dy->data());
@@ -70,7 +71,8 @@ class CrossEntropyNode final : public Node {
     nn_of(ctx, name())
         .cross_entropy_backward(logits.data(), logits.dtype, labels.data(), labels.dtype,
                                 logits.shape.dims[0], cols, ignore_index,
-                                static_cast<const float*>(dy->data()), 1.0f, dlogits->data());
+                                static_cast<const float*>(dy->data()), 1.0f, dlogits->data(),
+                                per_row ? 1 : 0);
     return grad_list(std::move(dlogits));
   }
 };
@@ -81,6 +83,7 @@ class SmoothedCrossEntropyNode final : public Node {
  public:
   int64_t ignore_index = -100;
   float smoothing = 0.0f;
+  bool per_row = false;   // unreduced: the output holds one loss per row
   TensorRef weight;       // F32 [C] or empty: a constant
   TensorRef denominator;  // for a mean: the count or weight of the labels (F32 scalar)
   const char* name() const override { return "cross_entropy"; }
@@ -88,7 +91,7 @@ class SmoothedCrossEntropyNode final : public Node {
                                   const std::vector<DeviceTensor*>& grads) override {
     DeviceTensor& logits = *inputs[0];
     DeviceTensor& labels = *inputs[1];
-    TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
+    TensorRef dy = grad_f32(ctx, *grads[0]);
     if (denominator) {
       TensorRef mean_dy = new_tensor(ctx, DType::F32, scalar_shape());
       divide_by_device_scalar(ctx, dy->data(), *denominator, mean_dy->data());
@@ -100,7 +103,7 @@ class SmoothedCrossEntropyNode final : public Node {
             logits.data(), logits.dtype, labels.data(), labels.dtype, logits.shape.dims[0],
             logits.shape.dims[1], ignore_index,
             weight ? static_cast<const float*>(weight->data()) : nullptr, smoothing,
-            static_cast<const float*>(dy->data()), dlogits->data());
+            static_cast<const float*>(dy->data()), dlogits->data(), per_row ? 1 : 0);
     return grad_list(std::move(dlogits));
   }
 };
@@ -109,17 +112,19 @@ class MseNode final : public Node {
  public:
   TensorRef diff;  // input - target
   float scale = 1.0f;
+  bool per_element = false;  // unreduced: the output holds one loss per element
   const char* name() const override { return "mse_loss"; }
   bool reads_input(size_t) const override { return false; }  // reads diff
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
-    TensorRef dy = scalar_grad_f32(ctx, *grads[0]);
+    TensorRef dy = grad_f32(ctx, *grads[0]);
     DeviceTensor& input = *inputs[0];
     DeviceTensor& target = *inputs[1];
     const int64_t n = input.numel();
     // d/d input = 2 (input - target) dy / n; d/d target is its negative.
-    TensorRef d_input = new_tensor(ctx, input.dtype, input.shape);
-    if (n > 0) {
+    TensorRef d_input = per_element ? times_grad(ctx, name(), *diff, *dy, 2.0f, input.dtype)
+                                    : new_tensor(ctx, input.dtype, input.shape);
+    if (n > 0 && !per_element) {
       amp_of(ctx, name())
           .multi_tensor_scale({{diff->data(), diff->dtype, n}}, {{d_input->data(), input.dtype, n}},
                               static_cast<const float*>(dy->data()), false, nullptr);
@@ -257,8 +262,9 @@ DeviceTensor* smoothed_cross_entropy(DeviceTensor& logits_in, DeviceTensor& labe
     ctx.backend().fill(losses->data(), 4, 0, rows);
     ctx.backend().fill(row_weights->data(), 4, 0, rows);
   }
-  TensorRef out = new_tensor(ctx, DType::F32, scalar_shape());
-  nn.sum_all(losses->data(), DType::F32, rows, static_cast<float*>(out->data()));
+  const bool per_row = reduction == Reduction::None;
+  TensorRef out = per_row ? std::move(losses) : new_tensor(ctx, DType::F32, scalar_shape());
+  if (!per_row) nn.sum_all(losses->data(), DType::F32, rows, static_cast<float*>(out->data()));
   TensorRef denominator;
   if (mean && weight) {
     denominator = new_tensor(ctx, DType::F32, scalar_shape());
@@ -271,6 +277,7 @@ DeviceTensor* smoothed_cross_entropy(DeviceTensor& logits_in, DeviceTensor& labe
     auto node = make_node<SmoothedCrossEntropyNode>({&in[0], &in[1]});
     node->ignore_index = ignore_index;
     node->smoothing = smoothing;
+    node->per_row = per_row;
     node->weight = std::move(weight);
     node->denominator = std::move(denominator);
     record(ctx, std::move(node), {out.get()});
@@ -280,36 +287,23 @@ DeviceTensor* smoothed_cross_entropy(DeviceTensor& logits_in, DeviceTensor& labe
 
 }  // namespace
 
-DeviceTensor* op_cross_entropy(DeviceTensor& logits_in, DeviceTensor& labels, Reduction reduction,
-                               int64_t ignore_index, DeviceTensor* weight_in, double smoothing) {
-  require_capabilities(*logits_in.ctx, "cross_entropy", Capability::Nn, Capability::MultiTensorAmp);
-  check_same_context(logits_in, labels, "logits", "labels");
-  check_floating(logits_in, "logits");
-  if (labels.dtype != DType::I32 && labels.dtype != DType::I64)
-    fail(AMPX_ERR_DTYPE, "'labels' is ", labels.describe(), "; class labels are i32 or i64");
-  if (logits_in.shape.ndim != 2 || labels.shape.ndim != 1 ||
-      labels.shape.dims[0] != logits_in.shape.dims[0])
-    fail(AMPX_ERR_SHAPE, "'logits' is ", logits_in.describe(), " and 'labels' is ", labels.describe(),
-         "; expected logits [N, C] and labels [N]");
+namespace {
+
+// Cross-entropy of logits [N, C] against labels [N], checked by
+// op_cross_entropy.
+DeviceTensor* cross_entropy_rows(DeviceTensor& logits_in, DeviceTensor& labels,
+                                 Reduction reduction, int64_t ignore_index,
+                                 DeviceTensor* weight_in, float smoothing) {
+  if (weight_in || smoothing > 0.0f)
+    return smoothed_cross_entropy(logits_in, labels, reduction, ignore_index, weight_in,
+                                  smoothing);
   DeviceContext& ctx = *logits_in.ctx;
   const int64_t rows = logits_in.shape.dims[0];
   const int64_t cols = logits_in.shape.dims[1];
-  if (!(smoothing >= 0.0 && smoothing <= 1.0))
-    fail(AMPX_ERR_INVALID_ARGUMENT, "option 'label_smoothing' is ", smoothing,
-         "; it must lie in [0, 1]");
-  if (weight_in) {
-    check_same_context(logits_in, *weight_in, "logits", "weight");
-    check_floating(*weight_in, "weight");
-    if (!(weight_in->shape.ndim == 1 && weight_in->shape.dims[0] == cols))
-      fail(AMPX_ERR_SHAPE, "'weight' is ", weight_in->describe(), "; logits ",
-           logits_in.describe(), " need one weight per class, [", cols, "]");
-  }
-  if (weight_in || smoothing > 0.0)
-    return smoothed_cross_entropy(logits_in, labels, reduction, ignore_index, weight_in,
-                                  static_cast<float>(smoothing));
   // The mean divides by the count of labels not ignored; torch's mean over
   // none is 0/0 = NaN, which multiplying by 1/0 gives too.
   const bool mean = reduction == Reduction::Mean;
+  const bool per_row = reduction == Reduction::None;
   TensorRef valid = mean ? new_tensor(ctx, DType::F32, scalar_shape()) : TensorRef();
   check_labels(ctx, labels, cols, ignore_index,
                mean ? static_cast<float*>(valid->data()) : nullptr);
@@ -323,17 +317,80 @@ DeviceTensor* op_cross_entropy(DeviceTensor& logits_in, DeviceTensor& labels, Re
                        ignore_index, static_cast<float*>(losses->data()));
   else if (rows > 0)
     backend.fill(losses->data(), 4, 0, rows);
-  TensorRef out = new_tensor(ctx, DType::F32, scalar_shape());
-  auto* result = static_cast<float*>(out->data());
-  nn_of(ctx, "cross_entropy").sum_all(losses->data(), DType::F32, rows, result);
+  TensorRef out = per_row ? std::move(losses) : new_tensor(ctx, DType::F32, scalar_shape());
+  if (!per_row)
+    nn_of(ctx, "cross_entropy")
+        .sum_all(losses->data(), DType::F32, rows, static_cast<float*>(out->data()));
   if (mean) divide_by_device_scalar(ctx, out->data(), *valid, out->data());
   if (should_record(ctx, {&logits})) {
     auto node = make_node<CrossEntropyNode>({&in[0], &in[1]});
     node->ignore_index = ignore_index;
+    node->per_row = per_row;
     if (mean) node->valid = std::move(valid);
     record(ctx, std::move(node), {out.get()});
   }
   return out.take();
+}
+
+// The shapes torch's cross_entropy takes: logits [C] with a 0-D label,
+// [N, C] with labels [N], or [N, C, d1, ..., dk] with labels [N, d1, ...,
+// dk] (a loss per position, e.g. per pixel).
+void check_cross_entropy_shapes(const DeviceTensor& logits, const DeviceTensor& labels) {
+  const int32_t nd = logits.shape.ndim;
+  bool ok = nd >= 1 && labels.shape.ndim == nd - 1;
+  for (int32_t d = 0, l = 0; ok && d < nd; ++d) {
+    if (d == (nd == 1 ? 0 : 1)) continue;
+    ok = labels.shape.dims[l++] == logits.shape.dims[d];
+  }
+  if (!ok)
+    fail(AMPX_ERR_SHAPE, "'logits' is ", logits.describe(), " and 'labels' is ", labels.describe(),
+         "; expected logits [N, C] and labels [N], logits [N, C, d1, ...] and labels [N, d1, ...], "
+         "or logits [C] and a 0-D label");
+}
+
+}  // namespace
+
+DeviceTensor* op_cross_entropy(DeviceTensor& logits_in, DeviceTensor& labels, Reduction reduction,
+                               int64_t ignore_index, DeviceTensor* weight_in, double smoothing) {
+  require_capabilities(*logits_in.ctx, "cross_entropy", Capability::Nn, Capability::MultiTensorAmp);
+  check_same_context(logits_in, labels, "logits", "labels");
+  check_floating(logits_in, "logits");
+  if (labels.dtype != DType::I32 && labels.dtype != DType::I64)
+    fail(AMPX_ERR_DTYPE, "'labels' is ", labels.describe(), "; class labels are i32 or i64");
+  check_cross_entropy_shapes(logits_in, labels);
+  const int32_t nd = logits_in.shape.ndim;
+  const int64_t cols = logits_in.shape.dims[nd == 1 ? 0 : 1];
+  if (!(smoothing >= 0.0 && smoothing <= 1.0))
+    fail(AMPX_ERR_INVALID_ARGUMENT, "option 'label_smoothing' is ", smoothing,
+         "; it must lie in [0, 1]");
+  if (weight_in) {
+    check_same_context(logits_in, *weight_in, "logits", "weight");
+    check_floating(*weight_in, "weight");
+    if (!(weight_in->shape.ndim == 1 && weight_in->shape.dims[0] == cols))
+      fail(AMPX_ERR_SHAPE, "'weight' is ", weight_in->describe(), "; logits ",
+           logits_in.describe(), " need one weight per class, [", cols, "]");
+  }
+  const auto eps = static_cast<float>(smoothing);
+  if (nd == 2) return cross_entropy_rows(logits_in, labels, reduction, ignore_index, weight_in, eps);
+  // One row per position: the classes moved last (a copy unless there is
+  // only one position per image), the positions flattened.
+  TensorRef logits;
+  if (nd == 1) {
+    logits = retained(logits_in);
+  } else {
+    int32_t order[AMPX_MAX_DIMS] = {0};
+    for (int32_t d = 2; d < nd; ++d) order[d - 1] = d;
+    order[nd - 1] = 1;
+    logits = TensorRef(op_permute(logits_in, nd, order));
+  }
+  const int64_t rows = labels.numel();
+  const int64_t row_dims[2] = {rows, cols};
+  TensorRef matrix(op_reshape(*logits, 2, row_dims));
+  TensorRef flat_labels(op_reshape(labels, 1, &rows));
+  TensorRef out(
+      cross_entropy_rows(*matrix, *flat_labels, reduction, ignore_index, weight_in, eps));
+  if (reduction != Reduction::None) return out.take();
+  return op_reshape(*out, labels.shape.ndim, labels.shape.dims);
 }
 
 DeviceTensor* op_mse_loss(DeviceTensor& input_in, DeviceTensor& target_in, Reduction reduction) {
@@ -361,15 +418,21 @@ DeviceTensor* op_mse_loss(DeviceTensor& input_in, DeviceTensor& target_in, Reduc
         .binary(BinaryOp::Mul, diff->data(), diff->data(), squared->data(), input.dtype, n, n);
   }
   const float scale = reduction == Reduction::Mean ? 1.0f / static_cast<float>(n) : 1.0f;
-  TensorRef out = new_tensor(ctx, DType::F32, scalar_shape());
+  const bool per_element = reduction == Reduction::None;
+  TensorRef out = new_tensor(ctx, DType::F32, per_element ? input.shape : scalar_shape());
   auto* result = static_cast<float*>(out->data());
-  nn_of(ctx, "mse_loss").sum_all(squared->data(), input.dtype, n, result);
+  if (per_element) {
+    if (n > 0) ctx.backend().convert(result, DType::F32, squared->data(), input.dtype, n);
+  } else {
+    nn_of(ctx, "mse_loss").sum_all(squared->data(), input.dtype, n, result);
+  }
   if (reduction == Reduction::Mean)
     nn_of(ctx, "mse_loss").affine(result, result, DType::F32, 1, scale, 0.0f);
   if (should_record(ctx, {&input, &target})) {
     auto node = make_node<MseNode>({&in[0], &in[1]});
     node->diff = std::move(diff);
     node->scale = scale;
+    node->per_element = per_element;
     record(ctx, std::move(node), {out.get()});
   }
   return out.take();

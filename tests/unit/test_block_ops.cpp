@@ -697,6 +697,139 @@ TEST_CASE("cross-entropy with class weights and label smoothing, as torch") {
   CHECK(values_of(a) == values_of(b));
 }
 
+// torch's other shapes and reduction='none': logits [N, C, d1, d2] with
+// labels [N, d1, d2] (a loss per position), [C] with a 0-D label, and [N, C]
+// unreduced, plain and with weights and smoothing; a mean over positions
+// divides by their counted (or summed) weights as over rows.
+TEST_CASE("cross-entropy per position, unbatched and unreduced, as torch") {
+  Ctx ctx;
+  Rng rng(67);
+  const int64_t C = 5;
+  const Vec weight = floats(rng, static_cast<size_t>(C), 0.2, 2.0);
+  Tensor tw(make(ctx, AMPX_F32, {C}, weight));
+  for (const Dims& shape : {Dims{2, C, 3, 2}, Dims{C}, Dims{4, C}, Dims{3, C, 1}})
+    for (int weighted = 0; weighted <= 1; ++weighted)
+      for (ampx_reduction red : {AMPX_REDUCTION_MEAN, AMPX_REDUCTION_SUM, AMPX_REDUCTION_NONE}) {
+        const double eps = weighted ? 0.2 : 0.0;
+        INFO(str(shape), " weighted ", weighted, " reduction ", static_cast<int>(red));
+        // Positions: N outer, P = the product of the extents after C.
+        const int64_t N = shape.size() == 1 ? 1 : shape[0];
+        int64_t P = 1;
+        for (size_t d = 2; d < shape.size(); ++d) P *= shape[d];
+        Dims label_dims = shape;
+        label_dims.erase(label_dims.begin() + (shape.size() == 1 ? 0 : 1));
+        const Vec logits = floats(rng, count_of(shape), -3, 3);
+        Vec labels(static_cast<size_t>(N * P));
+        for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<double>((i * 3 + 1) % C);
+        if (labels.size() > 2) labels[1] = -100;
+        Tensor tl(make(ctx, AMPX_I64, label_dims, labels));
+        ampx_cross_entropy_options o = ampx_cross_entropy_options_default();
+        o.reduction = red;
+        o.label_smoothing = eps;
+        const Result res = run(
+            ctx, {shape}, {logits},
+            [&](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+              return ampx_cross_entropy_ex(t[0], tl, weighted ? tw.handle : nullptr, &o, y);
+            },
+            {}, rng);
+        const Vec& r = res.grads.back();
+        CHECK(res.shape == (red == AMPX_REDUCTION_NONE ? label_dims : Dims{}));
+        Vec losses(labels.size(), 0.0), dx(logits.size(), 0.0);
+        double denom = 0.0;
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t p = 0; p < P; ++p) {
+            const size_t at = static_cast<size_t>(n * P + p);
+            if (labels[at] < 0) continue;
+            const auto y = static_cast<int64_t>(labels[at]);
+            auto x = [&](int64_t c) { return logits[static_cast<size_t>((n * C + c) * P + p)]; };
+            double max = -1e300, sum = 0.0;
+            for (int64_t c = 0; c < C; ++c) max = std::max(max, x(c));
+            for (int64_t c = 0; c < C; ++c) sum += std::exp(x(c) - max);
+            const double lse = max + std::log(sum);
+            const double wy = weighted ? weight[y] : 1.0;
+            denom += wy;
+            double mass = 0.0;
+            for (int64_t c = 0; c < C; ++c) {
+              const double q = (c == y ? (1 - eps) * wy : 0.0) + eps / C * (weighted ? weight[c] : 1.0);
+              losses[at] += q * (lse - x(c));
+              mass += q;
+            }
+            const double g = red == AMPX_REDUCTION_NONE ? r[at] : r[0];
+            for (int64_t c = 0; c < C; ++c) {
+              const double q = (c == y ? (1 - eps) * wy : 0.0) + eps / C * (weighted ? weight[c] : 1.0);
+              dx[static_cast<size_t>((n * C + c) * P + p)] = (std::exp(x(c) - lse) * mass - q) * g;
+            }
+          }
+        const double scale = red == AMPX_REDUCTION_MEAN ? 1.0 / denom : 1.0;
+        if (red == AMPX_REDUCTION_NONE) {
+          check_values("losses", res.y, losses, 1e-6, 1e-7);
+        } else {
+          check_values("loss", res.y, {std::accumulate(losses.begin(), losses.end(), 0.0) * scale},
+                       1e-6, 0.0);
+          for (double& g : dx) g *= scale;
+        }
+        check_values("dlogits", res.grads[0], dx, kGradRtol, kGradAtol);
+      }
+  // Shapes that do not pair, and a reduction ampx does not have: SHAPE and
+  // INVALID_ARGUMENT naming them, nothing made.
+  Tensor x4(make(ctx, AMPX_F32, {2, C, 3, 2}, Vec(60, 0.5)));
+  Tensor wrong(make(ctx, AMPX_I64, {2, 2, 3}, Vec(12, 1.0))), flat(make(ctx, AMPX_I64, {12}, Vec(12, 1.0)));
+  Tensor x1(make(ctx, AMPX_F32, {C}, Vec(5, 0.5))), one(make(ctx, AMPX_I64, {1}, Vec(1, 1.0)));
+  ampx_tensor out = nullptr;
+  CHECK_FAILS_WITH(ampx_cross_entropy(x4, wrong, AMPX_REDUCTION_MEAN, -100, &out), AMPX_ERR_SHAPE,
+                   "i64[2, 2, 3]");
+  CHECK_FAILS_WITH(ampx_cross_entropy(x4, flat, AMPX_REDUCTION_NONE, -100, &out), AMPX_ERR_SHAPE,
+                   "f32[2, 5, 3, 2]");
+  CHECK_FAILS_WITH(ampx_cross_entropy(x1, one, AMPX_REDUCTION_SUM, -100, &out), AMPX_ERR_SHAPE,
+                   "0-D label");
+  CHECK_FAILS_WITH(ampx_cross_entropy(x4, wrong, static_cast<ampx_reduction>(4), -100, &out),
+                   AMPX_ERR_INVALID_ARGUMENT, "AMPX_REDUCTION_NONE");
+  CHECK(out == nullptr);
+}
+
+// mse_loss and bce_with_logits with reduction none: each element's loss in
+// F32 and its own gradient.
+TEST_CASE("mse_loss and bce_with_logits unreduced, as torch") {
+  Ctx ctx;
+  Rng rng(71);
+  const Dims shape{3, 4, 2};
+  const Vec a = floats(rng, count_of(shape), -3, 3), b = floats(rng, count_of(shape), -1, 2);
+  const Result mse = run(
+      ctx, {shape, shape}, {a, b},
+      [](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+        return ampx_mse_loss(t[0], t[1], AMPX_REDUCTION_NONE, y);
+      },
+      {}, rng);
+  const Result bce = run(
+      ctx, {shape, shape}, {a, b},
+      [](const std::vector<ampx_tensor>& t, ampx_tensor* y) {
+        return ampx_bce_with_logits(t[0], t[1], AMPX_REDUCTION_NONE, y);
+      },
+      {}, rng);
+  CHECK(mse.shape == shape);
+  CHECK(bce.shape == shape);
+  Vec mse_y, mse_da, mse_db, bce_y, bce_da, bce_db;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = a[i] - b[i], r = mse.grads.back()[i], s = bce.grads.back()[i];
+    mse_y.push_back(d * d);
+    mse_da.push_back(2 * d * r);
+    mse_db.push_back(-2 * d * r);
+    bce_y.push_back(std::max(a[i], 0.0) - a[i] * b[i] + std::log1p(std::exp(-std::fabs(a[i]))));
+    bce_da.push_back((1 / (1 + std::exp(-a[i])) - b[i]) * s);
+    bce_db.push_back(-a[i] * s);
+  }
+  check_values("mse", mse.y, mse_y, 1e-6, 0.0);
+  check_values("mse d input", mse.grads[0], mse_da, kGradRtol, kGradAtol);
+  check_values("mse d target", mse.grads[1], mse_db, kGradRtol, kGradAtol);
+  check_values("bce", bce.y, bce_y, 1e-6, 0.0);
+  check_values("bce d logits", bce.grads[0], bce_da, kGradRtol, kGradAtol);
+  check_values("bce d targets", bce.grads[1], bce_db, kGradRtol, kGradAtol);
+  // f16 inputs: the losses are still F32.
+  Tensor h(make(ctx, AMPX_F16, shape, a)), t(make(ctx, AMPX_F16, shape, b)), y;
+  REQUIRE(ampx_mse_loss(h, t, AMPX_REDUCTION_NONE, y.out()) == AMPX_OK);
+  CHECK(dtype_of(y) == AMPX_F32);
+}
+
 // The dtype of every step of a pre-norm GPT block under an f16 autocast
 // region, against torch.autocast("cuda", float16)'s lists: linear, matmul
 // and attention lower precision; layer_norm, rms_norm, softmax, exp, pow,

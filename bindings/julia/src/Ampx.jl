@@ -64,7 +64,7 @@ end
 @enum OpClass::Int32 OP_LOWER_PRECISION = 1 OP_FP32 = 2 OP_PROMOTE = 3 OP_KEEP = 4
 
 "Loss reductions (`ampx_reduction`)."
-@enum Reduction::Int32 REDUCTION_MEAN = 1 REDUCTION_SUM = 2
+@enum Reduction::Int32 REDUCTION_MEAN = 1 REDUCTION_SUM = 2 REDUCTION_NONE = 3
 
 "Activations fused into `linear` (`ampx_activation`)."
 @enum Activation::Int32 ACTIVATION_NONE = 0 ACTIVATION_RELU = 1 ACTIVATION_GELU = 2

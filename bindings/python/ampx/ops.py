@@ -173,8 +173,10 @@ def cross_entropy(logits: Tensor, labels: Tensor, reduction="mean",
                   ignore_index: int = -100, weight: Tensor | None = None,
                   label_smoothing: float = 0.0) -> Tensor:
     """Cross-entropy of logits [N, C] against class labels [N] (I32 or I64), as
-    torch.nn.functional.cross_entropy: optional class weights [C] and label
-    smoothing in [0, 1].
+    torch.nn.functional.cross_entropy: also logits [N, C, d1, ...] against
+    labels [N, d1, ...] and logits [C] against a 0-D label; optional class
+    weights [C] and label smoothing in [0, 1]; ``reduction`` "mean", "sum" or
+    "none" (one F32 loss per label).
 
     Labels equal to ``ignore_index`` contribute nothing and are not counted
     in the mean (with weights, the mean divides by their summed weights).
@@ -193,14 +195,16 @@ def cross_entropy(logits: Tensor, labels: Tensor, reduction="mean",
 
 
 def mse_loss(input: Tensor, target: Tensor, reduction="mean") -> Tensor:  # noqa: A002
-    """Mean-squared error (or its sum) between two tensors of one shape."""
+    """Mean-squared error between two tensors of one shape; ``reduction``
+    "mean", "sum" or "none" (each element's squared difference, F32)."""
     input = _tensor(input, "input")
     return _run(lib.ampx_mse_loss, input, input.handle, handle_of(target, "target"),
                 enum_arg(Reduction, reduction, "reduction"))
 
 
 def bce_with_logits(logits: Tensor, targets: Tensor, reduction="mean") -> Tensor:
-    """Binary cross-entropy of logits against targets of the same shape."""
+    """Binary cross-entropy of logits against targets of the same shape;
+    ``reduction`` "mean", "sum" or "none" (each element's loss, F32)."""
     logits = _tensor(logits, "logits")
     return _run(lib.ampx_bce_with_logits, logits, logits.handle, handle_of(targets, "targets"),
                 enum_arg(Reduction, reduction, "reduction"))

@@ -49,6 +49,7 @@ class Reduction(enum.IntEnum):
 
     MEAN = 1
     SUM = 2
+    NONE = 3
 
 
 class OpClass(enum.IntEnum):

@@ -1,6 +1,7 @@
 """The ops of a Transformer block against torch: broadcasting add/sub/mul/div,
 sum/mean/amax over dimensions with keepdim, rms_norm, permute, softmax /
-log_softmax over any dimension, masked_fill, pow, rotary embeddings (against
+log_softmax over any dimension, masked_fill, pow, the losses' other shapes
+and reduction="none", rotary embeddings (against
 Hugging Face LLaMA's rotate_half formula written in torch), split and
 chunk, values and gradients (backward of
 sum(y * r) on both sides). Both compute in fp32 (ampx's reductions in
@@ -130,6 +131,35 @@ class BlockOpsTest(unittest.TestCase):
                                     weight=None if w is None else torch.tensor(w),
                                     reduction=red, label_smoothing=eps),
                                 logits)
+
+    def test_losses_per_position_and_unreduced(self):
+        # torch's K-dimensional cross-entropy (a loss per pixel), the
+        # unbatched [C] form, and reduction="none" of the three losses.
+        for shape in ((2, 5, 3, 4), (5,), (4, 5)):
+            logits = self.data(*shape, low=-3, high=3)
+            label_shape = shape[:1] + shape[2:] if len(shape) > 1 else ()
+            labels = self.rng.integers(0, 5, label_shape).astype(np.int64)
+            if labels.size > 2:
+                labels.flat[1] = -100
+            weight = self.data(5, low=0.2, high=2.0)
+            for red in ("mean", "sum", "none"):
+                for w, eps in ((None, 0.0), (weight, 0.2)):
+                    with self.subTest(shape=shape, reduction=red, weighted=w is not None):
+                        compare(self,
+                                lambda a: ampx.cross_entropy(
+                                    a, ampx.tensor(labels), red,
+                                    weight=None if w is None else ampx.tensor(w),
+                                    label_smoothing=eps),
+                                lambda a: F.cross_entropy(
+                                    a, torch.tensor(labels),
+                                    weight=None if w is None else torch.tensor(w),
+                                    reduction=red, label_smoothing=eps),
+                                logits)
+        x, t = self.data(3, 4, 2, low=-3, high=3), self.data(3, 4, 2)
+        compare(self, lambda a, b: ampx.mse_loss(a, b, "none"),
+                lambda a, b: F.mse_loss(a, b, reduction="none"), x, t)
+        compare(self, lambda a, b: ampx.bce_with_logits(a, b, "none"),
+                lambda a, b: F.binary_cross_entropy_with_logits(a, b, reduction="none"), x, t)
 
     def test_errors(self):
         with self.assertRaises(ampx.ShapeError):

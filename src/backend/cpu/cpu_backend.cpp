@@ -166,9 +166,9 @@ class CpuNn final : public NnPrimitives {
   void run_cross_entropy_backward(const void* logits, DType type, const void* labels,
                                   DType label_type, int64_t rows, int64_t cols,
                                   int64_t ignore_index, const float* dloss, float scale,
-                                  void* dlogits) override {
+                                  void* dlogits, int64_t dloss_stride) override {
     cpu::cross_entropy_backward(pool_, logits, type, labels, label_type, rows, cols, ignore_index,
-                                dloss, scale, dlogits);
+                                dloss, scale, dlogits, dloss_stride);
   }
   void run_cross_entropy_smoothed(const void* logits, DType type, const void* labels,
                                   DType label_type, int64_t rows, int64_t cols,
@@ -181,9 +181,10 @@ class CpuNn final : public NnPrimitives {
                                            DType label_type, int64_t rows, int64_t cols,
                                            int64_t ignore_index, const float* class_weight,
                                            float smoothing, const float* dloss,
-                                           void* dlogits) override {
+                                           void* dlogits, int64_t dloss_stride) override {
     cpu::cross_entropy_smoothed_backward(pool_, logits, type, labels, label_type, rows, cols,
-                                         ignore_index, class_weight, smoothing, dloss, dlogits);
+                                         ignore_index, class_weight, smoothing, dloss, dlogits,
+                                         dloss_stride);
   }
   void run_layer_norm(const void* x, const void* weight, const void* bias, DType type, int64_t rows,
                       int64_t cols, float eps, void* y, float* mean, float* rstd,

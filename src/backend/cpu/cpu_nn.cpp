@@ -202,9 +202,9 @@ void cross_entropy(ThreadPool& pool, const void* logits, DType type, const void*
 
 void cross_entropy_backward(ThreadPool& pool, const void* logits, DType type, const void* labels,
                             DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
-                            const float* dloss, float scale, void* dlogits) {
+                            const float* dloss, float scale, void* dlogits,
+                            int64_t dloss_stride) {
   const Labels label(labels, label_type);
-  const float g = *dloss * scale;
   visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* x = static_cast<const Elem<D>*>(logits);
@@ -219,6 +219,7 @@ void cross_entropy_backward(ThreadPool& pool, const void* logits, DType type, co
         }
         const Elem<D>* row = x + r * cols;
         const RowStats st = row_stats<D>(row, cols);
+        const float g = dloss[r * dloss_stride] * scale;
         for (int64_t j = 0; j < cols; ++j) {
           const float lp = math::log_softmax_value(math::load_float<D>(row[j]), st.max, st.log_sum);
           dx_row[j] = math::store_float<D>(math::cross_entropy_grad(lp, j == l, g));
@@ -264,9 +265,9 @@ void cross_entropy_smoothed(ThreadPool& pool, const void* logits, DType type, co
 void cross_entropy_smoothed_backward(ThreadPool& pool, const void* logits, DType type,
                                      const void* labels, DType label_type, int64_t rows,
                                      int64_t cols, int64_t ignore_index, const float* class_weight,
-                                     float smoothing, const float* dloss, void* dlogits) {
+                                     float smoothing, const float* dloss, void* dlogits,
+                                     int64_t dloss_stride) {
   const Labels label(labels, label_type);
-  const float g = *dloss;
   const float inv_classes = 1.0f / static_cast<float>(cols);
   visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
@@ -288,6 +289,7 @@ void cross_entropy_smoothed_backward(ThreadPool& pool, const void* logits, DType
           mass += math::smoothed_target(j == l, wl, class_weight ? class_weight[j] : 1.0f,
                                         smoothing, inv_classes);
         const auto w = static_cast<float>(mass);
+        const float g = dloss[r * dloss_stride];
         for (int64_t j = 0; j < cols; ++j) {
           const float q = math::smoothed_target(j == l, wl, class_weight ? class_weight[j] : 1.0f,
                                                 smoothing, inv_classes);

@@ -52,7 +52,7 @@ void cross_entropy(ThreadPool& pool, const void* logits, DType type, const void*
                    float* losses);
 void cross_entropy_backward(ThreadPool& pool, const void* logits, DType type, const void* labels,
                             DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
-                            const float* dloss, float scale, void* dlogits);
+                            const float* dloss, float scale, void* dlogits, int64_t dloss_stride);
 void cross_entropy_smoothed(ThreadPool& pool, const void* logits, DType type, const void* labels,
                             DType label_type, int64_t rows, int64_t cols, int64_t ignore_index,
                             const float* class_weight, float smoothing, float* losses,
@@ -60,7 +60,8 @@ void cross_entropy_smoothed(ThreadPool& pool, const void* logits, DType type, co
 void cross_entropy_smoothed_backward(ThreadPool& pool, const void* logits, DType type,
                                      const void* labels, DType label_type, int64_t rows,
                                      int64_t cols, int64_t ignore_index, const float* class_weight,
-                                     float smoothing, const float* dloss, void* dlogits);
+                                     float smoothing, const float* dloss, void* dlogits,
+                                     int64_t dloss_stride);
 void gemm(ThreadPool& pool, const GemmArgs& args);
 void layer_norm(ThreadPool& pool, const void* x, const void* weight, const void* bias, DType type,
                 int64_t rows, int64_t cols, float eps, void* y, float* mean, float* rstd,

@@ -370,10 +370,11 @@ class CudaNn final : public NnPrimitives {
   void run_cross_entropy_backward(const void* logits, DType type, const void* labels,
                                   DType label_type, int64_t rows, int64_t cols,
                                   int64_t ignore_index, const float* dloss, float scale,
-                                  void* dlogits) override {
+                                  void* dlogits, int64_t dloss_stride) override {
     use_device(device_->index);
     check(cuda::launch_cross_entropy_backward(logits, type, labels, label_type, rows, cols,
-                                              ignore_index, dloss, scale, dlogits, device_->launch),
+                                              ignore_index, dloss, dloss_stride, scale, dlogits,
+                                              device_->launch),
           "cross_entropy_backward kernel launch");
   }
 
@@ -392,11 +393,12 @@ class CudaNn final : public NnPrimitives {
                                            DType label_type, int64_t rows, int64_t cols,
                                            int64_t ignore_index, const float* class_weight,
                                            float smoothing, const float* dloss,
-                                           void* dlogits) override {
+                                           void* dlogits, int64_t dloss_stride) override {
     use_device(device_->index);
     check(cuda::launch_cross_entropy_smoothed_backward(logits, type, labels, label_type, rows,
                                                        cols, ignore_index, class_weight, smoothing,
-                                                       dloss, dlogits, device_->launch),
+                                                       dloss, dloss_stride, dlogits,
+                                                       device_->launch),
           "cross_entropy_smoothed_backward kernel launch");
   }
 

@@ -499,6 +499,7 @@ pub struct ampx_autocast_options {
 pub type ampx_reduction = c_int;
 pub const AMPX_REDUCTION_MEAN: ampx_reduction = 1;
 pub const AMPX_REDUCTION_SUM: ampx_reduction = 2;
+pub const AMPX_REDUCTION_NONE: ampx_reduction = 3;
 pub const AMPX_REDUCTION_MAX_ENUM: ampx_reduction = 0x7fff_ffff;
 
 /// `ampx_activation` (a C enum).

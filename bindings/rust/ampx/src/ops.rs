@@ -16,6 +16,8 @@ pub enum Reduction {
     Mean,
     /// The sum.
     Sum,
+    /// No reduction: one F32 loss per row or element (torch's `reduction='none'`).
+    None,
 }
 
 impl Reduction {
@@ -23,6 +25,7 @@ impl Reduction {
         match self {
             Reduction::Mean => sys::AMPX_REDUCTION_MEAN,
             Reduction::Sum => sys::AMPX_REDUCTION_SUM,
+            Reduction::None => sys::AMPX_REDUCTION_NONE,
         }
     }
 }
