@@ -242,8 +242,10 @@ type AttentionOptions struct {
 
 // ScaledDotProductAttention computes softmax(scale q k^T + mask) v for q
 // [B, H, Tq, D], k [B, Hkv, Tk, D] and v [B, Hkv, Tk, Dv], as torch's
-// scaled_dot_product_attention: Hkv divides H (grouped-query heads), mask
-// (nil: none) is additive and broadcasts to [B, H, Tq, Tk].
+// scaled_dot_product_attention: B may be any leading extents or none, Hkv
+// divides H (grouped-query heads), mask (nil: none) broadcasts to
+// [B, H, Tq, Tk] and is added (floating) or, I32/I64, marks with non-zero
+// the keys that take part (torch's boolean mask).
 func ScaledDotProductAttention(q, k, v, mask *Tensor, options AttentionOptions) (*Tensor, error) {
 	hq, hk, hv, hm := q.handle(), k.handle(), v.handle(), mask.handle()
 	o := C.ampx_attention_options_default()

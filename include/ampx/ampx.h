@@ -1611,11 +1611,15 @@ AMPX_API ampx_attention_options ampx_attention_options_default(void);
 /** Scaled dot-product attention ("scaled_dot_product_attention": lower
  *  precision), torch.nn.functional.scaled_dot_product_attention's math:
  *  q [B, H, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] give out
- *  [B, H, Tq, Dv] = softmax(scale * q k^T + mask) v, row by row. Hkv must
+ *  [B, H, Tq, Dv] = softmax(scale * q k^T + mask) v, row by row. As torch,
+ *  B may be any number of leading extents (equal in q, k and v) or none:
+ *  [H, T, D] is one batch, [T, D] one head. Hkv must
  *  divide H: query head h uses key/value head h / (H / Hkv) (grouped-query
- *  attention, torch's enable_gqa). `mask` (NULL: none) is added to the
- *  scores: any floating type, 2 to 4 dimensions broadcasting to
- *  [B, H, Tq, Tk] (e.g. [Tq, Tk], [B, 1, 1, Tk]); use -inf to exclude a key.
+ *  attention, torch's enable_gqa). `mask` (NULL: none) broadcasts to the
+ *  scores [B, H, Tq, Tk] (from 2 dimensions to q's; e.g. [Tq, Tk],
+ *  [B, 1, 1, Tk]): a floating mask is added to them (use -inf to exclude a
+ *  key); an I32 or I64 mask is torch's boolean one, non-zero where the key
+ *  takes part (it is turned into an additive F32 copy first).
  *  A row whose every key is excluded gives zeros (and a zero gradient),
  *  where torch's math gives NaN. Dropout (options->dropout_p > 0) zeroes
  *  each weight with that probability and scales the others by 1 / (1 - p);
@@ -1627,9 +1631,10 @@ AMPX_API ampx_attention_options ampx_attention_options_default(void);
  *  from the log-sum-exp the forward keeps, B * H * Tq floats). Gradients
  *  flow to q, k and v; the mask is a constant. D and Dv are at most 256.
  *  options NULL: ampx_attention_options_default().
- *  Errors: SHAPE (not 4-D, an extent 0 -- T = 0 included --, batch, kv_len or
- *  head_dim that disagree, Hkv not dividing H, D or Dv over 256, a mask that
- *  does not broadcast), DTYPE (not floating, q, k and v of different types
+ *  Errors: SHAPE (under 2 dimensions, an extent 0 -- T = 0 included --,
+ *  ranks, leading extents, kv_len or head_dim that disagree, Hkv not
+ *  dividing H, D or Dv over 256, a mask that does not broadcast), DTYPE (q,
+ *  k or v not floating, a mask neither floating nor I32/I64, q, k and v of different types
  *  outside autocast), DEVICE, INVALID_ARGUMENT (struct_size too small,
  *  dropout_p outside [0, 1), a scale that is not finite, both a mask and
  *  causal: fold the causal part into the mask). */

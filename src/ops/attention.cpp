@@ -2,7 +2,9 @@
 // and option checks, autocast, and a node whose backward recomputes the
 // probabilities from q, k and the forward's log-sum-exp (the backend's
 // AttentionPrimitives, core/backend_attention.h). Nothing of size
-// q_len x kv_len is allocated here, forward or backward.
+// q_len x kv_len is allocated here, forward or backward, except a mask the
+// caller passed turned additive (an integer one) or expanded over leading
+// extents one stride cannot walk.
 #include <cmath>
 
 #include "core/backend_attention.h"
@@ -41,56 +43,117 @@ class AttentionNode final : public Node {
   }
 };
 
-void check_4d(const DeviceTensor& t, const char* name, const char* layout) {
-  if (t.shape.ndim != 4)
+void check_layout(const DeviceTensor& t, const char* name, const char* layout) {
+  if (t.shape.ndim < 2)
     fail(AMPX_ERR_SHAPE, "'", name, "' is ", t.describe(), "; attention takes ", layout);
-  for (int32_t d = 0; d < 4; ++d)
+  for (int32_t d = 0; d < t.shape.ndim; ++d)
     if (t.shape.dims[d] == 0)
       fail(AMPX_ERR_SHAPE, "'", name, "' is ", t.describe(),
            "; attention needs at least one batch, head, position and feature");
 }
 
-// The shape's extents from q [B, H, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv].
+// Extent d of t counted from the right (1 for a dimension t lacks).
+int64_t from_right(const DeviceTensor& t, int32_t d) {
+  return d < t.shape.ndim ? t.shape.dims[t.shape.ndim - 1 - d] : 1;
+}
+
+// The shape's extents from q [..., H, Tq, D], k [..., Hkv, Tk, D] and
+// v [..., Hkv, Tk, Dv] with equal leading (batch) extents, B their product:
+// the memory of [B, H, T, D] (a 3-D tensor is one batch of heads, a 2-D
+// one a single head).
 AttentionShape attention_shape(const DeviceTensor& q, const DeviceTensor& k,
                                const DeviceTensor& v) {
-  check_4d(q, "q", "q [batch, heads, q_len, head_dim]");
-  check_4d(k, "k", "k [batch, kv_heads, kv_len, head_dim]");
-  check_4d(v, "v", "v [batch, kv_heads, kv_len, value_dim]");
-  const int64_t* qd = q.shape.dims;
-  const int64_t* kd = k.shape.dims;
-  const int64_t* vd = v.shape.dims;
-  if (kd[0] != qd[0] || vd[0] != qd[0] || kd[1] != vd[1] || kd[2] != vd[2] || kd[3] != qd[3])
+  check_layout(q, "q", "q [..., heads, q_len, head_dim]");
+  check_layout(k, "k", "k [..., kv_heads, kv_len, head_dim]");
+  check_layout(v, "v", "v [..., kv_heads, kv_len, value_dim]");
+  const int32_t nd = q.shape.ndim;
+  bool ok = k.shape.ndim == nd && v.shape.ndim == nd;
+  for (int32_t d = 3; ok && d < nd; ++d)
+    ok = from_right(k, d) == from_right(q, d) && from_right(v, d) == from_right(q, d);
+  ok = ok && from_right(k, 2) == from_right(v, 2) && from_right(k, 1) == from_right(v, 1) &&
+       from_right(k, 0) == from_right(q, 0);
+  if (!ok)
     fail(AMPX_ERR_SHAPE, "'q' is ", q.describe(), ", 'k' ", k.describe(), " and 'v' ", v.describe(),
-         "; attention needs q [B, H, Tq, D], k [B, Hkv, Tk, D] and v [B, Hkv, Tk, Dv]");
-  if (qd[1] % kd[1] != 0)
-    fail(AMPX_ERR_SHAPE, "'q' has ", qd[1], " heads and 'k' and 'v' ", kd[1],
+         "; attention needs q [..., H, Tq, D], k [..., Hkv, Tk, D] and v [..., Hkv, Tk, Dv] "
+         "with the same leading extents");
+  if (from_right(q, 2) % from_right(k, 2) != 0)
+    fail(AMPX_ERR_SHAPE, "'q' has ", from_right(q, 2), " heads and 'k' and 'v' ", from_right(k, 2),
          "; grouped-query attention needs the key/value heads to divide the query heads");
-  if (qd[3] > kMaxAttentionHeadDim || vd[3] > kMaxAttentionHeadDim)
-    fail(AMPX_ERR_SHAPE, "head_dim ", qd[3], " and value_dim ", vd[3], " must be at most ",
-         kMaxAttentionHeadDim);
+  if (from_right(q, 0) > kMaxAttentionHeadDim || from_right(v, 0) > kMaxAttentionHeadDim)
+    fail(AMPX_ERR_SHAPE, "head_dim ", from_right(q, 0), " and value_dim ", from_right(v, 0),
+         " must be at most ", kMaxAttentionHeadDim);
   AttentionShape s;
-  s.batch = qd[0], s.heads = qd[1], s.kv_heads = kd[1], s.q_len = qd[2], s.kv_len = kd[2];
-  s.head_dim = qd[3], s.value_dim = vd[3];
+  s.batch = 1;
+  for (int32_t d = 3; d < nd; ++d) s.batch *= from_right(q, d);
+  s.heads = from_right(q, 2), s.kv_heads = from_right(k, 2);
+  s.q_len = from_right(q, 1), s.kv_len = from_right(k, 1);
+  s.head_dim = from_right(q, 0), s.value_dim = from_right(v, 0);
   return s;
 }
 
-// The mask's strides over [B, H, Tq, Tk]: its shape, aligned at the right,
-// must broadcast (each extent 1 or equal).
+// Whether `mask` broadcasts to the scores [..., H, Tq, Tk] of q, and whether
+// one stride walks its batches of [B, H, Tq, Tk]: its leading extents are
+// all 1 (one for every batch) or all q's. Other broadcasts of the leading
+// extents are expanded first.
+struct MaskFit {
+  bool broadcasts = true, one_batch_stride = true;
+};
+
+MaskFit fit_mask(const DeviceTensor& mask, const DeviceTensor& q, const AttentionShape& s) {
+  MaskFit fit;
+  const int32_t nd = q.shape.ndim;
+  const int64_t trailing[3] = {s.kv_len, s.q_len, s.heads};
+  if (mask.shape.ndim < 2 || mask.shape.ndim > nd) fit.broadcasts = false;
+  for (int32_t d = 0; fit.broadcasts && d < 3; ++d) {
+    const int64_t extent = from_right(mask, d);
+    fit.broadcasts = extent == 1 || extent == trailing[d];
+  }
+  bool all_one = true, all_equal = true;
+  for (int32_t d = 3; fit.broadcasts && d < mask.shape.ndim; ++d) {
+    const int64_t extent = from_right(mask, d);
+    fit.broadcasts = extent == 1 || extent == from_right(q, d);
+    all_one = all_one && extent == 1;
+    all_equal = all_equal && extent == from_right(q, d);
+  }
+  fit.one_batch_stride = all_one || (all_equal && mask.shape.ndim == nd);
+  if (!fit.broadcasts) {
+    Shape scores = q.shape;
+    scores.dims[nd - 1] = s.kv_len;
+    fail(AMPX_ERR_SHAPE, "'mask' is ", mask.describe(), "; it must broadcast to the scores ",
+         scores.str(), " ([..., H, Tq, Tk], from 2 dimensions to q's)");
+  }
+  return fit;
+}
+
+// The mask's strides over [B, H, Tq, Tk] (0 along a broadcast dimension);
+// its leading extents are all 1 or all q's.
 void set_mask_strides(const DeviceTensor& mask, AttentionShape& s) {
-  const int64_t full[4] = {s.batch, s.heads, s.q_len, s.kv_len};
-  const int32_t nd = mask.shape.ndim;
-  bool ok = nd >= 2 && nd <= 4;
+  const int64_t full[3] = {s.kv_len, s.q_len, s.heads};
   int64_t stride = 1;
-  for (int32_t d = 3; ok && d >= 0; --d) {
-    const int32_t md = d - (4 - nd);
-    const int64_t extent = md >= 0 ? mask.shape.dims[md] : 1;
-    if (extent != 1 && extent != full[d]) ok = false;
-    s.mask_strides[d] = extent == 1 ? 0 : stride;
+  for (int32_t d = 0; d < 3; ++d) {
+    const int64_t extent = from_right(mask, d);
+    s.mask_strides[3 - d] = extent == 1 ? 0 : stride;
     stride *= extent;
   }
-  if (!ok)
-    fail(AMPX_ERR_SHAPE, "'mask' is ", mask.describe(), "; it must broadcast to [", s.batch, ", ",
-         s.heads, ", ", s.q_len, ", ", s.kv_len, "] ([B, H, Tq, Tk], 2 to 4 dimensions)");
+  s.mask_strides[0] = mask.numel() == stride ? 0 : stride;
+}
+
+// An integer mask, torch's boolean attn_mask (non-zero: the key takes part),
+// as the additive F32 mask of its shape: 0 where set, -inf elsewhere.
+TensorRef additive_mask(DeviceContext& ctx, DeviceTensor& mask) {
+  TensorRef excluded = new_tensor(ctx, DType::F32, mask.shape);
+  ctx.backend().fill(excluded->data(), 4, 0xff800000u, excluded->numel());
+  return TensorRef(op_masked_fill(*excluded, mask, 0.0));
+}
+
+// The mask with its leading extents expanded to q's (a copy), for the
+// broadcasts one batch stride cannot express.
+TensorRef expanded_mask(DeviceContext& ctx, DeviceTensor& mask, const DeviceTensor& q) {
+  Shape leading = q.shape;
+  for (int32_t d = 0; d < 3; ++d) leading.dims[q.shape.ndim - 1 - d] = 1;
+  TensorRef zeros = new_tensor(ctx, mask.dtype, leading);
+  ctx.backend().fill(zeros->data(), dtype_size(mask.dtype), 0, zeros->numel());
+  return TensorRef(op_binary(BinaryOp::Add, mask, *zeros));
 }
 
 }  // namespace
@@ -105,10 +168,14 @@ DeviceTensor* op_attention(DeviceTensor& q_in, DeviceTensor& k_in, DeviceTensor&
   check_floating(k_in, "k");
   check_floating(v_in, "v");
   AttentionShape s = attention_shape(q_in, k_in, v_in);
+  MaskFit fit;
   if (mask_in) {
     check_same_context(q_in, *mask_in, "q", "mask");
-    check_floating(*mask_in, "mask");
-    set_mask_strides(*mask_in, s);
+    if (!is_floating(mask_in->dtype) && mask_in->dtype != DType::I32 &&
+        mask_in->dtype != DType::I64)
+      fail(AMPX_ERR_DTYPE, "'mask' is ", mask_in->describe(),
+           "; a mask is floating (added to the scores) or i32/i64 (non-zero: the key takes part)");
+    fit = fit_mask(*mask_in, q_in, s);
     if (causal)
       fail(AMPX_ERR_INVALID_ARGUMENT,
            "both a mask and causal were given; pass one (fold the causal part into the mask)");
@@ -122,7 +189,13 @@ DeviceTensor* op_attention(DeviceTensor& q_in, DeviceTensor& k_in, DeviceTensor&
   s.causal = causal;
   s.scale = static_cast<float>(scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim)));
 
-  std::vector<TensorRef> in = op_inputs(ctx, kOp, {&q_in, &k_in, &v_in, mask_in});
+  TensorRef mask;
+  if (mask_in) {
+    mask = is_floating(mask_in->dtype) ? retained(*mask_in) : additive_mask(ctx, *mask_in);
+    if (!fit.one_batch_stride) mask = expanded_mask(ctx, *mask, q_in);
+    set_mask_strides(*mask, s);
+  }
+  std::vector<TensorRef> in = op_inputs(ctx, kOp, {&q_in, &k_in, &v_in, mask.get()});
   DeviceTensor& q = *in[0];
   DeviceTensor& k = *in[1];
   DeviceTensor& v = *in[2];
@@ -134,7 +207,7 @@ DeviceTensor* op_attention(DeviceTensor& q_in, DeviceTensor& k_in, DeviceTensor&
     s.mask_type = in[3]->dtype;
   }
   Shape out_shape = q.shape;
-  out_shape.dims[3] = s.value_dim;
+  out_shape.dims[out_shape.ndim - 1] = s.value_dim;
   TensorRef out = new_tensor(ctx, q.dtype, out_shape);
   const int64_t lse_dims[3] = {s.batch, s.heads, s.q_len};
   TensorRef lse = new_tensor(ctx, DType::F32, make_shape(3, lse_dims, DType::F32));

@@ -49,7 +49,23 @@ struct Case {
   bool causal;
   Dims mask_dims;  // empty: no mask
   double scale;
+  // The tensors' layout: [B, H, T, D] at rank 4, or [leading..., H, T, D]
+  // when `leading` is given (its product is B); [H, T, D] (B 1) at rank 3,
+  // [T, D] (B and H 1) at rank 2.
+  int rank = 4;
+  Dims leading;
+  bool int_mask = false;  // the mask as I64, torch's boolean: 0 where -inf
 };
+
+// The dims of a q, k, v or out tensor of case c with `heads` heads.
+Dims tensor_dims(const Case& c, int64_t heads, int64_t len, int64_t dim) {
+  Dims dims;
+  if (c.rank >= 4) dims = c.leading.empty() ? Dims{c.batch} : c.leading;
+  if (c.rank >= 3) dims.push_back(heads);
+  dims.push_back(len);
+  dims.push_back(dim);
+  return dims;
+}
 
 std::string describe(const Case& c) {
   std::string s = "B" + std::to_string(c.batch) + " H" + std::to_string(c.heads) + "/" +
@@ -57,6 +73,7 @@ std::string describe(const Case& c) {
                   std::to_string(c.kv_len) + " D" + std::to_string(c.head_dim) + "/" +
                   std::to_string(c.value_dim);
   if (c.causal) s += " causal";
+  s += " rank " + std::to_string(c.rank) + (c.int_mask ? " int mask" : "");
   if (!c.mask_dims.empty()) {
     s += " mask[";
     for (int64_t d : c.mask_dims) s += std::to_string(d) + ",";
@@ -76,16 +93,22 @@ struct Reference {
   Vec out, dq, dk, dv;
 };
 
-// mask value of (b, h, i, j) for a mask of mask_dims, right-aligned.
+// mask value of (b, h, i, j) for a mask of mask_dims, right-aligned with
+// the scores of the case's layout (b split over the leading extents).
 double mask_at(const Case& c, const Vec& mask, int64_t b, int64_t h, int64_t i, int64_t j) {
   if (c.mask_dims.empty()) return 0.0;
-  const int64_t full[4] = {b, h, i, j};
+  Dims full = tensor_dims(c, c.heads, c.q_len, c.kv_len), at(full.size());
+  at[at.size() - 1] = j, at[at.size() - 2] = i;
+  if (c.rank >= 3) at[at.size() - 3] = h;
+  for (size_t d = full.size() - (c.rank >= 3 ? 3 : 2); d-- > 0;) {
+    at[d] = b % full[d];
+    b /= full[d];
+  }
   const size_t nd = c.mask_dims.size();
   int64_t index = 0;
   for (size_t d = 0; d < nd; ++d) {
     const int64_t extent = c.mask_dims[d];
-    const int64_t at = extent == 1 ? 0 : full[4 - nd + d];
-    index = index * extent + at;
+    index = index * extent + (extent == 1 ? 0 : at[full.size() - nd + d]);
   }
   return mask[static_cast<size_t>(index)];
 }
@@ -210,12 +233,19 @@ struct Run {
 // Runs attention and backward of sum(out * r) on the test device.
 Run run_attention(ampx_context ctx, const Case& c, ampx_dtype dtype, const Vec& q, const Vec& k,
                   const Vec& v, const Vec& mask, const Vec& r, double dropout_p = 0.0) {
-  Tensor tq(make(ctx, dtype, {c.batch, c.heads, c.q_len, c.head_dim}, q, true));
-  Tensor tk(make(ctx, dtype, {c.batch, c.kv_heads, c.kv_len, c.head_dim}, k, true));
-  Tensor tv(make(ctx, dtype, {c.batch, c.kv_heads, c.kv_len, c.value_dim}, v, true));
+  Tensor tq(make(ctx, dtype, tensor_dims(c, c.heads, c.q_len, c.head_dim), q, true));
+  Tensor tk(make(ctx, dtype, tensor_dims(c, c.kv_heads, c.kv_len, c.head_dim), k, true));
+  Tensor tv(make(ctx, dtype, tensor_dims(c, c.kv_heads, c.kv_len, c.value_dim), v, true));
   Tensor tm;
-  if (!c.mask_dims.empty()) tm.handle = make(ctx, dtype, c.mask_dims, mask);
-  Tensor tr(make(ctx, dtype, {c.batch, c.heads, c.q_len, c.value_dim}, r));
+  if (c.int_mask) {
+    Vec set(mask.size());
+    for (size_t i = 0; i < mask.size(); ++i) set[i] = mask[i] == -kInf ? 0.0 : 7.0;
+    tm.handle = make(ctx, AMPX_I64, c.mask_dims, set);
+  } else if (!c.mask_dims.empty()) {
+    tm.handle = make(ctx, dtype, c.mask_dims, mask);
+  }
+  const Dims out_dims = tensor_dims(c, c.heads, c.q_len, c.value_dim);
+  Tensor tr(make(ctx, dtype, out_dims, r));
   ampx_attention_options o = AMPX_ATTENTION_OPTIONS_INIT;
   o.causal = c.causal;
   o.scale = c.scale;
@@ -227,6 +257,7 @@ Run run_attention(ampx_context ctx, const Case& c, ampx_dtype dtype, const Vec& 
   REQUIRE(ampx_sum(weighted, loss.out()) == AMPX_OK);
   REQUIRE_MESSAGE(ampx_backward(loss, nullptr) == AMPX_OK, last_error());
   Run run;
+  CHECK(ampx_fixture::dims_of(out) == out_dims);
   run.out_dtype = dtype_of(out);
   run.out = values_of(out);
   run.dq = values_of(grad_of(tq));
@@ -243,7 +274,9 @@ void check_case(ampx_context ctx, const Case& c, ampx_dtype dtype, uint64_t seed
       rounded(dtype, rng.vector(count_of({c.batch, c.kv_heads, c.kv_len, c.head_dim}), -1, 1));
   const Vec v =
       rounded(dtype, rng.vector(count_of({c.batch, c.kv_heads, c.kv_len, c.value_dim}), -1, 1));
-  const Vec mask = c.mask_dims.empty() ? Vec() : rounded(dtype, mask_values(rng, c));
+  Vec mask = c.mask_dims.empty() ? Vec() : rounded(dtype, mask_values(rng, c));
+  if (c.int_mask)
+    for (double& m : mask) m = m == -kInf ? -kInf : 0.0;
   const Vec r = rounded(dtype, rng.vector(count_of({c.batch, c.heads, c.q_len, c.value_dim}), -1, 1));
   const Run run = run_attention(ctx, c, dtype, q, k, v, mask, r);
   CHECK(run.out_dtype == dtype);
@@ -284,6 +317,31 @@ TEST_CASE("attention: forward and gradients match a double reference") {
     check_case(ctx, {2, 2, 2, 13, 19, 32, 32, false, {13, 19}}, dtype, seed++);
     check_case(ctx, {1, 1, 1, 17, 17, 128, 128}, dtype, seed++);
   }
+}
+
+// torch's other layouts: leading extents of any number ([B1, B2, H, T, D],
+// [H, T, D], [T, D]) with masks broadcasting over them, and an integer mask
+// read as torch's boolean one (non-zero: the key takes part).
+TEST_CASE("attention: any leading extents, and integer masks as booleans") {
+  Ctx ctx;
+  auto with = [](Case c, int rank, Dims leading, bool int_mask) {
+    c.rank = rank, c.leading = std::move(leading), c.int_mask = int_mask;
+    return c;
+  };
+  const std::vector<Case> cases = {
+      with({1, 4, 2, 9, 11, 16, 16, true}, 3, {}, false),         // [H, T, D], grouped
+      with({1, 1, 1, 7, 5, 8, 12}, 2, {}, false),                 // [T, D]
+      with({1, 1, 1, 6, 6, 8, 8, false, {6, 6}}, 2, {}, true),    // [T, D], boolean [T, T]
+      with({6, 2, 1, 5, 7, 8, 8}, 5, {2, 3}, false),              // [2, 3, H, T, D]
+      with({6, 2, 2, 5, 7, 8, 8, false, {5, 7}}, 5, {2, 3}, true),
+      with({6, 2, 2, 5, 7, 8, 8, false, {2, 1, 1, 1, 7}}, 5, {2, 3}, false),  // expanded
+      with({6, 2, 2, 5, 7, 8, 8, false, {3, 2, 5, 7}}, 5, {2, 3}, false),     // expanded
+      with({6, 2, 2, 5, 7, 8, 8, false, {2, 3, 1, 5, 7}}, 5, {2, 3}, true),
+      with({2, 3, 3, 5, 6, 8, 8, false, {2, 1, 5, 6}}, 4, {}, true),  // boolean [B, 1, Tq, Tk]
+  };
+  uint64_t seed = 101;
+  for (const Case& c : cases) check_case(ctx, c, AMPX_F32, seed++);
+  check_case(ctx, cases[4], AMPX_BF16, seed++);
 }
 
 TEST_CASE("attention: a row with every key masked gives zeros and zero gradients") {
@@ -429,11 +487,11 @@ TEST_CASE("attention: bad input gets a clear status and changes nothing") {
     CHECK_FAILS_WITH(ampx_scaled_dot_product_attention(q, k3, v, nullptr, nullptr, &out),
                      AMPX_ERR_SHAPE, "'k'");
     CHECK_FAILS_WITH(ampx_scaled_dot_product_attention(q, kd, v, nullptr, nullptr, &out),
-                     AMPX_ERR_SHAPE, "[B, Hkv, Tk, D]");
+                     AMPX_ERR_SHAPE, "[..., Hkv, Tk, D]");
     CHECK_FAILS_WITH(ampx_scaled_dot_product_attention(q, kb, v, nullptr, nullptr, &out),
-                     AMPX_ERR_SHAPE, "[B, Hkv, Tk, D]");
+                     AMPX_ERR_SHAPE, "the same leading extents");
     CHECK_FAILS_WITH(ampx_scaled_dot_product_attention(q, k, vt, nullptr, nullptr, &out),
-                     AMPX_ERR_SHAPE, "[B, Hkv, Tk, D]");
+                     AMPX_ERR_SHAPE, "[..., Hkv, Tk, D]");
     CHECK_FAILS_WITH(ampx_scaled_dot_product_attention(q, k3h, k3h, nullptr, nullptr, &out),
                      AMPX_ERR_SHAPE, "divide");
     CHECK_FAILS_WITH(ampx_scaled_dot_product_attention(q0, k, v, nullptr, nullptr, &out),

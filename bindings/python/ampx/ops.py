@@ -269,11 +269,14 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False,
                                  scale: float | None = None) -> Tensor:
-    """torch.nn.functional.scaled_dot_product_attention for [B, H, T, D] tensors.
+    """torch.nn.functional.scaled_dot_product_attention for [..., H, T, D] tensors
+    (any leading extents, or none: [H, T, D], [T, D]).
 
     ``k`` and ``v`` may have fewer heads than ``q`` (grouped-query attention,
-    torch's ``enable_gqa=True``); ``attn_mask`` is additive (any floating type,
-    broadcasting to [B, H, Tq, Tk]); ``scale`` None is 1 / sqrt(D). Dropout
+    torch's ``enable_gqa=True``); ``attn_mask`` broadcasts to the scores
+    [..., H, Tq, Tk]: floating, it is added; integer (a boolean array becomes
+    int64), non-zero marks the keys that take part, as torch's boolean mask;
+    ``scale`` None is 1 / sqrt(D). Dropout
     applies whenever ``dropout_p`` > 0, as torch's; a row with every key
     masked gives zeros. No Tq x Tk matrix is stored."""
     q = _tensor(q, "q")

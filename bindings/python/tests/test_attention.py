@@ -3,8 +3,9 @@
 Both sides get the same fp32 inputs; torch's CPU math is the reference for
 the output and, through backward of sum(out * r), for the gradients of q,
 k and v. Causal, additive masks of several broadcast shapes (with -inf
-entries), grouped-query heads (torch's enable_gqa=True), an explicit scale
-and Tq != Tk are covered. Both compute in fp32 with different summation
+entries), boolean masks (as int64), grouped-query heads (torch's
+enable_gqa=True), an explicit scale, Tq != Tk, and layouts with no, one or
+two leading extents are covered. Both compute in fp32 with different summation
 orders, so values agree to ~1e-6; the bound is 1e-5 absolute on O(1)
 values. Dropout cannot be compared with torch's (different generators):
 ampx's must equal ampx.dropout's mask, which the C tests check.
@@ -32,7 +33,7 @@ def run_ampx(q, k, v, r, mask=None, **kwargs):
 def run_torch(q, k, v, r, mask=None, **kwargs):
     tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
     tm = torch.tensor(mask) if mask is not None else None
-    gqa = q.shape[1] != k.shape[1]
+    gqa = q.ndim > 2 and q.shape[-3] != k.shape[-3]
     out = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=tm, enable_gqa=gqa, **kwargs)
     (out * torch.tensor(r)).sum().backward()
     return [out.detach().numpy()] + [t.grad.numpy() for t in (tq, tk, tv)]
@@ -68,6 +69,33 @@ class AttentionTest(unittest.TestCase):
         self.check(2, 2, 2, 13, 21, 16, 16, mask_shape=(13, 21), seed=4)
         self.check(2, 2, 2, 7, 11, 16, 16, mask_shape=(2, 1, 1, 11), seed=5)
         self.check(1, 3, 3, 10, 10, 8, 8, mask_shape=(1, 3, 10, 10), scale=0.7, seed=6)
+
+    def test_other_layouts_and_boolean_masks(self):
+        rng = np.random.default_rng(11)
+
+        def data(*shape):
+            return rng.uniform(-1, 1, shape).astype(np.float32)
+
+        def boolean(*shape):
+            mask = rng.uniform(0, 1, shape) < 0.7
+            mask[..., 0] = True
+            return mask
+
+        cases = [  # q, k, v, mask
+            (data(3, 9, 16), data(3, 11, 16), data(3, 11, 8), None),
+            (data(9, 16), data(5, 16), data(5, 16), boolean(9, 5)),
+            (data(2, 3, 2, 7, 8), data(2, 3, 2, 6, 8), data(2, 3, 2, 6, 8), boolean(3, 1, 7, 6)),
+            (data(2, 3, 7, 8), data(2, 3, 6, 8), data(2, 3, 6, 8), boolean(2, 1, 1, 6)),
+        ]
+        for q, k, v, mask in cases:
+            with self.subTest(q=q.shape, mask=None if mask is None else mask.shape):
+                r = rng.uniform(-1, 1, q.shape[:-1] + v.shape[-1:]).astype(np.float32)
+                # ampx has no bool dtype: the mask crosses as int64.
+                have = run_ampx(q, k, v, r, None if mask is None else mask.astype(np.int64))
+                want = run_torch(q, k, v, r, mask)
+                for name, a, w in zip(("out", "dq", "dk", "dv"), have, want):
+                    self.assertEqual(a.shape, w.shape, name)
+                    np.testing.assert_allclose(a, w, rtol=0, atol=TOLERANCE, err_msg=name)
 
     def test_lower_precision_dtype_and_bad_input(self):
         rng = np.random.default_rng(9)

@@ -352,8 +352,10 @@ impl Tensor {
 
     /// Scaled dot-product attention of this `q` `[B, H, Tq, D]` over `k`
     /// `[B, Hkv, Tk, D]` and `v` `[B, Hkv, Tk, Dv]` ("scaled_dot_product_attention":
-    /// lower precision), as torch's: Hkv divides H (grouped-query heads),
-    /// `mask` is additive and broadcasts to `[B, H, Tq, Tk]`. A scale of
+    /// lower precision), as torch's: B may be any leading extents or none,
+    /// Hkv divides H (grouped-query heads), `mask` broadcasts to
+    /// `[B, H, Tq, Tk]` and is added (floating) or, I32/I64, marks with
+    /// non-zero the keys that take part (torch's boolean mask). A scale of
     /// `Some(0.0)` is refused (the C API reads 0 as the default).
     pub fn scaled_dot_product_attention(
         &self,
