@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """bench_attention_gpu.py -- fused attention, forward + backward, ampx vs
 torch.nn.functional.scaled_dot_product_attention (its flash backend), side
-by side in one process on one stream.
+by side in one process on one stream. ampx runs its tensor-core kernels
+(the default) and, up to T = 2048, its fp32 tiles too (a second context made
+with AMPX_CUDA_ATTENTION=tiled): the column that says which to keep.
 
   python3 bench/bench_attention_gpu.py [path/to/libampx.so] [--rounds 5]
 
@@ -11,7 +13,7 @@ model, as FlashAttention's benchmarks size them). Both sides read the very
 same q, k, v (ampx wraps torch's memory through DLPack) and backpropagate
 sum(out * r). A round times `iters` forward+backward passes of one library
 with CUDA events, rounds alternate between the libraries, and the table
-shows the median of each side in TFLOP/s -- counting 4 B H T^2 D for the
+shows the median of each in TFLOP/s -- counting 4 B H T^2 D for the
 forward, 2.5 times that for the backward, halved for causal masking (the
 convention of FlashAttention's papers) -- and ampx / torch. The elementwise
 product and sum around attention are the same on both sides and included.
@@ -49,6 +51,11 @@ import ampx  # noqa: E402  (after AMPX_LIBRARY is set)
 stream = torch.cuda.Stream()
 torch.cuda.set_stream(stream)
 ctx = ampx.Context("cuda", torch.cuda.current_device(), cuda_stream=stream.cuda_stream)
+# The environment is read when a context is made.
+os.environ["AMPX_CUDA_ATTENTION"] = "tiled"
+tiled_ctx = ampx.Context("cuda", torch.cuda.current_device(), cuda_stream=stream.cuda_stream)
+del os.environ["AMPX_CUDA_ATTENTION"]
+TILED_UP_TO = 2048
 
 
 def torch_step(q, k, v, r):
@@ -59,8 +66,8 @@ def torch_step(q, k, v, r):
     return out
 
 
-def ampx_step(q, k, v, r):
-    with ctx.scope():
+def ampx_step(q, k, v, r, context):
+    with context.scope():
         for t in (q, k, v):
             t.grad = None
         out = ampx.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -94,8 +101,8 @@ def main():
     print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}; ampx {ampx.library_version()}")
     print(f"causal attention, {args.tokens} tokens per batch, width {args.width}; median of "
           f"{args.rounds} alternating rounds\n")
-    print(f"{'dtype':<6}{'T':>6}{'D':>5}{'B':>4}{'H':>4}{'ampx TFLOP/s':>14}{'torch TFLOP/s':>15}"
-          f"{'ampx/torch':>12}{'max |diff|':>12}")
+    print(f"{'dtype':<6}{'T':>6}{'D':>5}{'B':>4}{'H':>4}{'ampx TFLOP/s':>14}{'tiled':>8}"
+          f"{'torch TFLOP/s':>15}{'ampx/torch':>12}{'max |diff|':>12}")
     for dtype in (torch.float16, torch.bfloat16):
         for D in (64, 128):
             for T in (1024, 2048, 4096, 8192):
@@ -106,14 +113,18 @@ def main():
                 for t in (tq, tk, tv):
                     t.requires_grad_()
                 aq, ak, av, ar = (ampx.from_dlpack(t.detach(), context=ctx) for t in (tq, tk, tv, tr))
-                for t in (aq, ak, av):
+                sq, sk, sv, sr = (ampx.from_dlpack(t.detach(), context=tiled_ctx)
+                                  for t in (tq, tk, tv, tr))
+                for t in (aq, ak, av, sq, sk, sv):
                     t.requires_grad = True
                 diff = compare(tq, tk, tv, tr, aq, ak, av, ar)
                 flops = 4 * B * H * T * T * D * 3.5 / 2
                 iters = max(1, int(2e12 // flops))
-                times = {"ampx": [], "torch": []}
-                steps = {"ampx": lambda: ampx_step(aq, ak, av, ar),
+                steps = {"ampx": lambda: ampx_step(aq, ak, av, ar, ctx),
                          "torch": lambda: torch_step(tq, tk, tv, tr)}
+                if T <= TILED_UP_TO:
+                    steps["tiled"] = lambda: ampx_step(sq, sk, sv, sr, tiled_ctx)
+                times = {name: [] for name in steps}
                 for fn in steps.values():
                     fn()
                 for _ in range(args.rounds):
@@ -121,9 +132,11 @@ def main():
                         times[name].append(timed(fn, iters))
                 rate = {name: flops / statistics.median(t) / 1e12 for name, t in times.items()}
                 name = "fp16" if dtype == torch.float16 else "bf16"
-                print(f"{name:<6}{T:>6}{D:>5}{B:>4}{H:>4}{rate['ampx']:>14.1f}{rate['torch']:>15.1f}"
-                      f"{rate['ampx'] / rate['torch']:>11.2f}x{diff:>12.2e}", flush=True)
-                del aq, ak, av, ar
+                tiled = f"{rate['tiled']:.1f}" if "tiled" in rate else "-"
+                print(f"{name:<6}{T:>6}{D:>5}{B:>4}{H:>4}{rate['ampx']:>14.1f}{tiled:>8}"
+                      f"{rate['torch']:>15.1f}{rate['ampx'] / rate['torch']:>11.2f}x{diff:>12.2e}",
+                      flush=True)
+                del aq, ak, av, ar, sq, sk, sv, sr
                 torch.cuda.empty_cache()
     print("\ntarget: ampx within 10% of torch's flash backend (ampx/torch >= 0.90)")
 

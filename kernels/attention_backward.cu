@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include "attention_launch.cuh"
+#include "attention_mma.cuh"
 #include "attention_tiles.cuh"
 #include "core/dtype.h"
 
@@ -47,23 +48,6 @@ __global__ void __launch_bounds__(kAttentionThreads)
       part += __shfl_xor_sync(0xffffffffu, part, width);
     if (lane == 0) delta[row] = part;
   }
-}
-
-// The weight p z and the score gradient ds of (bh, i, j) from its score's
-// dot product and dout_i . v_j.
-struct WeightGrad {
-  float weight, grad;
-};
-
-__device__ __forceinline__ WeightGrad weight_and_grad(const AttentionShape& s, float dot,
-                                                      float dout_v, int64_t b, int64_t h,
-                                                      int64_t bh, int64_t i, int64_t j,
-                                                      const float* lse, const float* delta) {
-  const float score = attention_score(s, dot, b, h, i, j);
-  if (score == negative_infinity()) return {0.0f, 0.0f};  // masked, or past the extents
-  const float p = expf(score - lse[bh * s.q_len + i]);
-  const float z = attention_dropout(s, bh, i, j);
-  return {p * z, s.scale * p * (z * dout_v - delta[bh * s.q_len + i])};
 }
 
 template <int D, int N>
@@ -172,7 +156,7 @@ size_t attention_backward_scratch_bytes(const AttentionShape& s) {
 cudaError_t launch_attention_backward(const AttentionShape& s, const void* q, const void* k,
                                       const void* v, const void* out, const void* dout,
                                       const float* lse, DType type, void* dq, void* dk, void* dv,
-                                      void* scratch, const LaunchConfig& launch) {
+                                      void* scratch, bool tensor_cores, const LaunchConfig& launch) {
   if ((s.q_len + kTile - 1) / kTile > 65535 || (s.kv_len + kTile - 1) / kTile > 65535)
     return cudaErrorInvalidConfiguration;
   float* delta = static_cast<float*>(scratch);
@@ -191,6 +175,8 @@ cudaError_t launch_attention_backward(const AttentionShape& s, const void* q, co
                                       static_cast<const Elem<D>*>(out), de, rows, s.value_dim,
                                       delta);
     if (status != cudaSuccess) return status;
+    if (tensor_cores && attention_mma_supports(s, type, {q, k, v, dout, dq, dk, dv}))
+      return launch_attention_backward_mma(s, q, k, v, dout, lse, delta, type, dq, dk, dv, launch);
     return with_feature_width(s.head_dim > s.value_dim ? s.head_dim : s.value_dim, [&](auto width) {
       constexpr int N = decltype(width)::value;
       if (s.kv_len > 0) {

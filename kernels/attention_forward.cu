@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "attention_launch.cuh"
+#include "attention_mma.cuh"
 #include "attention_tiles.cuh"
 #include "core/dtype.h"
 
@@ -98,7 +99,9 @@ __global__ void __launch_bounds__(kAttentionThreads)
 
 cudaError_t launch_attention_forward(const AttentionShape& s, const void* q, const void* k,
                                      const void* v, DType type, void* out, float* lse,
-                                     const LaunchConfig& launch) {
+                                     bool tensor_cores, const LaunchConfig& launch) {
+  if (tensor_cores && attention_mma_supports(s, type, {q, k, v, out}))
+    return launch_attention_forward_mma(s, q, k, v, type, out, lse, launch);
   const dim3 grid(static_cast<unsigned int>(s.batch * s.heads),
                   static_cast<unsigned int>((s.q_len + kTile - 1) / kTile));
   if ((s.q_len + kTile - 1) / kTile > 65535) return cudaErrorInvalidConfiguration;

@@ -1,5 +1,6 @@
 // attention_tiles.cuh -- the tile arithmetic the attention kernels share
-// (attention_forward.cu, attention_backward.cu).
+// (attention_forward.cu, attention_backward.cu; the score, weight and
+// dropout of one element also attention_*_mma.cu).
 //
 // A block of 256 threads works on a 32 x 32 tile of scores: thread t owns
 // "own" row t / 8 of the tile and, of the other side, rows t % 8 + 8e for
@@ -136,6 +137,24 @@ __device__ __forceinline__ float attention_dropout(const AttentionShape& s, int6
   const uint64_t n = static_cast<uint64_t>((bh * s.q_len + i) * s.kv_len + j);
   return math::attention_dropout_factor(math::dropout_key(s.seed), s.offset, n, s.threshold,
                                         s.dropout_scale);
+}
+
+// The backward pass's weight p z and score gradient ds of (bh, i, j) from
+// its score's dot product, dout_i . v_j, the forward's lse and delta_i =
+// dout_i . out_i.
+struct WeightGrad {
+  float weight, grad;
+};
+
+__device__ __forceinline__ WeightGrad weight_and_grad(const AttentionShape& s, float dot,
+                                                      float dout_v, int64_t b, int64_t h,
+                                                      int64_t bh, int64_t i, int64_t j,
+                                                      const float* lse, const float* delta) {
+  const float score = attention_score(s, dot, b, h, i, j);
+  if (score == negative_infinity()) return {0.0f, 0.0f};  // masked, or past the extents
+  const float p = expf(score - lse[bh * s.q_len + i]);
+  const float z = attention_dropout(s, bh, i, j);
+  return {p * z, s.scale * p * (z * dout_v - delta[bh * s.q_len + i])};
 }
 
 // Calls fn(std::integral_constant<int, N>) with the register width N for

@@ -1630,6 +1630,11 @@ AMPX_API ampx_attention_options ampx_attention_options_default(void);
  *  stored, forward or backward (the backward pass recomputes the weights
  *  from the log-sum-exp the forward keeps, B * H * Tq floats). Gradients
  *  flow to q, k and v; the mask is a constant. D and Dv are at most 256.
+ *  On CUDA, f16 and bf16 with D == Dv a multiple of 8 up to 128 (and
+ *  16-byte aligned data) run on the tensor cores, the weights rounded to
+ *  the inputs' type before they multiply v, as flash attention does; other
+ *  cases, or a context made with the environment variable
+ *  AMPX_CUDA_ATTENTION=tiled, multiply in fp32 tiles.
  *  options NULL: ampx_attention_options_default().
  *  Errors: SHAPE (under 2 dimensions, an extent 0 -- T = 0 included --,
  *  ranks, leading extents, kv_len or head_dim that disagree, Hkv not

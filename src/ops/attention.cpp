@@ -128,7 +128,6 @@ MaskFit fit_mask(const DeviceTensor& mask, const DeviceTensor& q, const Attentio
 // The mask's strides over [B, H, Tq, Tk] (0 along a broadcast dimension);
 // its leading extents are all 1 or all q's.
 void set_mask_strides(const DeviceTensor& mask, AttentionShape& s) {
-  const int64_t full[3] = {s.kv_len, s.q_len, s.heads};
   int64_t stride = 1;
   for (int32_t d = 0; d < 3; ++d) {
     const int64_t extent = from_right(mask, d);

@@ -3,8 +3,9 @@
 // computed independently on the host, from CUDA's documented semantics:
 //   1. warp collectives: __shfl_sync (negative and over-range sources,
 //      widths 8/16/32), __shfl_up/down_sync at segment edges, __shfl_xor_sync
-//      on int, float, double and int64; __ballot_sync, __match_any_sync; a
-//      partial mask;
+//      on int, float, double and int64; the tensor cores' mma.sync m16n8k16
+//      (f16 and bf16) from its fragment layout; __ballot_sync,
+//      __match_any_sync; a partial mask;
 //   2. block barriers (tree reductions over 1-D/2-D/3-D blocks of up to 1024
 //      threads, thread and block indices), atomics from many blocks;
 //   3. faults (deadlocks, lanes at different intrinsics) abort the process
@@ -37,6 +38,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -170,6 +172,72 @@ TEST_CASE_TEMPLATE("shuffles follow CUDA's source-lane rules", T, int, float, do
       INFO("case " << i << ", thread " << gid);
       CHECK(got[i * kThreads + gid] == values[source]);
     }
+  }
+}
+
+// The tensor cores' mma.sync m16n8k16 (ampx_emu::mma_16x8x16): each warp
+// gathers its fragments from row-major A [16 x 16], B [16 x 8] and C
+// [16 x 8] by the PTX ISA's layout (lane 4g + t: A rows g and g + 8, columns
+// 2t, 2t+1 and 2t+8, 2t+9; B rows 2t, 2t+1 and 2t+8, 2t+9 of column g; C
+// rows g and g + 8, columns 2t, 2t+1), multiplies, and writes D back by the
+// C layout. Two warps, each its own product.
+__global__ void mma_kernel(bool bf16, const uint16_t* a, const uint16_t* b, const float* c,
+                           float* d) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  a += warp * 256, b += warp * 128, c += warp * 128, d += warp * 128;
+  auto pair = [](uint16_t low, uint16_t high) { return uint32_t{low} | uint32_t{high} << 16; };
+  const uint32_t af[4] = {pair(a[g * 16 + 2 * t], a[g * 16 + 2 * t + 1]),
+                          pair(a[(g + 8) * 16 + 2 * t], a[(g + 8) * 16 + 2 * t + 1]),
+                          pair(a[g * 16 + 2 * t + 8], a[g * 16 + 2 * t + 9]),
+                          pair(a[(g + 8) * 16 + 2 * t + 8], a[(g + 8) * 16 + 2 * t + 9])};
+  const uint32_t b0 = pair(b[(2 * t) * 8 + g], b[(2 * t + 1) * 8 + g]);
+  const uint32_t b1 = pair(b[(2 * t + 8) * 8 + g], b[(2 * t + 9) * 8 + g]);
+  float acc[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t],
+                  c[(g + 8) * 8 + 2 * t + 1]};
+  ampx_emu::mma_16x8x16(bf16, acc, af, b0, b1);
+  d[g * 8 + 2 * t] = acc[0], d[g * 8 + 2 * t + 1] = acc[1];
+  d[(g + 8) * 8 + 2 * t] = acc[2], d[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+
+TEST_CASE("mma.sync m16n8k16: D = A B + C from the PTX fragment layout, f16 and bf16") {
+  for (bool bf16 : {false, true}) {
+    INFO((bf16 ? "bf16" : "f16"));
+    // Multiples of 1/8 in [-2, 2] and subnormal-free: exact in both types,
+    // and every sum of products exact in fp32.
+    std::vector<double> av(512), bv(256), cv(256);
+    for (size_t i = 0; i < av.size(); ++i) av[i] = static_cast<double>(static_cast<int>((i * 37) % 33) - 16) / 8;
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<double>(static_cast<int>((i * 11) % 29) - 14) / 8;
+    for (size_t i = 0; i < cv.size(); ++i) cv[i] = static_cast<double>(static_cast<int>(i % 7) - 3);
+    auto bits = [bf16](double x) {
+      if (bf16) {
+        const float f = static_cast<float>(x);
+        uint32_t u;
+        std::memcpy(&u, &f, sizeof u);
+        return static_cast<uint16_t>(u >> 16);  // exact: x has few significant bits
+      }
+      const _Float16 h = static_cast<_Float16>(x);
+      uint16_t u;
+      std::memcpy(&u, &h, sizeof u);
+      return u;
+    };
+    std::vector<uint16_t> ah, bh;
+    for (double x : av) ah.push_back(bits(x));
+    for (double x : bv) bh.push_back(bits(x));
+    std::vector<float> cf(cv.begin(), cv.end());
+    DeviceArray<uint16_t> a(ah), b(bh);
+    DeviceArray<float> c(cf), d(256);
+    Stream stream;
+    launch(1, 64, stream, mma_kernel, bf16, a.data, b.data, c.data, d.data);
+    REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+    const std::vector<float> got = d.read();
+    for (int w = 0; w < 2; ++w)
+      for (int r = 0; r < 16; ++r)
+        for (int n = 0; n < 8; ++n) {
+          double want = cv[w * 128 + r * 8 + n];
+          for (int k = 0; k < 16; ++k) want += av[w * 256 + r * 16 + k] * bv[w * 128 + k * 8 + n];
+          INFO("warp " << w << " row " << r << " column " << n);
+          CHECK(got[w * 128 + r * 8 + n] == want);
+        }
   }
 }
 

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <utility>
@@ -312,10 +313,15 @@ TEST_CASE("attention: forward and gradients match a double reference") {
   if (!emulated) cases.push_back({1, 2, 1, 129, 129, 64, 64, true});
   uint64_t seed = 1;
   for (const Case& c : cases) check_case(ctx, c, AMPX_F32, seed++);
+  // On CUDA, f16 and bf16 run on the tensor cores: these also cross their
+  // 64-row blocks and 16- and 32-row steps, partly, both ways.
   for (ampx_dtype dtype : {AMPX_F16, AMPX_BF16}) {
     check_case(ctx, {1, 4, 2, 33, 33, 64, 64, true}, dtype, seed++);
     check_case(ctx, {2, 2, 2, 13, 19, 32, 32, false, {13, 19}}, dtype, seed++);
     check_case(ctx, {1, 1, 1, 17, 17, 128, 128}, dtype, seed++);
+    check_case(ctx, {1, 2, 1, 130, 71, 64, 64, false, {1, 1, 130, 71}}, dtype, seed++);
+    check_case(ctx, {1, 2, 2, 129, 129, 40, 40, true}, dtype, seed++);
+    check_case(ctx, {1, 2, 2, 20, 20, 12, 12, true}, dtype, seed++);  // tiled: D not a multiple of 8
   }
 }
 
@@ -344,63 +350,95 @@ TEST_CASE("attention: any leading extents, and integer masks as booleans") {
   check_case(ctx, cases[4], AMPX_BF16, seed++);
 }
 
+// On CUDA, f16 and bf16 run on the tensor cores unless the context was made
+// with AMPX_CUDA_ATTENTION=tiled: both match the reference, and they are two
+// paths (the tensor cores round the weights to 16 bits, the tiles do not).
+TEST_CASE("attention: AMPX_CUDA_ATTENTION=tiled selects the fp32 tiles on CUDA") {
+  if (ampx_test::test_device() != AMPX_DEVICE_CUDA) {
+    MESSAGE("CUDA-only case");
+    return;
+  }
+  const Case c{1, 4, 2, 45, 70, 64, 64, true};
+  Run runs[2];
+  for (int tiled = 0; tiled <= 1; ++tiled) {
+    if (tiled) REQUIRE(setenv("AMPX_CUDA_ATTENTION", "tiled", 1) == 0);
+    Ctx ctx;  // reads the variable
+    REQUIRE(unsetenv("AMPX_CUDA_ATTENTION") == 0);
+    INFO("tiled " << tiled);
+    check_case(ctx, c, AMPX_BF16, 77);
+    Rng rng(77);
+    const Vec q = rounded(AMPX_BF16, rng.vector(count_of({1, 4, 45, 64}), -1, 1));
+    const Vec k = rounded(AMPX_BF16, rng.vector(count_of({1, 2, 70, 64}), -1, 1));
+    const Vec v = rounded(AMPX_BF16, rng.vector(count_of({1, 2, 70, 64}), -1, 1));
+    const Vec r = rounded(AMPX_BF16, rng.vector(count_of({1, 4, 45, 64}), -1, 1));
+    runs[tiled] = run_attention(ctx, c, AMPX_BF16, q, k, v, {}, r);
+  }
+  CHECK(runs[0].out != runs[1].out);
+}
+
 TEST_CASE("attention: a row with every key masked gives zeros and zero gradients") {
   Ctx ctx;
   const Case c{1, 1, 1, 3, 4, 8, 8, false, {3, 4}};
-  Rng rng(7);
-  const Vec q = rounded(AMPX_F32, rng.vector(24, -1, 1)), k = rounded(AMPX_F32, rng.vector(32, -1, 1));
-  const Vec v = rounded(AMPX_F32, rng.vector(32, -1, 1)), r = rounded(AMPX_F32, rng.vector(24, -1, 1));
-  Vec mask(12, 0.0);
-  for (int j = 0; j < 4; ++j) mask[4 + j] = -kInf;  // row 1
-  const Run run = run_attention(ctx, c, AMPX_F32, q, k, v, mask, r);
-  for (int d = 0; d < 8; ++d) {
-    CHECK(run.out[8 + d] == 0.0);
-    CHECK(run.dq[8 + d] == 0.0);
+  for (ampx_dtype dtype : {AMPX_F32, AMPX_F16, AMPX_BF16}) {
+    INFO(ampx_dtype_name(dtype));
+    Rng rng(7);
+    const Vec q = rounded(dtype, rng.vector(24, -1, 1)), k = rounded(dtype, rng.vector(32, -1, 1));
+    const Vec v = rounded(dtype, rng.vector(32, -1, 1)), r = rounded(dtype, rng.vector(24, -1, 1));
+    Vec mask(12, 0.0);
+    for (int j = 0; j < 4; ++j) mask[4 + j] = -kInf;  // row 1
+    const Run run = run_attention(ctx, c, dtype, q, k, v, mask, r);
+    for (int d = 0; d < 8; ++d) {
+      CHECK(run.out[8 + d] == 0.0);
+      CHECK(run.dq[8 + d] == 0.0);
+    }
+    const Reference ref = reference(c, q, k, v, mask, r, {});
+    check_close("out", dtype, run.out, ref.out);
+    check_close("dq", dtype, run.dq, ref.dq);
+    check_close("dk", dtype, run.dk, ref.dk);
+    check_close("dv", dtype, run.dv, ref.dv);
   }
-  const Reference ref = reference(c, q, k, v, mask, r, {});
-  check_close("out", AMPX_F32, run.out, ref.out);
-  check_close("dq", AMPX_F32, run.dq, ref.dq);
-  check_close("dk", AMPX_F32, run.dk, ref.dk);
-  check_close("dv", AMPX_F32, run.dv, ref.dv);
 }
 
 TEST_CASE("attention: dropout drops exactly the weights ampx_dropout would") {
   const Case c{2, 2, 1, 9, 13, 16, 16, true};
   const double p = 0.3;
-  Rng rng(11);
-  const Vec q = rounded(AMPX_F32, rng.vector(count_of({2, 2, 9, 16}), -1, 1));
-  const Vec k = rounded(AMPX_F32, rng.vector(count_of({2, 1, 13, 16}), -1, 1));
-  const Vec v = rounded(AMPX_F32, rng.vector(count_of({2, 1, 13, 16}), -1, 1));
-  const Vec r = rounded(AMPX_F32, rng.vector(count_of({2, 2, 9, 16}), -1, 1));
-  // The factors ampx_dropout gives a [B, H, Tq, Tk] tensor of ones as the
-  // first draw of a fresh context; attention is the first draw of another.
-  Vec drop;
-  {
-    Ctx other;
-    Tensor ones(make(other, AMPX_F32, {2, 2, 9, 13}, Vec(count_of({2, 2, 9, 13}), 1.0)));
-    Tensor dropped;
-    REQUIRE(ampx_dropout(ones, p, 1, dropped.out()) == AMPX_OK);
-    drop = values_of(dropped);
+  for (ampx_dtype dtype : {AMPX_F32, AMPX_BF16}) {
+    INFO(ampx_dtype_name(dtype));
+    Rng rng(11);
+    const Vec q = rounded(dtype, rng.vector(count_of({2, 2, 9, 16}), -1, 1));
+    const Vec k = rounded(dtype, rng.vector(count_of({2, 1, 13, 16}), -1, 1));
+    const Vec v = rounded(dtype, rng.vector(count_of({2, 1, 13, 16}), -1, 1));
+    const Vec r = rounded(dtype, rng.vector(count_of({2, 2, 9, 16}), -1, 1));
+    // The factors ampx_dropout gives a [B, H, Tq, Tk] tensor of ones as the
+    // first draw of a fresh context; attention is the first draw of another.
+    Vec drop;
+    {
+      Ctx other;
+      Tensor ones(make(other, AMPX_F32, {2, 2, 9, 13}, Vec(count_of({2, 2, 9, 13}), 1.0)));
+      Tensor dropped;
+      REQUIRE(ampx_dropout(ones, p, 1, dropped.out()) == AMPX_OK);
+      drop = values_of(dropped);
+    }
+    size_t zeros = 0;
+    for (double z : drop) zeros += z == 0.0;
+    CHECK(zeros > drop.size() / 5);  // p = 0.3 of 468 weights: far from none
+    CHECK(zeros < drop.size() / 2);
+    Ctx ctx;
+    const Run run = run_attention(ctx, c, dtype, q, k, v, {}, r, p);
+    const Reference ref = reference(c, q, k, v, {}, r, drop);
+    check_close("out", dtype, run.out, ref.out);
+    check_close("dq", dtype, run.dq, ref.dq);
+    check_close("dk", dtype, run.dk, ref.dk);
+    check_close("dv", dtype, run.dv, ref.dv);
+    // The call drew one offset: the next dropout call gets the second draw.
+    Ctx twin;
+    Tensor x(make(ctx, AMPX_F32, {64}, Vec(64, 1.0))), x2(make(twin, AMPX_F32, {64}, Vec(64, 1.0)));
+    Tensor y, y2, skip;
+    REQUIRE(ampx_dropout(x, 0.5, 1, y.out()) == AMPX_OK);
+    REQUIRE(ampx_dropout(x2, 0.5, 1, skip.out()) == AMPX_OK);
+    REQUIRE(ampx_dropout(x2, 0.5, 1, y2.out()) == AMPX_OK);
+    CHECK(values_of(y) == values_of(y2));
   }
-  size_t zeros = 0;
-  for (double z : drop) zeros += z == 0.0;
-  CHECK(zeros > drop.size() / 5);  // p = 0.3 of 468 weights: far from none
-  CHECK(zeros < drop.size() / 2);
-  Ctx ctx;
-  const Run run = run_attention(ctx, c, AMPX_F32, q, k, v, {}, r, p);
-  const Reference ref = reference(c, q, k, v, {}, r, drop);
-  check_close("out", AMPX_F32, run.out, ref.out);
-  check_close("dq", AMPX_F32, run.dq, ref.dq);
-  check_close("dk", AMPX_F32, run.dk, ref.dk);
-  check_close("dv", AMPX_F32, run.dv, ref.dv);
-  // The call drew one offset: the next dropout call gets the second draw.
-  Ctx twin;
-  Tensor x(make(ctx, AMPX_F32, {64}, Vec(64, 1.0))), x2(make(twin, AMPX_F32, {64}, Vec(64, 1.0)));
-  Tensor y, y2, skip;
-  REQUIRE(ampx_dropout(x, 0.5, 1, y.out()) == AMPX_OK);
-  REQUIRE(ampx_dropout(x2, 0.5, 1, skip.out()) == AMPX_OK);
-  REQUIRE(ampx_dropout(x2, 0.5, 1, y2.out()) == AMPX_OK);
-  CHECK(values_of(y) == values_of(y2));
 }
 
 TEST_CASE("attention: autocast computes in the lower precision, gradients in the inputs' type") {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -570,16 +571,23 @@ class CudaGradStats final : public GradStatsPrimitives {
 };
 
 // Fused attention (kernels/attention_launch.cuh); the backward pass's
-// per-row dout . out comes from the stream-ordered pool.
+// per-row dout . out comes from the stream-ordered pool. f16 and bf16 run
+// on the tensor cores where those kernels take the shape, unless
+// AMPX_CUDA_ATTENTION=tiled asks for the fp32 tiles everywhere (to compare
+// the two, or to set the tensor cores aside).
 class CudaAttention final : public AttentionPrimitives {
  public:
-  explicit CudaAttention(std::shared_ptr<const CudaDevice> device) : device_(std::move(device)) {}
+  explicit CudaAttention(std::shared_ptr<const CudaDevice> device) : device_(std::move(device)) {
+    const char* kernels = std::getenv("AMPX_CUDA_ATTENTION");
+    tensor_cores_ = !(kernels && std::string(kernels) == "tiled");
+  }
 
  protected:
   void run_forward(const AttentionShape& shape, const void* q, const void* k, const void* v,
                    DType type, void* out, float* lse) override {
     use_device(device_->index);
-    check(cuda::launch_attention_forward(shape, q, k, v, type, out, lse, device_->launch),
+    check(cuda::launch_attention_forward(shape, q, k, v, type, out, lse, tensor_cores_,
+                                         device_->launch),
           "attention_forward kernel launch");
   }
   void run_backward(const AttentionShape& shape, const void* q, const void* k, const void* v,
@@ -589,12 +597,13 @@ class CudaAttention final : public AttentionPrimitives {
     const StreamScratch scratch(device_, cuda::attention_backward_scratch_bytes(shape),
                                 "attention_backward");
     check(cuda::launch_attention_backward(shape, q, k, v, out, dout, lse, type, dq, dk, dv,
-                                          scratch.get(), device_->launch),
+                                          scratch.get(), tensor_cores_, device_->launch),
           "attention_backward kernel launch");
   }
 
  private:
   std::shared_ptr<const CudaDevice> device_;
+  bool tensor_cores_ = true;
 };
 
 // Pooling (kernels/pool2d.cu); convolution is cuDNN's (cudnn_conv.h).
