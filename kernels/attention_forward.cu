@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     const int64_t d = l + kLanes * m;
     if (d < s.value_dim) out_row[d] = math::store_float<D>(o[m] * inverse);
   }
-  if (l == 0) lse[bh * s.q_len + i] = row_sum > 0.0f ? row_max + logf(row_sum) : neg_inf;
+  if (l == 0 && lse) lse[bh * s.q_len + i] = row_sum > 0.0f ? row_max + logf(row_sum) : neg_inf;
 }
 
 }  // namespace

@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   }
   store_rows<D, F>(out + (bh * s.q_len + wi0) * dim, o, s.q_len - wi0, dim, inverse[0],
                    inverse[1]);
-  if (t != 0) return;
+  if (t != 0 || !lse) return;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t i = wi0 + g + r * 8;

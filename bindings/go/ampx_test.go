@@ -461,10 +461,23 @@ func TestScaledDotProductAttention(t *testing.T) {
 			t.Errorf("out[%d] = %v, want %v", i, got[i], want[i])
 		}
 	}
-	flat := must(FromSlice(ctx, []float32{1, 2}, 1, 2, 1))(t)
+	// [H, T, D]: one batch of heads, as torch; a 1-D q is refused.
+	heads := must(FromSlice(ctx, []float32{1, 2}, 1, 2, 1))(t)
+	defer heads.Close()
+	values := must(FromSlice(ctx, []float32{3, 5}, 1, 2, 1))(t)
+	defer values.Close()
+	out3 := must(ScaledDotProductAttention(heads, heads, values, nil, AttentionOptions{Causal: true}))(t)
+	defer out3.Close()
+	got3 := must(ToSlice[float32](out3))(t)
+	for i := range want {
+		if math.Abs(float64(got3[i])-want[i]) > 1e-6 {
+			t.Errorf("3-D out[%d] = %v, want %v", i, got3[i], want[i])
+		}
+	}
+	flat := must(FromSlice(ctx, []float32{1, 2}, 2))(t)
 	defer flat.Close()
 	if _, err := ScaledDotProductAttention(flat, flat, flat, nil, AttentionOptions{}); err == nil {
-		t.Error("a 3-D q was accepted")
+		t.Error("a 1-D q was accepted")
 	}
 }
 

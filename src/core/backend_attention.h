@@ -54,8 +54,9 @@ class AttentionPrimitives : public BackendCapability {
  public:
   static constexpr Capability kId = Capability::Attention;
 
-  // out and lse from q, k and v. batch, heads and q_len > 0; kv_len may be
-  // 0 (every row fully masked).
+  // out and lse (nullptr: not kept, as when no backward will run) from q,
+  // k and v. batch, heads and q_len > 0; kv_len may be 0 (every row fully
+  // masked).
   void forward(const AttentionShape& shape, const void* q, const void* k, const void* v,
                DType type, void* out, float* lse);
   // dq, dk and dv (each of `type`, all written) from the forward's

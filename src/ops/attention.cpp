@@ -208,8 +208,10 @@ DeviceTensor* op_attention(DeviceTensor& q_in, DeviceTensor& k_in, DeviceTensor&
   Shape out_shape = q.shape;
   out_shape.dims[out_shape.ndim - 1] = s.value_dim;
   TensorRef out = new_tensor(ctx, q.dtype, out_shape);
+  const bool recording = should_record(ctx, {&q, &k, &v});
   const int64_t lse_dims[3] = {s.batch, s.heads, s.q_len};
-  TensorRef lse = new_tensor(ctx, DType::F32, make_shape(3, lse_dims, DType::F32));
+  TensorRef lse =
+      recording ? new_tensor(ctx, DType::F32, make_shape(3, lse_dims, DType::F32)) : TensorRef();
   if (dropout_p > 0.0) {
     // Drawn once the outputs exist: a failed call leaves the stream as it was.
     s.dropout = true;
@@ -220,8 +222,9 @@ DeviceTensor* op_attention(DeviceTensor& q_in, DeviceTensor& k_in, DeviceTensor&
   }
   ctx.backend().require<AttentionPrimitives>(kOp).forward(s, q.data(), k.data(), v.data(), q.dtype,
                                                           out->data(),
-                                                          static_cast<float*>(lse->data()));
-  if (should_record(ctx, {&q, &k, &v})) {
+                                                          lse ? static_cast<float*>(lse->data())
+                                                              : nullptr);
+  if (recording) {
     auto node = make_node<AttentionNode>({&in[0], &in[1], &in[2]});
     node->shape = s;
     node->shape.mask = nullptr;  // re-read from node->mask, which keeps it alive

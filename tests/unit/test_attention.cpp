@@ -510,6 +510,25 @@ TEST_CASE("attention: no Tq x Tk matrix is allocated, forward or backward") {
   for (double g : dq) REQUIRE(std::isfinite(g));
 }
 
+TEST_CASE("attention: without gradients, the output is all it keeps") {
+  Ctx ctx;
+  Rng rng(13);
+  Tensor q(make(ctx, AMPX_F32, {1, 2, 16, 16}, rng.vector(512, -1, 1), true));
+  int32_t previous = 0;
+  REQUIRE(ampx_set_grad_enabled(ctx, 0, &previous) == AMPX_OK);
+  ampx_memory_stats before = AMPX_MEMORY_STATS_INIT, after = AMPX_MEMORY_STATS_INIT;
+  REQUIRE(ampx_memory_reset_peak(ctx) == AMPX_OK);
+  REQUIRE(ampx_memory_stats_get(ctx, &before) == AMPX_OK);
+  Tensor out;
+  REQUIRE(ampx_scaled_dot_product_attention(q, q, q, nullptr, nullptr, out.out()) == AMPX_OK);
+  REQUIRE(ampx_memory_stats_get(ctx, &after) == AMPX_OK);
+  // out: 2048 bytes, at no moment more: no [B, H, Tq] log-sum-exp made
+  // for a backward that will not run.
+  CHECK(after.current_bytes - before.current_bytes == 2048);
+  CHECK(after.peak_bytes - before.current_bytes == 2048);
+  REQUIRE(ampx_set_grad_enabled(ctx, previous, nullptr) == AMPX_OK);
+}
+
 TEST_CASE("attention: bad input gets a clear status and changes nothing") {
   Ctx ctx;
   auto t = [&](Dims dims, ampx_dtype dtype = AMPX_F32) {

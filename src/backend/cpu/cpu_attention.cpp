@@ -101,12 +101,12 @@ void attention_forward(ThreadPool& pool, const AttentionShape& s, const void* q_
       float* o = out.data() + r * s.value_dim;
       const float max = scores_of.compute(b, h, i, p.data());
       if (max == -std::numeric_limits<float>::infinity()) {
-        lse[r] = max;  // every key masked: out stays 0
+        if (lse) lse[r] = max;  // every key masked: out stays 0
         continue;
       }
       float sum = 0.0f;
       for (int64_t j = 0; j < s.kv_len; ++j) sum += (p[j] = std::exp(p[j] - max));
-      lse[r] = max + std::log(sum);
+      if (lse) lse[r] = max + std::log(sum);
       const float* vg = v.data() + (b * s.kv_heads + h / group) * s.kv_len * s.value_dim;
       for (int64_t j = 0; j < s.kv_len; ++j) {
         const float pj = p[j] / sum * scores_of.dropout(b, h, i, j);

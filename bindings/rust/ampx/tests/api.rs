@@ -136,8 +136,13 @@ fn attention_matches_a_hand_computed_softmax() {
     let mask = Tensor::from_slice(&ctx, &[2, 2], &[0.0f32, f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY]).unwrap();
     let masked = q.scaled_dot_product_attention(&q, &v, Some(&mask), &AttentionOptions::default()).unwrap();
     assert_eq!(masked.to_vec::<f32>().unwrap(), vec![3.0, 3.0]);
+    // [H, T, D] is one batch of heads, as torch; a 1-D q is refused.
     let three = Tensor::from_slice(&ctx, &[1, 2, 1], &[1.0f32, 2.0]).unwrap();
-    let err = three.scaled_dot_product_attention(&three, &three, None, &causal).unwrap_err();
+    let three_v = Tensor::from_slice(&ctx, &[1, 2, 1], &[3.0f32, 5.0]).unwrap();
+    let out3 = three.scaled_dot_product_attention(&three, &three_v, None, &causal).unwrap();
+    assert!(close(&out3.to_vec::<f32>().unwrap(), &out, 1e-6));
+    let one = Tensor::from_slice(&ctx, &[2], &[1.0f32, 2.0]).unwrap();
+    let err = one.scaled_dot_product_attention(&one, &one, None, &causal).unwrap_err();
     assert_eq!(err.status(), Status::Shape);
     let zero = AttentionOptions { scale: Some(0.0), ..Default::default() };
     assert_eq!(q.scaled_dot_product_attention(&q, &v, None, &zero).unwrap_err().status(), Status::InvalidArgument);
