@@ -1,7 +1,7 @@
 // elementwise.cpp -- add/sub/mul/div with NumPy broadcasting, affine,
 // activations and the element-wise functions (exp, log, sqrt, rsqrt).
 // Equal shapes and a row vector b take the backend's plain binary
-// primitive; other broadcasts its binary_broadcast, their gradients summed
+// primitive; other broadcasts its binary_broadcast. Gradients are summed
 // back to each operand's shape (ops/broadcast.h).
 #include "ops/broadcast.h"
 #include "ops/op_util.h"
@@ -37,85 +37,30 @@ const char* unary_name(UnaryOp op) {
   return "?";
 }
 
-// b is either a's shape or a row broadcast over a's leading dimensions.
-bool is_row_of(const DeviceTensor& b, const DeviceTensor& a) {
-  return a.shape.ndim >= 1 && b.shape.ndim == 1 && b.shape.dims[0] == a.shape.dims[a.shape.ndim - 1];
+// out (of `out_shape`, with elements) = a op b: the plain primitive when b
+// has a's shape or is a row repeated over a's leading dimensions, else the
+// general broadcast.
+void binary_into(NnPrimitives& nn, BinaryOp op, const DeviceTensor& a, const DeviceTensor& b,
+                 void* out, const Shape& out_shape) {
+  const bool row = a.shape.ndim >= 1 && b.shape.ndim == 1 &&
+                   b.shape.dims[0] == a.shape.dims[a.shape.ndim - 1];
+  if (out_shape == a.shape && (b.shape == a.shape || row))
+    nn.binary(op, a.data(), b.data(), out, a.dtype, a.numel(), b.numel());
+  else
+    nn.binary_broadcast(op, a.data(), b.data(), out, a.dtype,
+                        broadcast_layout(out_shape, a.shape, b.shape));
 }
 
-class BinaryNode final : public Node {
- public:
-  BinaryOp op = BinaryOp::Add;
-  const char* name() const override { return binary_name(op); }
-  bool reads_input(size_t) const override { return op == BinaryOp::Mul || op == BinaryOp::Div; }
-  std::vector<TensorRef> backward(DeviceContext& ctx,
-                                  const std::vector<DeviceTensor*>& grads) override {
-    DeviceTensor& a = *inputs[0];
-    DeviceTensor& b = *inputs[1];
-    DeviceTensor& dy = *grads[0];
-    const int64_t n = a.numel();
-    const bool broadcast = b.numel() != n;
-    TensorRef da, db;
-    if (op == BinaryOp::Div) {
-      // da = dy / b; db = -(dy / b) * a / b, summed over the broadcast rows.
-      NnPrimitives& nn = nn_of(ctx, name());
-      TensorRef quotient = new_tensor(ctx, a.dtype, a.shape);
-      if (n > 0)
-        nn.binary(BinaryOp::Div, dy.data(), b.data(), quotient->data(), a.dtype, n, b.numel());
-      if (b.requires_grad) {
-        TensorRef full = new_tensor(ctx, a.dtype, a.shape);
-        if (n > 0) {
-          nn.binary(BinaryOp::Mul, quotient->data(), a.data(), full->data(), a.dtype, n, n);
-          nn.binary(BinaryOp::Div, full->data(), b.data(), full->data(), a.dtype, n, b.numel());
-          nn.affine(full->data(), full->data(), a.dtype, n, -1.0f, 0.0f);
-        }
-        if (broadcast) {
-          db = new_tensor(ctx, b.dtype, b.shape);
-          nn.sum_rows(full->data(), a.dtype, n / b.numel(), b.numel(), db->data(), b.dtype);
-        } else {
-          db = std::move(full);
-        }
-      }
-      if (a.requires_grad) da = std::move(quotient);
-      return grad_list(std::move(da), std::move(db));
-    }
-    if (a.requires_grad) {
-      if (op == BinaryOp::Mul) {
-        da = new_tensor(ctx, a.dtype, a.shape);
-        // As in the forward: the primitive takes no empty operand.
-        if (n > 0)
-          nn_of(ctx, name())
-              .binary(BinaryOp::Mul, dy.data(), b.data(), da->data(), a.dtype, n, b.numel());
-      } else {
-        da = retained(dy);
-      }
-    }
-    if (b.requires_grad) {
-      // The gradient for every element of a, then summed over the broadcast rows.
-      TensorRef full;
-      if (op == BinaryOp::Add) {
-        full = retained(dy);
-      } else {
-        full = new_tensor(ctx, a.dtype, a.shape);
-        if (op == BinaryOp::Sub)
-          nn_of(ctx, name()).affine(dy.data(), full->data(), a.dtype, n, -1.0f, 0.0f);
-        else if (n > 0)
-          nn_of(ctx, name())
-              .binary(BinaryOp::Mul, dy.data(), a.data(), full->data(), a.dtype, n, n);
-      }
-      if (broadcast) {
-        db = new_tensor(ctx, b.dtype, b.shape);
-        nn_of(ctx, name())
-            .sum_rows(full->data(), a.dtype, n / b.numel(), b.numel(), db->data(), b.dtype);
-      } else {
-        db = std::move(full);
-      }
-    }
-    return grad_list(std::move(da), std::move(db));
-  }
-};
+// full op operand, full having the output's shape.
+void binary_into(NnPrimitives& nn, BinaryOp op, const DeviceTensor& full,
+                 const DeviceTensor& operand, void* out) {
+  binary_into(nn, op, full, operand, out, full.shape);
+}
 
-// a op b for operands that broadcast to `out_shape` in general.
-class BroadcastBinaryNode final : public Node {
+// a op b for operands that broadcast to the output's shape. Each operand's
+// gradient is dy (times the other operand, or divided by b) summed back to
+// the operand's shape.
+class BinaryNode final : public Node {
  public:
   BinaryOp op = BinaryOp::Add;
   const char* name() const override { return binary_name(op); }
@@ -151,14 +96,11 @@ class BroadcastBinaryNode final : public Node {
   }
 
  private:
-  // full op operand, where full has the broadcast shape.
+  // full op operand, where full has the output's shape.
   TensorRef combined(DeviceContext& ctx, BinaryOp with, DeviceTensor& full,
                      const DeviceTensor& operand) const {
     TensorRef out = new_tensor(ctx, full.dtype, full.shape);
-    if (out->numel() > 0)
-      nn_of(ctx, name())
-          .binary_broadcast(with, full.data(), operand.data(), out->data(), full.dtype,
-                            broadcast_layout(full.shape, full.shape, operand.shape));
+    if (out->numel() > 0) binary_into(nn_of(ctx, name()), with, full, operand, out->data());
     return out;
   }
   TensorRef negated(DeviceContext& ctx, DeviceTensor& t) const {
@@ -204,29 +146,14 @@ DeviceTensor* op_binary(BinaryOp op, DeviceTensor& a_in, DeviceTensor& b_in) {
   check_same_context(a_in, b_in, "a", "b");
   check_floating(a_in, "a");
   check_floating(b_in, "b");
-  const bool plain = a_in.shape == b_in.shape || is_row_of(b_in, a_in);
-  const Shape out_shape = plain ? a_in.shape : broadcast_shape(a_in, b_in, binary_name(op));
+  const Shape out_shape =
+      a_in.shape == b_in.shape ? a_in.shape : broadcast_shape(a_in, b_in, binary_name(op));
   DeviceContext& ctx = *a_in.ctx;
   std::vector<TensorRef> in = op_inputs(ctx, binary_name(op), {&a_in, &b_in});
   DeviceTensor& a = *in[0];
   DeviceTensor& b = *in[1];
-  if (!plain) {
-    TensorRef out = new_tensor(ctx, a.dtype, out_shape);
-    if (out->numel() > 0)
-      nn_of(ctx, binary_name(op))
-          .binary_broadcast(op, a.data(), b.data(), out->data(), a.dtype,
-                            broadcast_layout(out_shape, a.shape, b.shape));
-    if (should_record(ctx, {&a, &b})) {
-      auto node = make_node<BroadcastBinaryNode>({&in[0], &in[1]});
-      node->op = op;
-      record(ctx, std::move(node), {out.get()});
-    }
-    return out.take();
-  }
-  TensorRef out = new_tensor(ctx, a.dtype, a.shape);
-  if (a.numel() > 0)
-    nn_of(ctx, binary_name(op))
-        .binary(op, a.data(), b.data(), out->data(), a.dtype, a.numel(), b.numel());
+  TensorRef out = new_tensor(ctx, a.dtype, out_shape);
+  if (out->numel() > 0) binary_into(nn_of(ctx, binary_name(op)), op, a, b, out->data(), out_shape);
   if (should_record(ctx, {&a, &b})) {
     auto node = make_node<BinaryNode>({&in[0], &in[1]});
     node->op = op;
