@@ -86,14 +86,8 @@ __global__ void __launch_bounds__(kMmaThreads)
           st[nt][e] = wg.weight;
           dpt[nt][e] = wg.grad;
         }
-      uint32_t wa[4], ga[4];
-      fragment_of<D>(wa, st[0], st[1]);
-      fragment_of<D>(ga, dpt[0], dpt[1]);
-#pragma unroll
-      for (int nd = 0; nd < F / 8; ++nd) {
-        mma_columns<D, F>(dv_acc[nd], wa, dout_tile.row, 0, nd * 8);
-        mma_columns<D, F>(dk_acc[nd], ga, q_tile.row, 0, nd * 8);
-      }
+      mma_weights<D, F, kQuerySteps>(dv_acc, st, dout_tile.row);
+      mma_weights<D, F, kQuerySteps>(dk_acc, dpt, q_tile.row);
     }
   }
   const int64_t first = j0 + w0;
@@ -144,13 +138,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         const int64_t i = wi0 + g + (e / 2) * 8, j = j0 + nt * 8 + 2 * t + e % 2;
         sc[nt][e] = weight_and_grad(s, sc[nt][e], dp[nt][e], b, h, bh, i, j, lse, delta).grad;
       }
-#pragma unroll
-    for (int kk = 0; kk < kKeySteps / 16; ++kk) {
-      uint32_t ga[4];
-      fragment_of<D>(ga, sc[2 * kk], sc[2 * kk + 1]);
-#pragma unroll
-      for (int nd = 0; nd < F / 8; ++nd) mma_columns<D, F>(dq_acc[nd], ga, k_tile.row, kk * 16, nd * 8);
-    }
+    mma_weights<D, F, kKeySteps>(dq_acc, sc, k_tile.row);
   }
   store_rows<D, F>(dq + (bh * s.q_len + wi0) * dim, dq_acc, s.q_len - wi0, dim);
 }

@@ -109,13 +109,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         const int64_t i = wi0 + g + r * 8, j = j0 + nt * 8 + 2 * t + e % 2;
         sc[nt][e] = p == 0.0f ? 0.0f : p * attention_dropout(s, bh, i, j);
       }
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      uint32_t pa[4];
-      fragment_of<D>(pa, sc[2 * kk], sc[2 * kk + 1]);
-#pragma unroll
-      for (int nd = 0; nd < F / 8; ++nd) mma_columns<D, F>(o[nd], pa, v_tile.row, kk * 16, nd * 8);
-    }
+    mma_weights<D, F, kKeys>(o, sc, v_tile.row);
   }
   float inverse[2];
 #pragma unroll

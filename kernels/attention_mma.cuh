@@ -128,6 +128,21 @@ __device__ __forceinline__ void fragment_of(uint32_t (&a)[4], const float (&left
   a[3] = pack_pair<D>(right[2], right[3]);
 }
 
+// acc += W times the tile's rows [0, Keys): W the fp32 results of Keys / 8
+// neighbouring products (16 x Keys: weights or score gradients), rounded
+// to 16 bits as A fragments, 16 rows of the tile at a time.
+template <int D, int F, int Keys>
+__device__ __forceinline__ void mma_weights(float (&acc)[F / 8][4], const float (&w)[Keys / 8][4],
+                                            const uint16_t (*tile)[F + 8]) {
+#pragma unroll
+  for (int kk = 0; kk < Keys / 16; ++kk) {
+    uint32_t a[4];
+    fragment_of<D>(a, w[2 * kk], w[2 * kk + 1]);
+#pragma unroll
+    for (int nd = 0; nd < F / 8; ++nd) mma_columns<D, F>(acc[nd], a, tile, kk * 16, nd * 8);
+  }
+}
+
 // Writes the calling warp's 16 x F accumulators as rows [0, rows) of a
 // [*, dim] matrix of D (features past dim dropped).
 template <int D, int F>

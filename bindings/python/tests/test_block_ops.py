@@ -113,6 +113,16 @@ class BlockOpsTest(unittest.TestCase):
         compare(self, lambda a: ampx.mul(ampx.split(a, [3, 4], 1)[1], ampx.split(a, [3, 4], 1)[1]),
                 lambda a: torch.split(a, [3, 4], 1)[1] ** 2, x)
 
+    def compare_cross_entropy(self, logits, labels, weight, eps, reduction):
+        compare(self,
+                lambda a: ampx.cross_entropy(
+                    a, ampx.tensor(labels), reduction,
+                    weight=None if weight is None else ampx.tensor(weight), label_smoothing=eps),
+                lambda a: F.cross_entropy(
+                    a, torch.tensor(labels), weight=None if weight is None else torch.tensor(weight),
+                    reduction=reduction, label_smoothing=eps),
+                logits)
+
     def test_cross_entropy_weights_smoothing(self):
         logits = self.data(9, 6, low=-3, high=3)
         labels = np.array([0, 5, 4, -100, 2, 1, 3, 3, 0], np.int64)
@@ -121,16 +131,7 @@ class BlockOpsTest(unittest.TestCase):
             for eps in (0.0, 0.1, 1.0):
                 for red in ("mean", "sum"):
                     with self.subTest(weighted=w is not None, eps=eps, reduction=red):
-                        compare(self,
-                                lambda a: ampx.cross_entropy(
-                                    a, ampx.tensor(labels), red,
-                                    weight=None if w is None else ampx.tensor(w),
-                                    label_smoothing=eps),
-                                lambda a: F.cross_entropy(
-                                    a, torch.tensor(labels),
-                                    weight=None if w is None else torch.tensor(w),
-                                    reduction=red, label_smoothing=eps),
-                                logits)
+                        self.compare_cross_entropy(logits, labels, w, eps, red)
 
     def test_losses_per_position_and_unreduced(self):
         # torch's K-dimensional cross-entropy (a loss per pixel), the
@@ -145,16 +146,7 @@ class BlockOpsTest(unittest.TestCase):
             for red in ("mean", "sum", "none"):
                 for w, eps in ((None, 0.0), (weight, 0.2)):
                     with self.subTest(shape=shape, reduction=red, weighted=w is not None):
-                        compare(self,
-                                lambda a: ampx.cross_entropy(
-                                    a, ampx.tensor(labels), red,
-                                    weight=None if w is None else ampx.tensor(w),
-                                    label_smoothing=eps),
-                                lambda a: F.cross_entropy(
-                                    a, torch.tensor(labels),
-                                    weight=None if w is None else torch.tensor(w),
-                                    reduction=red, label_smoothing=eps),
-                                logits)
+                        self.compare_cross_entropy(logits, labels, w, eps, red)
         x, t = self.data(3, 4, 2, low=-3, high=3), self.data(3, 4, 2)
         compare(self, lambda a, b: ampx.mse_loss(a, b, "none"),
                 lambda a, b: F.mse_loss(a, b, reduction="none"), x, t)
