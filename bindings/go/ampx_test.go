@@ -244,6 +244,13 @@ func TestCloseTwiceAndUseAfterClose(t *testing.T) {
 func TestTensorBasics(t *testing.T) {
 	ctx := must(NewContext(nil))(t)
 	defer ctx.Close()
+	// TF32: off by default, a setting that reads back.
+	if was := must(ctx.SetTF32(true))(t); was {
+		t.Error("TF32 allowed by default")
+	}
+	if was := must(ctx.SetTF32(false))(t); !was {
+		t.Error("SetTF32(true) did not stick")
+	}
 	x := must(FromSlice(ctx, []float32{1, 2, 3, 4, 5, 6}, 2, 3))(t)
 	defer x.Close()
 	if s := must(x.Shape())(t); len(s) != 2 || s[0] != 2 || s[1] != 3 {

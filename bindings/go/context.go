@@ -118,6 +118,16 @@ func (c *Context) ResetPeakMemory() error {
 	return call(func() C.ampx_status { return C.ampx_memory_reset_peak(c.handle()) }, c)
 }
 
+// SetTF32 lets f32 matrix products and convolutions run in TF32 on CUDA
+// (ampx_context_set_tf32; the CPU has none) and returns the previous setting.
+func (c *Context) SetTF32(allowed bool) (previous bool, err error) {
+	var prev C.int32_t
+	err = call(func() C.ampx_status {
+		return C.ampx_context_set_tf32(c.handle(), cbool(allowed), &prev)
+	}, c)
+	return prev != 0, err
+}
+
 // SetGradEnabled turns recording of ops for backward on or off and returns
 // the previous setting.
 func (c *Context) SetGradEnabled(enabled bool) (previous bool, err error) {

@@ -394,6 +394,18 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_memory_stats_get(ampx_context ctx,
 /** Sets peak_bytes to current_bytes. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_memory_reset_peak(ampx_context ctx);
 
+/** Lets f32 matrix products (matmul, linear) and convolutions of the
+ *  context run in TF32 (allowed != 0) -- tensor-core math on CUDA devices
+ *  of compute capability 8.0 and later: operands rounded to 10 mantissa
+ *  bits (about 3 decimal digits), products summed in fp32 -- as torch's
+ *  allow_tf32 flags; or not (0, the default: IEEE fp32). f16 and bf16 are
+ *  unaffected, and so is the CPU, which has no TF32. Applies to the calls
+ *  made after it. *previous (may be NULL) receives the former setting.
+ *  Errors: INVALID_ARGUMENT (NULL ctx), STALE_HANDLE. The context's thread
+ *  rules apply. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_context_set_tf32(ampx_context ctx, int32_t allowed,
+                                                          int32_t *previous);
+
 /* ========================================================================== */
 /* 5. Tensors                                                                 */
 /* ========================================================================== */
@@ -1668,8 +1680,8 @@ AMPX_API ampx_conv2d_options ampx_conv2d_options_default(void);
  *  groups): x [N, C, H, W] (or an unbatched [C, H, W]), weight
  *  [O, C / groups, kh, kw], bias [O] or NULL; out [N, O, OH, OW] with
  *  OH = (H + 2 padding - dilation (kh - 1) - 1) / stride + 1 (rounded down;
- *  likewise OW). Products accumulate in fp32 (f32 tensors: IEEE fp32, never
- *  TF32). On the CPU the bias is added before the one rounding to the
+ *  likewise OW). Products accumulate in fp32 (f32 tensors: IEEE fp32, or
+ *  TF32 where ampx_context_set_tf32 allows it). On the CPU the bias is added before the one rounding to the
  *  output's type; on CUDA (cuDNN 9, loaded at run time) it is added to the
  *  rounded product, as torch's CUDA conv2d does. N may be 0 (an empty
  *  output).

@@ -99,6 +99,13 @@ class Context : public detail::Owner<ampx_context, ampx_context_release> {
     check(ampx_memory_stats_get(get(), &stats));
     return stats;
   }
+  // Lets f32 products and convolutions run in TF32 (ampx_context_set_tf32);
+  // returns the former setting.
+  bool set_tf32(bool allowed) const {
+    int32_t previous = 0;
+    check(ampx_context_set_tf32(get(), allowed ? 1 : 0, &previous));
+    return previous != 0;
+  }
 
  private:
   struct Adopt {};

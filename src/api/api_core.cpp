@@ -248,4 +248,12 @@ ampx_status ampx_memory_reset_peak(ampx_context ctx) {
   return guard(__func__, [&] { context_arg(ctx, "ctx").reset_peak(); });
 }
 
+ampx_status ampx_context_set_tf32(ampx_context ctx, int32_t allowed, int32_t* previous) {
+  return guard(__func__, [&] {
+    DeviceContext& c = context_arg(ctx, "ctx");
+    if (previous) *previous = c.tf32() ? 1 : 0;
+    c.set_tf32(allowed != 0);
+  });
+}
+
 }  // extern "C"

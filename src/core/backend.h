@@ -105,6 +105,19 @@ class BackendCapability {
   virtual ~BackendCapability() = default;
 };
 
+// For capabilities that multiply f32 matrices: whether their products may
+// run in TF32 (the context's ampx_context_set_tf32: inputs rounded to 10
+// mantissa bits on tensor cores, fp32 sums). Off by default; a backend
+// without such math ignores it.
+class Tf32Setting {
+ public:
+  void set_tf32(bool allowed) { tf32_ = allowed; }
+  bool tf32() const { return tf32_; }
+
+ private:
+  bool tf32_ = false;
+};
+
 // What a backend is, fixed when it is made.
 struct BackendInfo {
   ampx_device_type device_type = AMPX_DEVICE_CPU;

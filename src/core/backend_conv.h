@@ -57,7 +57,7 @@ struct Pool2dShape {
   int64_t divisor = 0;            // average only; 0: the window's size
 };
 
-class ConvolutionPrimitives : public BackendCapability {
+class ConvolutionPrimitives : public BackendCapability, public Tf32Setting {
  public:
   static constexpr Capability kId = Capability::Convolution;
 

@@ -39,7 +39,7 @@ struct GemmArgs {
 // (INTERNAL), missing matrices for a product that has elements.
 void check_gemm_args(const GemmArgs& args);
 
-class GemmPrimitives : public BackendCapability {
+class GemmPrimitives : public BackendCapability, public Tf32Setting {
  public:
   static constexpr Capability kId = Capability::Gemm;
 

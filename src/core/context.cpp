@@ -4,6 +4,8 @@
 #include <iterator>
 #include <cstdint>
 
+#include "core/backend_conv.h"
+#include "core/backend_gemm.h"
 #include "core/error.h"
 
 namespace ampx::impl {
@@ -207,6 +209,12 @@ MemoryStats DeviceContext::memory_stats() {
   MemoryStats stats = stats_;
   stats.reserved_bytes = std::max(allocator_->reserved_bytes(), stats.current_bytes);
   return stats;
+}
+
+void DeviceContext::set_tf32(bool allowed) {
+  tf32_ = allowed;
+  if (GemmPrimitives* gemm = backend().find<GemmPrimitives>()) gemm->set_tf32(allowed);
+  if (ConvolutionPrimitives* conv = backend().find<ConvolutionPrimitives>()) conv->set_tf32(allowed);
 }
 
 void DeviceContext::reset_peak() {

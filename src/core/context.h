@@ -94,6 +94,11 @@ class DeviceContext {
   uint64_t random_offset() const { return random_offset_; }
   void set_random_offset(uint64_t offset) { random_offset_ = offset; }
 
+  // Whether f32 matrix products and convolutions may run in TF32
+  // (ampx_context_set_tf32); passed on to the capabilities that multiply.
+  bool tf32() const { return tf32_; }
+  void set_tf32(bool allowed);
+
   // Device memory for tensor storage; throws AMPX_ERR_OUT_OF_MEMORY (with the
   // request and the current usage in the message) when it cannot be had.
   void* allocate(size_t bytes);
@@ -149,6 +154,7 @@ class DeviceContext {
   std::unique_ptr<Allocator> allocator_;
   uint64_t seed_ = 0;
   uint64_t random_offset_ = 0;
+  bool tf32_ = false;
   std::atomic<uint64_t> last_tensor_id_{0};
   // The record lives in this array on the CPU, and on a GPU in memory of the
   // backend's own allocator, never the host's hooks (it is not a tensor).

@@ -125,6 +125,9 @@ TEST_CASE("c++ layer: ops return owned tensors, inside a Scope or not") {
     }
     // The Tensors outlive the scope that was open when they were made.
     CHECK(sum.to_vector() == std::vector<float>{1.5f, 1.0f, 5.0f, 4.0f});
+    CHECK_FALSE(ctx.set_tf32(true));  // off by default; exact products either way here
+    CHECK(ampx::matmul(a, b).to_vector() == product.to_vector());
+    CHECK(ctx.set_tf32(false));
     CHECK(product.to_vector() == std::vector<float>{4.5f, -1.0f, 9.5f, -3.0f});
     CHECK(ampx::sum(ampx::relu(ampx::sub(b, a))).to_vector() == std::vector<float>{0.0f});
     CHECK(ampx::sum(ampx::sub(a, b)).to_vector() == std::vector<float>{8.5f});

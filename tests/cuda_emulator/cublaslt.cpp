@@ -4,9 +4,12 @@
 // What it computes, as cuBLASLt does (column-major, strided batches):
 //   D = alpha * op(A) op(B) + beta * C  (+ bias[row] with the BIAS epilogue)
 // with A and B f32, f16 or bf16 (the same type), C and D of that type or
-// f32, compute type 32F and fp32 alpha and beta read from the host. Each
-// dot product is summed in fp32 in k order, the epilogue is applied in
-// fp32, and D is rounded once (ties to even, with ampx's own conversions).
+// f32, compute type 32F (or 32F_FAST_TF32 for f32 A and B: their elements
+// rounded to TF32's 10 mantissa bits first, ties to even, the emulator's
+// model of the tensor cores' conversion) and fp32 alpha and beta read from
+// the host. Each dot product is summed in fp32 in k order, the epilogue is
+// applied in fp32, and D is rounded once (ties to even, with ampx's own
+// conversions).
 // When beta is 0, C is not read. C and D may be the same matrix.
 //
 // What it checks, so that tests catch what a GPU would punish:
@@ -295,17 +298,19 @@ cublasStatus_t read_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a_
   return CUBLAS_STATUS_SUCCESS;
 }
 
-// Whether the emulator has an algorithm for `p`: compute type 32F (TF32
-// rounding is not modelled, and ampx must never ask for it), f32/f16/bf16
-// inputs of one type, C and D of that type or f32, and the DEFAULT or BIAS
-// epilogue with a bias of D's type or f32.
+// Whether the emulator has an algorithm for `p`: compute type 32F, or
+// 32F_FAST_TF32 for f32 inputs, f32/f16/bf16 inputs of one type, C and D of
+// that type or f32, and the DEFAULT or BIAS epilogue with a bias of D's
+// type or f32.
 //
 // The BIAS epilogue also needs D's row count to be a multiple of 8. cuBLASLt
 // has no such rule; the emulator invents it so that ampx's path for a
 // problem with no fused-bias algorithm (a separate bias kernel) runs in the
 // tests, as it does on GPUs whose heuristics turn some shapes down.
 bool has_algorithm(const Problem& p) {
-  if (p.compute_type != CUBLAS_COMPUTE_32F) return false;
+  if (p.compute_type != CUBLAS_COMPUTE_32F &&
+      !(p.compute_type == CUBLAS_COMPUTE_32F_FAST_TF32 && p.a.type == CUDA_R_32F))
+    return false;
   if (!is_multiply_type(p.a.type) || p.b.type != p.a.type) return false;
   if (p.c.type != p.d.type || (p.d.type != p.a.type && p.d.type != CUDA_R_32F)) return false;
   if (p.epilogue == CUBLASLT_EPILOGUE_DEFAULT) return true;
@@ -421,6 +426,10 @@ struct Multiply {
           for (int64_t l = 0; l < k; ++l)
             op_b[j * k + l] =
                 load_element(b_item, p.trans_b ? j + l * p.b.ld : l + j * p.b.ld, p.b.type);
+        if (p.compute_type == CUBLAS_COMPUTE_32F_FAST_TF32) {
+          for (float& x : op_a) x = ampx_emu::to_tf32(x);
+          for (float& x : op_b) x = ampx_emu::to_tf32(x);
+        }
       }
       const void* c_item = c != nullptr ? element_at(c, item * p.c.stride, p.c.type) : nullptr;
       void* d_item = element_at(d, item * p.d.stride, p.d.type);

@@ -21,8 +21,9 @@
 //  - descriptors that do not chain: y's extents are not what x, the filter
 //    and the convolution give, channels not divisible by the groups,
 //    differing data types, a compute type other than fp32;
-//  - the math type: f32 data must ask for FMA math (ampx never uses TF32
-//    for fp32 tensors), f16 and bf16 for tensor-op math;
+//  - the math type: FMA or tensor-op math for f32 data (tensor-op math is
+//    TF32: the operands rounded to 10 mantissa bits first, ties to even),
+//    tensor-op math for f16 and bf16;
 //  - an algorithm cuDNN does not have (CUDNN_STATUS_NOT_SUPPORTED, 3000);
 //  - a workspace smaller than the algorithm's size, and every tensor, the
 //    filter and the workspace inside one live emulated device allocation
@@ -153,6 +154,12 @@ struct Problem {
   Conv conv;
   int64_t in_per_group() const { return x.c / conv.groups; }
   int64_t out_per_group() const { return y.c / conv.groups; }
+  // Element i of an operand of the products, rounded to TF32 under
+  // tensor-op math on f32 data.
+  float operand(const void* base, int64_t i) const {
+    const float v = load(base, x.type, i);
+    return x.type == kFloat && conv.math == kTensorOpMath ? ampx_emu::to_tf32(v) : v;
+  }
 };
 
 int64_t output_extent(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
@@ -170,7 +177,8 @@ int make_problem(void* handle, void* x, void* w, void* conv, void* y, Problem* p
   p->conv = *static_cast<Conv*>(conv);
   if (!p->x.set || !p->y.set || !p->w.set || !p->conv.set) return kBadParam;
   if (p->x.type != p->y.type || p->x.type != p->w.type) return kBadParam;
-  if (p->conv.math != (p->x.type == kFloat ? kFmaMath : kTensorOpMath)) return kBadParam;
+  if (p->conv.math != kTensorOpMath && !(p->x.type == kFloat && p->conv.math == kFmaMath))
+    return kBadParam;
   const Conv& c = p->conv;
   if (p->x.c % c.groups != 0 || p->w.k % c.groups != 0 || p->w.c * c.groups != p->x.c ||
       p->w.k != p->y.c || p->x.n != p->y.n)
@@ -392,7 +400,7 @@ int forward(void* h, const void* alpha, void* xd, const void* x, void* wd, const
                   if (q < 0) continue;
                   const int64_t xi = ((n * p.x.c + g * p.in_per_group() + ci) * p.x.h + r) * p.x.w + q;
                   const int64_t wi = ((o * p.w.c + ci) * p.w.h + i) * p.w.w + j;
-                  sum += static_cast<double>(load(w, t, wi)) * load(x, t, xi);
+                  sum += static_cast<double>(p.operand(w, wi)) * p.operand(x, xi);
                 }
               }
             blend(y, t, ((n * p.y.c + o) * p.y.h + oh) * p.y.w + ow, a, b, sum);
@@ -427,8 +435,8 @@ int backward_data(void* h, const void* alpha, void* wd, const void* w, void* dyd
                   if (cols < 0 || cols % c.stride_w != 0 || cols / c.stride_w >= p.y.w) continue;
                   const int64_t yi =
                       ((n * p.y.c + o) * p.y.h + rows / c.stride_h) * p.y.w + cols / c.stride_w;
-                  sum += static_cast<double>(load(w, t, ((o * p.w.c + ci) * p.w.h + i) * p.w.w + j)) *
-                         load(dy, t, yi);
+                  sum += static_cast<double>(p.operand(w, ((o * p.w.c + ci) * p.w.h + i) * p.w.w + j)) *
+                         p.operand(dy, yi);
                 }
               }
             blend(dx, t, ((n * p.x.c + ch) * p.x.h + r) * p.x.w + q, a, b, sum);
@@ -462,8 +470,8 @@ int backward_filter(void* h, const void* alpha, void* xd, const void* x, void* d
                   const int64_t q = tap(ow, j, c.stride_w, c.pad_w, c.dilation_w, p.x.w);
                   if (q < 0) continue;
                   const int64_t xi = ((n * p.x.c + g * p.in_per_group() + ci) * p.x.h + r) * p.x.w + q;
-                  sum += static_cast<double>(load(dy, t, ((n * p.y.c + o) * p.y.h + oh) * p.y.w + ow)) *
-                         load(x, t, xi);
+                  sum += static_cast<double>(p.operand(dy, ((n * p.y.c + o) * p.y.h + oh) * p.y.w + ow)) *
+                         p.operand(x, xi);
                 }
               }
             blend(dw, t, ((o * p.w.c + ci) * p.w.h + i) * p.w.w + j, a, b, sum);

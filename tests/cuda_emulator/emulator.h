@@ -11,6 +11,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -31,6 +33,21 @@ cudaError_t enqueue(cudaStream_t stream, std::function<void()> work);
 
 // Whether [ptr, ptr + bytes) lies inside one live device allocation.
 bool is_device_memory(const void* ptr, size_t bytes);
+
+// x rounded to TF32 (fp32's 8 exponent bits, 10 mantissa bits), ties to
+// even; infinities and NaN unchanged: the emulator's model of the tensor
+// cores' conversion of f32 operands (cuBLASLt's FAST_TF32, cuDNN's
+// tensor-op math on f32 data).
+inline float to_tf32(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  if ((bits & 0x7f800000u) != 0x7f800000u) {
+    bits += 0xfffu + ((bits >> 13) & 1u);
+    bits &= ~0x1fffu;
+  }
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
 
 // Records `error` as the calling thread's last error and returns it.
 cudaError_t record_error(cudaError_t error);

@@ -995,8 +995,9 @@ TEST_CASE("cuBLASLt has no BIAS algorithm when D's rows are not a multiple of 8"
 
 // ---- 9. the cuDNN stand-in ------------------------------------------------------
 // Its refusals are what keep the backend's cuDNN calls honest in CI, so each
-// is shown to fire: a workspace smaller than the algorithm's, f32 data with
-// tensor-op (TF32) math, an operand freed before a captured call replays.
+// is shown to fire: a workspace smaller than the algorithm's, an operand
+// freed before a captured call replays; and f32 data with tensor-op math
+// multiplies in TF32.
 
 
 extern "C" void* ampx_emulated_cudnn_symbol(const char* name);
@@ -1128,13 +1129,52 @@ TEST_CASE("cuDNN stand-in: a convolution with its full workspace, and one short 
   for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-6));
 }
 
-TEST_CASE("cuDNN stand-in: f32 data with tensor-op math is refused") {
+// TF32 as NVIDIA defines it: 8 exponent bits, 10 mantissa bits (ties to
+// even here, the emulator's rounding).
+float tf32_of(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  bits = (bits + 0xfffu + ((bits >> 13) & 1u)) & ~0x1fffu;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+TEST_CASE("cuDNN stand-in: f32 data with tensor-op math multiplies in TF32") {
   const CudnnConv conv(kCudnnTensorOpMath);
-  DeviceArray<float> x(CudnnConv::input()), wt(CudnnConv::filter()),
+  const std::vector<float> x_host = CudnnConv::input(), w_host = CudnnConv::filter();
+  DeviceArray<float> x(x_host), wt(w_host),
       y(CudnnConv::n * CudnnConv::k * CudnnConv::oh * CudnnConv::ow);
   size_t bytes = 0;
-  CHECK(conv.workspace_size(0, &bytes) == kCudnnBadParam);
-  CHECK(conv.run(0, x, wt, y, nullptr, 0) == kCudnnBadParam);
+  REQUIRE(conv.workspace_size(0, &bytes) == kCudnnSuccess);
+  Stream stream;
+  REQUIRE(cudnn_function<int (*)(void*, cudaStream_t)>("cudnnSetStream")(conv.handle, stream) ==
+          kCudnnSuccess);
+  REQUIRE(conv.run(0, x, wt, y, nullptr, 0) == kCudnnSuccess);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  const std::vector<float> got = y.read();
+  const std::vector<double> exact = CudnnConv::reference();
+  // The same cross-correlation of the operands rounded to TF32.
+  std::vector<double> want(exact.size(), 0.0);
+  constexpr int c = CudnnConv::c, h = CudnnConv::h, w = CudnnConv::w, r = CudnnConv::r;
+  for (int o = 0; o < CudnnConv::k; ++o)
+    for (int i = 0; i < CudnnConv::oh; ++i)
+      for (int j = 0; j < CudnnConv::ow; ++j)
+        for (int ch = 0; ch < c; ++ch)
+          for (int a = 0; a < r; ++a)
+            for (int b = 0; b < r; ++b) {
+              const int row = i * CudnnConv::stride - CudnnConv::pad + a;
+              const int col = j * CudnnConv::stride - CudnnConv::pad + b;
+              if (row < 0 || row >= h || col < 0 || col >= w) continue;
+              want[(o * CudnnConv::oh + i) * CudnnConv::ow + j] +=
+                  double{tf32_of(x_host[(ch * h + row) * w + col])} *
+                  tf32_of(w_host[((o * c + ch) * r + a) * r + b]);
+            }
+  size_t differ = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-6));
+    differ += std::fabs(got[i] - exact[i]) > 1e-5 * std::fabs(exact[i]);
+  }
+  CHECK(differ > 0);  // not the exact fp32 result
 }
 
 TEST_CASE("cuDNN stand-in: a captured convolution whose input was freed faults at replay") {

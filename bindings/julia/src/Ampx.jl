@@ -390,6 +390,14 @@ end
 reset_peak_memory!(ctx::Context) =
     check(ccall((:ampx_memory_reset_peak, libampx), Cint, (Ptr{Cvoid},), ctx))
 
+"Lets f32 products and convolutions run in TF32 on CUDA (`ampx_context_set_tf32`); returns the previous setting."
+function set_tf32!(ctx::Context, allowed::Bool)
+    previous = Ref{Int32}(0)
+    check(ccall((:ampx_context_set_tf32, libampx), Cint, (Ptr{Cvoid}, Int32, Ptr{Int32}),
+                ctx, allowed, previous))
+    previous[] != 0
+end
+
 "Turns recording for backward on or off; returns the previous setting."
 function set_grad_enabled!(ctx::Context, enabled::Bool)
     previous = Ref{Int32}(0)

@@ -114,6 +114,8 @@ end
         @test_throws AmpxError length(b)
         @test Ampx.to_host(Float32, kept) == Float32[2, 2, 2]
         @test_throws AmpxError Ampx.pop_scope!(ctx)
+        @test !Ampx.set_tf32!(ctx, true)  # TF32 off by default
+        @test Ampx.set_tf32!(ctx, false)
     end
 
     @testset "autocast + scaler + AdamW: the loss falls" begin

@@ -307,6 +307,7 @@ _PROTOTYPES = {
     "ampx_context_synchronize": (_STATUS, [handle]),
     "ampx_memory_stats_get": (_STATUS, [handle, POINTER(MemoryStatsStruct)]),
     "ampx_memory_reset_peak": (_STATUS, [handle]),
+    "ampx_context_set_tf32": (_STATUS, [handle, c_int32, int32_p]),
     # 5. tensors
     "ampx_tensor_empty": (_STATUS, [handle, c_enum, c_int32, int64_p, handle_p]),
     "ampx_tensor_zeros": (_STATUS, [handle, c_enum, c_int32, int64_p, handle_p]),

@@ -113,6 +113,24 @@ class Context(Resource):
         """Sets the peak to the current byte count (``ampx_memory_reset_peak``)."""
         lib.ampx_memory_reset_peak(self.handle)
 
+    def set_tf32(self, allowed: bool) -> bool:
+        """Lets f32 matrix products and convolutions run in TF32 on CUDA (as
+        torch's allow_tf32 flags; the CPU has none); returns the former setting."""
+        previous = ctypes.c_int32()
+        lib.ampx_context_set_tf32(self.handle, bool_arg(allowed, "allowed"), ctypes.byref(previous))
+        return bool(previous.value)
+
+    @property
+    def allow_tf32(self) -> bool:
+        """Whether f32 products and convolutions may run in TF32."""
+        previous = self.set_tf32(False)
+        self.set_tf32(previous)
+        return previous
+
+    @allow_tf32.setter
+    def allow_tf32(self, allowed: bool) -> None:
+        self.set_tf32(allowed)
+
     def set_grad_enabled(self, enabled: bool) -> bool:
         """Turns recording of ops for backward on or off; returns the former setting."""
         previous = ctypes.c_int32()

@@ -39,6 +39,14 @@ class LibraryTest(unittest.TestCase):
             with ampx.no_grad(ctx):
                 self.assertFalse(ctx.grad_enabled)
             self.assertTrue(ctx.set_grad_enabled(True))
+            # TF32: off by default; the CPU computes IEEE fp32 either way.
+            self.assertFalse(ctx.allow_tf32)
+            a = ampx.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), context=ctx)
+            exact = ampx.matmul(a, ampx.transpose(a, 0, 1)).numpy()
+            ctx.allow_tf32 = True
+            self.assertTrue(ctx.allow_tf32)
+            np.testing.assert_array_equal(ampx.matmul(a, ampx.transpose(a, 0, 1)).numpy(), exact)
+            self.assertTrue(ctx.set_tf32(False))
         self.assertTrue(ctx.closed)
 
 

@@ -136,9 +136,9 @@ struct CublasLtGemm::Plan {
 
 bool CublasLtGemm::Problem::operator<(const Problem& o) const {
   return std::tie(batch, m, n, k, a_stride, b_stride, c_stride, ab_type, c_type, trans_a, trans_b,
-                  bias, a_align, b_align, c_align) <
+                  bias, tf32, a_align, b_align, c_align) <
          std::tie(o.batch, o.m, o.n, o.k, o.a_stride, o.b_stride, o.c_stride, o.ab_type, o.c_type,
-                  o.trans_a, o.trans_b, o.bias, o.a_align, o.b_align, o.c_align);
+                  o.trans_a, o.trans_b, o.bias, o.tf32, o.a_align, o.b_align, o.c_align);
 }
 
 // The workspace is taken now rather than at the first product: that product
@@ -171,7 +171,9 @@ const CublasLtGemm::Plan& CublasLtGemm::plan_for(const Problem& p) {
   if (cached != plans_.end()) return *cached->second;
 
   auto plan = std::make_unique<Plan>();
-  check(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+  check(cublasLtMatmulDescCreate(&plan->desc,
+                                 p.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                 CUDA_R_32F),
         "cublasLtMatmulDescCreate");
   set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
   set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
@@ -252,6 +254,7 @@ void CublasLtGemm::multiply(const GemmArgs& g, int64_t first, int64_t count) {
   p.ab_type = g.ab_type, p.c_type = g.c_type;
   p.trans_a = g.trans_a, p.trans_b = g.trans_b;
   p.bias = g.bias != nullptr;
+  p.tf32 = tf32_ && g.ab_type == DType::F32;
   p.a_align = alignment(a, bytes_of(g.ab_type, p.a_stride));
   p.b_align = alignment(b, bytes_of(g.ab_type, p.b_stride));
   p.c_align = alignment(c, bytes_of(g.c_type, p.c_stride));
@@ -320,7 +323,8 @@ CublasLtGemm::AlignedBias::~AlignedBias() {
   if (copy_ != nullptr) memory_.deallocate(copy_, bytes_);
 }
 
-void CublasLtGemm::run(const GemmArgs& g) {
+void CublasLtGemm::run(const GemmArgs& g, bool tf32) {
+  tf32_ = tf32;
   const bool independent = g.a_batch_stride >= 0 && g.b_batch_stride >= 0 &&
                            g.c_batch_stride >= g.m * g.n;
   if (g.batch == 1 || !independent) {

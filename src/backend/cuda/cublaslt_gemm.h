@@ -54,12 +54,13 @@ class CublasLtGemm {
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
-  // Enqueues `args` on launch.stream, with the backend's device current.
+  // Enqueues `args` on launch.stream, with the backend's device current;
+  // f32 products in TF32 (cuBLASLt's COMPUTE_32F_FAST_TF32) when `tf32`.
   // Throws AMPX_ERR_INVALID_ARGUMENT / AMPX_ERR_DTYPE for arguments outside
   // the contract, AMPX_ERR_NOT_SUPPORTED when cuBLASLt has no algorithm
   // for the problem, and AMPX_ERR_DEVICE when a CUDA or cuBLASLt call
   // fails.
-  void run(const GemmArgs& args);
+  void run(const GemmArgs& args, bool tf32);
 
  private:
   // Everything cuBLASLt's choice of algorithm depends on.
@@ -69,6 +70,7 @@ class CublasLtGemm {
     DType ab_type, c_type;
     bool trans_a, trans_b;
     bool bias;
+    bool tf32;  // f32 A and B multiplied in TF32
     uint32_t a_align, b_align, c_align;  // bytes, powers of two up to 256
     bool operator<(const Problem& other) const;
   };
@@ -98,6 +100,7 @@ class CublasLtGemm {
 
   std::unique_ptr<Allocator> memory_;
   LaunchConfig launch_;
+  bool tf32_ = false;  // of the run in progress
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::map<Problem, std::unique_ptr<Plan>> plans_;

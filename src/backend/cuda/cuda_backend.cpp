@@ -527,7 +527,7 @@ class CudaGemm final : public GemmPrimitives {
  protected:
   void run_gemm(const GemmArgs& args) override {
     use_device(device_->index);
-    gemm_->run(args);
+    gemm_->run(args, tf32());
   }
 
  private:

@@ -224,10 +224,10 @@ bool CudnnConvolution::Key::operator<(const Key& o) const {
   const Conv2dShape& b = o.shape;
   return std::tie(a.batch, a.in_channels, a.in_h, a.in_w, a.out_channels, a.out_h, a.out_w,
                   a.kernel_h, a.kernel_w, a.stride_h, a.stride_w, a.pad_h, a.pad_w, a.dilation_h,
-                  a.dilation_w, a.groups, type) <
+                  a.dilation_w, a.groups, type, tf32) <
          std::tie(b.batch, b.in_channels, b.in_h, b.in_w, b.out_channels, b.out_h, b.out_w,
                   b.kernel_h, b.kernel_w, b.stride_h, b.stride_w, b.pad_h, b.pad_w, b.dilation_h,
-                  b.dilation_w, b.groups, o.type);
+                  b.dilation_w, b.groups, o.type, o.tf32);
 }
 
 CudnnConvolution::CudnnConvolution(const CudnnLibrary& library, int32_t device,
@@ -284,7 +284,7 @@ const CudnnConvolution::Plan& CudnnConvolution::plan_for(const Conv2dShape& s, D
     cudaGetLastError();
     fail(AMPX_ERR_DEVICE, "cudaSetDevice failed: ", cudaGetErrorString(current));
   }
-  const Key key{s, type};
+  const Key key{s, type, type == DType::F32 && tf32()};
   const auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
   void* h = handle();
@@ -320,7 +320,7 @@ const CudnnConvolution::Plan& CudnnConvolution::plan_for(const Conv2dShape& s, D
   check(cudnn_, cudnn_.set_group_count(plan->conv, narrow(s.groups, "groups")),
         "cudnnSetConvolutionGroupCount");
   check(cudnn_,
-        cudnn_.set_math_type(plan->conv, type == DType::F32 ? kFmaMath : kTensorOpMath),
+        cudnn_.set_math_type(plan->conv, type == DType::F32 && !key.tf32 ? kFmaMath : kTensorOpMath),
         "cudnnSetConvolutionMathType");
   Plan& p = *plan;
   choose(

@@ -54,6 +54,7 @@ class CudnnConvolution final : public ConvolutionPrimitives {
   struct Key {
     Conv2dShape shape;
     DType type;
+    bool tf32;  // an f32 convolution in TF32 (tensor-op math)
     bool operator<(const Key& other) const;
   };
   struct Plan;

@@ -29,8 +29,7 @@ typedef enum {
   CUBLAS_OP_T = 1,
 } cublasOperation_t;
 
-// Only CUBLAS_COMPUTE_32F runs; the TF32 mode is declared so that asking for
-// it is answered (CUBLAS_STATUS_NOT_SUPPORTED) rather than not compiling.
+// CUBLAS_COMPUTE_32F, and 32F_FAST_TF32 for f32 inputs (cublaslt.cpp).
 typedef enum {
   CUBLAS_COMPUTE_32F = 68,
   CUBLAS_COMPUTE_32F_FAST_TF32 = 77,

@@ -639,6 +639,7 @@ extern "C" {
     pub fn ampx_context_synchronize(ctx: ampx_context) -> ampx_status;
     pub fn ampx_memory_stats_get(ctx: ampx_context, stats: *mut ampx_memory_stats) -> ampx_status;
     pub fn ampx_memory_reset_peak(ctx: ampx_context) -> ampx_status;
+    pub fn ampx_context_set_tf32(ctx: ampx_context, allowed: i32, previous: *mut i32) -> ampx_status;
 
     // 5. Tensors
     pub fn ampx_tensor_empty(

@@ -175,6 +175,16 @@ impl Context {
         check(unsafe { sys::ampx_memory_reset_peak(self.as_raw()) })
     }
 
+    /// Lets f32 matrix products and convolutions run in TF32 on CUDA
+    /// (`ampx_context_set_tf32`; the CPU has none); returns the former
+    /// setting.
+    pub fn set_tf32(&self, allowed: bool) -> Result<bool> {
+        let mut previous = 0;
+        // SAFETY: live handle, valid out pointer.
+        check(unsafe { sys::ampx_context_set_tf32(self.as_raw(), allowed.into(), &mut previous) })?;
+        Ok(previous != 0)
+    }
+
     /// Turns recording of ops on the tape on or off; returns the former
     /// setting. Prefer the guard [`Context::grad_mode`].
     pub fn set_grad_enabled(&self, enabled: bool) -> Result<bool> {

@@ -93,6 +93,9 @@ fn gradients_grad_mode_and_scopes() {
     }
     assert!(w.affine(2.0, 1.0).unwrap().requires_grad().unwrap(), "grad mode restored");
     assert!(ctx.set_grad_enabled(true).unwrap());
+    // TF32: off by default, a setting that reads back.
+    assert!(!ctx.set_tf32(true).unwrap());
+    assert!(ctx.set_tf32(false).unwrap());
     // An engine's own gradient buffer.
     let g = Tensor::from_slice(&ctx, &[3], &[0.1f32, 0.2, 0.3]).unwrap();
     w.set_grad(Some(&g)).unwrap();
