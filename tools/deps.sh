@@ -3,8 +3,9 @@
 # Installs what is missing when run as root; otherwise names what to install.
 #   tools/deps.sh              what the library, tests, demo and examples need
 #   tools/deps.sh --bindings   also every binding's toolchain (Python packages,
-#                              Rust, Go), clang for the fuzzers and Doxygen for
-#                              the reference: what CI needs
+#                              Rust, Go, C#), clang for the fuzzers, Doxygen for
+#                              the reference and libclang for the bindings
+#                              generator's drift test: what CI needs
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ "${1:-}" = "--bindings" ]; then
@@ -21,6 +22,9 @@ if [ "${1:-}" = "--bindings" ]; then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${extra[@]}" >/dev/null
   fi
+  # libclang's Python bindings, for tools/gen_bindings.py and its drift
+  # test (the generated files are checked in: building a binding needs none).
+  python3 -c "import clang.cindex" 2>/dev/null || python3 -m pip install --quiet libclang
   exit 0
 fi
 
