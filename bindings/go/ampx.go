@@ -6,9 +6,10 @@
 //
 // # Objects and lifetimes
 //
-// Context, Tensor, Optimizer, Scaler and Autocast each own one reference to
-// a C object. Call Close when done with one: it releases the reference at
-// once, and calling it again does nothing. A finalizer
+// Context, Tensor, Optimizer, Scaler, Autocast, Comm, DataParallel, Doctor
+// and SafetensorsFile each own one reference to a C object. Call Close when
+// done with one: it releases the reference at once, and calling it again
+// does nothing. A finalizer
 // (runtime.SetFinalizer) releases whatever a program forgets to Close when
 // the garbage collector finds it unreachable; it is a safety net, not a
 // schedule -- memory held by a forgotten tensor is returned only whenever
@@ -20,6 +21,20 @@
 // Context.PopScope releases them and marks their Go values closed, so a
 // later use returns an error instead of touching freed memory. Retain one
 // to keep it past the scope.
+//
+// # Callbacks
+//
+// Context.Checkpoint and Context.SetGradReadyHook hand Go functions to
+// ampx, which calls them from inside its own calls (the checkpointed
+// segment again during Backward, the hook during Backward and GradReady),
+// on the calling goroutine. ampx holds each closure through a
+// runtime/cgo.Handle until it says it is done with it. An error a callback
+// returns becomes the failed call's status and message (ampx_set_error),
+// and the *Error that call returns has it as Cause; a panic is recovered
+// before it reaches C and raised again, as a *CallbackPanic, by the Go call
+// that ran the callback once ampx has returned. A callback must not call
+// runtime.Goexit (testing's t.FailNow and t.Fatal do): that would unwind
+// through ampx's C frames.
 //
 // # Threads
 //
@@ -34,8 +49,11 @@
 // # Building
 //
 // The package uses the experimental tier of ampx.h (autograd, autocast,
-// ops: -DAMPX_EXPERIMENTAL, set below) and links -lampx; point cgo at the library and header with
-// CGO_CFLAGS=-I<include dir> and CGO_LDFLAGS="-L<lib dir> -Wl,-rpath,<lib dir>".
+// ops, views and hooks, data parallel, the precision doctor, safetensors:
+// -DAMPX_EXPERIMENTAL, set below) and links -lampx; point cgo at the
+// library and header with CGO_CFLAGS=-I<include dir> and
+// CGO_LDFLAGS="-L<lib dir> -Wl,-rpath,<lib dir>". It needs neither MPI nor
+// NCCL to build: ampx loads them at run time.
 package ampx
 
 // #cgo CFLAGS: -DAMPX_EXPERIMENTAL
@@ -99,6 +117,10 @@ func (s Status) Error() string { return s.String() }
 type Error struct {
 	Status  Status
 	Message string
+	// Cause is the error a Go callback (a checkpointed segment, a
+	// grad-ready hook) returned when that is what made the call fail; nil
+	// otherwise. Message then ends with its text.
+	Cause error
 }
 
 func (e *Error) Error() string {
@@ -108,8 +130,21 @@ func (e *Error) Error() string {
 	return e.Status.String() + ": " + e.Message
 }
 
-// Unwrap returns the status, so that errors.Is(err, ampx.ErrOrder) works.
-func (e *Error) Unwrap() error { return e.Status }
+// Is reports whether target is this error's status, so that
+// errors.Is(err, ampx.ErrOrder) works.
+func (e *Error) Is(target error) bool {
+	s, ok := target.(Status)
+	return ok && s == e.Status
+}
+
+// Unwrap returns Cause when a callback's error caused the failure (so
+// errors.Is and errors.As reach it), else the status.
+func (e *Error) Unwrap() error {
+	if e.Cause != nil {
+		return e.Cause
+	}
+	return e.Status
+}
 
 // call runs one C call that returns an ampx_status and turns a failure into
 // an *Error. The goroutine stays on its OS thread from the call until the

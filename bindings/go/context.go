@@ -49,9 +49,25 @@ func (o *ContextOptions) toC() *C.ampx_context_options {
 // Context owns a device, an allocator and memory statistics; every tensor
 // belongs to one. Use it from one goroutine at a time.
 type Context struct {
-	h C.ampx_context
-	// scopes holds, per open scope, the Go tensors borrowed from it.
+	h  C.ampx_context
+	st *contextState
+}
+
+// contextState is what every Go value of one C context shares (Retain
+// makes more than one), so that they agree on the open scopes.
+type contextState struct {
+	// raw is the C context, borrowed: callbacks use it, which ampx runs only
+	// while the program holds a reference.
+	raw C.ampx_context
+	// scopes holds, per open scope, the Go tensors borrowed from it; it
+	// includes the scopes ampx opens around a running callback.
 	scopes [][]*Tensor
+	// floor is the number of scopes a running callback found open: it may
+	// not pop them.
+	floor int
+	// failure is what the latest callback that failed returned or panicked
+	// with, until the Go call that ran it returns (settle).
+	failure *callbackFailure
 }
 
 // NewContext creates a context; opts nil means the defaults (a CPU context).
@@ -61,13 +77,30 @@ func NewContext(opts *ContextOptions) (*Context, error) {
 	if err := call(func() C.ampx_status { return C.ampx_context_create(c, &h) }); err != nil {
 		return nil, err
 	}
-	ctx := &Context{h: h}
+	ctx := &Context{h: h, st: &contextState{raw: h}}
 	runtime.SetFinalizer(ctx, (*Context).Close)
 	return ctx, nil
 }
 
-// Close releases the context. Its tensors keep the C context alive until
-// they are released too. Closing again does nothing.
+// Retain returns a new Go value holding its own reference to the same
+// context (ampx_context_retain), for a part of a program that closes what
+// it holds independently of the rest. Both values share the scopes and the
+// grad-ready hook; the C context lives until every reference (and every
+// tensor) is released.
+func (c *Context) Retain() (*Context, error) {
+	h := c.handle()
+	if err := call(func() C.ampx_status { return C.ampx_context_retain(h) }, c); err != nil {
+		return nil, err
+	}
+	r := &Context{h: h, st: c.st}
+	runtime.SetFinalizer(r, (*Context).Close)
+	return r, nil
+}
+
+// Close releases this reference to the context. Its tensors keep the C
+// context alive until they are released too; once the program's last
+// reference is gone, the grad-ready hook is released and ops are no longer
+// recorded. Closing again does nothing.
 func (c *Context) Close() {
 	if c == nil || c.h == nil {
 		return
@@ -144,22 +177,46 @@ func (c *Context) PushScope() error {
 	if err := call(func() C.ampx_status { return C.ampx_scope_push(c.handle()) }, c); err != nil {
 		return err
 	}
-	c.scopes = append(c.scopes, nil)
+	c.st.scopes = append(c.st.scopes, nil)
 	return nil
 }
 
 // PopScope closes the innermost scope, releasing the tensors ops made in it
-// and marking their Go values closed (Retain a tensor to keep it).
+// and marking their Go values closed (Retain a tensor to keep it). A
+// callback (a checkpointed segment, a grad-ready hook) may pop only the
+// scopes it pushed: popping one it found open is refused with ErrOrder.
 func (c *Context) PopScope() error {
+	if c != nil && c.h != nil && c.st.floor > 0 && len(c.st.scopes) <= c.st.floor {
+		return &Error{Status: ErrOrder, Message: "ampx.Context.PopScope: a callback may pop only " +
+			"the scopes it pushed itself"}
+	}
 	if err := call(func() C.ampx_status { return C.ampx_scope_pop(c.handle()) }, c); err != nil {
 		return err
 	}
-	last := len(c.scopes) - 1
-	for _, t := range c.scopes[last] {
+	c.st.popped()
+	return nil
+}
+
+// popped forgets the innermost scope, which ampx has just closed, and marks
+// the Go values of the tensors it owned closed.
+func (st *contextState) popped() {
+	last := len(st.scopes) - 1
+	if last < 0 {
+		return
+	}
+	for _, t := range st.scopes[last] {
 		t.h = nil
 	}
-	c.scopes = c.scopes[:last]
-	return nil
+	st.scopes = st.scopes[:last]
+}
+
+// ScopeDepth returns the number of scopes open on the context
+// (ampx_scope_depth), the scopes ampx opens around a running checkpointed
+// segment included.
+func (c *Context) ScopeDepth() (int, error) {
+	var depth C.int32_t
+	err := call(func() C.ampx_status { return C.ampx_scope_depth(c.handle(), &depth) }, c)
+	return int(depth), err
 }
 
 // Empty creates a tensor with uninitialised contents.
@@ -255,11 +312,11 @@ func (c *Context) results(hs []C.ampx_tensor, err error) ([]*Tensor, error) {
 // result wraps the output of an op: borrowed from the innermost scope when
 // one is open, else owned.
 func (c *Context) result(h C.ampx_tensor, err error) (*Tensor, error) {
-	if err != nil || len(c.scopes) == 0 {
+	if err != nil || len(c.st.scopes) == 0 {
 		return c.owned(h, err)
 	}
 	t := &Tensor{h: h, ctx: c, scoped: true}
-	last := len(c.scopes) - 1
-	c.scopes[last] = append(c.scopes[last], t)
+	last := len(c.st.scopes) - 1
+	c.st.scopes[last] = append(c.st.scopes[last], t)
 	return t, nil
 }

@@ -61,8 +61,33 @@ func (t *Tensor) context() *Context {
 	return t.ctx
 }
 
-// Context returns the context the tensor was made on.
+// Context returns the Go value of the context the tensor was made on
+// (closed if the program closed that value).
 func (t *Tensor) Context() *Context { return t.ctx }
+
+// RetainContext returns a new reference to the tensor's C context
+// (ampx_tensor_context, then ampx_context_retain), sharing the scopes of
+// the *Context the tensor was made on; close it when done. It works while
+// the program holds any reference to the context, also after the value
+// Context returns was closed; ErrStaleHandle once the program closed them
+// all.
+func (t *Tensor) RetainContext() (*Context, error) {
+	var h C.ampx_context
+	th := t.handle()
+	err := call(func() C.ampx_status {
+		status := C.ampx_tensor_context(th, &h)
+		if status == C.AMPX_OK {
+			status = C.ampx_context_retain(h)
+		}
+		return status
+	}, t)
+	if err != nil {
+		return nil, err
+	}
+	c := &Context{h: h, st: t.ctx.st}
+	runtime.SetFinalizer(c, (*Context).Close)
+	return c, nil
+}
 
 // Retain returns a new owned reference to the same tensor, e.g. to keep a
 // tensor made inside a scope after the scope is popped.
@@ -86,7 +111,7 @@ func ToSlice[T Element](t *Tensor) ([]T, error) {
 		return nil, err
 	}
 	if want := dtypeOf[T](); dtype != want {
-		return nil, &Error{ErrDType, fmt.Sprintf("ampx.ToSlice: the tensor is %v, not %v", dtype, want)}
+		return nil, &Error{Status: ErrDType, Message: fmt.Sprintf("ampx.ToSlice: the tensor is %v, not %v", dtype, want)}
 	}
 	n, err := t.Numel()
 	if err != nil {
@@ -260,7 +285,37 @@ func (t *Tensor) RequiresGrad() (bool, error) {
 // Backward backpropagates from the one-element loss into the gradients of
 // the leaves that require one. With a scaler the seed is its scale (the
 // gradients come out scaled); scaler may be nil.
+//
+// Checkpointed segments run again and the grad-ready hook runs inside this
+// call: an error one of them returns is the Cause of the returned *Error,
+// and a panic in one is raised again here (see CallbackPanic).
 func (t *Tensor) Backward(scaler *Scaler) error {
 	h, s := t.handle(), scaler.handle()
-	return call(func() C.ampx_status { return C.ampx_backward(h, s) }, t, scaler)
+	err := call(func() C.ampx_status { return C.ampx_backward(h, s) }, t, scaler)
+	return t.context().settle(err)
+}
+
+// Same reports whether t and other are Go values of the same C tensor
+// (e.g. the parameter a grad-ready hook is lent and the one the program
+// made); false when either is nil or closed.
+func (t *Tensor) Same(other *Tensor) bool {
+	return t.handle() != nil && t.handle() == other.handle()
+}
+
+// View returns a new tensor of dtype and shape whose first element lies
+// byteOffset bytes past t's first element, on t's memory (ampx_tensor_view):
+// writes through either are seen by both, and the memory lives until t and
+// every view are closed, in any order. The view must lie inside t's bytes,
+// byteOffset be a multiple of dtype's size; any dtype may reinterpret t's
+// bytes. A view is a leaf of its own: gradients do not flow between it and
+// t. Views may be optimizer parameters and gradients (SetGrad), e.g. to lay
+// many out in one flat buffer.
+func (t *Tensor) View(byteOffset uintptr, dtype DType, shape ...int64) (*Tensor, error) {
+	var out C.ampx_tensor
+	h := t.handle()
+	ndim, dims := shapeArg(shape)
+	err := call(func() C.ampx_status {
+		return C.ampx_tensor_view(h, C.size_t(byteOffset), C.ampx_dtype(dtype), ndim, dims, &out)
+	}, t)
+	return t.context().owned(out, err)
 }

@@ -1,0 +1,192 @@
+package ampx
+
+// Gradient checkpointing and grad-ready hooks: Go functions ampx calls from
+// inside its own calls (section 9 and 13 of ampx.h). The closures go to C
+// as runtime/cgo handles; ampx calls ampxGoRelease exactly once when it no
+// longer needs one, which deletes it.
+
+/*
+#include <stdint.h>
+#include <ampx/ampx.h>
+
+// Exported by callback.go.
+extern ampx_status ampxGoSegment(void *, ampx_tensor *, size_t, ampx_tensor *, size_t);
+extern ampx_status ampxGoGradReady(void *, ampx_tensor);
+extern void ampxGoRelease(void *);
+
+static ampx_status ampx_go_segment_fn(void *user_data, const ampx_tensor *inputs,
+                                      size_t input_count, ampx_tensor *outputs,
+                                      size_t output_count) {
+  return ampxGoSegment(user_data, (ampx_tensor *)inputs, input_count, outputs, output_count);
+}
+
+static ampx_status ampx_go_grad_ready_fn(void *user_data, ampx_tensor param) {
+  return ampxGoGradReady(user_data, param);
+}
+
+static void ampx_go_release_fn(void *user_data) { ampxGoRelease(user_data); }
+
+static ampx_status ampx_go_checkpoint(ampx_context ctx, uintptr_t handle,
+                                      const ampx_tensor *inputs, size_t input_count,
+                                      ampx_tensor *outputs, size_t output_count) {
+  ampx_segment segment = AMPX_SEGMENT_INIT;
+  segment.fn = ampx_go_segment_fn;
+  segment.user_data = (void *)handle;
+  segment.release = ampx_go_release_fn;
+  return ampx_checkpoint_segment(ctx, &segment, inputs, input_count, outputs, output_count);
+}
+
+static ampx_status ampx_go_set_grad_ready_hook(ampx_context ctx, uintptr_t handle) {
+  return ampx_set_grad_ready_hook(ctx, ampx_go_grad_ready_fn, (void *)handle,
+                                  ampx_go_release_fn);
+}
+*/
+import "C"
+
+import "fmt"
+
+// SegmentFunc computes a checkpointed segment's outputs from its inputs with
+// ampx ops (see Context.Checkpoint). It returns exactly as many tensors as
+// Checkpoint was asked for, or an error.
+type SegmentFunc func(inputs []*Tensor) ([]*Tensor, error)
+
+// segment is a SegmentFunc as ampx holds it.
+type segment struct {
+	ctx     *Context
+	fn      SegmentFunc
+	outputs int
+	// keep holds the latest run's outputs until ampx has taken its own
+	// references (right after the callback returns): a tensor the segment
+	// made outside ops has no other owner.
+	keep []*Tensor
+}
+
+// Checkpoint is gradient checkpointing (torch.utils.checkpoint;
+// ampx_checkpoint_segment): it runs fn(inputs) now without keeping its
+// intermediate activations, and again when backward reaches it, so memory
+// holds only the segment's inputs and outputs between the passes. The
+// gradients are those of calling fn directly. It returns outputs tensors,
+// op outputs as any op's (borrowed from the innermost scope when one is
+// open).
+//
+// fn must be deterministic and compute its outputs with ampx ops; parameters
+// it uses through its closure receive their gradients as usual. Its inputs
+// are lent for the call (on the second run they are copies that collect the
+// gradients). Op outputs it makes belong to a scope ampx opens around it:
+// they are closed when it returns, except the outputs it returns, which
+// ampx keeps. It may not call Backward. An error fn returns fails this call
+// or the Backward that runs fn again, with an *Error whose Cause is that
+// error; a panic in fn is raised again by this call or that Backward as a
+// *CallbackPanic. fn is released when ampx no longer needs it (after the
+// Backward that runs it, or when the outputs go unused).
+func (c *Context) Checkpoint(outputs int, fn SegmentFunc, inputs ...*Tensor) ([]*Tensor, error) {
+	if fn == nil {
+		return nil, &Error{Status: ErrInvalidArgument, Message: "ampx.Context.Checkpoint: fn is nil"}
+	}
+	if outputs < 1 {
+		return nil, &Error{Status: ErrInvalidArgument, Message: fmt.Sprintf(
+			"ampx.Context.Checkpoint: a segment needs at least one output, not %d", outputs)}
+	}
+	if c == nil || c.h == nil {
+		return nil, &Error{Status: ErrInvalidArgument, Message: "ampx.Context.Checkpoint: the context is closed"}
+	}
+	seg := &segment{ctx: c, fn: fn, outputs: outputs}
+	in, inCount := arrayArg(handlesOf(inputs))
+	out := make([]C.ampx_tensor, outputs)
+	ctx := c.h
+	// From here ampx owns the handle: it releases it also when the call fails.
+	handle := newCallbackHandle(seg)
+	err := call(func() C.ampx_status {
+		return C.ampx_go_checkpoint(ctx, handle, in, inCount, &out[0], C.size_t(outputs))
+	}, c, inputs)
+	seg.keep = nil
+	if err = c.settle(err); err != nil {
+		return nil, err
+	}
+	return c.results(out, nil)
+}
+
+func (s *segment) run(in, out []C.ampx_tensor) C.ampx_status {
+	inputs := make([]*Tensor, len(in))
+	for i, h := range in {
+		inputs[i] = &Tensor{h: h, ctx: s.ctx, scoped: true}
+	}
+	return runCallback(s.ctx.st, "the checkpointed Go function", inputs, func() error {
+		results, err := s.fn(inputs)
+		if err != nil {
+			return err
+		}
+		if len(results) != len(out) {
+			return &Error{Status: ErrInvalidArgument, Message: fmt.Sprintf(
+				"the checkpointed function returned %d tensors, not the %d Checkpoint was asked for",
+				len(results), len(out))}
+		}
+		for i, t := range results {
+			if t.handle() == nil {
+				return &Error{Status: ErrInvalidArgument, Message: fmt.Sprintf(
+					"output %d of the checkpointed function is nil or closed", i)}
+			}
+		}
+		for i, t := range results {
+			out[i] = t.h
+		}
+		s.keep = results
+		return nil
+	})
+}
+
+// GradReadyFunc is a grad-ready hook (see Context.SetGradReadyHook).
+type GradReadyFunc func(param *Tensor) error
+
+type gradReadyHook struct {
+	ctx *Context
+	fn  GradReadyFunc
+}
+
+// SetGradReadyHook installs fn as the context's grad-ready hook
+// (ampx_set_grad_ready_hook), replacing the previous one; nil removes it.
+// During each Backward, fn(param) is called once for every leaf that
+// received a gradient, as soon as that gradient is final for the pass, in
+// the order backward finishes them (roughly reverse forward order;
+// parameters a checkpointed segment uses come after its recompute), so a
+// program can copy or reduce a gradient while the rest of backward runs.
+// Tensor.GradReady reports one by hand.
+//
+// param is lent for the call (Retain it to keep it; Same compares it with
+// your own tensors). fn may read and copy tensors, write the gradient in
+// place and run ops, which are not recorded; it must not call Backward,
+// GradReady or SetGradReadyHook (refused with ErrOrder). An error fn
+// returns stops the backward pass, whose *Error then has it as Cause; a
+// panic in fn is raised again by Backward or GradReady as a
+// *CallbackPanic.
+//
+// The hook is kept until it is replaced or removed, or the program's last
+// reference to the context is closed; until then it keeps the Context
+// reachable, so a Context with a hook is released by Close, not by the
+// garbage collector.
+func (c *Context) SetGradReadyHook(fn GradReadyFunc) error {
+	ctx := c.handle()
+	if fn == nil {
+		return call(func() C.ampx_status { return C.ampx_set_grad_ready_hook(ctx, nil, nil, nil) }, c)
+	}
+	if ctx == nil {
+		return &Error{Status: ErrInvalidArgument, Message: "ampx.Context.SetGradReadyHook: the context is closed"}
+	}
+	// ampx owns the handle from here, also when the call fails.
+	handle := newCallbackHandle(&gradReadyHook{ctx: c, fn: fn})
+	return call(func() C.ampx_status { return C.ampx_go_set_grad_ready_hook(ctx, handle) }, c)
+}
+
+func (h *gradReadyHook) run(param C.ampx_tensor) C.ampx_status {
+	p := &Tensor{h: param, ctx: h.ctx, scoped: true}
+	return runCallback(h.ctx.st, "the Go grad-ready hook", []*Tensor{p}, func() error { return h.fn(p) })
+}
+
+// GradReady tells the grad-ready hook that t's gradient is final for this
+// step (ampx_grad_ready), for engines that compute gradients themselves;
+// the hook runs inside this call. t must have a gradient attached.
+func (t *Tensor) GradReady() error {
+	h := t.handle()
+	err := call(func() C.ampx_status { return C.ampx_grad_ready(h) }, t)
+	return t.context().settle(err)
+}
