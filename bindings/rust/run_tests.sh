@@ -2,12 +2,16 @@
 # run_tests.sh LIB_DIR INCLUDE_DIR TINY_TRAIN -- the Rust binding's tests.
 #
 # Runs `cargo test` over the workspace (ampx-sys, ampx) against the libampx
-# in LIB_DIR. The build goes to LIB_DIR/rust-target, so the source tree stays
-# clean (Cargo.lock is committed and used with --locked). TINY_TRAIN, the
-# reference C program, reaches the tests as AMPX_TINY_TRAIN.
+# in LIB_DIR, then the data-parallel test (ampx/tests/data_parallel_mpi.rs,
+# built with the `mpi` feature) under `mpirun -np 2`. The build goes to
+# LIB_DIR/rust-target, so the source tree stays clean (Cargo.lock is
+# committed and used with --locked). TINY_TRAIN, the reference C program,
+# reaches the tests as AMPX_TINY_TRAIN.
 #
 # Exit status: 0 passed; 77 skipped because cargo is missing (a failure
-# instead when AMPX_REQUIRE_BINDINGS=1); anything else failed.
+# instead when AMPX_REQUIRE_BINDINGS=1); anything else failed. Without
+# mpirun, Open MPI's mpicc or LIB_DIR/libampx_mpi.so only the mpirun run is
+# skipped, with a message (a failure with AMPX_REQUIRE_BINDINGS=1).
 set -euo pipefail
 
 if [ $# -ne 3 ]; then
@@ -45,6 +49,38 @@ export CARGO_TARGET_DIR="$lib_dir/rust-target"
 # print their messages.
 export RUST_BACKTRACE="${RUST_BACKTRACE:-0}"
 
+# Checked before anything runs, so that a required MPI run fails at once.
+mpi_missing=""
+if ! command -v mpirun >/dev/null; then
+  mpi_missing="mpirun not found (tools/deps.sh installs Open MPI)"
+elif ! mpicc --showme:link >/dev/null 2>&1; then
+  mpi_missing="Open MPI's mpicc (--showme:link) not found: the test links libmpi with its flags"
+elif [ -z "${AMPX_MPI_PLUGIN:-}" ] && [ ! -e "$lib_dir/libampx_mpi.so" ]; then
+  mpi_missing="$lib_dir/libampx_mpi.so does not exist (libampx was built without MPI)"
+fi
+if [ -n "$mpi_missing" ] && [ "${AMPX_REQUIRE_BINDINGS:-0}" = 1 ]; then
+  echo "binding_rust: FAILED: $mpi_missing (AMPX_REQUIRE_BINDINGS=1)" >&2
+  exit 1
+fi
+
 cd "$here"
 echo "binding_rust: $(cargo --version), $(rustc --version)"
 cargo test --offline --locked --workspace
+
+if [ -n "$mpi_missing" ]; then
+  echo "binding_rust: the mpirun run of tests/data_parallel_mpi.rs is SKIPPED: $mpi_missing"
+  exit 0
+fi
+# Built once, then started on every rank (not `mpirun cargo`, which would
+# run cargo on each rank).
+exe="$(cargo test --offline --locked -p ampx --features mpi --test data_parallel_mpi --no-run \
+         --message-format=json \
+       | grep '"name":"data_parallel_mpi"' \
+       | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)"
+if [ -z "$exe" ] || [ ! -x "$exe" ]; then
+  echo "binding_rust: cannot find the data_parallel_mpi test executable" >&2
+  exit 1
+fi
+echo "binding_rust: mpirun -np 2 $(basename "$exe")"
+# A rank stuck in a collective would hang the job: give up after 5 minutes.
+timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 "$exe"

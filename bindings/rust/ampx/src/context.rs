@@ -220,6 +220,16 @@ impl Context {
         Ok(Scope { ctx: self })
     }
 
+    /// The number of scopes open on the context (`ampx_scope_depth`): those
+    /// of [`Context::scope`] guards alive, and any that C code sharing the
+    /// context has pushed.
+    pub fn scope_depth(&self) -> Result<usize> {
+        let mut depth = 0;
+        // SAFETY: live handle, valid out pointer.
+        check(unsafe { sys::ampx_scope_depth(self.as_raw(), &mut depth) })?;
+        Ok(depth as usize)
+    }
+
     /// Gradient checkpointing (`ampx_checkpoint_segment`, torch.utils.checkpoint):
     /// runs `segment` on `inputs` without keeping its intermediate
     /// activations, and runs it again when backward reaches it. Returns the

@@ -1,7 +1,7 @@
 //! Errors: every non-OK status of the C API becomes an [`Error`] carrying the
 //! status and the library's message (`ampx_last_error()`).
 use std::cell::RefCell;
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::fmt;
 
 use ampx_sys as sys;
@@ -169,6 +169,50 @@ pub(crate) unsafe fn static_str(ptr: *const std::os::raw::c_char) -> &'static st
     CStr::from_ptr(ptr).to_str().unwrap_or("<non-UTF-8>")
 }
 
+/// The status a Rust callback (a checkpointed segment, a grad-ready hook)
+/// returns to the library for `error`, after making the error's message
+/// the thread's last error (`ampx_set_error`): the ampx call that ran the
+/// callback then fails with the callback's own words, for C code reading
+/// `ampx_last_error()` as for [`Error::last`]. Never `AMPX_OK`.
+pub(crate) fn callback_status(error: &Error) -> sys::ampx_status {
+    let code = match error.status.code() {
+        sys::AMPX_OK => sys::AMPX_ERR_INTERNAL,
+        code => code,
+    };
+    // A C string cannot hold NUL: such bytes become U+FFFD.
+    let message = CString::new(error.message.replace('\0', "\u{fffd}")).unwrap_or_default();
+    // SAFETY: a NUL-terminated message, borrowed for the call only.
+    unsafe { sys::ampx_set_error(code, message.as_ptr()) }
+}
+
+/// The text of a caught panic's payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-string payload".to_string()
+    }
+}
+
+/// `text` as a C string; `what` names it in the error for a NUL byte.
+pub(crate) fn c_string(text: &str, what: &str) -> Result<CString> {
+    CString::new(text).map_err(|_| Error::new(Status::InvalidArgument, format!("{what} contains a NUL byte")))
+}
+
+/// Copies a C string the library owns ("" for NULL).
+///
+/// # Safety
+/// `ptr` must be NULL or a NUL-terminated string valid during the call.
+pub(crate) unsafe fn owned_string(ptr: *const std::os::raw::c_char) -> String {
+    if ptr.is_null() {
+        String::new()
+    } else {
+        CStr::from_ptr(ptr).to_string_lossy().into_owned()
+    }
+}
+
 /// Turns a status into `Ok(())` or the library's error.
 pub(crate) fn check(status: sys::ampx_status) -> Result<()> {
     match Status::from_code(status) {
@@ -178,9 +222,10 @@ pub(crate) fn check(status: sys::ampx_status) -> Result<()> {
 }
 
 thread_local! {
-    /// The error of the last failing Rust checkpoint segment on this thread:
-    /// a callback cannot set `ampx_last_error()`, so the binding keeps its
-    /// message here and reports it instead of the library's stale one.
+    /// The error of the last failing Rust checkpoint segment on this thread.
+    /// The library hears its status and message (`callback_status`); the
+    /// binding keeps the `Error` itself too, to return it whole -- a panic
+    /// stays a panic (`Error::is_panic`) -- when the C call comes back.
     static SEGMENT_ERROR: RefCell<Option<Error>> = const { RefCell::new(None) };
 }
 

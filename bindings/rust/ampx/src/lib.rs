@@ -66,6 +66,31 @@
 //! drop(region);
 //! ```
 //!
+//! The same holds for the handles of the experimental sections: a
+//! [`Doctor`], a [`SafetensorsFile`], a [`Communicator`] or a
+//! [`DataParallel`] is released by `Drop`, once, and cannot be used after:
+//!
+//! ```compile_fail
+//! # use ampx::{Context, Doctor, Optimizer, SgdOptions, Tensor};
+//! let ctx = Context::new().unwrap();
+//! let w = Tensor::from_slice(&ctx, &[2], &[1.0f32, 2.0]).unwrap();
+//! let opt = Optimizer::sgd(&ctx, &[&w], &SgdOptions::default()).unwrap();
+//! let doctor = Doctor::new(&ctx, &opt, &Default::default()).unwrap();
+//! drop(doctor); // detaches and releases it
+//! doctor.examine().unwrap(); // error[E0382]: use of moved value
+//! ```
+//!
+//! # Experimental sections
+//!
+//! - Data-parallel training ([`dist`]): a [`Communicator`] from the host's
+//!   MPI communicator (`unsafe`: it takes the address of the `MPI_Comm`) or
+//!   from NCCL, and a [`DataParallel`] wrapper of an optimizer that
+//!   all-reduces the gradients during backward.
+//! - The precision doctor ([`doctor`]): [`Doctor`] watches an optimizer and
+//!   reports gradient histograms, fp16 underflow and overflow, the scale
+//!   history and findings, and writes an HTML report.
+//! - safetensors files: [`save_safetensors`], [`SafetensorsFile`].
+//!
 //! # Threads: why nothing here is `Send` or `Sync`
 //!
 //! ampx's rule is: *a context and every object made from it may be used by
@@ -94,11 +119,14 @@ mod autocast;
 mod checkpoint;
 mod checkpoint_file;
 mod context;
+pub mod dist;
+pub mod doctor;
 mod dtype;
 mod error;
 mod hooks;
 mod ops;
 mod optim;
+mod safetensors;
 mod scaler;
 mod tensor;
 
@@ -107,10 +135,13 @@ pub use ampx_sys as sys;
 pub use crate::autocast::{Autocast, AutocastGuard, AutocastOptions, OpClass};
 pub use crate::checkpoint_file::{load_checkpoint, save_checkpoint};
 pub use crate::context::{Context, ContextOptions, GradModeGuard, MemoryStats, Scope};
+pub use crate::dist::{Communicator, DataParallel, DataParallelOptions, DataParallelStats};
+pub use crate::doctor::{Doctor, DoctorFinding, DoctorOptions, DoctorOverview, DoctorParamStats, DoctorSample};
 pub use crate::dtype::{Bf16, DType, Device, Element, F16};
 pub use crate::error::{Error, Result, Status};
 pub use crate::ops::{concat, Activation, AttentionOptions, Conv2dOptions, Pool2dOptions, Reduction};
 pub use crate::optim::{AdamOptions, LrDecay, LrSchedule, NonfiniteGrad, Optimizer, SgdOptions, StateKind};
+pub use crate::safetensors::{save_named_safetensors, save_safetensors, SafetensorsEntry, SafetensorsFile};
 pub use crate::scaler::{Scaler, ScalerCounters, ScalerOptions, ScalerState};
 pub use crate::tensor::Tensor;
 

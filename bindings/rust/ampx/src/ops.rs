@@ -131,8 +131,9 @@ impl Activation {
 /// owned tensors.
 ///
 /// While a scope is open an op's output is borrowed from the innermost
-/// scope, otherwise it is the caller's; the C API offers no way to ask which
-/// applies. So the call runs inside a scope of its own: every output is then
+/// scope, otherwise it is the caller's. Rather than ask which applies
+/// (`ampx_scope_depth`) and branch, the call runs inside a scope of its
+/// own: every output is then
 /// borrowed from that scope, retained here, and the pop drops the scope's
 /// reference -- whatever scopes the program (or C code sharing the context)
 /// has open, each `Tensor` owns exactly one reference.
