@@ -48,12 +48,12 @@ namespace Ampx
         /// from the file's (as ampx_tensor_copy converts) instead of refusing it
         /// with AMPX_ERR_DTYPE.
         /// </summary>
-        public const int AMPX_SAFETENSORS_CONVERT = 1;
+        public const uint AMPX_SAFETENSORS_CONVERT = 1U;
         /// <summary>
         /// Flag of ampx_safetensors_load_tensor: always copy, never a tensor on the
         /// mapping (e.g. to let the mapping go with the file handle).
         /// </summary>
-        public const int AMPX_SAFETENSORS_COPY = 2;
+        public const uint AMPX_SAFETENSORS_COPY = 2U;
         public static int AMPX_DOCTOR_BIN_BINADE(int e) { return (2 + (e) + 64); }
 
         // ---- enums ----
