@@ -1,6 +1,8 @@
-"""The base class of every Python object that owns a C handle."""
+"""The base class of every Python object that owns a C handle, and the
+lifetime rule of the callbacks handed to C."""
 from __future__ import annotations
 
+import ctypes
 import weakref
 
 from .errors import StaleHandleError
@@ -36,3 +38,14 @@ class Resource:
     def close(self) -> None:
         """Drops this object's reference now. Further calls do nothing."""
         self._finalizer()
+
+
+def keep_forever(callback):
+    """Makes a ctypes callback immortal and returns it.
+
+    C code may call it at any time, late in interpreter shutdown included
+    (e.g. a DLPack consumer releasing a tensor), after module globals are
+    gone: one deliberate reference that is never dropped.
+    """
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(callback))
+    return callback

@@ -5,7 +5,8 @@ import ctypes
 from typing import NamedTuple
 
 from ._args import bool_arg, enum_arg, float_arg, int_arg, str_arg
-from ._lib import ScalerCountersStruct, ScalerStateStruct, lib
+from ._lib import lib
+from ._raw import AMPX_SCALER_COUNTERS_INIT, ampx_scaler_state
 from ._resource import Resource
 from .context import Context
 from .errors import ArgumentTypeError, InvalidArgumentError, OrderError
@@ -220,14 +221,14 @@ class Scaler(Resource):
 
     def counters(self) -> ScalerCounters:
         """Update, skip, backoff and growth counts. Synchronizes."""
-        out = ScalerCountersStruct(struct_size=ctypes.sizeof(ScalerCountersStruct))
+        out = AMPX_SCALER_COUNTERS_INIT()
         lib.ampx_scaler_get_counters(self.handle, ctypes.byref(out))
         return ScalerCounters(out.updates, out.skipped, out.backoffs, out.growths)
 
     def state_dict(self) -> dict:
         """The persistent state (torch's ``state_dict`` keys plus ampx's extras)."""
-        out = ScalerStateStruct(struct_size=ctypes.sizeof(ScalerStateStruct))
-        out.counters.struct_size = ctypes.sizeof(ScalerCountersStruct)
+        out = ampx_scaler_state(struct_size=ctypes.sizeof(ampx_scaler_state),
+                                counters=AMPX_SCALER_COUNTERS_INIT())
         lib.ampx_scaler_get_state(self.handle, ctypes.byref(out))
         state = {field: getattr(out, field) for field in _STATE_FIELDS}
         state["counters"] = ScalerCounters(out.counters.updates, out.counters.skipped,
@@ -238,8 +239,8 @@ class Scaler(Resource):
         """Restores a :meth:`state_dict` (only between iterations)."""
         if not isinstance(state, dict):
             raise ArgumentTypeError(f"state must be a dict, not {type(state).__name__}")
-        out = ScalerStateStruct(struct_size=ctypes.sizeof(ScalerStateStruct))
-        out.counters.struct_size = ctypes.sizeof(ScalerCountersStruct)
+        out = ampx_scaler_state(struct_size=ctypes.sizeof(ampx_scaler_state),
+                                counters=AMPX_SCALER_COUNTERS_INIT())
         lib.ampx_scaler_get_state(self.handle, ctypes.byref(out))
         unknown = set(state) - set(_STATE_FIELDS) - {"counters"}
         if unknown:

@@ -7,7 +7,10 @@ import weakref
 from typing import Callable
 
 from ._args import int_arg
-from ._lib import GRAD_READY_FN, RELEASE_FN, SEGMENT_FN, Segment, keep_forever, lib
+from ._lib import lib
+from ._raw import (AMPX_SEGMENT_INIT, ampx_grad_ready_fn, ampx_segment_fn,
+                   ampx_segment_release_fn, ampx_set_grad_ready_hook_release_fn)
+from ._resource import keep_forever
 from .context import Context, default_context
 from . import amp
 from .errors import ArgumentTypeError, Error, InvalidArgumentError, Status
@@ -94,13 +97,13 @@ _held_segments: dict = {}
 
 
 @keep_forever
-@RELEASE_FN
+@ampx_segment_release_fn
 def _release_segment(user_data):
     _held_segments.pop(user_data, None)
 
 
 @keep_forever
-@SEGMENT_FN
+@ampx_segment_fn
 def _run_segment(user_data, inputs, input_count, outputs, output_count):
     segment = _live_segments.get(user_data)
     if segment is None:
@@ -139,7 +142,8 @@ def checkpoint(fn: Callable, *inputs: Tensor, num_outputs: int = 1,
     _live_segments[token] = segment
     context._state.segments[token] = segment
     _held_segments[token] = segment
-    spec = Segment(ctypes.sizeof(Segment), _run_segment, token, _release_segment)
+    spec = AMPX_SEGMENT_INIT()
+    spec.fn, spec.user_data, spec.release = _run_segment, token, _release_segment
     outputs = (ctypes.c_void_p * count)()
     try:
         lib.ampx_checkpoint_segment(context.handle, ctypes.byref(spec), handles, len(tensors),
@@ -179,7 +183,7 @@ _hook_tokens = itertools.count(1)
 
 
 @keep_forever
-@GRAD_READY_FN
+@ampx_grad_ready_fn
 def _run_hook(user_data, param):
     hook = _live_hooks.get(user_data)
     context = hook.context() if hook is not None else None
@@ -194,7 +198,7 @@ def _run_hook(user_data, param):
 
 
 @keep_forever
-@RELEASE_FN
+@ampx_set_grad_ready_hook_release_fn
 def _release_hook(user_data):
     _live_hooks.pop(user_data, None)
 
@@ -217,7 +221,8 @@ def set_grad_ready_hook(fn: Callable | None, context: Context | None = None) -> 
     if not isinstance(context, Context):
         raise ArgumentTypeError(f"context must be an ampx.Context, not {type(context).__name__}")
     if fn is None:
-        lib.ampx_set_grad_ready_hook(context.handle, GRAD_READY_FN(), None, RELEASE_FN())
+        lib.ampx_set_grad_ready_hook(context.handle, ampx_grad_ready_fn(), None,
+                                     ampx_set_grad_ready_hook_release_fn())
         context._state.grad_hook = None
         return
     handle = context.handle  # raises for a closed Context before ampx owns anything

@@ -7,7 +7,8 @@ import threading
 from typing import Iterator, NamedTuple
 
 from ._args import bool_arg, enum_arg, int_arg
-from ._lib import MemoryStatsStruct, lib
+from ._lib import lib
+from ._raw import AMPX_MEMORY_STATS_INIT
 from ._resource import Resource
 from .types import Device
 
@@ -104,7 +105,7 @@ class Context(Resource):
 
     def memory_stats(self) -> MemoryStats:
         """Memory held by the context's tensors (``ampx_memory_stats_get``)."""
-        stats = MemoryStatsStruct(struct_size=ctypes.sizeof(MemoryStatsStruct))
+        stats = AMPX_MEMORY_STATS_INIT()
         lib.ampx_memory_stats_get(self.handle, ctypes.byref(stats))
         return MemoryStats(stats.current_bytes, stats.peak_bytes, stats.allocation_count,
                            stats.reserved_bytes)

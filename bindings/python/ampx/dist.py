@@ -21,7 +21,9 @@ import ctypes
 from typing import Iterator, NamedTuple
 
 from ._args import bool_arg, float_arg, int_arg
-from ._lib import NCCL_UNIQUE_ID_BYTES, DataParallelOptions, DataParallelStatsStruct, lib
+from ._lib import lib
+from ._raw import (AMPX_DATA_PARALLEL_STATS_INIT, AMPX_NCCL_UNIQUE_ID_BYTES,
+                   ampx_data_parallel_options)
 from ._resource import Resource
 from .context import Context
 from .errors import ArgumentTypeError, NotSupportedError
@@ -50,8 +52,8 @@ def nccl_unique_id() -> bytes:
     file, a socket), then call :meth:`Communicator.init_nccl` on every rank.
     Raises :class:`ampx.NotSupportedError` where NCCL cannot be loaded.
     """
-    buffer = ctypes.create_string_buffer(NCCL_UNIQUE_ID_BYTES)
-    lib.ampx_nccl_unique_id(buffer, NCCL_UNIQUE_ID_BYTES)
+    buffer = ctypes.create_string_buffer(AMPX_NCCL_UNIQUE_ID_BYTES)
+    lib.ampx_nccl_unique_id(buffer, AMPX_NCCL_UNIQUE_ID_BYTES)
     return buffer.raw
 
 
@@ -182,7 +184,7 @@ class DataParallelStats(NamedTuple):
     shard_elements: int         # parameter elements this rank's optimizer updates
 
 
-def _default_options() -> DataParallelOptions:
+def _default_options() -> ampx_data_parallel_options:
     return lib.ampx_data_parallel_options_default()
 
 
@@ -309,6 +311,6 @@ class DataParallel(Resource):
 
     def stats(self) -> DataParallelStats:
         """Ranks, buckets and reduction counts (no sync)."""
-        out = DataParallelStatsStruct(struct_size=ctypes.sizeof(DataParallelStatsStruct))
+        out = AMPX_DATA_PARALLEL_STATS_INIT()
         lib.ampx_data_parallel_get_stats(self.handle, ctypes.byref(out))
         return DataParallelStats(*(getattr(out, field) for field in DataParallelStats._fields))

@@ -16,6 +16,9 @@ from .errors import ArgumentTypeError, InvalidArgumentError
 from .tensor import Tensor, _int64_array, handle_array, handle_of
 from .types import Activation, Reduction
 
+# torch.finfo(torch.float32).eps: rms_norm's default eps whatever the dtype.
+_FLOAT32_EPSILON = 2.0 ** -23
+
 
 def _tensor(value, what: str) -> Tensor:
     if not isinstance(value, Tensor):
@@ -234,11 +237,14 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
 
 
 def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
-    """torch.nn.functional.rms_norm over the last dimension (statistics in fp32);
-    eps None is the machine epsilon of x's dtype, as torch's."""
+    """torch.nn.functional.rms_norm over the last dimension (statistics in fp32).
+
+    ``eps=None`` is torch's default for every input dtype: float32's machine
+    epsilon, 2^-23 -- also for F16 and BF16 inputs, which torch (like ampx)
+    normalises in fp32, not their own, much larger epsilon."""
     x = _tensor(x, "x")
     if eps is None:
-        eps = {"f32": 2.0 ** -23, "f16": 2.0 ** -10, "bf16": 2.0 ** -7}[str(x.dtype)]
+        eps = _FLOAT32_EPSILON
     return _run(lib.ampx_rms_norm, x, x.handle, handle_of(weight, "weight", optional=True),
                 float_arg(eps, "eps"))
 

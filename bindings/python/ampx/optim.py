@@ -6,7 +6,8 @@ import dataclasses
 from typing import Iterable, NamedTuple
 
 from ._args import bool_arg, enum_arg, float_arg, int_arg
-from ._lib import AdamOptions, LrScheduleStruct, NonfiniteGradStruct, SgdOptions, lib
+from ._lib import lib
+from ._raw import ampx_adam_options, ampx_lr_schedule, ampx_nonfinite_grad, ampx_sgd_options
 from ._resource import Resource
 from .context import Context
 from .errors import ArgumentTypeError, InvalidArgumentError
@@ -75,8 +76,8 @@ class LRSchedule:
     def __post_init__(self):
         object.__setattr__(self, "decay", enum_arg(LRDecay, self.decay, "decay"))
 
-    def _struct(self) -> LrScheduleStruct:
-        s: LrScheduleStruct = lib.ampx_lr_schedule_default()
+    def _struct(self) -> ampx_lr_schedule:
+        s: ampx_lr_schedule = lib.ampx_lr_schedule_default()
         s.decay = self.decay
         s.warmup_steps = int_arg(self.warmup_steps, "warmup_steps", bits=64)
         s.warmup_start_factor = float_arg(self.warmup_start_factor, "warmup_start_factor")
@@ -88,7 +89,7 @@ class LRSchedule:
         return s
 
     @classmethod
-    def _from_struct(cls, s: LrScheduleStruct) -> "LRSchedule":
+    def _from_struct(cls, s: ampx_lr_schedule) -> "LRSchedule":
         return cls(decay=LRDecay(s.decay), warmup_steps=s.warmup_steps,
                    warmup_start_factor=s.warmup_start_factor, total_steps=s.total_steps,
                    end_factor=s.end_factor, min_lr=s.min_lr, step_size=s.step_size,
@@ -207,7 +208,7 @@ class Optimizer(Resource):
 
     def get_lr_schedule(self, group: int = 0) -> LRSchedule:
         """A group's schedule (unused fields read back as their defaults)."""
-        out: LrScheduleStruct = lib.ampx_lr_schedule_default()
+        out: ampx_lr_schedule = lib.ampx_lr_schedule_default()
         lib.ampx_optimizer_get_lr_schedule(self.handle, int_arg(group, "group"),
                                            ctypes.byref(out))
         return LRSchedule._from_struct(out)
@@ -280,7 +281,7 @@ class SGD(Optimizer):
                  dampening: float | None = None, weight_decay: float | None = None,
                  nesterov: bool = False, maximize: bool = False, *,
                  context: Context | None = None):
-        options: SgdOptions = lib.ampx_sgd_options_default()
+        options: ampx_sgd_options = lib.ampx_sgd_options_default()
         for field, value in (("lr", lr), ("momentum", momentum), ("dampening", dampening),
                              ("weight_decay", weight_decay)):
             if value is not None:
@@ -302,7 +303,7 @@ class Adam(Optimizer):
                  betas: tuple[float, float] | None = None, eps: float | None = None,
                  weight_decay: float | None = None, amsgrad: bool = False,
                  maximize: bool = False, *, context: Context | None = None):
-        options: AdamOptions = self._default_options()
+        options: ampx_adam_options = self._default_options()
         for field, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay)):
             if value is not None:
                 setattr(options, field, float_arg(value, field))
@@ -360,7 +361,7 @@ def find_nonfinite_grads(optimizer: Optimizer) -> list[NonfiniteGrad]:
     lib.ampx_find_nonfinite_grads(optimizer.handle, None, 0, ctypes.byref(found))
     if found.value == 0:
         return []
-    entries = (NonfiniteGradStruct * found.value)()
+    entries = (ampx_nonfinite_grad * found.value)()
     lib.ampx_find_nonfinite_grads(optimizer.handle, entries, found.value, ctypes.byref(found))
     # The caller's own Tensor objects where they are still open.
     by_handle = {p._handle: p for p in optimizer.params if not p.closed}

@@ -22,7 +22,8 @@ import os
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from ._lib import SafetensorsEntryStruct, lib
+from ._lib import lib
+from ._raw import AMPX_SAFETENSORS_ENTRY_INIT
 from ._resource import Resource
 from .errors import ArgumentTypeError, InvalidArgumentError
 from .tensor import Tensor, _context_arg, handle_array
@@ -139,7 +140,7 @@ class SafetensorsFile(Resource):
         """Every tensor, in the order of its data in the file."""
         out = []
         for i in range(len(self)):
-            e = SafetensorsEntryStruct(struct_size=ctypes.sizeof(SafetensorsEntryStruct))
+            e = AMPX_SAFETENSORS_ENTRY_INIT()
             lib.ampx_safetensors_entry_get(self.handle, i, ctypes.byref(e))
             out.append(SafetensorsEntry(e.name.decode(), DType(e.dtype) if e.dtype else None,
                                         e.dtype_name.decode(), tuple(e.shape[:e.ndim]),

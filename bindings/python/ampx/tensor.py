@@ -21,7 +21,9 @@ import numpy as np
 
 from . import _dlpack
 from ._args import bool_arg, enum_arg, float_arg, int_arg, shape_arg, str_arg
-from ._lib import DELETER_FN, keep_forever, lib
+from ._lib import lib
+from ._raw import ampx_deleter
+from ._resource import keep_forever
 from ._resource import Resource
 from .context import Context, default_context
 from .errors import ArgumentTypeError, DeviceError, DTypeError, InvalidArgumentError, ShapeError
@@ -76,7 +78,7 @@ _share_tokens = itertools.count(1)
 
 
 @keep_forever
-@DELETER_FN
+@ampx_deleter
 def _drop_shared_array(user_data, _data):
     _shared_arrays.pop(user_data, None)
 

@@ -14,7 +14,9 @@ import unittest
 import numpy as np
 
 import ampx
-from ampx._lib import NCCL_UNIQUE_ID_BYTES, DataParallelOptions, cdll
+from ampx._lib import cdll
+from ampx._raw import AMPX_NCCL_UNIQUE_ID_BYTES as NCCL_UNIQUE_ID_BYTES
+from ampx._raw import ampx_data_parallel_options as DataParallelOptions
 
 
 def _mpi_missing():
