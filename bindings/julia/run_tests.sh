@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # run_tests.sh LIB_DIR INCLUDE_DIR TINY_TRAIN -- checks the Julia binding.
-# No Julia toolchain is needed for the main check: tools/check_bindings.py
-# verifies every ccall (symbol, argument count and types) against the
-# header. When `julia` exists, test/runtests.jl runs too (the reference run
-# against TINY_TRAIN). Julia cannot be installed on the build machines (no
-# Debian package), so the static check is the test there, also in CI.
+# No Julia toolchain is needed for the main check, tools/check_bindings.py:
+# every ccall of the generated src/LibAmpx.jl against the header (symbol,
+# argument count and types), every LibAmpx call of the hand-written
+# src/Ampx.jl (a function of the header, the right argument count; no
+# ccall of its own), and the generated structs' layouts against
+# bindings/layout/ampx_layout.txt by C's rules. When `julia` exists,
+# test/runtests.jl runs too (the reference run against TINY_TRAIN and the
+# tests of every surface), and, with mpirun, test/data_parallel_mpi.jl on 2
+# ranks. Julia cannot be installed on the build machines (no Debian
+# package), so the static check -- and parse_check.py, which parses every
+# source with tree-sitter's Julia grammar -- is the test there, also in CI:
+# the Julia tests are written as they would run but have not run.
 set -euo pipefail
 
 if [ $# -ne 3 ]; then
@@ -25,9 +32,40 @@ case "$julia_row" in
   *) exit 1 ;;
 esac
 
+# The sources parse (tree-sitter's Julia grammar; bindings/julia/deps.sh).
+parse_status=0
+python3 "$here/parse_check.py" "$here"/src/*.jl "$here"/test/*.jl || parse_status=$?
+if [ "$parse_status" = 77 ]; then
+  if [ "${AMPX_REQUIRE_BINDINGS:-0}" = 1 ]; then
+    echo "julia binding: FAILED: the Julia grammar is missing (AMPX_REQUIRE_BINDINGS=1;" \
+         "run bindings/julia/deps.sh)" >&2
+    exit 1
+  fi
+  echo "julia binding: the syntax check is SKIPPED (bindings/julia/deps.sh installs its grammar)"
+elif [ "$parse_status" != 0 ]; then
+  exit 1
+fi
+
 if ! command -v julia >/dev/null; then
-  echo "julia binding: static check passed; julia is missing, so test/runtests.jl did not run"
+  echo "julia binding: static check passed; julia is missing, so test/runtests.jl and" \
+       "test/data_parallel_mpi.jl did not run"
   exit 0
 fi
 AMPX_LIB="$lib_dir/libampx.so" AMPX_TINY_TRAIN="$3" \
   julia --startup-file=no --project="$here" "$here/test/runtests.jl"
+
+if ! command -v mpirun >/dev/null; then
+  if [ "${AMPX_REQUIRE_BINDINGS:-0}" = 1 ]; then
+    echo "julia binding: FAILED: mpirun not found for test/data_parallel_mpi.jl (AMPX_REQUIRE_BINDINGS=1)" >&2
+    exit 1
+  fi
+  echo "julia binding: test/data_parallel_mpi.jl SKIPPED: mpirun not found (tools/deps.sh installs Open MPI)"
+  exit 0
+fi
+mpirun_flags=()
+if mpirun --version 2>/dev/null | grep -q "Open MPI"; then
+  mpirun_flags=(--allow-run-as-root --oversubscribe)
+fi
+echo "julia binding: mpirun -np 2 julia test/data_parallel_mpi.jl"
+AMPX_LIB="$lib_dir/libampx.so" timeout 300 mpirun "${mpirun_flags[@]}" -np 2 \
+  julia --startup-file=no --project="$here" "$here/test/data_parallel_mpi.jl"
