@@ -25,9 +25,10 @@ namespace {
 constexpr size_t kMemberAlignment = 64;
 
 // ZeRO-1: each rank's region of a gathered bucket is its part of the
-// bucket, then (8-byte aligned) its verdict word.
+// bucket, then (8-byte aligned) its verdict and whether its own call
+// failed (as a rank that joins with join_failed).
 size_t verdict_offset(size_t part_bytes) { return (part_bytes + 7) / 8 * 8; }
-size_t region_bytes(size_t part_bytes) { return verdict_offset(part_bytes) + sizeof(int64_t); }
+size_t region_bytes(size_t part_bytes) { return verdict_offset(part_bytes) + 2 * sizeof(int64_t); }
 
 // One parameter as the ranks compare it: dtype, ndim, param group, extents.
 constexpr size_t kRecordWords = 3 + kMaxDims;
@@ -533,14 +534,16 @@ void DataParallel::make_shards() {
       pieces_.push_back(std::move(piece));
     }
   }
-  norms_ = TensorRef(DeviceTensor::empty(ctx, DType::F32, vector_shape(2 * comm_->size())));
+  norms_ = TensorRef(DeviceTensor::empty(ctx, DType::F32, vector_shape(3 * comm_->size())));
   optimizer_->keep_pieces(kept);
   for (Piece& piece : pieces_) set_grad(*piece.param, piece.grad.get());
 }
 
-void DataParallel::finish_step(int64_t own) {
-  reduced_ = false;
-  pending_ = AMPX_OK;
+void DataParallel::finish_step(int64_t own, bool joined) {
+  if (!joined) {
+    reduced_ = false;
+    pending_ = AMPX_OK;
+  }
   if (options_.zero_stage != 1) return;
   check_usable();
   // Every rank's updated part of each bucket, followed by its verdict word,
@@ -552,7 +555,7 @@ void DataParallel::finish_step(int64_t own) {
   const size_t rank = static_cast<size_t>(comm_->rank());
   ++agreements_;
   int64_t verdict = 0;
-  std::vector<bool> failed(static_cast<size_t>(world));
+  std::vector<bool> joined_ranks(static_cast<size_t>(world));
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = buckets_[b];
     const size_t element = dtype_size(bucket.dtype);
@@ -566,6 +569,7 @@ void DataParallel::finish_step(int64_t own) {
         backend.copy(mine + (static_cast<size_t>(piece.offset) * element - rank * part),
                      piece.param->data(), piece.param->nbytes());
     backend.fill(mine + word, sizeof(int64_t), static_cast<uint64_t>(own), 1);
+    backend.fill(mine + word + sizeof(int64_t), sizeof(int64_t), joined ? 1 : 0, 1);
     comm_->all_gather({bucket.gathered.get()}, mine, all, stride, Stream::Compute,
                       "all-gather of the stepped parameters (ZeRO-1)");
     for (size_t member : bucket.members) {
@@ -583,13 +587,13 @@ void DataParallel::finish_step(int64_t own) {
     }
     if (backend.synchronous())
       for (int32_t r = 0; r < world; ++r) {
-        int64_t theirs = 0;
-        backend.copy_to_host(&theirs, all + static_cast<size_t>(r) * stride + word, sizeof theirs);
-        verdict = std::max(verdict, theirs);
-        if (theirs) failed[static_cast<size_t>(r)] = true;
+        int64_t theirs[2] = {};
+        backend.copy_to_host(theirs, all + static_cast<size_t>(r) * stride + word, sizeof theirs);
+        verdict = std::max(verdict, theirs[0]);
+        if (theirs[1]) joined_ranks[static_cast<size_t>(r)] = true;
       }
   }
-  settle(verdict, std::find(failed.begin(), failed.end(), false) == failed.end(),
+  settle(verdict, std::find(joined_ranks.begin(), joined_ranks.end(), false) == joined_ranks.end(),
          "optimizer step");
 }
 
@@ -620,8 +624,9 @@ void DataParallel::settle(int64_t verdict, bool all_failed, const char* op) {
   const std::string what = cat(who, " failed its ", op,
                                " (or an earlier call of this iteration) with ",
                                ampx_status_string(status));
-  // Where every rank failed, all stopped at the same point and the
-  // iteration can go on; otherwise some ranks went further than others.
+  // Where every rank's own call failed (all joined), all stopped at the
+  // same point and the iteration can go on; otherwise some ranks went
+  // further than others.
   if (all_failed)
     fail(status, what, " (its own error message says why), as did every rank");
   failure_ = what;
@@ -646,33 +651,35 @@ void DataParallel::global_norm(float* norm, NormType type, int64_t own) {
   DeviceContext& ctx = comm_->context();
   Backend& backend = ctx.backend();
   const int32_t world = comm_->size();
+  // Per rank: its norm, its verdict, and 1 where its own call failed (a
+  // rank that joins: norm nullptr).
   float* records = static_cast<float*>(norms_->data());
-  float* mine = records + 2 * comm_->rank();
+  float* mine = records + 3 * comm_->rank();
   if (norm)
     backend.copy(mine, norm, sizeof(float));
   else
     backend.fill(mine, sizeof(float), 0, 1);
   backend.fill(mine + 1, sizeof(float), float_bits(static_cast<float>(own)), 1);
+  backend.fill(mine + 2, sizeof(float), float_bits(norm ? 0.0f : 1.0f), 1);
   ++agreements_;
-  comm_->all_gather({norms_.get()}, mine, records, 2 * sizeof(float), Stream::Compute,
+  comm_->all_gather({norms_.get()}, mine, records, 3 * sizeof(float), Stream::Compute,
                     "all-gather of the partial gradient norms (ZeRO-1 clipping)");
   if (backend.synchronous()) {
-    std::vector<float> host(static_cast<size_t>(2 * world));
+    std::vector<float> host(static_cast<size_t>(3 * world));
     backend.copy_to_host(host.data(), records, host.size() * sizeof(float));
     int64_t verdict = 0;
-    bool all_failed = true;
-    for (int32_t r = 0; r < world; ++r) {
-      const auto theirs = static_cast<int64_t>(host[2 * static_cast<size_t>(r) + 1]);
-      verdict = std::max(verdict, theirs);
-      all_failed = all_failed && theirs != 0;
+    bool all_joined = true;
+    for (size_t r = 0; r < static_cast<size_t>(world); ++r) {
+      verdict = std::max(verdict, static_cast<int64_t>(host[3 * r + 1]));
+      all_joined = all_joined && host[3 * r + 2] != 0.0f;
     }
-    settle(verdict, all_failed, "clipping (ampx_clip_grad_norm)");
+    settle(verdict, all_joined, "clipping (ampx_clip_grad_norm)");
   }
   if (!norm) return;
   // The L2 norm of the ranks' L2 norms is the L2 norm of all the gradients;
   // the largest of their largest elements is the largest.
   std::vector<TensorSpan> norms;
-  for (int32_t r = 0; r < world; ++r) norms.push_back({records + 2 * r, DType::F32, 1});
+  for (int32_t r = 0; r < world; ++r) norms.push_back({records + 3 * r, DType::F32, 1});
   backend.require<AmpPrimitives>("clip_grad_norm").multi_tensor_norm(norms, type, norm);
 }
 
@@ -686,7 +693,8 @@ void DataParallel::Sync::global_norm(float* norm, NormType type) {
 void DataParallel::agree_found_inf(float* found_inf, int64_t own, const char* op) {
   // On the compute stream: after the unscale that wrote it, before the step
   // and the scaler update that read it. With found-inf go the verdict and
-  // minus "this rank failed", whose maximum is -1 when every rank did.
+  // minus "this rank's own call failed" (a rank that joins: found_inf
+  // nullptr), whose maximum is -1 when every rank's did.
   check_usable();
   Backend& backend = comm_->context().backend();
   float* agreed = static_cast<float*>(agreed_->data());
@@ -695,7 +703,7 @@ void DataParallel::agree_found_inf(float* found_inf, int64_t own, const char* op
   else
     backend.fill(agreed, sizeof(float), 0, 1);
   backend.fill(agreed + 1, sizeof(float), float_bits(static_cast<float>(own)), 1);
-  backend.fill(agreed + 2, sizeof(float), float_bits(own ? -1.0f : 0.0f), 1);
+  backend.fill(agreed + 2, sizeof(float), float_bits(found_inf ? 0.0f : -1.0f), 1);
   ++agreements_;
   comm_->all_reduce({agreed_.get()}, agreed, 3, DType::F32, ReduceOp::Max, Stream::Compute,
                     "all-reduce of found-inf");
@@ -738,7 +746,7 @@ void DataParallel::Sync::join_failed(Call call, uint64_t before, ampx_status sta
       case Call::Step:
         // Unsharded, the step makes no collective: the others have gone
         // on, and this rank may still retry its step.
-        if (sharded) dp.finish_step(own);
+        if (sharded) dp.finish_step(own, true);
         return;
     }
   } catch (...) {

@@ -157,9 +157,11 @@ class DataParallel : public Object {
   // synchronization is on or not.
   void complete_anyway(const char* op);
   void make_shards();
-  // ZeRO-1's gather of the stepped parameters, carrying `own` (this rank's
-  // verdict word, 0 when its call is well).
-  void finish_step(int64_t own);
+  // The end of the step: under ZeRO-1 the gather of the stepped
+  // parameters, carrying `own` (this rank's verdict word, 0 when well);
+  // `joined`: this rank's own step failed (join_failed), so its round is
+  // not over.
+  void finish_step(int64_t own, bool joined = false);
   void zero_gradients();
   void agree_found_inf(float* found_inf, int64_t own, const char* op);
   void global_norm(float* norm, NormType type, int64_t own);
@@ -182,7 +184,7 @@ class DataParallel : public Object {
   std::unordered_map<const DeviceTensor*, size_t> member_of_;
   std::vector<Bucket> buckets_;  // in launch order
   std::vector<Piece> pieces_;    // ZeRO-1
-  TensorRef norms_;              // ZeRO-1: F32[2 world], every rank's gradient norm and verdict
+  TensorRef norms_;              // ZeRO-1: F32[3 world], every rank's gradient norm and verdict
   TensorRef agreed_;             // F32[3]: found-inf, the verdict, -(this rank failed)
   size_t next_launch_ = 0;
   bool sync_ = true;

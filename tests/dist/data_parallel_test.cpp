@@ -943,6 +943,20 @@ TEST_CASE("one rank's bad argument in a training step fails every rank at once")
     for (int step = 2; step < 4; ++step) t.train_step(step);
     CHECK(same_on_every_rank(t.param_bytes()));
   }
+  SUBCASE("every rank failing alike leaves the wrapper usable: the call may be retried") {
+    Trainer t(Mode::Fp16Scaler, 46, true);
+    OK(ampx_scaler_attach(t.scaler, t.opt));
+    OK(ampx_optimizer_zero_grad(t.opt));
+    t.backward(0, g_rank * rows, rows);
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(ampx_scaler_unscale(reinterpret_cast<ampx_scaler>(t.w1), t.opt) == AMPX_ERR_STALE_HANDLE);
+    CHECK(seconds_since(start) < 1.0);
+    CHECK(contains(ampx_last_error(), "is not an ampx_scaler"));
+    t.update();
+    CHECK(same_on_every_rank(t.param_bytes()));
+    t.train_step(1);
+    CHECK(same_on_every_rank(t.param_bytes()));
+  }
   SUBCASE("a wrong-type scaler to ampx_scaler_step") {
     Trainer t(Mode::Fp16Scaler, 42, true);
     OK(ampx_scaler_attach(t.scaler, t.opt));
