@@ -68,6 +68,13 @@
  *              program compiled against an older header keeps working and
  *              fields it does not know read as their defaults.
  *   Sync.      Nothing synchronizes with a device unless its comment says so.
+ *   Flags.     Every int32_t flag the program passes (an argument or an
+ *              option field that switches something on or off, e.g.
+ *              `average`, `overlap`, `reduce_in_fp32`, the `sync` of
+ *              ampx_data_parallel_set_sync, the ops' `training`,
+ *              `keepdim`, `causal`) takes any non-zero value as true and
+ *              0 as false; where a comment says "1:" it means "non-zero:".
+ *              Flags ampx writes (out arguments, statistics) are 0 or 1.
  */
 #ifndef AMPX_H
 #define AMPX_H
@@ -900,7 +907,8 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_update(ampx_scaler scaler);
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_update_to(ampx_scaler scaler, double new_scale);
 
 /** *found receives 1 when the last unscale of `optimizer`'s gradients since
- *  the last update found an inf/NaN, else 0. Synchronizes.
+ *  the last update found an inf/NaN, else 0 (under data-parallel training
+ *  the flag agreed over the ranks, see section 14). Synchronizes.
  *  Errors: ORDER when the optimizer was not unscaled since the last update. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_found_inf(ampx_scaler scaler, ampx_optimizer optimizer,
                                            int32_t *found);
@@ -1988,12 +1996,84 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_grad_ready(ampx_tensor param);
  * every rank's parameters are bitwise identical.
  *
  * Collective calls: ampx_comm_from_mpi, ampx_comm_init_nccl and
- * ampx_data_parallel_create, and every call that completes a reduction, must
- * be made by every rank of the communicator, in the same order. A rank that
- * dies mid-step: under MPI the launcher (mpirun) ends the whole job; under
- * NCCL a host wait on a collective gives up after the communicator's
- * timeout (ampx_comm_set_timeout), aborts the communicator and fails with
- * AMPX_ERR_DEVICE. */
+ * ampx_data_parallel_create, and every call that completes a reduction or
+ * reads the wrapped gradients (ampx_backward, ampx_grad_ready,
+ * ampx_data_parallel_reduce, ampx_scaler_unscale, ampx_scaler_step,
+ * ampx_clip_grad_norm, ampx_clip_grad_value, ampx_optimizer_step,
+ * ampx_find_nonfinite_grads), must be made by every rank of the
+ * communicator, in the same order.
+ *
+ * found_inf. Each unscale MAX-reduces the scaler's found-inf over the
+ * ranks before anything reads it: what ampx_scaler_found_inf,
+ * ampx_optimizer_last_step_taken, the scaler's counters and the doctor's
+ * history (ampx_doctor_sample.found_inf) report is that agreed flag, the
+ * same on every rank. The doctor's per-parameter findings
+ * (first_overflow_param, overflow_params, the statistics) describe this
+ * rank's own gradients.
+ *
+ * No rank left waiting. A check that fails on one rank only is agreed on
+ * by every rank before any of them waits on another:
+ *  - ampx_data_parallel_create: every rank's own checks (a NULL or
+ *    wrong-type optimizer or out, a bad struct_size or option value, a
+ *    foreign-context, wrapped or mid-iteration optimizer) travel in its
+ *    first exchange; the rank fails with its own message, every other rank
+ *    with the same status and a message naming that rank.
+ *  - In a training step, a call that fails this rank's own checks (a NULL
+ *    or wrong-type scaler, a bad norm_type or value, synchronization left
+ *    off on this rank) still makes the collectives the other ranks make in
+ *    it, and carries its status in the buffers they reduce anyway, adding
+ *    no host wait: the found-inf reduction of an unscale (ampx_scaler_
+ *    unscale, ampx_scaler_step) and, under ZeRO-1, the partial norms of
+ *    ampx_clip_grad_norm and the parameters gathered after the step. There
+ *    every rank fails the call -- this rank with its own message, the
+ *    others with its status, naming the rank and the status -- and the
+ *    wrapper is failed on every rank: each later collective call through
+ *    it fails at once (ORDER) until it is released; wrap the optimizer
+ *    again (after ampx_scaler_attach on every rank: the failed unscale may
+ *    have attached the scaler on some ranks only) or save a checkpoint and
+ *    end. The parameters, masters, moments and the
+ *    scale are as before the call (under ZeRO-1, a failure carried by the
+ *    step's gather leaves the other ranks' parts stepped, the failing
+ *    rank's part not, and every replica equal). Where every rank failed
+ *    alike nothing is failed: the call may be retried.
+ *  - A call whose only collective is completing the gradient reduction
+ *    (ampx_clip_grad_value, ampx_find_nonfinite_grads, and without ZeRO-1
+ *    ampx_clip_grad_norm and the step) completes it and fails on this rank
+ *    alone; the others go on, so retry the call (the reduction is done) or
+ *    end the job.
+ *  - An ampx_backward pass that fails on this rank part-way sends the
+ *    buckets it did not reach, so the others' reductions complete, and the
+ *    failure rides in the iteration's next verdict (an unscale, or ZeRO-1's
+ *    norms and gather).
+ *  - What no rank can report: a NULL, released or wrong-type handle of the
+ *    object that leads to the others -- the communicator (to
+ *    ampx_data_parallel_create), the wrapper (to ampx_data_parallel_reduce),
+ *    the optimizer of a training-step call, the loss of ampx_backward --
+ *    and ampx_backward's own argument checks. The other ranks then wait
+ *    until the communicator's timeout. On a CUDA context, where reading an
+ *    agreed status is a host wait, the other ranks do not fail in that
+ *    call: the unscale's verdict makes every rank skip the step on the
+ *    device, and they fail at their next wait on the communicator or its
+ *    timeout.
+ * A scaler attached (ampx_scaler_attach) before ampx_data_parallel_create
+ * is compared across ranks with the rest of the setup, and tells a rank
+ * whose scaler argument is bad what the others do.
+ *
+ * Timeouts. No collective waits longer than the communicator's timeout
+ * (ampx_comm_set_timeout, default 600 s): MPI's are started nonblocking and
+ * polled against it wherever the host waits for them; NCCL's, which the
+ * host does not wait for in a step, are watched by a thread that polls an
+ * event after each. Past it the communicator fails: its pending collectives
+ * are abandoned (ncclCommAbort ends NCCL's; MPI can neither cancel a
+ * collective nor, in Open MPI 4.1, revoke a communicator, so ampx keeps
+ * the MPI requests and the memory they may still write until the process
+ * ends), the call fails with AMPX_ERR_DEVICE and a message naming the
+ * collective that timed out, and every later call on the communicator or
+ * a wrapper using it fails alike, at once. Calls that need no collective
+ * still work, so the program can save a checkpoint
+ * (ampx_optimizer_save_state, ampx_checkpoint_file_save) and end -- under
+ * MPI without MPI_Finalize, which would wait for the abandoned collective.
+ * A rank that dies mid-step under mpirun ends the whole job. */
 
 /** A group of ranks, bound to one context. */
 typedef struct ampx_comm_s *ampx_comm;
@@ -2002,10 +2082,14 @@ typedef struct ampx_comm_s *ampx_comm;
  *  `mpi_comm` points to an MPI_Comm (e.g. `&comm`; with mpi4py,
  *  `MPI._addressof(comm)`). ampx duplicates it (MPI_Comm_dup), so its
  *  messages never mix with the host's; the host keeps owning its own. The
- *  MPI code lives in the plugin libampx_mpi.so, next to libampx (or the path
- *  the environment variable AMPX_MPI_PLUGIN names), built against one MPI
+ *  MPI code lives in the plugin libampx_mpi.so, built against one MPI
  *  implementation: the host must use that same MPI, initialised
- *  (MPI_Init) and not finalized. Collective over the MPI communicator.
+ *  (MPI_Init) and not finalized. Where it is loaded from: when the
+ *  environment variable AMPX_MPI_PLUGIN is set, only the path it names is
+ *  tried (a missing file there is NOT_SUPPORTED, even with a plugin beside
+ *  libampx), and `none` turns MPI support off; otherwise libampx_mpi.so
+ *  beside libampx, then by the dynamic loader's search path. The error
+ *  lists every path tried. Collective over the MPI communicator.
  *  Ownership: *out is the caller's (ampx_comm_release); it retains ctx.
  *  Threads: MPI is called on the calling thread only; an MPI initialised
  *  with MPI_THREAD_SINGLE or FUNNELED suffices when only that thread calls.
@@ -2056,16 +2140,21 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_comm_init_nccl(ampx_context ctx, const 
  *  either may be NULL. Errors: INVALID_ARGUMENT (comm NULL), STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_comm_rank(ampx_comm comm, int32_t *rank, int32_t *size);
 
-/** The longest a host wait on this communicator's collectives may take
- *  before ampx aborts the communicator (NCCL: ncclCommAbort) and fails with
- *  AMPX_ERR_DEVICE, instead of waiting forever for a rank that died; while
- *  it waits, ampx polls NCCL's asynchronous errors. Default 600 s. MPI
- *  calls cannot be interrupted: there the launcher ends the job.
- *  Errors: INVALID_ARGUMENT (seconds not finite or <= 0), STALE_HANDLE. */
+/** The longest any collective of this communicator may take, from when it
+ *  is started (MPI, polled wherever the host waits for it) or enqueued
+ *  (NCCL, watched by a thread), before the communicator fails: its pending
+ *  collectives are abandoned (NCCL: ncclCommAbort), the call fails with
+ *  AMPX_ERR_DEVICE and a message naming the collective that timed out, and
+ *  every later call on the communicator fails so (see Timeouts above).
+ *  While it waits, ampx polls NCCL's asynchronous errors. Default 600 s;
+ *  applies from the next collective on. Not collective: set the same value
+ *  on every rank. Errors: INVALID_ARGUMENT (seconds not finite or <= 0),
+ *  STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_comm_set_timeout(ampx_comm comm, double seconds);
 
 /** Releases the caller's reference; the communicator lives on while a
- *  data-parallel wrapper uses it. Pending collectives are completed first.
+ *  data-parallel wrapper uses it. Pending collectives are completed first
+ *  (within the timeout); a failed communicator's are left abandoned.
  *  NULL is a no-op; a stale handle only sets the last error. */
 AMPX_API void ampx_comm_release(ampx_comm comm);
 
@@ -2077,14 +2166,18 @@ typedef struct ampx_data_parallel_options {
   size_t struct_size;        /**< sizeof(ampx_data_parallel_options) */
   size_t bucket_bytes;       /**< gradient bytes per bucket: 25 MiB (DDP's bucket_cap_mb) */
   size_t first_bucket_bytes; /**< the first bucket of each dtype, reduced first: 1 MiB */
-  int32_t average;           /**< 1: gradients averaged over ranks (sum / world size,
-                                  the division done before the sum, as DDP does);
+  int32_t average;           /**< non-zero: gradients averaged over ranks (sum / world
+                                  size, the division done before the sum, as DDP does);
                                   0: summed. Default 1. */
-  int32_t reduce_in_fp32;    /**< 1: F16/BF16 gradients are converted to fp32, reduced
-                                  in fp32 and rounded back once; 0 (default): reduced
-                                  in their own dtype */
-  int32_t overlap;           /**< 1 (default): buckets are reduced while backward
-                                  runs; 0: all after it (for comparison) */
+  int32_t reduce_in_fp32;    /**< non-zero: F16/BF16 gradients are converted to fp32,
+                                  reduced in fp32 and rounded back once to their
+                                  dtype before the step reads them (under ZeRO-1 too:
+                                  each rank's part, so ZeRO-0 and ZeRO-1 step alike,
+                                  bit for bit, except that clipping's norm is formed
+                                  from the ranks' partial norms); 0 (default):
+                                  reduced in their own dtype */
+  int32_t overlap;           /**< non-zero (default): buckets are reduced while
+                                  backward runs; 0: all after it (for comparison) */
   int32_t zero_stage;        /**< 0 (default): every rank keeps the whole optimizer
                                   state. 1: ZeRO stage 1 -- each bucket is
                                   reduce-scattered, and this rank keeps the fp32
@@ -2110,13 +2203,27 @@ typedef struct ampx_data_parallel_options {
 AMPX_API ampx_data_parallel_options ampx_data_parallel_options_default(void);
 
 /** Wraps `optimizer` for data-parallel training over `comm`. Collective:
- *  every rank calls it with the same parameters -- the optimizer's
- *  parameters in order, with equal count, dtypes and shapes -- which it
- *  checks: a mismatch fails on every rank with a message naming the first
- *  difference (parameter index, rank, both descriptions), and a rank whose
- *  own arguments are wrong makes every rank fail with its message, never a
- *  hang. It then broadcasts rank 0's parameters, fp32 master weights and
- *  moments to every rank, and makes the gradient buckets (reverse
+ *  every rank calls it with the same setup, which it checks before
+ *  anything changes:
+ *   - these must be equal on every rank, else every rank fails naming the
+ *     first difference and both values ("zero_stage: rank 1 has 1, rank 0
+ *     has 0"): the options (bucket_bytes, first_bucket_bytes, and average,
+ *     reduce_in_fp32 and overlap as flags, zero_stage); the optimizer's
+ *     kind (SGD, Adam, AdamW) and hyperparameters (momentum, dampening,
+ *     nesterov, betas, eps, amsgrad, maximize); its param groups, each
+ *     group's lr, weight decay and schedule (section 17); whether a scaler
+ *     is attached (ampx_scaler_attach) and, if so, its options and state
+ *     (scale, growth tracker, hysteresis allowance); and the parameters in
+ *     order, with their count, dtypes, shapes and groups ("parameter 1 is
+ *     f32[3, 4] on rank 1 but f32[4, 3] on rank 0");
+ *   - rank 0's values are broadcast to every rank: the parameters, fp32
+ *     master weights, moments, each parameter's step count (Adam's bias
+ *     correction) and the optimizer's steps taken (the schedules'
+ *     position), so the replicas start bitwise equal whatever each rank
+ *     held before.
+ *  A rank whose own arguments are wrong makes every rank fail, never a
+ *  hang (see "No rank left waiting" above; a bad `comm` is the one case no
+ *  rank can report). It then makes the gradient buckets (reverse
  *  parameter order, one dtype per bucket): each parameter's gradient
  *  becomes a view of its bucket (a gradient already attached is copied in
  *  and released). Keep those gradients attached: ampx_optimizer_zero_grad
@@ -2124,22 +2231,23 @@ AMPX_API ampx_data_parallel_options ampx_data_parallel_options_default(void);
  *  next backward fail (AMPX_ERR_ORDER). A parameter no backward reaches has
  *  a zero gradient, and the optimizer steps it with that, as DDP does.
  *  The optimizer's param groups are fixed from here on (ampx_optimizer_add_
- *  param_group is refused). options NULL: the defaults.
+ *  group is refused). options NULL: the defaults.
  *  Ownership: *out is the caller's (ampx_data_parallel_release); it retains
  *  comm and optimizer.
  *  Errors: INVALID_ARGUMENT (a NULL argument; bucket sizes 0; zero_stage
- *  not 0 or 1; an optimizer already wrapped; parameters that differ across
- *  ranks); DEVICE (comm and
- *  optimizer of different contexts, or a communicator that was aborted);
- *  ORDER (the optimizer is between unscale/step and update); STALE_HANDLE;
- *  OUT_OF_MEMORY. On error nothing changed on this rank. */
+ *  not 0 or 1; an optimizer already wrapped; setups or parameters that
+ *  differ across ranks); DEVICE (comm and optimizer of different
+ *  contexts, or a communicator that failed); ORDER (the optimizer is
+ *  between unscale/step and update); STALE_HANDLE; OUT_OF_MEMORY; any of
+ *  these with another rank's status when that rank failed. On error
+ *  nothing changed on this rank. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_create(
     ampx_comm comm, ampx_optimizer optimizer, const ampx_data_parallel_options *options,
     ampx_data_parallel *out);
 
 /** Gradient accumulation (DDP's no_sync): with sync 0, backward passes only
- *  accumulate, and nothing is communicated; turn it back on (1) before the
- *  last micro-batch's backward, whose pass reduces the sum. Reading the
+ *  accumulate, and nothing is communicated; turn it back on (non-zero)
+ *  before the last micro-batch's backward, whose pass reduces the sum. Reading the
  *  gradients for an update while it is off (unscale, clip, step) is refused
  *  (AMPX_ERR_ORDER): each rank would step on its own gradients.
  *  Errors: ORDER (turning it off while buckets of the iteration are being
@@ -2153,7 +2261,8 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_set_sync(ampx_data_parall
  *  call sends the rest; an engine that signals none reduces everything
  *  here). Collective. Does nothing when the gradients are reduced already
  *  (ampx_backward reduces them as it ends; the first read does the same).
- *  Errors: ORDER (sync off); DEVICE; INVALID_ARGUMENT; STALE_HANDLE. */
+ *  Errors: ORDER (sync off; the wrapper failed, see above); DEVICE (the
+ *  communicator failed or timed out); INVALID_ARGUMENT; STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_reduce(ampx_data_parallel dp);
 
 /** What ampx_data_parallel_get_stats reports. */
@@ -2180,10 +2289,11 @@ typedef struct ampx_data_parallel_stats {
 AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_get_stats(ampx_data_parallel dp,
                                                                  ampx_data_parallel_stats *stats);
 
-/** Releases the wrapper: pending reductions are completed, the optimizer
- *  reads its gradients as they are from then on, and the gradient views
- *  stay attached to the parameters. NULL is a no-op; a stale handle only
- *  sets the last error. */
+/** Releases the wrapper: pending reductions are completed (within the
+ *  timeout; not on a failed communicator), the optimizer reads its
+ *  gradients as they are from then on, and the gradient views stay
+ *  attached to the parameters. NULL is a no-op; a stale handle only sets
+ *  the last error. */
 AMPX_API void ampx_data_parallel_release(ampx_data_parallel dp);
 
 /* ========================================================================== */
@@ -2329,7 +2439,8 @@ typedef struct ampx_doctor_sample {
   int64_t step;                 /**< the optimizer step, counted from 1 */
   double scale;                 /**< the scale the step's gradients carried */
   int32_t found_inf;            /**< 1: a gradient was not finite (with an enabled
-                                     scaler: the step overflowed and was skipped) */
+                                     scaler: the step overflowed and was skipped;
+                                     data-parallel: on any rank, see section 14) */
   int32_t sampled;              /**< 1: statistics were taken on this step */
   double grad_norm;             /**< sampled steps: L2 norm of the finite true gradients */
   int32_t first_overflow_param; /**< the parameter backward reached first among those
