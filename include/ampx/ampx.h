@@ -419,7 +419,11 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_context_set_tf32(ampx_context ctx, int3
 
 /* Shapes are given as `ndim` int64 extents (0 <= ndim <= AMPX_MAX_DIMS; an
  * extent may be 0; ndim 0 is a scalar with one element). A shape whose byte
- * size overflows is AMPX_ERR_SHAPE. Every create function returns a tensor
+ * size overflows is AMPX_ERR_SHAPE, and so is any size an op computes from
+ * its arguments -- an output extent, a window, a product of extents, an
+ * offset -- that would not fit in int64: the message names the expression
+ * and its operands ("dilation[0] * (kernel_h - 1) = ... overflows int64"),
+ * and no wrapped value is ever used. Every create function returns a tensor
  * with one reference, owned by the caller. */
 
 /** Creates a tensor with uninitialised contents.
@@ -1697,7 +1701,8 @@ AMPX_API ampx_conv2d_options ampx_conv2d_options_default(void);
  *  Errors: SHAPE (x not 3-D or 4-D or without channels, rows or columns;
  *  weight not 4-D; groups not dividing the channels; weight's dimension 1
  *  not C / groups; a kernel larger than the padded input; bias not [O] --
- *  the message gives both shapes), DTYPE (not floating, types that differ
+ *  the message gives both shapes; dilation (kh - 1) + 1, H + 2 padding or
+ *  another size of the window beyond int64 -- the message names it), DTYPE (not floating, types that differ
  *  outside autocast), DEVICE, INVALID_ARGUMENT (struct_size too small, a
  *  stride or dilation under 1, negative padding, groups under 1),
  *  NOT_SUPPORTED (a backend without convolution: a CUDA context where
@@ -1714,7 +1719,8 @@ typedef struct ampx_pool2d_options {
   int64_t stride[2];         /**< each >= 1; (0, 0) selects the kernel size
                                   (torch's stride=None, the default) */
   int64_t padding[2];        /**< added on each side, at most half the
-                                  (dilated) kernel (0, 0) */
+                                  dilated kernel, (dilation (kernel - 1) +
+                                  1) / 2 (0, 0) */
   int64_t dilation[2];       /**< max pooling only; average takes (1, 1) */
   int32_t ceil_mode;         /**< non-zero: output extents round up (a last
                                   window may hang over the edge) (0) */
@@ -1738,11 +1744,16 @@ AMPX_API ampx_pool2d_options ampx_pool2d_options_default(void);
  *  OW). Padding never wins: the maximum is over the window's elements inside
  *  the image; a NaN wins, and of equal maxima the first (row-major) takes
  *  the gradient. Gradients flow to x. options NULL: defaults.
+ *  The cost does not grow with the kernel's extent: the part of each window
+ *  inside the image is found in constant time, so a kernel of 2^40 with
+ *  padding 2^39 on a 3x3 input costs what a 3x3 kernel does.
  *  Errors: SHAPE (x not 3-D or 4-D or without channels, rows or columns, a
- *  window that does not fit the padded input), DTYPE, DEVICE,
- *  INVALID_ARGUMENT (struct_size too small, a kernel extent or stride under
- *  1 -- stride (0, 0) excepted --, dilation under 1, negative padding or
- *  over half the dilated kernel), NOT_SUPPORTED. */
+ *  window that does not fit the padded input; dilation (kernel - 1) + 1 or
+ *  H + 2 padding beyond int64 -- the message names the expression, and a
+ *  dilated kernel beyond int64 is this error, not the padding's), DTYPE,
+ *  DEVICE, INVALID_ARGUMENT (struct_size too small, a kernel extent or
+ *  stride under 1 -- stride (0, 0) excepted --, dilation under 1, negative
+ *  padding or over half the dilated kernel), NOT_SUPPORTED. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_max_pool2d(ampx_tensor x, int64_t kernel_h,
                                                     int64_t kernel_w,
                                                     const ampx_pool2d_options *options,
@@ -1754,7 +1765,9 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_max_pool2d(ampx_tensor x, int64_t kerne
  *  when set, else by the window's size clipped to the padded image
  *  (count_include_pad) or to the image. Gradients flow to x. options NULL:
  *  defaults. Errors: those of ampx_max_pool2d, INVALID_ARGUMENT (a
- *  dilation other than (1, 1), divisor_override negative). */
+ *  dilation other than (1, 1), divisor_override negative), SHAPE (with
+ *  count_include_pad and no divisor_override, a divisor min(kernel_h,
+ *  H + 2 padding) * min(kernel_w, W + 2 padding) beyond int64). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_avg_pool2d(ampx_tensor x, int64_t kernel_h,
                                                     int64_t kernel_w,
                                                     const ampx_pool2d_options *options,
@@ -2566,7 +2579,10 @@ AMPX_API void ampx_doctor_release(ampx_doctor doctor);
  * end - begin of its data_offsets; ranges that tile the data area exactly
  * (each tensor starts where the one before it ends, from byte 0 to the end
  * of the file: nothing overlaps, nothing is left over); "__metadata__", if
- * present, an object of strings; and, against attacks on the parser's
+ * present, an object of strings, or null, which reads as no metadata (as
+ * the reference implementation, PyPI safetensors 0.8, reads it; any other
+ * value, and a metadata value that is not a string, null included, is
+ * refused, as there); and, against attacks on the parser's
  * memory, nesting at most 32 deep and arrays of at most 1024 elements
  * (real headers nest three deep; their arrays hold a shape or two
  * offsets). A file that breaks any rule is AMPX_ERR_CORRUPT with a message
@@ -2626,7 +2642,8 @@ typedef struct ampx_safetensors_s *ampx_safetensors;
  *  repeated key; a string that is not UTF-8); STALE_HANDLE; IO (the
  *  temporary file cannot be created, written, flushed or renamed -- `path`
  *  is then unchanged and the temporary file removed); OUT_OF_MEMORY;
- *  DEVICE. */
+ *  DEVICE; SHAPE (the tensors' bytes add up past 2^63 - 1, as views of one
+ *  large base can: no file offset may). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_safetensors_save(
     const char *path, const ampx_tensor *tensors, const char *const *names, size_t count,
     const char *const *metadata_keys, const char *const *metadata_values, size_t metadata_count);

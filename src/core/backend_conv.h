@@ -38,12 +38,31 @@ struct Conv2dShape {
   int64_t groups = 1;
 };
 
-// The output extent of a convolution or pooling window along one dimension
-// (floor division; ceil_mode rounds up, dropping a last window that would
-// start in the right padding, as torch). Can be < 1 for shapes that do not
-// fit; callers check.
-int64_t window_output_extent(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
+// A convolution or pooling window along dimension `d` (0: rows, 1:
+// columns) of an input of extent `in`, for kernel, stride and dilation >= 1
+// and pad >= 0:
+//   span    = dilation (kernel - 1) + 1, the window's extent with its gaps
+//   padded  = in + 2 pad
+//   out     = floor((padded - span) / stride) + 1, the output extent; with
+//             ceil_mode rounded up instead, less one when the last window
+//             would start in the right padding ((out - 1) stride >= in +
+//             pad), as torch. < 1 when the window does not fit; callers check.
+// span and padded are computed with checked_math.h: one too large for
+// int64 is AMPX_ERR_SHAPE naming the expression ("dilation[0] *
+// (kernel_h - 1)", "H + 2 * padding[0]"); out is then exact (no step of it
+// can wrap), and so is (out - 1) * stride, which is below padded.
+struct WindowExtents {
+  int64_t span = 0, padded = 0, out = 0;
+};
+int64_t window_span(int d, int64_t kernel, int64_t dilation);
+WindowExtents window_extents(int d, int64_t in, int64_t kernel, int64_t stride, int64_t pad,
                              int64_t dilation, bool ceil_mode);
+// Average pooling with count_include_pad and no divisor divides by the
+// window's size clipped to the padded input, at most
+// min(kernel_h, H + 2 pad_h) * min(kernel_w, W + 2 pad_w): that product, or
+// SHAPE when it overflows int64.
+int64_t padded_window_size(const WindowExtents& rows, const WindowExtents& cols,
+                           int64_t kernel_h, int64_t kernel_w);
 
 enum class PoolKind { Max, Average };
 

@@ -234,12 +234,15 @@ std::vector<TensorRef> op_split(DeviceTensor& x_in, const std::vector<int64_t>& 
     Shape shape = x.shape;
     shape.dims[dim] = size;
     TensorRef out = new_tensor(ctx, x.dtype, shape);
-    const Slice s = slice_of(x.shape, dim, offset, size);
-    offset += size;
-    if (out->numel() > 0)
+    // A slice only of a piece with elements: x then has some, so its
+    // strides fit in int64 (in an empty x they need not: [0, 2^40, 2^40]).
+    if (out->numel() > 0) {
+      const Slice s = slice_of(x.shape, dim, offset, size);
       nn_of(ctx, "split").copy_strided(out->data(),
                                        static_cast<const char*>(x.data()) + s.offset * width,
                                        width, s.layout);
+    }
+    offset += size;
     outs.push_back(std::move(out));
   }
   if (should_record(ctx, {&x})) {
@@ -262,7 +265,7 @@ std::vector<int64_t> chunk_sizes(const DeviceTensor& x, int32_t chunks, int32_t 
   // torch.chunk: pieces of ceil(n / chunks), the last one smaller; fewer
   // than `chunks` when they run out first.
   if (n == 0) return std::vector<int64_t>(static_cast<size_t>(chunks), 0);
-  const int64_t piece = (n + chunks - 1) / chunks;
+  const int64_t piece = n / chunks + (n % chunks != 0);  // n + chunks - 1 could wrap
   std::vector<int64_t> sizes;
   for (int64_t left = n; left > 0; left -= piece) sizes.push_back(left < piece ? left : piece);
   return sizes;

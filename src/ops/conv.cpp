@@ -3,6 +3,7 @@
 // whose backward runs the backend's ConvolutionPrimitives and PoolingPrimitives
 // (core/backend_conv.h). An unbatched [C, H, W] input is a batch of one.
 #include "core/backend_conv.h"
+#include "core/checked_math.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -126,7 +127,7 @@ DeviceTensor* op_conv2d(DeviceTensor& x_in, DeviceTensor& weight_in, DeviceTenso
     fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(), " and 'weight' ", weight_in.describe(),
          "; groups ", p.groups, " must divide both the ", s.in_channels,
          " input channels and the ", ws.dims[0], " output channels");
-  if (ws.dims[1] * p.groups != s.in_channels)
+  if (checked_mul(ws.dims[1], p.groups, "weight's dimension 1 * groups") != s.in_channels)
     fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(), " and 'weight' ", weight_in.describe(),
          "; with groups ", p.groups, " the weight needs ", s.in_channels / p.groups,
          " input channels per group (dimension 1)");
@@ -136,13 +137,15 @@ DeviceTensor* op_conv2d(DeviceTensor& x_in, DeviceTensor& weight_in, DeviceTenso
   s.pad_h = p.padding[0], s.pad_w = p.padding[1];
   s.dilation_h = p.dilation[0], s.dilation_w = p.dilation[1];
   s.groups = p.groups;
-  s.out_h = window_output_extent(s.in_h, s.kernel_h, s.stride_h, s.pad_h, s.dilation_h, false);
-  s.out_w = window_output_extent(s.in_w, s.kernel_w, s.stride_w, s.pad_w, s.dilation_w, false);
+  const WindowExtents rows =
+      window_extents(0, s.in_h, s.kernel_h, s.stride_h, s.pad_h, s.dilation_h, false);
+  const WindowExtents cols =
+      window_extents(1, s.in_w, s.kernel_w, s.stride_w, s.pad_w, s.dilation_w, false);
+  s.out_h = rows.out, s.out_w = cols.out;
   if (s.out_h < 1 || s.out_w < 1)
     fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(), " and 'weight' ", weight_in.describe(),
-         "; the kernel (", (s.kernel_h - 1) * s.dilation_h + 1, " x ",
-         (s.kernel_w - 1) * s.dilation_w + 1, " with dilation) is larger than the padded input (",
-         s.in_h + 2 * s.pad_h, " x ", s.in_w + 2 * s.pad_w, ")");
+         "; the kernel (", rows.span, " x ", cols.span,
+         " with dilation) is larger than the padded input (", rows.padded, " x ", cols.padded, ")");
   if (bias_in && !(bias_in->shape.ndim == 1 && bias_in->shape.dims[0] == s.out_channels))
     fail(AMPX_ERR_SHAPE, "'bias' is ", bias_in->describe(), " and 'weight' ",
          weight_in.describe(), "; the bias needs [", s.out_channels, "]");
@@ -183,13 +186,14 @@ DeviceTensor* op_pool2d(DeviceTensor& x_in, const Pool2dParams& p) {
   if (p.divisor < 0)
     fail(AMPX_ERR_INVALID_ARGUMENT, op, ": 'divisor_override' is ", p.divisor,
          "; it must be positive (0: none)");
-  for (int d = 0; d < 2; ++d) {
-    const int64_t effective = (p.kernel[d] - 1) * p.dilation[d] + 1;
-    if (p.padding[d] > effective / 2)
+  // A dilated kernel too large for int64 fits no input: SHAPE, before the
+  // padding is compared with half of it.
+  for (int d = 0; d < 2; ++d)
+    if (p.padding[d] > window_span(d, p.kernel[d], p.dilation[d]) / 2)
       fail(AMPX_ERR_INVALID_ARGUMENT, op, ": 'padding' is (", p.padding[0], ", ", p.padding[1],
-           ") and the kernel (", p.kernel[0], ", ", p.kernel[1],
-           "); padding may be at most half the (dilated) kernel");
-  }
+           ") and the kernel (", p.kernel[0], ", ", p.kernel[1], ") with dilation (",
+           p.dilation[0], ", ", p.dilation[1],
+           "); padding may be at most half the dilated kernel, dilation * (kernel - 1) + 1");
   int64_t n = 0, c = 0;
   Pool2dShape s;
   image_extents(x_in, op, &n, &c, &s.in_h, &s.in_w);
@@ -200,12 +204,17 @@ DeviceTensor* op_pool2d(DeviceTensor& x_in, const Pool2dParams& p) {
   s.dilation_h = p.dilation[0], s.dilation_w = p.dilation[1];
   s.count_include_pad = p.count_include_pad;
   s.divisor = p.divisor;
-  s.out_h = window_output_extent(s.in_h, s.kernel_h, s.stride_h, s.pad_h, s.dilation_h, p.ceil_mode);
-  s.out_w = window_output_extent(s.in_w, s.kernel_w, s.stride_w, s.pad_w, s.dilation_w, p.ceil_mode);
+  const WindowExtents rows =
+      window_extents(0, s.in_h, s.kernel_h, s.stride_h, s.pad_h, s.dilation_h, p.ceil_mode);
+  const WindowExtents cols =
+      window_extents(1, s.in_w, s.kernel_w, s.stride_w, s.pad_w, s.dilation_w, p.ceil_mode);
+  s.out_h = rows.out, s.out_w = cols.out;
   if (s.out_h < 1 || s.out_w < 1)
     fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(), "; a ", p.kernel[0], " x ", p.kernel[1],
          " window (dilation ", p.dilation[0], " x ", p.dilation[1], ") does not fit the padded ",
-         s.in_h + 2 * s.pad_h, " x ", s.in_w + 2 * s.pad_w, " input");
+         rows.padded, " x ", cols.padded, " input");
+  if (!max && s.count_include_pad && s.divisor == 0)
+    padded_window_size(rows, cols, s.kernel_h, s.kernel_w);
   s.planes = n * c;
 
   std::vector<TensorRef> in = op_inputs(ctx, op, {&x_in});

@@ -3,6 +3,7 @@
 // (a row gather whose backward scatter-adds).
 #include <vector>
 
+#include "core/checked_math.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -201,17 +202,14 @@ DeviceTensor* op_reshape(DeviceTensor& x_in, int32_t ndim, const int64_t* dims) 
   }
   // The product of the given extents: 0 when one is 0, whatever the others
   // (an empty tensor has no elements in any order of its extents).
-  int64_t known = 1;
-  bool has_zero = false, overflow = false;
-  for (int32_t k = 0; k < ndim; ++k) {
-    if (k == inferred) continue;
-    has_zero = has_zero || dims[k] == 0;
-    overflow = overflow || __builtin_mul_overflow(known, dims[k], &known);
-  }
-  if (has_zero) known = 0;
+  bool has_zero = false;
+  for (int32_t k = 0; k < ndim; ++k) has_zero = has_zero || (k != inferred && dims[k] == 0);
+  int64_t known = has_zero ? 0 : 1;
+  for (int32_t k = 0; k < ndim && !has_zero; ++k)
+    if (k != inferred)
+      known = checked_mul(known, dims[k], "shape ", asked.str(), " for '", x_in.describe(),
+                          "' is too large: the product of its extents");
   const int64_t numel = x_in.numel();
-  if (overflow && !has_zero)
-    fail(AMPX_ERR_SHAPE, "shape ", asked.str(), " for '", x_in.describe(), "' is too large");
   Shape shape = asked;
   if (inferred >= 0) {
     if (known == 0 || numel % known != 0)
@@ -314,9 +312,8 @@ DeviceTensor* op_concat(const std::vector<DeviceTensor*>& tensors, int32_t dim_i
   const int64_t inner = first.shape.extent_product(dim + 1, first.shape.ndim);
   int64_t total = 0;
   for (size_t i = 0; i < in.size(); ++i)
-    if (__builtin_add_overflow(total, in[i]->shape.dims[dim], &total))
-      fail(AMPX_ERR_SHAPE, "concat's output would be too large: the extents along dimension ", dim,
-           " add up past 2^63 - 1 at 'tensors[", i, "]'");
+    total = checked_add(total, in[i]->shape.dims[dim], "concat's extent along dimension ", dim,
+                        " up to 'tensors[", i, "]'");
   Shape shape = first.shape;
   shape.dims[dim] = total;
   TensorRef out = new_tensor(ctx, dtype, make_shape(shape, dtype, "concat's output"));

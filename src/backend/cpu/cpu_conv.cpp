@@ -32,6 +32,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/dnnl_conv.h"
+#include "core/checked_math.h"
 #include "core/convert_bulk.h"
 #include "math/pool.h"
 
@@ -75,8 +76,14 @@ int64_t kernel_size(const Conv2dShape& s) {
   return s.in_channels / s.groups * s.kernel_h * s.kernel_w;
 }
 
+// Images per chunk: as many as keep col near kColFloats, at least one.
+// One image's col, in_channels * kh * kw * out_h * out_w floats, can be
+// beyond int64 for shapes whose tensors fit (a kernel as large as a padded
+// image): SHAPE rather than a wrapped size.
 int64_t chunk_images(const Conv2dShape& s) {
-  const int64_t per_image = s.in_channels * s.kernel_h * s.kernel_w * s.out_h * s.out_w;
+  const char* const what = "the unfolded image (im2col) in_channels * kh * kw * out_h * out_w";
+  const int64_t per_image = checked_mul(
+      checked_mul(s.in_channels, s.kernel_h * s.kernel_w, what), s.out_h * s.out_w, what);
   return std::clamp<int64_t>(kColFloats / std::max<int64_t>(per_image, 1), 1, s.batch);
 }
 
@@ -88,7 +95,9 @@ struct Inside {
 };
 
 Inside outputs_inside(int64_t out, int64_t stride, int64_t shift, int64_t in) {
-  const int64_t begin = std::min(out, shift >= 0 ? 0 : (stride - 1 - shift) / stride);
+  // ceil(-shift / stride) as (-shift - 1) / stride + 1: -shift <= pad, and
+  // stride - 1 - shift could wrap.
+  const int64_t begin = std::min(out, shift >= 0 ? 0 : (-shift - 1) / stride + 1);
   const int64_t last = in - 1 - shift;  // o * stride <= last
   const int64_t end = last < 0 ? 0 : std::min(out, last / stride + 1);
   return {begin, std::max(begin, end)};
