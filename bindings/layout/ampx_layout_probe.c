@@ -110,6 +110,10 @@ int main(void) {
   printf("offsetof ampx_cross_entropy_options.reduction %zu\n", offsetof(ampx_cross_entropy_options, reduction));
   printf("offsetof ampx_cross_entropy_options.ignore_index %zu\n", offsetof(ampx_cross_entropy_options, ignore_index));
   printf("offsetof ampx_cross_entropy_options.label_smoothing %zu\n", offsetof(ampx_cross_entropy_options, label_smoothing));
+  printf("sizeof ampx_bce_with_logits_options %zu\n", sizeof(ampx_bce_with_logits_options));
+  printf("alignof ampx_bce_with_logits_options %zu\n", (size_t)_Alignof(ampx_bce_with_logits_options));
+  printf("offsetof ampx_bce_with_logits_options.struct_size %zu\n", offsetof(ampx_bce_with_logits_options, struct_size));
+  printf("offsetof ampx_bce_with_logits_options.reduction %zu\n", offsetof(ampx_bce_with_logits_options, reduction));
   printf("sizeof ampx_attention_options %zu\n", sizeof(ampx_attention_options));
   printf("alignof ampx_attention_options %zu\n", (size_t)_Alignof(ampx_attention_options));
   printf("offsetof ampx_attention_options.struct_size %zu\n", offsetof(ampx_attention_options, struct_size));

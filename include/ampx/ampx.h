@@ -794,7 +794,8 @@ typedef struct ampx_scaler_s *ampx_scaler;
  *  skips the step, restarts the growth tracker and spends one unit of the
  *  hysteresis allowance (which starts at `hysteresis`); once the allowance
  *  is 0 -- at that overflow and at every further one while it stays 0 --
- *  the scale backs off: scale = max(scale * backoff_factor, min_scale).
+ *  the scale backs off: scale = max(scale * backoff_factor, min_scale,
+ *  FLT_MIN) -- a scale is always a normal float, at least FLT_MIN.
  *  A clean update adds one to the tracker; at the growth_interval-th clean
  *  update in a row the tracker restarts, the allowance is restored to
  *  `hysteresis`, and the scale grows: scale * growth_factor, unless that is
@@ -805,9 +806,14 @@ typedef struct ampx_scaler_s *ampx_scaler;
  *  float scale. */
 typedef struct ampx_scaler_options {
   size_t struct_size;      /**< sizeof(ampx_scaler_options) */
-  double init_scale;       /**< default 65536; finite, > 0 */
+  double init_scale;       /**< default 65536; finite and, as the float
+                                the scale is kept in, at least FLT_MIN
+                                (2^-126, the smallest normal float): a
+                                smaller one is refused */
   double growth_factor;    /**< default 2; > 1 */
-  double backoff_factor;   /**< default 0.5; in (0, 1) */
+  double backoff_factor;   /**< default 0.5; in (0, 1). A backoff never
+                                takes the scale below FLT_MIN (nor below
+                                min_scale): its reciprocal stays finite */
   int32_t growth_interval; /**< default 2000; >= 1 */
   int32_t enabled;         /**< default 1 */
   int32_t hysteresis;      /**< default 1 (back off on every overflow, as
@@ -818,12 +824,14 @@ typedef struct ampx_scaler_options {
                                 see consecutive_hysteresis). As Megatron-LM's
                                 DynamicGradScaler and DeepSpeed's default,
                                 the N overflows need not be consecutive. */
-  double min_scale;        /**< default 0 (none). Lower bound: a backoff
-                                whose result would be below min_scale sets
-                                the scale to min_scale; at min_scale an
+  double min_scale;        /**< default 0 (none: the floor is FLT_MIN).
+                                Lower bound: a backoff whose result would
+                                be below min_scale (or FLT_MIN) sets the
+                                scale to that floor; at the floor an
                                 overflow leaves the scale as it is, and
                                 counters.backoffs counts only the updates
-                                that lowered the scale. */
+                                that lowered the scale. Non-zero: at least
+                                FLT_MIN. */
   double max_scale;        /**< default 0 (none). Upper bound: a growth
                                 whose result would be above max_scale is not
                                 taken -- the scale stays where it is, so it
@@ -855,8 +863,9 @@ AMPX_API ampx_scaler_options ampx_scaler_options_default(void);
 
 /** Creates a scaler on `ctx` (`options` NULL = defaults).
  *  Errors: INVALID_ARGUMENT naming the bad option (growth <= 1, backoff
- *  outside (0,1), interval < 1, scale not finite or <= 0, hysteresis < 1,
- *  min/max negative or min > max, init outside [min, max]). */
+ *  outside (0,1), interval < 1, scale not finite or below FLT_MIN as a
+ *  float, hysteresis < 1, min/max negative or min > max, init outside
+ *  [min, max]). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_create(ampx_context ctx, const ampx_scaler_options *options,
                                         ampx_scaler *out);
 
@@ -905,9 +914,10 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_step(ampx_scaler scaler, ampx_op
  *  Errors: ORDER when no optimizer was stepped since the last update. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_update(ampx_scaler scaler);
 
-/** As ampx_scaler_update, but sets the scale to `new_scale` (finite, > 0)
- *  instead of applying the growth/backoff rule; the growth tracker is left
- *  as it is (torch's update(new_scale)). */
+/** As ampx_scaler_update, but sets the scale to `new_scale` (finite and at
+ *  least FLT_MIN as a float, as init_scale; else INVALID_ARGUMENT and
+ *  nothing changes) instead of applying the growth/backoff rule; the growth
+ *  tracker is left as it is (torch's update(new_scale)). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_update_to(ampx_scaler scaler, double new_scale);
 
 /** *found receives 1 when the last unscale of `optimizer`'s gradients since
@@ -1175,9 +1185,17 @@ AMPX_API ampx_status ampx_checkpoint(ampx_context ctx, ampx_segment_fn fn, void 
  * torch.autocast: "lower precision" ops (matmul, linear) cast floating
  * inputs to the policy's dtype and accumulate in fp32; "fp32" ops (softmax,
  * log_softmax, losses, norms, exp/log, sum) cast inputs up to F32;
- * "promote" ops (add, sub, mul, concat) compute in the widest input type;
- * other ops (mean among them, as in torch) keep their input type. Casts of F32 leaves that require grad
- * are cached for the life of the outermost autocast region. The gradient
+ * "promote" ops (add, sub, mul, div, concat) compute in the widest input
+ * type, inside and outside autocast, by torch's type promotion
+ * (torch.result_type): f16 with bf16 is f32, either with f32 is f32, and a
+ * 0-D tensor, like a Python number, does not raise the precision of an
+ * operand with dimensions -- f16 [3] with an f32 0-D tensor is f16, f16 [3]
+ * with a bf16 0-D tensor is f16, an f16 0-D tensor with f32 [3] is f32; the
+ * 0-D operands decide only when no operand has dimensions (f16 0-D with
+ * bf16 0-D is f32). Each operand's gradient comes back in its own dtype.
+ * Other ops (mean among them, as in torch) keep their input type. Casts of
+ * F32 leaves that require grad are cached for the life of the outermost
+ * autocast region. The gradient
  * of a cast is returned in the source dtype (F32 parameters get F32
  * gradients). Beyond torch: any op's class can be overridden at run time. */
 typedef struct ampx_autocast_s *ampx_autocast;
@@ -1186,7 +1204,8 @@ typedef struct ampx_autocast_s *ampx_autocast;
 typedef enum ampx_op_class {
   AMPX_OP_LOWER_PRECISION = 1, /**< cast to the autocast dtype */
   AMPX_OP_FP32 = 2,            /**< cast to F32 */
-  AMPX_OP_PROMOTE = 3,         /**< widest input type */
+  AMPX_OP_PROMOTE = 3,         /**< widest input type (torch's promotion,
+                                    0-D operands included: see above) */
   AMPX_OP_KEEP = 4,            /**< no cast */
   AMPX_OP_CLASS_MIN_ENUM = -0x7fffffff - 1, /**< not a class (see AMPX_STATUS_MIN_ENUM) */
   AMPX_OP_CLASS_MAX_ENUM = 0x7fffffff
@@ -1247,13 +1266,14 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_cache_stats(ampx_autocast auto
 
 /** @{ */
 /** Element-wise a + b, a - b, a * b, a / b ("add", "sub", "mul", "div":
- *  promote; division is IEEE's: x / 0 is +-inf, 0 / 0 NaN), with NumPy's
- *  (and torch's) broadcasting: the shapes are aligned at the right, missing
- *  dimensions count as 1, and each pair of extents must be equal or one of
- *  them 1; the output has the larger extent of each pair (a [T, T] mask
- *  over [B, H, T, T] scores, a [T, D] table over [B, T, D], a scalar, a
- *  column [N, 1]). Each operand's gradient is summed over the dimensions it
- *  was broadcast along.
+ *  promote, with torch's rule for 0-D operands of section 10: an f16
+ *  tensor times an f32 0-D tensor is f16; division is IEEE's: x / 0 is
+ *  +-inf, 0 / 0 NaN), with NumPy's (and torch's) broadcasting: the shapes
+ *  are aligned at the right, missing dimensions count as 1, and each pair
+ *  of extents must be equal or one of them 1; the output has the larger
+ *  extent of each pair (a [T, T] mask over [B, H, T, T] scores, a [T, D]
+ *  table over [B, T, D], a scalar, a column [N, 1]). Each operand's
+ *  gradient is summed over the dimensions it was broadcast along.
  *  Errors: SHAPE (shapes that do not broadcast), DTYPE, DEVICE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_add(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
 AMPX_NODISCARD AMPX_API ampx_status ampx_sub(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
@@ -1405,7 +1425,13 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_cross_entropy_ex(ampx_tensor logits, am
 
 /** Mean-squared error between two tensors of one shape ("mse_loss": fp32);
  *  AMPX_REDUCTION_NONE gives each element's squared difference, F32, in
- *  their shape. Errors: SHAPE, DTYPE, DEVICE, INVALID_ARGUMENT (reduction). */
+ *  their shape. The result is F32 for every input dtype: each difference
+ *  and its square are formed in fp32 from the inputs (f16/bf16 ones too,
+ *  never rounded to 16 bits), so it carries fp32's accuracy. This differs
+ *  from torch on purpose: torch's mse_loss of f16 or bf16 tensors outside
+ *  autocast returns their dtype (under autocast it is fp32 there too).
+ *  Gradients, in the inputs' dtype, flow to both.
+ *  Errors: SHAPE, DTYPE, DEVICE, INVALID_ARGUMENT (reduction). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_mse_loss(ampx_tensor input, ampx_tensor target,
                                    ampx_reduction reduction, ampx_tensor *out);
 
@@ -1458,7 +1484,9 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_layer_norm(ampx_tensor x, ampx_tensor w
  *  + eps) * weight, each row's mean of squares computed in fp32 whatever
  *  x's type. x [..., D] (at least one dimension); weight [D] may be NULL
  *  (no scale) and outside autocast shares x's dtype. Gradients flow to x
- *  and weight.
+ *  and weight. eps has no default here; torch's (eps=None) is float32's
+ *  machine epsilon, 2^-23 = 1.1920929e-07, for every input dtype (f16 and
+ *  bf16 too, since it normalises in fp32): pass that to match it.
  *  Errors: SHAPE (x a scalar, weight not [D]), DTYPE, DEVICE,
  *  INVALID_ARGUMENT (eps negative or not finite). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_rms_norm(ampx_tensor x, ampx_tensor weight, double eps,
@@ -1616,6 +1644,45 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_rotary_embedding(ampx_tensor x, ampx_te
 AMPX_NODISCARD AMPX_API ampx_status ampx_bce_with_logits(ampx_tensor logits, ampx_tensor targets,
                                           ampx_reduction reduction, ampx_tensor *out);
 
+/** Options of ampx_bce_with_logits_ex; fields are only appended. */
+typedef struct ampx_bce_with_logits_options {
+  size_t struct_size;       /**< sizeof(ampx_bce_with_logits_options) */
+  ampx_reduction reduction; /**< AMPX_REDUCTION_MEAN (default), _SUM or _NONE */
+} ampx_bce_with_logits_options;
+
+#define AMPX_BCE_WITH_LOGITS_OPTIONS_INIT \
+  { sizeof(ampx_bce_with_logits_options), AMPX_REDUCTION_MEAN }
+
+/** Default options (same as AMPX_BCE_WITH_LOGITS_OPTIONS_INIT). Thread-safe. */
+AMPX_API ampx_bce_with_logits_options ampx_bce_with_logits_options_default(void);
+
+/** ampx_bce_with_logits with torch's `weight` and `pos_weight`, as
+ *  torch.nn.functional.binary_cross_entropy_with_logits(logits, targets,
+ *  weight, reduction=..., pos_weight=...): element i's loss is
+ *  -w_i [p_i t_i log sigmoid(x_i) + (1 - t_i) log(1 - sigmoid(x_i))],
+ *  computed (in fp32, F32 result) as w_i [(1 - t) x + (1 + (p - 1) t)
+ *  (log1p(exp(-|x|)) - min(x, 0))], which neither overflows nor takes
+ *  log(0). weight (NULL: 1) rescales each element's loss; pos_weight (NULL:
+ *  1) the positive term, torch's per-class weight: a [C] pos_weight applies
+ *  along the last dimension of [..., C] logits. Each broadcasts to the
+ *  logits' shape without changing it (aligned at the right, each extent
+ *  equal or 1: [C], [N, 1], a 0-D tensor, the full shape), may be of any
+ *  floating type (used in fp32), and is a constant (no gradient flows to
+ *  it). The mean divides by the number of elements, whatever the weights
+ *  (as torch); the mean of no element is NaN. Gradients, in the logits'
+ *  and targets' dtype, flow to the logits, w ((1 + (p - 1) t) sigmoid(x) -
+ *  p t), and, when they require one, to the targets, w (log sigmoid(-x) -
+ *  p log sigmoid(x)) (-w x without pos_weight), each times the output's
+ *  gradient (and 1/n for a mean). With NULL weights this is
+ *  ampx_bce_with_logits. options NULL: defaults.
+ *  Errors: those of ampx_bce_with_logits, SHAPE (a weight that does not
+ *  broadcast to the logits' shape), DTYPE (a weight not floating), DEVICE
+ *  (a weight of another context), INVALID_ARGUMENT (struct_size too small,
+ *  reduction). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_bce_with_logits_ex(
+    ampx_tensor logits, ampx_tensor targets, ampx_tensor weight, ampx_tensor pos_weight,
+    const ampx_bce_with_logits_options *options, ampx_tensor *out);
+
 /** Options of ampx_scaled_dot_product_attention; fields are only appended. */
 typedef struct ampx_attention_options {
   size_t struct_size; /**< sizeof(ampx_attention_options) */
@@ -1644,8 +1711,8 @@ AMPX_API ampx_attention_options ampx_attention_options_default(void);
  *  [B, 1, 1, Tk]): a floating mask is added to them (use -inf to exclude a
  *  key); an I32 or I64 mask is torch's boolean one, non-zero where the key
  *  takes part (it is turned into an additive F32 copy first).
- *  A row whose every key is excluded gives zeros (and a zero gradient),
- *  where torch's math gives NaN. Dropout (options->dropout_p > 0) zeroes
+ *  A row whose every key is excluded gives zeros (and zero gradients), as
+ *  torch 2.5 and later do. Dropout (options->dropout_p > 0) zeroes
  *  each weight with that probability and scales the others by 1 / (1 - p);
  *  weight (b, h, i, j) is dropped exactly when ampx_dropout, drawing next on
  *  this context, would drop element (b, h, i, j) of a [B, H, Tq, Tk]

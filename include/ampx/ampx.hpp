@@ -673,6 +673,18 @@ inline Tensor bce_with_logits(const Tensor& logits, const Tensor& targets,
   });
 }
 
+// With torch's weight and pos_weight (an empty Tensor(): none).
+inline Tensor bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& weight,
+                              const Tensor& pos_weight,
+                              ampx_reduction reduction = AMPX_REDUCTION_MEAN) {
+  ampx_bce_with_logits_options options = ampx_bce_with_logits_options_default();
+  options.reduction = reduction;
+  return detail::run_op(logits.get(), [&](ampx_tensor* out) {
+    return ampx_bce_with_logits_ex(logits.get(), targets.get(), weight.get(), pos_weight.get(),
+                                   &options, out);
+  });
+}
+
 // An empty Tensor() as bias means none.
 inline Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                      ampx_activation activation = AMPX_ACTIVATION_NONE) {

@@ -22,6 +22,11 @@ void require_loss_stride(const char* primitive, int64_t stride) {
     fail(AMPX_ERR_INTERNAL, primitive, ": dloss stride ", stride, " (0: one for all rows, 1: per row)");
 }
 
+void require_periods(const char* primitive, const BceWeights& w) {
+  if ((w.weight && w.weight_period < 1) || (w.pos_weight && w.pos_weight_period < 1))
+    fail(AMPX_ERR_INTERNAL, primitive, ": a weight period below 1");
+}
+
 void require_element_size(const char* primitive, size_t elem_size) {
   if (elem_size != 1 && elem_size != 2 && elem_size != 4 && elem_size != 8)
     fail(AMPX_ERR_INTERNAL, primitive, ": elements of ", elem_size, " bytes");
@@ -255,9 +260,40 @@ void NnPrimitives::dropout(const void* x, void* y, DType type, int64_t count, ui
 }
 
 void NnPrimitives::bce_with_logits(const void* logits, const void* targets, DType type,
-                                   int64_t count, float* losses) {
+                                   int64_t count, float* losses, const BceWeights& weights) {
   require_float("bce_with_logits", type);
-  run_bce_with_logits(logits, targets, type, count, losses);
+  require_periods("bce_with_logits", weights);
+  if (count <= 0) return;
+  run_bce_with_logits(logits, targets, type, count, losses, weights);
+}
+
+void NnPrimitives::bce_with_logits_backward(const void* logits, const void* targets, DType type,
+                                            int64_t count, const BceWeights& weights,
+                                            const float* dloss, int64_t dloss_stride, float scale,
+                                            void* d_logits, void* d_targets) {
+  require_float("bce_with_logits_backward", type);
+  require_periods("bce_with_logits_backward", weights);
+  require_loss_stride("bce_with_logits_backward", dloss_stride);
+  if (count <= 0 || (!d_logits && !d_targets)) return;
+  run_bce_with_logits_backward(logits, targets, type, count, weights, dloss, dloss_stride, scale,
+                               d_logits, d_targets);
+}
+
+void NnPrimitives::mse_loss(const void* input, const void* target, DType type, int64_t count,
+                            float* losses) {
+  require_float("mse_loss", type);
+  if (count <= 0) return;
+  run_mse_loss(input, target, type, count, losses);
+}
+
+void NnPrimitives::mse_loss_backward(const void* input, const void* target, DType type,
+                                     int64_t count, const float* dloss, int64_t dloss_stride,
+                                     float scale, void* d_input, void* d_target) {
+  require_float("mse_loss_backward", type);
+  require_loss_stride("mse_loss_backward", dloss_stride);
+  if (count <= 0 || (!d_input && !d_target)) return;
+  run_mse_loss_backward(input, target, type, count, dloss, dloss_stride, scale, d_input,
+                        d_target);
 }
 
 void NnPrimitives::check_indices(const void* indices, DType type, int64_t count,

@@ -78,6 +78,8 @@ DeviceTensor* op_pool2d(DeviceTensor& x, const Pool2dParams& params);
 // The mean over H and W with keepdim: [N, C, 1, 1] (or [C, 1, 1]).
 DeviceTensor* op_global_avg_pool2d(DeviceTensor& x);
 // loss.cpp
-DeviceTensor* op_bce_with_logits(DeviceTensor& logits, DeviceTensor& targets, Reduction reduction);
+// weight and pos_weight (nullptr: none) broadcast to the logits' shape.
+DeviceTensor* op_bce_with_logits(DeviceTensor& logits, DeviceTensor& targets, Reduction reduction,
+                                 DeviceTensor* weight = nullptr, DeviceTensor* pos_weight = nullptr);
 
 }  // namespace ampx::impl

@@ -110,33 +110,23 @@ class SmoothedCrossEntropyNode final : public Node {
 
 class MseNode final : public Node {
  public:
-  TensorRef diff;  // input - target
-  float scale = 1.0f;
+  float scale = 1.0f;        // 1/n for a mean
   bool per_element = false;  // unreduced: the output holds one loss per element
   const char* name() const override { return "mse_loss"; }
-  bool reads_input(size_t) const override { return false; }  // reads diff
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
     TensorRef dy = grad_f32(ctx, *grads[0]);
     DeviceTensor& input = *inputs[0];
     DeviceTensor& target = *inputs[1];
-    const int64_t n = input.numel();
     // d/d input = 2 (input - target) dy / n; d/d target is its negative.
-    TensorRef d_input = per_element ? times_grad(ctx, name(), *diff, *dy, 2.0f, input.dtype)
-                                    : new_tensor(ctx, input.dtype, input.shape);
-    if (n > 0 && !per_element) {
-      amp_of(ctx, name())
-          .multi_tensor_scale({{diff->data(), diff->dtype, n}}, {{d_input->data(), input.dtype, n}},
-                              static_cast<const float*>(dy->data()), false, nullptr);
-      nn_of(ctx, name())
-          .affine(d_input->data(), d_input->data(), input.dtype, n, 2.0f * scale, 0.0f);
-    }
-    TensorRef d_target;
-    if (target.requires_grad) {
-      d_target = new_tensor(ctx, target.dtype, target.shape);
-      if (n > 0)
-        nn_of(ctx, name()).affine(d_input->data(), d_target->data(), target.dtype, n, -1.0f, 0.0f);
-    }
+    TensorRef d_input, d_target;
+    if (input.requires_grad) d_input = new_tensor(ctx, input.dtype, input.shape);
+    if (target.requires_grad) d_target = new_tensor(ctx, target.dtype, target.shape);
+    nn_of(ctx, name())
+        .mse_loss_backward(input.data(), target.data(), input.dtype, input.numel(),
+                           static_cast<const float*>(dy->data()), per_element ? 1 : 0, scale,
+                           d_input ? d_input->data() : nullptr,
+                           d_target ? d_target->data() : nullptr);
     return grad_list(std::move(d_input), std::move(d_target));
   }
 };
@@ -409,28 +399,18 @@ DeviceTensor* op_mse_loss(DeviceTensor& input_in, DeviceTensor& target_in, Reduc
     fail(AMPX_ERR_DTYPE, "'input' is ", input.describe(), " but 'target' is ", target.describe(),
          "; outside autocast they must share a dtype");
   const int64_t n = input.numel();
-  TensorRef diff = new_tensor(ctx, input.dtype, input.shape);
-  TensorRef squared = new_tensor(ctx, input.dtype, input.shape);
-  if (n > 0) {
-    nn_of(ctx, "mse_loss")
-        .binary(BinaryOp::Sub, input.data(), target.data(), diff->data(), input.dtype, n, n);
-    nn_of(ctx, "mse_loss")
-        .binary(BinaryOp::Mul, diff->data(), diff->data(), squared->data(), input.dtype, n, n);
-  }
-  const float scale = reduction == Reduction::Mean ? 1.0f / static_cast<float>(n) : 1.0f;
   const bool per_element = reduction == Reduction::None;
-  TensorRef out = new_tensor(ctx, DType::F32, per_element ? input.shape : scalar_shape());
+  TensorRef losses = new_tensor(ctx, DType::F32, per_element ? input.shape : vector_shape(n));
+  auto* loss_values = static_cast<float*>(losses->data());
+  nn_of(ctx, "mse_loss").mse_loss(input.data(), target.data(), input.dtype, n, loss_values);
+  const float scale = reduction == Reduction::Mean ? 1.0f / static_cast<float>(n) : 1.0f;
+  TensorRef out = per_element ? std::move(losses) : new_tensor(ctx, DType::F32, scalar_shape());
   auto* result = static_cast<float*>(out->data());
-  if (per_element) {
-    if (n > 0) ctx.backend().convert(result, DType::F32, squared->data(), input.dtype, n);
-  } else {
-    nn_of(ctx, "mse_loss").sum_all(squared->data(), input.dtype, n, result);
-  }
+  if (!per_element) nn_of(ctx, "mse_loss").sum_all(loss_values, DType::F32, n, result);
   if (reduction == Reduction::Mean)
     nn_of(ctx, "mse_loss").affine(result, result, DType::F32, 1, scale, 0.0f);
   if (should_record(ctx, {&input, &target})) {
     auto node = make_node<MseNode>({&in[0], &in[1]});
-    node->diff = std::move(diff);
     node->scale = scale;
     node->per_element = per_element;
     record(ctx, std::move(node), {out.get()});

@@ -154,6 +154,16 @@ TEST_CASE("c++ layer: shape ops, losses and norms") {
   const ampx::Tensor targets = ampx::Tensor::zeros(ctx, AMPX_F32, {2, 3});
   CHECK(ampx::bce_with_logits(ampx::Tensor::zeros(ctx, AMPX_F32, {2, 3}), targets).to_vector()[0] ==
         doctest::Approx(std::log(2.0)));
+  // weight 2 on every element, pos_weight 3 on class 1: at x = 0, t = 1 the
+  // loss is w p log 2, at t = 0 w log 2; the mean over the six elements.
+  const ampx::Tensor ones = ampx::Tensor::from_host(ctx, {1, 1, 1, 0, 0, 0}, {2, 3});
+  const ampx::Tensor weight = ampx::Tensor::from_host(ctx, {2.0f}, {1});
+  const ampx::Tensor pos_weight = ampx::Tensor::from_host(ctx, {1.0f, 3.0f, 1.0f}, {3});
+  CHECK(ampx::bce_with_logits(ampx::Tensor::zeros(ctx, AMPX_F32, {2, 3}), ones, weight, pos_weight)
+            .to_vector()[0] == doctest::Approx(2.0 * (1 + 3 + 1 + 3) / 6 * std::log(2.0)));
+  CHECK(ampx::bce_with_logits(ampx::Tensor::zeros(ctx, AMPX_F32, {2, 3}), ones, ampx::Tensor(),
+                              ampx::Tensor(), AMPX_REDUCTION_SUM)
+            .to_vector()[0] == doctest::Approx(6 * std::log(2.0)));
 }
 
 TEST_CASE("c++ layer: the CNN and Transformer ops, against values worked by hand") {

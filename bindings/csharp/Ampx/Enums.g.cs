@@ -139,7 +139,8 @@ namespace Ampx
         /// </summary>
         Fp32 = 2,
         /// <summary>
-        /// widest input type
+        /// widest input type (torch's promotion,
+        /// 0-D operands included: see above)
         /// </summary>
         Promote = 3,
         /// <summary>

@@ -235,7 +235,8 @@ cast to F32
 """
 const AMPX_OP_FP32 = ampx_op_class(2)
 """
-widest input type
+widest input type (torch's promotion,
+0-D operands included: see above)
 """
 const AMPX_OP_PROMOTE = ampx_op_class(3)
 """
@@ -451,9 +452,17 @@ An autocast policy makes ops choose their compute precision, as
 torch.autocast: "lower precision" ops (matmul, linear) cast floating
 inputs to the policy's dtype and accumulate in fp32; "fp32" ops (softmax,
 log_softmax, losses, norms, exp/log, sum) cast inputs up to F32;
-"promote" ops (add, sub, mul, concat) compute in the widest input type;
-other ops (mean among them, as in torch) keep their input type. Casts of F32 leaves that require grad
-are cached for the life of the outermost autocast region. The gradient
+"promote" ops (add, sub, mul, div, concat) compute in the widest input
+type, inside and outside autocast, by torch's type promotion
+(torch.result_type): f16 with bf16 is f32, either with f32 is f32, and a
+0-D tensor, like a Python number, does not raise the precision of an
+operand with dimensions -- f16 [3] with an f32 0-D tensor is f16, f16 [3]
+with a bf16 0-D tensor is f16, an f16 0-D tensor with f32 [3] is f32; the
+0-D operands decide only when no operand has dimensions (f16 0-D with
+bf16 0-D is f32). Each operand's gradient comes back in its own dtype.
+Other ops (mean among them, as in torch) keep their input type. Casts of
+F32 leaves that require grad are cached for the life of the outermost
+autocast region. The gradient
 of a cast is returned in the source dtype (F32 parameters get F32
 gradients). Beyond torch: any op's class can be overridden at run time.
 """
@@ -649,7 +658,8 @@ Options of a scaler. An update with an inf/NaN gradient ("overflow")
 skips the step, restarts the growth tracker and spends one unit of the
 hysteresis allowance (which starts at `hysteresis`); once the allowance
 is 0 -- at that overflow and at every further one while it stays 0 --
-the scale backs off: scale = max(scale * backoff_factor, min_scale).
+the scale backs off: scale = max(scale * backoff_factor, min_scale,
+FLT_MIN) -- a scale is always a normal float, at least FLT_MIN.
 A clean update adds one to the tracker; at the growth_interval-th clean
 update in a row the tracker restarts, the allowance is restored to
 `hysteresis`, and the scale grows: scale * growth_factor, unless that is
@@ -661,9 +671,13 @@ float scale.
 """
 struct ampx_scaler_options
     struct_size::Csize_t  # sizeof(ampx_scaler_options)
-    init_scale::Cdouble  # default 65536; finite, > 0
+    # default 65536; finite and, as the float the scale is kept in, at least FLT_MIN
+    # (2^-126, the smallest normal float): a smaller one is refused
+    init_scale::Cdouble
     growth_factor::Cdouble  # default 2; > 1
-    backoff_factor::Cdouble  # default 0.5; in (0, 1)
+    # default 0.5; in (0, 1). A backoff never takes the scale below FLT_MIN (nor below
+    # min_scale): its reciprocal stays finite
+    backoff_factor::Cdouble
     growth_interval::Int32  # default 2000; >= 1
     enabled::Int32  # default 1
     # default 1 (back off on every overflow, as torch); >= 1. N: the Nth overflow since the
@@ -672,9 +686,10 @@ struct ampx_scaler_options
     # Megatron-LM's DynamicGradScaler and DeepSpeed's default, the N overflows need not be
     # consecutive.
     hysteresis::Int32
-    # default 0 (none). Lower bound: a backoff whose result would be below min_scale sets
-    # the scale to min_scale; at min_scale an overflow leaves the scale as it is, and
-    # counters.backoffs counts only the updates that lowered the scale.
+    # default 0 (none: the floor is FLT_MIN). Lower bound: a backoff whose result would be
+    # below min_scale (or FLT_MIN) sets the scale to that floor; at the floor an overflow
+    # leaves the scale as it is, and counters.backoffs counts only the updates that lowered
+    # the scale. Non-zero: at least FLT_MIN.
     min_scale::Cdouble
     # default 0 (none). Upper bound: a growth whose result would be above max_scale is not
     # taken -- the scale stays where it is, so it remains init_scale times powers of the
@@ -768,6 +783,14 @@ struct ampx_cross_entropy_options
 end
 
 """
+Options of ampx_bce_with_logits_ex; fields are only appended.
+"""
+struct ampx_bce_with_logits_options
+    struct_size::Csize_t  # sizeof(ampx_bce_with_logits_options)
+    reduction::ampx_reduction  # AMPX_REDUCTION_MEAN (default), _SUM or _NONE
+end
+
+"""
 Options of ampx_scaled_dot_product_attention; fields are only appended.
 """
 struct ampx_attention_options
@@ -802,7 +825,8 @@ struct ampx_pool2d_options
     struct_size::Csize_t  # sizeof(ampx_pool2d_options)
     # each >= 1; (0, 0) selects the kernel size (torch's stride=None, the default)
     stride::NTuple{2, Int64}
-    # added on each side, at most half the (dilated) kernel (0, 0)
+    # added on each side, at most half the dilated kernel, (dilation (kernel - 1) + 1) / 2
+    # (0, 0)
     padding::NTuple{2, Int64}
     dilation::NTuple{2, Int64}  # max pooling only; average takes (1, 1)
     # non-zero: output extents round up (a last window may hang over the edge) (0)
@@ -818,13 +842,16 @@ struct ampx_data_parallel_options
     struct_size::Csize_t  # sizeof(ampx_data_parallel_options)
     bucket_bytes::Csize_t  # gradient bytes per bucket: 25 MiB (DDP's bucket_cap_mb)
     first_bucket_bytes::Csize_t  # the first bucket of each dtype, reduced first: 1 MiB
-    # 1: gradients averaged over ranks (sum / world size, the division done before the sum,
-    # as DDP does); 0: summed. Default 1.
+    # non-zero: gradients averaged over ranks (sum / world size, the division done before
+    # the sum, as DDP does); 0: summed. Default 1.
     average::Int32
-    # 1: F16/BF16 gradients are converted to fp32, reduced in fp32 and rounded back once; 0
-    # (default): reduced in their own dtype
+    # non-zero: F16/BF16 gradients are converted to fp32, reduced in fp32 and rounded back
+    # once to their dtype before the step reads them (under ZeRO-1 too: each rank's part, so
+    # ZeRO-0 and ZeRO-1 step alike, bit for bit, except that clipping's norm is formed from
+    # the ranks' partial norms); 0 (default): reduced in their own dtype
     reduce_in_fp32::Int32
-    # 1 (default): buckets are reduced while backward runs; 0: all after it (for comparison)
+    # non-zero (default): buckets are reduced while backward runs; 0: all after it (for
+    # comparison)
     overlap::Int32
     # 0 (default): every rank keeps the whole optimizer state. 1: ZeRO stage 1 -- each
     # bucket is reduce-scattered, and this rank keeps the fp32 masters and moments of its
@@ -923,7 +950,7 @@ struct ampx_doctor_sample
     step::Int64  # the optimizer step, counted from 1
     scale::Cdouble  # the scale the step's gradients carried
     # 1: a gradient was not finite (with an enabled scaler: the step overflowed and was
-    # skipped)
+    # skipped; data-parallel: on any rank, see section 14)
     found_inf::Int32
     sampled::Int32  # 1: statistics were taken on this step
     grad_norm::Cdouble  # sampled steps: L2 norm of the finite true gradients
@@ -1114,6 +1141,15 @@ AMPX_CROSS_ENTROPY_OPTIONS_INIT() = ampx_cross_entropy_options(
     AMPX_REDUCTION_MEAN,
     -100,
     0.0)
+
+"""
+    AMPX_BCE_WITH_LOGITS_OPTIONS_INIT()
+
+An `ampx_bce_with_logits_options` filled as the C macro `AMPX_BCE_WITH_LOGITS_OPTIONS_INIT` fills it.
+"""
+AMPX_BCE_WITH_LOGITS_OPTIONS_INIT() = ampx_bce_with_logits_options(
+    sizeof(ampx_bce_with_logits_options),
+    AMPX_REDUCTION_MEAN)
 
 """
     AMPX_ATTENTION_OPTIONS_INIT()
@@ -2036,8 +2072,9 @@ end
 
 Creates a scaler on `ctx` (`options` NULL = defaults).
 Errors: INVALID_ARGUMENT naming the bad option (growth <= 1, backoff
-outside (0,1), interval < 1, scale not finite or <= 0, hysteresis < 1,
-min/max negative or min > max, init outside [min, max]).
+outside (0,1), interval < 1, scale not finite or below FLT_MIN as a
+float, hysteresis < 1, min/max negative or min > max, init outside
+[min, max]).
 """
 function ampx_scaler_create(ctx, options, out)
     ccall((:ampx_scaler_create, libampx), ampx_status,
@@ -2145,9 +2182,10 @@ end
 """
     ampx_scaler_update_to(scaler, new_scale) -> ampx_status
 
-As ampx_scaler_update, but sets the scale to `new_scale` (finite, > 0)
-instead of applying the growth/backoff rule; the growth tracker is left
-as it is (torch's update(new_scale)).
+As ampx_scaler_update, but sets the scale to `new_scale` (finite and at
+least FLT_MIN as a float, as init_scale; else INVALID_ARGUMENT and
+nothing changes) instead of applying the growth/backoff rule; the growth
+tracker is left as it is (torch's update(new_scale)).
 """
 function ampx_scaler_update_to(scaler, new_scale)
     ccall((:ampx_scaler_update_to, libampx), ampx_status, (ampx_scaler, Cdouble), scaler,
@@ -2158,7 +2196,8 @@ end
     ampx_scaler_found_inf(scaler, optimizer, found) -> ampx_status
 
 found receives 1 when the last unscale of `optimizer`'s gradients since
-the last update found an inf/NaN, else 0. Synchronizes.
+the last update found an inf/NaN, else 0 (under data-parallel training
+the flag agreed over the ranks, see section 14). Synchronizes.
 Errors: ORDER when the optimizer was not unscaled since the last update.
 """
 function ampx_scaler_found_inf(scaler, optimizer, found)
@@ -2545,13 +2584,14 @@ end
 
 @{
 Element-wise a + b, a - b, a * b, a / b ("add", "sub", "mul", "div":
-promote; division is IEEE's: x / 0 is +-inf, 0 / 0 NaN), with NumPy's
-(and torch's) broadcasting: the shapes are aligned at the right, missing
-dimensions count as 1, and each pair of extents must be equal or one of
-them 1; the output has the larger extent of each pair (a [T, T] mask
-over [B, H, T, T] scores, a [T, D] table over [B, T, D], a scalar, a
-column [N, 1]). Each operand's gradient is summed over the dimensions it
-was broadcast along.
+promote, with torch's rule for 0-D operands of section 10: an f16
+tensor times an f32 0-D tensor is f16; division is IEEE's: x / 0 is
++-inf, 0 / 0 NaN), with NumPy's (and torch's) broadcasting: the shapes
+are aligned at the right, missing dimensions count as 1, and each pair
+of extents must be equal or one of them 1; the output has the larger
+extent of each pair (a [T, T] mask over [B, H, T, T] scores, a [T, D]
+table over [B, T, D], a scalar, a column [N, 1]). Each operand's
+gradient is summed over the dimensions it was broadcast along.
 Errors: SHAPE (shapes that do not broadcast), DTYPE, DEVICE.
 
 EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
@@ -2897,7 +2937,13 @@ end
 
 Mean-squared error between two tensors of one shape ("mse_loss": fp32);
 AMPX_REDUCTION_NONE gives each element's squared difference, F32, in
-their shape. Errors: SHAPE, DTYPE, DEVICE, INVALID_ARGUMENT (reduction).
+their shape. The result is F32 for every input dtype: each difference
+and its square are formed in fp32 from the inputs (f16/bf16 ones too,
+never rounded to 16 bits), so it carries fp32's accuracy. This differs
+from torch on purpose: torch's mse_loss of f16 or bf16 tensors outside
+autocast returns their dtype (under autocast it is fp32 there too).
+Gradients, in the inputs' dtype, flow to both.
+Errors: SHAPE, DTYPE, DEVICE, INVALID_ARGUMENT (reduction).
 
 EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
 """
@@ -2977,7 +3023,9 @@ torch.nn.functional.rms_norm(x, (D,), weight, eps): y = x / sqrt(mean(x^2)
 + eps) * weight, each row's mean of squares computed in fp32 whatever
 x's type. x [..., D] (at least one dimension); weight [D] may be NULL
 (no scale) and outside autocast shares x's dtype. Gradients flow to x
-and weight.
+and weight. eps has no default here; torch's (eps=None) is float32's
+machine epsilon, 2^-23 = 1.1920929e-07, for every input dtype (f16 and
+bf16 too, since it normalises in fp32): pass that to match it.
 Errors: SHAPE (x a scalar, weight not [D]), DTYPE, DEVICE,
 INVALID_ARGUMENT (eps negative or not finite).
 
@@ -3250,6 +3298,53 @@ function ampx_bce_with_logits(logits, targets, reduction, out)
 end
 
 """
+    ampx_bce_with_logits_options_default() -> ampx_bce_with_logits_options
+
+Default options (same as AMPX_BCE_WITH_LOGITS_OPTIONS_INIT). Thread-safe.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_bce_with_logits_options_default()
+    ccall((:ampx_bce_with_logits_options_default, libampx), ampx_bce_with_logits_options,
+          ())
+end
+
+"""
+    ampx_bce_with_logits_ex(logits, targets, weight, pos_weight, options, out) -> ampx_status
+
+ampx_bce_with_logits with torch's `weight` and `pos_weight`, as
+torch.nn.functional.binary_cross_entropy_with_logits(logits, targets,
+weight, reduction=..., pos_weight=...): element i's loss is
+-w_i [p_i t_i log sigmoid(x_i) + (1 - t_i) log(1 - sigmoid(x_i))],
+computed (in fp32, F32 result) as w_i [(1 - t) x + (1 + (p - 1) t)
+(log1p(exp(-|x|)) - min(x, 0))], which neither overflows nor takes
+log(0). weight (NULL: 1) rescales each element's loss; pos_weight (NULL:
+1) the positive term, torch's per-class weight: a [C] pos_weight applies
+along the last dimension of [..., C] logits. Each broadcasts to the
+logits' shape without changing it (aligned at the right, each extent
+equal or 1: [C], [N, 1], a 0-D tensor, the full shape), may be of any
+floating type (used in fp32), and is a constant (no gradient flows to
+it). The mean divides by the number of elements, whatever the weights
+(as torch); the mean of no element is NaN. Gradients, in the logits'
+and targets' dtype, flow to the logits, w ((1 + (p - 1) t) sigmoid(x) -
+p t), and, when they require one, to the targets, w (log sigmoid(-x) -
+p log sigmoid(x)) (-w x without pos_weight), each times the output's
+gradient (and 1/n for a mean). With NULL weights this is
+ampx_bce_with_logits. options NULL: defaults.
+Errors: those of ampx_bce_with_logits, SHAPE (a weight that does not
+broadcast to the logits' shape), DTYPE (a weight not floating), DEVICE
+(a weight of another context), INVALID_ARGUMENT (struct_size too small,
+reduction).
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_bce_with_logits_ex(logits, targets, weight, pos_weight, options, out)
+    ccall((:ampx_bce_with_logits_ex, libampx), ampx_status,
+          (ampx_tensor, ampx_tensor, ampx_tensor, ampx_tensor, Ptr{ampx_bce_with_logits_options}, Ptr{ampx_tensor}),
+          logits, targets, weight, pos_weight, options, out)
+end
+
+"""
     ampx_attention_options_default() -> ampx_attention_options
 
 Default options (same as AMPX_ATTENTION_OPTIONS_INIT): not causal,
@@ -3276,8 +3371,8 @@ scores [B, H, Tq, Tk] (from 2 dimensions to q's; e.g. [Tq, Tk],
 [B, 1, 1, Tk]): a floating mask is added to them (use -inf to exclude a
 key); an I32 or I64 mask is torch's boolean one, non-zero where the key
 takes part (it is turned into an additive F32 copy first).
-A row whose every key is excluded gives zeros (and a zero gradient),
-where torch's math gives NaN. Dropout (options->dropout_p > 0) zeroes
+A row whose every key is excluded gives zeros (and zero gradients), as
+torch 2.5 and later do. Dropout (options->dropout_p > 0) zeroes
 each weight with that probability and scales the others by 1 / (1 - p);
 weight (b, h, i, j) is dropped exactly when ampx_dropout, drawing next on
 this context, would drop element (b, h, i, j) of a [B, H, Tq, Tk]
@@ -3337,7 +3432,8 @@ Gradients flow to x, weight and bias. options NULL: defaults.
 Errors: SHAPE (x not 3-D or 4-D or without channels, rows or columns;
 weight not 4-D; groups not dividing the channels; weight's dimension 1
 not C / groups; a kernel larger than the padded input; bias not [O] --
-the message gives both shapes), DTYPE (not floating, types that differ
+the message gives both shapes; dilation (kh - 1) + 1, H + 2 padding or
+another size of the window beyond int64 -- the message names it), DTYPE (not floating, types that differ
 outside autocast), DEVICE, INVALID_ARGUMENT (struct_size too small, a
 stride or dilation under 1, negative padding, groups under 1),
 NOT_SUPPORTED (a backend without convolution: a CUDA context where
@@ -3374,11 +3470,16 @@ ceil_mode would start the last window in the right padding (likewise
 OW). Padding never wins: the maximum is over the window's elements inside
 the image; a NaN wins, and of equal maxima the first (row-major) takes
 the gradient. Gradients flow to x. options NULL: defaults.
+The cost does not grow with the kernel's extent: the part of each window
+inside the image is found in constant time, so a kernel of 2^40 with
+padding 2^39 on a 3x3 input costs what a 3x3 kernel does.
 Errors: SHAPE (x not 3-D or 4-D or without channels, rows or columns, a
-window that does not fit the padded input), DTYPE, DEVICE,
-INVALID_ARGUMENT (struct_size too small, a kernel extent or stride under
-1 -- stride (0, 0) excepted --, dilation under 1, negative padding or
-over half the dilated kernel), NOT_SUPPORTED.
+window that does not fit the padded input; dilation (kernel - 1) + 1 or
+H + 2 padding beyond int64 -- the message names the expression, and a
+dilated kernel beyond int64 is this error, not the padding's), DTYPE,
+DEVICE, INVALID_ARGUMENT (struct_size too small, a kernel extent or
+stride under 1 -- stride (0, 0) excepted --, dilation under 1, negative
+padding or over half the dilated kernel), NOT_SUPPORTED.
 
 EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
 """
@@ -3397,7 +3498,9 @@ of its window's elements inside the image divided by divisor_override
 when set, else by the window's size clipped to the padded image
 (count_include_pad) or to the image. Gradients flow to x. options NULL:
 defaults. Errors: those of ampx_max_pool2d, INVALID_ARGUMENT (a
-dilation other than (1, 1), divisor_override negative).
+dilation other than (1, 1), divisor_override negative), SHAPE (with
+count_include_pad and no divisor_override, a divisor min(kernel_h,
+H + 2 padding) * min(kernel_w, W + 2 padding) beyond int64).
 
 EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
 """
@@ -3632,10 +3735,14 @@ Makes a communicator for a CPU context from the host's MPI communicator:
 `mpi_comm` points to an MPI_Comm (e.g. `&comm`; with mpi4py,
 `MPI._addressof(comm)`). ampx duplicates it (MPI_Comm_dup), so its
 messages never mix with the host's; the host keeps owning its own. The
-MPI code lives in the plugin libampx_mpi.so, next to libampx (or the path
-the environment variable AMPX_MPI_PLUGIN names), built against one MPI
+MPI code lives in the plugin libampx_mpi.so, built against one MPI
 implementation: the host must use that same MPI, initialised
-(MPI_Init) and not finalized. Collective over the MPI communicator.
+(MPI_Init) and not finalized. Where it is loaded from: when the
+environment variable AMPX_MPI_PLUGIN is set, only the path it names is
+tried (a missing file there is NOT_SUPPORTED, even with a plugin beside
+libampx), and `none` turns MPI support off; otherwise libampx_mpi.so
+beside libampx, then by the dynamic loader's search path. The error
+lists every path tried. Collective over the MPI communicator.
 Ownership: *out is the caller's (ampx_comm_release); it retains ctx.
 Threads: MPI is called on the calling thread only; an MPI initialised
 with MPI_THREAD_SINGLE or FUNNELED suffices when only that thread calls.
@@ -3724,12 +3831,16 @@ end
 """
     ampx_comm_set_timeout(comm, seconds) -> ampx_status
 
-The longest a host wait on this communicator's collectives may take
-before ampx aborts the communicator (NCCL: ncclCommAbort) and fails with
-AMPX_ERR_DEVICE, instead of waiting forever for a rank that died; while
-it waits, ampx polls NCCL's asynchronous errors. Default 600 s. MPI
-calls cannot be interrupted: there the launcher ends the job.
-Errors: INVALID_ARGUMENT (seconds not finite or <= 0), STALE_HANDLE.
+The longest any collective of this communicator may take, from when it
+is started (MPI, polled wherever the host waits for it) or enqueued
+(NCCL, watched by a thread), before the communicator fails: its pending
+collectives are abandoned (NCCL: ncclCommAbort), the call fails with
+AMPX_ERR_DEVICE and a message naming the collective that timed out, and
+every later call on the communicator fails so (see Timeouts above).
+While it waits, ampx polls NCCL's asynchronous errors. Default 600 s;
+applies from the next collective on. Not collective: set the same value
+on every rank. Errors: INVALID_ARGUMENT (seconds not finite or <= 0),
+STALE_HANDLE.
 
 EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
 """
@@ -3742,7 +3853,8 @@ end
     ampx_comm_release(comm) -> Cvoid
 
 Releases the caller's reference; the communicator lives on while a
-data-parallel wrapper uses it. Pending collectives are completed first.
+data-parallel wrapper uses it. Pending collectives are completed first
+(within the timeout); a failed communicator's are left abandoned.
 NULL is a no-op; a stale handle only sets the last error.
 
 EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
@@ -3766,13 +3878,27 @@ end
     ampx_data_parallel_create(comm, optimizer, options, out) -> ampx_status
 
 Wraps `optimizer` for data-parallel training over `comm`. Collective:
-every rank calls it with the same parameters -- the optimizer's
-parameters in order, with equal count, dtypes and shapes -- which it
-checks: a mismatch fails on every rank with a message naming the first
-difference (parameter index, rank, both descriptions), and a rank whose
-own arguments are wrong makes every rank fail with its message, never a
-hang. It then broadcasts rank 0's parameters, fp32 master weights and
-moments to every rank, and makes the gradient buckets (reverse
+every rank calls it with the same setup, which it checks before
+anything changes:
+- these must be equal on every rank, else every rank fails naming the
+first difference and both values ("zero_stage: rank 1 has 1, rank 0
+has 0"): the options (bucket_bytes, first_bucket_bytes, and average,
+reduce_in_fp32 and overlap as flags, zero_stage); the optimizer's
+kind (SGD, Adam, AdamW) and hyperparameters (momentum, dampening,
+nesterov, betas, eps, amsgrad, maximize); its param groups, each
+group's lr, weight decay and schedule (section 17); whether a scaler
+is attached (ampx_scaler_attach) and, if so, its options and state
+(scale, growth tracker, hysteresis allowance); and the parameters in
+order, with their count, dtypes, shapes and groups ("parameter 1 is
+f32[3, 4] on rank 1 but f32[4, 3] on rank 0");
+- rank 0's values are broadcast to every rank: the parameters, fp32
+master weights, moments, each parameter's step count (Adam's bias
+correction) and the optimizer's steps taken (the schedules'
+position), so the replicas start bitwise equal whatever each rank
+held before.
+A rank whose own arguments are wrong makes every rank fail, never a
+hang (see "No rank left waiting" above; a bad `comm` is the one case no
+rank can report). It then makes the gradient buckets (reverse
 parameter order, one dtype per bucket): each parameter's gradient
 becomes a view of its bucket (a gradient already attached is copied in
 and released). Keep those gradients attached: ampx_optimizer_zero_grad
@@ -3780,15 +3906,16 @@ zeroes them in place; replacing one with ampx_tensor_set_grad makes the
 next backward fail (AMPX_ERR_ORDER). A parameter no backward reaches has
 a zero gradient, and the optimizer steps it with that, as DDP does.
 The optimizer's param groups are fixed from here on (ampx_optimizer_add_
-param_group is refused). options NULL: the defaults.
+group is refused). options NULL: the defaults.
 Ownership: *out is the caller's (ampx_data_parallel_release); it retains
 comm and optimizer.
 Errors: INVALID_ARGUMENT (a NULL argument; bucket sizes 0; zero_stage
-not 0 or 1; an optimizer already wrapped; parameters that differ across
-ranks); DEVICE (comm and
-optimizer of different contexts, or a communicator that was aborted);
-ORDER (the optimizer is between unscale/step and update); STALE_HANDLE;
-OUT_OF_MEMORY. On error nothing changed on this rank.
+not 0 or 1; an optimizer already wrapped; setups or parameters that
+differ across ranks); DEVICE (comm and optimizer of different
+contexts, or a communicator that failed); ORDER (the optimizer is
+between unscale/step and update); STALE_HANDLE; OUT_OF_MEMORY; any of
+these with another rank's status when that rank failed. On error
+nothing changed on this rank.
 
 EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
 """
@@ -3802,8 +3929,8 @@ end
     ampx_data_parallel_set_sync(dp, sync) -> ampx_status
 
 Gradient accumulation (DDP's no_sync): with sync 0, backward passes only
-accumulate, and nothing is communicated; turn it back on (1) before the
-last micro-batch's backward, whose pass reduces the sum. Reading the
+accumulate, and nothing is communicated; turn it back on (non-zero)
+before the last micro-batch's backward, whose pass reduces the sum. Reading the
 gradients for an update while it is off (unscale, clip, step) is refused
 (AMPX_ERR_ORDER): each rank would step on its own gradients.
 Errors: ORDER (turning it off while buckets of the iteration are being
@@ -3825,7 +3952,8 @@ with ampx_grad_ready, section 13, go out as their buckets fill; this
 call sends the rest; an engine that signals none reduces everything
 here). Collective. Does nothing when the gradients are reduced already
 (ampx_backward reduces them as it ends; the first read does the same).
-Errors: ORDER (sync off); DEVICE; INVALID_ARGUMENT; STALE_HANDLE.
+Errors: ORDER (sync off; the wrapper failed, see above); DEVICE (the
+communicator failed or timed out); INVALID_ARGUMENT; STALE_HANDLE.
 
 EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
 """
@@ -3850,10 +3978,11 @@ end
 """
     ampx_data_parallel_release(dp) -> Cvoid
 
-Releases the wrapper: pending reductions are completed, the optimizer
-reads its gradients as they are from then on, and the gradient views
-stay attached to the parameters. NULL is a no-op; a stale handle only
-sets the last error.
+Releases the wrapper: pending reductions are completed (within the
+timeout; not on a failed communicator), the optimizer reads its
+gradients as they are from then on, and the gradient views stay
+attached to the parameters. NULL is a no-op; a stale handle only sets
+the last error.
 
 EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
 """
@@ -4069,7 +4198,8 @@ string in them; a tensor without a name, a repeated or reserved name, a
 repeated key; a string that is not UTF-8); STALE_HANDLE; IO (the
 temporary file cannot be created, written, flushed or renamed -- `path`
 is then unchanged and the temporary file removed); OUT_OF_MEMORY;
-DEVICE.
+DEVICE; SHAPE (the tensors' bytes add up past 2^63 - 1, as views of one
+large base can: no file offset may).
 
 EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
 """

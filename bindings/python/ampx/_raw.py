@@ -358,6 +358,15 @@ class ampx_cross_entropy_options(Structure):
     ]
 
 
+class ampx_bce_with_logits_options(Structure):
+    """Options of ampx_bce_with_logits_ex; fields are only appended."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("reduction", ampx_reduction),
+    ]
+
+
 class ampx_attention_options(Structure):
     """Options of ampx_scaled_dot_product_attention; fields are only appended."""
 
@@ -630,6 +639,15 @@ def AMPX_CROSS_ENTROPY_OPTIONS_INIT() -> ampx_cross_entropy_options:
         struct_size=sizeof(ampx_cross_entropy_options),
         reduction=AMPX_REDUCTION_MEAN,
         ignore_index=-100,
+    )
+
+
+def AMPX_BCE_WITH_LOGITS_OPTIONS_INIT() -> ampx_bce_with_logits_options:
+    """An ``ampx_bce_with_logits_options`` filled as
+    ``AMPX_BCE_WITH_LOGITS_OPTIONS_INIT`` fills it."""
+    return ampx_bce_with_logits_options(
+        struct_size=sizeof(ampx_bce_with_logits_options),
+        reduction=AMPX_REDUCTION_MEAN,
     )
 
 
@@ -1073,6 +1091,15 @@ FUNCTIONS = {
         ampx_reduction,
         POINTER(ampx_tensor),
     )),
+    "ampx_bce_with_logits_options_default": (ampx_bce_with_logits_options, ()),
+    "ampx_bce_with_logits_ex": (ampx_status, (
+        ampx_tensor,
+        ampx_tensor,
+        ampx_tensor,
+        ampx_tensor,
+        POINTER(ampx_bce_with_logits_options),
+        POINTER(ampx_tensor),
+    )),
     "ampx_attention_options_default": (ampx_attention_options, ()),
     "ampx_scaled_dot_product_attention": (ampx_status, (
         ampx_tensor,
@@ -1380,6 +1407,7 @@ RETURNS_STATUS = frozenset({
     "ampx_pow",
     "ampx_rotary_embedding",
     "ampx_bce_with_logits",
+    "ampx_bce_with_logits_ex",
     "ampx_scaled_dot_product_attention",
     "ampx_conv2d",
     "ampx_max_pool2d",

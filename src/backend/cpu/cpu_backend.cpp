@@ -233,8 +233,25 @@ class CpuNn final : public NnPrimitives {
     cpu::dropout(pool_, x, y, type, count, seed, offset, threshold, scale);
   }
   void run_bce_with_logits(const void* logits, const void* targets, DType type, int64_t count,
-                           float* losses) override {
-    cpu::bce_with_logits(pool_, logits, targets, type, count, losses);
+                           float* losses, const BceWeights& weights) override {
+    cpu::bce_with_logits(pool_, logits, targets, type, count, losses, weights);
+  }
+  void run_bce_with_logits_backward(const void* logits, const void* targets, DType type,
+                                    int64_t count, const BceWeights& weights, const float* dloss,
+                                    int64_t dloss_stride, float scale, void* d_logits,
+                                    void* d_targets) override {
+    cpu::bce_with_logits_backward(pool_, logits, targets, type, count, weights, dloss,
+                                  dloss_stride, scale, d_logits, d_targets);
+  }
+  void run_mse_loss(const void* input, const void* target, DType type, int64_t count,
+                    float* losses) override {
+    cpu::mse_loss(pool_, input, target, type, count, losses);
+  }
+  void run_mse_loss_backward(const void* input, const void* target, DType type, int64_t count,
+                             const float* dloss, int64_t dloss_stride, float scale, void* d_input,
+                             void* d_target) override {
+    cpu::mse_loss_backward(pool_, input, target, type, count, dloss, dloss_stride, scale, d_input,
+                           d_target);
   }
   void run_check_indices(const void* indices, DType type, int64_t count, const IndexCheck& check,
                          float* valid, int64_t* record) override {
