@@ -20,33 +20,15 @@
 # failure with AMPX_REQUIRE_BINDINGS=1).
 set -euo pipefail
 
-if [ $# -ne 3 ]; then
-  echo "usage: $0 LIB_DIR INCLUDE_DIR TINY_TRAIN" >&2
-  exit 2
-fi
-
-missing() {
-  if [ "${AMPX_REQUIRE_BINDINGS:-0}" = "1" ]; then
-    echo "binding_csharp: FAILED: $1 and AMPX_REQUIRE_BINDINGS=1 (run bindings/csharp/deps.sh)" >&2
-    exit 1
-  fi
-  echo "binding_csharp: SKIPPED: $1 (bindings/csharp/deps.sh installs it)"
-  exit 77
-}
-
-command -v mcs >/dev/null 2>&1 || missing "mcs (mono-mcs) is not installed"
-command -v mono >/dev/null 2>&1 || missing "mono (mono-runtime) is not installed"
-
+binding=binding_csharp
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-lib_dir="$(cd "$1" && pwd)"
-include_dir="$(cd "$2" && pwd)"
-tiny_train="$(cd "$(dirname "$3")" && pwd)/$(basename "$3")"
-for f in "$lib_dir/libampx.so" "$include_dir/ampx/ampx.h" "$tiny_train"; do
-  if [ ! -e "$f" ]; then
-    echo "binding_csharp: $f does not exist" >&2
-    exit 1
-  fi
-done
+# shellcheck source=bindings/run_tests_common.sh
+source "$here/../run_tests_common.sh"
+binding_args "$@"
+command -v mcs >/dev/null 2>&1 || skip_binding "mcs (mono-mcs) is not installed"
+command -v mono >/dev/null 2>&1 || skip_binding "mono (mono-runtime) is not installed"
+# Checked before anything runs, so that a required MPI run fails at once.
+mpi_check "$(mpi_missing_reason)"
 
 out="$lib_dir/csharp"
 rm -rf "$out"
@@ -73,22 +55,9 @@ mono --debug AmpxTests.exe || status=1
 echo "binding_csharp: examples/GameLoopTraining.cs"
 mono GameLoopTraining.exe --quick || status=1
 
-if ! command -v mpirun >/dev/null 2>&1; then
-  mpi_missing="mpirun is not installed"
-elif [ ! -e "$lib_dir/libampx_mpi.so" ]; then
-  mpi_missing="$lib_dir/libampx_mpi.so was not built"
-else
-  mpi_missing=""
-fi
 if [ -n "$mpi_missing" ]; then
-  if [ "${AMPX_REQUIRE_BINDINGS:-0}" = "1" ]; then
-    echo "binding_csharp: FAILED: the data-parallel test needs MPI: $mpi_missing" >&2
-    status=1
-  else
-    echo "binding_csharp: the data-parallel test is skipped: $mpi_missing"
-  fi
+  echo "$binding: the data-parallel test is SKIPPED: $mpi_missing"
 else
-  echo "binding_csharp: data-parallel training under mpirun -np 2"
-  timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 mono AmpxTests.exe --mpi || status=1
+  run_mpi 2 mono AmpxTests.exe --mpi || status=1
 fi
 exit $status

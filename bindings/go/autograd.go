@@ -109,7 +109,7 @@ func (c *Context) Checkpoint(outputs int, fn SegmentFunc, inputs ...*Tensor) ([]
 func (s *segment) run(in, out []C.ampx_tensor) C.ampx_status {
 	inputs := make([]*Tensor, len(in))
 	for i, h := range in {
-		inputs[i] = &Tensor{h: h, ctx: s.ctx, scoped: true}
+		inputs[i] = s.ctx.borrow(h)
 	}
 	return runCallback(s.ctx.st, "the checkpointed Go function", inputs, func() error {
 		results, err := s.fn(inputs)
@@ -178,7 +178,7 @@ func (c *Context) SetGradReadyHook(fn GradReadyFunc) error {
 }
 
 func (h *gradReadyHook) run(param C.ampx_tensor) C.ampx_status {
-	p := &Tensor{h: param, ctx: h.ctx, scoped: true}
+	p := h.ctx.borrow(param)
 	return runCallback(h.ctx.st, "the Go grad-ready hook", []*Tensor{p}, func() error { return h.fn(p) })
 }
 

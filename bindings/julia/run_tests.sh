@@ -14,12 +14,11 @@
 # the Julia tests are written as they would run but have not run.
 set -euo pipefail
 
-if [ $# -ne 3 ]; then
-  echo "usage: $0 LIB_DIR INCLUDE_DIR TINY_TRAIN" >&2
-  exit 2
-fi
+binding=binding_julia
 here=$(cd "$(dirname "$0")" && pwd)
-lib_dir=$(cd "$1" && pwd)
+# shellcheck source=bindings/run_tests_common.sh
+source "$here/../run_tests_common.sh"
+binding_args "$@"
 root=$(cd "$here/../.." && pwd)
 
 # The static check covers every binding; only Julia's result matters here.
@@ -36,36 +35,27 @@ esac
 parse_status=0
 python3 "$here/parse_check.py" "$here"/src/*.jl "$here"/test/*.jl || parse_status=$?
 if [ "$parse_status" = 77 ]; then
-  if [ "${AMPX_REQUIRE_BINDINGS:-0}" = 1 ]; then
-    echo "julia binding: FAILED: the Julia grammar is missing (AMPX_REQUIRE_BINDINGS=1;" \
+  if bindings_required; then
+    echo "$binding: FAILED: the Julia grammar is missing (AMPX_REQUIRE_BINDINGS=1;" \
          "run bindings/julia/deps.sh)" >&2
     exit 1
   fi
-  echo "julia binding: the syntax check is SKIPPED (bindings/julia/deps.sh installs its grammar)"
+  echo "$binding: the syntax check is SKIPPED (bindings/julia/deps.sh installs its grammar)"
 elif [ "$parse_status" != 0 ]; then
   exit 1
 fi
 
 if ! command -v julia >/dev/null; then
-  echo "julia binding: static check passed; julia is missing, so test/runtests.jl and" \
+  echo "$binding: static check passed; julia is missing, so test/runtests.jl and" \
        "test/data_parallel_mpi.jl did not run"
   exit 0
 fi
-AMPX_LIB="$lib_dir/libampx.so" AMPX_TINY_TRAIN="$3" \
-  julia --startup-file=no --project="$here" "$here/test/runtests.jl"
+mpi_check "$(mpi_missing_reason)"
+export AMPX_LIB="$lib_dir/libampx.so"
+AMPX_TINY_TRAIN="$tiny_train" julia --startup-file=no --project="$here" "$here/test/runtests.jl"
 
-if ! command -v mpirun >/dev/null; then
-  if [ "${AMPX_REQUIRE_BINDINGS:-0}" = 1 ]; then
-    echo "julia binding: FAILED: mpirun not found for test/data_parallel_mpi.jl (AMPX_REQUIRE_BINDINGS=1)" >&2
-    exit 1
-  fi
-  echo "julia binding: test/data_parallel_mpi.jl SKIPPED: mpirun not found (tools/deps.sh installs Open MPI)"
+if [ -n "$mpi_missing" ]; then
+  echo "$binding: test/data_parallel_mpi.jl is SKIPPED: $mpi_missing"
   exit 0
 fi
-mpirun_flags=()
-if mpirun --version 2>/dev/null | grep -q "Open MPI"; then
-  mpirun_flags=(--allow-run-as-root --oversubscribe)
-fi
-echo "julia binding: mpirun -np 2 julia test/data_parallel_mpi.jl"
-AMPX_LIB="$lib_dir/libampx.so" timeout 300 mpirun "${mpirun_flags[@]}" -np 2 \
-  julia --startup-file=no --project="$here" "$here/test/data_parallel_mpi.jl"
+run_mpi 2 julia --startup-file=no --project="$here" "$here/test/data_parallel_mpi.jl"

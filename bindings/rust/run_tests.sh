@@ -14,32 +14,12 @@
 # skipped, with a message (a failure with AMPX_REQUIRE_BINDINGS=1).
 set -euo pipefail
 
-if [ $# -ne 3 ]; then
-  echo "usage: $0 LIB_DIR INCLUDE_DIR TINY_TRAIN" >&2
-  exit 2
-fi
-
-if ! command -v cargo >/dev/null 2>&1; then
-  if [ "${AMPX_REQUIRE_BINDINGS:-0}" = "1" ]; then
-    echo "binding_rust: cargo is not installed and AMPX_REQUIRE_BINDINGS=1: failing" \
-         "(install it with bindings/rust/deps.sh)" >&2
-    exit 1
-  fi
-  echo "binding_rust: skipped: cargo is not installed (install it with bindings/rust/deps.sh)"
-  exit 77
-fi
-
+binding=binding_rust
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-lib_dir="$(cd "$1" && pwd)"
-include_dir="$(cd "$2" && pwd)"
-tiny_train="$(cd "$(dirname "$3")" && pwd)/$(basename "$3")"
-
-for f in "$lib_dir/libampx.so" "$include_dir/ampx/ampx.h" "$tiny_train"; do
-  if [ ! -e "$f" ]; then
-    echo "binding_rust: $f does not exist" >&2
-    exit 1
-  fi
-done
+# shellcheck source=bindings/run_tests_common.sh
+source "$here/../run_tests_common.sh"
+binding_args "$@"
+command -v cargo >/dev/null 2>&1 || skip_binding "cargo is not installed"
 
 export AMPX_LIB_DIR="$lib_dir"
 export AMPX_INCLUDE_DIR="$include_dir"
@@ -50,18 +30,11 @@ export CARGO_TARGET_DIR="$lib_dir/rust-target"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-0}"
 
 # Checked before anything runs, so that a required MPI run fails at once.
-mpi_missing=""
-if ! command -v mpirun >/dev/null; then
-  mpi_missing="mpirun not found (tools/deps.sh installs Open MPI)"
-elif ! mpicc --showme:link >/dev/null 2>&1; then
+mpi_missing="$(mpi_missing_reason)"
+if [ -z "$mpi_missing" ] && ! mpicc --showme:link >/dev/null 2>&1; then
   mpi_missing="Open MPI's mpicc (--showme:link) not found: the test links libmpi with its flags"
-elif [ -z "${AMPX_MPI_PLUGIN:-}" ] && [ ! -e "$lib_dir/libampx_mpi.so" ]; then
-  mpi_missing="$lib_dir/libampx_mpi.so does not exist (libampx was built without MPI)"
 fi
-if [ -n "$mpi_missing" ] && [ "${AMPX_REQUIRE_BINDINGS:-0}" = 1 ]; then
-  echo "binding_rust: FAILED: $mpi_missing (AMPX_REQUIRE_BINDINGS=1)" >&2
-  exit 1
-fi
+mpi_check "$mpi_missing"
 
 cd "$here"
 echo "binding_rust: $(cargo --version), $(rustc --version)"
@@ -81,6 +54,4 @@ if [ -z "$exe" ] || [ ! -x "$exe" ]; then
   echo "binding_rust: cannot find the data_parallel_mpi test executable" >&2
   exit 1
 fi
-echo "binding_rust: mpirun -np 2 $(basename "$exe")"
-# A rank stuck in a collective would hang the job: give up after 5 minutes.
-timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 "$exe"
+run_mpi 2 "$exe"

@@ -5,43 +5,13 @@ namespace Ampx
     /// <summary>
     /// A group of ranks bound to one context (ampx_comm): from the host's MPI
     /// communicator (CPU contexts) or NCCL (CUDA contexts). Making one is
-    /// collective: every rank calls it, in the same order.
+    /// collective: every rank calls it, in the same order. Dispose releases it
+    /// (it lives on while a DataParallel uses it).
     /// </summary>
-    public sealed unsafe class Comm : IDisposable
+    public sealed unsafe class Comm : ContextObject
     {
-        internal readonly CommHandle Handle;
-
-        public Context Context { get; private set; }
-
-        private Comm(Context context, IntPtr raw)
-        {
-            Context = context;
-            Handle = new CommHandle(raw) { Deferred = context.Deferred };
-        }
-
-        internal IntPtr Ptr
-        {
-            get
-            {
-                Context.Deferred.Drain();
-                return Handle.Get("Comm");
-            }
-        }
-
-        /// <summary>The raw ampx_comm for Native calls.</summary>
-        public IntPtr RawHandle { get { return Ptr; } }
-
-        public void Dispose()
-        {
-            Handle.Dispose();
-            Callbacks.RethrowKept();
-        }
-
-        private static Context ContextOf(Context context)
-        {
-            if (context == null) throw new ArgumentNullException("context");
-            return context;
-        }
+        private Comm(Context context, Creator create)
+            : base(new CommHandle(Create(context, create)), context, "Comm") { }
 
         /// <summary>
         /// From the host's MPI communicator: `mpiComm` is the address of an MPI_Comm
@@ -51,19 +21,13 @@ namespace Ampx
         /// </summary>
         public static Comm FromMpi(Context context, IntPtr mpiComm)
         {
-            var raw = ContextOf(context).Ptr;
-            IntPtr result;
-            Err.Check(Native.ampx_comm_from_mpi(raw, (void*)mpiComm, &result), context);
-            return new Comm(context, result);
+            return new Comm(context, (raw, result) => Native.ampx_comm_from_mpi(raw, (void*)mpiComm, result));
         }
 
         /// <summary>From the host's ncclComm_t (which the host keeps owning).</summary>
         public static Comm FromNccl(Context context, IntPtr ncclComm)
         {
-            var raw = ContextOf(context).Ptr;
-            IntPtr result;
-            Err.Check(Native.ampx_comm_from_nccl(raw, (void*)ncclComm, &result), context);
-            return new Comm(context, result);
+            return new Comm(context, (raw, result) => Native.ampx_comm_from_nccl(raw, (void*)ncclComm, result));
         }
 
         /// <summary>An NCCL unique id (rank 0 makes it and sends it to the others).</summary>
@@ -79,11 +43,11 @@ namespace Ampx
         public static Comm InitNccl(Context context, byte[] id, int worldSize, int rank)
         {
             if (id == null) throw new ArgumentNullException("id");
-            var raw = ContextOf(context).Ptr;
-            IntPtr result;
-            fixed (byte* p = id)
-                Err.Check(Native.ampx_comm_init_nccl(raw, p, (UIntPtr)id.Length, worldSize, rank, &result), context);
-            return new Comm(context, result);
+            return new Comm(context, (raw, result) =>
+            {
+                fixed (byte* p = id)
+                    return Native.ampx_comm_init_nccl(raw, p, (UIntPtr)id.Length, worldSize, rank, result);
+            });
         }
 
         /// <summary>This process's rank.</summary>
@@ -126,42 +90,22 @@ namespace Ampx
     /// <summary>
     /// An optimizer whose gradients are reduced over a communicator's ranks
     /// (ampx_data_parallel), in buckets overlapped with backward; every rank skips
-    /// the same steps and keeps bitwise-equal parameters. Creating it is collective.
+    /// the same steps and keeps bitwise-equal parameters. Creating it is collective;
+    /// Dispose completes pending reductions and releases the wrapper.
     /// </summary>
-    public sealed unsafe class DataParallel : IDisposable
+    public sealed unsafe class DataParallel : ContextObject
     {
-        internal readonly DataParallelHandle Handle;
-
-        public Context Context { get; private set; }
-
         public DataParallel(Comm comm, Optimizer optimizer, DataParallelOptions options = null)
+            : base(new DataParallelHandle(Create(comm, optimizer, options)), optimizer.Context, "DataParallel") { }
+
+        private static IntPtr Create(Comm comm, Optimizer optimizer, DataParallelOptions options)
         {
             if (comm == null) throw new ArgumentNullException("comm");
             if (optimizer == null) throw new ArgumentNullException("optimizer");
             var o = (options ?? new DataParallelOptions()).ToNative();
             IntPtr result;
             Err.Check(Native.ampx_data_parallel_create(comm.Ptr, optimizer.Ptr, &o, &result), comm, optimizer);
-            Context = optimizer.Context;
-            Handle = new DataParallelHandle(result) { Deferred = Context.Deferred };
-        }
-
-        internal IntPtr Ptr
-        {
-            get
-            {
-                Context.Deferred.Drain();
-                return Handle.Get("DataParallel");
-            }
-        }
-
-        /// <summary>The raw ampx_data_parallel for Native calls.</summary>
-        public IntPtr RawHandle { get { return Ptr; } }
-
-        /// <summary>Completes pending reductions and releases the wrapper.</summary>
-        public void Dispose()
-        {
-            Handle.Dispose();
-            Callbacks.RethrowKept();
+            return result;
         }
 
         /// <summary>Gradient accumulation: false accumulates without communicating (DDP's no_sync).</summary>

@@ -50,14 +50,11 @@ namespace Ampx
     /// <summary>
     /// The precision doctor (ampx_doctor): watches an optimizer (and its scaler),
     /// takes gradient statistics on the device every Interval-th step, and
-    /// diagnoses the history into findings when read.
+    /// diagnoses the history into findings when read. Dispose detaches it from
+    /// its optimizer.
     /// </summary>
-    public sealed unsafe class Doctor : IDisposable
+    public sealed unsafe class Doctor : ContextObject
     {
-        internal readonly DoctorHandle Handle;
-
-        public Context Context { get; private set; }
-
         /// <summary>Histogram bins (AMPX_DOCTOR_BINS).</summary>
         public const int Bins = Native.AMPX_DOCTOR_BINS;
         public const int BinZero = Native.AMPX_DOCTOR_BIN_ZERO;
@@ -73,34 +70,11 @@ namespace Ampx
         }
 
         public Doctor(Optimizer optimizer, DoctorOptions options = null)
-        {
-            if (optimizer == null) throw new ArgumentNullException("optimizer");
-            var context = optimizer.Context;
-            var o = (options ?? new DoctorOptions()).ToNative();
-            IntPtr result;
-            Err.Check(Native.ampx_doctor_create(context.Ptr, optimizer.Ptr, &o, &result), context, optimizer);
-            Context = context;
-            Handle = new DoctorHandle(result) { Deferred = context.Deferred };
-        }
-
-        internal IntPtr Ptr
-        {
-            get
-            {
-                Context.Deferred.Drain();
-                return Handle.Get("Doctor");
-            }
-        }
-
-        /// <summary>The raw ampx_doctor for Native calls.</summary>
-        public IntPtr RawHandle { get { return Ptr; } }
-
-        /// <summary>Detaches the doctor from its optimizer.</summary>
-        public void Dispose()
-        {
-            Handle.Dispose();
-            Callbacks.RethrowKept();
-        }
+            : base(new DoctorHandle(Create(Optimizer.NotNull(optimizer).Context, (raw, result) =>
+              {
+                  var o = (options ?? new DoctorOptions()).ToNative();
+                  return Native.ampx_doctor_create(raw, optimizer.Ptr, &o, result);
+              })), optimizer.Context, "Doctor") { }
 
         /// <summary>Changes the sampling interval from the next step (0: off).</summary>
         public void SetInterval(int interval)

@@ -33,8 +33,12 @@ namespace Ampx
         internal DeferredReleases Deferred;
         private volatile bool finalizing;
 
-        protected AmpxHandle(IntPtr raw, bool ownsHandle) : base(IntPtr.Zero, ownsHandle)
+        /// <summary>The C release function of this handle type.</summary>
+        private readonly Action<IntPtr> releaser;
+
+        protected AmpxHandle(IntPtr raw, bool ownsHandle, Action<IntPtr> releaser) : base(IntPtr.Zero, ownsHandle)
         {
+            this.releaser = releaser;
             SetHandle(raw);
         }
 
@@ -46,22 +50,19 @@ namespace Ampx
             base.Dispose(disposing);
         }
 
-        /// <summary>The C release function of this handle type.</summary>
-        internal abstract Action<IntPtr> Releaser { get; }
-
         protected override bool ReleaseHandle()
         {
             if (finalizing)
             {
-                if (Deferred == null || !Deferred.Defer(Releaser, handle))
-                    Releaser(handle);
+                if (Deferred == null || !Deferred.Defer(releaser, handle))
+                    releaser(handle);
                 // A callback (a free hook) that threw on the finalizer thread has
                 // no caller to rethrow to.
                 Callbacks.DropKept();
             }
             else
             {
-                Releaser(handle);
+                releaser(handle);
             }
             return true;
         }
@@ -81,10 +82,8 @@ namespace Ampx
     /// <summary>An ampx_context reference (released with ampx_context_release).</summary>
     public sealed class ContextHandle : AmpxHandle
     {
-        internal ContextHandle(IntPtr raw) : base(raw, true) { }
+        internal ContextHandle(IntPtr raw) : base(raw, true, p => Native.ampx_context_release(p)) { }
         internal AllocatorRegistration Allocator;
-        private static readonly Action<IntPtr> release = p => Native.ampx_context_release(p);
-        internal override Action<IntPtr> Releaser { get { return release; } }
 
         protected override bool ReleaseHandle()
         {
@@ -101,65 +100,49 @@ namespace Ampx
     /// <summary>An ampx_tensor reference (ampx_tensor_release, allowed on any thread).</summary>
     public sealed class TensorHandle : AmpxHandle
     {
-        internal TensorHandle(IntPtr raw, bool owns) : base(raw, owns) { }
-        private static readonly Action<IntPtr> release = p => Native.ampx_tensor_release(p);
-        internal override Action<IntPtr> Releaser { get { return release; } }
+        internal TensorHandle(IntPtr raw, bool owns) : base(raw, owns, p => Native.ampx_tensor_release(p)) { }
     }
 
     /// <summary>An ampx_optimizer reference (ampx_optimizer_release).</summary>
     public sealed class OptimizerHandle : AmpxHandle
     {
-        internal OptimizerHandle(IntPtr raw) : base(raw, true) { }
-        private static readonly Action<IntPtr> release = p => Native.ampx_optimizer_release(p);
-        internal override Action<IntPtr> Releaser { get { return release; } }
+        internal OptimizerHandle(IntPtr raw) : base(raw, true, p => Native.ampx_optimizer_release(p)) { }
     }
 
     /// <summary>An ampx_scaler reference (ampx_scaler_release).</summary>
     public sealed class ScalerHandle : AmpxHandle
     {
-        internal ScalerHandle(IntPtr raw) : base(raw, true) { }
-        private static readonly Action<IntPtr> release = p => Native.ampx_scaler_release(p);
-        internal override Action<IntPtr> Releaser { get { return release; } }
+        internal ScalerHandle(IntPtr raw) : base(raw, true, p => Native.ampx_scaler_release(p)) { }
     }
 
     /// <summary>An ampx_autocast policy (ampx_autocast_release).</summary>
     public sealed class AutocastHandle : AmpxHandle
     {
-        internal AutocastHandle(IntPtr raw) : base(raw, true) { }
-        private static readonly Action<IntPtr> release = p => Native.ampx_autocast_release(p);
-        internal override Action<IntPtr> Releaser { get { return release; } }
+        internal AutocastHandle(IntPtr raw) : base(raw, true, p => Native.ampx_autocast_release(p)) { }
     }
 
     /// <summary>An ampx_comm reference (ampx_comm_release).</summary>
     public sealed class CommHandle : AmpxHandle
     {
-        internal CommHandle(IntPtr raw) : base(raw, true) { }
-        private static readonly Action<IntPtr> release = p => Native.ampx_comm_release(p);
-        internal override Action<IntPtr> Releaser { get { return release; } }
+        internal CommHandle(IntPtr raw) : base(raw, true, p => Native.ampx_comm_release(p)) { }
     }
 
     /// <summary>An ampx_data_parallel wrapper (ampx_data_parallel_release).</summary>
     public sealed class DataParallelHandle : AmpxHandle
     {
-        internal DataParallelHandle(IntPtr raw) : base(raw, true) { }
-        private static readonly Action<IntPtr> release = p => Native.ampx_data_parallel_release(p);
-        internal override Action<IntPtr> Releaser { get { return release; } }
+        internal DataParallelHandle(IntPtr raw) : base(raw, true, p => Native.ampx_data_parallel_release(p)) { }
     }
 
     /// <summary>An ampx_doctor (ampx_doctor_release).</summary>
     public sealed class DoctorHandle : AmpxHandle
     {
-        internal DoctorHandle(IntPtr raw) : base(raw, true) { }
-        private static readonly Action<IntPtr> release = p => Native.ampx_doctor_release(p);
-        internal override Action<IntPtr> Releaser { get { return release; } }
+        internal DoctorHandle(IntPtr raw) : base(raw, true, p => Native.ampx_doctor_release(p)) { }
     }
 
     /// <summary>An opened safetensors file (ampx_safetensors_release).</summary>
     public sealed class SafetensorsHandle : AmpxHandle
     {
-        internal SafetensorsHandle(IntPtr raw) : base(raw, true) { }
-        private static readonly Action<IntPtr> release = p => Native.ampx_safetensors_release(p);
-        internal override Action<IntPtr> Releaser { get { return release; } }
+        internal SafetensorsHandle(IntPtr raw) : base(raw, true, p => Native.ampx_safetensors_release(p)) { }
     }
 
     /// <summary>

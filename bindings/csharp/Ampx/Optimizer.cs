@@ -15,76 +15,55 @@ namespace Ampx
     /// <summary>
     /// An optimizer (SGD, Adam, AdamW) over a fixed list of parameters in param
     /// groups (ampx_optimizer): fp32 master weights for F16/BF16 parameters,
-    /// updates in torch.optim's order, state on the device.
+    /// updates in torch.optim's order, state on the device. Dispose releases
+    /// this reference (the optimizer lives on while a scaler step is pending on it).
     /// </summary>
-    public sealed unsafe class Optimizer : IDisposable
+    public sealed unsafe class Optimizer : ContextObject
     {
-        internal readonly OptimizerHandle Handle;
         private readonly List<Tensor> parameters = new List<Tensor>();
 
-        public Context Context { get; private set; }
+        private delegate Native.ampx_status Maker(IntPtr context, IntPtr* parameters, UIntPtr count,
+                                                  IntPtr* result);
 
-        private Optimizer(Context context, IntPtr raw, Tensor[] parameters)
+        /// <summary>An optimizer over `parameters` that `make` creates.</summary>
+        private Optimizer(Context context, Tensor[] parameters, Maker make)
+            : base(new OptimizerHandle(Create(context, (raw, result) =>
+              {
+                  var ps = Tensor.Raw(parameters, "parameters");
+                  fixed (IntPtr* p = ps)
+                      return make(raw, p, (UIntPtr)ps.Length, result);
+              })), context, "Optimizer")
         {
-            Context = context;
-            Handle = new OptimizerHandle(raw) { Deferred = context.Deferred };
             this.parameters.AddRange(parameters);
         }
-
-        internal IntPtr Ptr
-        {
-            get
-            {
-                Context.Deferred.Drain();
-                return Handle.Get("Optimizer");
-            }
-        }
-
-        /// <summary>The raw ampx_optimizer for Native calls.</summary>
-        public IntPtr RawHandle { get { return Ptr; } }
 
         /// <summary>The parameters, in the order the optimizer numbers them.</summary>
         public IReadOnlyList<Tensor> Parameters { get { return parameters; } }
 
-        public bool IsDisposed { get { return Handle.IsClosed; } }
-
-        /// <summary>Releases this reference (the optimizer lives on while a scaler step is pending on it).</summary>
-        public void Dispose()
+        internal static Optimizer NotNull(Optimizer optimizer)
         {
-            Handle.Dispose();
-            Callbacks.RethrowKept();
-        }
-
-        private static Context ContextOf(Context context)
-        {
-            if (context == null) throw new ArgumentNullException("context");
-            return context;
+            if (optimizer == null) throw new ArgumentNullException("optimizer");
+            return optimizer;
         }
 
         /// <summary>SGD over `parameters` (param group 0).</summary>
         public static Optimizer Sgd(Context context, Tensor[] parameters, SgdOptions options = null)
         {
-            var raw = ContextOf(context).Ptr;
-            var ps = Tensor.Raw(parameters, "parameters");
-            var o = (options ?? new SgdOptions()).ToNative();
-            IntPtr result;
-            fixed (IntPtr* p = ps)
-                Err.Check(Native.ampx_optimizer_create_sgd(raw, p, (UIntPtr)ps.Length, &o, &result), context,
-                          parameters);
-            return new Optimizer(context, result, parameters);
+            return new Optimizer(context, parameters, (raw, p, count, result) =>
+            {
+                var o = (options ?? new SgdOptions()).ToNative();
+                return Native.ampx_optimizer_create_sgd(raw, p, count, &o, result);
+            });
         }
 
         /// <summary>Adam (or AdamW when options.DecoupledWeightDecay) over `parameters`.</summary>
         public static Optimizer Adam(Context context, Tensor[] parameters, AdamOptions options = null)
         {
-            var raw = ContextOf(context).Ptr;
-            var ps = Tensor.Raw(parameters, "parameters");
-            var o = (options ?? new AdamOptions()).ToNative();
-            IntPtr result;
-            fixed (IntPtr* p = ps)
-                Err.Check(Native.ampx_optimizer_create_adam(raw, p, (UIntPtr)ps.Length, &o, &result), context,
-                          parameters);
-            return new Optimizer(context, result, parameters);
+            return new Optimizer(context, parameters, (raw, p, count, result) =>
+            {
+                var o = (options ?? new AdamOptions()).ToNative();
+                return Native.ampx_optimizer_create_adam(raw, p, count, &o, result);
+            });
         }
 
         /// <summary>AdamW (AdamW's defaults when options is null).</summary>

@@ -152,32 +152,31 @@ namespace Ampx
         }
     }
 
-    /// <summary>Options of Tensor.Conv2d (ampx_conv2d_options); pairs are (rows, columns).</summary>
-    public sealed unsafe class Conv2dOptions
+    /// <summary>
+    /// What the options of a 2-D window (convolution, pooling) share: stride,
+    /// padding and dilation, each a (rows, columns) pair.
+    /// </summary>
+    public abstract unsafe class Window2dOptions
     {
-        public long[] Stride, Padding, Dilation;
-        public long Groups;
+        /// <summary>Pooling: (0, 0) is the kernel size.</summary>
+        public long[] Stride;
+        public long[] Padding, Dilation;
 
-        public Conv2dOptions()
+        internal Window2dOptions(long* stride, long* padding, long* dilation)
         {
-            var d = Native.ampx_conv2d_options_default();
-            Stride = new[] { d.stride[0], d.stride[1] };
-            Padding = new[] { d.padding[0], d.padding[1] };
-            Dilation = new[] { d.dilation[0], d.dilation[1] };
-            Groups = d.groups;
+            Stride = new[] { stride[0], stride[1] };
+            Padding = new[] { padding[0], padding[1] };
+            Dilation = new[] { dilation[0], dilation[1] };
         }
 
-        internal Native.ampx_conv2d_options ToNative()
+        internal void CopyTo(long* stride, long* padding, long* dilation)
         {
-            var o = Native.ampx_conv2d_options_default();
-            Pair(Stride, "Stride", o.stride);
-            Pair(Padding, "Padding", o.padding);
-            Pair(Dilation, "Dilation", o.dilation);
-            o.groups = Groups;
-            return o;
+            Set(Stride, "Stride", stride);
+            Set(Padding, "Padding", padding);
+            Set(Dilation, "Dilation", dilation);
         }
 
-        internal static void Pair(long[] values, string name, long* target)
+        private static void Set(long[] values, string name, long* target)
         {
             if (values == null || values.Length != 2)
                 throw new ArgumentException(name + " must hold two values (rows, columns)", name);
@@ -186,21 +185,37 @@ namespace Ampx
         }
     }
 
-    /// <summary>Options of MaxPool2d and AvgPool2d (ampx_pool2d_options).</summary>
-    public sealed unsafe class Pool2dOptions
+    /// <summary>Options of Tensor.Conv2d (ampx_conv2d_options).</summary>
+    public sealed unsafe class Conv2dOptions : Window2dOptions
     {
-        /// <summary>(0, 0): the kernel size.</summary>
-        public long[] Stride;
-        public long[] Padding, Dilation;
+        public long Groups;
+
+        public Conv2dOptions() : this(Native.ampx_conv2d_options_default()) { }
+
+        private Conv2dOptions(Native.ampx_conv2d_options d) : base(d.stride, d.padding, d.dilation)
+        {
+            Groups = d.groups;
+        }
+
+        internal Native.ampx_conv2d_options ToNative()
+        {
+            var o = Native.ampx_conv2d_options_default();
+            CopyTo(o.stride, o.padding, o.dilation);
+            o.groups = Groups;
+            return o;
+        }
+    }
+
+    /// <summary>Options of MaxPool2d and AvgPool2d (ampx_pool2d_options).</summary>
+    public sealed unsafe class Pool2dOptions : Window2dOptions
+    {
         public bool CeilMode, CountIncludePad;
         public long DivisorOverride;
 
-        public Pool2dOptions()
+        public Pool2dOptions() : this(Native.ampx_pool2d_options_default()) { }
+
+        private Pool2dOptions(Native.ampx_pool2d_options d) : base(d.stride, d.padding, d.dilation)
         {
-            var d = Native.ampx_pool2d_options_default();
-            Stride = new[] { d.stride[0], d.stride[1] };
-            Padding = new[] { d.padding[0], d.padding[1] };
-            Dilation = new[] { d.dilation[0], d.dilation[1] };
             CeilMode = d.ceil_mode != 0; CountIncludePad = d.count_include_pad != 0;
             DivisorOverride = d.divisor_override;
         }
@@ -208,9 +223,7 @@ namespace Ampx
         internal Native.ampx_pool2d_options ToNative()
         {
             var o = Native.ampx_pool2d_options_default();
-            Conv2dOptions.Pair(Stride, "Stride", o.stride);
-            Conv2dOptions.Pair(Padding, "Padding", o.padding);
-            Conv2dOptions.Pair(Dilation, "Dilation", o.dilation);
+            CopyTo(o.stride, o.padding, o.dilation);
             o.ceil_mode = CeilMode ? 1 : 0; o.count_include_pad = CountIncludePad ? 1 : 0;
             o.divisor_override = DivisorOverride;
             return o;

@@ -20,37 +20,13 @@ namespace Ampx
 
     /// <summary>
     /// An opened, validated safetensors file (ampx.h section 16), mapped into
-    /// memory; and Save, which writes one.
+    /// memory; and Save, which writes one. Dispose releases the file; the mapping
+    /// stays while tensors loaded from it without a copy live.
     /// </summary>
-    public sealed unsafe class SafetensorsFile : IDisposable
+    public sealed unsafe class SafetensorsFile : ContextObject
     {
-        internal readonly SafetensorsHandle Handle;
-
-        public Context Context { get; private set; }
-
-        private SafetensorsFile(Context context, IntPtr raw)
-        {
-            Context = context;
-            Handle = new SafetensorsHandle(raw) { Deferred = context.Deferred };
-        }
-
-        internal IntPtr Ptr
-        {
-            get
-            {
-                Context.Deferred.Drain();
-                return Handle.Get("SafetensorsFile");
-            }
-        }
-
-        /// <summary>The raw ampx_safetensors for Native calls.</summary>
-        public IntPtr RawHandle { get { return Ptr; } }
-
-        public void Dispose()
-        {
-            Handle.Dispose();
-            Callbacks.RethrowKept();
-        }
+        private SafetensorsFile(Context context, Creator open)
+            : base(new SafetensorsHandle(Create(context, open)), context, "SafetensorsFile") { }
 
         /// <summary>NUL-terminated UTF-8 copies of `texts` in native memory, and the array of their addresses.</summary>
         private sealed class NativeStrings : IDisposable
@@ -124,13 +100,13 @@ namespace Ampx
         /// <summary>Opens and validates `path` in `context`.</summary>
         public static SafetensorsFile Open(Context context, string path)
         {
-            if (context == null) throw new ArgumentNullException("context");
+            ContextOf(context);
             if (path == null) throw new ArgumentNullException("path");
-            var raw = context.Ptr;
-            IntPtr result;
-            fixed (byte* p = Utf8.Bytes(path))
-                Err.Check(Native.ampx_safetensors_open(raw, p, &result), context);
-            return new SafetensorsFile(context, result);
+            return new SafetensorsFile(context, (raw, result) =>
+            {
+                fixed (byte* p = Utf8.Bytes(path))
+                    return Native.ampx_safetensors_open(raw, p, result);
+            });
         }
 
         /// <summary>The number of tensors in the file.</summary>

@@ -22,42 +22,14 @@ namespace Ampx
     /// iteration Backward(scaler), optionally Unscale (before clipping), Step,
     /// Update. Calls out of order throw AmpxException with Status.ErrOrder.
     /// </summary>
-    public sealed unsafe class Scaler : IDisposable
+    public sealed unsafe class Scaler : ContextObject
     {
-        internal readonly ScalerHandle Handle;
-
-        public Context Context { get; private set; }
-
         public Scaler(Context context, ScalerOptions options = null)
-        {
-            if (context == null) throw new ArgumentNullException("context");
-            var raw = context.Ptr;
-            var o = (options ?? new ScalerOptions()).ToNative();
-            IntPtr result;
-            Err.Check(Native.ampx_scaler_create(raw, &o, &result), context);
-            Context = context;
-            Handle = new ScalerHandle(result) { Deferred = context.Deferred };
-        }
-
-        internal IntPtr Ptr
-        {
-            get
-            {
-                Context.Deferred.Drain();
-                return Handle.Get("Scaler");
-            }
-        }
-
-        /// <summary>The raw ampx_scaler for Native calls.</summary>
-        public IntPtr RawHandle { get { return Ptr; } }
-
-        public bool IsDisposed { get { return Handle.IsClosed; } }
-
-        public void Dispose()
-        {
-            Handle.Dispose();
-            Callbacks.RethrowKept();
-        }
+            : base(new ScalerHandle(Create(context, (raw, result) =>
+              {
+                  var o = (options ?? new ScalerOptions()).ToNative();
+                  return Native.ampx_scaler_create(raw, &o, result);
+              })), context, "Scaler") { }
 
         private static IntPtr Raw(Optimizer optimizer)
         {
@@ -188,45 +160,19 @@ namespace Ampx
     /// <summary>
     /// An autocast policy (ampx_autocast): while entered, ops pick their compute
     /// precision as torch.autocast does. `using (autocast.Enter()) { ... }`.
+    /// Dispose releases the policy, which must not be entered then.
     /// </summary>
-    public sealed unsafe class Autocast : IDisposable
+    public sealed unsafe class Autocast : ContextObject
     {
-        internal readonly AutocastHandle Handle;
-
-        public Context Context { get; private set; }
-
         public Autocast(Context context, AutocastOptions options = null)
-        {
-            if (context == null) throw new ArgumentNullException("context");
-            var raw = context.Ptr;
-            var o = (options ?? new AutocastOptions()).ToNative();
-            IntPtr result;
-            Err.Check(Native.ampx_autocast_create(raw, &o, &result), context);
-            Context = context;
-            Handle = new AutocastHandle(result) { Deferred = context.Deferred };
-        }
+            : base(new AutocastHandle(Create(context, (raw, result) =>
+              {
+                  var o = (options ?? new AutocastOptions()).ToNative();
+                  return Native.ampx_autocast_create(raw, &o, result);
+              })), context, "Autocast") { }
 
         /// <summary>A policy computing "lower precision" ops in `dtype` (F16 or BF16).</summary>
         public Autocast(Context context, DType dtype) : this(context, new AutocastOptions { DType = dtype }) { }
-
-        internal IntPtr Ptr
-        {
-            get
-            {
-                Context.Deferred.Drain();
-                return Handle.Get("Autocast");
-            }
-        }
-
-        /// <summary>The raw ampx_autocast for Native calls.</summary>
-        public IntPtr RawHandle { get { return Ptr; } }
-
-        /// <summary>Releases the policy (it must not be entered).</summary>
-        public void Dispose()
-        {
-            Handle.Dispose();
-            Callbacks.RethrowKept();
-        }
 
         /// <summary>Overrides the class of the op named `opName` ("softmax", "matmul", ...).</summary>
         public void SetOpClass(string opName, OpClass opClass)
@@ -294,19 +240,19 @@ namespace Ampx
         /// <summary>Writes `tensors` (named), `optimizer` and `scaler` (each may be null) to `path`.</summary>
         public static void Save(string path, Tensor[] tensors, Optimizer optimizer = null, Scaler scaler = null)
         {
-            if (path == null) throw new ArgumentNullException("path");
-            var raw = Tensor.Raw(tensors ?? new Tensor[0], "tensors");
-            var opt = optimizer == null ? IntPtr.Zero : optimizer.Ptr;
-            var sc = scaler == null ? IntPtr.Zero : scaler.Ptr;
-            Native.ampx_status status;
-            fixed (byte* p = Utf8.Bytes(path))
-            fixed (IntPtr* t = raw)
-                status = Native.ampx_checkpoint_file_save(p, t, (UIntPtr)raw.Length, opt, sc);
-            Err.Check(status, tensors, optimizer, scaler);
+            Run(Native.ampx_checkpoint_file_save, path, tensors, optimizer, scaler);
         }
 
         /// <summary>Restores a file Save wrote into the same tensors (same names, order, shapes), optimizer and scaler.</summary>
         public static void Load(string path, Tensor[] tensors, Optimizer optimizer = null, Scaler scaler = null)
+        {
+            Run(Native.ampx_checkpoint_file_load, path, tensors, optimizer, scaler);
+        }
+
+        private delegate Native.ampx_status FileCall(byte* path, IntPtr* tensors, UIntPtr count, IntPtr optimizer,
+                                                     IntPtr scaler);
+
+        private static void Run(FileCall call, string path, Tensor[] tensors, Optimizer optimizer, Scaler scaler)
         {
             if (path == null) throw new ArgumentNullException("path");
             var raw = Tensor.Raw(tensors ?? new Tensor[0], "tensors");
@@ -315,7 +261,7 @@ namespace Ampx
             Native.ampx_status status;
             fixed (byte* p = Utf8.Bytes(path))
             fixed (IntPtr* t = raw)
-                status = Native.ampx_checkpoint_file_load(p, t, (UIntPtr)raw.Length, opt, sc);
+                status = call(p, t, (UIntPtr)raw.Length, opt, sc);
             Err.Check(status, tensors, optimizer, scaler);
         }
     }

@@ -103,18 +103,12 @@ namespace Ampx
             return tensor == null ? IntPtr.Zero : tensor.Ptr;
         }
 
-        private static Context ContextOf(Context context)
-        {
-            if (context == null) throw new ArgumentNullException("context");
-            return context;
-        }
-
         // ---- creation -----------------------------------------------------
 
         /// <summary>A tensor with uninitialised contents.</summary>
         public static Tensor Empty(Context context, DType dtype, params long[] shape)
         {
-            var raw = ContextOf(context).Ptr;
+            var raw = ContextObject.ContextOf(context).Ptr;
             shape = shape ?? new long[0];
             IntPtr result;
             fixed (long* s = shape)
@@ -126,7 +120,7 @@ namespace Ampx
         /// <summary>A tensor of zeros.</summary>
         public static Tensor Zeros(Context context, DType dtype, params long[] shape)
         {
-            var raw = ContextOf(context).Ptr;
+            var raw = ContextObject.ContextOf(context).Ptr;
             shape = shape ?? new long[0];
             IntPtr result;
             fixed (long* s = shape)
@@ -142,7 +136,7 @@ namespace Ampx
         /// </summary>
         public static Tensor FromHost(Context context, DType dtype, long[] shape, IntPtr data, ulong bytes)
         {
-            var raw = ContextOf(context).Ptr;
+            var raw = ContextObject.ContextOf(context).Ptr;
             shape = shape ?? new long[0];
             IntPtr result;
             fixed (long* s = shape)
@@ -233,7 +227,7 @@ namespace Ampx
         private static Tensor WrapArray(Context context, DType dtype, long[] shape, Array data)
         {
             if (data == null) throw new ArgumentNullException("data");
-            var raw = ContextOf(context).Ptr;
+            var raw = ContextObject.ContextOf(context).Ptr;
             shape = shape ?? new long[0];
             var pin = GCHandle.Alloc(data, GCHandleType.Pinned);
             var box = GCHandle.Alloc(pin);
@@ -285,7 +279,7 @@ namespace Ampx
         public static Tensor Wrap(Context context, DType dtype, long[] shape, IntPtr data, ulong bytes,
                                   Action<IntPtr> deleter = null)
         {
-            var raw = ContextOf(context).Ptr;
+            var raw = ContextObject.ContextOf(context).Ptr;
             shape = shape ?? new long[0];
             var box = deleter == null ? default(GCHandle) : GCHandle.Alloc(deleter);
             IntPtr result;
@@ -306,7 +300,7 @@ namespace Ampx
         /// </summary>
         public static Tensor FromDlpack(Context context, IntPtr managedTensor)
         {
-            var raw = ContextOf(context).Ptr;
+            var raw = ContextObject.ContextOf(context).Ptr;
             IntPtr result;
             Err.Check(Native.ampx_tensor_from_dlpack(raw, (void*)managedTensor, &result), context);
             return new Tensor(context, new TensorHandle(result, true));

@@ -436,48 +436,26 @@ function Base.close(t::Tensor)
     nothing
 end
 
+# The body of `close`: releases x's reference with `release(handle)`, unless
+# it is closed already, and marks it closed.
+function release!(release, x::Handle)
+    x.handle == C_NULL || release(x.handle)
+    x.handle = C_NULL
+    nothing
+end
+
 function Base.close(o::Optimizer)
-    LibAmpx.ampx_optimizer_release(o.handle)
-    o.handle = C_NULL
+    release!(h -> LibAmpx.ampx_optimizer_release(h), o)
     empty!(o.params)
     nothing
 end
 
-function Base.close(s::Scaler)
-    LibAmpx.ampx_scaler_release(s.handle)
-    s.handle = C_NULL
-    nothing
-end
-
-function Base.close(a::Autocast)
-    LibAmpx.ampx_autocast_release(a.handle)
-    a.handle = C_NULL
-    nothing
-end
-
-function Base.close(c::Comm)
-    LibAmpx.ampx_comm_release(c.handle)
-    c.handle = C_NULL
-    nothing
-end
-
-function Base.close(dp::DataParallel)
-    LibAmpx.ampx_data_parallel_release(dp.handle)
-    dp.handle = C_NULL
-    nothing
-end
-
-function Base.close(d::Doctor)
-    LibAmpx.ampx_doctor_release(d.handle)
-    d.handle = C_NULL
-    nothing
-end
-
-function Base.close(f::SafetensorsFile)
-    LibAmpx.ampx_safetensors_release(f.handle)
-    f.handle = C_NULL
-    nothing
-end
+Base.close(s::Scaler) = release!(h -> LibAmpx.ampx_scaler_release(h), s)
+Base.close(a::Autocast) = release!(h -> LibAmpx.ampx_autocast_release(h), a)
+Base.close(c::Comm) = release!(h -> LibAmpx.ampx_comm_release(h), c)
+Base.close(dp::DataParallel) = release!(h -> LibAmpx.ampx_data_parallel_release(h), dp)
+Base.close(d::Doctor) = release!(h -> LibAmpx.ampx_doctor_release(h), d)
+Base.close(f::SafetensorsFile) = release!(h -> LibAmpx.ampx_safetensors_release(h), f)
 
 "Whether `close` was called on the object."
 isclosed(x::Handle) = x.handle == C_NULL

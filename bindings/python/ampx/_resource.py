@@ -14,7 +14,8 @@ class Resource:
     The reference is dropped by :meth:`close`, or when the Python object is
     garbage collected (or at interpreter exit), whichever comes first; ampx
     allows its objects to be released in any order. A closed object raises
-    :class:`ampx.StaleHandleError` when used.
+    :class:`ampx.StaleHandleError` when used. ``with obj:`` closes it at the
+    end of the block.
     """
 
     _kind = "object"
@@ -38,6 +39,29 @@ class Resource:
     def close(self) -> None:
         """Drops this object's reference now. Further calls do nothing."""
         self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        name = type(self).__name__
+        return f"{name}(<closed>)" if self.closed else f"{name}({self._describe()})"
+
+    def _describe(self) -> str:
+        """What ``repr`` shows of an open object, between the parentheses."""
+        return ""
+
+
+def read(function, ctype, *args):
+    """The value that ``function``, an ampx function writing one ``ctype``
+    through its last parameter (a getter, or a constructor writing a new
+    handle as a ``c_void_p``), gives for ``args``."""
+    out = ctype()
+    function(*args, ctypes.byref(out))
+    return out.value
 
 
 def keep_forever(callback):

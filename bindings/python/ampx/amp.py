@@ -7,18 +7,12 @@ from typing import NamedTuple
 from ._args import bool_arg, enum_arg, float_arg, int_arg, str_arg
 from ._lib import lib
 from ._raw import AMPX_SCALER_COUNTERS_INIT, ampx_scaler_state
-from ._resource import Resource
-from .context import Context
+from ._resource import Resource, read
+from .context import Context, context_arg
 from .errors import ArgumentTypeError, InvalidArgumentError, OrderError
 from .optim import Optimizer
 from .tensor import Tensor, handle_of
 from .types import DType, OpClass
-
-
-def _context_arg(context) -> Context:
-    if not isinstance(context, Context):
-        raise ArgumentTypeError(f"context must be an ampx.Context, not {type(context).__name__}")
-    return context
 
 
 class Autocast(Resource):
@@ -40,14 +34,13 @@ class Autocast(Resource):
 
     def __init__(self, context: Context, dtype="f16", *, enabled: bool = True,
                  cache: bool = True):
-        context = _context_arg(context)
+        context = context_arg(context)
         options = lib.ampx_autocast_options_default()
         options.dtype = enum_arg(DType, dtype, "dtype")
         options.enabled = bool_arg(enabled, "enabled")
         options.cache = bool_arg(cache, "cache")
-        out = ctypes.c_void_p()
-        lib.ampx_autocast_create(context.handle, ctypes.byref(options), ctypes.byref(out))
-        super().__init__(out.value, lib.ampx_autocast_release)
+        super().__init__(read(lib.ampx_autocast_create, ctypes.c_void_p, context.handle,
+                              ctypes.byref(options)), lib.ampx_autocast_release)
         self._context = context
         self._depth = 0
 
@@ -78,9 +71,8 @@ class Autocast(Resource):
 
     def op_class(self, op: str) -> OpClass:
         """The class the op named ``op`` gets under this policy."""
-        out = ctypes.c_int32()
-        lib.ampx_autocast_op_class(self.handle, str_arg(op, "op"), ctypes.byref(out))
-        return OpClass(out.value)
+        return OpClass(read(lib.ampx_autocast_op_class, ctypes.c_int32, self.handle,
+                            str_arg(op, "op")))
 
     def cache_stats(self) -> tuple[int, int]:
         """(hits, misses) of the cast cache since the policy was created."""
@@ -145,7 +137,7 @@ class Scaler(Resource):
                  hysteresis: int | None = None, min_scale: float | None = None,
                  max_scale: float | None = None, consecutive_hysteresis: bool = False,
                  clamp_to_max_scale: bool = False):
-        context = _context_arg(context)
+        context = context_arg(context)
         options = lib.ampx_scaler_options_default()
         for field, value in (("init_scale", init_scale), ("growth_factor", growth_factor),
                              ("backoff_factor", backoff_factor), ("min_scale", min_scale),
@@ -160,16 +152,9 @@ class Scaler(Resource):
         options.consecutive_hysteresis = bool_arg(consecutive_hysteresis,
                                                   "consecutive_hysteresis")
         options.clamp_to_max_scale = bool_arg(clamp_to_max_scale, "clamp_to_max_scale")
-        out = ctypes.c_void_p()
-        lib.ampx_scaler_create(context.handle, ctypes.byref(options), ctypes.byref(out))
-        super().__init__(out.value, lib.ampx_scaler_release)
+        super().__init__(read(lib.ampx_scaler_create, ctypes.c_void_p, context.handle,
+                              ctypes.byref(options)), lib.ampx_scaler_release)
         self._context = context
-
-    def __enter__(self) -> "Scaler":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
 
     @property
     def context(self) -> Context:
@@ -182,21 +167,17 @@ class Scaler(Resource):
 
     def scale(self, loss: Tensor) -> Tensor:
         """A new F32 tensor holding ``loss * scale``."""
-        out = ctypes.c_void_p()
-        lib.ampx_scaler_scale_loss(self.handle, handle_of(loss, "loss"), ctypes.byref(out))
-        return Tensor(out.value, self._context)
+        return Tensor(read(lib.ampx_scaler_scale_loss, ctypes.c_void_p, self.handle,
+                           handle_of(loss, "loss")), self._context)
 
     def scale_tensor(self) -> Tensor:
         """The one-element F32 device tensor holding the current scale (read-only)."""
-        out = ctypes.c_void_p()
-        lib.ampx_scaler_scale_tensor(self.handle, ctypes.byref(out))
-        return Tensor(out.value, self._context)
+        return Tensor(read(lib.ampx_scaler_scale_tensor, ctypes.c_void_p, self.handle),
+                      self._context)
 
     def get_scale(self) -> float:
         """The current scale (1.0 when disabled). Synchronizes."""
-        out = ctypes.c_double()
-        lib.ampx_scaler_get_scale(self.handle, ctypes.byref(out))
-        return out.value
+        return read(lib.ampx_scaler_get_scale, ctypes.c_double, self.handle)
 
     def unscale_(self, optimizer: Optimizer) -> None:
         """Divides ``optimizer``'s gradients by the scale (needed before clipping)."""
@@ -215,9 +196,8 @@ class Scaler(Resource):
 
     def found_inf(self, optimizer: Optimizer) -> bool:
         """Whether this iteration's unscale of ``optimizer`` found an inf/NaN."""
-        out = ctypes.c_int32()
-        lib.ampx_scaler_found_inf(self.handle, _optimizer_handle(optimizer), ctypes.byref(out))
-        return bool(out.value)
+        return bool(read(lib.ampx_scaler_found_inf, ctypes.c_int32, self.handle,
+                         _optimizer_handle(optimizer)))
 
     def counters(self) -> ScalerCounters:
         """Update, skip, backoff and growth counts. Synchronizes."""

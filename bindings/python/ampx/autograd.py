@@ -11,7 +11,7 @@ from ._lib import lib
 from ._raw import (AMPX_SEGMENT_INIT, ampx_grad_ready_fn, ampx_segment_fn,
                    ampx_segment_release_fn, ampx_set_grad_ready_hook_release_fn)
 from ._resource import keep_forever
-from .context import Context, default_context
+from .context import Context, context_arg, default_context
 from . import amp
 from .errors import ArgumentTypeError, Error, InvalidArgumentError, Status
 from .tensor import Tensor, handle_array, handle_of
@@ -131,12 +131,9 @@ def checkpoint(fn: Callable, *inputs: Tensor, num_outputs: int = 1,
         raise ArgumentTypeError(f"fn must be callable, not {type(fn).__name__}")
     count = int_arg(num_outputs, "num_outputs", minimum=1)
     tensors, handles = handle_array(inputs, "inputs")
-    if context is None:
-        if not tensors:
-            raise InvalidArgumentError("checkpoint without inputs needs context=")
-        context = tensors[0].context
-    elif not isinstance(context, Context):
-        raise ArgumentTypeError(f"context must be an ampx.Context, not {type(context).__name__}")
+    if context is None and not tensors:
+        raise InvalidArgumentError("checkpoint without inputs needs context=")
+    context = context_arg(context, lambda: tensors[0].context)
     segment = _Segment(fn, context, count)
     token = next(_segment_tokens)
     _live_segments[token] = segment
@@ -217,9 +214,7 @@ def set_grad_ready_hook(fn: Callable | None, context: Context | None = None) -> 
     """
     if fn is not None and not callable(fn):
         raise ArgumentTypeError(f"fn must be callable or None, not {type(fn).__name__}")
-    context = default_context() if context is None else context
-    if not isinstance(context, Context):
-        raise ArgumentTypeError(f"context must be an ampx.Context, not {type(context).__name__}")
+    context = context_arg(context, default_context)
     if fn is None:
         lib.ampx_set_grad_ready_hook(context.handle, ampx_grad_ready_fn(), None,
                                      ampx_set_grad_ready_hook_release_fn())

@@ -40,7 +40,7 @@ from typing import NamedTuple
 from ._args import int_arg
 from . import _raw
 from ._lib import lib
-from ._resource import Resource
+from ._resource import Resource, read
 from .errors import ArgumentTypeError, InvalidArgumentError
 from .optim import Optimizer
 from .types import DType
@@ -205,10 +205,8 @@ class Doctor(Resource):
         if history is not None:
             options.history = int_arg(history, "history")
         context = optimizer.context
-        out = ctypes.c_void_p()
-        lib.ampx_doctor_create(context.handle, optimizer.handle, ctypes.byref(options),
-                               ctypes.byref(out))
-        super().__init__(out.value, lib.ampx_doctor_release)
+        super().__init__(read(lib.ampx_doctor_create, ctypes.c_void_p, context.handle,
+                              optimizer.handle, ctypes.byref(options)), lib.ampx_doctor_release)
         # ampx retains the optimizer in C; this keeps the Python object for
         # the properties below.
         self._optimizer = optimizer
@@ -216,16 +214,8 @@ class Doctor(Resource):
         self._interval = options.interval
         self._history = options.history
 
-    def __enter__(self) -> "Doctor":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        if self.closed:
-            return "Doctor(<closed>)"
-        return f"Doctor(interval={self._interval}, history={self._history})"
+    def _describe(self) -> str:
+        return f"interval={self._interval}, history={self._history}"
 
     @property
     def optimizer(self) -> Optimizer:
@@ -336,9 +326,7 @@ class Doctor(Resource):
     def summary(self) -> str:
         """A one-line summary for logs: steps, the latest sample's fp16 losses
         and headroom, overflows, the findings' codes."""
-        text = ctypes.c_char_p()
-        lib.ampx_doctor_summary(self.handle, ctypes.byref(text))
-        return _text(text.value)
+        return _text(read(lib.ampx_doctor_summary, ctypes.c_char_p, self.handle))
 
     def write_report(self, path) -> None:
         """Writes the report -- one self-contained HTML file (inline CSS and

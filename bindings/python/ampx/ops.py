@@ -12,6 +12,7 @@ import ctypes
 
 from ._args import bool_arg, enum_arg, float_arg, int_arg, shape_arg
 from ._lib import lib
+from ._resource import read
 from .errors import ArgumentTypeError, InvalidArgumentError
 from .tensor import Tensor, _int64_array, handle_array, handle_of
 from .types import Activation, Reduction
@@ -28,9 +29,7 @@ def _tensor(value, what: str) -> Tensor:
 
 def _run(function, first: Tensor, *args) -> Tensor:
     """Calls an op whose output is written last; ``first`` gives the context."""
-    out = ctypes.c_void_p()
-    function(*args, ctypes.byref(out))
-    return Tensor._from_op(out.value, first.context)
+    return Tensor._from_op(read(function, ctypes.c_void_p, *args), first.context)
 
 
 def _unary(function, x) -> Tensor:
@@ -441,14 +440,11 @@ def chunk(x: Tensor, chunks: int, dim: int = 0):
     x = _tensor(x, "x")
     chunks = int_arg(chunks, "chunks")
     handles = (ctypes.c_void_p * max(1, chunks))()
-    count = ctypes.c_int32()
-    lib.ampx_chunk(x.handle, chunks, int_arg(dim, "dim"), handles, ctypes.byref(count))
-    return _pieces(x, handles, count.value)
+    count = read(lib.ampx_chunk, ctypes.c_int32, x.handle, chunks, int_arg(dim, "dim"), handles)
+    return _pieces(x, handles, count)
 
 
 def concat(tensors, dim: int = 0) -> Tensor:
     """Joins tensors along ``dim``."""
     tensors, handles = handle_array(tensors, "tensors")
-    out = ctypes.c_void_p()
-    lib.ampx_concat(handles, len(tensors), int_arg(dim, "dim"), ctypes.byref(out))
-    return Tensor._from_op(out.value, tensors[0].context)
+    return _run(lib.ampx_concat, tensors[0], handles, len(tensors), int_arg(dim, "dim"))

@@ -22,9 +22,7 @@ use std::ptr;
 use ampx_sys as sys;
 
 use crate::context::Context;
-use crate::error::{
-    callback_status, check_with_segments, clear_segment_error, panic_message, set_segment_error, Error, Result, Status,
-};
+use crate::error::{check_with_segments, Callback, Error, Result, Status};
 use crate::ops::run_outputs;
 use crate::tensor::Tensor;
 
@@ -70,20 +68,7 @@ where
         *keep = produced;
         Ok(())
     };
-    match catch_unwind(AssertUnwindSafe(run)) {
-        Ok(Ok(())) => sys::AMPX_OK,
-        Ok(Err(e)) => {
-            let code = callback_status(&e);
-            set_segment_error(e);
-            code
-        }
-        Err(payload) => {
-            let e = Error::panicked(format!("the segment panicked: {}", panic_message(&*payload)));
-            let code = callback_status(&e);
-            set_segment_error(e);
-            code
-        }
-    }
+    Callback::Segment.run(run)
 }
 
 unsafe extern "C" fn free_segment<F>(user_data: *mut c_void) {
@@ -107,7 +92,7 @@ where
     };
     let raw_inputs: Vec<sys::ampx_tensor> = inputs.iter().map(|t| t.as_raw()).collect();
     let mut outputs = vec![ptr::null_mut(); output_count];
-    clear_segment_error();
+    Callback::Segment.clear();
     // Once the library has the segment, its release hook frees the box.
     let handed = std::cell::Cell::new(false);
     let result = run_outputs(ctx.as_raw(), &mut outputs, |out| {

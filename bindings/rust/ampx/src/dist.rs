@@ -134,13 +134,7 @@ impl Communicator {
     }
 }
 
-impl Drop for Communicator {
-    /// Releases the program's reference (`ampx_comm_release`).
-    fn drop(&mut self) {
-        // SAFETY: we own one reference.
-        unsafe { sys::ampx_comm_release(self.as_raw()) }
-    }
-}
+owns_reference!(Communicator, release: sys::ampx_comm_release);
 
 impl fmt::Debug for Communicator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -169,20 +163,9 @@ pub struct DataParallelOptions {
     pub zero_stage: i32,
 }
 
-impl Default for DataParallelOptions {
-    fn default() -> Self {
-        // SAFETY: thread-safe, no arguments.
-        let o = unsafe { sys::ampx_data_parallel_options_default() };
-        DataParallelOptions {
-            bucket_bytes: o.bucket_bytes,
-            first_bucket_bytes: o.first_bucket_bytes,
-            average: o.average != 0,
-            reduce_in_fp32: o.reduce_in_fp32 != 0,
-            overlap: o.overlap != 0,
-            zero_stage: o.zero_stage,
-        }
-    }
-}
+mirror_options!(DataParallelOptions, sys::ampx_data_parallel_options, sys::ampx_data_parallel_options_default,
+                numbers: [bucket_bytes, first_bucket_bytes, zero_stage],
+                flags: [average, reduce_in_fp32, overlap]);
 
 /// Ranks, buckets and reduction counts ([`DataParallel::stats`];
 /// `ampx_data_parallel_stats`).
@@ -238,14 +221,7 @@ impl DataParallel {
     /// parameters that differ across ranks); `Device` (communicator and
     /// optimizer of different contexts); nothing changes on error.
     pub fn new(comm: &Communicator, optimizer: &Optimizer, options: &DataParallelOptions) -> Result<DataParallel> {
-        // SAFETY: thread-safe, no arguments.
-        let mut raw = unsafe { sys::ampx_data_parallel_options_default() };
-        raw.bucket_bytes = options.bucket_bytes;
-        raw.first_bucket_bytes = options.first_bucket_bytes;
-        raw.average = options.average.into();
-        raw.reduce_in_fp32 = options.reduce_in_fp32.into();
-        raw.overlap = options.overlap.into();
-        raw.zero_stage = options.zero_stage;
+        let raw = options.to_raw();
         let mut out = ptr::null_mut();
         // SAFETY: live handles; the options outlive the call.
         check(unsafe { sys::ampx_data_parallel_create(comm.as_raw(), optimizer.as_raw(), &raw, &mut out) })?;
@@ -315,14 +291,7 @@ impl DataParallel {
     }
 }
 
-impl Drop for DataParallel {
-    /// Releases the wrapper (`ampx_data_parallel_release`): pending
-    /// reductions complete, and the gradient views stay attached.
-    fn drop(&mut self) {
-        // SAFETY: we own the handle.
-        unsafe { sys::ampx_data_parallel_release(self.as_raw()) }
-    }
-}
+owns_reference!(DataParallel, release: sys::ampx_data_parallel_release);
 
 impl fmt::Debug for DataParallel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -181,13 +181,8 @@ pub struct DoctorOptions {
     pub history: i32,
 }
 
-impl Default for DoctorOptions {
-    fn default() -> Self {
-        // SAFETY: thread-safe, no arguments.
-        let o = unsafe { sys::ampx_doctor_options_default() };
-        DoctorOptions { interval: o.interval, history: o.history }
-    }
-}
+mirror_options!(DoctorOptions, sys::ampx_doctor_options, sys::ampx_doctor_options_default,
+                numbers: [interval, history], flags: []);
 
 impl DoctorOptions {
     /// The defaults with another interval.
@@ -332,10 +327,7 @@ impl Doctor {
     /// range or an optimizer that has a doctor already, `Device` for an
     /// optimizer of another context.
     pub fn new(ctx: &Context, optimizer: &Optimizer, options: &DoctorOptions) -> Result<Doctor> {
-        // SAFETY: thread-safe, no arguments.
-        let mut raw = unsafe { sys::ampx_doctor_options_default() };
-        raw.interval = options.interval;
-        raw.history = options.history;
+        let raw = options.to_raw();
         let mut out = ptr::null_mut();
         // SAFETY: live handles; the options outlive the call.
         check(unsafe { sys::ampx_doctor_create(ctx.as_raw(), optimizer.as_raw(), &raw, &mut out) })?;
@@ -507,13 +499,7 @@ impl Doctor {
     }
 }
 
-impl Drop for Doctor {
-    /// Detaches the doctor from its optimizer and releases it (`ampx_doctor_release`).
-    fn drop(&mut self) {
-        // SAFETY: we own the handle.
-        unsafe { sys::ampx_doctor_release(self.as_raw()) }
-    }
-}
+owns_reference!(Doctor, release: sys::ampx_doctor_release);
 
 impl fmt::Debug for Doctor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -222,64 +222,89 @@ pub(crate) fn check(status: sys::ampx_status) -> Result<()> {
 }
 
 thread_local! {
-    /// The error of the last failing Rust checkpoint segment on this thread.
-    /// The library hears its status and message (`callback_status`); the
-    /// binding keeps the `Error` itself too, to return it whole -- a panic
-    /// stays a panic (`Error::is_panic`) -- when the C call comes back.
     static SEGMENT_ERROR: RefCell<Option<Error>> = const { RefCell::new(None) };
+    static HOOK_ERROR: RefCell<Option<Error>> = const { RefCell::new(None) };
 }
 
-pub(crate) fn set_segment_error(error: Error) {
-    SEGMENT_ERROR.with(|slot| *slot.borrow_mut() = Some(error));
+/// A kind of Rust callback that ampx runs inside its own calls. The error of
+/// the last one of a kind that failed on this thread waits in that kind's
+/// slot: the library hears its status and message (`callback_status`); the
+/// binding keeps the `Error` itself too, to return it whole -- a panic stays
+/// a panic (`Error::is_panic`) -- when the C call comes back.
+#[derive(Clone, Copy)]
+pub(crate) enum Callback {
+    /// A checkpointed segment (`Context::checkpoint`).
+    Segment,
+    /// The grad-ready hook (`Context::set_grad_ready_hook`).
+    Hook,
 }
 
-pub(crate) fn clear_segment_error() {
-    SEGMENT_ERROR.with(|slot| slot.borrow_mut().take());
+impl Callback {
+    fn slot(self) -> &'static std::thread::LocalKey<RefCell<Option<Error>>> {
+        match self {
+            Callback::Segment => &SEGMENT_ERROR,
+            Callback::Hook => &HOOK_ERROR,
+        }
+    }
+
+    /// Empties the slot, before a call that may run this callback.
+    pub(crate) fn clear(self) {
+        self.take();
+    }
+
+    fn take(self) -> Option<Error> {
+        self.slot().with(|slot| slot.borrow_mut().take())
+    }
+
+    /// Runs a callback's body for ampx: `AMPX_OK`, or, when it fails or
+    /// panics (caught: a panic must not unwind into C), the status for ampx
+    /// with its error kept in the slot.
+    pub(crate) fn run(self, body: impl FnOnce() -> Result<()>) -> sys::ampx_status {
+        let error = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+            Ok(Ok(())) => return sys::AMPX_OK,
+            Ok(Err(e)) => e,
+            Err(payload) => {
+                let what = match self {
+                    Callback::Segment => "the segment",
+                    Callback::Hook => "the hook",
+                };
+                Error::panicked(format!("{what} panicked: {}", panic_message(&*payload)))
+            }
+        };
+        let code = callback_status(&error);
+        self.slot().with(|slot| *slot.borrow_mut() = Some(error));
+        code
+    }
+
+    /// The error of `function`, a call that ran the callback, which failed with `e`.
+    fn failed(self, function: &str, e: Error) -> Error {
+        let what = match self {
+            Callback::Segment => "the checkpointed segment",
+            Callback::Hook => "the grad-ready hook",
+        };
+        Error { status: e.status, message: format!("{function}: {what} failed: {}", e.message), panic: e.panic }
+    }
 }
 
 /// As [`check`], for calls that may run Rust segments (checkpoint, backward):
 /// when a segment failed during the call, its error is reported.
 pub(crate) fn check_with_segments(status: sys::ampx_status, function: &str) -> Result<()> {
     let library = check(status);
-    let segment = SEGMENT_ERROR.with(|slot| slot.borrow_mut().take());
-    match (library, segment) {
+    match (library, Callback::Segment.take()) {
         (Ok(()), _) => Ok(()),
-        (Err(_), Some(e)) => Err(Error {
-            status: e.status,
-            message: format!("{function}: the checkpointed segment failed: {}", e.message),
-            panic: e.panic,
-        }),
+        (Err(_), Some(e)) => Err(Callback::Segment.failed(function, e)),
         (Err(e), None) => Err(e),
     }
-}
-
-thread_local! {
-    /// The error of the last failing Rust grad-ready hook on this thread,
-    /// kept for the same reason as SEGMENT_ERROR.
-    static HOOK_ERROR: RefCell<Option<Error>> = const { RefCell::new(None) };
-}
-
-pub(crate) fn set_hook_error(error: Error) {
-    HOOK_ERROR.with(|slot| *slot.borrow_mut() = Some(error));
-}
-
-pub(crate) fn clear_hook_error() {
-    HOOK_ERROR.with(|slot| slot.borrow_mut().take());
 }
 
 /// As [`check`], for calls that may run a Rust grad-ready hook (backward,
 /// grad_ready): when the hook failed during the call, its error is reported;
 /// otherwise as [`check_with_segments`].
 pub(crate) fn check_with_hooks(status: sys::ampx_status, function: &str) -> Result<()> {
-    let hook = HOOK_ERROR.with(|slot| slot.borrow_mut().take());
-    match hook {
+    match Callback::Hook.take() {
         Some(e) if status != sys::AMPX_OK => {
-            SEGMENT_ERROR.with(|slot| slot.borrow_mut().take());
-            Err(Error {
-                status: e.status,
-                message: format!("{function}: the grad-ready hook failed: {}", e.message),
-                panic: e.panic,
-            })
+            Callback::Segment.clear();
+            Err(Callback::Hook.failed(function, e))
         }
         _ => check_with_segments(status, function),
     }

@@ -15,7 +15,7 @@ use std::ptr;
 use ampx_sys as sys;
 
 use crate::context::Context;
-use crate::error::{callback_status, check, panic_message, set_hook_error, Error, Result, Status};
+use crate::error::{check, Callback, Error, Result, Status};
 use crate::tensor::Tensor;
 
 unsafe extern "C" fn trampoline<F>(user_data: *mut c_void, param: sys::ampx_tensor) -> sys::ampx_status
@@ -33,20 +33,7 @@ where
         let param = Tensor::from_borrowed(param)?;
         (*f)(&param)
     };
-    match catch_unwind(AssertUnwindSafe(run)) {
-        Ok(Ok(())) => sys::AMPX_OK,
-        Ok(Err(e)) => {
-            let code = callback_status(&e);
-            set_hook_error(e);
-            code
-        }
-        Err(payload) => {
-            let e = Error::panicked(format!("the hook panicked: {}", panic_message(&*payload)));
-            let code = callback_status(&e);
-            set_hook_error(e);
-            code
-        }
-    }
+    Callback::Hook.run(run)
 }
 
 unsafe extern "C" fn release<F>(user_data: *mut c_void) {

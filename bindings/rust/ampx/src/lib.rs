@@ -115,6 +115,74 @@
 //! ```
 #![warn(missing_docs)]
 
+/// Implements `Default` (the library's defaults, from `$default`),
+/// `from_raw` and `to_raw` for an options struct whose fields mirror those
+/// of the C options struct `$raw`: numbers as they are, flags as `bool`
+/// (`int32_t` 0 or 1 in C). `to_raw` starts from the library's defaults, so
+/// `struct_size` and any field the struct leaves out keep theirs.
+macro_rules! mirror_options {
+    ($name:ident, $raw:ty, $default:path, numbers: [$($number:ident),*], flags: [$($flag:ident),*]) => {
+        impl Default for $name {
+            fn default() -> Self {
+                // SAFETY: thread-safe, no arguments.
+                $name::from_raw(unsafe { $default() })
+            }
+        }
+
+        impl $name {
+            fn from_raw(o: $raw) -> Self {
+                $name { $($number: o.$number,)* $($flag: o.$flag != 0,)* }
+            }
+
+            fn to_raw(self) -> $raw {
+                // SAFETY: thread-safe, no arguments.
+                let mut o = unsafe { $default() };
+                $(o.$number = self.$number;)*
+                $(o.$flag = self.$flag.into();)*
+                o
+            }
+        }
+    };
+}
+
+/// For a type that owns one reference to a C object (its `as_raw()`):
+/// `Drop` releases it with `$release`. With `retain` (for a type whose only
+/// field is that `raw` handle), also `Clone`, adding a reference to the
+/// same object with `$retain`, and equality by handle (the same object, not
+/// equal contents).
+macro_rules! owns_reference {
+    ($name:ident, release: $release:path) => {
+        impl Drop for $name {
+            fn drop(&mut self) {
+                // SAFETY: the value owns one reference, released once here.
+                unsafe { $release(self.as_raw()) }
+            }
+        }
+    };
+    ($name:ident, release: $release:path, retain: $retain:path) => {
+        owns_reference!($name, release: $release);
+
+        impl Clone for $name {
+            fn clone(&self) -> Self {
+                // SAFETY: the handle is live while `self` lives, so retain succeeds.
+                let status = unsafe { $retain(self.as_raw()) };
+                if let Err(e) = crate::error::check(status) {
+                    panic!("ampx could not add a reference to a live {}: {e}", stringify!($name));
+                }
+                $name { raw: self.raw }
+            }
+        }
+
+        impl PartialEq for $name {
+            fn eq(&self, other: &Self) -> bool {
+                self.raw == other.raw
+            }
+        }
+
+        impl Eq for $name {}
+    };
+}
+
 mod autocast;
 mod checkpoint;
 mod checkpoint_file;

@@ -237,14 +237,7 @@ impl SafetensorsFile {
     }
 }
 
-impl Drop for SafetensorsFile {
-    /// Drops the handle (`ampx_safetensors_release`); the mapping stays while
-    /// tensors loaded without a copy use it.
-    fn drop(&mut self) {
-        // SAFETY: we own the handle.
-        unsafe { sys::ampx_safetensors_release(self.as_raw()) }
-    }
-}
+owns_reference!(SafetensorsFile, release: sys::ampx_safetensors_release);
 
 impl fmt::Debug for SafetensorsFile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -34,24 +34,10 @@ pub struct ScalerOptions {
     pub clamp_to_max_scale: bool,
 }
 
-impl Default for ScalerOptions {
-    fn default() -> Self {
-        // SAFETY: thread-safe, no arguments.
-        let o = unsafe { sys::ampx_scaler_options_default() };
-        ScalerOptions {
-            init_scale: o.init_scale,
-            growth_factor: o.growth_factor,
-            backoff_factor: o.backoff_factor,
-            growth_interval: o.growth_interval,
-            enabled: o.enabled != 0,
-            hysteresis: o.hysteresis,
-            min_scale: o.min_scale,
-            max_scale: o.max_scale,
-            consecutive_hysteresis: o.consecutive_hysteresis != 0,
-            clamp_to_max_scale: o.clamp_to_max_scale != 0,
-        }
-    }
-}
+mirror_options!(ScalerOptions, sys::ampx_scaler_options, sys::ampx_scaler_options_default,
+                numbers: [init_scale, growth_factor, backoff_factor, growth_interval, hysteresis, min_scale,
+                          max_scale],
+                flags: [enabled, consecutive_hysteresis, clamp_to_max_scale]);
 
 /// Scaler counters (`ampx_scaler_counters`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -126,18 +112,7 @@ pub struct Scaler {
 impl Scaler {
     /// A scaler on `ctx`.
     pub fn new(ctx: &Context, options: &ScalerOptions) -> Result<Scaler> {
-        // SAFETY: thread-safe, no arguments.
-        let mut o = unsafe { sys::ampx_scaler_options_default() };
-        o.init_scale = options.init_scale;
-        o.growth_factor = options.growth_factor;
-        o.backoff_factor = options.backoff_factor;
-        o.growth_interval = options.growth_interval;
-        o.enabled = options.enabled.into();
-        o.hysteresis = options.hysteresis;
-        o.min_scale = options.min_scale;
-        o.max_scale = options.max_scale;
-        o.consecutive_hysteresis = options.consecutive_hysteresis.into();
-        o.clamp_to_max_scale = options.clamp_to_max_scale.into();
+        let o = options.to_raw();
         let mut out = ptr::null_mut();
         // SAFETY: live context, valid pointers.
         check(unsafe { sys::ampx_scaler_create(ctx.as_raw(), &o, &mut out) })?;
@@ -270,13 +245,7 @@ impl Scaler {
     }
 }
 
-impl Drop for Scaler {
-    /// Releases the caller's reference (`ampx_scaler_release`).
-    fn drop(&mut self) {
-        // SAFETY: we own the reference.
-        unsafe { sys::ampx_scaler_release(self.as_raw()) }
-    }
-}
+owns_reference!(Scaler, release: sys::ampx_scaler_release);
 
 impl std::fmt::Debug for Scaler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
