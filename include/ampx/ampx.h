@@ -2099,23 +2099,24 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_grad_ready(ampx_tensor param);
  *    first exchange; the rank fails with its own message, every other rank
  *    with the same status and a message naming that rank.
  *  - In a training step, a call that fails this rank's own checks (a NULL
- *    or wrong-type scaler, a bad norm_type or value, synchronization left
- *    off on this rank) still makes the collectives the other ranks make in
- *    it, and carries its status in the buffers they reduce anyway, adding
- *    no host wait: the found-inf reduction of an unscale (ampx_scaler_
- *    unscale, ampx_scaler_step) and, under ZeRO-1, the partial norms of
- *    ampx_clip_grad_norm and the parameters gathered after the step. There
- *    every rank fails the call -- this rank with its own message, the
- *    others with its status, naming the rank and the status -- and the
- *    wrapper is failed on every rank: each later collective call through
- *    it fails at once (ORDER) until it is released; wrap the optimizer
- *    again (after ampx_scaler_attach on every rank: the failed unscale may
- *    have attached the scaler on some ranks only) or save a checkpoint and
- *    end. The parameters, masters, moments and the
- *    scale are as before the call (under ZeRO-1, a failure carried by the
- *    step's gather leaves the other ranks' parts stepped, the failing
- *    rank's part not, and every replica equal). Where every rank failed
- *    alike nothing is failed: the call may be retried.
+ *    or wrong-type scaler, a bad norm_type, max_norm or clip value,
+ *    synchronization left off on this rank) still makes the collectives
+ *    the other ranks make in it, and carries its status in the buffers
+ *    they reduce anyway, adding no host wait: the found-inf reduction of
+ *    an unscale (ampx_scaler_unscale, ampx_scaler_step) and, under ZeRO-1,
+ *    the partial norms of ampx_clip_grad_norm and the parameters gathered
+ *    after the step. There every rank fails the call -- this rank with its
+ *    own message, the others with its status, naming the rank and the
+ *    status -- and the wrapper is failed on every rank: each later
+ *    collective call through it fails at once (ORDER) until it is
+ *    released; wrap the optimizer again (after ampx_scaler_attach on every
+ *    rank: the failed unscale may have attached the scaler on some ranks
+ *    only) or save a checkpoint and end. The parameters, masters, moments
+ *    and the scale are as before the call (the gradients may be reduced
+ *    and unscaled; under ZeRO-1, a failure carried by the step's gather
+ *    leaves the other ranks' parts stepped, the failing rank's part not,
+ *    and every replica equal). Where every rank's own call failed alike,
+ *    nothing is failed: the call may be retried.
  *  - A call whose only collective is completing the gradient reduction
  *    (ampx_clip_grad_value, ampx_find_nonfinite_grads, and without ZeRO-1
  *    ampx_clip_grad_norm and the step) completes it and fails on this rank
@@ -2139,11 +2140,11 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_grad_ready(ampx_tensor param);
  * is compared across ranks with the rest of the setup, and tells a rank
  * whose scaler argument is bad what the others do.
  *
- * Timeouts. No collective waits longer than the communicator's timeout
- * (ampx_comm_set_timeout, default 600 s): MPI's are started nonblocking and
- * polled against it wherever the host waits for them; NCCL's, which the
+ * Timeouts. Nothing waits on a collective longer than the communicator's
+ * timeout (ampx_comm_set_timeout, default 600 s): MPI's are started
+ * nonblocking and each host wait polls them against it; NCCL's, which the
  * host does not wait for in a step, are watched by a thread that polls an
- * event after each. Past it the communicator fails: its pending collectives
+ * event after each, from when it was enqueued. Past it the communicator fails: its pending collectives
  * are abandoned (ncclCommAbort ends NCCL's; MPI can neither cancel a
  * collective nor, in Open MPI 4.1, revoke a communicator, so ampx keeps
  * the MPI requests and the memory they may still write until the process
@@ -2220,16 +2221,16 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_comm_init_nccl(ampx_context ctx, const 
  *  either may be NULL. Errors: INVALID_ARGUMENT (comm NULL), STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_comm_rank(ampx_comm comm, int32_t *rank, int32_t *size);
 
-/** The longest any collective of this communicator may take, from when it
- *  is started (MPI, polled wherever the host waits for it) or enqueued
- *  (NCCL, watched by a thread), before the communicator fails: its pending
- *  collectives are abandoned (NCCL: ncclCommAbort), the call fails with
- *  AMPX_ERR_DEVICE and a message naming the collective that timed out, and
- *  every later call on the communicator fails so (see Timeouts above).
- *  While it waits, ampx polls NCCL's asynchronous errors. Default 600 s;
- *  applies from the next collective on. Not collective: set the same value
- *  on every rank. Errors: INVALID_ARGUMENT (seconds not finite or <= 0),
- *  STALE_HANDLE. */
+/** The longest the host waits for this communicator's collectives (MPI:
+ *  each wait polls them against it) and the longest a collective may stay
+ *  incomplete after it was enqueued (NCCL: watched by a thread), before
+ *  the communicator fails: its pending collectives are abandoned (NCCL:
+ *  ncclCommAbort), the call fails with AMPX_ERR_DEVICE and a message naming
+ *  the collective that timed out, and every later call on the communicator
+ *  fails so (see Timeouts above). While it waits, ampx polls NCCL's
+ *  asynchronous errors. Default 600 s; applies from the next wait on. Not
+ *  collective: set the same value on every rank. Errors: INVALID_ARGUMENT
+ *  (seconds not finite or <= 0), STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_comm_set_timeout(ampx_comm comm, double seconds);
 
 /** Releases the caller's reference; the communicator lives on while a
