@@ -137,7 +137,8 @@ class FreedNode final : public Node {
   const char* op_;  // names are string literals
 };
 
-// Frees the records of the tape's first `top` that ran (runs[n]).
+// Frees the records a walk ran (runs[n], by tape index as planned; those it
+// made lie past runs.size() and stay).
 void free_records(AutogradState& state, const std::vector<char>& runs) {
   for (size_t n = 0; n < runs.size() && n < state.tape.size(); ++n) {
     if (!runs[n] || state.tape[n]->freed()) continue;
@@ -574,6 +575,20 @@ void run_backward(DeviceContext& ctx, std::unordered_map<uint64_t, TensorRef>& g
 
 namespace {
 
+// Keeps the tape from being pruned (records made meanwhile included) from a
+// walk's planning to the freeing of what it ran, so the tape indices the
+// plan holds stay valid.
+class NoPrune {
+ public:
+  explicit NoPrune(AutogradState& state) : state_(state) { ++state_.walking; }
+  ~NoPrune() { --state_.walking; }
+  NoPrune(const NoPrune&) = delete;
+  NoPrune& operator=(const NoPrune&) = delete;
+
+ private:
+  AutogradState& state_;
+};
+
 // Holds the program's context handle for a whole pass: a hook or a segment
 // that releases the program's last context reference would otherwise drop
 // the state the walk reads; the drop then happens when the pass is over.
@@ -635,6 +650,7 @@ void backward_pass(DeviceTensor& loss, LossScaler* scaler, bool retain_graph, bo
   if (!on_tape(ctx, loss)) refuse_output(loss, "loss", legacy);
   if (scaler && &scaler->context() != &ctx)
     fail(AMPX_ERR_DEVICE, "'scaler' belongs to a different context than 'loss'");
+  const NoPrune no_prune(state);
   const std::vector<char> runs = plan_walk(state, {loss.id}, create_graph, nullptr, nullptr);
 
   // Without retain_graph and create_graph the whole tape goes, also when
@@ -676,8 +692,8 @@ void backward_pass(DeviceTensor& loss, LossScaler* scaler, bool retain_graph, bo
     if (final_pass) notify_backward_end(state, false);
     throw;
   }
-  if (final_pass) notify_backward_end(state, true);
   if (!retain_graph && create_graph) free_records(state, runs);
+  if (final_pass) notify_backward_end(state, true);
 }
 
 }  // namespace
@@ -750,6 +766,7 @@ std::vector<TensorRef> grad(DeviceContext& ctx, const GradRequest& request) {
     wanted.insert(in.id);
   }
   std::unordered_set<uint64_t> leads;
+  const NoPrune no_prune(state);
   const std::vector<char> runs =
       plan_walk(state, seed_ids, request.create_graph, &wanted, &leads);
   // An input no record on the way takes, and no output is, gets no gradient.
@@ -788,6 +805,7 @@ std::vector<TensorRef> grad(DeviceContext& ctx, const GradRequest& request) {
   walk.captured = &captured;
   walk.leads = &leads;
   run_backward(ctx, grads, walk);
+  if (!request.retain_graph) free_records(state, runs);
   // Each result is the caller's own tensor: never a grad_outputs tensor
   // passed through (add's gradient is its dy) nor one given for an earlier
   // input, which writing one would change under the other.
@@ -818,7 +836,6 @@ std::vector<TensorRef> grad(DeviceContext& ctx, const GradRequest& request) {
       result.emplace_back();
     }
   }
-  if (!request.retain_graph) free_records(state, runs);
   return result;
 }
 

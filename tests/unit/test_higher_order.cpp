@@ -1812,3 +1812,42 @@ TEST_CASE("higher order: a WGAN-GP critic's gradient penalty, differentiated by 
       },
       171);
 }
+
+TEST_CASE("higher order: attention with dropout -- the unfused formulas draw the fused kernels' mask") {
+  // The same forward differentiated twice: by the fused backward (first
+  // order) and by the unfused formulas (create_graph), which must drop the
+  // same probabilities to give the same gradients.
+  Rng rng(180);
+  Ctx ctx;
+  const Dims d = {1, 2, 4, 3};
+  Tensor q(make_tensor(ctx, floating(d, rng.values(24, -1, 1))));
+  Tensor k(make_tensor(ctx, floating(d, rng.values(24, -1, 1))));
+  Tensor v(make_tensor(ctx, floating(d, rng.values(24, -1, 1))));
+  REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+  ampx_attention_options o = AMPX_ATTENTION_OPTIONS_INIT;
+  o.dropout_p = 0.4;
+  ampx_tensor out = nullptr;
+  REQUIRE_MESSAGE(ampx_scaled_dot_product_attention(q, k, v, nullptr, &o, &out) == AMPX_OK,
+                  last_error());
+  Tensor r(make_tensor(ctx, floating(d, rng.values(24, -1, 1), false)));
+  const ampx_tensor loss = dot(out, r);
+  const ampx_tensor inputs[3] = {q, k, v};
+  ampx_tensor fused[3] = {nullptr, nullptr, nullptr}, unfused[3] = {nullptr, nullptr, nullptr};
+  ampx_grad_options keep = AMPX_GRAD_OPTIONS_INIT;
+  keep.retain_graph = 1;
+  REQUIRE_MESSAGE(ampx_grad(&loss, 1, nullptr, inputs, 3, &keep, fused) == AMPX_OK, last_error());
+  ampx_grad_options graph = AMPX_GRAD_OPTIONS_INIT;
+  graph.create_graph = 1;
+  REQUIRE_MESSAGE(ampx_grad(&loss, 1, nullptr, inputs, 3, &graph, unfused) == AMPX_OK,
+                  last_error());
+  for (int j = 0; j < 3; ++j) {
+    CHECK(requires_grad(unfused[j]));
+    const Vec a = values_of(fused[j]), b = values_of(unfused[j]);
+    const double scale = max_abs(a);
+    CHECK(scale > 0.0);
+    for (size_t i = 0; i < a.size(); ++i)
+      CHECK_MESSAGE(std::fabs(a[i] - b[i]) <= 1e-5 * scale + 1e-6, "input ", j, " element ", i,
+                    ": fused ", a[i], ", unfused ", b[i]);
+  }
+  REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+}
