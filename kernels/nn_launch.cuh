@@ -91,6 +91,8 @@ cudaError_t launch_pool2d_forward(const Pool2dShape& shape, const void* x, DType
                                   const LaunchConfig& launch);
 cudaError_t launch_pool2d_backward(const Pool2dShape& shape, const void* x, const void* dy,
                                    DType type, void* dx, const LaunchConfig& launch);
+cudaError_t launch_max_pool2d_gather(const Pool2dShape& shape, const void* x, const void* src,
+                                     DType type, void* y, const LaunchConfig& launch);
 cudaError_t launch_rotary(const void* x, DType type, const void* cos, const void* sin,
                           DType table_type, void* out, const RotaryShape& shape, bool inverse,
                           const LaunchConfig& launch);

@@ -879,9 +879,12 @@ AMPX_API void ampx_scaler_release(ampx_scaler scaler);
  *  scaler is AMPX_ERR_INVALID_ARGUMENT. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_attach(ampx_scaler scaler, ampx_optimizer optimizer);
 
-/** *out receives a new tensor holding loss * scale (F32, loss's shape).
- *  `loss` must be a floating tensor of the scaler's context. Disabled
- *  scaler: a copy of loss in F32. */
+/** *out receives a new tensor holding loss * scale (F32, loss's shape),
+ *  owned by the caller. `loss` must be a floating tensor of the scaler's
+ *  context. Disabled scaler: a copy of loss in F32. When loss carries
+ *  gradients the product is recorded (its gradient is the incoming one
+ *  times the scale this call used), so ampx_grad can differentiate the
+ *  scaled loss (see the gradient-penalty recipe in section 9). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_scale_loss(ampx_scaler scaler, ampx_tensor loss,
                                             ampx_tensor *out);
 
@@ -1085,6 +1088,140 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_set_grad_enabled(ampx_context ctx, int3
  *  gradients would mix old and new values; writes through wrapped or
  *  DLPack-shared memory are not seen). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_backward(ampx_tensor loss, ampx_scaler scaler);
+
+/* Higher-order gradients (as torch.autograd.grad and backward's
+ * retain_graph / create_graph). Every op of section 11 has its backward
+ * written twice: the fused first-order primitives that ampx_backward runs,
+ * and the same formula as recorded ops, which a backward with create_graph
+ * runs so that the gradients it returns are ordinary recorded tensors that
+ * can be differentiated again, to any order (eikonal and gradient-penalty
+ * losses, Laplacians of a PINN, Hessian-vector products). Such a backward
+ * runs with autocast off and grad mode on: each formula computes in the
+ * dtypes its op's forward ran in (a product autocast lowered to F16 has an
+ * F16 backward, a softmax F32), so gradients follow the forward's precision
+ * classes. Piecewise-linear ops (relu, max pooling, amax, masked_fill) have
+ * torch's zero second derivatives. A record that has no such formula (a
+ * checkpointed segment) makes a backward with create_graph fail with
+ * NOT_SUPPORTED naming it, before anything changes.
+ *
+ * retain_graph keeps the tape for another backward over the same graph;
+ * without it the records the backward ran are freed, and a later backward
+ * that needs one of them fails with ORDER (saying retain_graph) before
+ * anything changes. A tensor a kept record saved and the program wrote in
+ * place since is refused as in ampx_backward.
+ *
+ * Gradient penalty under the scaler (torch's AMP recipe), per step:
+ *   1. forward under autocast: loss
+ *   2. ampx_scaler_scale_loss(scaler, loss, &scaled)   (recorded)
+ *   3. ampx_grad(&scaled, 1, NULL, params, n, {create_graph = 1}, g)
+ *      -> scaled gradients, recorded (the scale keeps small ones alive)
+ *   4. ampx_scaler_unscale_tensor(scaler, g[i], &u[i])  -> g * (1/scale) on
+ *      the device (recorded; no host read of the scale)
+ *   5. under autocast: penalty from u (e.g. sum of squares), total = loss +
+ *      lambda * penalty
+ *   6. ampx_backward(total, scaler); ampx_scaler_step; ampx_scaler_update
+ * An inf or NaN anywhere on the penalty's path (an overflow of a scaled
+ * gradient in step 3 included) reaches the parameters' gradients, so the
+ * scaler's step skips and the scale backs off, as for the loss itself. */
+
+/** Options of ampx_grad. */
+typedef struct ampx_grad_options {
+  size_t struct_size;   /**< sizeof(ampx_grad_options) */
+  int32_t create_graph; /**< default 0; 1: the gradients are recorded, so
+                             they can be differentiated again */
+  int32_t retain_graph; /**< default -1: the value of create_graph (torch's
+                             default); 0: free the records the walk ran; 1:
+                             keep them for another backward */
+  int32_t allow_unused; /**< default 0: an input that no output reaches is
+                             an error; 1: its gradient is NULL */
+} ampx_grad_options;
+
+#define AMPX_GRAD_OPTIONS_INIT { sizeof(ampx_grad_options), 0, -1, 0 }
+
+/** Default options (same as AMPX_GRAD_OPTIONS_INIT). Thread-safe. */
+AMPX_API ampx_grad_options ampx_grad_options_default(void);
+
+/** The gradients of outputs[0..output_count-1] with respect to
+ *  inputs[0..input_count-1] (torch.autograd.grad): grads[i] receives
+ *  sum_k d<outputs[k], grad_outputs[k]>/d inputs[i], a new tensor of
+ *  inputs[i]'s shape and dtype owned like an op output (by the innermost
+ *  open scope, else by the caller; see ampx_scope_push), or NULL for an
+ *  input no output reaches when options->allow_unused. Outputs are floating
+ *  tensors made by recorded ops (or leaves that require grad); inputs are
+ *  leaves that require grad or tensors recorded ops made (intermediates:
+ *  the gradient flowing into that tensor). grad_outputs may be NULL, and so
+ *  may any entry of it: a gradient of ones, for one-element outputs only;
+ *  a given one must have its output's shape and dtype. `options` NULL:
+ *  defaults. ampx_grad accumulates into no tensor's gradient
+ *  (ampx_tensor_grad), calls no grad-ready hook and starts no data-parallel
+ *  reduction; only records that lead from the outputs to an input run.
+ *  The arrays are read during the call only. On any error nothing has
+ *  changed (no record freed, no gradient written) and grads is left as it
+ *  was.
+ *  Errors: INVALID_ARGUMENT (a count of 0, a NULL array, an output or
+ *  input that does not require grad, an input not reached without
+ *  allow_unused -- the message names it); SHAPE (a non-scalar output
+ *  without grad_outputs, grad_outputs of another shape); DTYPE (an integer
+ *  tensor, grad_outputs of another dtype); DEVICE; ORDER (the walk needs a
+ *  record an earlier backward freed -- see retain_graph -- or a saved
+ *  tensor written in place since; called from a hook or a segment during a
+ *  backward); NOT_SUPPORTED (create_graph through a record without a
+ *  differentiable formula, or any ampx_grad through a checkpointed segment,
+ *  whose recompute accumulates into the leaves it reaches); STALE_HANDLE.
+ *  Thread rules: those of the context (one thread at a time). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_grad(const ampx_tensor *outputs, size_t output_count,
+                                              const ampx_tensor *grad_outputs,
+                                              const ampx_tensor *inputs, size_t input_count,
+                                              const ampx_grad_options *options,
+                                              ampx_tensor *grads);
+
+/** Options of ampx_backward_ex. */
+typedef struct ampx_backward_options {
+  size_t struct_size;   /**< sizeof(ampx_backward_options) */
+  int32_t retain_graph; /**< default -1: the value of create_graph; 0: the
+                             tape is cleared (as ampx_backward; with
+                             create_graph, only the records this backward
+                             ran are freed); 1: kept for another backward */
+  int32_t create_graph; /**< default 0; 1: the gradients are computed with
+                             recorded ops, and each reached leaf's gradient
+                             is replaced by a new recorded tensor (the old
+                             gradient plus this one, as torch), which can be
+                             differentiated */
+} ampx_backward_options;
+
+#define AMPX_BACKWARD_OPTIONS_INIT { sizeof(ampx_backward_options), -1, 0 }
+
+/** Default options (same as AMPX_BACKWARD_OPTIONS_INIT). Thread-safe. */
+AMPX_API ampx_backward_options ampx_backward_options_default(void);
+
+/** ampx_backward with options (NULL: defaults, which make it exactly
+ *  ampx_backward). Gradients accumulate into the leaves as there.
+ *  Grad-ready hooks (ampx_set_grad_ready_hook) and data-parallel
+ *  reductions run only in the final backward over a graph -- one that does
+ *  not retain it: a backward with retain_graph accumulates quietly, and the
+ *  reduction of its gradients happens in the final one (or at the step).
+ *  With create_graph a leaf's gradient tensor is replaced (see
+ *  create_graph), so a gradient attached with ampx_tensor_set_grad or by
+ *  data-parallel training is not written: use ampx_grad for gradients to
+ *  differentiate there.
+ *  Errors: those of ampx_backward, except that a loss whose tape an
+ *  earlier backward cleared is ORDER (saying retain_graph); ORDER as
+ *  ampx_grad for freed records; NOT_SUPPORTED for create_graph through a
+ *  record without a differentiable formula (a checkpointed segment). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_backward_ex(ampx_tensor loss, ampx_scaler scaler,
+                                                     const ampx_backward_options *options);
+
+/** *out = x * (1 / scale) with the scaler's current scale, taken on the
+ *  device (no host read; the reciprocal as ampx_scaler_unscale takes it),
+ *  a new tensor of x's shape and dtype owned like an op output. Recorded:
+ *  its gradient is the incoming one times the same 1/scale (the scale as
+ *  it was at this call), so gradients of the scaled loss taken with
+ *  create_graph can be unscaled and differentiated (the gradient-penalty
+ *  recipe above). A disabled scaler gives a copy of x.
+ *  Errors: DTYPE (integer x), DEVICE (x of another context), STALE_HANDLE,
+ *  INVALID_ARGUMENT (NULL). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_unscale_tensor(ampx_scaler scaler, ampx_tensor x,
+                                                               ampx_tensor *out);
 
 /** Scopes own op outputs, so a training step in C needs no release per
  *  intermediate. While a scope is open on the context, every tensor an op

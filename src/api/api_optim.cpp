@@ -297,7 +297,7 @@ ampx_status ampx_scaler_attach(ampx_scaler scaler, ampx_optimizer optimizer) {
 ampx_status ampx_scaler_scale_loss(ampx_scaler scaler, ampx_tensor loss, ampx_tensor* out) {
   return guard(__func__, [&] {
     LossScaler& s = scaler_arg(scaler, "scaler");
-    const DeviceTensor& l = tensor_arg(loss, "loss");
+    DeviceTensor& l = tensor_arg(loss, "loss");
     require_pointer(out, "out");
     *out = to_handle(s.scale_loss(l));
   });

@@ -50,6 +50,13 @@ class CastNode final : public Node {
     result.push_back(std::move(grad));
     return result;
   }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext& ctx,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    std::vector<TensorRef> result;
+    result.push_back(cast_to(ctx, *grads[0], inputs[0]->dtype));
+    return result;
+  }
 };
 
 DType widest(DType a, DType b) {

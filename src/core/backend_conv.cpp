@@ -138,4 +138,12 @@ void PoolingPrimitives::pool2d_backward(const Pool2dShape& shape, const void* x,
   run_pool2d_backward(shape, x, dy, type, dx);
 }
 
+void PoolingPrimitives::max_pool2d_gather(const Pool2dShape& shape, const void* x,
+                                          const void* src, DType type, void* y) {
+  check_pool("max_pool2d_gather", shape, type);
+  if (shape.kind != PoolKind::Max)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "max_pool2d_gather: the shape is of average pooling");
+  run_max_pool2d_gather(shape, x, src, type, y);
+}
+
 }  // namespace ampx::impl

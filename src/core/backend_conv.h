@@ -111,12 +111,20 @@ class PoolingPrimitives : public BackendCapability {
   // in x).
   void pool2d_backward(const Pool2dShape& shape, const void* x, const void* dy, DType type,
                        void* dx);
+  // Max pooling only: y [planes, out_h, out_w] = src at the maximum of x
+  // in each output's window (0 for a window with no tap in the image), src
+  // of x's shape. The adjoint of the backward pass (dy -> dx) for a fixed
+  // x: the differentiable formula of max pooling's backward uses it.
+  void max_pool2d_gather(const Pool2dShape& shape, const void* x, const void* src, DType type,
+                         void* y);
 
  protected:
   virtual void run_pool2d_forward(const Pool2dShape& shape, const void* x, DType type,
                                   void* y) = 0;
   virtual void run_pool2d_backward(const Pool2dShape& shape, const void* x, const void* dy,
                                    DType type, void* dx) = 0;
+  virtual void run_max_pool2d_gather(const Pool2dShape& shape, const void* x, const void* src,
+                                     DType type, void* y) = 0;
 };
 
 }  // namespace ampx::impl

@@ -17,7 +17,22 @@
 namespace ampx::impl {
 
 // Element-wise functions of the ops; their math is in kernels/math/activations.h.
-enum class UnaryOp { Relu, Gelu, GeluTanh, Silu, Sigmoid, Tanh, Exp, Log, Sqrt, Rsqrt };
+// The derivatives of gelu and gelu_tanh are functions of their own for the
+// differentiable backward formulas (no op of ampx.h).
+enum class UnaryOp {
+  Relu,
+  Gelu,
+  GeluTanh,
+  Silu,
+  Sigmoid,
+  Tanh,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  GeluDerivative,
+  GeluTanhDerivative
+};
 // Equal gives 1 where a == b and 0 elsewhere (NaN equals nothing): the
 // tie mask of amax's backward pass, never an op of its own.
 enum class BinaryOp { Add, Sub, Mul, Div, Equal };

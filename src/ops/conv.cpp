@@ -4,6 +4,7 @@
 // (core/backend_conv.h). An unbatched [C, H, W] input is a batch of one.
 #include "core/backend_conv.h"
 #include "core/checked_math.h"
+#include "ops/formula.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -79,6 +80,83 @@ class Conv2dNode final : public Node {
     }
     return grad_list(std::move(dx), std::move(dw), std::move(db));
   }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& x = *inputs[0];
+    DeviceTensor& w = *inputs[1];
+    DeviceTensor& dy = *grads[0];
+    TensorRef dx, dw, db;
+    if (x.requires_grad) dx = TensorRef(op_conv2d_grad_input(dy, w, shape, x.shape));
+    if (w.requires_grad) dw = TensorRef(op_conv2d_grad_weight(dy, x, shape, w.shape));
+    if (has_bias && inputs[2]->requires_grad)
+      db = dy.shape.ndim == 4 ? formula::sum_dims(dy, {0, 2, 3}, false)
+                              : formula::sum_dims(dy, {1, 2}, false);
+    return grad_list(std::move(dx), std::move(dw), std::move(db));
+  }
+};
+
+// The backward products of a convolution as ops of their own (bilinear:
+// dx(dy, w) and dw(dy, x)), for the differentiable formulas. For the inner
+// product <G, dx(dy, w)> = <dy, conv(G, w)>, dx's gradients are conv(G, w)
+// for dy and dw(dy, G) for w; likewise <G, dw(dy, x)> = <dy, conv(x, G)>
+// gives conv(x, G) for dy and dx(dy, G) for x.
+class Conv2dGradInputNode final : public Node {
+ public:
+  Conv2dShape shape;
+  const char* name() const override { return "conv2d_backward_data"; }
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *inputs[0];
+    DeviceTensor& w = *inputs[1];
+    DeviceTensor& g = *grads[0];
+    ConvolutionPrimitives& conv = conv_of(ctx, name());
+    TensorRef d_dy = new_tensor(ctx, dy.dtype, dy.shape), d_w = new_tensor(ctx, w.dtype, w.shape);
+    if (shape.batch > 0) {
+      conv.conv2d_forward(shape, g.data(), w.data(), nullptr, dy.dtype, d_dy->data());
+      conv.conv2d_backward_weight(shape, dy.data(), g.data(), dy.dtype, d_w->data(), nullptr);
+    } else {
+      ctx.backend().fill(d_w->data(), dtype_size(w.dtype), 0, d_w->numel());
+    }
+    return grad_list(std::move(d_dy), std::move(d_w));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *inputs[0];
+    DeviceTensor& w = *inputs[1];
+    DeviceTensor& g = *grads[0];
+    return grad_list(TensorRef(op_conv2d_shaped(g, w, shape, dy.shape)),
+                     TensorRef(op_conv2d_grad_weight(dy, g, shape, w.shape)));
+  }
+};
+
+class Conv2dGradWeightNode final : public Node {
+ public:
+  Conv2dShape shape;
+  const char* name() const override { return "conv2d_backward_weight"; }
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *inputs[0];
+    DeviceTensor& x = *inputs[1];
+    DeviceTensor& g = *grads[0];
+    ConvolutionPrimitives& conv = conv_of(ctx, name());
+    TensorRef d_dy = new_tensor(ctx, dy.dtype, dy.shape), d_x = new_tensor(ctx, x.dtype, x.shape);
+    if (shape.batch > 0) {
+      conv.conv2d_forward(shape, x.data(), g.data(), nullptr, dy.dtype, d_dy->data());
+      conv.conv2d_backward_data(shape, dy.data(), g.data(), dy.dtype, d_x->data());
+    }
+    return grad_list(std::move(d_dy), std::move(d_x));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *inputs[0];
+    DeviceTensor& x = *inputs[1];
+    DeviceTensor& g = *grads[0];
+    return grad_list(TensorRef(op_conv2d_shaped(x, g, shape, dy.shape)),
+                     TensorRef(op_conv2d_grad_input(dy, g, shape, x.shape)));
+  }
 };
 
 class Pool2dNode final : public Node {
@@ -96,6 +174,74 @@ class Pool2dNode final : public Node {
       pool_of(ctx, name()).pool2d_backward(shape, x.data(), grads[0]->data(), x.dtype,
                                            dx->data());
     return grad_list(std::move(dx));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& x = *inputs[0];
+    DeviceTensor* source = shape.kind == PoolKind::Max ? &x : nullptr;
+    return grad_list(TensorRef(op_pool2d_grad(source, *grads[0], shape, x.shape)));
+  }
+};
+
+// Pooling's backward as an op (inputs: x, read by max pooling only, and
+// dy): linear in dy, whose gradient is the adjoint -- average pooling's
+// forward, or max pooling's gather at the windows' maxima of x. Its
+// gradient with respect to x is zero (the maxima's positions are piecewise
+// constant), so none is returned.
+class Pool2dGradNode final : public Node {
+ public:
+  Pool2dShape shape;
+  const char* name() const override {
+    return shape.kind == PoolKind::Max ? "max_pool2d_backward" : "avg_pool2d_backward";
+  }
+  bool reads_input(size_t i) const override { return i == 0; }
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *inputs[1];
+    TensorRef d_dy = new_tensor(ctx, dy.dtype, dy.shape);
+    if (shape.planes > 0) {
+      if (shape.kind == PoolKind::Max)
+        pool_of(ctx, name()).max_pool2d_gather(shape, inputs[0]->data(), grads[0]->data(),
+                                               dy.dtype, d_dy->data());
+      else
+        pool_of(ctx, name()).pool2d_forward(shape, grads[0]->data(), dy.dtype, d_dy->data());
+    }
+    return grad_list(TensorRef(), std::move(d_dy));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *inputs[1];
+    if (shape.kind == PoolKind::Max)
+      return grad_list(TensorRef(),
+                       TensorRef(op_max_pool2d_gather(*inputs[0], *grads[0], shape, dy.shape)));
+    return grad_list(TensorRef(), TensorRef(op_pool2d_shaped(*grads[0], shape, dy.shape)));
+  }
+};
+
+// Max pooling's gather (inputs: x, g): linear in g, its gradient the
+// backward pass at x; zero with respect to x.
+class MaxPool2dGatherNode final : public Node {
+ public:
+  Pool2dShape shape;
+  const char* name() const override { return "max_pool2d_gather"; }
+  bool reads_input(size_t i) const override { return i == 0; }
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& x = *inputs[0];
+    DeviceTensor& g = *inputs[1];
+    TensorRef d_g = new_tensor(ctx, g.dtype, g.shape);
+    if (shape.planes > 0)
+      pool_of(ctx, name()).pool2d_backward(shape, x.data(), grads[0]->data(), g.dtype,
+                                           d_g->data());
+    return grad_list(TensorRef(), std::move(d_g));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    return grad_list(TensorRef(),
+                     TensorRef(op_pool2d_grad(inputs[0].get(), *grads[0], shape, inputs[1]->shape)));
   }
 };
 
@@ -234,6 +380,111 @@ DeviceTensor* op_global_avg_pool2d(DeviceTensor& x) {
   image_extents(x, "global_avg_pool2d", &n, &c, &h, &w);
   const int32_t dims[2] = {x.shape.ndim - 2, x.shape.ndim - 1};
   return op_reduce_dims(x, dims, 2, true, DimsReduction::Mean);
+}
+
+DeviceTensor* op_conv2d_shaped(DeviceTensor& x, DeviceTensor& w, const Conv2dShape& s,
+                               const Shape& y_shape) {
+  DeviceContext& ctx = *x.ctx;
+  require_capabilities(ctx, "conv2d", Capability::Convolution);
+  TensorRef out = new_tensor(ctx, x.dtype, y_shape);
+  if (s.batch > 0) conv_of(ctx, "conv2d").conv2d_forward(s, x.data(), w.data(), nullptr, x.dtype, out->data());
+  if (should_record(ctx, {&x, &w})) {
+    auto node = std::make_unique<Conv2dNode>();
+    node->inputs.push_back(retained(x));
+    node->inputs.push_back(retained(w));
+    node->inputs.emplace_back();
+    node->shape = s;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+DeviceTensor* op_conv2d_grad_input(DeviceTensor& dy, DeviceTensor& w, const Conv2dShape& s,
+                                   const Shape& x_shape) {
+  DeviceContext& ctx = *dy.ctx;
+  require_capabilities(ctx, "conv2d_backward_data", Capability::Convolution);
+  TensorRef out = new_tensor(ctx, dy.dtype, x_shape);
+  if (s.batch > 0)
+    conv_of(ctx, "conv2d_backward_data").conv2d_backward_data(s, dy.data(), w.data(), dy.dtype, out->data());
+  if (should_record(ctx, {&dy, &w})) {
+    auto node = std::make_unique<Conv2dGradInputNode>();
+    node->inputs.push_back(retained(dy));
+    node->inputs.push_back(retained(w));
+    node->shape = s;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+DeviceTensor* op_conv2d_grad_weight(DeviceTensor& dy, DeviceTensor& x, const Conv2dShape& s,
+                                    const Shape& w_shape) {
+  DeviceContext& ctx = *dy.ctx;
+  require_capabilities(ctx, "conv2d_backward_weight", Capability::Convolution);
+  TensorRef out = new_tensor(ctx, dy.dtype, w_shape);
+  if (s.batch > 0)
+    conv_of(ctx, "conv2d_backward_weight")
+        .conv2d_backward_weight(s, dy.data(), x.data(), dy.dtype, out->data(), nullptr);
+  else
+    ctx.backend().fill(out->data(), dtype_size(out->dtype), 0, out->numel());
+  if (should_record(ctx, {&dy, &x})) {
+    auto node = std::make_unique<Conv2dGradWeightNode>();
+    node->inputs.push_back(retained(dy));
+    node->inputs.push_back(retained(x));
+    node->shape = s;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+DeviceTensor* op_pool2d_shaped(DeviceTensor& x, const Pool2dShape& s, const Shape& y_shape) {
+  DeviceContext& ctx = *x.ctx;
+  const char* op = s.kind == PoolKind::Max ? "max_pool2d" : "avg_pool2d";
+  require_capabilities(ctx, op, Capability::Pooling);
+  TensorRef out = new_tensor(ctx, x.dtype, y_shape);
+  if (s.planes > 0) pool_of(ctx, op).pool2d_forward(s, x.data(), x.dtype, out->data());
+  if (should_record(ctx, {&x})) {
+    auto node = std::make_unique<Pool2dNode>();
+    node->inputs.push_back(retained(x));
+    node->shape = s;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+DeviceTensor* op_pool2d_grad(DeviceTensor* x, DeviceTensor& dy, const Pool2dShape& s,
+                             const Shape& x_shape) {
+  DeviceContext& ctx = *dy.ctx;
+  const char* op = s.kind == PoolKind::Max ? "max_pool2d_backward" : "avg_pool2d_backward";
+  require_capabilities(ctx, op, Capability::Pooling);
+  TensorRef out = new_tensor(ctx, dy.dtype, x_shape);
+  if (s.planes > 0)
+    pool_of(ctx, op).pool2d_backward(s, x ? x->data() : nullptr, dy.data(), dy.dtype,
+                                     out->data());
+  if (should_record(ctx, {&dy})) {
+    auto node = std::make_unique<Pool2dGradNode>();
+    node->inputs.push_back(x ? retained(*x) : TensorRef());
+    node->inputs.push_back(retained(dy));
+    node->shape = s;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+DeviceTensor* op_max_pool2d_gather(DeviceTensor& x, DeviceTensor& g, const Pool2dShape& s,
+                                   const Shape& y_shape) {
+  DeviceContext& ctx = *g.ctx;
+  require_capabilities(ctx, "max_pool2d_gather", Capability::Pooling);
+  TensorRef out = new_tensor(ctx, g.dtype, y_shape);
+  if (s.planes > 0)
+    pool_of(ctx, "max_pool2d_gather").max_pool2d_gather(s, x.data(), g.data(), g.dtype, out->data());
+  if (should_record(ctx, {&g})) {
+    auto node = std::make_unique<MaxPool2dGatherNode>();
+    node->inputs.push_back(retained(x));
+    node->inputs.push_back(retained(g));
+    node->shape = s;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
 }
 
 }  // namespace ampx::impl

@@ -5,6 +5,7 @@
 // gradient rounded to its input's type once.
 #include <cmath>
 
+#include "ops/formula.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -101,6 +102,21 @@ class BceWithLogitsNode final : public Node {
                                   static_cast<const float*>(dy->data()), per_element ? 1 : 0,
                                   scale, d_logits ? d_logits->data() : nullptr,
                                   d_targets ? d_targets->data() : nullptr);
+    return grad_list(std::move(d_logits), std::move(d_targets));
+  }
+  bool has_backward_graph() const override { return true; }
+  // (sigmoid(x) - t) dy and -x dy, times 1/n for a mean.
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    namespace f = formula;
+    DeviceTensor& logits = *inputs[0];
+    DeviceTensor& targets = *inputs[1];
+    TensorRef dy = f::cast(*grads[0], logits.dtype);
+    if (!per_element && scale != 1.0f) dy = f::affine(*dy, scale, 0.0f);
+    TensorRef d_logits, d_targets;
+    if (logits.requires_grad)
+      d_logits = f::mul(*f::sub(*f::unary(UnaryOp::Sigmoid, logits), targets), *dy);
+    if (targets.requires_grad) d_targets = f::mul(*f::neg(logits), *dy);
     return grad_list(std::move(d_logits), std::move(d_targets));
   }
 };

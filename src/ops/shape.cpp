@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/checked_math.h"
+#include "ops/formula.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -67,6 +68,12 @@ class ReshapeNode final : public Node {
     ctx.backend().copy(dx->data(), grads[0]->data(), dx->nbytes());
     return grad_list(std::move(dx));
   }
+  bool has_backward_graph() const override { return true; }
+  // A view is fine here: a create_graph walk sums gradients out of place.
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    return grad_list(formula::reshape(*grads[0], inputs[0]->shape));
+  }
 };
 
 class TransposeNode final : public Node {
@@ -80,6 +87,11 @@ class TransposeNode final : public Node {
     TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
     transpose_into(nn_of(ctx, name()), *grads[0], dx->data(), d0, d1);
     return grad_list(std::move(dx));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    return grad_list(formula::transpose(*grads[0], d0, d1));
   }
 };
 
@@ -112,6 +124,11 @@ class PermuteNode final : public Node {
     permute_into(nn_of(ctx, name()), *grads[0], dx->data(), inverse);
     return grad_list(std::move(dx));
   }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    return grad_list(TensorRef(op_permute(*grads[0], inputs[0]->shape.ndim, inverse)));
+  }
 };
 
 class ConcatNode final : public Node {
@@ -141,6 +158,17 @@ class ConcatNode final : public Node {
     }
     return result;
   }
+  bool has_backward_graph() const override { return true; }
+  // dy split back into the pieces (a recorded split).
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    std::vector<int64_t> sizes;
+    for (const TensorRef& in : inputs) sizes.push_back(in->shape.dims[dim]);
+    std::vector<TensorRef> pieces = op_split(*grads[0], sizes, dim);
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (!inputs[i]->requires_grad) pieces[i] = TensorRef();
+    return pieces;
+  }
 };
 
 class EmbeddingNode final : public Node {
@@ -167,6 +195,48 @@ class EmbeddingNode final : public Node {
     TensorRef dw = new_tensor(ctx, weight.dtype, weight.shape);
     backend.convert(dw->data(), weight.dtype, sum->data(), DType::F32, sum->numel());
     return grad_list(std::move(dw));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& weight = *inputs[0];
+    return grad_list(
+        TensorRef(op_embedding_grad(*grads[0], *inputs[1], weight.shape, weight.dtype)));
+  }
+};
+
+// embedding's backward as an op: linear in dy, whose own gradient gathers
+// the rows back (embedding of the gradient).
+class EmbeddingGradNode final : public Node {
+ public:
+  const char* name() const override { return "embedding_backward"; }
+  bool reads_input(size_t i) const override { return i == 1; }  // the indices
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *inputs[0];
+    DeviceTensor& indices = *inputs[1];
+    DeviceTensor& g = *grads[0];
+    TensorRef d_dy = new_tensor(ctx, dy.dtype, dy.shape);
+    if (d_dy->numel() == 0) return grad_list(std::move(d_dy));
+    const DeviceTensor* table = &g;
+    TensorRef converted;
+    if (g.dtype != dy.dtype) {
+      converted = new_tensor(ctx, dy.dtype, g.shape);
+      ctx.backend().convert(converted->data(), dy.dtype, g.data(), g.dtype, g.numel());
+      table = converted.get();
+    }
+    nn_of(ctx, name()).gather_rows(table->data(),
+                                   static_cast<size_t>(g.shape.dims[1]) * dtype_size(dy.dtype),
+                                   g.shape.dims[0], indices.data(), indices.dtype,
+                                   indices.numel(), d_dy->data());
+    return grad_list(std::move(d_dy));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *inputs[0];
+    TensorRef g = formula::cast(*grads[0], dy.dtype);
+    return grad_list(formula::reshape(*TensorRef(op_embedding(*g, *inputs[1])), dy.shape));
   }
 };
 
@@ -368,6 +438,33 @@ DeviceTensor* op_embedding(DeviceTensor& weight_in, DeviceTensor& indices) {
                      indices.data(), indices.dtype, indices.numel(), out->data());
   if (should_record(ctx, {&weight}))
     record(ctx, make_node<EmbeddingNode>({&in[0], &in[1]}), {out.get()});
+  return out.take();
+}
+
+DeviceTensor* op_embedding_grad(DeviceTensor& dy, DeviceTensor& indices, const Shape& weight_shape,
+                                DType weight_dtype) {
+  require_capabilities(*dy.ctx, "embedding_backward", Capability::Nn);
+  DeviceContext& ctx = *dy.ctx;
+  const int64_t cols = weight_shape.dims[1];
+  // Summed in F32 whatever the weight's type, as EmbeddingNode's backward.
+  TensorRef sum = new_tensor(ctx, DType::F32, weight_shape);
+  if (sum->numel() > 0) {
+    ctx.backend().fill(sum->data(), 4, 0, sum->numel());
+    if (indices.numel() > 0)
+      nn_of(ctx, "embedding_backward")
+          .scatter_add_rows(dy.data(), dy.dtype, cols, indices.data(), indices.dtype,
+                            indices.numel(), static_cast<float*>(sum->data()),
+                            weight_shape.dims[0]);
+  }
+  TensorRef out = weight_dtype == DType::F32 ? std::move(sum) : new_tensor(ctx, weight_dtype, weight_shape);
+  if (sum && out->numel() > 0)
+    ctx.backend().convert(out->data(), weight_dtype, sum->data(), DType::F32, out->numel());
+  if (should_record(ctx, {&dy})) {
+    auto node = std::make_unique<EmbeddingGradNode>();
+    node->inputs.push_back(retained(dy));
+    node->inputs.push_back(retained(indices));
+    record(ctx, std::move(node), {out.get()});
+  }
   return out.take();
 }
 

@@ -929,6 +929,70 @@ namespace Ampx
         }
 
         /// <summary>
+        /// Options of ampx_grad.
+        /// </summary>
+        /// <remarks>24 bytes on x86-64 Linux, aligned to 8.</remarks>
+        [StructLayout(LayoutKind.Sequential)]
+        public unsafe struct ampx_grad_options
+        {
+            /// <summary>
+            /// sizeof(ampx_grad_options)
+            /// </summary>
+            /// <remarks>C type size_t</remarks>
+            public UIntPtr struct_size;
+            /// <summary>
+            /// default 0; 1: the gradients are recorded, so
+            /// they can be differentiated again
+            /// </summary>
+            /// <remarks>C type int32_t</remarks>
+            public int create_graph;
+            /// <summary>
+            /// default -1: the value of create_graph (torch's
+            /// default); 0: free the records the walk ran; 1:
+            /// keep them for another backward
+            /// </summary>
+            /// <remarks>C type int32_t</remarks>
+            public int retain_graph;
+            /// <summary>
+            /// default 0: an input that no output reaches is
+            /// an error; 1: its gradient is NULL
+            /// </summary>
+            /// <remarks>C type int32_t</remarks>
+            public int allow_unused;
+        }
+
+        /// <summary>
+        /// Options of ampx_backward_ex.
+        /// </summary>
+        /// <remarks>16 bytes on x86-64 Linux, aligned to 8.</remarks>
+        [StructLayout(LayoutKind.Sequential)]
+        public unsafe struct ampx_backward_options
+        {
+            /// <summary>
+            /// sizeof(ampx_backward_options)
+            /// </summary>
+            /// <remarks>C type size_t</remarks>
+            public UIntPtr struct_size;
+            /// <summary>
+            /// default -1: the value of create_graph; 0: the
+            /// tape is cleared (as ampx_backward; with
+            /// create_graph, only the records this backward
+            /// ran are freed); 1: kept for another backward
+            /// </summary>
+            /// <remarks>C type int32_t</remarks>
+            public int retain_graph;
+            /// <summary>
+            /// default 0; 1: the gradients are computed with
+            /// recorded ops, and each reached leaf's gradient
+            /// is replaced by a new recorded tensor (the old
+            /// gradient plus this one, as torch), which can be
+            /// differentiated
+            /// </summary>
+            /// <remarks>C type int32_t</remarks>
+            public int create_graph;
+        }
+
+        /// <summary>
         /// A segment for ampx_checkpoint_segment: the function, its data, and
         /// what ampx calls once it no longer needs the data (a garbage-collected
         /// binding frees the closure there).
@@ -1771,6 +1835,28 @@ namespace Ampx
         }
 
         /// <summary>
+        /// The value of the AMPX_GRAD_OPTIONS_INIT macro: ampx_grad_options set up with its defaults.
+        /// </summary>
+        public static ampx_grad_options AMPX_GRAD_OPTIONS_INIT()
+        {
+            var value = default(ampx_grad_options);
+            value.struct_size = (UIntPtr)sizeof(ampx_grad_options);
+            value.retain_graph = -1;
+            return value;
+        }
+
+        /// <summary>
+        /// The value of the AMPX_BACKWARD_OPTIONS_INIT macro: ampx_backward_options set up with its defaults.
+        /// </summary>
+        public static ampx_backward_options AMPX_BACKWARD_OPTIONS_INIT()
+        {
+            var value = default(ampx_backward_options);
+            value.struct_size = (UIntPtr)sizeof(ampx_backward_options);
+            value.retain_graph = -1;
+            return value;
+        }
+
+        /// <summary>
         /// The value of the AMPX_SEGMENT_INIT macro: ampx_segment set up with its defaults.
         /// </summary>
         public static ampx_segment AMPX_SEGMENT_INIT()
@@ -2548,9 +2634,12 @@ namespace Ampx
         public static extern ampx_status ampx_scaler_attach(IntPtr scaler, IntPtr optimizer);
 
         /// <summary>
-        /// out receives a new tensor holding loss * scale (F32, loss's shape).
-        /// `loss` must be a floating tensor of the scaler's context. Disabled
-        /// scaler: a copy of loss in F32.
+        /// out receives a new tensor holding loss * scale (F32, loss's shape),
+        /// owned by the caller. `loss` must be a floating tensor of the scaler's
+        /// context. Disabled scaler: a copy of loss in F32. When loss carries
+        /// gradients the product is recorded (its gradient is the incoming one
+        /// times the scale this call used), so ampx_grad can differentiate the
+        /// scaled loss (see the gradient-penalty recipe in section 9).
         /// </summary>
         /// <remarks>ampx.h section 7. Loss scaling</remarks>
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
@@ -2744,6 +2833,89 @@ namespace Ampx
         /// <remarks>ampx.h section 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)</remarks>
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         public static extern ampx_status ampx_backward(IntPtr loss, IntPtr scaler);
+
+        /// <summary>
+        /// Default options (same as AMPX_GRAD_OPTIONS_INIT). Thread-safe.
+        /// </summary>
+        /// <remarks>ampx.h section 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_grad_options ampx_grad_options_default();
+
+        /// <summary>
+        /// The gradients of outputs[0..output_count-1] with respect to
+        /// inputs[0..input_count-1] (torch.autograd.grad): grads[i] receives
+        /// sum_k d&lt;outputs[k], grad_outputs[k]&gt;/d inputs[i], a new tensor of
+        /// inputs[i]'s shape and dtype owned like an op output (by the innermost
+        /// open scope, else by the caller; see ampx_scope_push), or NULL for an
+        /// input no output reaches when options-&gt;allow_unused. Outputs are floating
+        /// tensors made by recorded ops (or leaves that require grad); inputs are
+        /// leaves that require grad or tensors recorded ops made (intermediates:
+        /// the gradient flowing into that tensor). grad_outputs may be NULL, and so
+        /// may any entry of it: a gradient of ones, for one-element outputs only;
+        /// a given one must have its output's shape and dtype. `options` NULL:
+        /// defaults. ampx_grad accumulates into no tensor's gradient
+        /// (ampx_tensor_grad), calls no grad-ready hook and starts no data-parallel
+        /// reduction; only records that lead from the outputs to an input run.
+        /// The arrays are read during the call only. On any error nothing has
+        /// changed (no record freed, no gradient written) and grads is left as it
+        /// was.
+        /// Errors: INVALID_ARGUMENT (a count of 0, a NULL array, an output or
+        /// input that does not require grad, an input not reached without
+        /// allow_unused -- the message names it); SHAPE (a non-scalar output
+        /// without grad_outputs, grad_outputs of another shape); DTYPE (an integer
+        /// tensor, grad_outputs of another dtype); DEVICE; ORDER (the walk needs a
+        /// record an earlier backward freed -- see retain_graph -- or a saved
+        /// tensor written in place since; called from a hook or a segment during a
+        /// backward); NOT_SUPPORTED (create_graph through a record without a
+        /// differentiable formula, or any ampx_grad through a checkpointed segment,
+        /// whose recompute accumulates into the leaves it reaches); STALE_HANDLE.
+        /// Thread rules: those of the context (one thread at a time).
+        /// </summary>
+        /// <remarks>ampx.h section 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_grad(IntPtr* outputs, UIntPtr output_count, IntPtr* grad_outputs, IntPtr* inputs, UIntPtr input_count, ampx_grad_options* options, IntPtr* grads);
+
+        /// <summary>
+        /// Default options (same as AMPX_BACKWARD_OPTIONS_INIT). Thread-safe.
+        /// </summary>
+        /// <remarks>ampx.h section 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_backward_options ampx_backward_options_default();
+
+        /// <summary>
+        /// ampx_backward with options (NULL: defaults, which make it exactly
+        /// ampx_backward). Gradients accumulate into the leaves as there.
+        /// Grad-ready hooks (ampx_set_grad_ready_hook) and data-parallel
+        /// reductions run only in the final backward over a graph -- one that does
+        /// not retain it: a backward with retain_graph accumulates quietly, and the
+        /// reduction of its gradients happens in the final one (or at the step).
+        /// With create_graph a leaf's gradient tensor is replaced (see
+        /// create_graph), so a gradient attached with ampx_tensor_set_grad or by
+        /// data-parallel training is not written: use ampx_grad for gradients to
+        /// differentiate there.
+        /// Errors: those of ampx_backward, except that a loss whose tape an
+        /// earlier backward cleared is ORDER (saying retain_graph); ORDER as
+        /// ampx_grad for freed records; NOT_SUPPORTED for create_graph through a
+        /// record without a differentiable formula (a checkpointed segment).
+        /// </summary>
+        /// <remarks>ampx.h section 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_backward_ex(IntPtr loss, IntPtr scaler, ampx_backward_options* options);
+
+        /// <summary>
+        /// out = x * (1 / scale) with the scaler's current scale, taken on the
+        /// device (no host read; the reciprocal as ampx_scaler_unscale takes it),
+        /// a new tensor of x's shape and dtype owned like an op output. Recorded:
+        /// its gradient is the incoming one times the same 1/scale (the scale as
+        /// it was at this call), so gradients of the scaled loss taken with
+        /// create_graph can be unscaled and differentiated (the gradient-penalty
+        /// recipe above). A disabled scaler gives a copy of x.
+        /// Errors: DTYPE (integer x), DEVICE (x of another context), STALE_HANDLE,
+        /// INVALID_ARGUMENT (NULL).
+        /// </summary>
+        /// <remarks>ampx.h section 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_scaler_unscale_tensor(IntPtr scaler, IntPtr x, IntPtr* @out);
 
         /// <summary>
         /// Scopes own op outputs, so a training step in C needs no release per
@@ -3922,16 +4094,16 @@ namespace Ampx
         public static extern ampx_status ampx_comm_rank(IntPtr comm, int* rank, int* size);
 
         /// <summary>
-        /// The longest any collective of this communicator may take, from when it
-        /// is started (MPI, polled wherever the host waits for it) or enqueued
-        /// (NCCL, watched by a thread), before the communicator fails: its pending
-        /// collectives are abandoned (NCCL: ncclCommAbort), the call fails with
-        /// AMPX_ERR_DEVICE and a message naming the collective that timed out, and
-        /// every later call on the communicator fails so (see Timeouts above).
-        /// While it waits, ampx polls NCCL's asynchronous errors. Default 600 s;
-        /// applies from the next collective on. Not collective: set the same value
-        /// on every rank. Errors: INVALID_ARGUMENT (seconds not finite or &lt;= 0),
-        /// STALE_HANDLE.
+        /// The longest the host waits for this communicator's collectives (MPI:
+        /// each wait polls them against it) and the longest a collective may stay
+        /// incomplete after it was enqueued (NCCL: watched by a thread), before
+        /// the communicator fails: its pending collectives are abandoned (NCCL:
+        /// ncclCommAbort), the call fails with AMPX_ERR_DEVICE and a message naming
+        /// the collective that timed out, and every later call on the communicator
+        /// fails so (see Timeouts above). While it waits, ampx polls NCCL's
+        /// asynchronous errors. Default 600 s; applies from the next wait on. Not
+        /// collective: set the same value on every rank. Errors: INVALID_ARGUMENT
+        /// (seconds not finite or &lt;= 0), STALE_HANDLE.
         /// </summary>
         /// <remarks>ampx.h section 14. Data-parallel training: communicators, gradient all-reduce (EXPERIMENTAL)</remarks>
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]

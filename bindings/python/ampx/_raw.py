@@ -323,6 +323,27 @@ class ampx_nonfinite_grad(Structure):
     ]
 
 
+class ampx_grad_options(Structure):
+    """Options of ampx_grad."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("create_graph", c_int32),
+        ("retain_graph", c_int32),
+        ("allow_unused", c_int32),
+    ]
+
+
+class ampx_backward_options(Structure):
+    """Options of ampx_backward_ex."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("retain_graph", c_int32),
+        ("create_graph", c_int32),
+    ]
+
+
 class ampx_segment(Structure):
     """A segment for ampx_checkpoint_segment: the function, its data, and what ampx
     calls once it no longer needs the data (a garbage-collected binding frees the
@@ -614,6 +635,20 @@ def AMPX_SCALER_OPTIONS_INIT() -> ampx_scaler_options:
 def AMPX_SCALER_COUNTERS_INIT() -> ampx_scaler_counters:
     """An ``ampx_scaler_counters`` filled as ``AMPX_SCALER_COUNTERS_INIT`` fills it."""
     return ampx_scaler_counters(struct_size=sizeof(ampx_scaler_counters))
+
+
+def AMPX_GRAD_OPTIONS_INIT() -> ampx_grad_options:
+    """An ``ampx_grad_options`` filled as ``AMPX_GRAD_OPTIONS_INIT`` fills it."""
+    return ampx_grad_options(struct_size=sizeof(ampx_grad_options), retain_graph=-1)
+
+
+def AMPX_BACKWARD_OPTIONS_INIT() -> ampx_backward_options:
+    """An ``ampx_backward_options`` filled as ``AMPX_BACKWARD_OPTIONS_INIT`` fills
+    it."""
+    return ampx_backward_options(
+        struct_size=sizeof(ampx_backward_options),
+        retain_graph=-1,
+    )
 
 
 def AMPX_SEGMENT_INIT() -> ampx_segment:
@@ -908,6 +943,27 @@ FUNCTIONS = {
     "ampx_tensor_requires_grad": (ampx_status, (ampx_tensor, POINTER(c_int32))),
     "ampx_set_grad_enabled": (ampx_status, (ampx_context, c_int32, POINTER(c_int32))),
     "ampx_backward": (ampx_status, (ampx_tensor, ampx_scaler)),
+    "ampx_grad_options_default": (ampx_grad_options, ()),
+    "ampx_grad": (ampx_status, (
+        POINTER(ampx_tensor),
+        c_size_t,
+        POINTER(ampx_tensor),
+        POINTER(ampx_tensor),
+        c_size_t,
+        POINTER(ampx_grad_options),
+        POINTER(ampx_tensor),
+    )),
+    "ampx_backward_options_default": (ampx_backward_options, ()),
+    "ampx_backward_ex": (ampx_status, (
+        ampx_tensor,
+        ampx_scaler,
+        POINTER(ampx_backward_options),
+    )),
+    "ampx_scaler_unscale_tensor": (ampx_status, (
+        ampx_scaler,
+        ampx_tensor,
+        POINTER(ampx_tensor),
+    )),
     "ampx_scope_push": (ampx_status, (ampx_context,)),
     "ampx_scope_pop": (ampx_status, (ampx_context,)),
     "ampx_scope_depth": (ampx_status, (ampx_context, POINTER(c_int32))),
@@ -1352,6 +1408,9 @@ RETURNS_STATUS = frozenset({
     "ampx_tensor_requires_grad",
     "ampx_set_grad_enabled",
     "ampx_backward",
+    "ampx_grad",
+    "ampx_backward_ex",
+    "ampx_scaler_unscale_tensor",
     "ampx_scope_push",
     "ampx_scope_pop",
     "ampx_scope_depth",

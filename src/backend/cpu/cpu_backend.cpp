@@ -351,6 +351,10 @@ class CpuPooling final : public PoolingPrimitives {
                            void* dx) override {
     cpu::pool2d_backward(pool_, shape, x, dy, type, dx);
   }
+  void run_max_pool2d_gather(const Pool2dShape& shape, const void* x, const void* src, DType type,
+                             void* y) override {
+    cpu::max_pool2d_gather(pool_, shape, x, src, type, y);
+  }
 
  private:
   ThreadPool& pool_;

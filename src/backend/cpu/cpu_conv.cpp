@@ -349,5 +349,27 @@ void pool2d_backward(ThreadPool& pool, const Pool2dShape& s, const void* x, cons
   });
 }
 
+void max_pool2d_gather(ThreadPool& pool, const Pool2dShape& s, const void* x, const void* src,
+                       DType type, void* y) {
+  const int64_t in_size = s.in_h * s.in_w, out_size = s.out_h * s.out_w;
+  pool.parallel_for(s.planes, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t plane_index = begin; plane_index < end; ++plane_index) {
+      Floats plane_scratch, src_scratch, out(static_cast<size_t>(out_size));
+      const float* plane =
+          f32_view(offset_of(x, type, plane_index * in_size), type, in_size, plane_scratch);
+      const float* values =
+          f32_view(offset_of(src, type, plane_index * in_size), type, in_size, src_scratch);
+      const auto load = [plane](int64_t i) { return plane[i]; };
+      for (int64_t p = 0; p < s.out_h; ++p)
+        for (int64_t q = 0; q < s.out_w; ++q) {
+          const int64_t at = math::pool_window_argmax(s, load, p, q);
+          out[p * s.out_w + q] = at < 0 ? 0.0f : values[at];
+        }
+      convert_bulk(offset_of(y, type, plane_index * out_size), type, out.data(), DType::F32,
+                   out_size);
+    }
+  });
+}
+
 }  // namespace cpu
 }  // namespace ampx::impl

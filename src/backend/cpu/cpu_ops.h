@@ -100,6 +100,8 @@ void conv2d_backward_weight(ThreadPool& pool, const Conv2dShape& shape, const vo
 void pool2d_forward(ThreadPool& pool, const Pool2dShape& shape, const void* x, DType type, void* y);
 void pool2d_backward(ThreadPool& pool, const Pool2dShape& shape, const void* x, const void* dy,
                      DType type, void* dx);
+void max_pool2d_gather(ThreadPool& pool, const Pool2dShape& shape, const void* x, const void* src,
+                       DType type, void* y);
 void copy_strided(ThreadPool& pool, void* dst, const void* src, size_t elem_size,
                   const StridedCopy& layout);
 void dropout(ThreadPool& pool, const void* x, void* y, DType type, int64_t count, uint64_t seed,

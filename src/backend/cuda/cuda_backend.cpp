@@ -651,6 +651,12 @@ class CudaPooling final : public PoolingPrimitives {
     check(cuda::launch_pool2d_backward(shape, x, dy, type, dx, device_->launch),
           "pool2d_backward kernel launch");
   }
+  void run_max_pool2d_gather(const Pool2dShape& shape, const void* x, const void* src, DType type,
+                             void* y) override {
+    use_device(device_->index);
+    check(cuda::launch_max_pool2d_gather(shape, x, src, type, y, device_->launch),
+          "max_pool2d_gather kernel launch");
+  }
 
  private:
   std::shared_ptr<const CudaDevice> device_;

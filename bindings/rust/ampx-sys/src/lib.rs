@@ -2,7 +2,7 @@
 // Change the header, then run tools/gen_bindings.py.
 //! Raw FFI declarations of ampx's C ABI, `include/ampx/ampx.h`, generated
 //! from the header by `tools/gen_bindings.py` (tools/bindgen/emit_rust.py):
-//! 196 functions, 25 structs, 10 enums, 9 handles, 7 callback types, 13 constants and 21 `*_INIT` values.
+//! 201 functions, 27 structs, 10 enums, 9 handles, 7 callback types, 13 constants and 23 `*_INIT` values.
 //!
 //! Structs are `#[repr(C)]` with the header's fields in order (their layouts
 //! are compared with the C compiler's by `tests/layout.rs`); enums are
@@ -1011,9 +1011,12 @@ extern "C" {
     #[must_use]
     pub fn ampx_scaler_attach(scaler: ampx_scaler, optimizer: ampx_optimizer) -> ampx_status;
 
-    /// out receives a new tensor holding loss * scale (F32, loss's shape).
-    /// `loss` must be a floating tensor of the scaler's context. Disabled
-    /// scaler: a copy of loss in F32.
+    /// out receives a new tensor holding loss * scale (F32, loss's shape),
+    /// owned by the caller. `loss` must be a floating tensor of the scaler's
+    /// context. Disabled scaler: a copy of loss in F32. When loss carries
+    /// gradients the product is recorded (its gradient is the incoming one
+    /// times the scale this call used), so ampx_grad can differentiate the
+    /// scaled loss (see the gradient-penalty recipe in section 9).
     #[must_use]
     pub fn ampx_scaler_scale_loss(scaler: ampx_scaler, loss: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
 
@@ -1295,6 +1298,156 @@ extern "C" {
     /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)).
     #[must_use]
     pub fn ampx_backward(loss: ampx_tensor, scaler: ampx_scaler) -> ampx_status;
+}
+
+/// Options of ampx_grad.
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_grad_options {
+    /// sizeof(ampx_grad_options)
+    pub struct_size: usize,
+    /// default 0; 1: the gradients are recorded, so
+    /// they can be differentiated again
+    pub create_graph: i32,
+    /// default -1: the value of create_graph (torch's
+    /// default); 0: free the records the walk ran; 1:
+    /// keep them for another backward
+    pub retain_graph: i32,
+    /// default 0: an input that no output reaches is
+    /// an error; 1: its gradient is NULL
+    pub allow_unused: i32,
+}
+
+impl Default for ampx_grad_options {
+    /// [`AMPX_GRAD_OPTIONS_INIT`], the header's initializer.
+    fn default() -> Self { AMPX_GRAD_OPTIONS_INIT }
+}
+
+/// `AMPX_GRAD_OPTIONS_INIT`: the header's initializer of [`ampx_grad_options`].
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)).
+pub const AMPX_GRAD_OPTIONS_INIT: ampx_grad_options = ampx_grad_options {
+    struct_size: size_of::<ampx_grad_options>(),
+    create_graph: 0,
+    retain_graph: -1,
+    allow_unused: 0,
+};
+
+extern "C" {
+    /// Default options (same as AMPX_GRAD_OPTIONS_INIT). Thread-safe.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)).
+    pub fn ampx_grad_options_default() -> ampx_grad_options;
+
+    /// The gradients of outputs[0..output_count-1] with respect to
+    /// inputs[0..input_count-1] (torch.autograd.grad): grads[i] receives
+    /// sum_k d<outputs[k], grad_outputs[k]>/d inputs[i], a new tensor of
+    /// inputs[i]'s shape and dtype owned like an op output (by the innermost
+    /// open scope, else by the caller; see ampx_scope_push), or NULL for an
+    /// input no output reaches when options->allow_unused. Outputs are floating
+    /// tensors made by recorded ops (or leaves that require grad); inputs are
+    /// leaves that require grad or tensors recorded ops made (intermediates:
+    /// the gradient flowing into that tensor). grad_outputs may be NULL, and so
+    /// may any entry of it: a gradient of ones, for one-element outputs only;
+    /// a given one must have its output's shape and dtype. `options` NULL:
+    /// defaults. ampx_grad accumulates into no tensor's gradient
+    /// (ampx_tensor_grad), calls no grad-ready hook and starts no data-parallel
+    /// reduction; only records that lead from the outputs to an input run.
+    /// The arrays are read during the call only. On any error nothing has
+    /// changed (no record freed, no gradient written) and grads is left as it
+    /// was.
+    /// Errors: INVALID_ARGUMENT (a count of 0, a NULL array, an output or
+    /// input that does not require grad, an input not reached without
+    /// allow_unused -- the message names it); SHAPE (a non-scalar output
+    /// without grad_outputs, grad_outputs of another shape); DTYPE (an integer
+    /// tensor, grad_outputs of another dtype); DEVICE; ORDER (the walk needs a
+    /// record an earlier backward freed -- see retain_graph -- or a saved
+    /// tensor written in place since; called from a hook or a segment during a
+    /// backward); NOT_SUPPORTED (create_graph through a record without a
+    /// differentiable formula, or any ampx_grad through a checkpointed segment,
+    /// whose recompute accumulates into the leaves it reaches); STALE_HANDLE.
+    /// Thread rules: those of the context (one thread at a time).
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)).
+    #[must_use]
+    pub fn ampx_grad(outputs: *const ampx_tensor, output_count: usize, grad_outputs: *const ampx_tensor, inputs: *const ampx_tensor, input_count: usize, options: *const ampx_grad_options, grads: *mut ampx_tensor) -> ampx_status;
+}
+
+/// Options of ampx_backward_ex.
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_backward_options {
+    /// sizeof(ampx_backward_options)
+    pub struct_size: usize,
+    /// default -1: the value of create_graph; 0: the
+    /// tape is cleared (as ampx_backward; with
+    /// create_graph, only the records this backward
+    /// ran are freed); 1: kept for another backward
+    pub retain_graph: i32,
+    /// default 0; 1: the gradients are computed with
+    /// recorded ops, and each reached leaf's gradient
+    /// is replaced by a new recorded tensor (the old
+    /// gradient plus this one, as torch), which can be
+    /// differentiated
+    pub create_graph: i32,
+}
+
+impl Default for ampx_backward_options {
+    /// [`AMPX_BACKWARD_OPTIONS_INIT`], the header's initializer.
+    fn default() -> Self { AMPX_BACKWARD_OPTIONS_INIT }
+}
+
+/// `AMPX_BACKWARD_OPTIONS_INIT`: the header's initializer of [`ampx_backward_options`].
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)).
+pub const AMPX_BACKWARD_OPTIONS_INIT: ampx_backward_options = ampx_backward_options {
+    struct_size: size_of::<ampx_backward_options>(),
+    retain_graph: -1,
+    create_graph: 0,
+};
+
+extern "C" {
+    /// Default options (same as AMPX_BACKWARD_OPTIONS_INIT). Thread-safe.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)).
+    pub fn ampx_backward_options_default() -> ampx_backward_options;
+
+    /// ampx_backward with options (NULL: defaults, which make it exactly
+    /// ampx_backward). Gradients accumulate into the leaves as there.
+    /// Grad-ready hooks (ampx_set_grad_ready_hook) and data-parallel
+    /// reductions run only in the final backward over a graph -- one that does
+    /// not retain it: a backward with retain_graph accumulates quietly, and the
+    /// reduction of its gradients happens in the final one (or at the step).
+    /// With create_graph a leaf's gradient tensor is replaced (see
+    /// create_graph), so a gradient attached with ampx_tensor_set_grad or by
+    /// data-parallel training is not written: use ampx_grad for gradients to
+    /// differentiate there.
+    /// Errors: those of ampx_backward, except that a loss whose tape an
+    /// earlier backward cleared is ORDER (saying retain_graph); ORDER as
+    /// ampx_grad for freed records; NOT_SUPPORTED for create_graph through a
+    /// record without a differentiable formula (a checkpointed segment).
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)).
+    #[must_use]
+    pub fn ampx_backward_ex(loss: ampx_tensor, scaler: ampx_scaler, options: *const ampx_backward_options) -> ampx_status;
+
+    /// out = x * (1 / scale) with the scaler's current scale, taken on the
+    /// device (no host read; the reciprocal as ampx_scaler_unscale takes it),
+    /// a new tensor of x's shape and dtype owned like an op output. Recorded:
+    /// its gradient is the incoming one times the same 1/scale (the scale as
+    /// it was at this call), so gradients of the scaled loss taken with
+    /// create_graph can be unscaled and differentiated (the gradient-penalty
+    /// recipe above). A disabled scaler gives a copy of x.
+    /// Errors: DTYPE (integer x), DEVICE (x of another context), STALE_HANDLE,
+    /// INVALID_ARGUMENT (NULL).
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 9. Autograd: gradients, grad mode, scopes (EXPERIMENTAL)).
+    #[must_use]
+    pub fn ampx_scaler_unscale_tensor(scaler: ampx_scaler, x: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
 
     /// Scopes own op outputs, so a training step in C needs no release per
     /// intermediate. While a scope is open on the context, every tensor an op
@@ -2789,16 +2942,16 @@ extern "C" {
     #[must_use]
     pub fn ampx_comm_rank(comm: ampx_comm, rank: *mut i32, size: *mut i32) -> ampx_status;
 
-    /// The longest any collective of this communicator may take, from when it
-    /// is started (MPI, polled wherever the host waits for it) or enqueued
-    /// (NCCL, watched by a thread), before the communicator fails: its pending
-    /// collectives are abandoned (NCCL: ncclCommAbort), the call fails with
-    /// AMPX_ERR_DEVICE and a message naming the collective that timed out, and
-    /// every later call on the communicator fails so (see Timeouts above).
-    /// While it waits, ampx polls NCCL's asynchronous errors. Default 600 s;
-    /// applies from the next collective on. Not collective: set the same value
-    /// on every rank. Errors: INVALID_ARGUMENT (seconds not finite or <= 0),
-    /// STALE_HANDLE.
+    /// The longest the host waits for this communicator's collectives (MPI:
+    /// each wait polls them against it) and the longest a collective may stay
+    /// incomplete after it was enqueued (NCCL: watched by a thread), before
+    /// the communicator fails: its pending collectives are abandoned (NCCL:
+    /// ncclCommAbort), the call fails with AMPX_ERR_DEVICE and a message naming
+    /// the collective that timed out, and every later call on the communicator
+    /// fails so (see Timeouts above). While it waits, ampx polls NCCL's
+    /// asynchronous errors. Default 600 s; applies from the next wait on. Not
+    /// collective: set the same value on every rank. Errors: INVALID_ARGUMENT
+    /// (seconds not finite or <= 0), STALE_HANDLE.
     ///
     /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 14. Data-parallel training: communicators, gradient all-reduce).
     #[must_use]
@@ -3949,6 +4102,17 @@ pub mod layout {
             ("offsetof ampx_nonfinite_grad.name", ampx_offset_of!(ampx_nonfinite_grad, name)),
             ("offsetof ampx_nonfinite_grad.nan_count", ampx_offset_of!(ampx_nonfinite_grad, nan_count)),
             ("offsetof ampx_nonfinite_grad.inf_count", ampx_offset_of!(ampx_nonfinite_grad, inf_count)),
+            ("sizeof ampx_grad_options", size_of::<ampx_grad_options>()),
+            ("alignof ampx_grad_options", align_of::<ampx_grad_options>()),
+            ("offsetof ampx_grad_options.struct_size", ampx_offset_of!(ampx_grad_options, struct_size)),
+            ("offsetof ampx_grad_options.create_graph", ampx_offset_of!(ampx_grad_options, create_graph)),
+            ("offsetof ampx_grad_options.retain_graph", ampx_offset_of!(ampx_grad_options, retain_graph)),
+            ("offsetof ampx_grad_options.allow_unused", ampx_offset_of!(ampx_grad_options, allow_unused)),
+            ("sizeof ampx_backward_options", size_of::<ampx_backward_options>()),
+            ("alignof ampx_backward_options", align_of::<ampx_backward_options>()),
+            ("offsetof ampx_backward_options.struct_size", ampx_offset_of!(ampx_backward_options, struct_size)),
+            ("offsetof ampx_backward_options.retain_graph", ampx_offset_of!(ampx_backward_options, retain_graph)),
+            ("offsetof ampx_backward_options.create_graph", ampx_offset_of!(ampx_backward_options, create_graph)),
             ("sizeof ampx_segment", size_of::<ampx_segment>()),
             ("alignof ampx_segment", align_of::<ampx_segment>()),
             ("offsetof ampx_segment.struct_size", ampx_offset_of!(ampx_segment, struct_size)),
