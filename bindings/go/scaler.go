@@ -76,12 +76,27 @@ func (s *Scaler) Attach(opt *Optimizer) error {
 	return call(func() C.ampx_status { return C.ampx_scaler_attach(h, o) }, s, opt)
 }
 
-// ScaleLoss returns a new F32 tensor holding loss * scale.
+// ScaleLoss returns a new F32 tensor holding loss * scale, recorded when loss
+// requires gradients (so Grad can differentiate it).
 func (s *Scaler) ScaleLoss(loss *Tensor) (*Tensor, error) {
 	var out C.ampx_tensor
 	h, l := s.handle(), loss.handle()
 	err := call(func() C.ampx_status { return C.ampx_scaler_scale_loss(h, l, &out) }, s, loss)
 	return s.ctx.owned(out, err)
+}
+
+// UnscaleTensor returns x * (1 / scale) with the current scale, taken on the
+// device (no host read; ampx_scaler_unscale_tensor), a new tensor of x's
+// shape and dtype owned as an op output. It is recorded -- its gradient is
+// the incoming one times the same 1/scale -- so gradients of ScaleLoss's
+// output taken by Grad with CreateGraph can be unscaled and differentiated
+// (the gradient-penalty recipe of ampx.h section 9). A disabled scaler
+// gives a copy of x.
+func (s *Scaler) UnscaleTensor(x *Tensor) (*Tensor, error) {
+	var out C.ampx_tensor
+	h, hx := s.handle(), x.handle()
+	err := call(func() C.ampx_status { return C.ampx_scaler_unscale_tensor(h, hx, &out) }, s, x)
+	return s.ctx.result(out, err)
 }
 
 // ScaleTensor returns a new reference to the one-element F32 device tensor

@@ -358,13 +358,29 @@ namespace Ampx
                                                               RawOrNull(weight), &o, &r), r, labels, weight);
         }
 
-        /// <summary>Binary cross-entropy of logits against targets of the same shape.</summary>
-        public static Tensor BceWithLogits(Tensor logits, Tensor targets, Reduction reduction = Reduction.Mean)
+        /// <summary>
+        /// Binary cross-entropy of logits against targets of the same shape, as
+        /// torch's binary_cross_entropy_with_logits. `weight` (null: none) rescales
+        /// each element's loss and `posWeight` (null: none) the positive term
+        /// (torch's per-class weight: a [C] tensor applies along the last dimension
+        /// of [..., C] logits); each broadcasts to the logits' shape (aligned at the
+        /// right, extents equal or 1), may be of any floating type, and is a
+        /// constant (no gradient flows to it). The mean divides by the number of
+        /// elements, whatever the weights.
+        /// </summary>
+        public static Tensor BceWithLogits(Tensor logits, Tensor targets, Reduction reduction = Reduction.Mean,
+                                           Tensor weight = null, Tensor posWeight = null)
         {
             NotNull(logits, "logits");
             IntPtr r;
-            return logits.Output(Native.ampx_bce_with_logits(logits.Ptr, NotNull(targets, "targets").Ptr,
-                                                             (Native.ampx_reduction)reduction, &r), r, targets);
+            if (weight == null && posWeight == null)
+                return logits.Output(Native.ampx_bce_with_logits(logits.Ptr, NotNull(targets, "targets").Ptr,
+                                                                 (Native.ampx_reduction)reduction, &r), r, targets);
+            var o = Native.ampx_bce_with_logits_options_default();
+            o.reduction = (Native.ampx_reduction)reduction;
+            return logits.Output(Native.ampx_bce_with_logits_ex(logits.Ptr, NotNull(targets, "targets").Ptr,
+                                                                RawOrNull(weight), RawOrNull(posWeight), &o, &r),
+                                 r, targets, weight, posWeight);
         }
     }
 }

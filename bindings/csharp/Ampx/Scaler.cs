@@ -43,13 +43,30 @@ namespace Ampx
             Err.Check(Native.ampx_scaler_attach(Ptr, Raw(optimizer)), this, optimizer);
         }
 
-        /// <summary>loss * scale, a new F32 tensor.</summary>
+        /// <summary>loss * scale, a new F32 tensor; recorded when loss requires grad, so Autograd.Grad can differentiate it.</summary>
         public Tensor ScaleLoss(Tensor loss)
         {
             if (loss == null) throw new ArgumentNullException("loss");
             IntPtr result;
             Err.Check(Native.ampx_scaler_scale_loss(Ptr, loss.Ptr, &result), this, loss);
             return new Tensor(Context, new TensorHandle(result, true));
+        }
+
+        /// <summary>
+        /// x * (1 / scale) with the current scale, taken on the device (no host
+        /// read; ampx_scaler_unscale_tensor): a new tensor of x's shape and dtype,
+        /// owned as an op output. Recorded -- its gradient is the incoming one
+        /// times the same 1/scale -- so gradients of ScaleLoss's output taken by
+        /// Autograd.Grad with createGraph can be unscaled and differentiated (the
+        /// gradient-penalty recipe of ampx.h section 9). A disabled scaler gives a
+        /// copy of x.
+        /// </summary>
+        public Tensor UnscaleTensor(Tensor x)
+        {
+            if (x == null) throw new ArgumentNullException("x");
+            IntPtr result;
+            Err.Check(Native.ampx_scaler_unscale_tensor(Ptr, x.Ptr, &result), this, x);
+            return Context.Adopt(result);
         }
 
         /// <summary>The one-element F32 device tensor holding the scale (read-only), to seed a backward pass of your own.</summary>

@@ -588,12 +588,28 @@ namespace Ampx
 
         /// <summary>
         /// Backpropagates from this one-element loss (ampx_backward); with a scaler
-        /// the seed is its scale, so the gradients come out scaled.
+        /// the seed is its scale, so the gradients come out scaled. `retainGraph`
+        /// and `createGraph` are torch's (ampx_backward_ex): retainGraph (null: the
+        /// value of createGraph) keeps the tape for another backward over the same
+        /// graph -- without it a second one through the freed records throws with
+        /// Status.ErrOrder -- and createGraph computes the gradients with recorded
+        /// ops, so each reached leaf's Grad becomes a new tensor that can be
+        /// differentiated (Autograd.Grad). Grad-ready hooks and data-parallel
+        /// reductions run only in a backward that does not retain the graph.
         /// </summary>
-        public void Backward(Scaler scaler = null)
+        public void Backward(Scaler scaler = null, bool? retainGraph = null, bool createGraph = false)
         {
             var raw = Ptr;
-            Err.Check(Native.ampx_backward(raw, scaler == null ? IntPtr.Zero : scaler.Ptr), this, scaler);
+            var s = scaler == null ? IntPtr.Zero : scaler.Ptr;
+            if (!retainGraph.HasValue && !createGraph)
+            {
+                Err.Check(Native.ampx_backward(raw, s), this, scaler);
+                return;
+            }
+            var o = Native.ampx_backward_options_default();
+            o.retain_graph = Autograd.RetainFlag(retainGraph);
+            o.create_graph = createGraph ? 1 : 0;
+            Err.Check(Native.ampx_backward_ex(raw, s, &o), this, scaler);
         }
 
         /// <summary>Tells the grad-ready hook this parameter's gradient is final (engines with their own backward).</summary>

@@ -876,15 +876,94 @@ function __init__()
     nothing
 end
 
+# torch's retain_graph = None (follow create_graph) is -1 in C.
+retain_flag(retain_graph::Union{Nothing,Bool}) = retain_graph === nothing ? Int32(-1) : Int32(retain_graph)
+
 """
-    backward!(loss, scaler = nothing)
+    backward!(loss, scaler = nothing; retain_graph = nothing, create_graph = false)
 
 Backpropagates from the one-element `loss`; with a scaler the gradients
-come out scaled. An exception thrown by a checkpointed segment (run again
-here) or by the grad-ready hook is rethrown here.
+come out scaled. `retain_graph` and `create_graph` are torch's
+(`ampx_backward_ex`): `retain_graph = true` keeps the tape for another
+backward over the same graph (default: the value of `create_graph`;
+without it a second backward through the freed records throws
+`ERR_ORDER`); `create_graph = true` computes the gradients with recorded
+ops, so each reached leaf's `grad` becomes a new tensor that can be
+differentiated. Grad-ready hooks and data-parallel reductions run only in a
+backward that does not retain the graph. An exception thrown by a
+checkpointed segment (run again here) or by the grad-ready hook is rethrown
+here.
 """
-backward!(loss::Tensor, scaler::Union{Nothing,Scaler} = nothing) =
-    check_callbacks(loss.ctx, LibAmpx.ampx_backward(loss, optional(scaler)))
+function backward!(loss::Tensor, scaler::Union{Nothing,Scaler} = nothing;
+                   retain_graph::Union{Nothing,Bool} = nothing, create_graph::Bool = false)
+    if retain_graph === nothing && !create_graph
+        return check_callbacks(loss.ctx, LibAmpx.ampx_backward(loss, optional(scaler)))
+    end
+    options = with(LibAmpx.ampx_backward_options_default();
+                   retain_graph = retain_flag(retain_graph), create_graph = create_graph)
+    check_callbacks(loss.ctx, LibAmpx.ampx_backward_ex(loss, optional(scaler), Ref(options)))
+end
+
+# A tensor, or a collection of tensors (and `nothing`s where allowed), as a vector.
+tensor_list(x::Tensor, what; allow_nothing = false) = Union{Nothing,Tensor}[x]
+function tensor_list(xs, what; allow_nothing = false)
+    list = Union{Nothing,Tensor}[]
+    for (i, x) in enumerate(xs)
+        x isa Tensor || (allow_nothing && x === nothing) ||
+            throw(ArgumentError("$what[$i] is a $(typeof(x)), not a Tensor" *
+                                (allow_nothing ? " or nothing" : "")))
+        push!(list, x)
+    end
+    list
+end
+
+"""
+    grad(outputs, inputs; grad_outputs = nothing, retain_graph = nothing,
+         create_graph = false, allow_unused = false)
+
+The gradients of `outputs` with respect to `inputs`, as torch.autograd.grad
+(`ampx_grad`); each of the two is a Tensor or a collection of them. Inputs
+are leaves that require grad or tensors ops made (the gradient flowing into
+that tensor). `grad_outputs` is `nothing`, or one entry per output: a tensor
+of that output's shape and dtype, or `nothing` for ones, which only
+one-element outputs may take (a larger output without one throws
+`ERR_SHAPE`).
+
+Returns a `Vector{Union{Nothing,Tensor}}` with one new tensor per input (of
+its shape and dtype, borrowed from the open scope as op outputs are), or
+`nothing` for an input no output reaches when `allow_unused` (without it,
+such an input throws `ERR_INVALID_ARGUMENT` naming it). `create_graph`
+records the computation of the gradients, so they can be differentiated
+again; `retain_graph` (default: `create_graph`) keeps the records this call
+runs for another backward. Nothing accumulates into `grad(t)`, and no
+grad-ready hook or data-parallel reduction runs. A failed call changes
+nothing.
+"""
+function grad(outputs, inputs; grad_outputs = nothing,
+              retain_graph::Union{Nothing,Bool} = nothing, create_graph::Bool = false,
+              allow_unused::Bool = false)
+    outs = tensor_list(outputs, "outputs")
+    ins = tensor_list(inputs, "inputs")
+    seeds = grad_outputs === nothing ? nothing :
+        tensor_list(grad_outputs, "grad_outputs"; allow_nothing = true)
+    if seeds !== nothing && length(seeds) != length(outs)
+        throw(ArgumentError("grad_outputs has $(length(seeds)) entries for $(length(outs)) " *
+                            "outputs; give one (or nothing) per output"))
+    end
+    out_handles = handles(outs)
+    in_handles = handles(ins)
+    seed_handles = seeds === nothing ? C_NULL :
+        LibAmpx.ampx_tensor[t === nothing ? C_NULL : live(t) for t in seeds]
+    options = with(LibAmpx.ampx_grad_options_default(); create_graph = create_graph,
+                   retain_graph = retain_flag(retain_graph), allow_unused = allow_unused)
+    results = fill(LibAmpx.ampx_tensor(C_NULL), length(ins))
+    status = GC.@preserve outs ins seeds LibAmpx.ampx_grad(
+        out_handles, length(out_handles), seed_handles, in_handles, length(in_handles),
+        Ref(options), results)
+    check(status)
+    ctx = first(outs).ctx
+    Union{Nothing,Tensor}[h == C_NULL ? nothing : result(ctx, h) for h in results]
+end
 
 """
     checkpoint(f, inputs::Tensor...; num_outputs = 1, ctx = nothing)
@@ -1139,7 +1218,7 @@ end
 "Ties `o` to the scaler before its first use."
 attach!(s::Scaler, o::Optimizer) = check(LibAmpx.ampx_scaler_attach(s, o))
 
-"A new F32 tensor holding `loss * scale`."
+"A new F32 tensor holding `loss * scale`; recorded when `loss` requires grad (so `grad` can differentiate it)."
 function scale_loss(s::Scaler, loss::Tensor)
     out = Ref{LibAmpx.ampx_tensor}(C_NULL)
     check(LibAmpx.ampx_scaler_scale_loss(s, loss, out))
@@ -1159,6 +1238,20 @@ function scale(s::Scaler)
     check(LibAmpx.ampx_scaler_get_scale(s, out))
     out[]
 end
+
+"""
+    unscale_tensor(s, x)
+
+`x * (1 / scale)` with the scaler's current scale, taken on the device (no
+host read; `ampx_scaler_unscale_tensor`): a new tensor of x's shape and
+dtype, owned as an op output. Recorded -- its gradient is the incoming one
+times the same 1/scale -- so gradients of `scale_loss`'s output taken by
+`grad(...; create_graph = true)` can be unscaled and differentiated (the
+gradient-penalty recipe of ampx.h section 9). A disabled scaler gives a copy
+of x.
+"""
+unscale_tensor(s::Scaler, x::Tensor) =
+    op(out -> LibAmpx.ampx_scaler_unscale_tensor(s, x, out), s.ctx)
 
 "Divides `o`'s gradients by the scale, recording inf/NaN."
 unscale!(s::Scaler, o::Optimizer) = check(LibAmpx.ampx_scaler_unscale(s, o))
@@ -1383,9 +1476,29 @@ end
 mse_loss(input::Tensor, target::Tensor; reduction::Reduction = REDUCTION_MEAN) =
     op(out -> LibAmpx.ampx_mse_loss(input, target, reduction, out), input.ctx)
 
-"Binary cross-entropy of logits against targets of the same shape."
-bce_with_logits(logits::Tensor, targets::Tensor; reduction::Reduction = REDUCTION_MEAN) =
-    op(out -> LibAmpx.ampx_bce_with_logits(logits, targets, reduction, out), logits.ctx)
+"""
+    bce_with_logits(logits, targets; reduction = REDUCTION_MEAN, weight = nothing,
+                    pos_weight = nothing)
+
+Binary cross-entropy of logits against targets of the same shape, as
+torch.nn.functional.binary_cross_entropy_with_logits. `weight` rescales each
+element's loss and `pos_weight` the positive term (torch's per-class weight:
+a [C] tensor applies along the last dimension of [..., C] logits); each
+broadcasts to the logits' shape (aligned at the right, extents equal or 1),
+may be of any floating type, and is a constant (no gradient flows to it).
+The mean divides by the number of elements, whatever the weights.
+"""
+function bce_with_logits(logits::Tensor, targets::Tensor; reduction::Reduction = REDUCTION_MEAN,
+                         weight::Union{Nothing,Tensor} = nothing,
+                         pos_weight::Union{Nothing,Tensor} = nothing)
+    if weight === nothing && pos_weight === nothing
+        return op(out -> LibAmpx.ampx_bce_with_logits(logits, targets, reduction, out), logits.ctx)
+    end
+    options = with(LibAmpx.ampx_bce_with_logits_options_default(); reduction = reduction)
+    op(out -> LibAmpx.ampx_bce_with_logits_ex(logits, targets, optional(weight),
+                                              optional(pos_weight), Ref(options), out),
+       logits.ctx)
+end
 
 "Matrix product [M,K]x[K,N] (or batched)."
 matmul(a::Tensor, b::Tensor) = op(out -> LibAmpx.ampx_matmul(a, b, out), a.ctx)

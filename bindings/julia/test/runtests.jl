@@ -606,4 +606,206 @@ end
         end
         close(ctx)
     end
+    # grad, backward!'s retain_graph/create_graph and unscale_tensor (issue 41),
+    # bce_with_logits' weight/pos_weight (issue 43), against references in
+    # Float64 computed here: closed forms, central differences of a small
+    # MLP's gradient, torch's formula. ampx computes in fp32: 1e-5 relative
+    # for closed forms and losses, 1e-4 of the largest element for the
+    # Hessian-vector product (a missing term of a formula is off by O(1)).
+    @testset "grad: x^3 to third order, unused inputs, bad input, retain_graph" begin
+        ctx = Context()
+        xs = Float32[-1.5, -0.25, 0.5, 2.0]
+        x64 = Float64.(xs)
+        x = param(ctx, xs, (4,))
+        for cube in (Ampx.mul(Ampx.mul(x, x), x), Ampx.pow(x, 3))
+            g = Ampx.grad(sum(cube), x; create_graph = true)[1]
+            @test Ampx.requires_grad(g)
+            @test agree(host(g), 3 .* x64 .^ 2; rtol = 1e-5)
+            h = Ampx.grad(sum(g), [x]; create_graph = true)[1]
+            @test agree(host(h), 6 .* x64; rtol = 1e-5, atol = 1e-6)
+            t = Ampx.grad(sum(h), (x,))[1]
+            @test agree(host(t), fill(6.0, 4); rtol = 1e-5)
+            @test Ampx.grad(x) === nothing  # nothing accumulated into x's gradient
+        end
+
+        z = param(ctx, xs, (4,))
+        loss = sum(Ampx.mul(x, x))
+        err = error_of(() -> Ampx.grad(loss, [x, z]; retain_graph = true))
+        @test err isa AmpxError && err.status == ERR_INVALID_ARGUMENT &&
+              occursin("inputs[1]", err.message) && occursin("allow_unused", err.message)
+        gs = Ampx.grad(loss, [x, z]; allow_unused = true)
+        @test length(gs) == 2 && gs[2] === nothing
+        @test agree(host(gs[1]), 2 .* x64; rtol = 1e-6)
+
+        y = tanh(x)  # four elements
+        err = error_of(() -> Ampx.grad(y, x))
+        @test err isa AmpxError && err.status == ERR_SHAPE && occursin("grad_outputs", err.message)
+        err = error_of(() -> Ampx.grad(y, x; grad_outputs = [zeros(ctx, F32, (3,))]))
+        @test err isa AmpxError && err.status == ERR_SHAPE
+        err = error_of(() -> Ampx.grad(y, x; grad_outputs = [zeros(ctx, F16, (4,))]))
+        @test err isa AmpxError && err.status == ERR_DTYPE
+        @test_throws ArgumentError Ampx.grad(y, x; grad_outputs = [nothing, nothing])
+        @test_throws ArgumentError Ampx.grad(y, [x, 1.0])
+        v = Float32[1, -2, 0.5, 3]
+        dx = Ampx.grad(y, x; grad_outputs = [Tensor(ctx, v, (4,))], retain_graph = true)[1]
+        @test agree(host(dx), (1 .- tanh.(x64) .^ 2) .* v; rtol = 1e-5, atol = 1e-6)
+
+        # Without create_graph the gradient is not differentiable again; a
+        # third pass over a freed tape is an ORDER error naming retain_graph.
+        s = sum(y)
+        g = Ampx.grad(s, x)[1]
+        @test !Ampx.requires_grad(g)
+        err = error_of(() -> Ampx.grad(sum(g), x))
+        @test err isa AmpxError && err.status == ERR_INVALID_ARGUMENT
+        err = error_of(() -> Ampx.grad(s, x))
+        @test err isa AmpxError && err.status == ERR_ORDER && occursin("retain_graph", err.message)
+
+        # backward! with retain_graph accumulates; with create_graph the
+        # gradient can be differentiated.
+        w = param(ctx, xs, (4,))
+        l = sum(Ampx.mul(Ampx.mul(w, w), w))
+        Ampx.backward!(l; retain_graph = true)
+        Ampx.backward!(l)
+        @test agree(host(Ampx.grad(w)), 6 .* x64 .^ 2; rtol = 1e-5)
+        err = error_of(() -> Ampx.backward!(l; retain_graph = false))
+        @test err isa AmpxError && err.status == ERR_ORDER
+        u = param(ctx, xs, (4,))
+        Ampx.backward!(sum(Ampx.mul(Ampx.mul(u, u), u)); create_graph = true)
+        gu = Ampx.grad(u)
+        @test Ampx.requires_grad(gu)
+        @test agree(host(Ampx.grad(sum(gu), u)[1]), 6 .* x64; rtol = 1e-5, atol = 1e-6)
+        close(ctx)
+    end
+
+    @testset "grad: a Hessian-vector product of a small MLP against central differences" begin
+        ctx = Context()
+        N, I, H, O = 6, 3, 5, 2
+        draw(n, seed) = Float32[sin(seed * k) * 0.8 for k in 1:n]
+        shapes = ((H, I), (H,), (O, H), (O,))
+        init = [draw(prod(sh), 0.7 + 0.3 * k) for (k, sh) in enumerate(shapes)]
+        vecs = [draw(prod(sh), 1.9 + 0.4 * k) for (k, sh) in enumerate(shapes)]
+        xs, ys = draw(N * I, 1.3), draw(N * O, 3.7)
+        params = [param(ctx, init[k], shapes[k]) for k in 1:4]
+        x, y = Tensor(ctx, xs, (N, I)), Tensor(ctx, ys, (N, O))
+        hidden = tanh(Ampx.linear(x, params[1], params[2]))
+        loss = Ampx.mse_loss(Ampx.linear(hidden, params[3], params[4]), y)
+        grads = Ampx.grad(loss, params; create_graph = true)
+        dot = sum(Ampx.mul(grads[1], Tensor(ctx, vecs[1], shapes[1])))
+        for k in 2:4
+            dot = Ampx.add(dot, sum(Ampx.mul(grads[k], Tensor(ctx, vecs[k], shapes[k]))))
+        end
+        hv = Ampx.grad(dot, params)
+
+        # The MLP's gradient in Float64 (row-major flat parameters).
+        function gradient(p)
+            w1, b1, w2, b2 = p
+            X, Y = Float64.(xs), Float64.(ys)
+            g = [zeros(H * I), zeros(H), zeros(O * H), zeros(O)]
+            for n in 0:N-1
+                a = [tanh(b1[h+1] + sum(X[n*I+i+1] * w1[h*I+i+1] for i in 0:I-1)) for h in 0:H-1]
+                d_out = [2 * (b2[o+1] + sum(a[h+1] * w2[o*H+h+1] for h in 0:H-1) - Y[n*O+o+1]) / (N * O)
+                         for o in 0:O-1]
+                g[4] .+= d_out
+                for h in 0:H-1
+                    d_z = sum(d_out[o+1] * w2[o*H+h+1] for o in 0:O-1) * (1 - a[h+1]^2)
+                    g[2][h+1] += d_z
+                    for o in 0:O-1
+                        g[3][o*H+h+1] += d_out[o+1] * a[h+1]
+                    end
+                    for i in 0:I-1
+                        g[1][h*I+i+1] += d_z * X[n*I+i+1]
+                    end
+                end
+            end
+            g
+        end
+        eps = 1e-4
+        plus = gradient([Float64.(init[k]) .+ eps .* vecs[k] for k in 1:4])
+        minus = gradient([Float64.(init[k]) .- eps .* vecs[k] for k in 1:4])
+        want = [(plus[k] .- minus[k]) ./ (2eps) for k in 1:4]
+        scale = maximum(maximum(abs.(w)) for w in want)
+        @test scale > 1e-2
+        for k in 1:4
+            @test agree(host(hv[k]), want[k]; atol = 1e-4 * scale)
+            @test agree(host(grads[k]), gradient([Float64.(p) for p in init])[k]; atol = 1e-5)
+        end
+        close(ctx)
+    end
+
+    @testset "unscale_tensor and the gradient-penalty recipe skipping an overflow" begin
+        ctx = Context()
+        scaler = Scaler(ctx, Ampx.scaler_options(init_scale = 1024))
+        x0 = Float32[-1, 0.25, 0.75]
+        t = tanh.(Float64.(x0))
+        x = param(ctx, x0, (3,))
+        scaled = Ampx.scale_loss(scaler, sum(tanh(x)))
+        @test Ampx.requires_grad(scaled)
+        g = Ampx.grad(scaled, x; create_graph = true)[1]
+        u = Ampx.unscale_tensor(scaler, g)
+        @test agree(host(g), 1024 .* (1 .- t .^ 2); rtol = 1e-6)
+        @test agree(host(u), 1 .- t .^ 2; rtol = 1e-6)
+        @test agree(host(Ampx.grad(sum(u), x)[1]), -2 .* t .* (1 .- t .^ 2); rtol = 1e-5)
+        err = error_of(() -> Ampx.unscale_tensor(scaler, Tensor(ctx, Int64[1, 2], (2,))))
+        @test err isa AmpxError && err.status == ERR_DTYPE
+
+        # At a scale of 2^127 the scaled gradients (the largest > 2 unscaled:
+        # the loss is 16 times a sum) overflow fp32, the penalty is inf, the
+        # step is skipped and the scale backs off by 2^-24; at 2^103 the
+        # next step is taken.
+        w = param(ctx, Float32[0.5, -0.3, 0.8, 0.1, -0.6, 0.4], (2, 3))
+        xs = Tensor(ctx, Float32[0.3, -0.2, 0.9, -0.7, 0.5, 0.1, 0.2, 0.8, -0.4, -0.9, 0.6, 0.3], (4, 3))
+        opt = Ampx.sgd(ctx, [w], Ampx.sgd_options(lr = 0.1))
+        scaler = Scaler(ctx, Ampx.scaler_options(init_scale = 2.0^127, backoff_factor = 2.0^-24))
+        taken = Bool[]
+        for step in 1:2
+            before = host(w)
+            loss = Ampx.affine(sum(tanh(Ampx.linear(xs, w))), 16, 0)
+            g = Ampx.grad(Ampx.scale_loss(scaler, loss), w; create_graph = true)[1]
+            u = Ampx.unscale_tensor(scaler, g)
+            Ampx.backward!(Ampx.add(loss, Ampx.affine(sum(Ampx.mul(u, u)), 0.5, 0)), scaler)
+            Ampx.step!(scaler, opt)
+            Ampx.update!(scaler)
+            Ampx.zero_grad!(opt)
+            push!(taken, host(w) != before)
+        end
+        @test taken == [false, true]
+        @test Ampx.counters(scaler).skipped == 1
+        @test Ampx.scale(scaler) == 2.0^103
+        close(ctx)
+    end
+
+    @testset "bce_with_logits with weight and pos_weight: torch's formula" begin
+        ctx = Context()
+        xs = Float32[4 * sin(1.7 * k) for k in 1:12]
+        ts = Float32[0, 1, 0.25, 1, 1, 0, 0.5, 0, 1, 0, 0.75, 1]
+        wrow, pcol = Float32[0.5, 1.25, 2, 0.75], Float32[0.5, 3, 1.5]
+        w = [Float64(wrow[div(i, 3)+1]) for i in 0:11]  # weight [4, 1]
+        p = [Float64(pcol[i%3+1]) for i in 0:11]        # pos_weight [3]
+        X, T = Float64.(xs), Float64.(ts)
+        logsig = -log1p.(exp.(-abs.(X))) .+ min.(X, 0)
+        loss = -w .* (p .* T .* logsig .+ (1 .- T) .* (logsig .- X))
+        dx = w .* ((1 .+ (p .- 1) .* T) ./ (1 .+ exp.(-X)) .- p .* T)
+        dt = w .* ((logsig .- X) .- p .* logsig)
+        for (reduction, divisor) in ((Ampx.REDUCTION_MEAN, 12), (Ampx.REDUCTION_SUM, 1),
+                                     (Ampx.REDUCTION_NONE, 1))
+            logits, targets = param(ctx, xs, (4, 3)), param(ctx, ts, (4, 3))
+            weight = param(ctx, wrow, (4, 1))
+            pos_weight = Ampx.cast(Tensor(ctx, pcol, (3,)), BF16)
+            out = Ampx.bce_with_logits(logits, targets; reduction = reduction, weight = weight,
+                                       pos_weight = pos_weight)
+            Ampx.backward!(sum(out))
+            want = reduction == Ampx.REDUCTION_NONE ? loss : [sum(loss) / divisor]
+            @test agree(host(out), want; rtol = 1e-5, atol = 1e-6)
+            @test agree(host(Ampx.grad(logits)), dx ./ divisor; rtol = 1e-5, atol = 1e-6)
+            @test agree(host(Ampx.grad(targets)), dt ./ divisor; rtol = 1e-5, atol = 1e-6)
+            @test Ampx.grad(weight) === nothing  # no gradient flows to a weight
+        end
+        logits, targets = Tensor(ctx, xs, (4, 3)), Tensor(ctx, ts, (4, 3))
+        err = error_of(() -> Ampx.bce_with_logits(logits, targets; weight = zeros(ctx, F32, (4,))))
+        @test err isa AmpxError && err.status == ERR_SHAPE
+        err = error_of(() -> Ampx.bce_with_logits(logits, targets;
+                                                  pos_weight = Tensor(ctx, Int32[1, 2, 3], (3,))))
+        @test err isa AmpxError && err.status == ERR_DTYPE
+        close(ctx)
+    end
 end

@@ -166,9 +166,26 @@ class Scaler(Resource):
         lib.ampx_scaler_attach(self.handle, _optimizer_handle(optimizer))
 
     def scale(self, loss: Tensor) -> Tensor:
-        """A new F32 tensor holding ``loss * scale``."""
+        """A new F32 tensor holding ``loss * scale``; recorded when ``loss``
+        requires grad, so :func:`ampx.grad` can differentiate it."""
         return Tensor(read(lib.ampx_scaler_scale_loss, ctypes.c_void_p, self.handle,
                            handle_of(loss, "loss")), self._context)
+
+    def unscale_tensor(self, x: Tensor) -> Tensor:
+        """``x * (1 / scale)`` with the current scale, taken on the device (no
+        host read), as a new tensor of x's shape and dtype owned like an op
+        output (``ampx_scaler_unscale_tensor``).
+
+        Recorded: its gradient is the incoming one times the same 1/scale, so
+        gradients of :meth:`scale`'s output taken with
+        ``ampx.grad(..., create_graph=True)`` can be unscaled and
+        differentiated -- torch's gradient-penalty recipe, where the program
+        multiplies by ``1 / scaler.get_scale()``. A disabled scaler gives a
+        copy of x.
+        """
+        handle = handle_of(x, "x")
+        return Tensor._from_op(read(lib.ampx_scaler_unscale_tensor, ctypes.c_void_p,
+                                    self.handle, handle), self._context)
 
     def scale_tensor(self) -> Tensor:
         """The one-element F32 device tensor holding the current scale (read-only)."""

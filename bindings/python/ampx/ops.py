@@ -204,12 +204,29 @@ def mse_loss(input: Tensor, target: Tensor, reduction="mean") -> Tensor:  # noqa
                 enum_arg(Reduction, reduction, "reduction"))
 
 
-def bce_with_logits(logits: Tensor, targets: Tensor, reduction="mean") -> Tensor:
-    """Binary cross-entropy of logits against targets of the same shape;
-    ``reduction`` "mean", "sum" or "none" (each element's loss, F32)."""
+def bce_with_logits(logits: Tensor, targets: Tensor, reduction="mean", *,
+                    weight: Tensor | None = None, pos_weight: Tensor | None = None) -> Tensor:
+    """Binary cross-entropy of logits against targets of the same shape, as
+    torch.nn.functional.binary_cross_entropy_with_logits; ``reduction``
+    "mean", "sum" or "none" (each element's loss, F32).
+
+    ``weight`` rescales each element's loss and ``pos_weight`` the positive
+    term (torch's per-class weight: a [C] tensor applies along the last
+    dimension of [..., C] logits). Each must broadcast to the logits' shape
+    (aligned at the right, extents equal or 1), may be of any floating type,
+    and is a constant: no gradient flows to it. The mean divides by the
+    number of elements, whatever the weights.
+    """
     logits = _tensor(logits, "logits")
-    return _run(lib.ampx_bce_with_logits, logits, logits.handle, handle_of(targets, "targets"),
-                enum_arg(Reduction, reduction, "reduction"))
+    red = enum_arg(Reduction, reduction, "reduction")
+    if weight is None and pos_weight is None:
+        return _run(lib.ampx_bce_with_logits, logits, logits.handle,
+                    handle_of(targets, "targets"), red)
+    options = lib.ampx_bce_with_logits_options_default()
+    options.reduction = red
+    return _run(lib.ampx_bce_with_logits_ex, logits, logits.handle,
+                handle_of(targets, "targets"), handle_of(weight, "weight", optional=True),
+                handle_of(pos_weight, "pos_weight", optional=True), ctypes.byref(options))
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:

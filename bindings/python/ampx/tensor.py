@@ -295,9 +295,11 @@ class Tensor(Resource):
         return Tensor(read(lib.ampx_tensor_view, ctypes.c_void_p, self.handle, offset, dt,
                            len(dims), _int64_array(dims)), self._context)
 
-    def backward(self, scaler=None) -> None:
-        """Backpropagates from this one-element loss (see :func:`ampx.backward`)."""
-        _autograd.backward(self, scaler)
+    def backward(self, scaler=None, retain_graph: bool | None = None,
+                 create_graph: bool = False) -> None:
+        """Backpropagates from this one-element loss (see :func:`ampx.backward`;
+        ``retain_graph`` and ``create_graph`` as torch's ``Tensor.backward``)."""
+        _autograd.backward(self, scaler, retain_graph, create_graph)
 
     # ---- DLPack ---------------------------------------------------------------------
 

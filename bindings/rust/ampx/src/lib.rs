@@ -80,6 +80,31 @@
 //! doctor.examine().unwrap(); // error[E0382]: use of moved value
 //! ```
 //!
+//! # Higher-order gradients
+//!
+//! [`grad`] is torch.autograd.grad: gradients of outputs with respect to
+//! inputs, returned (not accumulated), `None` for an unused input with
+//! [`GradOptions::allow_unused`]; with [`GradOptions::create_graph`] they
+//! are recorded and can be differentiated again (eikonal and
+//! gradient-penalty losses, Hessian-vector products).
+//! [`Tensor::backward_with`] adds torch's `retain_graph` and `create_graph`
+//! to backward, and [`Scaler::unscale_tensor`] unscales the gradients of a
+//! scaled loss on the device (the gradient-penalty recipe of ampx.h,
+//! section 9).
+//!
+//! ```no_run
+//! # fn main() -> ampx::Result<()> {
+//! use ampx::{grad, Context, GradOptions, Tensor};
+//! let ctx = Context::new()?;
+//! let x = Tensor::from_slice(&ctx, &[3], &[0.5f32, 1.0, 2.0])?;
+//! x.set_requires_grad(true)?;
+//! let y = x.mul(&x)?.mul(&x)?.sum()?; // sum of x^3
+//! let g = grad(&[&y], &[&x], None, &GradOptions::default().create_graph(true))?; // 3x^2
+//! let g = g[0].as_ref().expect("x is used");
+//! let h = grad(&[&g.sum()?], &[&x], None, &GradOptions::default())?; // 6x
+//! # let _ = h; Ok(()) }
+//! ```
+//!
 //! # Experimental sections
 //!
 //! - Data-parallel training ([`dist`]): a [`Communicator`] from the host's
@@ -184,6 +209,7 @@ macro_rules! owns_reference {
 }
 
 mod autocast;
+mod autograd;
 mod checkpoint;
 mod checkpoint_file;
 mod context;
@@ -201,6 +227,7 @@ mod tensor;
 pub use ampx_sys as sys;
 
 pub use crate::autocast::{Autocast, AutocastGuard, AutocastOptions, OpClass};
+pub use crate::autograd::{grad, BackwardOptions, GradOptions};
 pub use crate::checkpoint_file::{load_checkpoint, save_checkpoint};
 pub use crate::context::{Context, ContextOptions, GradModeGuard, MemoryStats, Scope};
 pub use crate::dist::{Communicator, DataParallel, DataParallelOptions, DataParallelStats};

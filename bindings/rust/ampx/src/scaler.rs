@@ -5,6 +5,7 @@ use ampx_sys as sys;
 
 use crate::context::Context;
 use crate::error::{check, Result};
+use crate::ops::run_op;
 use crate::optim::Optimizer;
 use crate::tensor::Tensor;
 
@@ -131,7 +132,8 @@ impl Scaler {
         check(unsafe { sys::ampx_scaler_attach(self.as_raw(), optimizer.as_raw()) })
     }
 
-    /// A new F32 tensor holding `loss * scale`.
+    /// A new F32 tensor holding `loss * scale`; recorded when `loss`
+    /// requires grad, so [`crate::grad`] can differentiate it.
     pub fn scale_loss(&self, loss: &Tensor) -> Result<Tensor> {
         let mut out = ptr::null_mut();
         // SAFETY: live handles, valid out pointer.
@@ -156,6 +158,18 @@ impl Scaler {
         // SAFETY: live handle, valid out pointer.
         check(unsafe { sys::ampx_scaler_get_scale(self.as_raw(), &mut scale) })?;
         Ok(scale)
+    }
+
+    /// `x * (1 / scale)` with the current scale, taken on the device (no
+    /// host read; `ampx_scaler_unscale_tensor`): a new tensor of x's shape
+    /// and dtype. Recorded -- its gradient is the incoming one times the
+    /// same 1/scale -- so gradients of [`Scaler::scale_loss`]'s output taken
+    /// with [`crate::grad`] and `create_graph` can be unscaled and
+    /// differentiated (the gradient-penalty recipe of ampx.h section 9). A
+    /// disabled scaler gives a copy of x.
+    pub fn unscale_tensor(&self, x: &Tensor) -> Result<Tensor> {
+        // SAFETY: live handles, valid out pointer.
+        run_op(x, |out| unsafe { sys::ampx_scaler_unscale_tensor(self.as_raw(), x.as_raw(), out) })
     }
 
     /// Divides `optimizer`'s gradients by the scale (needed before clipping).
