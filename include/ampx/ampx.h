@@ -2236,10 +2236,9 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_grad_ready(ampx_tensor param);
  *    first exchange; the rank fails with its own message, every other rank
  *    with the same status and a message naming that rank.
  *  - In a training step, a call that fails this rank's own checks (a NULL
- *    or wrong-type scaler, a bad norm_type, max_norm or clip value,
- *    synchronization left off on this rank) still makes the collectives
- *    the other ranks make in it, and carries its status in the buffers
- *    they reduce anyway, adding no host wait: the found-inf reduction of
+ *    or wrong-type scaler, a bad norm_type, max_norm or clip value) still
+ *    makes the collectives the other ranks make in it, and carries its
+ *    status in the buffers they reduce anyway, adding no host wait: the found-inf reduction of
  *    an unscale (ampx_scaler_unscale, ampx_scaler_step) and, under ZeRO-1,
  *    the partial norms of ampx_clip_grad_norm and the parameters gathered
  *    after the step. There every rank fails the call -- this rank with its
@@ -2263,11 +2262,16 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_grad_ready(ampx_tensor param);
  *    buckets it did not reach, so the others' reductions complete, and the
  *    failure rides in the iteration's next verdict (an unscale, or ZeRO-1's
  *    norms and gather).
+ *  - Checks of state -- the iteration's order (unscale twice, a step
+ *    before the unscale), synchronization turned off -- are taken to fail
+ *    alike on every rank, as every rank runs the same program: such a call
+ *    fails without collectives and changes nothing.
  *  - What no rank can report: a NULL, released or wrong-type handle of the
  *    object that leads to the others -- the communicator (to
  *    ampx_data_parallel_create), the wrapper (to ampx_data_parallel_reduce),
  *    the optimizer of a training-step call, the loss of ampx_backward --
- *    and ampx_backward's own argument checks. The other ranks then wait
+ *    ampx_backward's own argument checks, and a state that differs on one
+ *    rank (synchronization left off there). The other ranks then wait
  *    until the communicator's timeout. On a CUDA context, where reading an
  *    agreed status is a host wait, the other ranks do not fail in that
  *    call: the unscale's verdict makes every rank skip the step on the

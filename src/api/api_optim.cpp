@@ -27,10 +27,11 @@ bool flag(int32_t value) { return value != 0; }
 // While a data-parallel wrapper reduces an optimizer's gradients, a call
 // that reads them is collective (section 14). `call` says what the other
 // ranks do in it, judged from this rank's state (the same on every rank:
-// checks of state fail alike everywhere, so only a rank whose own
-// arguments fail makes the call's collectives alone); nullptr: none. When
-// the body fails, the wrapper makes the collectives it did not reach,
-// carrying the failure, so that no rank waits for this one.
+// checks of state -- the iteration's order, synchronization off -- fail
+// alike everywhere, so only a rank whose own arguments fail makes the
+// call's collectives alone); nullptr: none. When the body fails, the
+// wrapper makes the collectives it did not reach, carrying the failure, so
+// that no rank waits for this one.
 using Call = GradientSync::Call;
 
 template <class Body>

@@ -730,7 +730,10 @@ void DataParallel::Sync::join_failed(Call call, uint64_t before, ampx_status sta
   try {
     // Nothing is left to join where the wrapper or its communicator has
     // failed (every rank knows), or where this call's verdict went out.
-    if (!dp.failure_.empty() || dp.comm_->failed() || dp.agreements_ != before) return;
+    // Synchronization is state, the same on every rank running the same
+    // program: while it is off the others refuse the call too.
+    if (!dp.failure_.empty() || dp.comm_->failed() || dp.agreements_ != before || !dp.sync_)
+      return;
     const int64_t own = dp.own_verdict(status);
     dp.complete_anyway(op);
     const bool sharded = dp.options_.zero_stage == 1 && dp.comm_->size() > 1;

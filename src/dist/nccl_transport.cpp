@@ -198,40 +198,42 @@ class NcclTransport final : public Transport {
   int32_t rank() const override { return rank_; }
   int32_t size() const override { return size_; }
 
+  // Each collective is enqueued without holding mutex_: an enqueue may
+  // block while the device is stalled on a dead peer's collective (a full
+  // launch queue), and the watchdog must then still be able to abort.
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op, Stream stream) override {
     if (count <= 0) return;
     const int type = nccl_type(nccl_, dtype);
-    std::lock_guard<std::mutex> lock(mutex_);
-    void* native = usable_stream(stream);
-    check(
-        nccl_, comm_,
-        nccl_.all_reduce(data, data, static_cast<size_t>(count), type, nccl_op(op), comm_, native),
-        "ncclAllReduce");
+    void* native = nullptr;
+    void* comm = usable(stream, &native);
+    check(nccl_, comm,
+          nccl_.all_reduce(data, data, static_cast<size_t>(count), type, nccl_op(op), comm, native),
+          "ncclAllReduce");
     watch(stream, cat("ncclAllReduce of ", count, " ", dtype_name(dtype), " elements"));
   }
   void broadcast(void* data, size_t bytes, int32_t root, Stream stream) override {
     if (bytes == 0) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    void* native = usable_stream(stream);
-    check(nccl_, comm_, nccl_.broadcast(data, data, bytes, kInt8, root, comm_, native),
+    void* native = nullptr;
+    void* comm = usable(stream, &native);
+    check(nccl_, comm, nccl_.broadcast(data, data, bytes, kInt8, root, comm, native),
           "ncclBroadcast");
     watch(stream, cat("ncclBroadcast of ", bytes, " bytes"));
   }
   void all_gather(const void* send, void* recv, size_t bytes, Stream stream) override {
     if (bytes == 0) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    void* native = usable_stream(stream);
-    check(nccl_, comm_, nccl_.all_gather(send, recv, bytes, kInt8, comm_, native), "ncclAllGather");
+    void* native = nullptr;
+    void* comm = usable(stream, &native);
+    check(nccl_, comm, nccl_.all_gather(send, recv, bytes, kInt8, comm, native), "ncclAllGather");
     watch(stream, cat("ncclAllGather of ", bytes, " bytes per rank"));
   }
   void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
                       Stream stream) override {
     if (count <= 0) return;
     const int type = nccl_type(nccl_, dtype);
-    std::lock_guard<std::mutex> lock(mutex_);
-    void* native = usable_stream(stream);
-    check(nccl_, comm_,
-          nccl_.reduce_scatter(send, recv, static_cast<size_t>(count), type, nccl_op(op), comm_,
+    void* native = nullptr;
+    void* comm = usable(stream, &native);
+    check(nccl_, comm,
+          nccl_.reduce_scatter(send, recv, static_cast<size_t>(count), type, nccl_op(op), comm,
                                native),
           "ncclReduceScatter");
     watch(stream, cat("ncclReduceScatter of ", count, " ", dtype_name(dtype), " elements per rank"));
@@ -266,24 +268,36 @@ class NcclTransport final : public Transport {
     std::string what;
   };
 
-  // The stream to enqueue on, with the device made current (NCCL works on it).
-  void* usable_stream(Stream stream) {
-    if (!comm_) fail(AMPX_ERR_DEVICE, "the NCCL communicator was aborted");
+  // The communicator to enqueue on and the stream (*native, a
+  // cudaStream_t), with the device made current (NCCL works on it).
+  void* usable(Stream stream, void** native) {
+    void* comm = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      comm = comm_;
+    }
+    if (!comm) fail(AMPX_ERR_DEVICE, "the NCCL communicator was aborted");
     backend_.make_current();
-    return backend_.native_stream(stream);  // a cudaStream_t
+    *native = backend_.native_stream(stream);
+    return comm;
   }
 
-  // With mutex_ held, after a collective was enqueued on `stream`.
+  // After a collective was enqueued on `stream`: an event the watchdog
+  // polls.
   void watch(Stream stream, std::string what) {
     std::unique_ptr<DeviceEvent> event;
-    if (spare_.empty()) {
-      event = backend_.make_event();
-    } else {
-      event = std::move(spare_.back());
-      spare_.pop_back();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!spare_.empty()) {
+        event = std::move(spare_.back());
+        spare_.pop_back();
+      }
     }
+    if (!event) event = backend_.make_event();
     backend_.record_event(*event, stream);
-    pending_.push_back({std::move(event), std::chrono::steady_clock::now(), std::move(what)});
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.push_back({std::move(event), now, std::move(what)});
     if (!watchdog_.joinable()) watchdog_ = std::thread([this] { run_watchdog(); });
   }
 
@@ -337,7 +351,7 @@ class NcclTransport final : public Transport {
   bool owned_;
   int32_t rank_;
   int32_t size_;
-  mutable std::mutex mutex_;  // everything below and comm_, shared with the watchdog
+  mutable std::mutex mutex_;  // comm_ and everything below, shared with the watchdog
   std::condition_variable wake_;
   std::deque<Pending> pending_;  // in enqueue order
   std::vector<std::unique_ptr<DeviceEvent>> spare_;

@@ -997,20 +997,23 @@ TEST_CASE("one rank's bad argument in a training step fails every rank at once")
     CHECK(same_on_every_rank(t.param_bytes()));
   }
   SUBCASE("a call with no verdict of its own completes the reduction and fails alone") {
-    // The last rank forgets to turn synchronization back on: its clipping
-    // fails, but it still makes the reduction the others wait for.
+    // Gradients accumulated with synchronization off, then read: the
+    // clipping's read reduces them. The last rank's clip_value is refused,
+    // but it still makes the reduction the others wait for.
     Trainer t(Mode::Fp32, 45, true);
     OK(ampx_optimizer_zero_grad(t.opt));
     OK(ampx_data_parallel_set_sync(t.dp, 0));
     t.backward(0, g_rank * rows, rows);
-    if (g_rank != last) OK(ampx_data_parallel_set_sync(t.dp, 1));
+    OK(ampx_data_parallel_set_sync(t.dp, 1));
     const auto start = std::chrono::steady_clock::now();
-    const ampx_status status = ampx_clip_grad_value(t.opt, 0.5);
+    const ampx_status status = ampx_clip_grad_value(t.opt, g_rank == last ? -1.0 : 0.5);
     CHECK(seconds_since(start) < 1.0);
+    ampx_data_parallel_stats stats = AMPX_DATA_PARALLEL_STATS_INIT;
+    OK(ampx_data_parallel_get_stats(t.dp, &stats));
+    CHECK(stats.reductions == 1);
     if (g_rank == last) {
-      CHECK(status == AMPX_ERR_ORDER);
-      CHECK(contains(ampx_last_error(), "synchronization is off"));
-      OK(ampx_data_parallel_set_sync(t.dp, 1));
+      CHECK(status == AMPX_ERR_INVALID_ARGUMENT);
+      CHECK(contains(ampx_last_error(), "clip_value is -1"));
       OK(ampx_clip_grad_value(t.opt, 0.5));  // the retry: reduced already
     } else {
       CHECK(status == AMPX_OK);
