@@ -62,12 +62,14 @@ int64_t window_output_extent(int64_t in, int64_t kernel, int64_t stride, int64_t
 
 void ConvolutionPrimitives::conv2d_forward(const Conv2dShape& shape, const void* x, const void* w,
                                            const void* bias, DType type, void* y) {
+  const ProfileScope timed(profile(), "conv2d_forward", dtype_name(type));
   check_conv("conv2d_forward", shape, type);
   run_conv2d_forward(shape, x, w, bias, type, y);
 }
 
 void ConvolutionPrimitives::conv2d_backward_data(const Conv2dShape& shape, const void* dy,
                                                  const void* w, DType type, void* dx) {
+  const ProfileScope timed(profile(), "conv2d_backward_data", dtype_name(type));
   check_conv("conv2d_backward_data", shape, type);
   run_conv2d_backward_data(shape, dy, w, type, dx);
 }
@@ -75,18 +77,21 @@ void ConvolutionPrimitives::conv2d_backward_data(const Conv2dShape& shape, const
 void ConvolutionPrimitives::conv2d_backward_weight(const Conv2dShape& shape, const void* dy,
                                                    const void* x, DType type, void* dw,
                                                    void* dbias) {
+  const ProfileScope timed(profile(), "conv2d_backward_weight", dtype_name(type));
   check_conv("conv2d_backward_weight", shape, type);
   run_conv2d_backward_weight(shape, dy, x, type, dw, dbias);
 }
 
 void PoolingPrimitives::pool2d_forward(const Pool2dShape& shape, const void* x, DType type,
                                            void* y) {
+  const ProfileScope timed(profile(), "pool2d_forward", dtype_name(type));
   check_pool("pool2d_forward", shape, type);
   run_pool2d_forward(shape, x, type, y);
 }
 
 void PoolingPrimitives::pool2d_backward(const Pool2dShape& shape, const void* x,
                                             const void* dy, DType type, void* dx) {
+  const ProfileScope timed(profile(), "pool2d_backward", dtype_name(type));
   check_pool("pool2d_backward", shape, type);
   run_pool2d_backward(shape, x, dy, type, dx);
 }

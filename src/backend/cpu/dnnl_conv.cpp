@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/profile.h"
 
 namespace ampx::impl {
 namespace cpu {
@@ -165,8 +166,11 @@ bool run(int threads, const Conv2dShape& s, Pass pass, DType type, const void* c
   const Dnnl& d = *lib;
   static Plans& plans = *new Plans(d);  // never destroyed, as the library
   const PlanKey key{s, static_cast<int64_t>(type), static_cast<int64_t>(pass), bias != nullptr};
-  const std::shared_ptr<const Plan> plan =
-      plans.find_or_make(key, [&](Plan* p) { return make_plan(d, key, p); });
+  std::shared_ptr<const Plan> plan;
+  {
+    const ProfileScope timed("oneDNN plan (cache or creation)");
+    plan = plans.find_or_make(key, [&](Plan* p) { return make_plan(d, key, p); });
+  }
   dnnl_stream_t stream = thread_stream(d);
   if (!plan || !stream) return false;
 
@@ -195,6 +199,7 @@ bool run(int threads, const Conv2dShape& s, Pass pass, DType type, const void* c
   dnnl_status_t status = dnnl_success;
   auto reorder = [&](const Operand& o, int i) {
     if (!o.reorder || status != dnnl_success) return;
+    const ProfileScope timed("oneDNN reorder");
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, o.output ? own.memory[i] : plain.memory[i]},
                                {DNNL_ARG_TO, o.output ? plain.memory[i] : own.memory[i]}};
     status = d.execute(o.reorder, stream, 2, args);
@@ -204,7 +209,10 @@ bool run(int threads, const Conv2dShape& s, Pass pass, DType type, const void* c
   dnnl_exec_arg_t args[4];
   for (int i = 0; i < 3; ++i) args[i] = {plan->operands[i].arg, own.memory[i]};
   args[3] = {plan->bias_arg, plain.memory[3]};
-  if (status == dnnl_success) status = d.execute(plan->conv, stream, bias ? 4 : 3, args);
+  if (status == dnnl_success) {
+    const ProfileScope timed("oneDNN convolution");
+    status = d.execute(plan->conv, stream, bias ? 4 : 3, args);
+  }
   for (int i = 0; i < 3; ++i)
     if (plan->operands[i].output) reorder(plan->operands[i], i);
   if (status == dnnl_success) status = d.stream_wait(stream);
