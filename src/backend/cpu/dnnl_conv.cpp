@@ -22,6 +22,7 @@ enum class Pass : int64_t { Forward, BackwardData, BackwardWeight };
 struct PlanKey {  // all int64_t, so no padding to compare
   Conv2dShape shape;
   int64_t type, pass, bias;
+  int64_t threads;  // the OpenMP threads the primitive was made for (OmpThreads)
 };
 
 // One tensor operand of the primitive.
@@ -165,7 +166,13 @@ bool run(int threads, const Conv2dShape& s, Pass pass, DType type, const void* c
   if (!lib) return false;
   const Dnnl& d = *lib;
   static Plans& plans = *new Plans(d);  // never destroyed, as the library
-  const PlanKey key{s, static_cast<int64_t>(type), static_cast<int64_t>(pass), bias != nullptr};
+  const double multiply_adds = double(s.batch) * double(s.out_channels) * double(s.out_h) *
+                               double(s.out_w) * double(s.in_channels / s.groups) *
+                               double(s.kernel_h) * double(s.kernel_w);
+  // Set before the plan is made: a convolution's thread count is fixed then.
+  const OmpThreads omp(d, threads, multiply_adds);
+  const PlanKey key{s, static_cast<int64_t>(type), static_cast<int64_t>(pass), bias != nullptr,
+                    omp.threads()};
   std::shared_ptr<const Plan> plan;
   {
     const ProfileScope timed("oneDNN plan (cache or creation)");
@@ -192,10 +199,6 @@ bool run(int threads, const Conv2dShape& s, Pass pass, DType type, const void* c
   if (bias && d.memory_create(&plain.memory[3], &plan->bias, d.engine, bias) != dnnl_success)
     return false;
 
-  const double multiply_adds = double(s.batch) * double(s.out_channels) * double(s.out_h) *
-                               double(s.out_w) * double(s.in_channels / s.groups) *
-                               double(s.kernel_h) * double(s.kernel_w);
-  const OmpThreads omp(d, threads, multiply_adds);
   dnnl_status_t status = dnnl_success;
   auto reorder = [&](const Operand& o, int i) {
     if (!o.reorder || status != dnnl_success) return;
