@@ -186,7 +186,7 @@ void gather_channel_major(ThreadPool& pool, const Chunk& ch, const void* dy, DTy
 
 void conv2d_forward(ThreadPool& pool, const Conv2dShape& s, const void* x, const void* w,
                     const void* bias, DType type, void* y) {
-  if (dnnl_conv2d_forward(pool.size(), s, x, w, bias, type, y)) return;
+  if (dnnl_conv2d_forward(pool, s, x, w, bias, type, y)) return;
   const int64_t positions = s.out_h * s.out_w, out_group = s.out_channels / s.groups;
   const int64_t image_size = s.in_channels * s.in_h * s.in_w, step = chunk_images(s);
   Floats weight_scratch, bias_scratch, images, col, out;
@@ -218,7 +218,7 @@ void conv2d_forward(ThreadPool& pool, const Conv2dShape& s, const void* x, const
 
 void conv2d_backward_data(ThreadPool& pool, const Conv2dShape& s, const void* dy, const void* w,
                           DType type, void* dx) {
-  if (dnnl_conv2d_backward_data(pool.size(), s, dy, w, type, dx)) return;
+  if (dnnl_conv2d_backward_data(pool, s, dy, w, type, dx)) return;
   const int64_t positions = s.out_h * s.out_w, out_group = s.out_channels / s.groups;
   const int64_t image_size = s.in_channels * s.in_h * s.in_w, step = chunk_images(s);
   Floats weight_scratch, grad_out, dcol, images;
@@ -248,7 +248,7 @@ void conv2d_backward_data(ThreadPool& pool, const Conv2dShape& s, const void* dy
 
 void conv2d_backward_weight(ThreadPool& pool, const Conv2dShape& s, const void* dy, const void* x,
                             DType type, void* dw, void* dbias) {
-  if (dnnl_conv2d_backward_weight(pool.size(), s, dy, x, type, dw, dbias)) return;
+  if (dnnl_conv2d_backward_weight(pool, s, dy, x, type, dw, dbias)) return;
   const int64_t positions = s.out_h * s.out_w, out_group = s.out_channels / s.groups;
   const int64_t image_size = s.in_channels * s.in_h * s.in_w, step = chunk_images(s);
   const int64_t k = kernel_size(s);

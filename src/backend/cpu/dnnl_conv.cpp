@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "backend/cpu/cpu_layout.h"
 #include "core/error.h"
 #include "core/profile.h"
 
@@ -31,7 +32,21 @@ struct Operand {
   bool output = false;
   dnnl_memory_desc_t plain{}, own{};
   dnnl_primitive_t reorder = nullptr;  // plain -> own for an input, own -> plain for an output
+  // Or, for an image the primitive wants as nChw16c: cpu_layout.h's moves
+  // of [images, channels, positions].
+  bool blocked16 = false;
+  int64_t images = 0, channels = 0, positions = 0;
+  bool moved() const { return reorder || blocked16; }
 };
+
+// Whether `own` is `plain` (an NCHW image of 16k channels) in nChw16c.
+bool is_blocked16(const Dnnl& d, const dnnl_memory_desc_t& plain, const dnnl_memory_desc_t& own) {
+  if (plain.ndims != 4 || plain.dims[1] % 16 != 0) return false;
+  dnnl_memory_desc_t blocked;
+  return d.memory_desc_by_tag(&blocked, 4, plain.dims, plain.data_type, dnnl_aBcd16b) ==
+             dnnl_success &&
+         d.memory_desc_equal(&blocked, &own);
+}
 
 struct Plan {
   dnnl_primitive_t conv = nullptr;
@@ -138,6 +153,14 @@ bool make_plan(const Dnnl& d, const PlanKey& key, Plan* plan) {
     if (!chosen) return false;
     o.own = *chosen;
     if (d.memory_desc_equal(&o.own, &o.plain)) continue;
+    if (o.arg != DNNL_ARG_WEIGHTS && o.arg != DNNL_ARG_DIFF_WEIGHTS &&
+        is_blocked16(d, o.plain, o.own)) {
+      o.blocked16 = true;
+      o.images = o.plain.dims[0];
+      o.channels = o.plain.dims[1];
+      o.positions = o.plain.dims[2] * o.plain.dims[3];
+      continue;
+    }
     dnnl_primitive_desc_t reorder = nullptr;
     const dnnl_memory_desc_t* from = o.output ? &o.own : &o.plain;
     const dnnl_memory_desc_t* to = o.output ? &o.plain : &o.own;
@@ -159,7 +182,7 @@ std::vector<char>& thread_scratch(int operand) {
   return scratch[operand];
 }
 
-bool run(int threads, const Conv2dShape& s, Pass pass, DType type, const void* const data[3],
+bool run(ThreadPool& pool, const Conv2dShape& s, Pass pass, DType type, const void* const data[3],
          void* bias) {
   if (type != DType::F32 && type != DType::BF16) return false;
   const Dnnl* lib = dnnl_library();
@@ -170,7 +193,7 @@ bool run(int threads, const Conv2dShape& s, Pass pass, DType type, const void* c
                                double(s.out_w) * double(s.in_channels / s.groups) *
                                double(s.kernel_h) * double(s.kernel_w);
   // Set before the plan is made: a convolution's thread count is fixed then.
-  const OmpThreads omp(d, threads, multiply_adds);
+  const OmpThreads omp(d, pool.size(), multiply_adds);
   const PlanKey key{s, static_cast<int64_t>(type), static_cast<int64_t>(pass), bias != nullptr,
                     omp.threads()};
   std::shared_ptr<const Plan> plan;
@@ -182,18 +205,19 @@ bool run(int threads, const Conv2dShape& s, Pass pass, DType type, const void* c
   if (!plan || !stream) return false;
 
   Bound plain(d), own(d);
+  void* own_data[3];
   for (int i = 0; i < 3; ++i) {
     const Operand& o = plan->operands[i];
     void* tensor = const_cast<void*>(data[i]);
     if (d.memory_create(&plain.memory[i], &o.plain, d.engine, tensor) != dnnl_success)
       return false;
-    void* own_data = tensor;
-    if (o.reorder) {
+    own_data[i] = tensor;
+    if (o.moved()) {
       std::vector<char>& scratch = thread_scratch(i);
       scratch.resize(std::max(scratch.size(), d.memory_desc_size(&o.own)));
-      own_data = scratch.data();
+      own_data[i] = scratch.data();
     }
-    if (d.memory_create(&own.memory[i], &o.own, d.engine, own_data) != dnnl_success)
+    if (d.memory_create(&own.memory[i], &o.own, d.engine, own_data[i]) != dnnl_success)
       return false;
   }
   if (bias && d.memory_create(&plain.memory[3], &plan->bias, d.engine, bias) != dnnl_success)
@@ -201,7 +225,17 @@ bool run(int threads, const Conv2dShape& s, Pass pass, DType type, const void* c
 
   dnnl_status_t status = dnnl_success;
   auto reorder = [&](const Operand& o, int i) {
-    if (!o.reorder || status != dnnl_success) return;
+    if (!o.moved() || status != dnnl_success) return;
+    if (o.blocked16) {
+      const ProfileScope timed("NCHW <-> nChw16c (cpu_layout)");
+      const size_t size = dtype_size(type);
+      if (o.output)
+        blocked16_to_nchw(pool, own_data[i], const_cast<void*>(data[i]), o.images, o.channels,
+                          o.positions, size);
+      else
+        nchw_to_blocked16(pool, data[i], own_data[i], o.images, o.channels, o.positions, size);
+      return;
+    }
     const ProfileScope timed("oneDNN reorder");
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, o.output ? own.memory[i] : plain.memory[i]},
                                {DNNL_ARG_TO, o.output ? plain.memory[i] : own.memory[i]}};
@@ -227,22 +261,22 @@ bool run(int threads, const Conv2dShape& s, Pass pass, DType type, const void* c
 
 }  // namespace
 
-bool dnnl_conv2d_forward(int threads, const Conv2dShape& s, const void* x, const void* w,
+bool dnnl_conv2d_forward(ThreadPool& pool, const Conv2dShape& s, const void* x, const void* w,
                          const void* bias, DType type, void* y) {
   const void* data[3] = {x, w, y};
-  return run(threads, s, Pass::Forward, type, data, const_cast<void*>(bias));
+  return run(pool, s, Pass::Forward, type, data, const_cast<void*>(bias));
 }
 
-bool dnnl_conv2d_backward_data(int threads, const Conv2dShape& s, const void* dy, const void* w,
-                               DType type, void* dx) {
+bool dnnl_conv2d_backward_data(ThreadPool& pool, const Conv2dShape& s, const void* dy,
+                               const void* w, DType type, void* dx) {
   const void* data[3] = {dy, w, dx};
-  return run(threads, s, Pass::BackwardData, type, data, nullptr);
+  return run(pool, s, Pass::BackwardData, type, data, nullptr);
 }
 
-bool dnnl_conv2d_backward_weight(int threads, const Conv2dShape& s, const void* dy,
+bool dnnl_conv2d_backward_weight(ThreadPool& pool, const Conv2dShape& s, const void* dy,
                                  const void* x, DType type, void* dw, void* dbias) {
   const void* data[3] = {x, dy, dw};
-  return run(threads, s, Pass::BackwardWeight, type, data, dbias);
+  return run(pool, s, Pass::BackwardWeight, type, data, dbias);
 }
 
 }  // namespace cpu
@@ -253,15 +287,16 @@ bool dnnl_conv2d_backward_weight(int threads, const Conv2dShape& s, const void* 
 namespace ampx::impl {
 namespace cpu {
 
-bool dnnl_conv2d_forward(int, const Conv2dShape&, const void*, const void*, const void*, DType,
-                         void*) {
+bool dnnl_conv2d_forward(ThreadPool&, const Conv2dShape&, const void*, const void*, const void*,
+                         DType, void*) {
   return false;
 }
-bool dnnl_conv2d_backward_data(int, const Conv2dShape&, const void*, const void*, DType, void*) {
+bool dnnl_conv2d_backward_data(ThreadPool&, const Conv2dShape&, const void*, const void*, DType,
+                               void*) {
   return false;
 }
-bool dnnl_conv2d_backward_weight(int, const Conv2dShape&, const void*, const void*, DType, void*,
-                                 void*) {
+bool dnnl_conv2d_backward_weight(ThreadPool&, const Conv2dShape&, const void*, const void*, DType,
+                                 void*, void*) {
   return false;
 }
 
