@@ -82,6 +82,14 @@ void ConvolutionPrimitives::conv2d_backward_weight(const Conv2dShape& shape, con
   run_conv2d_backward_weight(shape, dy, x, type, dw, dbias);
 }
 
+void ConvolutionPrimitives::conv2d_backward(const Conv2dShape& shape, const void* dy,
+                                            const void* x, const void* w, DType type, void* dx,
+                                            void* dw, void* dbias) {
+  const ProfileScope timed(profile(), "conv2d_backward", dtype_name(type));
+  check_conv("conv2d_backward", shape, type);
+  run_conv2d_backward(shape, dy, x, w, type, dx, dw, dbias);
+}
+
 void PoolingPrimitives::pool2d_forward(const Pool2dShape& shape, const void* x, DType type,
                                            void* y) {
   const ProfileScope timed(profile(), "pool2d_forward", dtype_name(type));

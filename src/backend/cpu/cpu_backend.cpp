@@ -374,6 +374,10 @@ class CpuConvolution final : public ConvolutionPrimitives {
                                   DType type, void* dw, void* dbias) override {
     cpu::conv2d_backward_weight(pool_, shape, dy, x, type, dw, dbias);
   }
+  void run_conv2d_backward(const Conv2dShape& shape, const void* dy, const void* x, const void* w,
+                           DType type, void* dx, void* dw, void* dbias) override {
+    cpu::conv2d_backward(pool_, shape, dy, x, w, type, dx, dw, dbias);
+  }
 
  private:
   ThreadPool& pool_;

@@ -284,6 +284,13 @@ void conv2d_backward_weight(ThreadPool& pool, const Conv2dShape& s, const void* 
   }
 }
 
+void conv2d_backward(ThreadPool& pool, const Conv2dShape& s, const void* dy, const void* x,
+                     const void* w, DType type, void* dx, void* dw, void* dbias) {
+  if (dnnl_conv2d_backward(pool, s, dy, x, w, type, dx, dw, dbias)) return;
+  conv2d_backward_data(pool, s, dy, w, type, dx);
+  conv2d_backward_weight(pool, s, dy, x, type, dw, dbias);
+}
+
 namespace {
 
 // Whether every max-pooling window lies inside the image (no padding,

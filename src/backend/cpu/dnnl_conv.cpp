@@ -175,15 +175,28 @@ bool make_plan(const Dnnl& d, const PlanKey& key, Plan* plan) {
 
 using Plans = PrimitiveCache<PlanKey, Plan>;
 
-// The calling thread's scratch for the reordered operands: kept between
-// calls, as a training step repeats the same shapes.
-std::vector<char>& thread_scratch(int operand) {
-  thread_local std::vector<char> scratch[3];
-  return scratch[operand];
+// The calling thread's scratch for the moved operands, kept between calls
+// as a training step repeats the same shapes: one per operand position,
+// and one for dy (DIFF_DST) in both backward passes, where the weight pass
+// finds what the data pass left (moved_dy).
+std::vector<char>& thread_scratch(const Operand& o, int i) {
+  thread_local std::vector<char> scratch[4];
+  return scratch[o.arg == DNNL_ARG_DIFF_DST ? 3 : i];
 }
 
+// The dy the calling thread's last backward-data pass moved into its
+// scratch, and the layout it moved it to.
+struct MovedDy {
+  const void* tensor = nullptr;
+  dnnl_memory_desc_t own{};
+};
+thread_local MovedDy moved_dy;
+
+// One pass. reuse_dy: dy has not changed since the backward-data pass just
+// before on this thread, so a move of dy it made into the same layout is
+// not repeated.
 bool run(ThreadPool& pool, const Conv2dShape& s, Pass pass, DType type, const void* const data[3],
-         void* bias) {
+         void* bias, bool reuse_dy = false) {
   if (type != DType::F32 && type != DType::BF16) return false;
   const Dnnl* lib = dnnl_library();
   if (!lib) return false;
@@ -204,6 +217,10 @@ bool run(ThreadPool& pool, const Conv2dShape& s, Pass pass, DType type, const vo
   dnnl_stream_t stream = thread_stream(d);
   if (!plan || !stream) return false;
 
+  const bool dy_ready = reuse_dy && pass == Pass::BackwardWeight &&
+                        moved_dy.tensor == data[1] &&
+                        d.memory_desc_equal(&moved_dy.own, &plan->operands[1].own);
+  if (pass == Pass::BackwardData) moved_dy.tensor = nullptr;
   Bound plain(d), own(d);
   void* own_data[3];
   for (int i = 0; i < 3; ++i) {
@@ -213,7 +230,7 @@ bool run(ThreadPool& pool, const Conv2dShape& s, Pass pass, DType type, const vo
       return false;
     own_data[i] = tensor;
     if (o.moved()) {
-      std::vector<char>& scratch = thread_scratch(i);
+      std::vector<char>& scratch = thread_scratch(o, i);
       scratch.resize(std::max(scratch.size(), d.memory_desc_size(&o.own)));
       own_data[i] = scratch.data();
     }
@@ -241,8 +258,14 @@ bool run(ThreadPool& pool, const Conv2dShape& s, Pass pass, DType type, const vo
                                {DNNL_ARG_TO, o.output ? plain.memory[i] : own.memory[i]}};
     status = d.execute(o.reorder, stream, 2, args);
   };
-  for (int i = 0; i < 3; ++i)
-    if (!plan->operands[i].output) reorder(plan->operands[i], i);
+  for (int i = 0; i < 3; ++i) {
+    const Operand& o = plan->operands[i];
+    if (o.output || (dy_ready && o.arg == DNNL_ARG_DIFF_DST)) continue;
+    reorder(o, i);
+    if (pass == Pass::BackwardData && o.arg == DNNL_ARG_DIFF_DST && o.moved() &&
+        status == dnnl_success)
+      moved_dy = {data[i], o.own};
+  }
   dnnl_exec_arg_t args[4];
   for (int i = 0; i < 3; ++i) args[i] = {plan->operands[i].arg, own.memory[i]};
   args[3] = {plan->bias_arg, plain.memory[3]};
@@ -279,6 +302,20 @@ bool dnnl_conv2d_backward_weight(ThreadPool& pool, const Conv2dShape& s, const v
   return run(pool, s, Pass::BackwardWeight, type, data, dbias);
 }
 
+bool dnnl_conv2d_backward(ThreadPool& pool, const Conv2dShape& s, const void* dy, const void* x,
+                          const void* w, DType type, void* dx, void* dw, void* dbias) {
+  const void* data_pass[3] = {dy, w, dx};
+  const void* weight_pass[3] = {x, dy, dw};
+  // Should the weight pass refuse after the data pass wrote dx, the caller
+  // falls back to the two passes apart, which compute dx again the same way.
+  {
+    const ProfileScope timed("data pass");
+    if (!run(pool, s, Pass::BackwardData, type, data_pass, nullptr)) return false;
+  }
+  const ProfileScope timed("weight pass");
+  return run(pool, s, Pass::BackwardWeight, type, weight_pass, dbias, true);
+}
+
 }  // namespace cpu
 }  // namespace ampx::impl
 
@@ -297,6 +334,10 @@ bool dnnl_conv2d_backward_data(ThreadPool&, const Conv2dShape&, const void*, con
 }
 bool dnnl_conv2d_backward_weight(ThreadPool&, const Conv2dShape&, const void*, const void*, DType,
                                  void*, void*) {
+  return false;
+}
+bool dnnl_conv2d_backward(ThreadPool&, const Conv2dShape&, const void*, const void*, const void*,
+                          DType, void*, void*, void*) {
   return false;
 }
 

@@ -31,6 +31,11 @@ bool dnnl_conv2d_backward_data(ThreadPool& pool, const Conv2dShape& shape, const
                                const void* w, DType type, void* dx);
 bool dnnl_conv2d_backward_weight(ThreadPool& pool, const Conv2dShape& shape, const void* dy,
                                  const void* x, DType type, void* dw, void* dbias);
+// Both passes, dy moved into oneDNN's layout once when both primitives
+// want it in the same one.
+bool dnnl_conv2d_backward(ThreadPool& pool, const Conv2dShape& shape, const void* dy,
+                          const void* x, const void* w, DType type, void* dx, void* dw,
+                          void* dbias);
 
 }  // namespace cpu
 }  // namespace ampx::impl
