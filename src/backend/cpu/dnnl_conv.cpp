@@ -254,6 +254,7 @@ bool run(ThreadPool& pool, const Conv2dShape& s, Pass pass, DType type, const vo
       return;
     }
     const ProfileScope timed("oneDNN reorder");
+    pool.rest();
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, o.output ? own.memory[i] : plain.memory[i]},
                                {DNNL_ARG_TO, o.output ? plain.memory[i] : own.memory[i]}};
     status = d.execute(o.reorder, stream, 2, args);
@@ -271,6 +272,9 @@ bool run(ThreadPool& pool, const Conv2dShape& s, Pass pass, DType type, const vo
   args[3] = {plan->bias_arg, plain.memory[3]};
   if (status == dnnl_success) {
     const ProfileScope timed("oneDNN convolution");
+    // The pool's workers, polling after the layout moves, would take the
+    // cores from oneDNN's OpenMP threads.
+    pool.rest();
     status = d.execute(plan->conv, stream, bias ? 4 : 3, args);
   }
   for (int i = 0; i < 3; ++i)
