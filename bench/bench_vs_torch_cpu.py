@@ -47,6 +47,9 @@ import time
 # threads of ampx's oneDNN, with PyTorch's spinning wait policy against
 # ampx's own threads.
 if "--ampx-cnn" not in sys.argv:
+    # torch.profiler's tracing library logs a GPU probe's failure and each
+    # start and stop: noise between the tables.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     import torch
     import torch.nn.functional as F
 
