@@ -109,12 +109,14 @@ int64_t padded_window_size(const WindowExtents& rows, const WindowExtents& cols,
 
 void ConvolutionPrimitives::conv2d_forward(const Conv2dShape& shape, const void* x, const void* w,
                                            const void* bias, DType type, void* y) {
+  const ProfileScope timed(profile(), "conv2d_forward", dtype_name(type));
   check_conv("conv2d_forward", shape, type);
   run_conv2d_forward(shape, x, w, bias, type, y);
 }
 
 void ConvolutionPrimitives::conv2d_backward_data(const Conv2dShape& shape, const void* dy,
                                                  const void* w, DType type, void* dx) {
+  const ProfileScope timed(profile(), "conv2d_backward_data", dtype_name(type));
   check_conv("conv2d_backward_data", shape, type);
   run_conv2d_backward_data(shape, dy, w, type, dx);
 }
@@ -122,18 +124,29 @@ void ConvolutionPrimitives::conv2d_backward_data(const Conv2dShape& shape, const
 void ConvolutionPrimitives::conv2d_backward_weight(const Conv2dShape& shape, const void* dy,
                                                    const void* x, DType type, void* dw,
                                                    void* dbias) {
+  const ProfileScope timed(profile(), "conv2d_backward_weight", dtype_name(type));
   check_conv("conv2d_backward_weight", shape, type);
   run_conv2d_backward_weight(shape, dy, x, type, dw, dbias);
 }
 
+void ConvolutionPrimitives::conv2d_backward(const Conv2dShape& shape, const void* dy,
+                                            const void* x, const void* w, DType type, void* dx,
+                                            void* dw, void* dbias) {
+  const ProfileScope timed(profile(), "conv2d_backward", dtype_name(type));
+  check_conv("conv2d_backward", shape, type);
+  run_conv2d_backward(shape, dy, x, w, type, dx, dw, dbias);
+}
+
 void PoolingPrimitives::pool2d_forward(const Pool2dShape& shape, const void* x, DType type,
                                            void* y) {
+  const ProfileScope timed(profile(), "pool2d_forward", dtype_name(type));
   check_pool("pool2d_forward", shape, type);
   run_pool2d_forward(shape, x, type, y);
 }
 
 void PoolingPrimitives::pool2d_backward(const Pool2dShape& shape, const void* x,
                                             const void* dy, DType type, void* dx) {
+  const ProfileScope timed(profile(), "pool2d_backward", dtype_name(type));
   check_pool("pool2d_backward", shape, type);
   run_pool2d_backward(shape, x, dy, type, dx);
 }

@@ -91,6 +91,12 @@ class ConvolutionPrimitives : public BackendCapability, public Tf32Setting {
   // dw (written) and, when not nullptr, dbias (written) from dy and x.
   void conv2d_backward_weight(const Conv2dShape& shape, const void* dy, const void* x, DType type,
                               void* dw, void* dbias);
+  // Both gradients of one convolution: what conv2d_backward_data writes to
+  // dx and conv2d_backward_weight to dw and dbias (nullptr: none), the same
+  // values, in one call, so that a backend can share the work on dy (the
+  // CPU moves it into oneDNN's layout once).
+  void conv2d_backward(const Conv2dShape& shape, const void* dy, const void* x, const void* w,
+                       DType type, void* dx, void* dw, void* dbias);
 
  protected:
   virtual void run_conv2d_forward(const Conv2dShape& shape, const void* x, const void* w,
@@ -99,6 +105,12 @@ class ConvolutionPrimitives : public BackendCapability, public Tf32Setting {
                                         DType type, void* dx) = 0;
   virtual void run_conv2d_backward_weight(const Conv2dShape& shape, const void* dy,
                                           const void* x, DType type, void* dw, void* dbias) = 0;
+  // By default the two passes one after the other.
+  virtual void run_conv2d_backward(const Conv2dShape& shape, const void* dy, const void* x,
+                                   const void* w, DType type, void* dx, void* dw, void* dbias) {
+    run_conv2d_backward_data(shape, dy, w, type, dx);
+    run_conv2d_backward_weight(shape, dy, x, type, dw, dbias);
+  }
 };
 
 class PoolingPrimitives : public BackendCapability {

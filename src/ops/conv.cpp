@@ -61,11 +61,21 @@ class Conv2dNode final : public Node {
     DeviceTensor& dy = *grads[0];
     ConvolutionPrimitives& conv = conv_of(ctx, name());
     TensorRef dx, dw, db;
+    const bool bias_grad = has_bias && inputs[2]->requires_grad;
+    if (x.requires_grad && (w.requires_grad || bias_grad) && shape.batch > 0) {
+      // Both gradients: one call, which may share the work on dy.
+      dx = new_tensor(ctx, x.dtype, x.shape);
+      dw = new_tensor(ctx, w.dtype, w.shape);
+      if (bias_grad) db = new_tensor(ctx, inputs[2]->dtype, inputs[2]->shape);
+      conv.conv2d_backward(shape, dy.data(), x.data(), w.data(), x.dtype, dx->data(), dw->data(),
+                           db ? db->data() : nullptr);
+      if (!w.requires_grad) dw = TensorRef();
+      return grad_list(std::move(dx), std::move(dw), std::move(db));
+    }
     if (x.requires_grad) {
       dx = new_tensor(ctx, x.dtype, x.shape);
       if (shape.batch > 0) conv.conv2d_backward_data(shape, dy.data(), w.data(), x.dtype, dx->data());
     }
-    const bool bias_grad = has_bias && inputs[2]->requires_grad;
     if (w.requires_grad || bias_grad) {
       dw = new_tensor(ctx, w.dtype, w.shape);
       if (bias_grad) db = new_tensor(ctx, inputs[2]->dtype, inputs[2]->shape);

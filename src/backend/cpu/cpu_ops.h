@@ -97,6 +97,8 @@ void conv2d_backward_data(ThreadPool& pool, const Conv2dShape& shape, const void
                           DType type, void* dx);
 void conv2d_backward_weight(ThreadPool& pool, const Conv2dShape& shape, const void* dy,
                             const void* x, DType type, void* dw, void* dbias);
+void conv2d_backward(ThreadPool& pool, const Conv2dShape& shape, const void* dy, const void* x,
+                     const void* w, DType type, void* dx, void* dw, void* dbias);
 void pool2d_forward(ThreadPool& pool, const Pool2dShape& shape, const void* x, DType type, void* y);
 void pool2d_backward(ThreadPool& pool, const Pool2dShape& shape, const void* x, const void* dy,
                      DType type, void* dx);
