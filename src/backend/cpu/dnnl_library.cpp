@@ -8,6 +8,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/optional_library.h"
+
 namespace ampx::impl {
 namespace cpu {
 namespace {
@@ -20,10 +22,10 @@ bool resolve(void* handle, const char* name, Fn& fn) {
 
 // Opens oneDNN, or says in `lib.description` why not (then returns false).
 bool open_dnnl(Dnnl& lib) {
-  const char* named = std::getenv("AMPX_DNNL_LIBRARY");
-  const std::string path = named && *named ? named : "libdnnl.so.2";
-  if (path == "none") {
-    lib.description = "oneDNN off (AMPX_DNNL_LIBRARY=none)";
+  // By the loader rule of optional libraries (core/optional_library.h).
+  LibrarySearch search("oneDNN", "AMPX_DNNL_LIBRARY", {"libdnnl.so.2"});
+  if (search.off()) {
+    lib.description = search.error();
     return false;
   }
   const char* blas = std::getenv("AMPX_BLAS");
@@ -45,16 +47,16 @@ bool open_dnnl(Dnnl& lib) {
     setenv("OMP_WAIT_POLICY", "passive", 0);
     setenv("GOMP_SPINCOUNT", "1000", 0);
   }
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* handle = search.open();
   if (set_policy) {
     unsetenv("OMP_WAIT_POLICY");
     unsetenv("GOMP_SPINCOUNT");
   }
   if (!handle) {
-    const char* error = dlerror();
-    lib.description = "oneDNN not loaded (" + path + ": " + (error ? error : "not found") + ")";
+    lib.description = search.error();
     return false;
   }
+  const std::string& path = search.path();
   const bool complete =
       resolve(handle, "dnnl_version", lib.version) &&
       resolve(handle, "dnnl_get_effective_cpu_isa", lib.effective_isa) &&

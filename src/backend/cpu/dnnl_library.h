@@ -2,9 +2,10 @@
 // for the CPU backend's bf16 matrix products (dnnl_matmul.h) and its
 // convolutions (dnnl_conv.h).
 //
-// libdnnl.so.2 (Debian's libdnnl2), or the file AMPX_DNNL_LIBRARY names, is
-// opened on first use; "none" there, or AMPX_BLAS=none (ampx's own kernels
-// for everything), turns it off. It is used only on a CPU that multiplies
+// libdnnl.so.2 (Debian's libdnnl2), or only the file AMPX_DNNL_LIBRARY names,
+// is opened on first use (the loader rule of core/optional_library.h);
+// "none" there, or AMPX_BLAS=none (ampx's own kernels for everything), turns
+// it off. It is used only on a CPU that multiplies
 // bf16 natively (AVX512-BF16 or AMX, as oneDNN itself detects it). When
 // ampx loads oneDNN's OpenMP runtime first and neither OMP_WAIT_POLICY nor
 // GOMP_SPINCOUNT is set, they are set to passive and 1000 for the load, so
