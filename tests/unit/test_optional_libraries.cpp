@@ -1,5 +1,6 @@
 // The optional libraries opened at run time: the one loader rule
-// (core/optional_library.h, ampx.h "Libraries").
+// (core/optional_library.h, ampx.h "Libraries") and the oneDNN plans a
+// context keeps (freed with it).
 #include <dlfcn.h>
 #include <stdlib.h>
 
@@ -7,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/dnnl_library.h"
 #include "core/optional_library.h"
 #include "support.h"
 
@@ -137,4 +139,50 @@ TEST_CASE("optional libraries: NCCL follows the rule (none, a missing path)") {
   CHECK(contains(error, "\n  /nonexistent/libnccl.so.2: "));
   CHECK(contains(error, "the only one tried"));
   CHECK_FALSE(contains(error, "\n  libnccl.so"));
+}
+
+namespace {
+
+// A bf16 product and an f32 convolution on `ctx` (both oneDNN's where it
+// is used); `size` varies the shapes, so the plans.
+void run_oneDNN_ops(ampx_context ctx, int64_t size) {
+  using ampx_test::Tensor;
+  const int64_t square[] = {size, size};
+  Tensor a, b, product;
+  REQUIRE(ampx_tensor_zeros(ctx, AMPX_BF16, 2, square, a.out()) == AMPX_OK);
+  REQUIRE(ampx_tensor_zeros(ctx, AMPX_BF16, 2, square, b.out()) == AMPX_OK);
+  REQUIRE_MESSAGE(ampx_matmul(a, b, product.out()) == AMPX_OK, ampx_last_error());
+  const int64_t image[] = {1, 2, size, size}, filter[] = {3, 2, 3, 3};
+  Tensor x, w, y;
+  REQUIRE(ampx_tensor_zeros(ctx, AMPX_F32, 4, image, x.out()) == AMPX_OK);
+  REQUIRE(ampx_tensor_zeros(ctx, AMPX_F32, 4, filter, w.out()) == AMPX_OK);
+  REQUIRE_MESSAGE(ampx_conv2d(x, w, nullptr, nullptr, y.out()) == AMPX_OK, ampx_last_error());
+}
+
+}  // namespace
+
+TEST_CASE("optional libraries: a context's oneDNN plans are freed with it") {
+  if (ampx_test::test_device() != AMPX_DEVICE_CPU || !ampx::impl::cpu::dnnl_available()) {
+    MESSAGE("oneDNN does not compute here (", ampx::impl::cpu::dnnl_description(), ")");
+    return;
+  }
+  using ampx::impl::cpu::dnnl_live_plans;
+  const int64_t before = dnnl_live_plans();
+  ampx_context first = ampx_test::test_context(2), second = ampx_test::test_context(2);
+  run_oneDNN_ops(first, 16);
+  const int64_t first_plans = dnnl_live_plans() - before;
+  CHECK(first_plans >= 2);  // a matmul and a convolution at least
+  // The same shapes again reuse the plans.
+  run_oneDNN_ops(first, 16);
+  CHECK(dnnl_live_plans() - before == first_plans);
+  // Another context makes its own, for the same shapes too.
+  run_oneDNN_ops(second, 16);
+  run_oneDNN_ops(second, 24);
+  const int64_t second_plans = dnnl_live_plans() - before - first_plans;
+  CHECK(second_plans >= 2 * first_plans);
+
+  ampx_context_release(first);
+  CHECK(dnnl_live_plans() - before == second_plans);
+  ampx_context_release(second);
+  CHECK(dnnl_live_plans() == before);
 }

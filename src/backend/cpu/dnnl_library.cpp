@@ -4,9 +4,12 @@
 #if __has_include(<oneapi/dnnl/dnnl.h>)
 #include <dlfcn.h>
 
+#include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <unordered_map>
 
 #include "core/optional_library.h"
 
@@ -143,6 +146,49 @@ const Dnnl* dnnl_library() {
 
 bool dnnl_available() { return loaded().usable; }
 
+namespace {
+
+std::atomic<int64_t> live_plans{0};
+
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<const ThreadPool*,
+                     std::array<std::shared_ptr<void>, static_cast<size_t>(PlanKind::Count)>>
+      by_pool;
+};
+
+// Never destroyed, as the library: a context still alive at exit keeps its
+// plans.
+Registry& registry() {
+  static Registry& r = *new Registry;
+  return r;
+}
+
+}  // namespace
+
+std::shared_ptr<void> context_plans(const ThreadPool& pool, PlanKind kind, const Dnnl& d,
+                                    std::shared_ptr<void> (*make)(const Dnnl& d)) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::shared_ptr<void>& slot = r.by_pool[&pool][static_cast<int>(kind)];
+  if (!slot) slot = make(d);
+  return slot;
+}
+
+void release_dnnl_plans(const ThreadPool& pool) {
+  Registry& r = registry();
+  decltype(r.by_pool)::node_type released;
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    released = r.by_pool.extract(&pool);
+  }
+  // The plans are destroyed here, outside the lock.
+}
+
+void count_plans(int64_t delta) { live_plans.fetch_add(delta, std::memory_order_relaxed); }
+
+int64_t dnnl_live_plans() { return live_plans.load(std::memory_order_relaxed); }
+
 const char* dnnl_description() { return loaded().lib.description.c_str(); }
 
 dnnl_stream_t thread_stream(const Dnnl& d) {
@@ -181,6 +227,8 @@ namespace cpu {
 
 bool dnnl_available() { return false; }
 const char* dnnl_description() { return "oneDNN not used (built without its headers)"; }
+void release_dnnl_plans(const ThreadPool&) {}
+int64_t dnnl_live_plans() { return 0; }
 
 }  // namespace cpu
 }  // namespace ampx::impl
