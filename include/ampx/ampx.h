@@ -23,6 +23,7 @@
  *  14. Data-parallel training: communicators, gradient all-reduce (EXPERIMENTAL)
  *  15. The precision doctor: gradient statistics, scale history, findings (EXPERIMENTAL)
  *  16. safetensors files: save, load into tensors, load zero-copy (EXPERIMENTAL)
+ *  17. Learning-rate schedules on the device (EXPERIMENTAL)
  *
  * Stability: sections 1-8 are stable: their functions keep their
  * signatures and meaning within an ABI major version. Sections marked
@@ -2465,8 +2466,8 @@ AMPX_API ampx_data_parallel_options ampx_data_parallel_options_default(void);
  *  zeroes them in place; replacing one with ampx_tensor_set_grad makes the
  *  next backward fail (AMPX_ERR_ORDER). A parameter no backward reaches has
  *  a zero gradient, and the optimizer steps it with that, as DDP does.
- *  The optimizer's param groups are fixed from here on (ampx_optimizer_add_
- *  group is refused). options NULL: the defaults.
+ *  The optimizer's param groups are fixed from here on
+ *  (ampx_optimizer_add_group is refused). options NULL: the defaults.
  *  Ownership: *out is the caller's (ampx_data_parallel_release); it retains
  *  comm and optimizer.
  *  Errors: INVALID_ARGUMENT (a NULL argument; bucket sizes 0; zero_stage

@@ -4157,8 +4157,8 @@ namespace Ampx
         /// zeroes them in place; replacing one with ampx_tensor_set_grad makes the
         /// next backward fail (AMPX_ERR_ORDER). A parameter no backward reaches has
         /// a zero gradient, and the optimizer steps it with that, as DDP does.
-        /// The optimizer's param groups are fixed from here on (ampx_optimizer_add_
-        /// group is refused). options NULL: the defaults.
+        /// The optimizer's param groups are fixed from here on
+        /// (ampx_optimizer_add_group is refused). options NULL: the defaults.
         /// Ownership: *out is the caller's (ampx_data_parallel_release); it retains
         /// comm and optimizer.
         /// Errors: INVALID_ARGUMENT (a NULL argument; bucket sizes 0; zero_stage
