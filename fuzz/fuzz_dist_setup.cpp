@@ -128,7 +128,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     finding("an exception that is not a StatusError");
   }
   if (!dp) {
-    if (optimizer.grad_sync) finding("a failed setup left the optimizer wrapped");
+    if (optimizer.iteration().gradient_sync()) finding("a failed setup left the optimizer wrapped");
     for (ampx_tensor t : params) {
       ampx_tensor grad = nullptr;
       if (ampx_tensor_grad(t, &grad) != AMPX_OK) finding("ampx_tensor_grad failed");

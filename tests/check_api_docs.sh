@@ -4,7 +4,11 @@
 # naming each one; also fails on Doxygen's other complaints about the
 # comments (a bad command, a broken reference), which spoil the reference
 # too. Undocumented structs, struct fields, macros and typedefs are only
-# counted.
+# counted. Before Doxygen (and without it) it checks the header's prose:
+# every section heading is in the Contents list at the top (and every entry
+# there is a section), and every ampx_ name a comment mentions -- joined
+# where a line break splits it after an underscore; `ampx_x_*` stands for
+# every name starting so -- is declared in the header.
 #
 #   check_api_docs.sh <doxygen> <configured Doxyfile> <header> <scratch folder>
 #
@@ -18,6 +22,83 @@
 set -euo pipefail
 doxygen=$1 doxyfile=$2 header=$3 work=$4
 docs=$(cd "$(dirname "$0")/../docs" && pwd)
+
+if ! python3 - "$header" <<'PY'
+import re, sys
+
+path = sys.argv[1]
+header = open(path).read()
+lines = header.split("\n")
+problems = []
+
+# The Contents list against the headings ("/* N. Title */" under a rule).
+listed = {}
+block = re.search(r"\n \* Contents\n((?: \*\s+\d+\..*\n)+)", header)
+for line in block.group(1).splitlines() if block else []:
+    number, title = re.match(r" \*\s+(\d+)\.\s+(.*)", line).groups()
+    listed[int(number)] = title.strip()
+if not listed:
+    problems.append("no Contents list (' * Contents' followed by ' *   N. Title' lines)")
+headings = {}
+for i, line in enumerate(lines[:-1]):
+    if re.fullmatch(r"/\* =+ \*/", line):
+        heading = re.match(r"/\* (\d+)\. (.*?)\s*\*/$", lines[i + 1])
+        if heading:
+            headings[int(heading.group(1))] = (heading.group(2), i + 2)
+for number, (title, line) in sorted(headings.items()):
+    stem = re.split(r"[:(]", title)[0].strip()
+    if number not in listed:
+        problems.append(f"{path}:{line}: section {number} ({title}) is missing from the Contents list")
+    elif not listed[number].startswith(stem):
+        problems.append(f"{path}:{line}: section {number} is '{title}', the Contents list says "
+                        f"'{listed[number]}'")
+for number in sorted(set(listed) - set(headings)):
+    problems.append(f"the Contents list names section {number} ({listed[number]}), which has no heading")
+
+# Comments apart from code (string literals skipped); what the code names
+# is what the header declares.
+code, comments = [], []
+at = 0
+while at < len(header):
+    if header.startswith("/*", at):
+        end = header.index("*/", at + 2)
+        comments.append((header.count("\n", 0, at) + 1, header[at + 2:end]))
+        at = end + 2
+    elif header.startswith("//", at):
+        end = header.find("\n", at)
+        end = len(header) if end < 0 else end
+        comments.append((header.count("\n", 0, at) + 1, header[at + 2:end]))
+        at = end
+    elif header[at] == '"':
+        end = at + 1
+        while header[end] != '"':
+            end += 2 if header[end] == "\\" else 1
+        at = end + 1
+    else:
+        code.append(header[at])
+        at += 1
+declared = set(re.findall(r"\bampx_\w+", "".join(code)))
+for first_line, text in comments:
+    joined = ""
+    for k, line in enumerate(re.sub(r"^\s*\*?\s?", "", l) for l in text.split("\n")):
+        if k and re.search(r"\bampx_\w*_$", joined) and re.match(r"\s*\w", line):
+            joined += line.lstrip()
+        else:
+            joined += "\n" + line
+    for name in sorted(set(re.findall(r"\bampx_\w+\*?", joined))):
+        known = (any(d.startswith(name[:-1]) for d in declared) if name.endswith("*")
+                 else name in declared)
+        if not known:
+            problems.append(f"{path}:{first_line}: the comment starting here names {name}, "
+                            "which the header does not declare")
+for problem in problems:
+    print("api_docs:", problem, file=sys.stderr)
+sys.exit(1 if problems else 0)
+PY
+then
+  echo "api_docs: FAILED (the header's Contents list or the names its comments mention)" >&2
+  exit 1
+fi
 
 if ! command -v "$doxygen" >/dev/null; then
   if [ "${AMPX_REQUIRE_BINDINGS:-0}" = 1 ]; then

@@ -23,6 +23,7 @@
  *  14. Data-parallel training: communicators, gradient all-reduce (EXPERIMENTAL)
  *  15. The precision doctor: gradient statistics, scale history, findings (EXPERIMENTAL)
  *  16. safetensors files: save, load into tensors, load zero-copy (EXPERIMENTAL)
+ *  17. Learning-rate schedules on the device (EXPERIMENTAL)
  *
  * Stability: sections 1-8 are stable: their functions keep their
  * signatures and meaning within an ABI major version. Sections marked
@@ -75,6 +76,17 @@
  *              `keepdim`, `causal`) takes any non-zero value as true and
  *              0 as false; where a comment says "1:" it means "non-zero:".
  *              Flags ampx writes (out arguments, statistics) are 0 or 1.
+ *   Libraries. The optional libraries are opened at run time, when first
+ *              needed: OpenBLAS (AMPX_BLAS), oneDNN (AMPX_DNNL_LIBRARY),
+ *              the MPI plugin (AMPX_MPI_PLUGIN), NCCL (AMPX_NCCL_LIBRARY)
+ *              and cuDNN (AMPX_CUDNN_LIBRARY). One rule finds each: when its
+ *              environment variable is set, only the path it names is tried;
+ *              "none" turns the library off; unset, its default names (given
+ *              where it is described) are tried in order. Where a library
+ *              that cannot be loaded makes a call fail (the MPI plugin, NCCL,
+ *              cuDNN: NOT_SUPPORTED), the message lists every path tried
+ *              with the loader's reason; without OpenBLAS or oneDNN, ampx's
+ *              own kernels compute instead.
  */
 #ifndef AMPX_H
 #define AMPX_H
@@ -334,8 +346,9 @@ AMPX_API ampx_context_options ampx_context_options_default(void);
  *  count, only one allocator hook set, a stream given for the CPU); AMPX_ERR_NO_DEVICE (CUDA requested but the library was
  *  built without CUDA, no device is present, or device_index is out of
  *  range); AMPX_ERR_OUT_OF_MEMORY. Thread-safe.
- *  CPU matrix products use a CBLAS loaded at the first one: OpenBLAS
- *  (libopenblas.so.0) unless the environment variable AMPX_BLAS names another
+ *  CPU matrix products use a CBLAS loaded at the first one (the rule of
+ *  "Libraries", at the top): OpenBLAS (libopenblas.so.0, then
+ *  libopenblas.so) unless the environment variable AMPX_BLAS names another
  *  library or is "none" (ampx's own kernel; also used when none loads). When
  *  ampx loads OpenBLAS itself, it sets two variables the host has not set
  *  for the length of the load and then removes them: OPENBLAS_CORETYPE, to
@@ -345,8 +358,8 @@ AMPX_API ampx_context_options ampx_context_options_default(void);
  *  spinning on the cores ampx's own threads need. On a CPU that multiplies
  *  bf16 natively (AVX512-BF16 or AMX), products of BF16 operands and F32 and
  *  BF16 convolutions go to oneDNN instead (libdnnl.so.2, or the library
- *  AMPX_DNNL_LIBRARY names), loaded at the first one; AMPX_DNNL_LIBRARY=none
- *  or AMPX_BLAS=none turns that off. If no OpenMP runtime is loaded yet and
+ *  AMPX_DNNL_LIBRARY names, by the same rule), loaded at the first one;
+ *  AMPX_DNNL_LIBRARY=none or AMPX_BLAS=none turns that off. If no OpenMP runtime is loaded yet and
  *  the host has set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, they are set
  *  to "passive" and "1000" for the length of that load, so that oneDNN's
  *  idle threads poll briefly and then sleep too; a host
@@ -1910,8 +1923,9 @@ AMPX_API ampx_conv2d_options ampx_conv2d_options_default(void);
  *  outside autocast), DEVICE, INVALID_ARGUMENT (struct_size too small, a
  *  stride or dilation under 1, negative padding, groups under 1),
  *  NOT_SUPPORTED (a backend without convolution: a CUDA context where
- *  cuDNN 9 could not be loaded -- the message says why; AMPX_CUDNN_LIBRARY
- *  names the file to load instead of libcudnn.so.9). */
+ *  cuDNN 9 could not be loaded -- the message lists the paths tried;
+ *  libcudnn.so.9, or the file AMPX_CUDNN_LIBRARY names, by the rule of
+ *  "Libraries" at the top). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_conv2d(ampx_tensor x, ampx_tensor weight, ampx_tensor bias,
                                                 const ampx_conv2d_options *options,
                                                 ampx_tensor *out);
@@ -2306,12 +2320,11 @@ typedef struct ampx_comm_s *ampx_comm;
  *  messages never mix with the host's; the host keeps owning its own. The
  *  MPI code lives in the plugin libampx_mpi.so, built against one MPI
  *  implementation: the host must use that same MPI, initialised
- *  (MPI_Init) and not finalized. Where it is loaded from: when the
- *  environment variable AMPX_MPI_PLUGIN is set, only the path it names is
- *  tried (a missing file there is NOT_SUPPORTED, even with a plugin beside
- *  libampx), and `none` turns MPI support off; otherwise libampx_mpi.so
- *  beside libampx, then by the dynamic loader's search path. The error
- *  lists every path tried. Collective over the MPI communicator.
+ *  (MPI_Init) and not finalized. It is found by the rule of "Libraries" at
+ *  the top, with AMPX_MPI_PLUGIN: libampx_mpi.so beside libampx, then by
+ *  the dynamic loader's search path (a missing file where AMPX_MPI_PLUGIN
+ *  points is NOT_SUPPORTED, even with a plugin beside libampx).
+ *  Collective over the MPI communicator.
  *  Ownership: *out is the caller's (ampx_comm_release); it retains ctx.
  *  Threads: MPI is called on the calling thread only; an MPI initialised
  *  with MPI_THREAD_SINGLE or FUNNELED suffices when only that thread calls.
@@ -2327,8 +2340,9 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_comm_from_mpi(ampx_context ctx, const v
  *  owning it and destroys it after releasing the ampx_comm -- unless ampx
  *  aborted it after a timeout (ampx_comm_set_timeout): ncclCommAbort frees
  *  it, and the host must not destroy it again. It must be on
- *  the context's device. NCCL (libnccl.so.2, or the path AMPX_NCCL_LIBRARY
- *  names) is loaded at run time. Collectives run on the context's
+ *  the context's device. NCCL (libnccl.so.2, then libnccl.so, or the path
+ *  AMPX_NCCL_LIBRARY names, by the rule of "Libraries" at the top) is
+ *  loaded at run time. Collectives run on the context's
  *  communication stream, ordered with its compute stream by events.
  *  Errors: INVALID_ARGUMENT (NULL); NOT_SUPPORTED (a CPU context: use MPI;
  *  NCCL cannot be loaded); DEVICE (the communicator is on another device);
@@ -2452,8 +2466,8 @@ AMPX_API ampx_data_parallel_options ampx_data_parallel_options_default(void);
  *  zeroes them in place; replacing one with ampx_tensor_set_grad makes the
  *  next backward fail (AMPX_ERR_ORDER). A parameter no backward reaches has
  *  a zero gradient, and the optimizer steps it with that, as DDP does.
- *  The optimizer's param groups are fixed from here on (ampx_optimizer_add_
- *  group is refused). options NULL: the defaults.
+ *  The optimizer's param groups are fixed from here on
+ *  (ampx_optimizer_add_group is refused). options NULL: the defaults.
  *  Ownership: *out is the caller's (ampx_data_parallel_release); it retains
  *  comm and optimizer.
  *  Errors: INVALID_ARGUMENT (a NULL argument; bucket sizes 0; zero_stage

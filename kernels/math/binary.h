@@ -1,11 +1,16 @@
-// binary.h -- the per-element math of the binary ops (core/backend_nn.h,
-// BinaryOp), in fp32, shared by the CPU backend and the CUDA kernels.
+// binary.h -- the per-element math of the binary ops (BinaryOp, a primitive
+// of core/backend_nn.h), in fp32, shared by the CPU backend and the CUDA
+// kernels.
 #pragma once
 
-#include "core/backend_nn.h"
 #include "math/hd.h"
 
 namespace ampx::impl {
+
+// Equal gives 1 where a == b and 0 elsewhere (NaN equals nothing): the
+// tie mask of amax's backward pass, never an op of its own.
+enum class BinaryOp { Add, Sub, Mul, Div, Equal };
+
 namespace math {
 
 template <BinaryOp Op>

@@ -6,10 +6,22 @@
 
 #include <cstdint>
 
-#include "core/backend_conv.h"
 #include "math/hd.h"
 
 namespace ampx::impl {
+
+enum class PoolKind { Max, Average };
+
+struct Pool2dShape {
+  int64_t planes = 0;  // batch * channels
+  int64_t in_h = 0, in_w = 0, out_h = 0, out_w = 0;
+  int64_t kernel_h = 0, kernel_w = 0;
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
+  PoolKind kind = PoolKind::Max;
+  bool count_include_pad = true;  // average only
+  int64_t divisor = 0;            // average only; 0: the window's size
+};
+
 namespace math {
 
 // The window of output index `out_index` along one dimension: taps t with

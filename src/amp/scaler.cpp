@@ -7,7 +7,6 @@
 #include "autograd/tape.h"
 #include "core/error.h"
 #include "math/convert.h"
-#include "optim/optimizer.h"
 
 namespace ampx::impl {
 namespace {
@@ -141,23 +140,6 @@ math::ScalerConfig LossScaler::config() const {
   return c;
 }
 
-void LossScaler::check_attachable(const FusedOptimizer& optimizer) const {
-  if (optimizer.scaler == this) return;
-  if (optimizer.scaler)
-    fail(AMPX_ERR_INVALID_ARGUMENT,
-         "the optimizer is already attached to another scaler; an optimizer belongs to one scaler");
-  if (&optimizer.context() != ctx_)
-    fail(AMPX_ERR_DEVICE, "the optimizer belongs to a different context than the scaler");
-}
-
-void LossScaler::attach(FusedOptimizer& optimizer) {
-  check_attachable(optimizer);
-  if (optimizer.scaler == this) return;
-  retain();
-  optimizer.scaler = this;
-  optimizer.amp_state = AmpState::Ready;
-}
-
 DeviceTensor* LossScaler::scale_loss(DeviceTensor& loss) {
   if (loss.ctx != ctx_) fail(AMPX_ERR_DEVICE, "'loss' belongs to a different context than the scaler");
   if (!is_floating(loss.dtype))
@@ -180,84 +162,25 @@ TensorRef LossScaler::scale_snapshot() const {
   return copy;
 }
 
-void LossScaler::unscale(FusedOptimizer& optimizer) {
-  if (!options_.enabled) return;
-  AmpPrimitives& amp = ctx_->backend().require<AmpPrimitives>("unscale");
-  check_attachable(optimizer);
-  if (optimizer.amp_state == AmpState::Unscaled)
-    fail(AMPX_ERR_ORDER,
-         "this optimizer's gradients were already unscaled since the last update; unscale once "
-         "per iteration (unscale, [clip], step, update)");
-  if (optimizer.amp_state == AmpState::Stepped)
-    fail(AMPX_ERR_ORDER,
-         "unscale after step: this optimizer already stepped in this iteration; call "
-         "ampx_scaler_update before unscaling the next iteration's gradients");
-  optimizer.sync_gradients("unscale");
-  std::vector<TensorSpan> ins, outs;
-  optimizer.prepare_unscale(ins, outs);
-  // Attached only now that nothing can fail: a call that ran out of memory
-  // leaves an unattached optimizer usable with ampx_optimizer_step.
-  attach(optimizer);
-  Backend& backend = ctx_->backend();
-  float* found_inf = static_cast<float*>(optimizer.found_inf().data());
-  backend.fill(found_inf, 4, 0, 1);
-  const auto* scale = static_cast<const float*>(scale_->data());
-  if (optimizer.observer)
-    optimizer.observer->unscale(ins, outs, scale, found_inf);
-  else
-    amp.multi_tensor_scale(ins, outs, scale, true, found_inf);
-  if (optimizer.grad_sync) optimizer.grad_sync->agree_found_inf(found_inf);
-  if (optimizer.observer) optimizer.observer->after_unscale(scale, found_inf);
-  optimizer.mark_unscaled(true);
-  optimizer.amp_state = AmpState::Unscaled;
-  if (std::find(active_.begin(), active_.end(), &optimizer) == active_.end())
-    active_.push_back(&optimizer);
+void LossScaler::enlist(AmpIteration& iteration) {
+  if (std::find(active_.begin(), active_.end(), &iteration) == active_.end())
+    active_.push_back(&iteration);
 }
 
-void LossScaler::step(FusedOptimizer& optimizer) {
-  if (!options_.enabled) {
-    optimizer.step(nullptr);
-    return;
-  }
-  check_attachable(optimizer);
-  if (optimizer.amp_state == AmpState::Stepped)
-    fail(AMPX_ERR_ORDER,
-         "step was already called for this optimizer since the last update; call "
-         "ampx_scaler_update once per iteration, after every optimizer's step");
-  if (optimizer.amp_state == AmpState::Ready) unscale(optimizer);
-  optimizer.step(static_cast<const float*>(optimizer.found_inf().data()));
-  optimizer.amp_state = AmpState::Stepped;
+void LossScaler::forget(const AmpIteration& iteration) {
+  active_.erase(std::remove(active_.begin(), active_.end(), &iteration), active_.end());
 }
 
-void LossScaler::update(bool force, double new_scale) {
-  if (!options_.enabled) return;
-  if (force) check_scale_value(new_scale, "new_scale");
-  if (active_.empty())
-    fail(AMPX_ERR_ORDER,
-         "no inf checks were recorded since the last update; call ampx_scaler_step (or "
-         "ampx_scaler_unscale) for at least one optimizer before ampx_scaler_update");
-  std::vector<const float*> found_infs;
-  for (FusedOptimizer* o : active_)
-    found_infs.push_back(static_cast<const float*>(o->found_inf().data()));
+void LossScaler::check_new_scale(double new_scale) const {
+  check_scale_value(new_scale, "new_scale");
+}
+
+void LossScaler::update_scale(const std::vector<const float*>& found_infs, bool force,
+                              double new_scale) {
   ctx_->backend()
       .require<AmpPrimitives>("the scaler update")
       .scaler_update(static_cast<math::ScalerState*>(state_->data()), found_infs, config(), force,
                      math::double_to_float(new_scale));
-  for (FusedOptimizer* o : active_) {
-    o->amp_state = AmpState::Ready;
-    o->mark_unscaled(false);
-  }
-  active_.clear();
-}
-
-bool LossScaler::found_inf(FusedOptimizer& optimizer) {
-  if (optimizer.scaler != this || optimizer.amp_state == AmpState::Ready)
-    fail(AMPX_ERR_ORDER,
-         "no inf check was recorded for this optimizer since the last update; call "
-         "ampx_scaler_unscale or ampx_scaler_step first");
-  float value = 0.0f;
-  ctx_->read_to_host(&value, optimizer.found_inf().data(), sizeof value);
-  return value != 0.0f;
 }
 
 math::ScalerState LossScaler::read_state() {
@@ -290,10 +213,6 @@ void LossScaler::set_state(const ScalerOptions& options, const math::ScalerState
 void LossScaler::restore(const ScalerOptions& options, const math::ScalerState& state) {
   ctx_->backend().copy_from_host(state_->data(), &state, sizeof state);
   options_ = options;
-}
-
-void LossScaler::forget(const FusedOptimizer& optimizer) {
-  active_.erase(std::remove(active_.begin(), active_.end(), &optimizer), active_.end());
 }
 
 }  // namespace ampx::impl

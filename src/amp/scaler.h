@@ -10,7 +10,7 @@
 
 namespace ampx::impl {
 
-class FusedOptimizer;
+class AmpIteration;
 
 struct ScalerOptions {
   double init_scale = 65536.0;
@@ -40,19 +40,25 @@ class LossScaler : public Object {
   DeviceContext& context() const { return *ctx_; }
   bool enabled() const { return options_.enabled; }
 
-  // Throws unless `optimizer` is attached to this scaler or can be.
-  void check_attachable(const FusedOptimizer& optimizer) const;
-  void attach(FusedOptimizer& optimizer);
   // loss * scale (F32) and x * (1 / scale) (x's dtype): new tensors,
   // recorded on the tape (their backward multiplies by the same factor,
   // the scale as it was when they ran).
   DeviceTensor* scale_loss(DeviceTensor& loss);
   DeviceTensor* unscale_tensor(DeviceTensor& x);
   DeviceTensor& scale_tensor() const { return *scale_; }
-  void unscale(FusedOptimizer& optimizer);
-  void step(FusedOptimizer& optimizer);
-  void update(bool force, double new_scale);
-  bool found_inf(FusedOptimizer& optimizer);  // synchronizes
+
+  // The scaler's part in the AMP iteration (amp/iteration.h runs it): the
+  // iterations it unscaled since the last update, whose found-inf the
+  // update reads.
+  void enlist(AmpIteration& iteration);
+  const std::vector<AmpIteration*>& enlisted() const { return active_; }
+  // An iteration leaving: updated, or its optimizer being destroyed.
+  void forget(const AmpIteration& iteration);
+  // INVALID_ARGUMENT unless new_scale is a scale the device can hold.
+  void check_new_scale(double new_scale) const;
+  // One update of the scale from `found_infs` (device F32[1] each), or to
+  // new_scale when force.
+  void update_scale(const std::vector<const float*>& found_infs, bool force, double new_scale);
 
   math::ScalerState read_state();  // synchronizes
   const ScalerOptions& options() const { return options_; }
@@ -67,9 +73,6 @@ class LossScaler : public Object {
   void set_state(const ScalerOptions& options, const math::ScalerState& state);
   bool iteration_in_progress() const { return !active_.empty(); }
 
-  // An attached optimizer being destroyed.
-  void forget(const FusedOptimizer& optimizer);
-
  private:
   LossScaler(DeviceContext& ctx, const ScalerOptions& options);
   ~LossScaler();
@@ -83,9 +86,9 @@ class LossScaler : public Object {
   ScalerOptions options_;
   TensorRef state_;  // the bytes of one math::ScalerState
   TensorRef scale_;  // F32[1] sharing state_'s memory: ScalerState::scale
-  // Optimizers unscaled since the last update (attached ones; not retained:
-  // an optimizer removes itself when destroyed).
-  std::vector<FusedOptimizer*> active_;
+  // Iterations unscaled since the last update (of attached optimizers; not
+  // retained: an optimizer's iteration leaves when it is destroyed).
+  std::vector<AmpIteration*> active_;
 };
 
 }  // namespace ampx::impl

@@ -24,51 +24,10 @@ LossScaler& scaler_arg(ampx_scaler handle, const char* arg) {
 
 bool flag(int32_t value) { return value != 0; }
 
-// While a data-parallel wrapper reduces an optimizer's gradients, a call
-// that reads them is collective (section 14). `call` says what the other
-// ranks do in it, judged from this rank's state (the same on every rank:
-// checks of state -- the iteration's order, synchronization off -- fail
-// alike everywhere, so only a rank whose own arguments fail makes the
-// call's collectives alone); nullptr: none. When the body fails, the
-// wrapper makes the collectives it did not reach, carrying the failure, so
-// that no rank waits for this one.
-using Call = GradientSync::Call;
-
-template <class Body>
-void collective(FusedOptimizer& o, const Call* call, const char* op, Body&& body) {
-  GradientSync* sync = o.grad_sync;
-  if (!sync || !call) {
-    body();
-    return;
-  }
-  const uint64_t before = sync->agreements();
-  try {
-    body();
-  } catch (const StatusError& e) {
-    if (o.grad_sync == sync) sync->join_failed(*call, before, e.status(), e.what(), op);
-    throw;
-  }
-}
-
-bool scaling(const FusedOptimizer& o) { return o.scaler && o.scaler->enabled(); }
-
-// What the other ranks' ampx_scaler_unscale (step: false) or
-// ampx_scaler_step does with this optimizer's state.
-const Call* scaler_call(const FusedOptimizer& o, bool step) {
-  static const Call unscale = Call::Unscale, step_only = Call::Step;
-  const bool enabled = !o.scaler || o.scaler->enabled();
-  if (o.amp_state == AmpState::Ready) return enabled ? &unscale : step ? &step_only : nullptr;
-  if (o.amp_state == AmpState::Unscaled) return step ? &step_only : nullptr;
-  return nullptr;
-}
-
-// The same for the other reads; none for clipping and steps while an
-// enabled scaler's scale is still in the gradients (refused on every rank).
-const Call* read_call(const FusedOptimizer& o, Call call, bool needs_unscaled = true) {
-  static const Call calls[] = {Call::ReadGradients, Call::Unscale, Call::ClipNorm, Call::Step};
-  if (needs_unscaled && scaling(o) && o.amp_state == AmpState::Ready) return nullptr;
-  return &calls[static_cast<int>(call)];
-}
+// A call that reads the gradients runs through the optimizer's AMP
+// iteration, which makes it collective while a data-parallel wrapper
+// reduces them (section 14).
+using Call = AmpIteration::Call;
 
 ampx_optimizer to_handle(FusedOptimizer* o) { return reinterpret_cast<ampx_optimizer>(o); }
 ampx_scaler to_handle(LossScaler* s) { return reinterpret_cast<ampx_scaler>(s); }
@@ -185,8 +144,7 @@ ampx_status ampx_optimizer_get_lr(ampx_optimizer optimizer, int32_t group, doubl
 ampx_status ampx_optimizer_step(ampx_optimizer optimizer) {
   return guard(__func__, [&] {
     FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
-    collective(o, scaling(o) ? nullptr : read_call(o, Call::Step), __func__,
-               [&] { o.step_unscaled(); });
+    o.iteration().collective(Call::Step, __func__, [&] { o.iteration().plain_step(); });
   });
 }
 
@@ -262,7 +220,7 @@ ampx_status ampx_optimizer_last_step_taken(ampx_optimizer optimizer, int32_t* ta
   return guard(__func__, [&] {
     FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
     require_pointer(taken, "taken");
-    *taken = o.last_step_taken() ? 1 : 0;
+    *taken = o.iteration().last_step_taken() ? 1 : 0;
   });
 }
 
@@ -291,7 +249,7 @@ void ampx_scaler_release(ampx_scaler scaler) {
 ampx_status ampx_scaler_attach(ampx_scaler scaler, ampx_optimizer optimizer) {
   return guard(__func__, [&] {
     LossScaler& s = scaler_arg(scaler, "scaler");
-    s.attach(optimizer_arg(optimizer, "optimizer"));
+    optimizer_arg(optimizer, "optimizer").iteration().attach_scaler(s);
   });
 }
 
@@ -324,23 +282,27 @@ ampx_status ampx_scaler_get_scale(ampx_scaler scaler, double* scale) {
 ampx_status ampx_scaler_unscale(ampx_scaler scaler, ampx_optimizer optimizer) {
   return guard(__func__, [&] {
     FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
-    collective(o, scaler_call(o, false), __func__, [&] { scaler_arg(scaler, "scaler").unscale(o); });
+    o.iteration().collective(Call::Unscale, __func__,
+                             [&] { o.iteration().unscale(scaler_arg(scaler, "scaler")); });
   });
 }
 
 ampx_status ampx_scaler_step(ampx_scaler scaler, ampx_optimizer optimizer) {
   return guard(__func__, [&] {
     FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
-    collective(o, scaler_call(o, true), __func__, [&] { scaler_arg(scaler, "scaler").step(o); });
+    o.iteration().collective(Call::ScalerStep, __func__,
+                             [&] { o.iteration().scaler_step(scaler_arg(scaler, "scaler")); });
   });
 }
 
 ampx_status ampx_scaler_update(ampx_scaler scaler) {
-  return guard(__func__, [&] { scaler_arg(scaler, "scaler").update(false, 0.0); });
+  return guard(__func__,
+               [&] { AmpIteration::update(scaler_arg(scaler, "scaler"), false, 0.0); });
 }
 
 ampx_status ampx_scaler_update_to(ampx_scaler scaler, double new_scale) {
-  return guard(__func__, [&] { scaler_arg(scaler, "scaler").update(true, new_scale); });
+  return guard(__func__,
+               [&] { AmpIteration::update(scaler_arg(scaler, "scaler"), true, new_scale); });
 }
 
 ampx_status ampx_scaler_found_inf(ampx_scaler scaler, ampx_optimizer optimizer, int32_t* found) {
@@ -348,7 +310,7 @@ ampx_status ampx_scaler_found_inf(ampx_scaler scaler, ampx_optimizer optimizer, 
     LossScaler& s = scaler_arg(scaler, "scaler");
     FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
     require_pointer(found, "found");
-    *found = s.found_inf(o) ? 1 : 0;
+    *found = o.iteration().found_inf(s) ? 1 : 0;
   });
 }
 
@@ -430,7 +392,7 @@ ampx_status ampx_clip_grad_norm(ampx_optimizer optimizer, double max_norm, doubl
                                 int32_t error_if_nonfinite, ampx_tensor* total_norm) {
   return guard(__func__, [&] {
     FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
-    collective(o, read_call(o, Call::ClipNorm), __func__, [&] {
+    o.iteration().collective(Call::ClipNorm, __func__, [&] {
       NormType type;
       if (norm_type == 2.0)
         type = NormType::L2;
@@ -447,8 +409,7 @@ ampx_status ampx_clip_grad_norm(ampx_optimizer optimizer, double max_norm, doubl
 ampx_status ampx_clip_grad_value(ampx_optimizer optimizer, double clip_value) {
   return guard(__func__, [&] {
     FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
-    collective(o, read_call(o, Call::ReadGradients), __func__,
-               [&] { clip_grad_value(o, clip_value); });
+    o.iteration().collective(Call::ClipValue, __func__, [&] { clip_grad_value(o, clip_value); });
   });
 }
 
@@ -456,7 +417,7 @@ ampx_status ampx_find_nonfinite_grads(ampx_optimizer optimizer, ampx_nonfinite_g
                                       size_t capacity, size_t* found) {
   return guard(__func__, [&] {
     FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
-    collective(o, read_call(o, Call::ReadGradients, false), __func__, [&] {
+    o.iteration().collective(Call::FindNonfinite, __func__, [&] {
       require_pointer(found, "found");
       if (capacity > 0) require_pointer(entries, "entries");
       const std::vector<NonfiniteGradCount> list = find_nonfinite_grads(o);

@@ -39,8 +39,6 @@ const char* capability_name(Capability capability) {
       return "nn primitives";
     case Capability::Gemm:
       return "GEMM";
-    case Capability::Collectives:
-      return "collectives";
     case Capability::Fp8Gemm:
       return "FP8 GEMM";
     case Capability::Convolution:

@@ -81,14 +81,13 @@ class DeviceEvent {
 };
 
 // The optional parts of a backend, each with an interface header of its
-// own (backend_amp.h, ...). Collectives and Fp8Gemm are reserved slots with
-// no interface yet: no backend has them (collectives live in src/dist, over
-// a transport of their own).
+// own (backend_amp.h, ...). Fp8Gemm is a reserved slot with no interface
+// yet: no backend has it. (Collectives are no capability: they live in
+// src/dist, over a transport of their own.)
 enum class Capability : int {
   MultiTensorAmp,  // backend_amp.h: unscale, norms, clipping, scaler, optimizer steps
   Nn,              // backend_nn.h: the primitives of the ops
   Gemm,            // backend_gemm.h: matrix products
-  Collectives,     // reserved: all-reduce / reduce-scatter / all-gather between devices
   Fp8Gemm,         // reserved: matrix products of FP8 operands with scales
   Convolution,     // backend_conv.h: conv2d
   Pooling,         // backend_conv.h: max and average pooling over 2-D windows

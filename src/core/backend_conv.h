@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "core/backend.h"
+#include "math/pool.h"
 
 namespace ampx::impl {
 
@@ -64,17 +65,7 @@ WindowExtents window_extents(int d, int64_t in, int64_t kernel, int64_t stride, 
 int64_t padded_window_size(const WindowExtents& rows, const WindowExtents& cols,
                            int64_t kernel_h, int64_t kernel_w);
 
-enum class PoolKind { Max, Average };
-
-struct Pool2dShape {
-  int64_t planes = 0;  // batch * channels
-  int64_t in_h = 0, in_w = 0, out_h = 0, out_w = 0;
-  int64_t kernel_h = 0, kernel_w = 0;
-  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
-  PoolKind kind = PoolKind::Max;
-  bool count_include_pad = true;  // average only
-  int64_t divisor = 0;            // average only; 0: the window's size
-};
+// PoolKind and Pool2dShape: math/pool.h, with the windows' math.
 
 class ConvolutionPrimitives : public BackendCapability, public Tf32Setting {
  public:

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "core/backend.h"
+#include "math/binary.h"
 
 namespace ampx::impl {
 
@@ -33,9 +34,7 @@ enum class UnaryOp {
   GeluDerivative,
   GeluTanhDerivative
 };
-// Equal gives 1 where a == b and 0 elsewhere (NaN equals nothing): the
-// tie mask of amax's backward pass, never an op of its own.
-enum class BinaryOp { Add, Sub, Mul, Div, Equal };
+// BinaryOp: math/binary.h, with the math of each.
 
 // Where a strided copy reads and writes: element (i_0, ..., i_{ndim-1}),
 // i_k < sizes[k], goes from src[sum i_k src_strides[k]] to dst[sum i_k

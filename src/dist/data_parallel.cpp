@@ -178,7 +178,7 @@ std::vector<Setting> settings_of(FusedOptimizer& optimizer, const DataParallelOp
     s.add_number(group + "schedule min_lr", schedule.min_lr);
     s.add_number(group + "schedule gamma", schedule.gamma);
   }
-  LossScaler* scaler = optimizer.scaler;
+  LossScaler* scaler = optimizer.iteration().scaler();
   s.add("scaler", scaler ? "attached" : "none");
   if (scaler) {
     const ScalerOptions& o = scaler->options();
@@ -340,13 +340,7 @@ DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer* optimizer
     comm.check_usable();
     if (&optimizer->context() != &comm.context())
       fail(AMPX_ERR_DEVICE, "the optimizer belongs to a different context than the communicator");
-    if (optimizer->grad_sync)
-      fail(AMPX_ERR_INVALID_ARGUMENT,
-           "the optimizer is already wrapped by another ampx_data_parallel; release that first");
-    if (optimizer->amp_state != AmpState::Ready)
-      fail(AMPX_ERR_ORDER,
-           "the optimizer is between unscale/step and update; create the "
-           "data-parallel wrapper between iterations");
+    optimizer->iteration().check_sync_attachable();
     if (options.bucket_bytes == 0 || options.first_bucket_bytes == 0)
       fail(AMPX_ERR_INVALID_ARGUMENT, "bucket_bytes is ", options.bucket_bytes,
            " and first_bucket_bytes ", options.first_bucket_bytes, "; both must be at least 1");
@@ -436,7 +430,7 @@ DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer* optimizer
   }
   comm.retain();
   optimizer->refs.fetch_add(1, std::memory_order_relaxed);
-  optimizer->grad_sync = &dp->sync_hooks_;
+  optimizer->iteration().attach_sync(dp->sync_hooks_);
   return dp;
 }
 
@@ -982,7 +976,7 @@ void DataParallel::release() {
     if (!comm_->failed()) comm_->finish_started("the gradient reduction pending at release");
   } catch (...) {
   }
-  optimizer_->grad_sync = nullptr;
+  optimizer_->iteration().detach_sync(sync_hooks_);
   free_resources();
   DeviceContext& ctx = comm_->context();
   ctx.retain();

@@ -5,13 +5,12 @@
 // communicator's timeout.
 #include <dlfcn.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/optional_library.h"
 #include "dist/communicator.h"
 #include "dist/mpi_plugin.h"
 
@@ -30,45 +29,27 @@ std::string own_directory() {
   return slash == std::string::npos ? "" : path.substr(0, slash + 1);
 }
 
-// The plugin, by the loader rule of optional libraries: where
-// AMPX_MPI_PLUGIN is set, only the path it names is tried ("none": MPI
-// support is off); otherwise libampx_mpi.so beside this library, then by
-// the dynamic loader's search. The error lists every path tried.
+// The plugin, by the loader rule of optional libraries
+// (core/optional_library.h): AMPX_MPI_PLUGIN, else libampx_mpi.so beside
+// this library, then by the dynamic loader's search.
 const ampx_mpi_plugin* load_plugin() {
   static std::mutex mutex;
   static const ampx_mpi_plugin* plugin = nullptr;
   std::lock_guard<std::mutex> lock(mutex);
   if (plugin) return plugin;
-  const char* named = std::getenv("AMPX_MPI_PLUGIN");
-  const bool chosen = named && *named;
-  if (chosen && std::strcmp(named, "none") == 0)
-    fail(AMPX_ERR_NOT_SUPPORTED,
-         "MPI support is turned off: the environment variable AMPX_MPI_PLUGIN is \"none\"");
-  std::vector<std::string> candidates;
-  if (chosen) {
-    candidates.push_back(named);
-  } else {
-    const std::string beside = own_directory();
-    if (!beside.empty()) candidates.push_back(beside + "libampx_mpi.so");
-    candidates.push_back("libampx_mpi.so");
-  }
-  std::string tried;
-  void* handle = nullptr;
-  for (const std::string& path : candidates) {
-    // RTLD_GLOBAL is not needed: the program that made the MPI_Comm has
-    // loaded libmpi already, and the plugin binds to that copy.
-    handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle) break;
-    const char* why = dlerror();
-    tried += cat("\n  ", path, ": ", why ? why : "not found");
-  }
+  std::vector<std::string> defaults;
+  const std::string beside = own_directory();
+  if (!beside.empty()) defaults.push_back(beside + "libampx_mpi.so");
+  defaults.push_back("libampx_mpi.so");
+  LibrarySearch search("the MPI plugin libampx_mpi.so", "AMPX_MPI_PLUGIN", std::move(defaults));
+  // RTLD_GLOBAL is not needed: the program that made the MPI_Comm has
+  // loaded libmpi already, and the plugin binds to that copy.
+  void* handle = search.open();
   if (!handle)
     fail(AMPX_ERR_NOT_SUPPORTED,
-         "MPI support is not available: the plugin libampx_mpi.so (built where MPI was found, "
-         "and needing that MPI's libmpi at run time) could not be loaded from ",
-         chosen ? "the path AMPX_MPI_PLUGIN names (the only one tried while it is set)"
-                : "beside libampx or the loader's search path (AMPX_MPI_PLUGIN names another)",
-         ":", tried);
+         "MPI support is not available (the plugin is built where MPI was found and needs that "
+         "MPI's libmpi at run time): ",
+         search.error());
   auto entry = reinterpret_cast<ampx_mpi_plugin_entry>(dlsym(handle, "ampx_mpi_plugin_v1"));
   const ampx_mpi_plugin* table = entry ? entry() : nullptr;
   if (!table || table->abi != AMPX_MPI_PLUGIN_ABI) {

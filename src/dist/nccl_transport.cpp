@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/optional_library.h"
 #include "dist/communicator.h"
 
 namespace ampx::impl {
@@ -68,28 +68,13 @@ const Nccl& load_nccl() {
   static const Nccl* loaded = nullptr;
   std::lock_guard<std::mutex> lock(mutex);
   if (loaded) return *loaded;
-  std::string tried;
-  void* handle = nullptr;
-  const char* named = std::getenv("AMPX_NCCL_LIBRARY");
-  const std::string candidates[] = {named && *named ? named : "libnccl.so.2", "libnccl.so"};
-  std::string path;
-  for (const std::string& candidate : candidates) {
-    // By its soname dlopen finds a libnccl the program has loaded already
-    // (a framework's), so a host's communicator meets the NCCL that made it.
-    handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle) {
-      path = candidate;
-      break;
-    }
-    const char* why = dlerror();
-    tried += cat("\n  ", candidate, ": ", why ? why : "not found");
-    if (named && *named) break;  // the program's choice is the only one tried
-  }
-  if (!handle)
-    fail(AMPX_ERR_NOT_SUPPORTED,
-         "NCCL support is not available: the NCCL library (libnccl.so.2, or where "
-         "AMPX_NCCL_LIBRARY names it) could not be loaded:",
-         tried);
+  // By the loader rule of optional libraries (core/optional_library.h). By
+  // its soname dlopen finds a libnccl the program has loaded already (a
+  // framework's), so a host's communicator meets the NCCL that made it.
+  LibrarySearch search("NCCL", "AMPX_NCCL_LIBRARY", {"libnccl.so.2", "libnccl.so"});
+  void* handle = search.open();
+  if (!handle) fail(AMPX_ERR_NOT_SUPPORTED, "NCCL support is not available: ", search.error());
+  const std::string path = search.path();
   auto nccl = std::make_unique<Nccl>();
   nccl->path = path;
   resolve(handle, path, "ncclGetUniqueId", nccl->get_unique_id);

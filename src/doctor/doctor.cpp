@@ -97,9 +97,7 @@ Doctor::~Doctor() = default;
 
 Doctor* Doctor::create(FusedOptimizer& optimizer, const DoctorOptions& options) {
   validate_doctor_options(options);
-  if (optimizer.observer)
-    fail(AMPX_ERR_INVALID_ARGUMENT,
-         "the optimizer already has a precision doctor; an optimizer has one at most");
+  optimizer.iteration().check_observer_attachable();
   DeviceContext& ctx = optimizer.context();
   ctx.backend().require<GradStatsPrimitives>("the precision doctor");
   TensorRef history =
@@ -111,14 +109,14 @@ Doctor* Doctor::create(FusedOptimizer& optimizer, const DoctorOptions& options) 
   doctor->sample_scale_ = std::move(sample_scale);
   ctx.retain();
   optimizer.refs.fetch_add(1, std::memory_order_relaxed);
-  optimizer.observer = doctor;
+  optimizer.iteration().attach_observer(*doctor);
   return doctor;
 }
 
 void Doctor::release() {
   if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   magic = kDeadMagic;
-  optimizer_->observer = nullptr;
+  optimizer_->iteration().detach_observer(*this);
   records_.reset();
   flags_.reset();
   history_.reset();
@@ -292,7 +290,7 @@ void Doctor::read_back() {
   report.steps = steps_;
   report.interval = options_.interval;
   report.sample_step = sample_step_;
-  report.scaler = describe_scaler(optimizer_->scaler);
+  report.scaler = describe_scaler(optimizer_->iteration().scaler());
 
   const size_t kept = static_cast<size_t>(std::min<int64_t>(entries_, options_.history));
   std::vector<math::DoctorSample> ring(kept);
@@ -331,7 +329,7 @@ void Doctor::read_back() {
   }
 
   doctor::ScalerFacts facts;
-  if (const LossScaler* s = optimizer_->scaler; s != nullptr && s->enabled()) {
+  if (const LossScaler* s = optimizer_->iteration().scaler(); s != nullptr && s->enabled()) {
     facts.scaling = true;
     facts.min_scale = s->options().min_scale;
     facts.backoff_factor = s->options().backoff_factor;

@@ -739,7 +739,7 @@ void check_scaler(const Contents& c, const LossScaler& s) {
 // restoring into an iteration half done would mix two runs.
 void require_between_iterations(const FusedOptimizer* optimizer, const LossScaler* scaler,
                                 const char* action) {
-  if ((optimizer && optimizer->amp_state != AmpState::Ready) ||
+  if ((optimizer && !optimizer->iteration().between_iterations()) ||
       (scaler && scaler->iteration_in_progress()))
     fail(AMPX_ERR_ORDER, "a checkpoint can only be ", action,
          " between iterations (after ampx_scaler_update), not between unscale/step and update");

@@ -3,34 +3,26 @@
 #include <cfloat>
 #include <cmath>
 
-#include "amp/scaler.h"
 #include "math/convert.h"
 #include "core/error.h"
 
 namespace ampx::impl {
 
-void check_grads_unscaled(const FusedOptimizer& optimizer) {
-  if (optimizer.scaler && optimizer.scaler->enabled() && optimizer.amp_state == AmpState::Ready)
-    fail(AMPX_ERR_ORDER,
-         "this optimizer's gradients are still multiplied by the loss scale; call "
-         "ampx_scaler_unscale(scaler, optimizer) first (clipping scaled gradients clips them far "
-         "too hard, or not at all)");
-}
-
 DeviceTensor* clip_grad_norm(FusedOptimizer& optimizer, double max_norm, NormType type,
                              bool error_if_nonfinite) {
   if (!(max_norm >= 0.0) || !(max_norm <= FLT_MAX))
     fail(AMPX_ERR_INVALID_ARGUMENT, "max_norm is ", max_norm, "; it must be finite and >= 0");
-  check_grads_unscaled(optimizer);
+  AmpIteration& iteration = optimizer.iteration();
+  iteration.require_unscaled();
   DeviceContext& ctx = optimizer.context();
   AmpPrimitives& amp = ctx.backend().require<AmpPrimitives>("clip_grad_norm");
-  optimizer.sync_gradients("clip_grad_norm");
+  iteration.reduce_gradients("clip_grad_norm");
   const std::vector<TensorSpan> grads = optimizer.effective_grads();
   TensorRef total(make_filled_f32(ctx, vector_shape(1), 0.0f));
   TensorRef coef(make_filled_f32(ctx, vector_shape(1), 1.0f));
   auto* total_ptr = static_cast<float*>(total->data());
   amp.multi_tensor_norm(grads, type, total_ptr);
-  if (optimizer.grad_sync) optimizer.grad_sync->global_norm(total_ptr, type);
+  iteration.reduce_norm(total_ptr, type);
   if (error_if_nonfinite) {
     float value = 0.0f;
     ctx.read_to_host(&value, total_ptr, sizeof value);
@@ -47,8 +39,8 @@ DeviceTensor* clip_grad_norm(FusedOptimizer& optimizer, double max_norm, NormTyp
 void clip_grad_value(FusedOptimizer& optimizer, double clip_value) {
   if (!(clip_value >= 0.0) || !(clip_value <= FLT_MAX))
     fail(AMPX_ERR_INVALID_ARGUMENT, "clip_value is ", clip_value, "; it must be finite and >= 0");
-  check_grads_unscaled(optimizer);
-  optimizer.sync_gradients("clip_grad_value");
+  optimizer.iteration().require_unscaled();
+  optimizer.iteration().reduce_gradients("clip_grad_value");
   optimizer.context()
       .backend()
       .require<AmpPrimitives>("clip_grad_value")
@@ -56,7 +48,7 @@ void clip_grad_value(FusedOptimizer& optimizer, double clip_value) {
 }
 
 std::vector<NonfiniteGradCount> find_nonfinite_grads(FusedOptimizer& optimizer) {
-  optimizer.sync_gradients("find_nonfinite_grads");
+  optimizer.iteration().reduce_gradients("find_nonfinite_grads");
   std::vector<const FusedOptimizer::Param*> owners;
   const std::vector<TensorSpan> grads = optimizer.effective_grads(&owners);
   std::vector<NonfiniteGradCount> found;

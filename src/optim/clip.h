@@ -8,10 +8,8 @@
 
 namespace ampx::impl {
 
-// Throws AMPX_ERR_ORDER when the optimizer's gradients are still multiplied
-// by an enabled loss scaler's scale.
-void check_grads_unscaled(const FusedOptimizer& optimizer);
-
+// Clipping is refused (AMPX_ERR_ORDER) while the gradients are still
+// multiplied by an enabled loss scaler's scale (AmpIteration).
 // torch.nn.utils.clip_grad_norm_; returns a new F32[1] tensor holding the
 // total norm. With error_if_nonfinite, synchronizes and throws before
 // clipping anything when the total is not finite.

@@ -1,6 +1,7 @@
-// grad_sync.h -- what an optimizer asks of whoever reduces its gradients
-// across ranks (dist/data_parallel.h), so that optim/ knows nothing of
-// communication. At most one is attached to an optimizer.
+// grad_sync.h -- what an optimizer's AMP iteration (amp/iteration.h) asks of
+// whoever reduces its gradients across ranks (dist/data_parallel.h), so that
+// optim/ and amp/ know nothing of communication. At most one is attached to
+// an optimizer.
 #pragma once
 
 #include <cstdint>

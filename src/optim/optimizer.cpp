@@ -5,7 +5,6 @@
 #include <cstring>
 #include <unordered_set>
 
-#include "amp/scaler.h"
 #include "core/error.h"
 #include "math/convert.h"
 
@@ -153,8 +152,7 @@ void FusedOptimizer::free_resources() {
   step_count_.reset();
   weight_decay_.reset();
   steps_.reset();
-  found_inf_.reset();
-  last_step_skipped_.reset();
+  iteration_.free();
 }
 
 FusedOptimizer* FusedOptimizer::create(DeviceContext& ctx, const std::vector<DeviceTensor*>& params,
@@ -162,8 +160,7 @@ FusedOptimizer* FusedOptimizer::create(DeviceContext& ctx, const std::vector<Dev
   validate_hyper(hyper);
   auto* opt = new FusedOptimizer(ctx, hyper);
   try {
-    opt->found_inf_ = TensorRef(make_filled_f32(ctx, vector_shape(1), 0.0f));
-    opt->last_step_skipped_ = TensorRef(make_filled_f32(ctx, vector_shape(1), 0.0f));
+    opt->iteration_.allocate(ctx);
     opt->step_count_ = TensorRef(DeviceTensor::empty(ctx, DType::I64, vector_shape(1)));
     ctx.backend().fill(opt->step_count_->data(), 8, 0, 1);
     opt->add_group(params, hyper.lr, hyper.weight_decay);
@@ -179,12 +176,7 @@ FusedOptimizer* FusedOptimizer::create(DeviceContext& ctx, const std::vector<Dev
 void FusedOptimizer::release() {
   if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   magic = kDeadMagic;
-  if (scaler) {
-    scaler->forget(*this);
-    LossScaler* s = scaler;
-    scaler = nullptr;
-    s->release();
-  }
+  iteration_.detach_all();
   free_resources();
   DeviceContext& ctx = *ctx_;
   ctx.quarantine(this);
@@ -225,11 +217,10 @@ std::vector<FusedOptimizer::Param> FusedOptimizer::make_params(
 
 int32_t FusedOptimizer::add_group(const std::vector<DeviceTensor*>& params, double lr,
                                   double weight_decay) {
-  if (amp_state != AmpState::Ready)
-    fail(AMPX_ERR_ORDER,
-         "param groups can only be added between iterations (after "
-         "ampx_scaler_update), not between unscale/step and update");
-  if (grad_sync)
+  iteration_.require_between_iterations(
+      "param groups can only be added between iterations (after "
+      "ampx_scaler_update), not between unscale/step and update");
+  if (iteration_.gradient_sync())
     fail(AMPX_ERR_ORDER,
          "the optimizer is wrapped for data-parallel training, whose gradient "
          "buckets are fixed; add param groups before ampx_data_parallel_create");
@@ -389,11 +380,8 @@ std::vector<TensorSpan> FusedOptimizer::effective_grads(std::vector<const Param*
   return spans;
 }
 
-void FusedOptimizer::step(const float* found_inf) {
-  Backend& backend = ctx_->backend();
-  AmpPrimitives& amp = backend.require<AmpPrimitives>("the optimizer step");
-  sync_gradients("the optimizer step");
-  if (observer) observer->before_step();
+void FusedOptimizer::apply_step(const float* found_inf) {
+  AmpPrimitives& amp = ctx_->backend().require<AmpPrimitives>("the optimizer step");
   std::vector<OptimParam> list;
   auto* steps = static_cast<int64_t*>(steps_->data());
   // Step counters advance in runs of consecutive parameters that have a
@@ -448,29 +436,6 @@ void FusedOptimizer::step(const float* found_inf) {
   amp.increment_steps(static_cast<int64_t*>(step_count_->data()), 1, found_inf);
   for (const Param& p : params_)
     if (p.param->grad) p.param->storage->note_write();
-  if (found_inf)
-    backend.copy(last_step_skipped_->data(), found_inf, sizeof(float));
-  else
-    backend.fill(last_step_skipped_->data(), 4, 0, 1);
-  has_stepped_ = true;
-  if (observer) observer->after_step();
-  if (grad_sync) grad_sync->finish_step();
-}
-
-void FusedOptimizer::step_unscaled() {
-  if (scaler && scaler->enabled())
-    fail(AMPX_ERR_ORDER,
-         "this optimizer is used with a loss scaler, so its gradients are scaled; call "
-         "ampx_scaler_step(scaler, optimizer), which unscales them and skips steps with "
-         "inf/NaN gradients");
-  step(nullptr);
-}
-
-bool FusedOptimizer::last_step_taken() {
-  if (!has_stepped_) fail(AMPX_ERR_ORDER, "the optimizer has not stepped yet");
-  float skipped = 0.0f;
-  ctx_->read_to_host(&skipped, last_step_skipped_->data(), sizeof skipped);
-  return skipped == 0.0f;
 }
 
 DeviceTensor& FusedOptimizer::state_tensor(const DeviceTensor& param, StateKind kind) const {
@@ -496,10 +461,7 @@ DeviceTensor& FusedOptimizer::state_tensor(const DeviceTensor& param, StateKind 
 }
 
 void FusedOptimizer::zero_grad() {
-  if (grad_sync) {
-    grad_sync->zero_gradients();
-    return;
-  }
+  if (iteration_.zero_synced_gradients()) return;
   for (const Param& p : params_) {
     DeviceTensor* g = p.param->grad;
     if (g && g->numel() > 0) {
@@ -643,10 +605,9 @@ void FusedOptimizer::save_state(void* buffer, size_t bytes) {
 }
 
 void FusedOptimizer::load_state(const void* buffer, size_t bytes) {
-  if (amp_state != AmpState::Ready)
-    fail(AMPX_ERR_ORDER,
-         "optimizer state can only be loaded between iterations (after "
-         "ampx_scaler_update)");
+  iteration_.require_between_iterations(
+      "optimizer state can only be loaded between iterations (after "
+      "ampx_scaler_update)");
   const auto* in = static_cast<const unsigned char*>(buffer);
   StateHeader header{};
   if (bytes < sizeof header + sizeof(uint64_t))

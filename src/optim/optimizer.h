@@ -6,18 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "amp/iteration.h"
 #include "core/backend_amp.h"
 #include "core/context.h"
 #include "core/tensor.h"
-#include "optim/grad_sync.h"
-#include "optim/precision_observer.h"
 
 namespace ampx::impl {
-
-class LossScaler;
-
-// Where an optimizer is in a loss-scaled iteration (torch's OptState).
-enum class AmpState { Ready, Unscaled, Stepped };
 
 enum class OptimizerKind : uint32_t { Sgd = 1, Adam = 2 };
 
@@ -81,15 +75,10 @@ class FusedOptimizer : public Object {
   // every group's schedule; synchronizes.
   int64_t step_count();
 
-  // One step over every parameter with a gradient; skipped on the device
-  // when found_inf (device, may be nullptr) is non-zero.
-  void step(const float* found_inf);
-  // ampx_optimizer_step: a step on the gradients as they are, refused
-  // (ORDER) when an enabled scaler's scale is still in them.
-  void step_unscaled();
-  // Whether the latest step was taken (not skipped); synchronizes. ORDER
-  // before the first step.
-  bool last_step_taken();
+  // The AMP iteration of this optimizer: its phases (unscale, step...),
+  // their order, and the scaler, gradient sync and doctor plugged in.
+  AmpIteration& iteration() { return iteration_; }
+  const AmpIteration& iteration() const { return iteration_; }
 
   // ZeRO-1: the parameter list becomes `pieces`, each a 1-D view of the
   // elements [first, first + numel) of parameter `source`, with master and
@@ -113,21 +102,11 @@ class FusedOptimizer : public Object {
   // one span per parameter that has a gradient, with their parameters.
   std::vector<TensorSpan> effective_grads(std::vector<const Param*>* owners = nullptr) const;
 
-  // LossScaler support: makes sure every F16/BF16 gradient has an fp32
-  // unscaled_grad buffer (allocating all before changing anything), and
-  // returns the (in, out) spans unscale writes, one per parameter with a
-  // gradient, in parameter order.
-  void prepare_unscale(std::vector<TensorSpan>& ins, std::vector<TensorSpan>& outs);
-  void mark_unscaled(bool unscaled);
-
-  DeviceTensor& found_inf() const { return *found_inf_; }
   // The step counts (I64[params], each parameter's) and the steps taken
   // (I64[1], the schedules' position), which data-parallel setup
   // broadcasts with the parameters.
   DeviceTensor& param_step_counts() const { return *steps_; }
   DeviceTensor& steps_taken() const { return *step_count_; }
-  bool has_stepped() const { return has_stepped_; }
-  DeviceTensor& last_step_skipped() const { return *last_step_skipped_; }
 
   const Param& param_entry(const DeviceTensor& param, const char* arg) const;
   int64_t param_steps(const DeviceTensor& param);  // synchronizes
@@ -140,23 +119,20 @@ class FusedOptimizer : public Object {
   // ORDER between an unscale/step and the update.
   void load_state(const void* buffer, size_t bytes);
 
-  // Completes the cross-rank reduction of the gradients, when a
-  // GradientSync is attached, before `op` reads them.
-  void sync_gradients(const char* op) {
-    if (grad_sync) grad_sync->complete_gradients(op);
-  }
-
-  // Set by the scaler the optimizer is attached to.
-  LossScaler* scaler = nullptr;  // retained while attached
-  // Set while a data-parallel wrapper (dist/data_parallel.h) owns the
-  // gradients' reduction; it retains the optimizer meanwhile.
-  GradientSync* grad_sync = nullptr;
-  // Set while a precision doctor watches this optimizer; it retains the
-  // optimizer meanwhile.
-  PrecisionObserver* observer = nullptr;
-  AmpState amp_state = AmpState::Ready;
-
  private:
+  // The iteration runs the step and the unscale.
+  friend class AmpIteration;
+
+  // One step over every parameter with a gradient; skipped on the device
+  // when found_inf (device, may be nullptr) is non-zero.
+  void apply_step(const float* found_inf);
+  // Makes sure every F16/BF16 gradient has an fp32 unscaled_grad buffer
+  // (allocating all before changing anything), and returns the (in, out)
+  // spans unscale writes, one per parameter with a gradient, in parameter
+  // order.
+  void prepare_unscale(std::vector<TensorSpan>& ins, std::vector<TensorSpan>& outs);
+  void mark_unscaled(bool unscaled);
+
   FusedOptimizer(DeviceContext& ctx, const OptimizerHyper& hyper);
   // The shell outlives release() in the context's quarantine, so it owns
   // nothing by then: release() frees everything through free_resources().
@@ -192,10 +168,8 @@ class FusedOptimizer : public Object {
   TensorRef step_count_;         // I64[1]: steps taken
   TensorRef weight_decay_;       // F32[groups]
   TensorRef steps_;              // I64[params]
-  TensorRef found_inf_;          // F32[1]: set by the scaler's unscale
-  TensorRef last_step_skipped_;  // F32[1]: found_inf as the last step saw it
-  bool has_stepped_ = false;
   bool sharded_ = false;
+  AmpIteration iteration_{*this};
 };
 
 }  // namespace ampx::impl

@@ -1,7 +1,7 @@
-// precision_observer.h -- what an optimizer and its scaler tell whoever
-// watches the precision of its training (doctor/doctor.h), so that optim/
-// and amp/ know nothing of the doctor. At most one is attached to an
-// optimizer; none costs nothing.
+// precision_observer.h -- what an optimizer's AMP iteration (amp/iteration.h)
+// tells whoever watches the precision of its training (doctor/doctor.h), so
+// that optim/ and amp/ know nothing of the doctor. At most one is attached to
+// an optimizer; none costs nothing.
 #pragma once
 
 #include <vector>

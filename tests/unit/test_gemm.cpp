@@ -147,7 +147,7 @@ Target dnnl_target() {
                           (args.batch > 1 && args.c_batch_stride == 0) ||
                           (args.bias && args.alpha != 1.0f) || args.batch == 0 || args.m == 0 ||
                           args.n == 0 || args.k == 0;
-    const bool taken = ampx::impl::cpu::dnnl_gemm(2, args);
+    const bool taken = ampx::impl::cpu::dnnl_gemm(*pool, args);
     CHECK(taken == !declined);
     if (!taken) ampx::impl::cpu::gemm_fallback(*pool, args);
   };

@@ -2126,8 +2126,9 @@ namespace Ampx
         /// count, only one allocator hook set, a stream given for the CPU); AMPX_ERR_NO_DEVICE (CUDA requested but the library was
         /// built without CUDA, no device is present, or device_index is out of
         /// range); AMPX_ERR_OUT_OF_MEMORY. Thread-safe.
-        /// CPU matrix products use a CBLAS loaded at the first one: OpenBLAS
-        /// (libopenblas.so.0) unless the environment variable AMPX_BLAS names another
+        /// CPU matrix products use a CBLAS loaded at the first one (the rule of
+        /// "Libraries", at the top): OpenBLAS (libopenblas.so.0, then
+        /// libopenblas.so) unless the environment variable AMPX_BLAS names another
         /// library or is "none" (ampx's own kernel; also used when none loads). When
         /// ampx loads OpenBLAS itself, it sets two variables the host has not set
         /// for the length of the load and then removes them: OPENBLAS_CORETYPE, to
@@ -2137,8 +2138,8 @@ namespace Ampx
         /// spinning on the cores ampx's own threads need. On a CPU that multiplies
         /// bf16 natively (AVX512-BF16 or AMX), products of BF16 operands and F32 and
         /// BF16 convolutions go to oneDNN instead (libdnnl.so.2, or the library
-        /// AMPX_DNNL_LIBRARY names), loaded at the first one; AMPX_DNNL_LIBRARY=none
-        /// or AMPX_BLAS=none turns that off. If no OpenMP runtime is loaded yet and
+        /// AMPX_DNNL_LIBRARY names, by the same rule), loaded at the first one;
+        /// AMPX_DNNL_LIBRARY=none or AMPX_BLAS=none turns that off. If no OpenMP runtime is loaded yet and
         /// the host has set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, they are set
         /// to "passive" and "1000" for the length of that load, so that oneDNN's
         /// idle threads poll briefly and then sleep too; a host
@@ -3792,8 +3793,9 @@ namespace Ampx
         /// outside autocast), DEVICE, INVALID_ARGUMENT (struct_size too small, a
         /// stride or dilation under 1, negative padding, groups under 1),
         /// NOT_SUPPORTED (a backend without convolution: a CUDA context where
-        /// cuDNN 9 could not be loaded -- the message says why; AMPX_CUDNN_LIBRARY
-        /// names the file to load instead of libcudnn.so.9).
+        /// cuDNN 9 could not be loaded -- the message lists the paths tried;
+        /// libcudnn.so.9, or the file AMPX_CUDNN_LIBRARY names, by the rule of
+        /// "Libraries" at the top).
         /// </summary>
         /// <remarks>ampx.h section 11. Ops (EXPERIMENTAL)</remarks>
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
@@ -4025,12 +4027,11 @@ namespace Ampx
         /// messages never mix with the host's; the host keeps owning its own. The
         /// MPI code lives in the plugin libampx_mpi.so, built against one MPI
         /// implementation: the host must use that same MPI, initialised
-        /// (MPI_Init) and not finalized. Where it is loaded from: when the
-        /// environment variable AMPX_MPI_PLUGIN is set, only the path it names is
-        /// tried (a missing file there is NOT_SUPPORTED, even with a plugin beside
-        /// libampx), and `none` turns MPI support off; otherwise libampx_mpi.so
-        /// beside libampx, then by the dynamic loader's search path. The error
-        /// lists every path tried. Collective over the MPI communicator.
+        /// (MPI_Init) and not finalized. It is found by the rule of "Libraries" at
+        /// the top, with AMPX_MPI_PLUGIN: libampx_mpi.so beside libampx, then by
+        /// the dynamic loader's search path (a missing file where AMPX_MPI_PLUGIN
+        /// points is NOT_SUPPORTED, even with a plugin beside libampx).
+        /// Collective over the MPI communicator.
         /// Ownership: *out is the caller's (ampx_comm_release); it retains ctx.
         /// Threads: MPI is called on the calling thread only; an MPI initialised
         /// with MPI_THREAD_SINGLE or FUNNELED suffices when only that thread calls.
@@ -4049,8 +4050,9 @@ namespace Ampx
         /// owning it and destroys it after releasing the ampx_comm -- unless ampx
         /// aborted it after a timeout (ampx_comm_set_timeout): ncclCommAbort frees
         /// it, and the host must not destroy it again. It must be on
-        /// the context's device. NCCL (libnccl.so.2, or the path AMPX_NCCL_LIBRARY
-        /// names) is loaded at run time. Collectives run on the context's
+        /// the context's device. NCCL (libnccl.so.2, then libnccl.so, or the path
+        /// AMPX_NCCL_LIBRARY names, by the rule of "Libraries" at the top) is
+        /// loaded at run time. Collectives run on the context's
         /// communication stream, ordered with its compute stream by events.
         /// Errors: INVALID_ARGUMENT (NULL); NOT_SUPPORTED (a CPU context: use MPI;
         /// NCCL cannot be loaded); DEVICE (the communicator is on another device);
@@ -4155,8 +4157,8 @@ namespace Ampx
         /// zeroes them in place; replacing one with ampx_tensor_set_grad makes the
         /// next backward fail (AMPX_ERR_ORDER). A parameter no backward reaches has
         /// a zero gradient, and the optimizer steps it with that, as DDP does.
-        /// The optimizer's param groups are fixed from here on (ampx_optimizer_add_
-        /// group is refused). options NULL: the defaults.
+        /// The optimizer's param groups are fixed from here on
+        /// (ampx_optimizer_add_group is refused). options NULL: the defaults.
         /// Ownership: *out is the caller's (ampx_data_parallel_release); it retains
         /// comm and optimizer.
         /// Errors: INVALID_ARGUMENT (a NULL argument; bucket sizes 0; zero_stage

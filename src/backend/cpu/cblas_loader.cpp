@@ -4,8 +4,9 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <string>
+
+#include "core/optional_library.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -46,10 +47,11 @@ struct LoadSetting {
   const char* value;
 };
 
-void* open_openblas() {
-  static const char* const kNames[] = {"libopenblas.so.0", "libopenblas.so"};
-  for (const char* name : kNames) {
-    if (void* already = dlopen(name, RTLD_NOW | RTLD_NOLOAD)) return already;
+// OpenBLAS by its default names: a copy already loaded as it is, else a
+// new one with the settings above.
+void* open_openblas(LibrarySearch& search) {
+  for (const std::string& name : search.paths()) {
+    if (void* already = dlopen(name.c_str(), RTLD_NOW | RTLD_NOLOAD)) return already;
   }
   const LoadSetting settings[] = {{"OPENBLAS_CORETYPE", openblas_core_for_this_cpu()},
                                   {"OPENBLAS_THREAD_TIMEOUT", "4"}};
@@ -58,24 +60,32 @@ void* open_openblas() {
     set[i] = settings[i].value && !std::getenv(settings[i].name);
     if (set[i]) setenv(settings[i].name, settings[i].value, 0);
   }
-  void* handle = nullptr;
-  for (const char* name : kNames) {
-    handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (handle) break;
-  }
+  void* handle = search.open();
   for (size_t i = 0; i < 2; ++i)
     if (set[i]) unsetenv(settings[i].name);
   return handle;
 }
 
+// Why the built-in kernel computes every product (none when a CBLAS does).
+std::string& not_loaded() {
+  static std::string why;
+  return why;
+}
+
+// By the loader rule of optional libraries (core/optional_library.h).
 Cblas load() {
   Cblas blas;
-  const char* request = std::getenv("AMPX_BLAS");
-  if (request && std::strcmp(request, "none") == 0) return blas;
-  void* handle = request && *request ? dlopen(request, RTLD_NOW | RTLD_LOCAL) : open_openblas();
-  if (!handle) return blas;
+  LibrarySearch search("OpenBLAS", "AMPX_BLAS", {"libopenblas.so.0", "libopenblas.so"});
+  void* handle = search.off() ? nullptr : search.chosen() ? search.open() : open_openblas(search);
+  if (!handle) {
+    not_loaded() = search.error();
+    return blas;
+  }
   blas.sgemm = reinterpret_cast<decltype(blas.sgemm)>(dlsym(handle, "cblas_sgemm"));
-  if (!blas.sgemm) return Cblas{};
+  if (!blas.sgemm) {
+    not_loaded() = search.path() + " has no cblas_sgemm";
+    return Cblas{};
+  }
   blas.set_num_threads =
       reinterpret_cast<decltype(blas.set_num_threads)>(dlsym(handle, "openblas_set_num_threads"));
   blas.get_num_threads =
@@ -87,7 +97,7 @@ Cblas load() {
   Dl_info info{};
   description = dladdr(reinterpret_cast<void*>(blas.sgemm), &info) && info.dli_fname
                     ? info.dli_fname
-                    : (request ? request : "CBLAS");
+                    : search.path();
   using ConfigFn = const char* (*)();
   if (auto config = reinterpret_cast<ConfigFn>(dlsym(handle, "openblas_get_config")))
     description += std::string(" (") + config() + ")";
@@ -104,7 +114,9 @@ const Cblas* loaded_cblas() {
 
 const char* cblas_description() {
   const Cblas* blas = loaded_cblas();
-  return blas ? blas->description : "built-in kernel";
+  if (blas) return blas->description;
+  static const std::string description = "built-in kernel (" + not_loaded() + ")";
+  return description.c_str();
 }
 
 }  // namespace cpu

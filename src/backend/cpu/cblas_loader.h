@@ -27,11 +27,12 @@ struct Cblas {
 };
 
 // The CBLAS to use, or nullptr for the built-in kernel. Decided once, on the
-// first call (thread-safe), from the environment:
+// first call (thread-safe), by the loader rule of optional libraries
+// (core/optional_library.h):
 //  - AMPX_BLAS=none: the built-in kernel;
-//  - AMPX_BLAS=<file>: that library (any CBLAS: OpenBLAS, BLIS, MKL's
+//  - AMPX_BLAS=<file>: only that library (any CBLAS: OpenBLAS, BLIS, MKL's
 //    libmkl_rt.so); if it cannot be loaded, the built-in kernel;
-//  - unset: libopenblas.so.0, else the built-in kernel.
+//  - unset: libopenblas.so.0, then libopenblas.so, else the built-in kernel.
 // When ampx is the one to load OpenBLAS (the process has not loaded it
 // already) and OPENBLAS_CORETYPE is unset, it is set for the length of the
 // load to the best kernel family the CPU's features allow (COOPERLAKE with
@@ -40,7 +41,8 @@ struct Cblas {
 // OPENBLAS_THREAD_TIMEOUT, to 4 (see open_openblas).
 const Cblas* loaded_cblas();
 
-// The text of loaded_cblas()->description, or "built-in kernel".
+// The text of loaded_cblas()->description, or "built-in kernel (why)", the
+// reason listing every path tried.
 const char* cblas_description();
 
 }  // namespace cpu

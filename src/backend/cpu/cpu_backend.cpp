@@ -13,6 +13,7 @@
 #include "backend/cpu/cpu_amp.h"
 #include "backend/cpu/cpu_grad_stats.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/dnnl_library.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/convert_bulk.h"
 #include "core/error.h"
@@ -441,6 +442,8 @@ class CpuBackend final : public Backend {
     provide(convolution_);
     provide(pooling_);
   }
+  // The context's oneDNN plans go with it.
+  ~CpuBackend() override { cpu::release_dnnl_plans(pool_); }
 
   std::unique_ptr<Allocator> make_default_allocator() override {
     return std::make_unique<CpuAllocator>();

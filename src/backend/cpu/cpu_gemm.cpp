@@ -472,7 +472,7 @@ void gemm_fallback(ThreadPool& pool, const GemmArgs& args) {
 }
 
 void gemm(ThreadPool& pool, const GemmArgs& args) {
-  if (dnnl_gemm(pool.size(), args)) return;
+  if (dnnl_gemm(pool, args)) return;
   const Cblas* blas = loaded_cblas();
   if (!blas) {
     run_gemm(pool, args, spread_batch(pool, args), builtin_sgemm);

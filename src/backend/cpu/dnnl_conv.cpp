@@ -201,7 +201,9 @@ bool run(ThreadPool& pool, const Conv2dShape& s, Pass pass, DType type, const vo
   const Dnnl* lib = dnnl_library();
   if (!lib) return false;
   const Dnnl& d = *lib;
-  static Plans& plans = *new Plans(d);  // never destroyed, as the library
+  const auto plans = std::static_pointer_cast<Plans>(context_plans(
+      pool, PlanKind::Convolution, d,
+      [](const Dnnl& lib) -> std::shared_ptr<void> { return std::make_shared<Plans>(lib); }));
   const double multiply_adds = double(s.batch) * double(s.out_channels) * double(s.out_h) *
                                double(s.out_w) * double(s.in_channels / s.groups) *
                                double(s.kernel_h) * double(s.kernel_w);
@@ -212,7 +214,7 @@ bool run(ThreadPool& pool, const Conv2dShape& s, Pass pass, DType type, const vo
   std::shared_ptr<const Plan> plan;
   {
     const ProfileScope timed("oneDNN plan (cache or creation)");
-    plan = plans.find_or_make(key, [&](Plan* p) { return make_plan(d, key, p); });
+    plan = plans->find_or_make(key, [&](Plan* p) { return make_plan(d, key, p); });
   }
   dnnl_stream_t stream = thread_stream(d);
   if (!plan || !stream) return false;

@@ -4,9 +4,14 @@
 #if __has_include(<oneapi/dnnl/dnnl.h>)
 #include <dlfcn.h>
 
+#include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <unordered_map>
+
+#include "core/optional_library.h"
 
 namespace ampx::impl {
 namespace cpu {
@@ -20,10 +25,10 @@ bool resolve(void* handle, const char* name, Fn& fn) {
 
 // Opens oneDNN, or says in `lib.description` why not (then returns false).
 bool open_dnnl(Dnnl& lib) {
-  const char* named = std::getenv("AMPX_DNNL_LIBRARY");
-  const std::string path = named && *named ? named : "libdnnl.so.2";
-  if (path == "none") {
-    lib.description = "oneDNN off (AMPX_DNNL_LIBRARY=none)";
+  // By the loader rule of optional libraries (core/optional_library.h).
+  LibrarySearch search("oneDNN", "AMPX_DNNL_LIBRARY", {"libdnnl.so.2"});
+  if (search.off()) {
+    lib.description = search.error();
     return false;
   }
   const char* blas = std::getenv("AMPX_BLAS");
@@ -45,16 +50,16 @@ bool open_dnnl(Dnnl& lib) {
     setenv("OMP_WAIT_POLICY", "passive", 0);
     setenv("GOMP_SPINCOUNT", "1000", 0);
   }
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* handle = search.open();
   if (set_policy) {
     unsetenv("OMP_WAIT_POLICY");
     unsetenv("GOMP_SPINCOUNT");
   }
   if (!handle) {
-    const char* error = dlerror();
-    lib.description = "oneDNN not loaded (" + path + ": " + (error ? error : "not found") + ")";
+    lib.description = search.error();
     return false;
   }
+  const std::string& path = search.path();
   const bool complete =
       resolve(handle, "dnnl_version", lib.version) &&
       resolve(handle, "dnnl_get_effective_cpu_isa", lib.effective_isa) &&
@@ -141,6 +146,49 @@ const Dnnl* dnnl_library() {
 
 bool dnnl_available() { return loaded().usable; }
 
+namespace {
+
+std::atomic<int64_t> live_plans{0};
+
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<const ThreadPool*,
+                     std::array<std::shared_ptr<void>, static_cast<size_t>(PlanKind::Count)>>
+      by_pool;
+};
+
+// Never destroyed, as the library: a context still alive at exit keeps its
+// plans.
+Registry& registry() {
+  static Registry& r = *new Registry;
+  return r;
+}
+
+}  // namespace
+
+std::shared_ptr<void> context_plans(const ThreadPool& pool, PlanKind kind, const Dnnl& d,
+                                    std::shared_ptr<void> (*make)(const Dnnl& d)) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::shared_ptr<void>& slot = r.by_pool[&pool][static_cast<int>(kind)];
+  if (!slot) slot = make(d);
+  return slot;
+}
+
+void release_dnnl_plans(const ThreadPool& pool) {
+  Registry& r = registry();
+  decltype(r.by_pool)::node_type released;
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    released = r.by_pool.extract(&pool);
+  }
+  // The plans are destroyed here, outside the lock.
+}
+
+void count_plans(int64_t delta) { live_plans.fetch_add(delta, std::memory_order_relaxed); }
+
+int64_t dnnl_live_plans() { return live_plans.load(std::memory_order_relaxed); }
+
 const char* dnnl_description() { return loaded().lib.description.c_str(); }
 
 dnnl_stream_t thread_stream(const Dnnl& d) {
@@ -179,6 +227,8 @@ namespace cpu {
 
 bool dnnl_available() { return false; }
 const char* dnnl_description() { return "oneDNN not used (built without its headers)"; }
+void release_dnnl_plans(const ThreadPool&) {}
+int64_t dnnl_live_plans() { return 0; }
 
 }  // namespace cpu
 }  // namespace ampx::impl

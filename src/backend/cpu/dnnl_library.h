@@ -2,9 +2,10 @@
 // for the CPU backend's bf16 matrix products (dnnl_matmul.h) and its
 // convolutions (dnnl_conv.h).
 //
-// libdnnl.so.2 (Debian's libdnnl2), or the file AMPX_DNNL_LIBRARY names, is
-// opened on first use; "none" there, or AMPX_BLAS=none (ampx's own kernels
-// for everything), turns it off. It is used only on a CPU that multiplies
+// libdnnl.so.2 (Debian's libdnnl2), or only the file AMPX_DNNL_LIBRARY names,
+// is opened on first use (the loader rule of core/optional_library.h);
+// "none" there, or AMPX_BLAS=none (ampx's own kernels for everything), turns
+// it off. It is used only on a CPU that multiplies
 // bf16 natively (AVX512-BF16 or AMX, as oneDNN itself detects it). When
 // ampx loads oneDNN's OpenMP runtime first and neither OMP_WAIT_POLICY nor
 // GOMP_SPINCOUNT is set, they are set to passive and 1000 for the load, so
@@ -12,7 +13,12 @@
 // spinning against ampx's own and OpenBLAS's threads on the same cores.
 #pragma once
 
+#include <cstdint>
+
 namespace ampx::impl {
+
+class ThreadPool;
+
 namespace cpu {
 
 // Whether oneDNN computes in this process (decided on the first call of
@@ -21,6 +27,14 @@ bool dnnl_available();
 
 // "oneDNN 2.6.3 (AVX512-BF16)", or why it is not used.
 const char* dnnl_description();
+
+// The plans (primitives and their descriptions) a CPU context made belong
+// to it: they are found by the context's thread pool, which every CPU
+// primitive is given, and freed with the context's backend, which calls
+// this with its pool.
+void release_dnnl_plans(const ThreadPool& pool);
+// The plans alive in the process (made and not yet freed), every context's.
+int64_t dnnl_live_plans();
 
 }  // namespace cpu
 }  // namespace ampx::impl
@@ -84,6 +98,18 @@ struct Dnnl {
 // The opened library, or nullptr when it is not used. Never unloaded.
 const Dnnl* dnnl_library();
 
+// The caches of plans a context keeps, one per kind of primitive.
+enum class PlanKind { Matmul, Convolution, Count };
+
+// The cache of `kind` of the context whose pool is `pool` (release_dnnl_plans),
+// made by `make` at its first use; the caller's reference keeps it alive
+// through a call while the context is released.
+std::shared_ptr<void> context_plans(const ThreadPool& pool, PlanKind kind, const Dnnl& d,
+                                    std::shared_ptr<void> (*make)(const Dnnl& d));
+
+// The count behind dnnl_live_plans().
+void count_plans(int64_t delta);
+
 inline dnnl_data_type_t dnnl_type(DType type) {
   return type == DType::BF16 ? dnnl_bf16 : type == DType::F16 ? dnnl_f16 : dnnl_f32;
 }
@@ -129,7 +155,9 @@ class PrimitiveCache {
     std::shared_ptr<Value> value(new Value, [&d = d_](Value* v) {
       v->release(d);
       delete v;
+      count_plans(-1);
     });
+    count_plans(1);
     if (!make(value.get())) return nullptr;
     if (entries_.size() == kCapacity) entries_.erase(entries_.begin());
     entries_.emplace_back(key, value);

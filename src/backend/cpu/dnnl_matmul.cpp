@@ -137,14 +137,16 @@ bool run(const Dnnl& d, Primitives& primitives, int threads, const GemmArgs& g) 
 
 }  // namespace
 
-bool dnnl_gemm(int threads, const GemmArgs& g) {
+bool dnnl_gemm(ThreadPool& pool, const GemmArgs& g) {
   if (g.ab_type != DType::BF16 || (g.batch > 1 && g.c_batch_stride == 0) ||
       (g.bias && g.alpha != 1.0f) || g.batch == 0 || g.k == 0 || g.m == 0 || g.n == 0)
     return false;
   const Dnnl* d = dnnl_library();
   if (!d) return false;
-  static Primitives& primitives = *new Primitives(*d);  // never destroyed, as the library
-  return run(*d, primitives, threads, g);
+  const auto primitives = std::static_pointer_cast<Primitives>(context_plans(
+      pool, PlanKind::Matmul, *d,
+      [](const Dnnl& lib) -> std::shared_ptr<void> { return std::make_shared<Primitives>(lib); }));
+  return run(*d, *primitives, pool.size(), g);
 }
 
 }  // namespace cpu
@@ -155,7 +157,7 @@ bool dnnl_gemm(int threads, const GemmArgs& g) {
 namespace ampx::impl {
 namespace cpu {
 
-bool dnnl_gemm(int, const GemmArgs&) { return false; }
+bool dnnl_gemm(ThreadPool&, const GemmArgs&) { return false; }
 
 }  // namespace cpu
 }  // namespace ampx::impl

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "backend/cpu/dnnl_library.h"
+#include "backend/cpu/thread_pool.h"
 #include "core/backend_gemm.h"
 
 namespace ampx::impl {
@@ -28,7 +29,7 @@ namespace cpu {
 // (c_batch_stride 0), a bias with alpha != 1, an empty product). Throws
 // AMPX_ERR_INTERNAL when oneDNN fails after it began writing C.
 // Thread-safe.
-bool dnnl_gemm(int threads, const GemmArgs& args);
+bool dnnl_gemm(ThreadPool& pool, const GemmArgs& args);
 
 }  // namespace cpu
 }  // namespace ampx::impl

@@ -8,11 +8,11 @@
 #include <dlfcn.h>
 
 #include <climits>
-#include <cstdlib>
 #include <mutex>
 #include <tuple>
 
 #include "core/error.h"
+#include "core/optional_library.h"
 
 #ifdef AMPX_CUDNN_EMULATED
 // The CUDA emulator's stand-in for cuDNN (tests/cuda_emulator/cudnn.cpp).
@@ -102,17 +102,14 @@ std::unique_ptr<CudnnLibrary> open_cudnn(std::string* why) {
 #ifdef AMPX_CUDNN_EMULATED
   lib->path = "the CUDA emulator's cuDNN";
 #else
-  const char* named = std::getenv("AMPX_CUDNN_LIBRARY");
-  lib->path = named && *named ? named : "libcudnn.so.9";
-  // By its soname dlopen finds a libcudnn the program has loaded already
-  // (a framework's), so both use one cuDNN.
-  handle = dlopen(lib->path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // By the loader rule of optional libraries (core/optional_library.h).
+  LibrarySearch search("cuDNN", "AMPX_CUDNN_LIBRARY", {"libcudnn.so.9"});
+  handle = search.open();
   if (!handle) {
-    const char* error = dlerror();
-    *why = cat("cuDNN (", lib->path, ", or where AMPX_CUDNN_LIBRARY names it) could not be loaded: ",
-               error ? error : "not found");
+    *why = search.error();
     return nullptr;
   }
+  lib->path = search.path();
 #endif
   const bool complete =
       resolve(handle, "cudnnGetVersion", lib->get_version, why) &&

@@ -1,0 +1,53 @@
+#include "core/optional_library.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "core/error.h"
+
+namespace ampx::impl {
+
+LibrarySearch::LibrarySearch(std::string library, const char* variable,
+                             std::vector<std::string> defaults)
+    : library_(std::move(library)), variable_(variable) {
+  const char* value = std::getenv(variable);
+  if (value && std::strcmp(value, "none") == 0) {
+    off_ = true;
+  } else if (value && *value) {
+    chosen_ = true;
+    paths_.emplace_back(value);
+  } else {
+    paths_ = std::move(defaults);
+  }
+}
+
+void* LibrarySearch::open(int flags) {
+  tried_.clear();
+  path_.clear();
+  for (const std::string& candidate : paths_) {
+    // By its soname dlopen finds a copy the program has loaded already (a
+    // framework's), so that both use one library.
+    if (void* handle = dlopen(candidate.c_str(), flags ? flags : RTLD_NOW | RTLD_LOCAL)) {
+      path_ = candidate;
+      return handle;
+    }
+    const char* why = dlerror();
+    tried_ += cat("\n  ", candidate, ": ", why ? why : "not found");
+  }
+  return nullptr;
+}
+
+std::string LibrarySearch::error() const {
+  if (off_)
+    return cat(library_, " is turned off: the environment variable ", variable_, " is \"none\"");
+  if (chosen_)
+    return cat(library_, " could not be loaded from the path ", variable_,
+               " names (the only one tried while it is set):", tried_);
+  return cat(library_, " could not be loaded (", variable_, " may name the file to load):",
+             tried_.empty() ? std::string("\n  (no path to try)") : tried_);
+}
+
+}  // namespace ampx::impl
