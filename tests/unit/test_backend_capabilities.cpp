@@ -251,8 +251,15 @@ TEST_CASE("capabilities: the built-in backends say what they provide") {
   if (ampx_test::test_device() == AMPX_DEVICE_CPU)
     CHECK(backend.supports(ampx::impl::Capability::Convolution));
 #endif
-  for (ampx::impl::Capability slot :
-       {ampx::impl::Capability::Collectives, ampx::impl::Capability::Fp8Gemm}) {
+  // FP8: casts everywhere, products on the CPU and (emulated) Hopper.
+  CHECK(backend.supports(ampx::impl::Capability::Fp8));
+#if defined(AMPX_CUDA_EMULATED)
+  CHECK(backend.supports(ampx::impl::Capability::Fp8Gemm));
+#else
+  if (ampx_test::test_device() == AMPX_DEVICE_CPU)
+    CHECK(backend.supports(ampx::impl::Capability::Fp8Gemm));
+#endif
+  for (ampx::impl::Capability slot : {ampx::impl::Capability::Collectives}) {
     CAPTURE(ampx::impl::capability_name(slot));
     CHECK_FALSE(backend.supports(slot));
     bool refused = false;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "backend/cpu/cpu_amp.h"
+#include "backend/cpu/cpu_fp8.h"
 #include "backend/cpu/cpu_grad_stats.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/thread_pool.h"
@@ -350,7 +351,9 @@ class CpuBackend final : public Backend {
         grad_stats_(pool_),
         attention_(pool_),
         convolution_(pool_),
-        pooling_(pool_) {
+        pooling_(pool_),
+        fp8_(pool_),
+        fp8_gemm_(pool_) {
     provide(amp_);
     provide(nn_);
     provide(gemm_);
@@ -358,6 +361,8 @@ class CpuBackend final : public Backend {
     provide(attention_);
     provide(convolution_);
     provide(pooling_);
+    provide(fp8_);
+    provide(fp8_gemm_);
   }
 
   std::unique_ptr<Allocator> make_default_allocator() override {
@@ -433,6 +438,8 @@ class CpuBackend final : public Backend {
   CpuAttention attention_;
   CpuConvolution convolution_;
   CpuPooling pooling_;
+  CpuFp8 fp8_;
+  CpuFp8Gemm fp8_gemm_;
 };
 
 }  // namespace
