@@ -20,11 +20,26 @@
  * gradients fit, while D's scaler (started at 2^10, growing every 50 clean
  * steps) climbs until it finds its own ceiling.
  *
- * Run:   ampx_example_gan_two_scalers [--quick] [--steps N]
+ * Run:   ampx_example_gan_two_scalers [--quick] [--steps N] [--wgan-gp]
  * Prints the losses, the generated mean/std and both scales as it trains,
  * then both scalers' scales and counters. Exits 1 unless both scales are
  * finite and positive and the generated mean came within 1.0 of 4.
+ *
+ * --wgan-gp: the same two networks as a Wasserstein GAN with gradient
+ * penalty (Gulrajani et al. 2017), in fp32, in fp16 with the two scalers
+ * and in bf16: D is a critic (no sigmoid), loss_D = mean D(fake) - mean
+ * D(real) + 0.1 mean (|dD/dx (x_hat)| - 1)^2 at random interpolates x_hat of
+ * real and fake samples, loss_G = -mean D(G(z)). The penalty differentiates
+ * D's input gradient with respect to D's weights (ampx_grad with
+ * create_graph), following torch's AMP recipe under the scaler (ampx.h
+ * section 9): the scaled critic output is differentiated, the input
+ * gradient unscaled on the device, the penalty formed under autocast. fp16
+ * needs the scalers as the plain GAN does; bf16 needs none. Exits 1 unless
+ * every precision's generated mean came within 1.0 of 4.
  */
+#ifndef AMPX_EXPERIMENTAL
+#define AMPX_EXPERIMENTAL /* ampx_grad for the WGAN-GP variant */
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,16 +164,196 @@ static void moments(ampx_tensor t, double *mean, double *std) {
   *std = sqrt(ss / kBatch);
 }
 
+/* ---- WGAN-GP ---------------------------------------------------------------- */
+
+typedef enum precision { FP32, FP16, BF16 } precision;
+static const char *const kPrecisionNames[] = {"fp32", "fp16 + scalers", "bf16"};
+
+/* WGAN-GP's usual schedule: several critic steps per generator step, the
+ * critic faster than the generator. The penalty's weight is 0.1, not the
+ * paper's 10: in one dimension the optimal critic's slope is -1 or +1
+ * everywhere (the sign of the difference of the two distributions'
+ * CDFs), so once the generator's mass passes the real one the critic must
+ * turn its whole slope around, through 0, against the penalty -- with
+ * weight w only once the distance of the means exceeds about 2w. */
+enum { kCriticSteps = 5 };
+static const double kCriticLr = 2e-3, kGeneratorLr = 5e-4, kPenaltyWeight = 0.1;
+
+/* kPenaltyWeight mean (|dD/dx| - 1)^2 at x_hat (a leaf that requires grad), recorded;
+ * scaler NULL: no scaling. Op outputs are owned by the open scope. */
+static ampx_tensor gradient_penalty(const net *d, ampx_tensor x_hat, ampx_scaler scaler,
+                                    ampx_autocast autocast) {
+  ampx_grad_options o = AMPX_GRAD_OPTIONS_INIT;
+  ampx_tensor critic = NULL, total = NULL, seed = NULL, g = NULL, u = NULL, sq = NULL;
+  ampx_tensor norm = NULL, off = NULL, off2 = NULL, mean = NULL, penalty = NULL;
+  o.create_graph = 1;
+  if (autocast) CHECK(ampx_autocast_enter(autocast));
+  critic = net_forward(d, x_hat);
+  if (autocast) CHECK(ampx_autocast_exit(autocast));
+  CHECK(ampx_sum(critic, &total));
+  if (scaler) {
+    CHECK(ampx_scaler_scale_loss(scaler, total, &seed)); /* owned here */
+    CHECK(ampx_grad(&seed, 1, NULL, &x_hat, 1, &o, &g));
+    ampx_tensor_release(seed);
+    CHECK(ampx_scaler_unscale_tensor(scaler, g, &u));
+  } else {
+    CHECK(ampx_grad(&total, 1, NULL, &x_hat, 1, &o, &u));
+  }
+  if (autocast) CHECK(ampx_autocast_enter(autocast));
+  CHECK(ampx_mul(u, u, &sq));
+  CHECK(ampx_sqrt(sq, &norm)); /* |dD/dx|: x is one number */
+  CHECK(ampx_affine(norm, 1.0, -1.0, &off));
+  CHECK(ampx_mul(off, off, &off2));
+  CHECK(ampx_mean(off2, &mean));
+  CHECK(ampx_affine(mean, kPenaltyWeight, 0.0, &penalty));
+  if (autocast) CHECK(ampx_autocast_exit(autocast));
+  return penalty;
+}
+
+/* Trains the WGAN-GP in one precision; returns the generated mean and std. */
+static void wgan_gp(int steps, precision p, double *mean, double *std) {
+  ampx_context ctx = NULL;
+  net g, d;
+  ampx_optimizer opt_g, opt_d;
+  ampx_scaler scaler_g = NULL, scaler_d = NULL;
+  ampx_autocast autocast = NULL;
+  const int64_t z_shape[2] = {kBatch, kNoise}, x_shape[2] = {kBatch, 1};
+  ampx_tensor z = NULL, real = NULL;
+  int step;
+  rng = 2024;
+  CHECK(ampx_context_create(NULL, &ctx));
+  net_init(ctx, &g, kNoise);
+  net_init(ctx, &d, 1);
+  {
+    /* The critic's kinks spread over [-8, 8]: a ReLU critic whose units all
+     * switch near 0 is linear over the data and cannot bend its slope where
+     * the two distributions meet (the gradient of mean D(fake) - mean
+     * D(real) moves no kink of a unit active on both). */
+    float spread[kHidden];
+    int k;
+    for (k = 0; k < kHidden; ++k) spread[k] = (float)(16.0 * uniform() - 8.0);
+    CHECK(ampx_tensor_copy_from_host(d.b1, spread, sizeof spread));
+  }
+  opt_g = net_optimizer(ctx, &g), opt_d = net_optimizer(ctx, &d);
+  if (p == FP16) {
+    scaler_g = make_scaler(ctx, 1024.0, 200);
+    scaler_d = make_scaler(ctx, 1024.0, 200);
+  }
+  if (p != FP32) {
+    ampx_autocast_options ao = AMPX_AUTOCAST_OPTIONS_INIT;
+    ao.dtype = p == FP16 ? AMPX_F16 : AMPX_BF16;
+    CHECK(ampx_autocast_create(ctx, &ao, &autocast));
+  }
+  CHECK(ampx_tensor_empty(ctx, AMPX_F32, 2, z_shape, &z));
+  CHECK(ampx_tensor_empty(ctx, AMPX_F32, 2, x_shape, &real));
+  CHECK(ampx_optimizer_set_lr(opt_d, 0, kCriticLr));
+  CHECK(ampx_optimizer_set_lr(opt_g, 0, kGeneratorLr));
+  for (step = 0; step < kCriticSteps * steps; ++step) {
+    float fake_host[kBatch], real_host[kBatch], hat[kBatch];
+    ampx_tensor fake = NULL, fake32 = NULL, x_hat = NULL, c_real, c_fake, m_real = NULL;
+    ampx_tensor m_fake = NULL, w_dist = NULL, loss_d = NULL, loss_g = NULL, m_g = NULL;
+    int32_t previous = 1;
+    int i;
+    /* -- critic: every step -- */
+    CHECK(ampx_optimizer_zero_grad(opt_d));
+    CHECK(ampx_scope_push(ctx));
+    fill_noise(z, kBatch * kNoise);
+    fill_real(real);
+    if (autocast) CHECK(ampx_autocast_enter(autocast));
+    CHECK(ampx_set_grad_enabled(ctx, 0, &previous));
+    fake = net_forward(&g, z);
+    CHECK(ampx_set_grad_enabled(ctx, previous, NULL));
+    if (autocast) CHECK(ampx_autocast_exit(autocast));
+    CHECK(ampx_tensor_cast(fake, AMPX_F32, &fake32));
+    CHECK(ampx_tensor_to_host(fake32, fake_host, sizeof fake_host));
+    CHECK(ampx_tensor_to_host(real, real_host, sizeof real_host));
+    for (i = 0; i < kBatch; ++i) {
+      const double eps = uniform();
+      hat[i] = (float)(eps * real_host[i] + (1 - eps) * fake_host[i]);
+    }
+    CHECK(ampx_tensor_from_host(ctx, AMPX_F32, 2, x_shape, hat, sizeof hat, &x_hat));
+    CHECK(ampx_tensor_set_requires_grad(x_hat, 1));
+    if (autocast) CHECK(ampx_autocast_enter(autocast));
+    c_real = net_forward(&d, real);
+    c_fake = net_forward(&d, fake32);
+    CHECK(ampx_mean(c_real, &m_real));
+    CHECK(ampx_mean(c_fake, &m_fake));
+    CHECK(ampx_sub(m_fake, m_real, &w_dist));
+    if (autocast) CHECK(ampx_autocast_exit(autocast));
+    CHECK(ampx_add(w_dist, gradient_penalty(&d, x_hat, scaler_d, autocast), &loss_d));
+    CHECK(ampx_backward(loss_d, scaler_d));
+    if (scaler_d) {
+      CHECK(ampx_scaler_step(scaler_d, opt_d));
+      CHECK(ampx_scaler_update(scaler_d));
+    } else {
+      CHECK(ampx_optimizer_step(opt_d));
+    }
+    ampx_tensor_release(fake32);
+    ampx_tensor_release(x_hat);
+    CHECK(ampx_scope_pop(ctx));
+    if (step % kCriticSteps != kCriticSteps - 1) continue;
+    /* -- generator: after every kCriticSteps critic steps -- */
+    CHECK(ampx_optimizer_zero_grad(opt_g));
+    CHECK(ampx_scope_push(ctx));
+    fill_noise(z, kBatch * kNoise);
+    if (autocast) CHECK(ampx_autocast_enter(autocast));
+    fake = net_forward(&g, z);
+    CHECK(ampx_mean(net_forward(&d, fake), &m_g));
+    CHECK(ampx_affine(m_g, -1.0, 0.0, &loss_g));
+    if (autocast) CHECK(ampx_autocast_exit(autocast));
+    CHECK(ampx_backward(loss_g, scaler_g));
+    if (scaler_g) {
+      CHECK(ampx_scaler_step(scaler_g, opt_g));
+      CHECK(ampx_scaler_update(scaler_g));
+    } else {
+      CHECK(ampx_optimizer_step(opt_g));
+    }
+    moments(fake, mean, std);
+    CHECK(ampx_scope_pop(ctx));
+  }
+  ampx_tensor_release(z);
+  ampx_tensor_release(real);
+  ampx_autocast_release(autocast);
+  ampx_scaler_release(scaler_g);
+  ampx_scaler_release(scaler_d);
+  ampx_optimizer_release(opt_g);
+  ampx_optimizer_release(opt_d);
+  net_release(&g);
+  net_release(&d);
+  ampx_context_release(ctx);
+}
+
+static int run_wgan_gp(int steps) {
+  int p, ok = 1;
+  printf("WGAN-GP on N(%.1f, %.2f^2), %d steps\n", kRealMean, kRealStd, steps);
+  printf("%-15s %10s %10s\n", "precision", "fake mean", "fake std");
+  for (p = 0; p < 3; ++p) {
+    double mean = 0, std = 0;
+    wgan_gp(steps, (precision)p, &mean, &std);
+    printf("%-15s %10.3f %10.3f\n", kPrecisionNames[p], mean, std);
+    ok = ok && fabs(mean - kRealMean) < 1.0;
+  }
+  if (!ok) {
+    fprintf(stderr, "FAILED: a generated mean is not within 1.0 of %.1f\n", kRealMean);
+    return 1;
+  }
+  printf("WGAN-GP: generated mean within 1.0 of %.1f in fp32, fp16 + scalers and bf16: OK\n",
+         kRealMean);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  int steps = 1500, step, i;
+  int steps = 1500, step, i, wgan = 0;
   for (i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--quick") == 0) steps = 500;
     else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--wgan-gp") == 0) wgan = 1;
     else {
-      fprintf(stderr, "usage: %s [--quick] [--steps N]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--steps N] [--wgan-gp]\n", argv[0]);
       return 2;
     }
   }
+  if (wgan) return run_wgan_gp(steps);
 
   ampx_context ctx = NULL;
   CHECK(ampx_context_create(NULL, &ctx));

@@ -9,6 +9,15 @@
 // allocator would pass a huge shape's size to aligned_alloc, which ASan and
 // libFuzzer stop as an out-of-memory crash before it can return NULL.)
 //
+// Sizes: extents, kernel sizes, strides, paddings, dilations, groups, split
+// sizes and byte offsets are mostly small and sometimes at the edges of
+// int64 (2^31, 2^40, 2^62, INT64_MAX, negative), or 8 input bytes taken
+// whole, which is how the dictionary's values (fuzz_api.dict) arrive; the
+// convolution, pooling, attention, view and split calls get them, on
+// tensors of the pool or on new 3-D and 4-D ones (small, or empty with
+// extents whose products pass int64). A window the header accepts must
+// answer within libFuzzer's -timeout whatever its extent.
+//
 // What counts as a finding (besides what ASan, UBSan and LeakSanitizer
 // report): a status outside the ampx_status values, an output argument
 // written by a failed call, a release that the library refuses or accepts
@@ -24,6 +33,7 @@
 #include <dlpack/dlpack.h>
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -32,6 +42,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ampx/ampx.h"
@@ -327,6 +338,37 @@ class Program {
     return in_.ConsumeFloatingPoint<double>();
   }
 
+  // A size argument (see the top comment). Taken whole, 8 bytes are read
+  // as an unsigned value and reinterpreted: ConsumeIntegral<int64_t> would
+  // add INT64_MIN to the dictionary's little-endian values.
+  int64_t size_arg() {
+    static const int64_t edges[] = {std::numeric_limits<int64_t>::max(),
+                                    std::numeric_limits<int64_t>::max() - 1,
+                                    std::numeric_limits<int64_t>::min(),
+                                    (int64_t{1} << 62) - 1,
+                                    int64_t{1} << 62,
+                                    (int64_t{1} << 62) + 1,
+                                    int64_t{1} << 41,
+                                    int64_t{1} << 40,
+                                    (int64_t{1} << 40) + 1,
+                                    int64_t{1} << 39,
+                                    int64_t{1} << 33,
+                                    int64_t{1} << 32,
+                                    (int64_t{1} << 31) - 1,
+                                    int64_t{1} << 31,
+                                    int64_t{1} << 21,
+                                    int64_t{1} << 20,
+                                    int64_t{3074457345618258603},  // ~2^63 / 3
+                                    -1,
+                                    -2,
+                                    0};
+    const uint8_t r = in_.ConsumeIntegral<uint8_t>();
+    if (r < 40) return edges[r % (sizeof edges / sizeof edges[0])];
+    if (r < 56) return static_cast<int64_t>(in_.ConsumeIntegral<uint64_t>());
+    static const int64_t small[] = {0, 1, 1, 1, 2, 2, 3, 4};
+    return small[r % 8];
+  }
+
   int32_t small_int() {
     const uint8_t r = in_.ConsumeIntegral<uint8_t>();
     if (r < 8)
@@ -544,9 +586,56 @@ class Program {
 
   std::vector<Made*> orphans_;
 
+  // A new tensor of `ndim` dimensions: extents 1 .. max_extent, sometimes
+  // 0 or a size_arg (an empty tensor may have any others), values from the
+  // input, on context `context` (an index; the last one made by default);
+  // it joins the pool (NULL when it could not be made). `given`, when not
+  // NULL, fixes the extents instead.
+  ampx_tensor fresh(int32_t ndim, int64_t max_extent, const int64_t* given = nullptr,
+                    size_t context = SIZE_MAX) {
+    if (contexts_.empty()) return nullptr;
+    Context& c = contexts_[context == SIZE_MAX ? contexts_.size() - 1 : context % contexts_.size()];
+    if (c.handle_refs == 0) return nullptr;
+    int64_t dims[AMPX_MAX_DIMS] = {};
+    for (int32_t i = 0; i < ndim; ++i) {
+      if (given) {
+        dims[i] = given[i];
+        continue;
+      }
+      const uint8_t r = in_.ConsumeIntegral<uint8_t>();
+      dims[i] = r < 12 ? 0 : r < 24 ? size_arg() : 1 + r % max_extent;
+    }
+    static const ampx_dtype types[] = {AMPX_F32, AMPX_F32, AMPX_F16, AMPX_BF16, AMPX_I32};
+    const ampx_dtype type = types[in_.ConsumeIntegral<uint8_t>() % 5];
+    const size_t bytes = host_bytes(type, ndim, dims);
+    std::vector<unsigned char> host = in_.ConsumeBytes<unsigned char>(bytes);
+    host.resize(bytes);
+    ampx_tensor t = nullptr;
+    if (with_out(t, ampx_tensor{}, [&](ampx_tensor* o) {
+          return ampx_tensor_from_host(c.handle, type, ndim, dims, host.data(), bytes, o);
+        }) != AMPX_OK)
+      return nullptr;
+    adopt(Kind::Tensor, t, false);
+    return t;
+  }
+
+  // A tensor argument of `ndim` dimensions: usually a new one, sometimes
+  // one of the pool (of any shape, NULL, another type, released).
+  ampx_tensor shaped(int32_t ndim, int64_t max_extent) {
+    return chance(80) ? tensor() : fresh(ndim, max_extent);
+  }
+
+  // t's extents when it is a live tensor of `ndim` dimensions.
+  static bool extents_of(ampx_tensor t, int32_t ndim, int64_t* dims) {
+    int32_t n = -1;
+    return ampx_tensor_ndim(t, &n) == AMPX_OK && n == ndim &&
+           ampx_tensor_shape(t, dims, ndim) == AMPX_OK;
+  }
+
   void step();
   void tensor_call();
   void op_call();
+  void size_call(uint8_t which, ampx_tensor a, ampx_tensor b);
   void optimizer_call();
   void scaler_call();
   void autograd_call();
@@ -556,7 +645,17 @@ class Program {
 };
 
 void Program::step() {
-  switch (in_.ConsumeIntegral<uint8_t>() % 16) {
+  // The top 32 values of the byte (which % 16 made 0 .. 15 a fifteenth and
+  // sixteenth time) call the functions of windows, attention, views and
+  // splits; the others keep their meaning for the inputs of the corpus.
+  const uint8_t r = in_.ConsumeIntegral<uint8_t>();
+  if (r >= 224) {
+    const uint8_t which = in_.ConsumeIntegral<uint8_t>() % 22;
+    ampx_tensor a = tensor(), b = tensor();
+    size_call(which, a, b);
+    return;
+  }
+  switch (r % 16) {
     case 0:
       create_context();
       break;
@@ -882,6 +981,197 @@ void Program::op_call() {
                    [&](ampx_tensor* o) { return ampx_scaler_scale_loss(sc, a, o); }) == AMPX_OK)
         adopt(Kind::Tensor, scaled, false);
       return;
+    }
+  }
+  if (s == AMPX_OK) adopt(Kind::Tensor, out, true);
+}
+
+// conv2d, the pools, attention, views, split, chunk and permute, fed with
+// size arguments.
+void Program::size_call(uint8_t which, ampx_tensor a, ampx_tensor b) {
+  ampx_tensor out = nullptr;
+  ampx_status s = AMPX_OK;
+  auto run = [&](auto call) { s = with_out(out, ampx_tensor{}, call); };
+  switch (which) {
+    case 0:
+    case 1:
+    case 2:
+    case 3:
+    case 4: {
+      ampx_tensor x = chance(32) ? a : shaped(chance(200) ? 4 : 3, 6);
+      ampx_conv2d_options o = ampx_conv2d_options_default();
+      for (int d = 0; d < 2; ++d) {
+        if (chance(96)) o.stride[d] = size_arg();
+        if (chance(128)) o.padding[d] = size_arg();
+        if (chance(96)) o.dilation[d] = size_arg();
+      }
+      if (chance(48)) o.groups = size_arg();
+      if (chance(16)) o.struct_size = in_.ConsumeIntegralInRange<size_t>(0, sizeof o);
+      // Usually a weight whose channels fit x's (groups dividing them or not).
+      ampx_tensor w = b;
+      int64_t xd[4] = {};
+      const int32_t xn = extents_of(x, 4, xd) ? 4 : extents_of(x, 3, xd) ? 3 : 0;
+      if (xn > 0 && chance(200)) {
+        const int64_t groups = o.groups > 0 ? o.groups : 1;
+        const int64_t per_group = 1 + in_.ConsumeIntegral<uint8_t>() % 4;
+        const int64_t wd[4] = {groups <= 16 ? per_group * groups : per_group, xd[xn - 3] / groups,
+                               1 + in_.ConsumeIntegral<uint8_t>() % 3,
+                               1 + in_.ConsumeIntegral<uint8_t>() % 3};
+        w = fresh(4, 4, wd);
+      } else if (chance(128)) {
+        w = shaped(4, 4);
+      }
+      ampx_tensor bias = chance(128) ? nullptr : chance(128) ? tensor() : fresh(1, 8);
+      run([&](ampx_tensor* y) { return ampx_conv2d(x, w, bias, chance(8) ? nullptr : &o, y); });
+      break;
+    }
+    case 5:
+    case 6:
+    case 7:
+    case 8:
+    case 9:
+    case 10:
+    case 11: {
+      ampx_tensor x = chance(32) ? a : shaped(chance(128) ? 4 : 3, 6);
+      const int64_t kernel[2] = {size_arg(), size_arg()};
+      ampx_pool2d_options o = ampx_pool2d_options_default();
+      for (int d = 0; d < 2; ++d) {
+        if (chance(96)) o.stride[d] = size_arg();
+        if (chance(64)) o.dilation[d] = size_arg();
+        // Often the largest padding the header allows, half the dilated
+        // kernel (when that fits int64), for windows far larger than x.
+        const uint8_t pad = in_.ConsumeIntegral<uint8_t>();
+        if (pad < 64 && kernel[d] > 0 && o.dilation[d] > 0 &&
+            kernel[d] - 1 <= (std::numeric_limits<int64_t>::max() - 1) / o.dilation[d])
+          o.padding[d] = ((kernel[d] - 1) * o.dilation[d] + 1) / 2;
+        else if (pad < 160)
+          o.padding[d] = size_arg();
+      }
+      o.ceil_mode = chance(64);
+      o.count_include_pad = chance(200);
+      if (chance(32)) o.divisor_override = size_arg();
+      if (chance(16)) o.struct_size = in_.ConsumeIntegralInRange<size_t>(0, sizeof o);
+      const ampx_pool2d_options* options = chance(8) ? nullptr : &o;
+      const int64_t kh = kernel[0], kw = kernel[1];
+      if (which <= 8)
+        run([&](ampx_tensor* y) { return ampx_max_pool2d(x, kh, kw, options, y); });
+      else if (which <= 10)
+        run([&](ampx_tensor* y) { return ampx_avg_pool2d(x, kh, kw, options, y); });
+      else
+        run([&](ampx_tensor* y) { return ampx_global_avg_pool2d(x, y); });
+      break;
+    }
+    case 12:
+    case 13:
+    case 14: {
+      // q [B, H, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv], mostly
+      // agreeing (Hkv dividing H), else as the pool and fresh() give.
+      ampx_tensor q, k, v;
+      const int32_t nd = 2 + in_.ConsumeIntegral<uint8_t>() % 3;
+      if (chance(200)) {
+        int64_t qd[4], kd[4], vd[4];
+        const int64_t batch = 1 + in_.ConsumeIntegral<uint8_t>() % 2;
+        const int64_t kv_heads = 1 + in_.ConsumeIntegral<uint8_t>() % 2;
+        const int64_t heads = kv_heads * (1 + in_.ConsumeIntegral<uint8_t>() % 2);
+        const int64_t tq = 1 + in_.ConsumeIntegral<uint8_t>() % 5, tk = in_.ConsumeIntegral<uint8_t>() % 6;
+        const int64_t dim = chance(16) ? size_arg() : 1 + in_.ConsumeIntegral<uint8_t>() % 9;
+        const int64_t dv = chance(200) ? dim : 1 + in_.ConsumeIntegral<uint8_t>() % 9;
+        const int64_t lead[2] = {batch, heads}, kv_lead[2] = {batch, kv_heads};
+        for (int32_t i = 0; i < nd - 2; ++i) {
+          qd[i] = lead[i + 4 - nd];
+          kd[i] = vd[i] = kv_lead[i + 4 - nd];
+        }
+        qd[nd - 2] = tq, kd[nd - 2] = vd[nd - 2] = tk;
+        qd[nd - 1] = kd[nd - 1] = dim, vd[nd - 1] = dv;
+        const size_t context = in_.ConsumeIntegral<uint8_t>();
+        q = fresh(nd, 1, qd, context), k = fresh(nd, 1, kd, context);
+        v = fresh(nd, 1, vd, context);
+      } else {
+        q = chance(64) ? a : shaped(nd, 5), k = chance(64) ? b : shaped(nd, 5), v = shaped(nd, 5);
+      }
+      ampx_tensor mask = chance(160) ? nullptr : chance(64) ? tensor() : fresh(2, 6);
+      ampx_attention_options o = ampx_attention_options_default();
+      o.causal = chance(64);
+      if (chance(32)) o.scale = number();
+      if (chance(32)) o.dropout_p = number();
+      if (chance(16)) o.struct_size = in_.ConsumeIntegralInRange<size_t>(0, sizeof o);
+      run([&](ampx_tensor* y) {
+        return ampx_scaled_dot_product_attention(q, k, v, mask, chance(8) ? nullptr : &o, y);
+      });
+      break;
+    }
+    case 15:
+    case 16: {
+      int64_t dims[AMPX_MAX_DIMS];
+      const int32_t ndim = shape(dims);
+      for (int32_t i = 0; i < ndim && i < AMPX_MAX_DIMS; ++i)
+        if (chance(24)) dims[i] = size_arg();
+      const ampx_dtype type = dtype();
+      const uint8_t r = in_.ConsumeIntegral<uint8_t>();
+      const size_t offset = r < 64 ? static_cast<size_t>(size_arg()) : r % 5 * 2;
+      const ampx_status st = with_out(out, ampx_tensor{}, [&](ampx_tensor* o) {
+        return ampx_tensor_view(a, offset, type, ndim, chance(8) ? nullptr : dims, o);
+      });
+      if (st != AMPX_OK) return;
+      adopt(Kind::Tensor, out, false);
+      if (Handle* base = find(a); base && base->shares_exported)
+        if (Handle* h = find(out)) h->shares_exported = true;
+      return;
+    }
+    case 17:
+    case 18:
+    case 19: {
+      // split: sizes that add up to a's extent (mostly), or size_args; or chunk.
+      const int32_t dim = small_int();
+      ampx_tensor pieces[8];
+      for (ampx_tensor& p : pieces) p = reinterpret_cast<ampx_tensor>(&deleted_);  // a sentinel
+      int32_t count = -7;
+      ampx_status st;
+      if (which <= 18) {
+        int64_t sizes[4] = {};
+        const size_t n = in_.ConsumeIntegralInRange<size_t>(0, 4);
+        int64_t dims[AMPX_MAX_DIMS] = {};
+        int32_t nd = -1;
+        const bool known = ampx_tensor_ndim(a, &nd) == AMPX_OK && nd > 0 &&
+                           ampx_tensor_shape(a, dims, nd) == AMPX_OK;
+        int64_t left = known ? dims[((dim % nd) + nd) % nd] : 0;
+        for (size_t i = 0; i < n; ++i) {
+          if (known && chance(200)) {
+            sizes[i] = i + 1 == n ? left : left / 2 + (left > 0 && chance(64));
+            left -= sizes[i];
+          } else {
+            sizes[i] = size_arg();
+          }
+        }
+        st = checked(ampx_split(a, chance(8) ? nullptr : sizes, n, dim, pieces));
+        if (st == AMPX_OK) count = static_cast<int32_t>(n);
+      } else {
+        const int32_t chunks = chance(16) ? small_int() : 1 + in_.ConsumeIntegral<uint8_t>() % 8;
+        if (chunks > 8) return;  // outs must hold `chunks` handles
+        st = checked(ampx_chunk(a, chunks, dim, pieces, &count));
+      }
+      const int32_t written = st == AMPX_OK ? count : 0;
+      for (int32_t i = 0; i < 8; ++i) {
+        const bool sentinel = pieces[i] == reinterpret_cast<ampx_tensor>(&deleted_);
+        if (i < written && sentinel) finding("split or chunk left an output unwritten");
+        if (i >= written && !sentinel) finding("split or chunk wrote past its outputs");
+      }
+      for (int32_t i = 0; i < written; ++i) adopt(Kind::Tensor, pieces[i], true);
+      return;
+    }
+    default: {
+      int32_t dims[AMPX_MAX_DIMS + 1];
+      int32_t nd = -1;
+      if (ampx_tensor_ndim(a, &nd) != AMPX_OK || nd < 0 || nd > AMPX_MAX_DIMS || chance(32))
+        nd = small_int();
+      for (int32_t i = 0; i <= AMPX_MAX_DIMS; ++i) dims[i] = chance(32) ? small_int() : i;
+      // A permutation of 0 .. nd - 1 mostly: a few swaps of the identity.
+      const int swaps = in_.ConsumeIntegralInRange<int>(0, 3);
+      for (int i = 0; i < swaps && nd > 1 && nd <= AMPX_MAX_DIMS; ++i)
+        std::swap(dims[in_.ConsumeIntegralInRange<int32_t>(0, nd - 1)],
+                  dims[in_.ConsumeIntegralInRange<int32_t>(0, nd - 1)]);
+      run([&](ampx_tensor* y) { return ampx_permute(a, nd, chance(8) ? nullptr : dims, y); });
+      break;
     }
   }
   if (s == AMPX_OK) adopt(Kind::Tensor, out, true);

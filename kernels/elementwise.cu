@@ -174,6 +174,8 @@ cudaError_t with_activation(UnaryOp op, Fn&& fn) {
     case UnaryOp::Log: return fn(math::Log{});
     case UnaryOp::Sqrt: return fn(math::Sqrt{});
     case UnaryOp::Rsqrt: return fn(math::Rsqrt{});
+    case UnaryOp::GeluDerivative: return fn(math::GeluDerivative{});
+    case UnaryOp::GeluTanhDerivative: return fn(math::GeluTanhDerivative{});
   }
   return cudaErrorInvalidValue;
 }

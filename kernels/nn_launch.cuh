@@ -1,7 +1,7 @@
 // nn_launch.cuh -- host-side launchers of the second group of the ops'
 // primitives (Backend::layer_norm to bce_with_logits): kernels/layer_norm.cu,
 // batch_norm.cu, gather_scatter.cu, copy_strided.cu, dropout.cu,
-// bce_with_logits.cu, check_indices.cu, masked_fill.cu, pow.cu,
+// bce_with_logits.cu, mse_loss.cu, check_indices.cu, masked_fill.cu, pow.cu,
 // rotary.cu and pool2d.cu.
 //
 // The rules of ops_launch.cuh hold here too: plain C++ declarations; each
@@ -91,17 +91,32 @@ cudaError_t launch_pool2d_forward(const Pool2dShape& shape, const void* x, DType
                                   const LaunchConfig& launch);
 cudaError_t launch_pool2d_backward(const Pool2dShape& shape, const void* x, const void* dy,
                                    DType type, void* dx, const LaunchConfig& launch);
+cudaError_t launch_max_pool2d_gather(const Pool2dShape& shape, const void* x, const void* src,
+                                     DType type, void* y, const LaunchConfig& launch);
 cudaError_t launch_rotary(const void* x, DType type, const void* cos, const void* sin,
                           DType table_type, void* out, const RotaryShape& shape, bool inverse,
                           const LaunchConfig& launch);
 
-// ---- dropout and the BCE loss (dropout.cu, bce_with_logits.cu) ---------------
+// ---- dropout and the element-wise losses (dropout.cu, bce_with_logits.cu, ----
+// ---- mse_loss.cu) --------------------------------------------------------------
 
 cudaError_t launch_dropout(const void* x, void* y, DType type, int64_t count, uint64_t seed,
                            uint64_t offset, uint32_t threshold, float scale,
                            const LaunchConfig& launch);
 cudaError_t launch_bce_with_logits(const void* logits, const void* targets, DType type,
-                                   int64_t count, float* losses, const LaunchConfig& launch);
+                                   int64_t count, float* losses, const BceWeights& weights,
+                                   const LaunchConfig& launch);
+cudaError_t launch_bce_with_logits_backward(const void* logits, const void* targets, DType type,
+                                            int64_t count, const BceWeights& weights,
+                                            const float* dloss, int64_t dloss_stride, float scale,
+                                            void* d_logits, void* d_targets,
+                                            const LaunchConfig& launch);
+cudaError_t launch_mse_loss(const void* input, const void* target, DType type, int64_t count,
+                            float* losses, const LaunchConfig& launch);
+cudaError_t launch_mse_loss_backward(const void* input, const void* target, DType type,
+                                     int64_t count, const float* dloss, int64_t dloss_stride,
+                                     float scale, void* d_input, void* d_target,
+                                     const LaunchConfig& launch);
 
 }  // namespace cuda
 }  // namespace ampx::impl

@@ -5,6 +5,8 @@
 //   backward  dx[n, a, b] = sum over the outputs (p, q) whose window holds
 //             (a, b) of dy[n, p, q] (max: only where (a, b) is the window's
 //             maximum; average: divided by the window's divisor)
+//   gather    y[n, p, q] = src[n, argmax of x[n] over (p, q)'s window] (max
+//             only: the backward's adjoint, for the differentiable formulas)
 //
 // One thread per output element forward, per input element backward. The
 // backward pass gathers instead of scattering: each dx element is written
@@ -92,6 +94,20 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
+template <int D>
+__global__ void __launch_bounds__(kBlockThreads)
+    max_pool2d_gather_kernel(Pool2dShape s, const Elem<D>* x, const Elem<D>* src, Elem<D>* y) {
+  const int64_t in_size = s.in_h * s.in_w, out_size = s.out_h * s.out_w;
+  const int64_t count = s.planes * out_size;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kBlockThreads;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kBlockThreads) + threadIdx.x; i < count;
+       i += step) {
+    const int64_t plane = i / out_size, p = i % out_size / s.out_w, q = i % s.out_w;
+    const int64_t at = math::pool_window_argmax(s, PlaneLoad<D>{x + plane * in_size}, p, q);
+    y[i] = math::store_float<D>(at < 0 ? 0.0f : math::load_float<D>(src[plane * in_size + at]));
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_pool2d_forward(const Pool2dShape& shape, const void* x, DType type, void* y,
@@ -112,6 +128,17 @@ cudaError_t launch_pool2d_backward(const Pool2dShape& shape, const void* x, cons
                    grid_blocks(shape.planes * shape.in_h * shape.in_w, launch), launch, shape,
                    static_cast<const Elem<D>*>(x), static_cast<const Elem<D>*>(dy),
                    static_cast<Elem<D>*>(dx));
+  });
+}
+
+cudaError_t launch_max_pool2d_gather(const Pool2dShape& shape, const void* x, const void* src,
+                                     DType type, void* y, const LaunchConfig& launch) {
+  return visit_floating(type, [&](auto tag) {
+    constexpr int D = decltype(tag)::value;
+    return enqueue(max_pool2d_gather_kernel<D>,
+                   grid_blocks(shape.planes * shape.out_h * shape.out_w, launch), launch, shape,
+                   static_cast<const Elem<D>*>(x), static_cast<const Elem<D>*>(src),
+                   static_cast<Elem<D>*>(y));
   });
 }
 

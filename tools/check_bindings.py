@@ -8,10 +8,20 @@ ignored) or listed in the binding's unbound.txt as `name: reason`. An
 unbound.txt entry is an error when its reason is empty, when it names no
 function of the header, or when the function is bound after all.
 
-For Julia it also checks every `ccall((:name, lib), Ret, (T1, T2, ...), args...)`:
-the symbol exists, the argument-type tuple is a real tuple, the number of
-types equals the C parameter count and the number of arguments passed, and
-each Julia type is plausible for its C type (see JULIA_TYPES).
+For Julia, which cannot run on the build machines, it also checks:
+- every `ccall((:name, lib), Ret, (T1, T2, ...), args...)` (the generated
+  src/LibAmpx.jl has one per C function): the symbol exists, the
+  argument-type tuple is a real tuple, the number of types equals the C
+  parameter count and the number of arguments passed, and each Julia type
+  is plausible for its C type (see JULIA_TYPES);
+- the hand-written files: no ccall of an ampx symbol (they call LibAmpx),
+  and every `LibAmpx.name(...)` call (or bare `ampx_name(...)` after
+  `using .LibAmpx`) names something LibAmpx defines, with the header's
+  number of arguments (a struct constructor: its field count);
+- the struct layouts: each struct of bindings/layout/ampx_layout.txt (clang's
+  sizes, alignments and offsets) exists in the Julia sources, and its field
+  types give by C's layout rules exactly those fields, offsets, size and
+  alignment.
 
 Files generated from the header by tools/gen_bindings.py (their first line
 says so) are not counted: they declare every function, so the count is what
@@ -409,6 +419,265 @@ def check_julia_ccalls(root: Path, files: list[Path], texts: dict[Path, str],
     return count
 
 
+def blank_julia_strings(text: str) -> str:
+    """`text` with the contents of its string literals ("...", \"\"\"...\"\"\")
+    replaced by spaces (newlines kept), so that names in docstrings and
+    messages are not taken for code."""
+    def blank(match: re.Match) -> str:
+        quote = '"""' if match.group(0).startswith('"""') else '"'
+        inner = match.group(0)[len(quote):-len(quote)]
+        return quote + re.sub(r"[^\n]", " ", inner) + quote
+    return re.sub(r'"""(?:[^\\]|\\.)*?"""|"(?:[^"\\\n]|\\.)*"', blank, text, flags=re.S)
+
+
+def check_julia_handwritten_ccalls(root: Path, written: list[Path], texts: dict[Path, str],
+                                   problems: list[str]) -> None:
+    """The raw layer is generated: a hand-written file calls LibAmpx's
+    functions, never ccalls an ampx symbol itself."""
+    for path in written:
+        for line, args in julia_ccalls(blank_julia_strings(texts[path])):
+            target = re.fullmatch(r"\(\s*:(ampx_\w+)\s*,[^)]*\)", args[0].strip()) if args else None
+            if target:
+                problems.append(f"{path.relative_to(root)}:{line}: a hand-written ccall of "
+                                f"{target.group(1)}; call LibAmpx.{target.group(1)} (generated "
+                                f"into src/LibAmpx.jl) instead")
+
+
+# -- LibAmpx: the generated module's names and the hand-written calls of them --
+
+@dataclass
+class JuliaModule:
+    """What the generated LibAmpx.jl defines: function arities (C functions,
+    *_INIT and macro functions), struct field lists, and other names."""
+
+    arity: dict[str, int]
+    structs: dict[str, list[tuple[str, str]]]  # name -> [(field, Julia type)]
+    names: set[str]
+
+    @classmethod
+    def scan(cls, text: str) -> "JuliaModule":
+        arity: dict[str, int] = {}
+        for match in re.finditer(r"^function\s+(" + IDENT + r")\(([^)]*)\)", text, re.M):
+            params = match.group(2).strip()
+            arity[match.group(1)] = len(split_top_level(params)) if params else 0
+        for match in re.finditer(r"^(" + IDENT + r")\(([^)]*)\)\s*=", text, re.M):
+            params = match.group(2).strip()
+            arity[match.group(1)] = len(split_top_level(params)) if params else 0
+        structs = julia_structs(text)
+        names = set(arity) | set(structs)
+        names |= set(re.findall(r"^\s*const\s+(" + IDENT + r")\s*=", text, re.M))
+        names |= set(re.findall(r"^\s*mutable\s+struct\s+(" + IDENT + r")", text, re.M))
+        return cls(arity, structs, names)
+
+
+def julia_structs(text: str) -> dict[str, list[tuple[str, str]]]:
+    """The immutable structs of a Julia text (comments stripped) and their
+    fields as (name, type), in order."""
+    structs: dict[str, list[tuple[str, str]]] = {}
+    for match in re.finditer(r"^[ \t]*struct[ \t]+(" + IDENT + r")[ \t]*\n(.*?)^[ \t]*end\b",
+                             text, re.M | re.S):
+        fields = []
+        for line in match.group(2).splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            field = re.fullmatch(r'(' + IDENT + r'|var"[^"]+")\s*::\s*(.+)', line)
+            if not field:
+                fields.append((line, ""))  # not a plain field: reported by the layout check
+                continue
+            fields.append((field.group(1).strip('var"') if field.group(1).startswith('var"')
+                           else field.group(1), field.group(2).strip()))
+        structs[match.group(1)] = fields
+    return structs
+
+
+def julia_calls(text: str, pattern: str):
+    """Yields (line, name, argument texts or None when not called) for each
+    match of `pattern` (whose group 1 is the name) in a Julia text."""
+    for match in re.finditer(pattern, text):
+        line = text.count("\n", 0, match.start()) + 1
+        if match.end() < len(text) and text[match.end()] == "(":
+            depth, i = 1, match.end() + 1
+            while i < len(text) and depth:
+                if text[i] in "([{":
+                    depth += 1
+                elif text[i] in ")]}":
+                    depth -= 1
+                i += 1
+            inner = text[match.end() + 1:i - 1].strip()
+            yield line, match.group(1), (split_top_level(inner) if inner else [])
+        else:
+            yield line, match.group(1), None
+
+
+def check_julia_libampx_calls(root: Path, written: list[Path], texts: dict[Path, str],
+                              generated: JuliaModule | None, functions: dict[str, CFunction],
+                              problems: list[str]) -> int:
+    """Every `LibAmpx.name(...)` (and, in a file that has `using .LibAmpx`,
+    every bare `ampx_name(...)`) in the hand-written files names something
+    LibAmpx defines, with the right number of arguments: a C function's
+    parameter count, a struct's field count (its constructor), an *_INIT or
+    macro function's. A C function named without being called is reported
+    too (its arguments could not be checked)."""
+    count = 0
+    for path in written:
+        text = blank_julia_strings(texts[path])
+        patterns = [r"(?<![\w.])LibAmpx\.(" + IDENT + r")"]
+        if re.search(r"^\s*using\s+\.+LibAmpx\b", text, re.M):
+            patterns.append(r"(?<![\w.])((?:ampx|AMPX)_\w+)")
+        for pattern in patterns:
+            for line, name, args in julia_calls(text, pattern):
+                where = f"{path.relative_to(root)}:{line}"
+                if generated is None:
+                    problems.append(f"{where}: LibAmpx.{name} used, but src/LibAmpx.jl does "
+                                    f"not exist (run tools/gen_bindings.py)")
+                    continue
+                if name not in generated.names:
+                    what = ("a function ampx.h does not declare" if name.startswith("ampx_")
+                            else "a name LibAmpx does not define")
+                    problems.append(f"{where}: LibAmpx.{name}: {what}")
+                    continue
+                if args is None:
+                    if name in functions:
+                        problems.append(f"{where}: LibAmpx.{name} is named but not called, "
+                                        f"so its arguments cannot be checked")
+                    continue
+                count += 1
+                if any(a.rstrip().endswith("...") for a in args):
+                    problems.append(f"{where}: LibAmpx.{name}: a splatted argument cannot be "
+                                    f"checked; pass each argument")
+                    continue
+                if name in functions:
+                    want, what = len(functions[name].params), f"ampx.h:{functions[name].line}"
+                elif name in generated.structs:
+                    want, what = len(generated.structs[name]), "its fields"
+                elif name in generated.arity:
+                    want, what = generated.arity[name], "its definition"
+                else:
+                    continue  # a type used as a conversion, e.g. LibAmpx.ampx_dtype(x)
+                if len(args) != want:
+                    problems.append(f"{where}: LibAmpx.{name} takes {want} arguments "
+                                    f"({what}), the call passes {len(args)}")
+    return count
+
+
+# -- struct layouts by C's rules ------------------------------------------------
+
+# Sizes (= alignments) of the Julia scalar types on x86-64 Linux (LP64), the
+# platform bindings/layout/ampx_layout.txt describes.
+JULIA_SCALAR_SIZES = {
+    **{t: 1 for t in ("Int8", "UInt8", "Cchar", "Cuchar", "Bool")},
+    **{t: 2 for t in ("Int16", "UInt16", "Cshort", "Cushort", "Float16")},
+    **{t: 4 for t in ("Int32", "UInt32", "Cint", "Cuint", "Float32", "Cfloat")},
+    **{t: 8 for t in ("Int64", "UInt64", "Clonglong", "Culonglong", "Float64", "Cdouble",
+                      "Csize_t", "Cssize_t", "Clong", "Culong", "Int", "UInt", "Cstring")},
+}
+
+
+def julia_layout(type_text: str, structs: dict[str, list[tuple[str, str]]],
+                 aliases: dict[str, str], cache: dict, seen: tuple = ()) -> tuple[int, int]:
+    """(size, alignment) of a Julia field type, by C's rules; ValueError
+    when the type is not one a C struct can hold."""
+    t = type_text.strip()
+    hops = set()
+    while t in aliases and t not in hops:
+        hops.add(t)
+        t = aliases[t].strip()
+    if t in JULIA_SCALAR_SIZES:
+        return JULIA_SCALAR_SIZES[t], JULIA_SCALAR_SIZES[t]
+    if re.fullmatch(r"Ptr\{.*\}", t):
+        return 8, 8
+    tuple_type = re.fullmatch(r"NTuple\{\s*(\d+)\s*,\s*(.+)\}", t)
+    if tuple_type:
+        size, align = julia_layout(tuple_type.group(2), structs, aliases, cache, seen)
+        return int(tuple_type.group(1)) * size, align
+    if t in structs:
+        if t in seen:
+            raise ValueError(f"{t} contains itself")
+        return struct_layout(t, structs, aliases, cache, seen + (t,))[:2]
+    raise ValueError(f"{type_text!r} is not a type whose C layout the checker knows")
+
+
+def struct_layout(name: str, structs: dict[str, list[tuple[str, str]]], aliases: dict[str, str],
+                  cache: dict, seen: tuple = ()) -> tuple[int, int, list[tuple[str, int]]]:
+    """(size, alignment, [(field, offset)]) of a Julia struct laid out as C
+    lays out the same fields (which is what Julia does for isbits structs)."""
+    if name in cache:
+        return cache[name]
+    offset, align, offsets = 0, 1, []
+    for field, type_text in structs[name]:
+        if not type_text:
+            raise ValueError(f"{name}: {field!r} is not a `name::Type` field")
+        size, field_align = julia_layout(type_text, structs, aliases, cache, seen or (name,))
+        offset = -(-offset // field_align) * field_align
+        offsets.append((field, offset))
+        offset += size
+        align = max(align, field_align)
+    result = (-(-offset // align) * align, align, offsets)
+    cache[name] = result
+    return result
+
+
+def read_layout_table(path: Path) -> dict[str, dict]:
+    """bindings/layout/ampx_layout.txt as {struct: {"size", "align", "fields": [(f, off)]}}."""
+    table: dict[str, dict] = {}
+    for line in path.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        kind, what, value = line.split()
+        struct, _, field = what.partition(".")
+        entry = table.setdefault(struct, {"size": None, "align": None, "fields": []})
+        if kind == "sizeof":
+            entry["size"] = int(value)
+        elif kind == "alignof":
+            entry["align"] = int(value)
+        elif kind == "offsetof":
+            entry["fields"].append((field, int(value)))
+    return table
+
+
+def check_julia_layouts(root: Path, texts: dict[Path, str], problems: list[str]) -> int:
+    """The Julia structs named like the header's have, by C's layout rules,
+    exactly the sizes, alignments, fields and offsets of the layout table
+    clang computed (bindings/layout/ampx_layout.txt)."""
+    table_path = root / "bindings" / "layout" / "ampx_layout.txt"
+    if not table_path.exists():
+        problems.append(f"{table_path.relative_to(root)} is missing (tools/gen_bindings.py "
+                        f"writes it)")
+        return 0
+    table = read_layout_table(table_path)
+    joined = "\n".join(texts.values())
+    structs = julia_structs(joined)
+    aliases = JuliaTypes.scan(joined).aliases
+    cache: dict = {}
+    checked = 0
+    for name, want in table.items():
+        where = f"julia struct {name}"
+        if name not in structs:
+            problems.append(f"{where}: missing (ampx_layout.txt lists it)")
+            continue
+        try:
+            size, align, offsets = struct_layout(name, structs, aliases, cache)
+        except ValueError as error:
+            problems.append(f"{where}: {error}")
+            continue
+        checked += 1
+        if [f for f, _ in offsets] != [f for f, _ in want["fields"]]:
+            problems.append(f"{where}: fields {[f for f, _ in offsets]}, but ampx.h has "
+                            f"{[f for f, _ in want['fields']]}")
+            continue
+        for (field, got), (_, expected) in zip(offsets, want["fields"]):
+            if got != expected:
+                problems.append(f"{where}.{field}: offset {got} by its Julia types, "
+                                f"{expected} in C")
+        if size != want["size"]:
+            problems.append(f"{where}: size {size} by its Julia types, {want['size']} in C")
+        if align != want["align"]:
+            problems.append(f"{where}: alignment {align} by its Julia types, "
+                            f"{want['align']} in C")
+    return checked
+
+
 # ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
@@ -442,7 +711,12 @@ def check_binding(root: Path, binding: Binding, functions: dict[str, CFunction],
     extra = ""
     if binding.language == "julia":
         calls = check_julia_ccalls(root, files, texts, functions, problems)
-        extra = f" ccalls {calls}"
+        check_julia_handwritten_ccalls(root, written, texts, problems)
+        generated_files = [p for p in files if p.name == "LibAmpx.jl" and is_generated(p)]
+        module = JuliaModule.scan(texts[generated_files[0]]) if generated_files else None
+        libcalls = check_julia_libampx_calls(root, written, texts, module, functions, problems)
+        structs = check_julia_layouts(root, texts, problems)
+        extra = f" ccalls {calls} LibAmpx calls {libcalls} layouts {structs}"
     if verbose:
         for name in sorted(unbound):
             print(f"  {binding.language}: unbound {name}: {unbound[name]}")

@@ -31,6 +31,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+# The drift test runs in CI's checkout, which must stay clean.
+sys.dont_write_bytecode = True
 
 
 def emitters():

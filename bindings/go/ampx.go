@@ -162,6 +162,90 @@ func call(f func() C.ampx_status, keep ...any) error {
 	return &Error{Status: Status(status), Message: C.GoString(C.ampx_last_error())}
 }
 
+// callThen is call that runs copyOut right after a successful C call, on
+// the same locked thread: the strings such a call hands out are the C
+// object's, valid only until its next call.
+func callThen(f func() C.ampx_status, copyOut func(), keep ...any) error {
+	return call(func() C.ampx_status {
+		status := f()
+		if status == C.AMPX_OK {
+			copyOut()
+		}
+		return status
+	}, keep...)
+}
+
+// readString is callThen for a C call that hands out one string, which it
+// returns copied.
+func readString(f func(**C.char) C.ampx_status, keep ...any) (string, error) {
+	var text *C.char
+	var out string
+	err := callThen(func() C.ampx_status { return f(&text) }, func() { out = C.GoString(text) }, keep...)
+	return out, err
+}
+
+// number is a Go or C numeric type.
+type number interface {
+	~int | ~int32 | ~int64 | ~uint | ~uint32 | ~uint64 | ~float32 | ~float64
+}
+
+// read runs a C call that writes one number through the pointer f is given
+// (a getter) and returns that number as an R; keep is as for call.
+func read[R, T number](f func(*T) C.ampx_status, keep ...any) (R, error) {
+	var v T
+	err := call(func() C.ampx_status { return f(&v) }, keep...)
+	return R(v), err
+}
+
+// readFlag is read for a C int32 that is a flag.
+func readFlag(f func(*C.int32_t) C.ampx_status, keep ...any) (bool, error) {
+	v, err := read[int32](f, keep...)
+	return v != 0, err
+}
+
+// ref is the reference to a C object that each wrapper (Context, Tensor,
+// Optimizer, ...) embeds: the object's handle, nil once released.
+type ref[H comparable] struct{ h H }
+
+func (r *ref[H]) cref() *ref[H] { return r }
+
+// wrapper is a pointer to a type that embeds ref[H].
+type wrapper[H comparable] interface {
+	comparable
+	cref() *ref[H]
+}
+
+// handleOf is w's handle: nil for a nil or closed w, which the C API
+// refuses with AMPX_ERR_INVALID_ARGUMENT (or AMPX_ERR_STALE_HANDLE).
+func handleOf[H comparable, W wrapper[H]](w W) H {
+	var none W
+	if w == none {
+		var zero H
+		return zero
+	}
+	return w.cref().h
+}
+
+// own sets the finalizer that closes w (close is w's Close method) if the
+// program forgets to, and returns w.
+func own[W any](w *W, close func(*W)) *W {
+	runtime.SetFinalizer(w, close)
+	return w
+}
+
+// closeRef releases w's reference with release, unless w is nil or
+// released already, and cancels w's finalizer: the body of every Close.
+func closeRef[H comparable, W wrapper[H]](w W, release func(H)) {
+	var none W
+	var zero H
+	if w == none || w.cref().h == zero {
+		return
+	}
+	release(w.cref().h)
+	w.cref().h = zero
+	runtime.SetFinalizer(w, nil)
+}
+
 // DType is an element type.
 type DType int32
 

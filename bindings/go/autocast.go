@@ -4,10 +4,7 @@ package ampx
 // #include <ampx/ampx.h>
 import "C"
 
-import (
-	"runtime"
-	"unsafe"
-)
+import "unsafe"
 
 // AutocastOptions configures NewAutocast. Start from DefaultAutocastOptions.
 type AutocastOptions struct {
@@ -36,7 +33,7 @@ const (
 // Autocast is a precision policy (torch.autocast): between Enter and Exit,
 // ops on its context choose their compute dtype by class.
 type Autocast struct {
-	h C.ampx_autocast
+	ref[C.ampx_autocast]
 }
 
 // NewAutocast creates a policy for ctx; opts nil means the defaults.
@@ -51,28 +48,16 @@ func NewAutocast(ctx *Context, opts *AutocastOptions) (*Autocast, error) {
 	if err := call(func() C.ampx_status { return C.ampx_autocast_create(ctx.handle(), c, &h) }, ctx); err != nil {
 		return nil, err
 	}
-	a := &Autocast{h: h}
-	runtime.SetFinalizer(a, (*Autocast).Close)
-	return a, nil
+	return own(&Autocast{ref[C.ampx_autocast]{h}}, (*Autocast).Close), nil
 }
 
 // Close releases the policy, which must not be entered. Closing again does
 // nothing.
 func (a *Autocast) Close() {
-	if a == nil || a.h == nil {
-		return
-	}
-	C.ampx_autocast_release(a.h)
-	a.h = nil
-	runtime.SetFinalizer(a, nil)
+	closeRef(a, func(h C.ampx_autocast) { C.ampx_autocast_release(h) })
 }
 
-func (a *Autocast) handle() C.ampx_autocast {
-	if a == nil {
-		return nil
-	}
-	return a.h
-}
+func (a *Autocast) handle() C.ampx_autocast { return handleOf[C.ampx_autocast](a) }
 
 // SetOpClass overrides the class of the op named opName (e.g. "softmax").
 func (a *Autocast) SetOpClass(opName string, class OpClass) error {

@@ -109,7 +109,7 @@ func (c *Context) Checkpoint(outputs int, fn SegmentFunc, inputs ...*Tensor) ([]
 func (s *segment) run(in, out []C.ampx_tensor) C.ampx_status {
 	inputs := make([]*Tensor, len(in))
 	for i, h := range in {
-		inputs[i] = &Tensor{h: h, ctx: s.ctx, scoped: true}
+		inputs[i] = s.ctx.borrow(h)
 	}
 	return runCallback(s.ctx.st, "the checkpointed Go function", inputs, func() error {
 		results, err := s.fn(inputs)
@@ -178,7 +178,7 @@ func (c *Context) SetGradReadyHook(fn GradReadyFunc) error {
 }
 
 func (h *gradReadyHook) run(param C.ampx_tensor) C.ampx_status {
-	p := &Tensor{h: param, ctx: h.ctx, scoped: true}
+	p := h.ctx.borrow(param)
 	return runCallback(h.ctx.st, "the Go grad-ready hook", []*Tensor{p}, func() error { return h.fn(p) })
 }
 
@@ -188,5 +188,124 @@ func (h *gradReadyHook) run(param C.ampx_tensor) C.ampx_status {
 func (t *Tensor) GradReady() error {
 	h := t.handle()
 	err := call(func() C.ampx_status { return C.ampx_grad_ready(h) }, t)
+	return t.context().settle(err)
+}
+
+// Retain says whether a backward pass keeps the tape for another one over
+// the same graph (torch's retain_graph). The zero value is torch's default.
+type Retain int8
+
+const (
+	// RetainDefault follows CreateGraph (torch's retain_graph=None).
+	RetainDefault Retain = iota
+	// RetainGraph keeps the records the pass runs, for another backward.
+	RetainGraph
+	// FreeGraph frees them; a later backward that needs one fails with
+	// ErrOrder (its message names retain_graph).
+	FreeGraph
+)
+
+func (r Retain) toC() C.int32_t {
+	switch r {
+	case RetainGraph:
+		return 1
+	case FreeGraph:
+		return 0
+	}
+	return -1
+}
+
+// GradOptions are torch.autograd.grad's keywords (ampx_grad_options); the
+// zero value, like a nil *GradOptions, is the library's defaults.
+type GradOptions struct {
+	// CreateGraph records the computation of the gradients, so they can be
+	// differentiated again (to any order).
+	CreateGraph bool
+	// Retain keeps or frees the records the call runs.
+	Retain Retain
+	// AllowUnused gives a nil gradient for an input no output reaches,
+	// instead of an error naming it.
+	AllowUnused bool
+}
+
+func (o *GradOptions) toC() *C.ampx_grad_options {
+	c := C.ampx_grad_options_default()
+	if o != nil {
+		c.create_graph, c.retain_graph, c.allow_unused = cbool(o.CreateGraph), o.Retain.toC(),
+			cbool(o.AllowUnused)
+	}
+	return &c
+}
+
+// Grad returns the gradients of outputs with respect to inputs, as
+// torch.autograd.grad (ampx_grad): element i is the sum over k of
+// d<outputs[k], gradOutputs[k]>/d inputs[i], a new tensor of inputs[i]'s
+// shape and dtype (owned as an op output: borrowed from the innermost scope
+// when one is open), or nil for an input no output reaches when
+// opts.AllowUnused (without it, such an input is an ErrInvalidArgument
+// naming it).
+//
+// Inputs are leaves that require gradients or tensors ops made (the
+// gradient flowing into that tensor). gradOutputs is nil, or one entry per
+// output: a tensor of that output's shape and dtype, or nil for ones, which
+// only one-element outputs may take (a larger output without one is
+// ErrShape). opts nil means the defaults. Nothing accumulates into
+// Tensor.Grad, and no grad-ready hook or data-parallel reduction runs. A
+// failed call changes nothing.
+func Grad(outputs, inputs, gradOutputs []*Tensor, opts *GradOptions) ([]*Tensor, error) {
+	if gradOutputs != nil && len(gradOutputs) != len(outputs) {
+		return nil, &Error{Status: ErrInvalidArgument, Message: fmt.Sprintf(
+			"ampx.Grad: gradOutputs has %d entries for %d outputs; give one (or nil) per output",
+			len(gradOutputs), len(outputs))}
+	}
+	outs, outCount := arrayArg(handlesOf(outputs))
+	ins, inCount := arrayArg(handlesOf(inputs))
+	var seeds *C.ampx_tensor
+	if gradOutputs != nil {
+		seeds, _ = arrayArg(handlesOf(gradOutputs))
+	}
+	o := opts.toC()
+	grads := make([]C.ampx_tensor, len(inputs))
+	results, _ := arrayArg(grads)
+	err := call(func() C.ampx_status {
+		return C.ampx_grad(outs, outCount, seeds, ins, inCount, o, results)
+	}, outputs, inputs, gradOutputs)
+	if err != nil {
+		return nil, err
+	}
+	ctx := outputs[0].context()
+	ts := make([]*Tensor, len(grads))
+	for i, h := range grads {
+		if h != nil {
+			ts[i], _ = ctx.result(h, nil)
+		}
+	}
+	return ts, nil
+}
+
+// BackwardOptions are Tensor.BackwardWith's options (ampx_backward_options);
+// the zero value, like nil, makes it Backward.
+type BackwardOptions struct {
+	// Retain keeps the tape for another backward (gradients accumulate;
+	// grad-ready hooks and data-parallel reductions wait for the final pass,
+	// the one that does not retain it).
+	Retain Retain
+	// CreateGraph computes the gradients with recorded ops: each reached
+	// leaf's gradient becomes a new tensor (the old one plus this one) that
+	// can be differentiated, so a gradient attached with SetGrad is not
+	// written to.
+	CreateGraph bool
+}
+
+// BackwardWith is Backward with torch's retain_graph and create_graph
+// (ampx_backward_ex); opts nil means the defaults. Without retaining, a
+// second backward through the freed records fails with ErrOrder.
+func (t *Tensor) BackwardWith(scaler *Scaler, opts *BackwardOptions) error {
+	c := C.ampx_backward_options_default()
+	if opts != nil {
+		c.retain_graph, c.create_graph = opts.Retain.toC(), cbool(opts.CreateGraph)
+	}
+	h, s := t.handle(), scaler.handle()
+	err := call(func() C.ampx_status { return C.ampx_backward_ex(h, s, &c) }, t, scaler)
 	return t.context().settle(err)
 }

@@ -3,10 +3,7 @@ package ampx
 // #include <ampx/ampx.h>
 import "C"
 
-import (
-	"runtime"
-	"unsafe"
-)
+import "unsafe"
 
 // ContextOptions configures NewContext. Start from DefaultContextOptions.
 // The C allocator hooks are not exposed: Go code cannot hand ampx memory
@@ -49,7 +46,7 @@ func (o *ContextOptions) toC() *C.ampx_context_options {
 // Context owns a device, an allocator and memory statistics; every tensor
 // belongs to one. Use it from one goroutine at a time.
 type Context struct {
-	h  C.ampx_context
+	ref[C.ampx_context]
 	st *contextState
 }
 
@@ -77,9 +74,13 @@ func NewContext(opts *ContextOptions) (*Context, error) {
 	if err := call(func() C.ampx_status { return C.ampx_context_create(c, &h) }); err != nil {
 		return nil, err
 	}
-	ctx := &Context{h: h, st: &contextState{raw: h}}
-	runtime.SetFinalizer(ctx, (*Context).Close)
-	return ctx, nil
+	return contextValue(h, &contextState{raw: h}), nil
+}
+
+// contextValue wraps one reference to a C context; st is what the Go
+// values of that context share.
+func contextValue(h C.ampx_context, st *contextState) *Context {
+	return own(&Context{ref[C.ampx_context]{h}, st}, (*Context).Close)
 }
 
 // Retain returns a new Go value holding its own reference to the same
@@ -92,9 +93,7 @@ func (c *Context) Retain() (*Context, error) {
 	if err := call(func() C.ampx_status { return C.ampx_context_retain(h) }, c); err != nil {
 		return nil, err
 	}
-	r := &Context{h: h, st: c.st}
-	runtime.SetFinalizer(r, (*Context).Close)
-	return r, nil
+	return contextValue(h, c.st), nil
 }
 
 // Close releases this reference to the context. Its tensors keep the C
@@ -102,20 +101,10 @@ func (c *Context) Retain() (*Context, error) {
 // reference is gone, the grad-ready hook is released and ops are no longer
 // recorded. Closing again does nothing.
 func (c *Context) Close() {
-	if c == nil || c.h == nil {
-		return
-	}
-	C.ampx_context_release(c.h)
-	c.h = nil
-	runtime.SetFinalizer(c, nil)
+	closeRef(c, func(h C.ampx_context) { C.ampx_context_release(h) })
 }
 
-func (c *Context) handle() C.ampx_context {
-	if c == nil {
-		return nil
-	}
-	return c.h
-}
+func (c *Context) handle() C.ampx_context { return handleOf[C.ampx_context](c) }
 
 // Device returns the context's device kind and index.
 func (c *Context) Device() (DeviceType, int, error) {
@@ -154,21 +143,17 @@ func (c *Context) ResetPeakMemory() error {
 // SetTF32 lets f32 matrix products and convolutions run in TF32 on CUDA
 // (ampx_context_set_tf32; the CPU has none) and returns the previous setting.
 func (c *Context) SetTF32(allowed bool) (previous bool, err error) {
-	var prev C.int32_t
-	err = call(func() C.ampx_status {
-		return C.ampx_context_set_tf32(c.handle(), cbool(allowed), &prev)
+	return readFlag(func(prev *C.int32_t) C.ampx_status {
+		return C.ampx_context_set_tf32(c.handle(), cbool(allowed), prev)
 	}, c)
-	return prev != 0, err
 }
 
 // SetGradEnabled turns recording of ops for backward on or off and returns
 // the previous setting.
 func (c *Context) SetGradEnabled(enabled bool) (previous bool, err error) {
-	var prev C.int32_t
-	err = call(func() C.ampx_status {
-		return C.ampx_set_grad_enabled(c.handle(), cbool(enabled), &prev)
+	return readFlag(func(prev *C.int32_t) C.ampx_status {
+		return C.ampx_set_grad_enabled(c.handle(), cbool(enabled), prev)
 	}, c)
-	return prev != 0, err
 }
 
 // PushScope opens a scope: until the matching PopScope, tensors returned by
@@ -214,9 +199,7 @@ func (st *contextState) popped() {
 // (ampx_scope_depth), the scopes ampx opens around a running checkpointed
 // segment included.
 func (c *Context) ScopeDepth() (int, error) {
-	var depth C.int32_t
-	err := call(func() C.ampx_status { return C.ampx_scope_depth(c.handle(), &depth) }, c)
-	return int(depth), err
+	return read[int](func(depth *C.int32_t) C.ampx_status { return C.ampx_scope_depth(c.handle(), depth) }, c)
 }
 
 // Empty creates a tensor with uninitialised contents.
@@ -292,9 +275,12 @@ func (c *Context) owned(h C.ampx_tensor, err error) (*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tensor{h: h, ctx: c}
-	runtime.SetFinalizer(t, (*Tensor).Close)
-	return t, nil
+	return own(&Tensor{ref[C.ampx_tensor]{h}, c, false}, (*Tensor).Close), nil
+}
+
+// borrow wraps a tensor lent by a scope or a callback, which releases it.
+func (c *Context) borrow(h C.ampx_tensor) *Tensor {
+	return &Tensor{ref[C.ampx_tensor]{h}, c, true}
 }
 
 // results wraps the outputs of an op that makes several (see result).
@@ -315,7 +301,7 @@ func (c *Context) result(h C.ampx_tensor, err error) (*Tensor, error) {
 	if err != nil || len(c.st.scopes) == 0 {
 		return c.owned(h, err)
 	}
-	t := &Tensor{h: h, ctx: c, scoped: true}
+	t := c.borrow(h)
 	last := len(c.st.scopes) - 1
 	c.st.scopes[last] = append(c.st.scopes[last], t)
 	return t, nil

@@ -16,17 +16,14 @@ package ampx
 // #include <ampx/ampx.h>
 import "C"
 
-import (
-	"runtime"
-	"unsafe"
-)
+import "unsafe"
 
 // NCCLUniqueIDBytes is the size of an NCCL unique id (NCCLUniqueID).
 const NCCLUniqueIDBytes = C.AMPX_NCCL_UNIQUE_ID_BYTES
 
 // Comm is a group of ranks bound to one context (ampx_comm).
 type Comm struct {
-	h   C.ampx_comm
+	ref[C.ampx_comm]
 	ctx *Context
 }
 
@@ -35,9 +32,7 @@ func newComm(ctx *Context, create func(out *C.ampx_comm) C.ampx_status) (*Comm, 
 	if err := call(func() C.ampx_status { return create(&h) }, ctx); err != nil {
 		return nil, err
 	}
-	c := &Comm{h: h, ctx: ctx}
-	runtime.SetFinalizer(c, (*Comm).Close)
-	return c, nil
+	return own(&Comm{ref[C.ampx_comm]{h}, ctx}, (*Comm).Close), nil
 }
 
 // CommFromMPI makes a communicator for a CPU context from the host's MPI
@@ -90,20 +85,10 @@ func CommInitNCCL(ctx *Context, id []byte, worldSize, rank int) (*Comm, error) {
 // Close releases the communicator; it lives on while a DataParallel uses
 // it. Closing again does nothing.
 func (c *Comm) Close() {
-	if c == nil || c.h == nil {
-		return
-	}
-	C.ampx_comm_release(c.h)
-	c.h = nil
-	runtime.SetFinalizer(c, nil)
+	closeRef(c, func(h C.ampx_comm) { C.ampx_comm_release(h) })
 }
 
-func (c *Comm) handle() C.ampx_comm {
-	if c == nil {
-		return nil
-	}
-	return c.h
-}
+func (c *Comm) handle() C.ampx_comm { return handleOf[C.ampx_comm](c) }
 
 // Rank returns this process's rank and the number of ranks.
 func (c *Comm) Rank() (rank, size int, err error) {
@@ -162,7 +147,7 @@ func (o *DataParallelOptions) toC() *C.ampx_data_parallel_options {
 // found-inf too, so every rank skips the same steps and the parameters
 // stay bitwise identical on every rank.
 type DataParallel struct {
-	h    C.ampx_data_parallel
+	ref[C.ampx_data_parallel]
 	comm *Comm
 	opt  *Optimizer
 }
@@ -179,29 +164,17 @@ func NewDataParallel(comm *Comm, opt *Optimizer, opts *DataParallelOptions) (*Da
 	if err := call(func() C.ampx_status { return C.ampx_data_parallel_create(c, o, options, &h) }, comm, opt); err != nil {
 		return nil, err
 	}
-	d := &DataParallel{h: h, comm: comm, opt: opt}
-	runtime.SetFinalizer(d, (*DataParallel).Close)
-	return d, nil
+	return own(&DataParallel{ref[C.ampx_data_parallel]{h}, comm, opt}, (*DataParallel).Close), nil
 }
 
 // Close releases the wrapper (collective: pending reductions are completed
 // first); the optimizer then reads its gradients as they are, and the
 // gradient views stay attached. Closing again does nothing.
 func (d *DataParallel) Close() {
-	if d == nil || d.h == nil {
-		return
-	}
-	C.ampx_data_parallel_release(d.h)
-	d.h = nil
-	runtime.SetFinalizer(d, nil)
+	closeRef(d, func(h C.ampx_data_parallel) { C.ampx_data_parallel_release(h) })
 }
 
-func (d *DataParallel) handle() C.ampx_data_parallel {
-	if d == nil {
-		return nil
-	}
-	return d.h
-}
+func (d *DataParallel) handle() C.ampx_data_parallel { return handleOf[C.ampx_data_parallel](d) }
 
 // SetSync turns gradient reduction off (false: backward passes only
 // accumulate, as DDP's no_sync) or back on before the last micro-batch's

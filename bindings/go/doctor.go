@@ -9,7 +9,6 @@ import "C"
 
 import (
 	"fmt"
-	"runtime"
 	"strings"
 	"unsafe"
 )
@@ -103,7 +102,7 @@ func DefaultDoctorOptions() DoctorOptions {
 // synchronize and diagnose the history into findings. Use it from the
 // optimizer's goroutine.
 type Doctor struct {
-	h        C.ampx_doctor
+	ref[C.ampx_doctor]
 	opt      *Optimizer
 	interval int32
 	history  int32
@@ -122,28 +121,17 @@ func NewDoctor(ctx *Context, opt *Optimizer, opts *DoctorOptions) (*Doctor, erro
 	if err := call(func() C.ampx_status { return C.ampx_doctor_create(c, o, &options, &h) }, ctx, opt); err != nil {
 		return nil, err
 	}
-	d := &Doctor{h: h, opt: opt, interval: int32(options.interval), history: int32(options.history)}
-	runtime.SetFinalizer(d, (*Doctor).Close)
-	return d, nil
+	d := &Doctor{ref[C.ampx_doctor]{h}, opt, int32(options.interval), int32(options.history)}
+	return own(d, (*Doctor).Close), nil
 }
 
 // Close detaches the doctor from its optimizer and releases it. Closing
 // again does nothing.
 func (d *Doctor) Close() {
-	if d == nil || d.h == nil {
-		return
-	}
-	C.ampx_doctor_release(d.h)
-	d.h = nil
-	runtime.SetFinalizer(d, nil)
+	closeRef(d, func(h C.ampx_doctor) { C.ampx_doctor_release(h) })
 }
 
-func (d *Doctor) handle() C.ampx_doctor {
-	if d == nil {
-		return nil
-	}
-	return d.h
-}
+func (d *Doctor) handle() C.ampx_doctor { return handleOf[C.ampx_doctor](d) }
 
 // Interval returns the sampling interval (0: off).
 func (d *Doctor) Interval() int { return int(d.interval) }
@@ -224,15 +212,10 @@ type DoctorParamStats struct {
 // index outside [0, Examine().ParamCount).
 func (d *Doctor) ParamStats(index int) (DoctorParamStats, error) {
 	s := C.ampx_doctor_param_stats{struct_size: C.sizeof_ampx_doctor_param_stats}
-	h := d.handle()
 	var out DoctorParamStats
-	err := call(func() C.ampx_status {
-		status := C.ampx_doctor_get_param_stats(h, C.int32_t(clampInt32(index)), &s)
-		if status == C.AMPX_OK {
-			out.Name = C.GoString(s.name) // owned by the doctor until its next read
-		}
-		return status
-	}, d)
+	err := callThen(func() C.ampx_status {
+		return C.ampx_doctor_get_param_stats(d.handle(), C.int32_t(clampInt32(index)), &s)
+	}, func() { out.Name = C.GoString(s.name) }, d)
 	if err != nil {
 		return out, err
 	}
@@ -340,15 +323,10 @@ type DoctorFinding struct {
 // Examine().FindingCount).
 func (d *Doctor) Finding(index int) (DoctorFinding, error) {
 	f := C.ampx_doctor_finding{struct_size: C.sizeof_ampx_doctor_finding}
-	h := d.handle()
 	var out DoctorFinding
-	err := call(func() C.ampx_status {
-		status := C.ampx_doctor_get_finding(h, C.int32_t(clampInt32(index)), &f)
-		if status == C.AMPX_OK { // the strings are the doctor's until its next read
-			out.ParamName, out.Message = C.GoString(f.param_name), C.GoString(f.message)
-		}
-		return status
-	}, d)
+	err := callThen(func() C.ampx_status {
+		return C.ampx_doctor_get_finding(d.handle(), C.int32_t(clampInt32(index)), &f)
+	}, func() { out.ParamName, out.Message = C.GoString(f.param_name), C.GoString(f.message) }, d)
 	out.Code, out.Cause, out.Param = FindingCode(f.code), Cause(f.cause), int(f.param)
 	out.FirstStep, out.LastStep = int64(f.first_step), int64(f.last_step)
 	return out, err
@@ -372,17 +350,7 @@ func (d *Doctor) Findings() ([]DoctorFinding, error) {
 // Summary returns a one-line summary for logs: steps, the latest sample's
 // fp16 losses and headroom, overflows, the findings' codes.
 func (d *Doctor) Summary() (string, error) {
-	h := d.handle()
-	var out string
-	err := call(func() C.ampx_status {
-		var text *C.char
-		status := C.ampx_doctor_summary(h, &text)
-		if status == C.AMPX_OK {
-			out = C.GoString(text)
-		}
-		return status
-	}, d)
-	return out, err
+	return readString(func(text **C.char) C.ampx_status { return C.ampx_doctor_summary(d.handle(), text) }, d)
 }
 
 // WriteReport writes the report -- one self-contained HTML file (inline CSS

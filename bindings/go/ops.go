@@ -197,6 +197,22 @@ func BCEWithLogits(logits, targets *Tensor, reduction Reduction) (*Tensor, error
 	})
 }
 
+// BCEWithLogitsEx is BCEWithLogits with torch's weight and pos_weight
+// (nil: none): element i's loss is -w_i [p_i t_i log sigmoid(x_i) + (1 - t_i)
+// log(1 - sigmoid(x_i))]. weight rescales each element's loss, posWeight the
+// positive term (a [C] posWeight applies along the last dimension of [..., C]
+// logits). Each broadcasts to the logits' shape (aligned at the right,
+// extents equal or 1), may be of any floating type, and is a constant (no
+// gradient flows to it). The mean divides by the number of elements.
+func BCEWithLogitsEx(logits, targets, weight, posWeight *Tensor, reduction Reduction) (*Tensor, error) {
+	hl, ht, hw, hp := logits.handle(), targets.handle(), weight.handle(), posWeight.handle()
+	o := C.ampx_bce_with_logits_options_default()
+	o.reduction = C.ampx_reduction(reduction)
+	return op(logits, func(out *C.ampx_tensor) C.ampx_status {
+		return C.ampx_bce_with_logits_ex(hl, ht, hw, hp, &o, out)
+	}, logits, targets, weight, posWeight)
+}
+
 // Linear returns act(x W^T + b) for x [..., in], weight [out, in] and bias
 // [out] or nil.
 func Linear(x, weight, bias *Tensor, activation Activation) (*Tensor, error) {

@@ -3,8 +3,6 @@ package ampx
 // #include <ampx/ampx.h>
 import "C"
 
-import "runtime"
-
 // SGDOptions configures NewSGD (torch.optim.SGD). Start from
 // DefaultSGDOptions.
 type SGDOptions struct {
@@ -65,7 +63,7 @@ func (o *AdamOptions) toC() *C.ampx_adam_options {
 // learning rate and weight decay, from their attached gradients. F16/BF16
 // parameters get fp32 master weights.
 type Optimizer struct {
-	h      C.ampx_optimizer
+	ref[C.ampx_optimizer]
 	ctx    *Context
 	params []*Tensor // in parameter order, to name FindNonfiniteGrads' results
 }
@@ -95,28 +93,19 @@ func newOptimizer(ctx *Context, params []*Tensor,
 	if err := call(func() C.ampx_status { return create(ptr, count, &h) }, ctx, params); err != nil {
 		return nil, err
 	}
-	o := &Optimizer{h: h, ctx: ctx, params: append([]*Tensor(nil), params...)}
-	runtime.SetFinalizer(o, (*Optimizer).Close)
-	return o, nil
+	o := &Optimizer{ref[C.ampx_optimizer]{h}, ctx, append([]*Tensor(nil), params...)}
+	return own(o, (*Optimizer).Close), nil
 }
 
 // Close releases the optimizer. Closing again does nothing.
 func (o *Optimizer) Close() {
-	if o == nil || o.h == nil {
-		return
-	}
-	C.ampx_optimizer_release(o.h)
-	o.h = nil
-	o.params = nil
-	runtime.SetFinalizer(o, nil)
+	closeRef(o, func(h C.ampx_optimizer) {
+		C.ampx_optimizer_release(h)
+		o.params = nil
+	})
 }
 
-func (o *Optimizer) handle() C.ampx_optimizer {
-	if o == nil {
-		return nil
-	}
-	return o.h
-}
+func (o *Optimizer) handle() C.ampx_optimizer { return handleOf[C.ampx_optimizer](o) }
 
 // AddGroup adds a param group with its own lr and weight decay and
 // returns its index.
@@ -136,10 +125,7 @@ func (o *Optimizer) AddGroup(params []*Tensor, lr, weightDecay float64) (int, er
 
 // GroupCount returns the number of param groups.
 func (o *Optimizer) GroupCount() (int, error) {
-	var n C.int32_t
-	h := o.handle()
-	err := call(func() C.ampx_status { return C.ampx_optimizer_group_count(h, &n) }, o)
-	return int(n), err
+	return read[int](func(n *C.int32_t) C.ampx_status { return C.ampx_optimizer_group_count(o.handle(), n) }, o)
 }
 
 // SetLR sets a group's learning rate for the following steps.
@@ -150,10 +136,7 @@ func (o *Optimizer) SetLR(group int, lr float64) error {
 
 // LR returns a group's learning rate as last set.
 func (o *Optimizer) LR(group int) (float64, error) {
-	var lr C.double
-	h := o.handle()
-	err := call(func() C.ampx_status { return C.ampx_optimizer_get_lr(h, C.int32_t(group), &lr) }, o)
-	return float64(lr), err
+	return read[float64](func(lr *C.double) C.ampx_status { return C.ampx_optimizer_get_lr(o.handle(), C.int32_t(group), lr) }, o)
 }
 
 // LRDecay is what follows a learning-rate schedule's warm-up (ampx_lr_decay).
@@ -204,12 +187,10 @@ func (s *LRSchedule) toC() *C.ampx_lr_schedule {
 // Value returns the rate the schedule gives a group of rate baseLR after
 // step taken steps, in double (ampx_lr_schedule_value).
 func (s LRSchedule) Value(baseLR float64, step int64) (float64, error) {
-	var lr C.double
 	c := s.toC()
-	err := call(func() C.ampx_status {
-		return C.ampx_lr_schedule_value(c, C.double(baseLR), C.int64_t(step), &lr)
+	return read[float64](func(lr *C.double) C.ampx_status {
+		return C.ampx_lr_schedule_value(c, C.double(baseLR), C.int64_t(step), lr)
 	})
-	return float64(lr), err
 }
 
 // SetLRSchedule gives a group a schedule from its next step on (the group's
@@ -234,10 +215,7 @@ func (o *Optimizer) LRSchedule(group int) (LRSchedule, error) {
 // StepCount returns the steps taken (skipped ones do not count), the
 // position of every group's schedule. Synchronizes with the device.
 func (o *Optimizer) StepCount() (int64, error) {
-	var n C.int64_t
-	h := o.handle()
-	err := call(func() C.ampx_status { return C.ampx_optimizer_step_count(h, &n) }, o)
-	return int64(n), err
+	return read[int64](func(n *C.int64_t) C.ampx_status { return C.ampx_optimizer_step_count(o.handle(), n) }, o)
 }
 
 // Step takes one step with the gradients as they are (use Scaler.Step when
@@ -256,10 +234,7 @@ func (o *Optimizer) ZeroGrad() error {
 // LastStepTaken reports whether the most recent step was taken (false: it
 // was skipped for inf/NaN gradients).
 func (o *Optimizer) LastStepTaken() (bool, error) {
-	var taken C.int32_t
-	h := o.handle()
-	err := call(func() C.ampx_status { return C.ampx_optimizer_last_step_taken(h, &taken) }, o)
-	return taken != 0, err
+	return readFlag(func(taken *C.int32_t) C.ampx_status { return C.ampx_optimizer_last_step_taken(o.handle(), taken) }, o)
 }
 
 // StateKind names a per-parameter optimizer state tensor.
@@ -286,10 +261,9 @@ func (o *Optimizer) StateTensor(param *Tensor, kind StateKind) (*Tensor, error) 
 
 // ParamSteps returns the number of steps param has taken.
 func (o *Optimizer) ParamSteps(param *Tensor) (int64, error) {
-	var n C.int64_t
-	h, p := o.handle(), param.handle()
-	err := call(func() C.ampx_status { return C.ampx_optimizer_param_steps(h, p, &n) }, o, param)
-	return int64(n), err
+	return read[int64](func(n *C.int64_t) C.ampx_status {
+		return C.ampx_optimizer_param_steps(o.handle(), param.handle(), n)
+	}, o, param)
 }
 
 // SaveState serialises the optimizer's state (versioned, checksummed).

@@ -8,22 +8,11 @@
 # message (a failure with AMPX_REQUIRE_BINDINGS=1).
 set -euo pipefail
 
-if [ $# -ne 3 ]; then
-  echo "usage: $0 LIB_DIR INCLUDE_DIR TINY_TRAIN" >&2
-  exit 2
-fi
-lib_dir=$(cd "$1" && pwd)
-include_dir=$(cd "$2" && pwd)
-tiny_train=$(cd "$(dirname "$3")" && pwd)/$(basename "$3")
-
-if ! command -v go >/dev/null; then
-  if [ "${AMPX_REQUIRE_BINDINGS:-0}" = 1 ]; then
-    echo "go binding: the Go toolchain is missing (bindings/go/deps.sh installs it)" >&2
-    exit 1
-  fi
-  echo "go binding: skipped, the Go toolchain is missing (bindings/go/deps.sh installs it)"
-  exit 77
-fi
+binding=binding_go
+# shellcheck source=bindings/run_tests_common.sh
+source "$(dirname "$0")/../run_tests_common.sh"
+binding_args "$@"
+command -v go >/dev/null || skip_binding "the Go toolchain is missing"
 
 # Build caches live next to the library, so the source tree stays clean;
 # no module is ever downloaded.
@@ -38,25 +27,18 @@ export GO111MODULE=on
 export AMPX_TINY_TRAIN="$tiny_train"
 
 # Checked before anything runs, so that a required MPI run fails at once.
-mpi_missing=""
-if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null; then
-  mpi_missing="mpirun or mpicc not found (tools/deps.sh installs Open MPI)"
-elif ! mpicc --showme:compile >/dev/null 2>&1; then
-  mpi_missing="mpicc has no --showme (the build flags come from Open MPI's mpicc)"
-elif [ -z "${AMPX_MPI_PLUGIN:-}" ] && [ ! -e "$lib_dir/libampx_mpi.so" ]; then
-  mpi_missing="$lib_dir/libampx_mpi.so does not exist (libampx was built without MPI)"
+mpi_missing="$(mpi_missing_reason)"
+if [ -z "$mpi_missing" ] && ! mpicc --showme:compile >/dev/null 2>&1; then
+  mpi_missing="Open MPI's mpicc (--showme) not found: the build flags come from it"
 fi
-if [ -n "$mpi_missing" ] && [ "${AMPX_REQUIRE_BINDINGS:-0}" = 1 ]; then
-  echo "go binding: FAILED: $mpi_missing (AMPX_REQUIRE_BINDINGS=1)" >&2
-  exit 1
-fi
+mpi_check "$mpi_missing"
 
 cd "$(dirname "$0")"
 go vet ./...
 go test -count=1 -v ./...
 
 if [ -n "$mpi_missing" ]; then
-  echo "go binding: the mpirun run of mpitest is SKIPPED: $mpi_missing"
+  echo "$binding: the mpirun run of mpitest is SKIPPED: $mpi_missing"
   exit 0
 fi
 mpitest="$lib_dir/go/mpitest"
@@ -64,12 +46,4 @@ CGO_CFLAGS="$CGO_CFLAGS $(mpicc --showme:compile)" CGO_LDFLAGS="$CGO_LDFLAGS $(m
   go vet -tags ampx_mpi ./mpitest
 CGO_CFLAGS="$CGO_CFLAGS $(mpicc --showme:compile)" CGO_LDFLAGS="$CGO_LDFLAGS $(mpicc --showme:link)" \
   go build -tags ampx_mpi -o "$mpitest" ./mpitest
-mpirun_flags=()
-# Open MPI refuses root and more ranks than cores unless told; other MPIs
-# know neither flag.
-if mpirun --version 2>/dev/null | grep -q "Open MPI"; then
-  mpirun_flags=(--allow-run-as-root --oversubscribe)
-fi
-echo "go binding: mpirun -np 2 mpitest"
-# A rank stuck in a collective would hang the job: give up after 5 minutes.
-timeout 300 mpirun "${mpirun_flags[@]}" -np 2 "$mpitest"
+run_mpi 2 "$mpitest"

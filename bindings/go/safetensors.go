@@ -9,7 +9,6 @@ import "C"
 
 import (
 	"fmt"
-	"runtime"
 	"sort"
 	"unsafe"
 )
@@ -96,7 +95,7 @@ func SaveSafetensors(path string, tensors []*Tensor, names []string, metadata ma
 // that breaks the format's rules is refused with ErrCorrupt at
 // OpenSafetensors.
 type SafetensorsFile struct {
-	h   C.ampx_safetensors
+	ref[C.ampx_safetensors]
 	ctx *Context
 }
 
@@ -112,35 +111,20 @@ func OpenSafetensors(ctx *Context, path string) (*SafetensorsFile, error) {
 	if err := call(func() C.ampx_status { return C.ampx_safetensors_open(c, cpath, &h) }, ctx); err != nil {
 		return nil, err
 	}
-	f := &SafetensorsFile{h: h, ctx: ctx}
-	runtime.SetFinalizer(f, (*SafetensorsFile).Close)
-	return f, nil
+	return own(&SafetensorsFile{ref[C.ampx_safetensors]{h}, ctx}, (*SafetensorsFile).Close), nil
 }
 
 // Close releases the file; the mapping stays while tensors loaded from it
 // without a copy use it. Closing again does nothing.
 func (f *SafetensorsFile) Close() {
-	if f == nil || f.h == nil {
-		return
-	}
-	C.ampx_safetensors_release(f.h)
-	f.h = nil
-	runtime.SetFinalizer(f, nil)
+	closeRef(f, func(h C.ampx_safetensors) { C.ampx_safetensors_release(h) })
 }
 
-func (f *SafetensorsFile) handle() C.ampx_safetensors {
-	if f == nil {
-		return nil
-	}
-	return f.h
-}
+func (f *SafetensorsFile) handle() C.ampx_safetensors { return handleOf[C.ampx_safetensors](f) }
 
 // Len returns the number of tensors in the file.
 func (f *SafetensorsFile) Len() (int, error) {
-	var n C.size_t
-	h := f.handle()
-	err := call(func() C.ampx_status { return C.ampx_safetensors_count(h, &n) }, f)
-	return int(n), err
+	return read[int](func(n *C.size_t) C.ampx_status { return C.ampx_safetensors_count(f.handle(), n) }, f)
 }
 
 // SafetensorsEntry describes one tensor of a file.
@@ -162,14 +146,8 @@ func (f *SafetensorsFile) Entry(index int) (SafetensorsEntry, error) {
 			"ampx.SafetensorsFile.Entry: index %d is negative", index)}
 	}
 	e := C.ampx_safetensors_entry{struct_size: C.sizeof_ampx_safetensors_entry}
-	h := f.handle()
-	err := call(func() C.ampx_status {
-		status := C.ampx_safetensors_entry_get(h, C.size_t(index), &e)
-		if status == C.AMPX_OK {
-			out.Name, out.DTypeName = C.GoString(e.name), C.GoString(e.dtype_name)
-		}
-		return status
-	}, f)
+	err := callThen(func() C.ampx_status { return C.ampx_safetensors_entry_get(f.handle(), C.size_t(index), &e) },
+		func() { out.Name, out.DTypeName = C.GoString(e.name), C.GoString(e.dtype_name) }, f)
 	if err != nil {
 		return out, err
 	}
@@ -205,10 +183,7 @@ func (f *SafetensorsFile) Find(name string) (int, error) {
 		return 0, err
 	}
 	defer C.free(unsafe.Pointer(cname))
-	var index C.size_t
-	h := f.handle()
-	err = call(func() C.ampx_status { return C.ampx_safetensors_find(h, cname, &index) }, f)
-	return int(index), err
+	return read[int](func(index *C.size_t) C.ampx_status { return C.ampx_safetensors_find(f.handle(), cname, index) }, f)
 }
 
 // Metadata returns the file's "__metadata__" (empty when it has none).
@@ -221,13 +196,8 @@ func (f *SafetensorsFile) Metadata() (map[string]string, error) {
 	out := make(map[string]string, int(n))
 	for i := C.size_t(0); i < n; i++ {
 		var key, value *C.char
-		err := call(func() C.ampx_status {
-			status := C.ampx_safetensors_metadata_get(h, i, &key, &value)
-			if status == C.AMPX_OK {
-				out[C.GoString(key)] = C.GoString(value)
-			}
-			return status
-		}, f)
+		err := callThen(func() C.ampx_status { return C.ampx_safetensors_metadata_get(h, i, &key, &value) },
+			func() { out[C.GoString(key)] = C.GoString(value) }, f)
 		if err != nil {
 			return nil, err
 		}

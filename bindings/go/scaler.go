@@ -3,8 +3,6 @@ package ampx
 // #include <ampx/ampx.h>
 import "C"
 
-import "runtime"
-
 // ScalerOptions configures NewScaler (torch.amp.GradScaler's options plus
 // hysteresis and scale bounds). Start from DefaultScalerOptions.
 type ScalerOptions struct {
@@ -49,7 +47,7 @@ func (o *ScalerOptions) toC() *C.ampx_scaler_options {
 // Scaler is a dynamic loss scaler. Per iteration: Backward(scaler) (or
 // ScaleLoss), optionally Unscale (before clipping), Step, Update.
 type Scaler struct {
-	h   C.ampx_scaler
+	ref[C.ampx_scaler]
 	ctx *Context
 }
 
@@ -60,28 +58,16 @@ func NewScaler(ctx *Context, opts *ScalerOptions) (*Scaler, error) {
 	if err := call(func() C.ampx_status { return C.ampx_scaler_create(ctx.handle(), c, &h) }, ctx); err != nil {
 		return nil, err
 	}
-	s := &Scaler{h: h, ctx: ctx}
-	runtime.SetFinalizer(s, (*Scaler).Close)
-	return s, nil
+	return own(&Scaler{ref[C.ampx_scaler]{h}, ctx}, (*Scaler).Close), nil
 }
 
 // Close releases the scaler (optimizers attached to it keep it alive).
 // Closing again does nothing.
 func (s *Scaler) Close() {
-	if s == nil || s.h == nil {
-		return
-	}
-	C.ampx_scaler_release(s.h)
-	s.h = nil
-	runtime.SetFinalizer(s, nil)
+	closeRef(s, func(h C.ampx_scaler) { C.ampx_scaler_release(h) })
 }
 
-func (s *Scaler) handle() C.ampx_scaler {
-	if s == nil {
-		return nil
-	}
-	return s.h
-}
+func (s *Scaler) handle() C.ampx_scaler { return handleOf[C.ampx_scaler](s) }
 
 // Attach ties opt to this scaler before its first use, so that misuse in
 // the first iteration is caught too.
@@ -90,12 +76,27 @@ func (s *Scaler) Attach(opt *Optimizer) error {
 	return call(func() C.ampx_status { return C.ampx_scaler_attach(h, o) }, s, opt)
 }
 
-// ScaleLoss returns a new F32 tensor holding loss * scale.
+// ScaleLoss returns a new F32 tensor holding loss * scale, recorded when loss
+// requires gradients (so Grad can differentiate it).
 func (s *Scaler) ScaleLoss(loss *Tensor) (*Tensor, error) {
 	var out C.ampx_tensor
 	h, l := s.handle(), loss.handle()
 	err := call(func() C.ampx_status { return C.ampx_scaler_scale_loss(h, l, &out) }, s, loss)
 	return s.ctx.owned(out, err)
+}
+
+// UnscaleTensor returns x * (1 / scale) with the current scale, taken on the
+// device (no host read; ampx_scaler_unscale_tensor), a new tensor of x's
+// shape and dtype owned as an op output. It is recorded -- its gradient is
+// the incoming one times the same 1/scale -- so gradients of ScaleLoss's
+// output taken by Grad with CreateGraph can be unscaled and differentiated
+// (the gradient-penalty recipe of ampx.h section 9). A disabled scaler
+// gives a copy of x.
+func (s *Scaler) UnscaleTensor(x *Tensor) (*Tensor, error) {
+	var out C.ampx_tensor
+	h, hx := s.handle(), x.handle()
+	err := call(func() C.ampx_status { return C.ampx_scaler_unscale_tensor(h, hx, &out) }, s, x)
+	return s.ctx.result(out, err)
 }
 
 // ScaleTensor returns a new reference to the one-element F32 device tensor
@@ -109,10 +110,7 @@ func (s *Scaler) ScaleTensor() (*Tensor, error) {
 
 // Scale returns the current scale (synchronizes; 1 when disabled).
 func (s *Scaler) Scale() (float64, error) {
-	var scale C.double
-	h := s.handle()
-	err := call(func() C.ampx_status { return C.ampx_scaler_get_scale(h, &scale) }, s)
-	return float64(scale), err
+	return read[float64](func(scale *C.double) C.ampx_status { return C.ampx_scaler_get_scale(s.handle(), scale) }, s)
 }
 
 // Unscale divides opt's gradients by the scale and records whether any is

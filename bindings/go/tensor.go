@@ -6,13 +6,12 @@ import "C"
 
 import (
 	"fmt"
-	"runtime"
 	"unsafe"
 )
 
 // Tensor is a dense, contiguous, row-major array on its context's device.
 type Tensor struct {
-	h      C.ampx_tensor
+	ref[C.ampx_tensor]
 	ctx    *Context
 	scoped bool // borrowed from a scope of ctx: PopScope ends it, Close only forgets it
 }
@@ -37,22 +36,14 @@ func dtypeOf[T Element]() DType {
 // Close releases the tensor (for a tensor borrowed from a scope it only
 // forgets the handle: the scope releases it). Closing again does nothing.
 func (t *Tensor) Close() {
-	if t == nil || t.h == nil {
-		return
-	}
-	if !t.scoped {
-		C.ampx_tensor_release(t.h)
-	}
-	t.h = nil
-	runtime.SetFinalizer(t, nil)
+	closeRef(t, func(h C.ampx_tensor) {
+		if !t.scoped {
+			C.ampx_tensor_release(h)
+		}
+	})
 }
 
-func (t *Tensor) handle() C.ampx_tensor {
-	if t == nil {
-		return nil
-	}
-	return t.h
-}
+func (t *Tensor) handle() C.ampx_tensor { return handleOf[C.ampx_tensor](t) }
 
 func (t *Tensor) context() *Context {
 	if t == nil {
@@ -84,9 +75,7 @@ func (t *Tensor) RetainContext() (*Context, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Context{h: h, st: t.ctx.st}
-	runtime.SetFinalizer(c, (*Context).Close)
-	return c, nil
+	return contextValue(h, t.ctx.st), nil
 }
 
 // Retain returns a new owned reference to the same tensor, e.g. to keep a
@@ -167,33 +156,17 @@ func (t *Tensor) SetName(name string) error {
 
 // Name returns the tensor's name ("" if none).
 func (t *Tensor) Name() (string, error) {
-	var name *C.char
-	var out string
-	h := t.handle()
-	err := call(func() C.ampx_status {
-		status := C.ampx_tensor_name(h, &name)
-		if status == C.AMPX_OK {
-			out = C.GoString(name)
-		}
-		return status
-	}, t)
-	return out, err
+	return readString(func(name **C.char) C.ampx_status { return C.ampx_tensor_name(t.handle(), name) }, t)
 }
 
 // DType returns the element type.
 func (t *Tensor) DType() (DType, error) {
-	var d C.ampx_dtype
-	h := t.handle()
-	err := call(func() C.ampx_status { return C.ampx_tensor_dtype(h, &d) }, t)
-	return DType(d), err
+	return read[DType](func(d *C.ampx_dtype) C.ampx_status { return C.ampx_tensor_dtype(t.handle(), d) }, t)
 }
 
 // NDim returns the number of dimensions.
 func (t *Tensor) NDim() (int, error) {
-	var n C.int32_t
-	h := t.handle()
-	err := call(func() C.ampx_status { return C.ampx_tensor_ndim(h, &n) }, t)
-	return int(n), err
+	return read[int](func(n *C.int32_t) C.ampx_status { return C.ampx_tensor_ndim(t.handle(), n) }, t)
 }
 
 // Shape returns the extents.
@@ -211,18 +184,12 @@ func (t *Tensor) Shape() ([]int64, error) {
 
 // Numel returns the number of elements.
 func (t *Tensor) Numel() (int64, error) {
-	var n C.int64_t
-	h := t.handle()
-	err := call(func() C.ampx_status { return C.ampx_tensor_numel(h, &n) }, t)
-	return int64(n), err
+	return read[int64](func(n *C.int64_t) C.ampx_status { return C.ampx_tensor_numel(t.handle(), n) }, t)
 }
 
 // NBytes returns the size of the contents in bytes.
 func (t *Tensor) NBytes() (int, error) {
-	var n C.size_t
-	h := t.handle()
-	err := call(func() C.ampx_status { return C.ampx_tensor_nbytes(h, &n) }, t)
-	return int(n), err
+	return read[int](func(n *C.size_t) C.ampx_status { return C.ampx_tensor_nbytes(t.handle(), n) }, t)
 }
 
 // Data returns the address of the first element on the tensor's device,
@@ -276,10 +243,7 @@ func (t *Tensor) SetRequiresGrad(requiresGrad bool) error {
 
 // RequiresGrad reports whether gradients flow to or through t.
 func (t *Tensor) RequiresGrad() (bool, error) {
-	var r C.int32_t
-	h := t.handle()
-	err := call(func() C.ampx_status { return C.ampx_tensor_requires_grad(h, &r) }, t)
-	return r != 0, err
+	return readFlag(func(r *C.int32_t) C.ampx_status { return C.ampx_tensor_requires_grad(t.handle(), r) }, t)
 }
 
 // Backward backpropagates from the one-element loss into the gradients of

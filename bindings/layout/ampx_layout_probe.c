@@ -92,6 +92,17 @@ int main(void) {
   printf("offsetof ampx_nonfinite_grad.name %zu\n", offsetof(ampx_nonfinite_grad, name));
   printf("offsetof ampx_nonfinite_grad.nan_count %zu\n", offsetof(ampx_nonfinite_grad, nan_count));
   printf("offsetof ampx_nonfinite_grad.inf_count %zu\n", offsetof(ampx_nonfinite_grad, inf_count));
+  printf("sizeof ampx_grad_options %zu\n", sizeof(ampx_grad_options));
+  printf("alignof ampx_grad_options %zu\n", (size_t)_Alignof(ampx_grad_options));
+  printf("offsetof ampx_grad_options.struct_size %zu\n", offsetof(ampx_grad_options, struct_size));
+  printf("offsetof ampx_grad_options.create_graph %zu\n", offsetof(ampx_grad_options, create_graph));
+  printf("offsetof ampx_grad_options.retain_graph %zu\n", offsetof(ampx_grad_options, retain_graph));
+  printf("offsetof ampx_grad_options.allow_unused %zu\n", offsetof(ampx_grad_options, allow_unused));
+  printf("sizeof ampx_backward_options %zu\n", sizeof(ampx_backward_options));
+  printf("alignof ampx_backward_options %zu\n", (size_t)_Alignof(ampx_backward_options));
+  printf("offsetof ampx_backward_options.struct_size %zu\n", offsetof(ampx_backward_options, struct_size));
+  printf("offsetof ampx_backward_options.retain_graph %zu\n", offsetof(ampx_backward_options, retain_graph));
+  printf("offsetof ampx_backward_options.create_graph %zu\n", offsetof(ampx_backward_options, create_graph));
   printf("sizeof ampx_segment %zu\n", sizeof(ampx_segment));
   printf("alignof ampx_segment %zu\n", (size_t)_Alignof(ampx_segment));
   printf("offsetof ampx_segment.struct_size %zu\n", offsetof(ampx_segment, struct_size));
@@ -110,6 +121,10 @@ int main(void) {
   printf("offsetof ampx_cross_entropy_options.reduction %zu\n", offsetof(ampx_cross_entropy_options, reduction));
   printf("offsetof ampx_cross_entropy_options.ignore_index %zu\n", offsetof(ampx_cross_entropy_options, ignore_index));
   printf("offsetof ampx_cross_entropy_options.label_smoothing %zu\n", offsetof(ampx_cross_entropy_options, label_smoothing));
+  printf("sizeof ampx_bce_with_logits_options %zu\n", sizeof(ampx_bce_with_logits_options));
+  printf("alignof ampx_bce_with_logits_options %zu\n", (size_t)_Alignof(ampx_bce_with_logits_options));
+  printf("offsetof ampx_bce_with_logits_options.struct_size %zu\n", offsetof(ampx_bce_with_logits_options, struct_size));
+  printf("offsetof ampx_bce_with_logits_options.reduction %zu\n", offsetof(ampx_bce_with_logits_options, reduction));
   printf("sizeof ampx_attention_options %zu\n", sizeof(ampx_attention_options));
   printf("alignof ampx_attention_options %zu\n", (size_t)_Alignof(ampx_attention_options));
   printf("offsetof ampx_attention_options.struct_size %zu\n", offsetof(ampx_attention_options, struct_size));

@@ -17,6 +17,10 @@
 # error when that package is this folder's (tools/check-wheel.sh).
 set -euo pipefail
 
+binding=binding_python
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=bindings/run_tests_common.sh
+source "$here/../run_tests_common.sh"
 installed=0
 if [ "${1:-}" = "--installed" ]; then
   installed=1
@@ -25,30 +29,21 @@ if [ "${1:-}" = "--installed" ]; then
     echo "usage: $0 --installed TINY_TRAIN" >&2
     exit 2
   fi
+  # The tests change directory: a relative path would point elsewhere.
+  tiny_train="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 elif [ $# -ne 3 ]; then
   echo "usage: $0 LIB_DIR INCLUDE_DIR TINY_TRAIN" >&2
   echo "       $0 --installed TINY_TRAIN" >&2
   exit 2
+else
+  binding_args "$@"
 fi
-here="$(cd "$(dirname "$0")" && pwd)"
 
-missing() {
-  if [ "${AMPX_REQUIRE_BINDINGS:-0}" = 1 ]; then
-    echo "binding_python: FAILED: $1 (AMPX_REQUIRE_BINDINGS=1; run bindings/python/deps.sh)" >&2
-    exit 1
-  fi
-  echo "binding_python: SKIPPED: $1 (bindings/python/deps.sh installs it)"
-  exit 77
-}
-
-command -v python3 >/dev/null || missing "python3 not found"
+command -v python3 >/dev/null || skip_binding "python3 not found"
 for module in numpy torch; do
-  python3 -c "import $module" 2>/dev/null || missing "the Python module $module is missing"
+  python3 -c "import $module" 2>/dev/null || skip_binding "the Python module $module is missing"
 done
 
-# The tests change directory: relative arguments would point elsewhere.
-tiny_train="${!#}"
-tiny_train="$(cd "$(dirname "$tiny_train")" && pwd)/$(basename "$tiny_train")"
 if [ "$installed" = 1 ]; then
   # The package's own library and header, not ones named from outside.
   unset AMPX_LIBRARY AMPX_INCLUDE_DIR
@@ -76,24 +71,15 @@ print(os.path.dirname(os.path.realpath(spec.origin)) if spec and spec.origin els
   fi
   echo "binding_python: testing the installed package $lib_dir"
 else
-  lib_dir="$(cd "$1" && pwd)"
-  include_dir="$(cd "$2" && pwd)"
   work="$here/tests"
 fi
 
 # Checked before anything runs, so that a required MPI run fails at once.
-mpi_missing=""
-if ! command -v mpirun >/dev/null; then
-  mpi_missing="mpirun not found (tools/deps.sh installs Open MPI)"
-elif ! python3 -c "import mpi4py" 2>/dev/null; then
+mpi_missing="$(mpi_missing_reason)"
+if [ -z "$mpi_missing" ] && ! python3 -c "import mpi4py" 2>/dev/null; then
   mpi_missing="the Python module mpi4py is missing (bindings/python/deps.sh installs it)"
-elif [ -z "${AMPX_MPI_PLUGIN:-}" ] && [ ! -e "$lib_dir/libampx_mpi.so" ]; then
-  mpi_missing="$lib_dir/libampx_mpi.so does not exist (libampx was built without MPI)"
 fi
-if [ -n "$mpi_missing" ] && [ "${AMPX_REQUIRE_BINDINGS:-0}" = 1 ]; then
-  echo "binding_python: FAILED: $mpi_missing (AMPX_REQUIRE_BINDINGS=1)" >&2
-  exit 1
-fi
+mpi_check "$mpi_missing"
 
 if [ "$installed" = 0 ]; then
   export AMPX_LIBRARY="$lib_dir/libampx.so"
@@ -107,19 +93,10 @@ status=0
 python3 -m unittest discover -s "$here/tests" -t "$here/tests" -v || status=1
 
 if [ -n "$mpi_missing" ]; then
-  echo "binding_python: the mpirun runs of data_parallel_mpi.py are SKIPPED: $mpi_missing"
+  echo "$binding: the mpirun runs of data_parallel_mpi.py are SKIPPED: $mpi_missing"
   exit "$status"
 fi
-mpirun_flags=()
-# Open MPI refuses root and more ranks than cores unless told; other MPIs
-# know neither flag.
-if mpirun --version 2>/dev/null | grep -q "Open MPI"; then
-  mpirun_flags=(--allow-run-as-root --oversubscribe)
-fi
 for ranks in 2 4; do
-  echo "binding_python: mpirun -np $ranks python3 data_parallel_mpi.py"
-  # A rank stuck in a collective would hang the job: give up after 5 minutes.
-  timeout 300 mpirun "${mpirun_flags[@]}" -np "$ranks" python3 "$here/tests/data_parallel_mpi.py" \
-    || status=1
+  run_mpi "$ranks" python3 "$here/tests/data_parallel_mpi.py" || status=1
 done
 exit "$status"

@@ -69,6 +69,13 @@
  *              program compiled against an older header keeps working and
  *              fields it does not know read as their defaults.
  *   Sync.      Nothing synchronizes with a device unless its comment says so.
+ *   Flags.     Every int32_t flag the program passes (an argument or an
+ *              option field that switches something on or off, e.g.
+ *              `average`, `overlap`, `reduce_in_fp32`, the `sync` of
+ *              ampx_data_parallel_set_sync, the ops' `training`,
+ *              `keepdim`, `causal`) takes any non-zero value as true and
+ *              0 as false; where a comment says "1:" it means "non-zero:".
+ *              Flags ampx writes (out arguments, statistics) are 0 or 1.
  */
 #ifndef AMPX_H
 #define AMPX_H
@@ -422,7 +429,11 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_context_set_tf32(ampx_context ctx, int3
 
 /* Shapes are given as `ndim` int64 extents (0 <= ndim <= AMPX_MAX_DIMS; an
  * extent may be 0; ndim 0 is a scalar with one element). A shape whose byte
- * size overflows is AMPX_ERR_SHAPE. Every create function returns a tensor
+ * size overflows is AMPX_ERR_SHAPE, and so is any size an op computes from
+ * its arguments -- an output extent, a window, a product of extents, an
+ * offset -- that would not fit in int64: the message names the expression
+ * and its operands ("dilation[0] * (kernel_h - 1) = ... overflows int64"),
+ * and no wrapped value is ever used. Every create function returns a tensor
  * with one reference, owned by the caller. */
 
 /** Creates a tensor with uninitialised contents.
@@ -800,7 +811,8 @@ typedef struct ampx_scaler_s *ampx_scaler;
  *  skips the step, restarts the growth tracker and spends one unit of the
  *  hysteresis allowance (which starts at `hysteresis`); once the allowance
  *  is 0 -- at that overflow and at every further one while it stays 0 --
- *  the scale backs off: scale = max(scale * backoff_factor, min_scale).
+ *  the scale backs off: scale = max(scale * backoff_factor, min_scale,
+ *  FLT_MIN) -- a scale is always a normal float, at least FLT_MIN.
  *  A clean update adds one to the tracker; at the growth_interval-th clean
  *  update in a row the tracker restarts, the allowance is restored to
  *  `hysteresis`, and the scale grows: scale * growth_factor, unless that is
@@ -811,9 +823,14 @@ typedef struct ampx_scaler_s *ampx_scaler;
  *  float scale. */
 typedef struct ampx_scaler_options {
   size_t struct_size;      /**< sizeof(ampx_scaler_options) */
-  double init_scale;       /**< default 65536; finite, > 0 */
+  double init_scale;       /**< default 65536; finite and, as the float
+                                the scale is kept in, at least FLT_MIN
+                                (2^-126, the smallest normal float): a
+                                smaller one is refused */
   double growth_factor;    /**< default 2; > 1 */
-  double backoff_factor;   /**< default 0.5; in (0, 1) */
+  double backoff_factor;   /**< default 0.5; in (0, 1). A backoff never
+                                takes the scale below FLT_MIN (nor below
+                                min_scale): its reciprocal stays finite */
   int32_t growth_interval; /**< default 2000; >= 1 */
   int32_t enabled;         /**< default 1 */
   int32_t hysteresis;      /**< default 1 (back off on every overflow, as
@@ -824,12 +841,14 @@ typedef struct ampx_scaler_options {
                                 see consecutive_hysteresis). As Megatron-LM's
                                 DynamicGradScaler and DeepSpeed's default,
                                 the N overflows need not be consecutive. */
-  double min_scale;        /**< default 0 (none). Lower bound: a backoff
-                                whose result would be below min_scale sets
-                                the scale to min_scale; at min_scale an
+  double min_scale;        /**< default 0 (none: the floor is FLT_MIN).
+                                Lower bound: a backoff whose result would
+                                be below min_scale (or FLT_MIN) sets the
+                                scale to that floor; at the floor an
                                 overflow leaves the scale as it is, and
                                 counters.backoffs counts only the updates
-                                that lowered the scale. */
+                                that lowered the scale. Non-zero: at least
+                                FLT_MIN. */
   double max_scale;        /**< default 0 (none). Upper bound: a growth
                                 whose result would be above max_scale is not
                                 taken -- the scale stays where it is, so it
@@ -861,8 +880,9 @@ AMPX_API ampx_scaler_options ampx_scaler_options_default(void);
 
 /** Creates a scaler on `ctx` (`options` NULL = defaults).
  *  Errors: INVALID_ARGUMENT naming the bad option (growth <= 1, backoff
- *  outside (0,1), interval < 1, scale not finite or <= 0, hysteresis < 1,
- *  min/max negative or min > max, init outside [min, max]). */
+ *  outside (0,1), interval < 1, scale not finite or below FLT_MIN as a
+ *  float, hysteresis < 1, min/max negative or min > max, init outside
+ *  [min, max]). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_create(ampx_context ctx, const ampx_scaler_options *options,
                                         ampx_scaler *out);
 
@@ -876,9 +896,12 @@ AMPX_API void ampx_scaler_release(ampx_scaler scaler);
  *  scaler is AMPX_ERR_INVALID_ARGUMENT. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_attach(ampx_scaler scaler, ampx_optimizer optimizer);
 
-/** *out receives a new tensor holding loss * scale (F32, loss's shape).
- *  `loss` must be a floating tensor of the scaler's context. Disabled
- *  scaler: a copy of loss in F32. */
+/** *out receives a new tensor holding loss * scale (F32, loss's shape),
+ *  owned by the caller. `loss` must be a floating tensor of the scaler's
+ *  context. Disabled scaler: a copy of loss in F32. When loss carries
+ *  gradients the product is recorded (its gradient is the incoming one
+ *  times the scale this call used), so ampx_grad can differentiate the
+ *  scaled loss (see the gradient-penalty recipe in section 9). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_scale_loss(ampx_scaler scaler, ampx_tensor loss,
                                             ampx_tensor *out);
 
@@ -911,13 +934,15 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_step(ampx_scaler scaler, ampx_op
  *  Errors: ORDER when no optimizer was stepped since the last update. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_update(ampx_scaler scaler);
 
-/** As ampx_scaler_update, but sets the scale to `new_scale` (finite, > 0)
- *  instead of applying the growth/backoff rule; the growth tracker is left
- *  as it is (torch's update(new_scale)). */
+/** As ampx_scaler_update, but sets the scale to `new_scale` (finite and at
+ *  least FLT_MIN as a float, as init_scale; else INVALID_ARGUMENT and
+ *  nothing changes) instead of applying the growth/backoff rule; the growth
+ *  tracker is left as it is (torch's update(new_scale)). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_update_to(ampx_scaler scaler, double new_scale);
 
 /** *found receives 1 when the last unscale of `optimizer`'s gradients since
- *  the last update found an inf/NaN, else 0. Synchronizes.
+ *  the last update found an inf/NaN, else 0 (under data-parallel training
+ *  the flag agreed over the ranks, see section 14). Synchronizes.
  *  Errors: ORDER when the optimizer was not unscaled since the last update. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_found_inf(ampx_scaler scaler, ampx_optimizer optimizer,
                                            int32_t *found);
@@ -1081,6 +1106,140 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_set_grad_enabled(ampx_context ctx, int3
  *  DLPack-shared memory are not seen). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_backward(ampx_tensor loss, ampx_scaler scaler);
 
+/* Higher-order gradients (as torch.autograd.grad and backward's
+ * retain_graph / create_graph). Every op of section 11 has its backward
+ * written twice: the fused first-order primitives that ampx_backward runs,
+ * and the same formula as recorded ops, which a backward with create_graph
+ * runs so that the gradients it returns are ordinary recorded tensors that
+ * can be differentiated again, to any order (eikonal and gradient-penalty
+ * losses, Laplacians of a PINN, Hessian-vector products). Such a backward
+ * runs with autocast off and grad mode on: each formula computes in the
+ * dtypes its op's forward ran in (a product autocast lowered to F16 has an
+ * F16 backward, a softmax F32), so gradients follow the forward's precision
+ * classes. Piecewise-linear ops (relu, max pooling, amax, masked_fill) have
+ * torch's zero second derivatives. A record that has no such formula (a
+ * checkpointed segment) makes a backward with create_graph fail with
+ * NOT_SUPPORTED naming it, before anything changes.
+ *
+ * retain_graph keeps the tape for another backward over the same graph;
+ * without it the records the backward ran are freed, and a later backward
+ * that needs one of them fails with ORDER (saying retain_graph) before
+ * anything changes. A tensor a kept record saved and the program wrote in
+ * place since is refused as in ampx_backward.
+ *
+ * Gradient penalty under the scaler (torch's AMP recipe), per step:
+ *   1. forward under autocast: loss
+ *   2. ampx_scaler_scale_loss(scaler, loss, &scaled)   (recorded)
+ *   3. ampx_grad(&scaled, 1, NULL, params, n, {create_graph = 1}, g)
+ *      -> scaled gradients, recorded (the scale keeps small ones alive)
+ *   4. ampx_scaler_unscale_tensor(scaler, g[i], &u[i])  -> g * (1/scale) on
+ *      the device (recorded; no host read of the scale)
+ *   5. under autocast: penalty from u (e.g. sum of squares), total = loss +
+ *      lambda * penalty
+ *   6. ampx_backward(total, scaler); ampx_scaler_step; ampx_scaler_update
+ * An inf or NaN anywhere on the penalty's path (an overflow of a scaled
+ * gradient in step 3 included) reaches the parameters' gradients, so the
+ * scaler's step skips and the scale backs off, as for the loss itself. */
+
+/** Options of ampx_grad. */
+typedef struct ampx_grad_options {
+  size_t struct_size;   /**< sizeof(ampx_grad_options) */
+  int32_t create_graph; /**< default 0; 1: the gradients are recorded, so
+                             they can be differentiated again */
+  int32_t retain_graph; /**< default -1: the value of create_graph (torch's
+                             default); 0: free the records the walk ran; 1:
+                             keep them for another backward */
+  int32_t allow_unused; /**< default 0: an input that no output reaches is
+                             an error; 1: its gradient is NULL */
+} ampx_grad_options;
+
+#define AMPX_GRAD_OPTIONS_INIT { sizeof(ampx_grad_options), 0, -1, 0 }
+
+/** Default options (same as AMPX_GRAD_OPTIONS_INIT). Thread-safe. */
+AMPX_API ampx_grad_options ampx_grad_options_default(void);
+
+/** The gradients of outputs[0..output_count-1] with respect to
+ *  inputs[0..input_count-1] (torch.autograd.grad): grads[i] receives
+ *  sum_k d<outputs[k], grad_outputs[k]>/d inputs[i], a new tensor of
+ *  inputs[i]'s shape and dtype owned like an op output (by the innermost
+ *  open scope, else by the caller; see ampx_scope_push), or NULL for an
+ *  input no output reaches when options->allow_unused. Outputs are floating
+ *  tensors made by recorded ops (or leaves that require grad); inputs are
+ *  leaves that require grad or tensors recorded ops made (intermediates:
+ *  the gradient flowing into that tensor). grad_outputs may be NULL, and so
+ *  may any entry of it: a gradient of ones, for one-element outputs only;
+ *  a given one must have its output's shape and dtype. `options` NULL:
+ *  defaults. ampx_grad accumulates into no tensor's gradient
+ *  (ampx_tensor_grad), calls no grad-ready hook and starts no data-parallel
+ *  reduction; only records that lead from the outputs to an input run.
+ *  The arrays are read during the call only. On any error nothing has
+ *  changed (no record freed, no gradient written) and grads is left as it
+ *  was.
+ *  Errors: INVALID_ARGUMENT (a count of 0, a NULL array, an output or
+ *  input that does not require grad, an input not reached without
+ *  allow_unused -- the message names it); SHAPE (a non-scalar output
+ *  without grad_outputs, grad_outputs of another shape); DTYPE (an integer
+ *  tensor, grad_outputs of another dtype); DEVICE; ORDER (the walk needs a
+ *  record an earlier backward freed -- see retain_graph -- or a saved
+ *  tensor written in place since; called from a hook or a segment during a
+ *  backward); NOT_SUPPORTED (create_graph through a record without a
+ *  differentiable formula, or any ampx_grad through a checkpointed segment,
+ *  whose recompute accumulates into the leaves it reaches); STALE_HANDLE.
+ *  Thread rules: those of the context (one thread at a time). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_grad(const ampx_tensor *outputs, size_t output_count,
+                                              const ampx_tensor *grad_outputs,
+                                              const ampx_tensor *inputs, size_t input_count,
+                                              const ampx_grad_options *options,
+                                              ampx_tensor *grads);
+
+/** Options of ampx_backward_ex. */
+typedef struct ampx_backward_options {
+  size_t struct_size;   /**< sizeof(ampx_backward_options) */
+  int32_t retain_graph; /**< default -1: the value of create_graph; 0: the
+                             tape is cleared (as ampx_backward; with
+                             create_graph, only the records this backward
+                             ran are freed); 1: kept for another backward */
+  int32_t create_graph; /**< default 0; 1: the gradients are computed with
+                             recorded ops, and each reached leaf's gradient
+                             is replaced by a new recorded tensor (the old
+                             gradient plus this one, as torch), which can be
+                             differentiated */
+} ampx_backward_options;
+
+#define AMPX_BACKWARD_OPTIONS_INIT { sizeof(ampx_backward_options), -1, 0 }
+
+/** Default options (same as AMPX_BACKWARD_OPTIONS_INIT). Thread-safe. */
+AMPX_API ampx_backward_options ampx_backward_options_default(void);
+
+/** ampx_backward with options (NULL: defaults, which make it exactly
+ *  ampx_backward). Gradients accumulate into the leaves as there.
+ *  Grad-ready hooks (ampx_set_grad_ready_hook) and data-parallel
+ *  reductions run only in the final backward over a graph -- one that does
+ *  not retain it: a backward with retain_graph accumulates quietly, and the
+ *  reduction of its gradients happens in the final one (or at the step).
+ *  With create_graph a leaf's gradient tensor is replaced (see
+ *  create_graph), so a gradient attached with ampx_tensor_set_grad or by
+ *  data-parallel training is not written: use ampx_grad for gradients to
+ *  differentiate there.
+ *  Errors: those of ampx_backward, except that a loss whose tape an
+ *  earlier backward cleared is ORDER (saying retain_graph); ORDER as
+ *  ampx_grad for freed records; NOT_SUPPORTED for create_graph through a
+ *  record without a differentiable formula (a checkpointed segment). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_backward_ex(ampx_tensor loss, ampx_scaler scaler,
+                                                     const ampx_backward_options *options);
+
+/** *out = x * (1 / scale) with the scaler's current scale, taken on the
+ *  device (no host read; the reciprocal as ampx_scaler_unscale takes it),
+ *  a new tensor of x's shape and dtype owned like an op output. Recorded:
+ *  its gradient is the incoming one times the same 1/scale (the scale as
+ *  it was at this call), so gradients of the scaled loss taken with
+ *  create_graph can be unscaled and differentiated (the gradient-penalty
+ *  recipe above). A disabled scaler gives a copy of x.
+ *  Errors: DTYPE (integer x), DEVICE (x of another context), STALE_HANDLE,
+ *  INVALID_ARGUMENT (NULL). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_unscale_tensor(ampx_scaler scaler, ampx_tensor x,
+                                                               ampx_tensor *out);
+
 /** Scopes own op outputs, so a training step in C needs no release per
  *  intermediate. While a scope is open on the context, every tensor an op
  *  (section 11) returns is owned by the innermost open scope: the handle is
@@ -1180,9 +1339,17 @@ AMPX_API ampx_status ampx_checkpoint(ampx_context ctx, ampx_segment_fn fn, void 
  * torch.autocast: "lower precision" ops (matmul, linear) cast floating
  * inputs to the policy's dtype and accumulate in fp32; "fp32" ops (softmax,
  * log_softmax, losses, norms, exp/log, sum) cast inputs up to F32;
- * "promote" ops (add, sub, mul, concat) compute in the widest input type;
- * other ops (mean among them, as in torch) keep their input type. Casts of F32 leaves that require grad
- * are cached for the life of the outermost autocast region. The gradient
+ * "promote" ops (add, sub, mul, div, concat) compute in the widest input
+ * type, inside and outside autocast, by torch's type promotion
+ * (torch.result_type): f16 with bf16 is f32, either with f32 is f32, and a
+ * 0-D tensor, like a Python number, does not raise the precision of an
+ * operand with dimensions -- f16 [3] with an f32 0-D tensor is f16, f16 [3]
+ * with a bf16 0-D tensor is f16, an f16 0-D tensor with f32 [3] is f32; the
+ * 0-D operands decide only when no operand has dimensions (f16 0-D with
+ * bf16 0-D is f32). Each operand's gradient comes back in its own dtype.
+ * Other ops (mean among them, as in torch) keep their input type. Casts of
+ * F32 leaves that require grad are cached for the life of the outermost
+ * autocast region. The gradient
  * of a cast is returned in the source dtype (F32 parameters get F32
  * gradients). Beyond torch: any op's class can be overridden at run time. */
 typedef struct ampx_autocast_s *ampx_autocast;
@@ -1191,7 +1358,8 @@ typedef struct ampx_autocast_s *ampx_autocast;
 typedef enum ampx_op_class {
   AMPX_OP_LOWER_PRECISION = 1, /**< cast to the autocast dtype */
   AMPX_OP_FP32 = 2,            /**< cast to F32 */
-  AMPX_OP_PROMOTE = 3,         /**< widest input type */
+  AMPX_OP_PROMOTE = 3,         /**< widest input type (torch's promotion,
+                                    0-D operands included: see above) */
   AMPX_OP_KEEP = 4,            /**< no cast */
   AMPX_OP_CLASS_MIN_ENUM = -0x7fffffff - 1, /**< not a class (see AMPX_STATUS_MIN_ENUM) */
   AMPX_OP_CLASS_MAX_ENUM = 0x7fffffff
@@ -1255,13 +1423,14 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_cache_stats(ampx_autocast auto
 
 /** @{ */
 /** Element-wise a + b, a - b, a * b, a / b ("add", "sub", "mul", "div":
- *  promote; division is IEEE's: x / 0 is +-inf, 0 / 0 NaN), with NumPy's
- *  (and torch's) broadcasting: the shapes are aligned at the right, missing
- *  dimensions count as 1, and each pair of extents must be equal or one of
- *  them 1; the output has the larger extent of each pair (a [T, T] mask
- *  over [B, H, T, T] scores, a [T, D] table over [B, T, D], a scalar, a
- *  column [N, 1]). Each operand's gradient is summed over the dimensions it
- *  was broadcast along.
+ *  promote, with torch's rule for 0-D operands of section 10: an f16
+ *  tensor times an f32 0-D tensor is f16; division is IEEE's: x / 0 is
+ *  +-inf, 0 / 0 NaN), with NumPy's (and torch's) broadcasting: the shapes
+ *  are aligned at the right, missing dimensions count as 1, and each pair
+ *  of extents must be equal or one of them 1; the output has the larger
+ *  extent of each pair (a [T, T] mask over [B, H, T, T] scores, a [T, D]
+ *  table over [B, T, D], a scalar, a column [N, 1]). Each operand's
+ *  gradient is summed over the dimensions it was broadcast along.
  *  Errors: SHAPE (shapes that do not broadcast), DTYPE, DEVICE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_add(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
 AMPX_NODISCARD AMPX_API ampx_status ampx_sub(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
@@ -1413,7 +1582,13 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_cross_entropy_ex(ampx_tensor logits, am
 
 /** Mean-squared error between two tensors of one shape ("mse_loss": fp32);
  *  AMPX_REDUCTION_NONE gives each element's squared difference, F32, in
- *  their shape. Errors: SHAPE, DTYPE, DEVICE, INVALID_ARGUMENT (reduction). */
+ *  their shape. The result is F32 for every input dtype: each difference
+ *  and its square are formed in fp32 from the inputs (f16/bf16 ones too,
+ *  never rounded to 16 bits), so it carries fp32's accuracy. This differs
+ *  from torch on purpose: torch's mse_loss of f16 or bf16 tensors outside
+ *  autocast returns their dtype (under autocast it is fp32 there too).
+ *  Gradients, in the inputs' dtype, flow to both.
+ *  Errors: SHAPE, DTYPE, DEVICE, INVALID_ARGUMENT (reduction). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_mse_loss(ampx_tensor input, ampx_tensor target,
                                    ampx_reduction reduction, ampx_tensor *out);
 
@@ -1466,7 +1641,9 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_layer_norm(ampx_tensor x, ampx_tensor w
  *  + eps) * weight, each row's mean of squares computed in fp32 whatever
  *  x's type. x [..., D] (at least one dimension); weight [D] may be NULL
  *  (no scale) and outside autocast shares x's dtype. Gradients flow to x
- *  and weight.
+ *  and weight. eps has no default here; torch's (eps=None) is float32's
+ *  machine epsilon, 2^-23 = 1.1920929e-07, for every input dtype (f16 and
+ *  bf16 too, since it normalises in fp32): pass that to match it.
  *  Errors: SHAPE (x a scalar, weight not [D]), DTYPE, DEVICE,
  *  INVALID_ARGUMENT (eps negative or not finite). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_rms_norm(ampx_tensor x, ampx_tensor weight, double eps,
@@ -1624,6 +1801,45 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_rotary_embedding(ampx_tensor x, ampx_te
 AMPX_NODISCARD AMPX_API ampx_status ampx_bce_with_logits(ampx_tensor logits, ampx_tensor targets,
                                           ampx_reduction reduction, ampx_tensor *out);
 
+/** Options of ampx_bce_with_logits_ex; fields are only appended. */
+typedef struct ampx_bce_with_logits_options {
+  size_t struct_size;       /**< sizeof(ampx_bce_with_logits_options) */
+  ampx_reduction reduction; /**< AMPX_REDUCTION_MEAN (default), _SUM or _NONE */
+} ampx_bce_with_logits_options;
+
+#define AMPX_BCE_WITH_LOGITS_OPTIONS_INIT \
+  { sizeof(ampx_bce_with_logits_options), AMPX_REDUCTION_MEAN }
+
+/** Default options (same as AMPX_BCE_WITH_LOGITS_OPTIONS_INIT). Thread-safe. */
+AMPX_API ampx_bce_with_logits_options ampx_bce_with_logits_options_default(void);
+
+/** ampx_bce_with_logits with torch's `weight` and `pos_weight`, as
+ *  torch.nn.functional.binary_cross_entropy_with_logits(logits, targets,
+ *  weight, reduction=..., pos_weight=...): element i's loss is
+ *  -w_i [p_i t_i log sigmoid(x_i) + (1 - t_i) log(1 - sigmoid(x_i))],
+ *  computed (in fp32, F32 result) as w_i [(1 - t) x + (1 + (p - 1) t)
+ *  (log1p(exp(-|x|)) - min(x, 0))], which neither overflows nor takes
+ *  log(0). weight (NULL: 1) rescales each element's loss; pos_weight (NULL:
+ *  1) the positive term, torch's per-class weight: a [C] pos_weight applies
+ *  along the last dimension of [..., C] logits. Each broadcasts to the
+ *  logits' shape without changing it (aligned at the right, each extent
+ *  equal or 1: [C], [N, 1], a 0-D tensor, the full shape), may be of any
+ *  floating type (used in fp32), and is a constant (no gradient flows to
+ *  it). The mean divides by the number of elements, whatever the weights
+ *  (as torch); the mean of no element is NaN. Gradients, in the logits'
+ *  and targets' dtype, flow to the logits, w ((1 + (p - 1) t) sigmoid(x) -
+ *  p t), and, when they require one, to the targets, w (log sigmoid(-x) -
+ *  p log sigmoid(x)) (-w x without pos_weight), each times the output's
+ *  gradient (and 1/n for a mean). With NULL weights this is
+ *  ampx_bce_with_logits. options NULL: defaults.
+ *  Errors: those of ampx_bce_with_logits, SHAPE (a weight that does not
+ *  broadcast to the logits' shape), DTYPE (a weight not floating), DEVICE
+ *  (a weight of another context), INVALID_ARGUMENT (struct_size too small,
+ *  reduction). */
+AMPX_NODISCARD AMPX_API ampx_status ampx_bce_with_logits_ex(
+    ampx_tensor logits, ampx_tensor targets, ampx_tensor weight, ampx_tensor pos_weight,
+    const ampx_bce_with_logits_options *options, ampx_tensor *out);
+
 /** Options of ampx_scaled_dot_product_attention; fields are only appended. */
 typedef struct ampx_attention_options {
   size_t struct_size; /**< sizeof(ampx_attention_options) */
@@ -1652,8 +1868,8 @@ AMPX_API ampx_attention_options ampx_attention_options_default(void);
  *  [B, 1, 1, Tk]): a floating mask is added to them (use -inf to exclude a
  *  key); an I32 or I64 mask is torch's boolean one, non-zero where the key
  *  takes part (it is turned into an additive F32 copy first).
- *  A row whose every key is excluded gives zeros (and a zero gradient),
- *  where torch's math gives NaN. Dropout (options->dropout_p > 0) zeroes
+ *  A row whose every key is excluded gives zeros (and zero gradients), as
+ *  torch 2.5 and later do. Dropout (options->dropout_p > 0) zeroes
  *  each weight with that probability and scales the others by 1 / (1 - p);
  *  weight (b, h, i, j) is dropped exactly when ampx_dropout, drawing next on
  *  this context, would drop element (b, h, i, j) of a [B, H, Tq, Tk]
@@ -1709,7 +1925,8 @@ AMPX_API ampx_conv2d_options ampx_conv2d_options_default(void);
  *  Errors: SHAPE (x not 3-D or 4-D or without channels, rows or columns;
  *  weight not 4-D; groups not dividing the channels; weight's dimension 1
  *  not C / groups; a kernel larger than the padded input; bias not [O] --
- *  the message gives both shapes), DTYPE (not floating, types that differ
+ *  the message gives both shapes; dilation (kh - 1) + 1, H + 2 padding or
+ *  another size of the window beyond int64 -- the message names it), DTYPE (not floating, types that differ
  *  outside autocast), DEVICE, INVALID_ARGUMENT (struct_size too small, a
  *  stride or dilation under 1, negative padding, groups under 1),
  *  NOT_SUPPORTED (a backend without convolution: a CUDA context where
@@ -1726,7 +1943,8 @@ typedef struct ampx_pool2d_options {
   int64_t stride[2];         /**< each >= 1; (0, 0) selects the kernel size
                                   (torch's stride=None, the default) */
   int64_t padding[2];        /**< added on each side, at most half the
-                                  (dilated) kernel (0, 0) */
+                                  dilated kernel, (dilation (kernel - 1) +
+                                  1) / 2 (0, 0) */
   int64_t dilation[2];       /**< max pooling only; average takes (1, 1) */
   int32_t ceil_mode;         /**< non-zero: output extents round up (a last
                                   window may hang over the edge) (0) */
@@ -1750,11 +1968,16 @@ AMPX_API ampx_pool2d_options ampx_pool2d_options_default(void);
  *  OW). Padding never wins: the maximum is over the window's elements inside
  *  the image; a NaN wins, and of equal maxima the first (row-major) takes
  *  the gradient. Gradients flow to x. options NULL: defaults.
+ *  The cost does not grow with the kernel's extent: the part of each window
+ *  inside the image is found in constant time, so a kernel of 2^40 with
+ *  padding 2^39 on a 3x3 input costs what a 3x3 kernel does.
  *  Errors: SHAPE (x not 3-D or 4-D or without channels, rows or columns, a
- *  window that does not fit the padded input), DTYPE, DEVICE,
- *  INVALID_ARGUMENT (struct_size too small, a kernel extent or stride under
- *  1 -- stride (0, 0) excepted --, dilation under 1, negative padding or
- *  over half the dilated kernel), NOT_SUPPORTED. */
+ *  window that does not fit the padded input; dilation (kernel - 1) + 1 or
+ *  H + 2 padding beyond int64 -- the message names the expression, and a
+ *  dilated kernel beyond int64 is this error, not the padding's), DTYPE,
+ *  DEVICE, INVALID_ARGUMENT (struct_size too small, a kernel extent or
+ *  stride under 1 -- stride (0, 0) excepted --, dilation under 1, negative
+ *  padding or over half the dilated kernel), NOT_SUPPORTED. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_max_pool2d(ampx_tensor x, int64_t kernel_h,
                                                     int64_t kernel_w,
                                                     const ampx_pool2d_options *options,
@@ -1766,7 +1989,9 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_max_pool2d(ampx_tensor x, int64_t kerne
  *  when set, else by the window's size clipped to the padded image
  *  (count_include_pad) or to the image. Gradients flow to x. options NULL:
  *  defaults. Errors: those of ampx_max_pool2d, INVALID_ARGUMENT (a
- *  dilation other than (1, 1), divisor_override negative). */
+ *  dilation other than (1, 1), divisor_override negative), SHAPE (with
+ *  count_include_pad and no divisor_override, a divisor min(kernel_h,
+ *  H + 2 padding) * min(kernel_w, W + 2 padding) beyond int64). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_avg_pool2d(ampx_tensor x, int64_t kernel_h,
                                                     int64_t kernel_w,
                                                     const ampx_pool2d_options *options,
@@ -2040,12 +2265,89 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_grad_ready(ampx_tensor param);
  * every rank's parameters are bitwise identical.
  *
  * Collective calls: ampx_comm_from_mpi, ampx_comm_init_nccl and
- * ampx_data_parallel_create, and every call that completes a reduction, must
- * be made by every rank of the communicator, in the same order. A rank that
- * dies mid-step: under MPI the launcher (mpirun) ends the whole job; under
- * NCCL a host wait on a collective gives up after the communicator's
- * timeout (ampx_comm_set_timeout), aborts the communicator and fails with
- * AMPX_ERR_DEVICE. */
+ * ampx_data_parallel_create, and every call that completes a reduction or
+ * reads the wrapped gradients (ampx_backward, ampx_grad_ready,
+ * ampx_data_parallel_reduce, ampx_scaler_unscale, ampx_scaler_step,
+ * ampx_clip_grad_norm, ampx_clip_grad_value, ampx_optimizer_step,
+ * ampx_find_nonfinite_grads), must be made by every rank of the
+ * communicator, in the same order.
+ *
+ * found_inf. Each unscale MAX-reduces the scaler's found-inf over the
+ * ranks before anything reads it: what ampx_scaler_found_inf,
+ * ampx_optimizer_last_step_taken, the scaler's counters and the doctor's
+ * history (ampx_doctor_sample.found_inf) report is that agreed flag, the
+ * same on every rank. The doctor's per-parameter findings
+ * (first_overflow_param, overflow_params, the statistics) describe this
+ * rank's own gradients.
+ *
+ * No rank left waiting. A check that fails on one rank only is agreed on
+ * by every rank before any of them waits on another:
+ *  - ampx_data_parallel_create: every rank's own checks (a NULL or
+ *    wrong-type optimizer or out, a bad struct_size or option value, a
+ *    foreign-context, wrapped or mid-iteration optimizer) travel in its
+ *    first exchange; the rank fails with its own message, every other rank
+ *    with the same status and a message naming that rank.
+ *  - In a training step, a call that fails this rank's own checks (a NULL
+ *    or wrong-type scaler, a bad norm_type, max_norm or clip value) still
+ *    makes the collectives the other ranks make in it, and carries its
+ *    status in the buffers they reduce anyway, adding no host wait: the found-inf reduction of
+ *    an unscale (ampx_scaler_unscale, ampx_scaler_step) and, under ZeRO-1,
+ *    the partial norms of ampx_clip_grad_norm and the parameters gathered
+ *    after the step. There every rank fails the call -- this rank with its
+ *    own message, the others with its status, naming the rank and the
+ *    status -- and the wrapper is failed on every rank: each later
+ *    collective call through it fails at once (ORDER) until it is
+ *    released; wrap the optimizer again (after ampx_scaler_attach on every
+ *    rank: the failed unscale may have attached the scaler on some ranks
+ *    only) or save a checkpoint and end. The parameters, masters, moments
+ *    and the scale are as before the call (the gradients may be reduced
+ *    and unscaled; under ZeRO-1, a failure carried by the step's gather
+ *    leaves the other ranks' parts stepped, the failing rank's part not,
+ *    and every replica equal). Where every rank's own call failed alike,
+ *    nothing is failed: the call may be retried.
+ *  - A call whose only collective is completing the gradient reduction
+ *    (ampx_clip_grad_value, ampx_find_nonfinite_grads, and without ZeRO-1
+ *    ampx_clip_grad_norm and the step) completes it and fails on this rank
+ *    alone; the others go on, so retry the call (the reduction is done) or
+ *    end the job.
+ *  - An ampx_backward pass that fails on this rank part-way sends the
+ *    buckets it did not reach, so the others' reductions complete, and the
+ *    failure rides in the iteration's next verdict (an unscale, or ZeRO-1's
+ *    norms and gather).
+ *  - Checks of state -- the iteration's order (unscale twice, a step
+ *    before the unscale), synchronization turned off -- are taken to fail
+ *    alike on every rank, as every rank runs the same program: such a call
+ *    fails without collectives and changes nothing.
+ *  - What no rank can report: a NULL, released or wrong-type handle of the
+ *    object that leads to the others -- the communicator (to
+ *    ampx_data_parallel_create), the wrapper (to ampx_data_parallel_reduce),
+ *    the optimizer of a training-step call, the loss of ampx_backward --
+ *    ampx_backward's own argument checks, and a state that differs on one
+ *    rank (synchronization left off there). The other ranks then wait
+ *    until the communicator's timeout. On a CUDA context, where reading an
+ *    agreed status is a host wait, the other ranks do not fail in that
+ *    call: the unscale's verdict makes every rank skip the step on the
+ *    device, and they fail at their next wait on the communicator or its
+ *    timeout.
+ * A scaler attached (ampx_scaler_attach) before ampx_data_parallel_create
+ * is compared across ranks with the rest of the setup, and tells a rank
+ * whose scaler argument is bad what the others do.
+ *
+ * Timeouts. Nothing waits on a collective longer than the communicator's
+ * timeout (ampx_comm_set_timeout, default 600 s): MPI's are started
+ * nonblocking and each host wait polls them against it; NCCL's, which the
+ * host does not wait for in a step, are watched by a thread that polls an
+ * event after each, from when it was enqueued. Past it the communicator fails: its pending collectives
+ * are abandoned (ncclCommAbort ends NCCL's; MPI can neither cancel a
+ * collective nor, in Open MPI 4.1, revoke a communicator, so ampx keeps
+ * the MPI requests and the memory they may still write until the process
+ * ends), the call fails with AMPX_ERR_DEVICE and a message naming the
+ * collective that timed out, and every later call on the communicator or
+ * a wrapper using it fails alike, at once. Calls that need no collective
+ * still work, so the program can save a checkpoint
+ * (ampx_optimizer_save_state, ampx_checkpoint_file_save) and end -- under
+ * MPI without MPI_Finalize, which would wait for the abandoned collective.
+ * A rank that dies mid-step under mpirun ends the whole job. */
 
 /** A group of ranks, bound to one context. */
 typedef struct ampx_comm_s *ampx_comm;
@@ -2054,10 +2356,14 @@ typedef struct ampx_comm_s *ampx_comm;
  *  `mpi_comm` points to an MPI_Comm (e.g. `&comm`; with mpi4py,
  *  `MPI._addressof(comm)`). ampx duplicates it (MPI_Comm_dup), so its
  *  messages never mix with the host's; the host keeps owning its own. The
- *  MPI code lives in the plugin libampx_mpi.so, next to libampx (or the path
- *  the environment variable AMPX_MPI_PLUGIN names), built against one MPI
+ *  MPI code lives in the plugin libampx_mpi.so, built against one MPI
  *  implementation: the host must use that same MPI, initialised
- *  (MPI_Init) and not finalized. Collective over the MPI communicator.
+ *  (MPI_Init) and not finalized. Where it is loaded from: when the
+ *  environment variable AMPX_MPI_PLUGIN is set, only the path it names is
+ *  tried (a missing file there is NOT_SUPPORTED, even with a plugin beside
+ *  libampx), and `none` turns MPI support off; otherwise libampx_mpi.so
+ *  beside libampx, then by the dynamic loader's search path. The error
+ *  lists every path tried. Collective over the MPI communicator.
  *  Ownership: *out is the caller's (ampx_comm_release); it retains ctx.
  *  Threads: MPI is called on the calling thread only; an MPI initialised
  *  with MPI_THREAD_SINGLE or FUNNELED suffices when only that thread calls.
@@ -2108,16 +2414,21 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_comm_init_nccl(ampx_context ctx, const 
  *  either may be NULL. Errors: INVALID_ARGUMENT (comm NULL), STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_comm_rank(ampx_comm comm, int32_t *rank, int32_t *size);
 
-/** The longest a host wait on this communicator's collectives may take
- *  before ampx aborts the communicator (NCCL: ncclCommAbort) and fails with
- *  AMPX_ERR_DEVICE, instead of waiting forever for a rank that died; while
- *  it waits, ampx polls NCCL's asynchronous errors. Default 600 s. MPI
- *  calls cannot be interrupted: there the launcher ends the job.
- *  Errors: INVALID_ARGUMENT (seconds not finite or <= 0), STALE_HANDLE. */
+/** The longest the host waits for this communicator's collectives (MPI:
+ *  each wait polls them against it) and the longest a collective may stay
+ *  incomplete after it was enqueued (NCCL: watched by a thread), before
+ *  the communicator fails: its pending collectives are abandoned (NCCL:
+ *  ncclCommAbort), the call fails with AMPX_ERR_DEVICE and a message naming
+ *  the collective that timed out, and every later call on the communicator
+ *  fails so (see Timeouts above). While it waits, ampx polls NCCL's
+ *  asynchronous errors. Default 600 s; applies from the next wait on. Not
+ *  collective: set the same value on every rank. Errors: INVALID_ARGUMENT
+ *  (seconds not finite or <= 0), STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_comm_set_timeout(ampx_comm comm, double seconds);
 
 /** Releases the caller's reference; the communicator lives on while a
- *  data-parallel wrapper uses it. Pending collectives are completed first.
+ *  data-parallel wrapper uses it. Pending collectives are completed first
+ *  (within the timeout); a failed communicator's are left abandoned.
  *  NULL is a no-op; a stale handle only sets the last error. */
 AMPX_API void ampx_comm_release(ampx_comm comm);
 
@@ -2129,14 +2440,18 @@ typedef struct ampx_data_parallel_options {
   size_t struct_size;        /**< sizeof(ampx_data_parallel_options) */
   size_t bucket_bytes;       /**< gradient bytes per bucket: 25 MiB (DDP's bucket_cap_mb) */
   size_t first_bucket_bytes; /**< the first bucket of each dtype, reduced first: 1 MiB */
-  int32_t average;           /**< 1: gradients averaged over ranks (sum / world size,
-                                  the division done before the sum, as DDP does);
+  int32_t average;           /**< non-zero: gradients averaged over ranks (sum / world
+                                  size, the division done before the sum, as DDP does);
                                   0: summed. Default 1. */
-  int32_t reduce_in_fp32;    /**< 1: F16/BF16 gradients are converted to fp32, reduced
-                                  in fp32 and rounded back once; 0 (default): reduced
-                                  in their own dtype */
-  int32_t overlap;           /**< 1 (default): buckets are reduced while backward
-                                  runs; 0: all after it (for comparison) */
+  int32_t reduce_in_fp32;    /**< non-zero: F16/BF16 gradients are converted to fp32,
+                                  reduced in fp32 and rounded back once to their
+                                  dtype before the step reads them (under ZeRO-1 too:
+                                  each rank's part, so ZeRO-0 and ZeRO-1 step alike,
+                                  bit for bit, except that clipping's norm is formed
+                                  from the ranks' partial norms); 0 (default):
+                                  reduced in their own dtype */
+  int32_t overlap;           /**< non-zero (default): buckets are reduced while
+                                  backward runs; 0: all after it (for comparison) */
   int32_t zero_stage;        /**< 0 (default): every rank keeps the whole optimizer
                                   state. 1: ZeRO stage 1 -- each bucket is
                                   reduce-scattered, and this rank keeps the fp32
@@ -2162,13 +2477,27 @@ typedef struct ampx_data_parallel_options {
 AMPX_API ampx_data_parallel_options ampx_data_parallel_options_default(void);
 
 /** Wraps `optimizer` for data-parallel training over `comm`. Collective:
- *  every rank calls it with the same parameters -- the optimizer's
- *  parameters in order, with equal count, dtypes and shapes -- which it
- *  checks: a mismatch fails on every rank with a message naming the first
- *  difference (parameter index, rank, both descriptions), and a rank whose
- *  own arguments are wrong makes every rank fail with its message, never a
- *  hang. It then broadcasts rank 0's parameters, fp32 master weights and
- *  moments to every rank, and makes the gradient buckets (reverse
+ *  every rank calls it with the same setup, which it checks before
+ *  anything changes:
+ *   - these must be equal on every rank, else every rank fails naming the
+ *     first difference and both values ("zero_stage: rank 1 has 1, rank 0
+ *     has 0"): the options (bucket_bytes, first_bucket_bytes, and average,
+ *     reduce_in_fp32 and overlap as flags, zero_stage); the optimizer's
+ *     kind (SGD, Adam, AdamW) and hyperparameters (momentum, dampening,
+ *     nesterov, betas, eps, amsgrad, maximize); its param groups, each
+ *     group's lr, weight decay and schedule (section 17); whether a scaler
+ *     is attached (ampx_scaler_attach) and, if so, its options and state
+ *     (scale, growth tracker, hysteresis allowance); and the parameters in
+ *     order, with their count, dtypes, shapes and groups ("parameter 1 is
+ *     f32[3, 4] on rank 1 but f32[4, 3] on rank 0");
+ *   - rank 0's values are broadcast to every rank: the parameters, fp32
+ *     master weights, moments, each parameter's step count (Adam's bias
+ *     correction) and the optimizer's steps taken (the schedules'
+ *     position), so the replicas start bitwise equal whatever each rank
+ *     held before.
+ *  A rank whose own arguments are wrong makes every rank fail, never a
+ *  hang (see "No rank left waiting" above; a bad `comm` is the one case no
+ *  rank can report). It then makes the gradient buckets (reverse
  *  parameter order, one dtype per bucket): each parameter's gradient
  *  becomes a view of its bucket (a gradient already attached is copied in
  *  and released). Keep those gradients attached: ampx_optimizer_zero_grad
@@ -2176,22 +2505,23 @@ AMPX_API ampx_data_parallel_options ampx_data_parallel_options_default(void);
  *  next backward fail (AMPX_ERR_ORDER). A parameter no backward reaches has
  *  a zero gradient, and the optimizer steps it with that, as DDP does.
  *  The optimizer's param groups are fixed from here on (ampx_optimizer_add_
- *  param_group is refused). options NULL: the defaults.
+ *  group is refused). options NULL: the defaults.
  *  Ownership: *out is the caller's (ampx_data_parallel_release); it retains
  *  comm and optimizer.
  *  Errors: INVALID_ARGUMENT (a NULL argument; bucket sizes 0; zero_stage
- *  not 0 or 1; an optimizer already wrapped; parameters that differ across
- *  ranks); DEVICE (comm and
- *  optimizer of different contexts, or a communicator that was aborted);
- *  ORDER (the optimizer is between unscale/step and update); STALE_HANDLE;
- *  OUT_OF_MEMORY. On error nothing changed on this rank. */
+ *  not 0 or 1; an optimizer already wrapped; setups or parameters that
+ *  differ across ranks); DEVICE (comm and optimizer of different
+ *  contexts, or a communicator that failed); ORDER (the optimizer is
+ *  between unscale/step and update); STALE_HANDLE; OUT_OF_MEMORY; any of
+ *  these with another rank's status when that rank failed. On error
+ *  nothing changed on this rank. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_create(
     ampx_comm comm, ampx_optimizer optimizer, const ampx_data_parallel_options *options,
     ampx_data_parallel *out);
 
 /** Gradient accumulation (DDP's no_sync): with sync 0, backward passes only
- *  accumulate, and nothing is communicated; turn it back on (1) before the
- *  last micro-batch's backward, whose pass reduces the sum. Reading the
+ *  accumulate, and nothing is communicated; turn it back on (non-zero)
+ *  before the last micro-batch's backward, whose pass reduces the sum. Reading the
  *  gradients for an update while it is off (unscale, clip, step) is refused
  *  (AMPX_ERR_ORDER): each rank would step on its own gradients.
  *  Errors: ORDER (turning it off while buckets of the iteration are being
@@ -2205,7 +2535,8 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_set_sync(ampx_data_parall
  *  call sends the rest; an engine that signals none reduces everything
  *  here). Collective. Does nothing when the gradients are reduced already
  *  (ampx_backward reduces them as it ends; the first read does the same).
- *  Errors: ORDER (sync off); DEVICE; INVALID_ARGUMENT; STALE_HANDLE. */
+ *  Errors: ORDER (sync off; the wrapper failed, see above); DEVICE (the
+ *  communicator failed or timed out); INVALID_ARGUMENT; STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_reduce(ampx_data_parallel dp);
 
 /** What ampx_data_parallel_get_stats reports. */
@@ -2232,10 +2563,11 @@ typedef struct ampx_data_parallel_stats {
 AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_get_stats(ampx_data_parallel dp,
                                                                  ampx_data_parallel_stats *stats);
 
-/** Releases the wrapper: pending reductions are completed, the optimizer
- *  reads its gradients as they are from then on, and the gradient views
- *  stay attached to the parameters. NULL is a no-op; a stale handle only
- *  sets the last error. */
+/** Releases the wrapper: pending reductions are completed (within the
+ *  timeout; not on a failed communicator), the optimizer reads its
+ *  gradients as they are from then on, and the gradient views stay
+ *  attached to the parameters. NULL is a no-op; a stale handle only sets
+ *  the last error. */
 AMPX_API void ampx_data_parallel_release(ampx_data_parallel dp);
 
 /* ========================================================================== */
@@ -2381,7 +2713,8 @@ typedef struct ampx_doctor_sample {
   int64_t step;                 /**< the optimizer step, counted from 1 */
   double scale;                 /**< the scale the step's gradients carried */
   int32_t found_inf;            /**< 1: a gradient was not finite (with an enabled
-                                     scaler: the step overflowed and was skipped) */
+                                     scaler: the step overflowed and was skipped;
+                                     data-parallel: on any rank, see section 14) */
   int32_t sampled;              /**< 1: statistics were taken on this step */
   double grad_norm;             /**< sampled steps: L2 norm of the finite true gradients */
   int32_t first_overflow_param; /**< the parameter backward reached first among those
@@ -2547,7 +2880,10 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_fp8_summary(ampx_fp8_recipe reci
  * end - begin of its data_offsets; ranges that tile the data area exactly
  * (each tensor starts where the one before it ends, from byte 0 to the end
  * of the file: nothing overlaps, nothing is left over); "__metadata__", if
- * present, an object of strings; and, against attacks on the parser's
+ * present, an object of strings, or null, which reads as no metadata (as
+ * the reference implementation, PyPI safetensors 0.8, reads it; any other
+ * value, and a metadata value that is not a string, null included, is
+ * refused, as there); and, against attacks on the parser's
  * memory, nesting at most 32 deep and arrays of at most 1024 elements
  * (real headers nest three deep; their arrays hold a shape or two
  * offsets). A file that breaks any rule is AMPX_ERR_CORRUPT with a message
@@ -2607,7 +2943,8 @@ typedef struct ampx_safetensors_s *ampx_safetensors;
  *  repeated key; a string that is not UTF-8); STALE_HANDLE; IO (the
  *  temporary file cannot be created, written, flushed or renamed -- `path`
  *  is then unchanged and the temporary file removed); OUT_OF_MEMORY;
- *  DEVICE. */
+ *  DEVICE; SHAPE (the tensors' bytes add up past 2^63 - 1, as views of one
+ *  large base can: no file offset may). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_safetensors_save(
     const char *path, const ampx_tensor *tensors, const char *const *names, size_t count,
     const char *const *metadata_keys, const char *const *metadata_values, size_t metadata_count);

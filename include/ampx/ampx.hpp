@@ -302,6 +302,8 @@ class Scaler : public detail::Owner<ampx_scaler, ampx_scaler_release> {
     check(ampx_scaler_scale_loss(get(), loss.get(), &t));
     return Tensor(t);
   }
+  // x * (1 / scale), recorded (the gradient-penalty recipe, ampx.h section 9).
+  inline Tensor unscale_tensor(const Tensor& x) const;
   ampx_scaler_state state() const {
     ampx_scaler_state s{};
     s.struct_size = sizeof s;
@@ -420,6 +422,16 @@ class DataParallel : public detail::Owner<ampx_data_parallel, ampx_data_parallel
 inline void backward(const Tensor& loss) { check(ampx_backward(loss.get(), nullptr)); }
 inline void backward(const Tensor& loss, const Scaler& scaler) {
   check(ampx_backward(loss.get(), scaler.get()));
+}
+
+// ampx_backward_ex: backward with retain_graph / create_graph (scaler may
+// be null).
+inline void backward(const Tensor& loss, const Scaler* scaler, bool retain_graph,
+                     bool create_graph = false) {
+  ampx_backward_options o = ampx_backward_options_default();
+  o.retain_graph = retain_graph ? 1 : 0;
+  o.create_graph = create_graph ? 1 : 0;
+  check(ampx_backward_ex(loss.get(), scaler ? scaler->get() : nullptr, &o));
 }
 
 // Sets grad mode on the context for the guard's lifetime, then restores the
@@ -673,6 +685,18 @@ inline Tensor bce_with_logits(const Tensor& logits, const Tensor& targets,
   });
 }
 
+// With torch's weight and pos_weight (an empty Tensor(): none).
+inline Tensor bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& weight,
+                              const Tensor& pos_weight,
+                              ampx_reduction reduction = AMPX_REDUCTION_MEAN) {
+  ampx_bce_with_logits_options options = ampx_bce_with_logits_options_default();
+  options.reduction = reduction;
+  return detail::run_op(logits.get(), [&](ampx_tensor* out) {
+    return ampx_bce_with_logits_ex(logits.get(), targets.get(), weight.get(), pos_weight.get(),
+                                   &options, out);
+  });
+}
+
 // An empty Tensor() as bias means none.
 inline Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                      ampx_activation activation = AMPX_ACTIVATION_NONE) {
@@ -812,6 +836,71 @@ std::vector<Tensor> run_multi_op(ampx_tensor any_input, size_t capacity, Call ca
 }
 
 }  // namespace detail
+
+inline Tensor Scaler::unscale_tensor(const Tensor& x) const {
+  return detail::run_op(x.get(), [&](ampx_tensor* out) {
+    return ampx_scaler_unscale_tensor(get(), x.get(), out);
+  });
+}
+
+// Options of grad, as torch.autograd.grad's keywords (retain_graph -1:
+// the value of create_graph).
+struct GradOptions {
+  bool create_graph = false;
+  int retain_graph = -1;
+  bool allow_unused = false;
+};
+
+// torch.autograd.grad(outputs, inputs, grad_outputs, ...): one gradient per
+// input, owned by the caller (an empty Tensor for an unused input with
+// allow_unused). grad_outputs empty, or one per output (null entries:
+// ones, for one-element outputs).
+inline std::vector<Tensor> grad(const std::vector<const Tensor*>& outputs,
+                                const std::vector<const Tensor*>& inputs,
+                                const std::vector<const Tensor*>& grad_outputs = {},
+                                GradOptions options = GradOptions()) {
+  std::vector<ampx_tensor> outs, ins, seeds;
+  for (const Tensor* t : outputs) outs.push_back(t ? t->get() : nullptr);
+  for (const Tensor* t : inputs) ins.push_back(t ? t->get() : nullptr);
+  for (const Tensor* t : grad_outputs) seeds.push_back(t ? t->get() : nullptr);
+  ampx_grad_options o = ampx_grad_options_default();
+  o.create_graph = options.create_graph ? 1 : 0;
+  o.retain_graph = options.retain_graph;
+  o.allow_unused = options.allow_unused ? 1 : 0;
+  std::vector<ampx_tensor> grads(ins.size(), nullptr);
+  const auto call = [&] {
+    return ampx_grad(outs.data(), outs.size(), seeds.empty() ? nullptr : seeds.data(), ins.data(),
+                     ins.size(), &o, grads.data());
+  };
+  ampx_context ctx = nullptr;
+  if (outs.empty() || ampx_tensor_context(outs[0], &ctx) != AMPX_OK) {
+    const ampx_status status = call();  // its own message names what is wrong
+    throw Error(status != AMPX_OK ? status : AMPX_ERR_INVALID_ARGUMENT, ampx_last_error());
+  }
+  check(ampx_scope_push(ctx));
+  ampx_status status = call();
+  std::vector<Tensor> result;
+  for (size_t i = 0; status == AMPX_OK && i < grads.size(); ++i) {
+    if (!grads[i]) {
+      result.emplace_back();
+      continue;
+    }
+    status = ampx_tensor_retain(grads[i]);
+    if (status == AMPX_OK) result.emplace_back(grads[i]);
+  }
+  if (status != AMPX_OK) {
+    Error error(status, ampx_last_error());
+    (void)ampx_scope_pop(ctx);
+    throw error;
+  }
+  check(ampx_scope_pop(ctx));
+  return result;
+}
+
+// The gradient of a one-element output with respect to one input.
+inline Tensor grad(const Tensor& output, const Tensor& input, GradOptions options = GradOptions()) {
+  return std::move(grad({&output}, {&input}, {}, options)[0]);
+}
 
 // Pieces of sizes[k] along dim, as torch.split(x, sizes, dim).
 inline std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes,

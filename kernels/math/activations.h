@@ -96,6 +96,32 @@ struct GeluTanh {
   AMPX_HD static float backward(float x, float dy) { return dy * derivative(x); }
 };
 
+// The derivatives of gelu and gelu_tanh as element-wise functions of their
+// own: the create_graph formulas of those activations' backward passes
+// (dx = dy * f'(x)) apply them, and their backward passes are the second
+// derivatives. gelu'' = phi(x) (2 - x^2); gelu_tanh'' = s' (2 z' + x z'' +
+// x z'^2 (1 - 2 s)) with z = 2u, s = sigmoid(z), s' = s (1 - s), z' = 2
+// sqrt(2/pi) (1 + 3 * 0.044715 x^2) and z'' = 12 sqrt(2/pi) 0.044715 x.
+// Both vanish at +-inf (their limits), not NaN.
+struct GeluDerivative {
+  AMPX_HD static float forward(float x) { return Gelu::derivative(x); }
+  AMPX_HD static float backward(float x, float dy) {
+    const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
+    return dy * slope_term(2.0f - x * x, pdf);
+  }
+};
+
+struct GeluTanhDerivative {
+  AMPX_HD static float forward(float x) { return GeluTanh::derivative(x); }
+  AMPX_HD static float backward(float x, float dy) {
+    const SigmoidSlope s = sigmoid_with_slope(GeluTanh::twice_u(x));
+    const float dz = 2.0f * kSqrt2OverPi * (1.0f + 3.0f * kGeluTanhCubic * x * x);
+    const float x_ddz = 12.0f * kSqrt2OverPi * kGeluTanhCubic * x * x;
+    const float bracket = 2.0f * dz + x_ddz + x * dz * dz * (1.0f - 2.0f * s.value);
+    return dy * slope_term(bracket, s.slope);
+  }
+};
+
 // x * sigmoid(x); derivative sigmoid(x) + x * sigmoid'(x).
 struct Silu {
   AMPX_HD static float forward(float x) {

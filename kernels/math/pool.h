@@ -18,12 +18,22 @@ struct PoolSpan {
   int64_t start, first, last;  // taps [first, last) fall inside the image
 };
 
+// The taps inside the image by division, in O(1) however large the kernel
+// (a walk over the taps would take 2^39 steps for a kernel of 2^40 with
+// padding 2^39 on a 3x3 image):
+//   first = min(kernel, ceil(-start / dilation))  when start < 0, else 0
+//   last  = min(kernel, ceil((in - start) / dilation)), at least first.
+// No term wraps for a window the front door accepted (backend_conv.cpp):
+// -start <= pad and in - start <= in + 2 pad, both in int64; the ceilings
+// are taken as (x - 1) / d + 1, never as (x + d - 1) / d.
 AMPX_HD PoolSpan pool_span(int64_t out_index, int64_t stride, int64_t pad, int64_t kernel,
                            int64_t dilation, int64_t in) {
-  PoolSpan span{out_index * stride - pad, 0, kernel};
-  while (span.first < kernel && span.start + span.first * dilation < 0) ++span.first;
-  while (span.last > span.first && span.start + (span.last - 1) * dilation >= in) --span.last;
-  return span;
+  const int64_t start = out_index * stride - pad;
+  int64_t first = start >= 0 ? 0 : (-start - 1) / dilation + 1;
+  int64_t last = in - start <= 0 ? 0 : (in - start - 1) / dilation + 1;
+  first = first < kernel ? first : kernel;
+  last = last < kernel ? last : kernel;
+  return {start, first, last > first ? last : first};
 }
 
 // The plane index of the maximum of output (p, q)'s window (a NaN wins --
@@ -63,15 +73,20 @@ struct AverageWindow {
   float divisor;
 };
 
+// The window's end is min(start + kernel, in + pad), compared as kernel <
+// in + pad - start (at most in + 2 pad) so that no sum can wrap; its size
+// clipped to the padded image is a product the front door checked
+// (padded_window_size) and is formed only when it is the divisor.
 AMPX_HD AverageWindow pool_average_window(const Pool2dShape& s, int64_t p, int64_t q) {
   int64_t r0 = p * s.stride_h - s.pad_h, c0 = q * s.stride_w - s.pad_w;
-  int64_t r1 = r0 + s.kernel_h < s.in_h + s.pad_h ? r0 + s.kernel_h : s.in_h + s.pad_h;
-  int64_t c1 = c0 + s.kernel_w < s.in_w + s.pad_w ? c0 + s.kernel_w : s.in_w + s.pad_w;
-  const int64_t padded = (r1 - r0) * (c1 - c0);
+  int64_t r1 = s.kernel_h < s.in_h + s.pad_h - r0 ? r0 + s.kernel_h : s.in_h + s.pad_h;
+  int64_t c1 = s.kernel_w < s.in_w + s.pad_w - c0 ? c0 + s.kernel_w : s.in_w + s.pad_w;
+  const bool by_padded = s.divisor == 0 && s.count_include_pad;
+  const int64_t padded = by_padded ? (r1 - r0) * (c1 - c0) : 0;
   r0 = r0 > 0 ? r0 : 0, c0 = c0 > 0 ? c0 : 0;
   r1 = r1 < s.in_h ? r1 : s.in_h, c1 = c1 < s.in_w ? c1 : s.in_w;
   const int64_t inside = (r1 > r0 ? r1 - r0 : 0) * (c1 > c0 ? c1 - c0 : 0);
-  const int64_t divisor = s.divisor ? s.divisor : s.count_include_pad ? padded : inside;
+  const int64_t divisor = s.divisor ? s.divisor : by_padded ? padded : inside;
   return {r0, r1, c0, c1, static_cast<float>(divisor)};
 }
 
@@ -84,8 +99,10 @@ struct OutputRange {
 AMPX_HD OutputRange pool_outputs_covering(int64_t a, int64_t stride, int64_t pad, int64_t kernel,
                                           int64_t dilation, int64_t out) {
   // Output p covers a when p * stride - pad <= a <= p * stride - pad + (kernel - 1) * dilation.
+  // (kernel - 1) * dilation fits (the front door checked it); the ceiling
+  // is taken without adding stride - 1, which could wrap.
   const int64_t reach = a + pad - (kernel - 1) * dilation;
-  int64_t first = reach <= 0 ? 0 : (reach + stride - 1) / stride;
+  int64_t first = reach <= 0 ? 0 : (reach - 1) / stride + 1;
   int64_t last = (a + pad) / stride + 1;
   if (last > out) last = out;
   if (first > last) first = last;

@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <cmath>
 
+#include "autograd/tape.h"
 #include "core/error.h"
 #include "math/convert.h"
 #include "optim/optimizer.h"
@@ -26,6 +27,51 @@ void check_scale_value(double value, const char* name) {
 void check_scale_bound(double value, const char* name) {
   if (value != 0.0) check_scale_value(value, name);
 }
+
+// x times the scale (or its reciprocal, inverse), in `dtype`, recorded on
+// the tape: ampx_scaler_scale_loss and ampx_scaler_unscale_tensor. The node
+// keeps a copy of the scale the forward used, so an update between the
+// passes does not change the backward.
+class ScaleNode final : public Node {
+ public:
+  bool inverse = false;
+  TensorRef scale;  // F32 [1]
+  const char* name() const override { return inverse ? "unscale_tensor" : "scale_loss"; }
+  bool reads_input(size_t) const override { return false; }
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    std::vector<TensorRef> result;
+    result.emplace_back(scaled(ctx, *grads[0], *scale, inverse, inputs[0]->dtype, false));
+    return result;
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext& ctx,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    std::vector<TensorRef> result;
+    result.emplace_back(scaled(ctx, *grads[0], *scale, inverse, inputs[0]->dtype, true));
+    return result;
+  }
+
+  // x * scale (or / scale) into a new tensor of `dtype`, recorded when
+  // `record` and x carries gradients.
+  static DeviceTensor* scaled(DeviceContext& ctx, DeviceTensor& x, DeviceTensor& scale,
+                              bool inverse, DType dtype, bool record_it) {
+    AmpPrimitives& amp = ctx.backend().require<AmpPrimitives>(inverse ? "unscale_tensor"
+                                                                       : "scale_loss");
+    TensorRef out(DeviceTensor::empty(ctx, dtype, x.shape));
+    if (x.numel() > 0)
+      amp.multi_tensor_scale({{x.data(), x.dtype, x.numel()}}, {{out->data(), dtype, x.numel()}},
+                             static_cast<const float*>(scale.data()), inverse, nullptr);
+    if (record_it && should_record(ctx, {&x})) {
+      auto node = std::make_unique<ScaleNode>();
+      node->inverse = inverse;
+      node->scale = retained(scale);
+      node->inputs.push_back(retained(x));
+      record(ctx, std::move(node), {out.get()});
+    }
+    return out.take();
+  }
+};
 
 }  // namespace
 
@@ -112,17 +158,26 @@ void LossScaler::attach(FusedOptimizer& optimizer) {
   optimizer.amp_state = AmpState::Ready;
 }
 
-DeviceTensor* LossScaler::scale_loss(const DeviceTensor& loss) {
+DeviceTensor* LossScaler::scale_loss(DeviceTensor& loss) {
   if (loss.ctx != ctx_) fail(AMPX_ERR_DEVICE, "'loss' belongs to a different context than the scaler");
   if (!is_floating(loss.dtype))
     fail(AMPX_ERR_DTYPE, "'loss' is ", loss.describe(), "; a loss is f32, f16 or bf16");
-  AmpPrimitives& amp = ctx_->backend().require<AmpPrimitives>("scale_loss");
-  TensorRef out(DeviceTensor::empty(*ctx_, DType::F32, loss.shape));
-  const TensorSpan in{loss.data(), loss.dtype, loss.numel()};
-  const TensorSpan result{out->data(), DType::F32, out->numel()};
   // A disabled scaler's device scale is 1, so this is a plain f32 copy.
-  amp.multi_tensor_scale({in}, {result}, static_cast<const float*>(scale_->data()), false, nullptr);
-  return out.take();
+  return ScaleNode::scaled(*ctx_, loss, *scale_snapshot(), false,
+                           DType::F32, true);
+}
+
+DeviceTensor* LossScaler::unscale_tensor(DeviceTensor& x) {
+  if (x.ctx != ctx_) fail(AMPX_ERR_DEVICE, "'x' belongs to a different context than the scaler");
+  if (!is_floating(x.dtype))
+    fail(AMPX_ERR_DTYPE, "'x' is ", x.describe(), "; only floating tensors are unscaled");
+  return ScaleNode::scaled(*ctx_, x, *scale_snapshot(), true, x.dtype, true);
+}
+
+TensorRef LossScaler::scale_snapshot() const {
+  TensorRef copy(DeviceTensor::empty(*ctx_, DType::F32, scale_->shape));
+  ctx_->backend().copy(copy->data(), scale_->data(), scale_->nbytes());
+  return copy;
 }
 
 void LossScaler::unscale(FusedOptimizer& optimizer) {

@@ -43,7 +43,11 @@ class LossScaler : public Object {
   // Throws unless `optimizer` is attached to this scaler or can be.
   void check_attachable(const FusedOptimizer& optimizer) const;
   void attach(FusedOptimizer& optimizer);
-  DeviceTensor* scale_loss(const DeviceTensor& loss);
+  // loss * scale (F32) and x * (1 / scale) (x's dtype): new tensors,
+  // recorded on the tape (their backward multiplies by the same factor,
+  // the scale as it was when they ran).
+  DeviceTensor* scale_loss(DeviceTensor& loss);
+  DeviceTensor* unscale_tensor(DeviceTensor& x);
   DeviceTensor& scale_tensor() const { return *scale_; }
   void unscale(FusedOptimizer& optimizer);
   void step(FusedOptimizer& optimizer);
@@ -73,6 +77,7 @@ class LossScaler : public Object {
     delete static_cast<LossScaler*>(shell);
   }  // see FusedOptimizer: release() frees, the shell owns nothing
   math::ScalerConfig config() const;
+  TensorRef scale_snapshot() const;  // a copy of the device scale
 
   DeviceContext* ctx_;
   ScalerOptions options_;

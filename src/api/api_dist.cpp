@@ -101,19 +101,30 @@ ampx_status ampx_data_parallel_create(ampx_comm comm, ampx_optimizer optimizer,
                                       const ampx_data_parallel_options* options,
                                       ampx_data_parallel* out) {
   return guard(__func__, [&] {
+    // Without a communicator this rank cannot tell the others anything.
     Communicator& c = comm_arg(comm, "comm");
-    auto& o = object_arg<FusedOptimizer>(optimizer, "optimizer", "an ampx_optimizer");
-    require_pointer(out, "out");
-    const ampx_data_parallel_options given =
-        read_options(options, ampx_data_parallel_options_default(), "options");
+    // Every other check is this rank's own: its failure is agreed on with
+    // the other ranks (DataParallel::create), so that none waits for it.
+    FusedOptimizer* o = nullptr;
     DataParallelOptions dp;
-    dp.bucket_bytes = given.bucket_bytes;
-    dp.first_bucket_bytes = given.first_bucket_bytes;
-    dp.average = given.average != 0;
-    dp.reduce_in_fp32 = given.reduce_in_fp32 != 0;
-    dp.overlap = given.overlap != 0;
-    dp.zero_stage = given.zero_stage;
-    *out = reinterpret_cast<ampx_data_parallel>(DataParallel::create(c, o, dp));
+    DataParallel::OwnFailure own;
+    try {
+      o = &object_arg<FusedOptimizer>(optimizer, "optimizer", "an ampx_optimizer");
+      require_pointer(out, "out");
+      const ampx_data_parallel_options given =
+          read_options(options, ampx_data_parallel_options_default(), "options");
+      dp.bucket_bytes = given.bucket_bytes;
+      dp.first_bucket_bytes = given.first_bucket_bytes;
+      dp.average = given.average != 0;
+      dp.reduce_in_fp32 = given.reduce_in_fp32 != 0;
+      dp.overlap = given.overlap != 0;
+      dp.zero_stage = given.zero_stage;
+    } catch (const StatusError& e) {
+      own.status = e.status();
+      own.message = e.what();
+    }
+    DataParallel* made = DataParallel::create(c, o, dp, own);
+    *out = reinterpret_cast<ampx_data_parallel>(made);
   });
 }
 

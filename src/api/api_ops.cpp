@@ -85,6 +85,67 @@ ampx_status ampx_backward(ampx_tensor loss, ampx_scaler scaler) {
   });
 }
 
+ampx_grad_options ampx_grad_options_default(void) {
+  ampx_grad_options options = AMPX_GRAD_OPTIONS_INIT;
+  return options;
+}
+
+ampx_backward_options ampx_backward_options_default(void) {
+  ampx_backward_options options = AMPX_BACKWARD_OPTIONS_INIT;
+  return options;
+}
+
+ampx_status ampx_backward_ex(ampx_tensor loss, ampx_scaler scaler,
+                             const ampx_backward_options* options) {
+  return guard(__func__, [&] {
+    DeviceTensor& l = tensor_arg(loss, "loss");
+    LossScaler* s = scaler ? &object_arg<LossScaler>(scaler, "scaler", "an ampx_scaler") : nullptr;
+    const ampx_backward_options o =
+        read_options(options, ampx_backward_options_default(), "options");
+    const bool create = o.create_graph != 0;
+    backward_ex(l, s, o.retain_graph < 0 ? create : o.retain_graph != 0, create);
+  });
+}
+
+ampx_status ampx_grad(const ampx_tensor* outputs, size_t output_count,
+                      const ampx_tensor* grad_outputs, const ampx_tensor* inputs,
+                      size_t input_count, const ampx_grad_options* options, ampx_tensor* grads) {
+  return guard(__func__, [&] {
+    GradRequest request;
+    request.outputs = tensor_list_arg(outputs, output_count, "outputs");
+    request.inputs = tensor_list_arg(inputs, input_count, "inputs");
+    require_pointer(grads, "grads");
+    if (grad_outputs) {
+      for (size_t i = 0; i < output_count; ++i) {
+        const std::string name = cat("grad_outputs[", i, "]");
+        request.grad_outputs.push_back(grad_outputs[i] ? &tensor_arg(grad_outputs[i], name.c_str())
+                                                       : nullptr);
+      }
+    }
+    const ampx_grad_options o = read_options(options, ampx_grad_options_default(), "options");
+    request.create_graph = o.create_graph != 0;
+    request.retain_graph = o.retain_graph < 0 ? request.create_graph : o.retain_graph != 0;
+    request.allow_unused = o.allow_unused != 0;
+    if (request.outputs.empty())
+      fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'output_count' is 0; ampx_grad needs an output");
+    DeviceContext& ctx = *request.outputs[0]->ctx;
+    // Room in the scope first: once the walk ran (and maybe freed records),
+    // handing out the gradients must not fail.
+    AutogradState& state = autograd_state(ctx);
+    if (!state.scopes.empty()) state.scopes.back().reserve(state.scopes.back().size() + input_count);
+    std::vector<TensorRef> result = grad(ctx, request);
+    for (size_t i = 0; i < result.size(); ++i)
+      grads[i] = result[i] ? to_handle(deliver(ctx, std::move(result[i]))) : nullptr;
+  });
+}
+
+ampx_status ampx_scaler_unscale_tensor(ampx_scaler scaler, ampx_tensor x, ampx_tensor* out) {
+  return run_op(__func__, out, [&] {
+    LossScaler& s = object_arg<LossScaler>(scaler, "scaler", "an ampx_scaler");
+    return s.unscale_tensor(tensor_arg(x, "x"));
+  });
+}
+
 ampx_status ampx_scope_push(ampx_context ctx) {
   return guard(__func__, [&] { autograd_state(context_arg(ctx, "ctx")).scopes.emplace_back(); });
 }

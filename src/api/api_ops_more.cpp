@@ -129,4 +129,23 @@ ampx_status ampx_bce_with_logits(ampx_tensor logits, ampx_tensor targets, ampx_r
   });
 }
 
+ampx_bce_with_logits_options ampx_bce_with_logits_options_default(void) {
+  ampx_bce_with_logits_options options = AMPX_BCE_WITH_LOGITS_OPTIONS_INIT;
+  return options;
+}
+
+ampx_status ampx_bce_with_logits_ex(ampx_tensor logits, ampx_tensor targets, ampx_tensor weight,
+                                    ampx_tensor pos_weight,
+                                    const ampx_bce_with_logits_options* options,
+                                    ampx_tensor* out) {
+  return run_op(__func__, out, [&] {
+    const ampx_bce_with_logits_options o =
+        read_options(options, ampx_bce_with_logits_options_default(), "options");
+    return op_bce_with_logits(tensor_arg(logits, "logits"), tensor_arg(targets, "targets"),
+                              reduction_arg(o.reduction),
+                              weight ? &tensor_arg(weight, "weight") : nullptr,
+                              pos_weight ? &tensor_arg(pos_weight, "pos_weight") : nullptr);
+  });
+}
+
 }  // extern "C"

@@ -24,6 +24,52 @@ LossScaler& scaler_arg(ampx_scaler handle, const char* arg) {
 
 bool flag(int32_t value) { return value != 0; }
 
+// While a data-parallel wrapper reduces an optimizer's gradients, a call
+// that reads them is collective (section 14). `call` says what the other
+// ranks do in it, judged from this rank's state (the same on every rank:
+// checks of state -- the iteration's order, synchronization off -- fail
+// alike everywhere, so only a rank whose own arguments fail makes the
+// call's collectives alone); nullptr: none. When the body fails, the
+// wrapper makes the collectives it did not reach, carrying the failure, so
+// that no rank waits for this one.
+using Call = GradientSync::Call;
+
+template <class Body>
+void collective(FusedOptimizer& o, const Call* call, const char* op, Body&& body) {
+  GradientSync* sync = o.grad_sync;
+  if (!sync || !call) {
+    body();
+    return;
+  }
+  const uint64_t before = sync->agreements();
+  try {
+    body();
+  } catch (const StatusError& e) {
+    if (o.grad_sync == sync) sync->join_failed(*call, before, e.status(), e.what(), op);
+    throw;
+  }
+}
+
+bool scaling(const FusedOptimizer& o) { return o.scaler && o.scaler->enabled(); }
+
+// What the other ranks' ampx_scaler_unscale (step: false) or
+// ampx_scaler_step does with this optimizer's state.
+const Call* scaler_call(const FusedOptimizer& o, bool step) {
+  static const Call unscale = Call::Unscale, step_only = Call::Step;
+  const bool enabled = !o.scaler || o.scaler->enabled();
+  if (o.amp_state == AmpState::Ready) return enabled ? &unscale : step ? &step_only : nullptr;
+  if (o.amp_state == AmpState::Unscaled) return step ? &step_only : nullptr;
+  return nullptr;
+}
+
+// The same for the other reads; none for clipping and steps while an
+// enabled scaler's scale is still in the gradients (refused on every rank).
+const Call* read_call(const FusedOptimizer& o, Call call, bool needs_unscaled = true) {
+  static const Call calls[] = {Call::ReadGradients, Call::Unscale, Call::ClipNorm, Call::Step};
+  if (needs_unscaled && scaling(o) && o.amp_state == AmpState::Ready) return nullptr;
+  return &calls[static_cast<int>(call)];
+}
+
 ampx_optimizer to_handle(FusedOptimizer* o) { return reinterpret_cast<ampx_optimizer>(o); }
 ampx_scaler to_handle(LossScaler* s) { return reinterpret_cast<ampx_scaler>(s); }
 
@@ -138,7 +184,9 @@ ampx_status ampx_optimizer_get_lr(ampx_optimizer optimizer, int32_t group, doubl
 
 ampx_status ampx_optimizer_step(ampx_optimizer optimizer) {
   return guard(__func__, [&] {
-    optimizer_arg(optimizer, "optimizer").step_unscaled();
+    FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
+    collective(o, scaling(o) ? nullptr : read_call(o, Call::Step), __func__,
+               [&] { o.step_unscaled(); });
   });
 }
 
@@ -250,7 +298,7 @@ ampx_status ampx_scaler_attach(ampx_scaler scaler, ampx_optimizer optimizer) {
 ampx_status ampx_scaler_scale_loss(ampx_scaler scaler, ampx_tensor loss, ampx_tensor* out) {
   return guard(__func__, [&] {
     LossScaler& s = scaler_arg(scaler, "scaler");
-    const DeviceTensor& l = tensor_arg(loss, "loss");
+    DeviceTensor& l = tensor_arg(loss, "loss");
     require_pointer(out, "out");
     *out = to_handle(s.scale_loss(l));
   });
@@ -275,15 +323,15 @@ ampx_status ampx_scaler_get_scale(ampx_scaler scaler, double* scale) {
 
 ampx_status ampx_scaler_unscale(ampx_scaler scaler, ampx_optimizer optimizer) {
   return guard(__func__, [&] {
-    LossScaler& s = scaler_arg(scaler, "scaler");
-    s.unscale(optimizer_arg(optimizer, "optimizer"));
+    FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
+    collective(o, scaler_call(o, false), __func__, [&] { scaler_arg(scaler, "scaler").unscale(o); });
   });
 }
 
 ampx_status ampx_scaler_step(ampx_scaler scaler, ampx_optimizer optimizer) {
   return guard(__func__, [&] {
-    LossScaler& s = scaler_arg(scaler, "scaler");
-    s.step(optimizer_arg(optimizer, "optimizer"));
+    FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
+    collective(o, scaler_call(o, true), __func__, [&] { scaler_arg(scaler, "scaler").step(o); });
   });
 }
 
@@ -382,36 +430,44 @@ ampx_status ampx_clip_grad_norm(ampx_optimizer optimizer, double max_norm, doubl
                                 int32_t error_if_nonfinite, ampx_tensor* total_norm) {
   return guard(__func__, [&] {
     FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
-    NormType type;
-    if (norm_type == 2.0)
-      type = NormType::L2;
-    else if (std::isinf(norm_type) && norm_type > 0)
-      type = NormType::Inf;
-    else
-      fail(AMPX_ERR_NOT_SUPPORTED, "norm_type is ", norm_type, "; supported are 2 and INFINITY");
-    TensorRef total(clip_grad_norm(o, max_norm, type, flag(error_if_nonfinite)));
-    if (total_norm) *total_norm = to_handle(total.take());
+    collective(o, read_call(o, Call::ClipNorm), __func__, [&] {
+      NormType type;
+      if (norm_type == 2.0)
+        type = NormType::L2;
+      else if (std::isinf(norm_type) && norm_type > 0)
+        type = NormType::Inf;
+      else
+        fail(AMPX_ERR_NOT_SUPPORTED, "norm_type is ", norm_type, "; supported are 2 and INFINITY");
+      TensorRef total(clip_grad_norm(o, max_norm, type, flag(error_if_nonfinite)));
+      if (total_norm) *total_norm = to_handle(total.take());
+    });
   });
 }
 
 ampx_status ampx_clip_grad_value(ampx_optimizer optimizer, double clip_value) {
-  return guard(__func__, [&] { clip_grad_value(optimizer_arg(optimizer, "optimizer"), clip_value); });
+  return guard(__func__, [&] {
+    FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
+    collective(o, read_call(o, Call::ReadGradients), __func__,
+               [&] { clip_grad_value(o, clip_value); });
+  });
 }
 
 ampx_status ampx_find_nonfinite_grads(ampx_optimizer optimizer, ampx_nonfinite_grad* entries,
                                       size_t capacity, size_t* found) {
   return guard(__func__, [&] {
     FusedOptimizer& o = optimizer_arg(optimizer, "optimizer");
-    require_pointer(found, "found");
-    if (capacity > 0) require_pointer(entries, "entries");
-    const std::vector<NonfiniteGradCount> list = find_nonfinite_grads(o);
-    for (size_t i = 0; i < list.size() && i < capacity; ++i) {
-      entries[i].param = to_handle(const_cast<DeviceTensor*>(list[i].param));
-      entries[i].name = list[i].param->name.c_str();
-      entries[i].nan_count = list[i].nan_count;
-      entries[i].inf_count = list[i].inf_count;
-    }
-    *found = list.size();
+    collective(o, read_call(o, Call::ReadGradients, false), __func__, [&] {
+      require_pointer(found, "found");
+      if (capacity > 0) require_pointer(entries, "entries");
+      const std::vector<NonfiniteGradCount> list = find_nonfinite_grads(o);
+      for (size_t i = 0; i < list.size() && i < capacity; ++i) {
+        entries[i].param = to_handle(const_cast<DeviceTensor*>(list[i].param));
+        entries[i].name = list[i].param->name.c_str();
+        entries[i].nan_count = list[i].nan_count;
+        entries[i].inf_count = list[i].inf_count;
+      }
+      *found = list.size();
+    });
   });
 }
 

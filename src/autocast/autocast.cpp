@@ -52,11 +52,37 @@ class CastNode final : public Node {
     result.push_back(std::move(grad));
     return result;
   }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext& ctx,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    std::vector<TensorRef> result;
+    result.push_back(cast_to(ctx, *grads[0], inputs[0]->dtype));
+    return result;
+  }
 };
 
 DType widest(DType a, DType b) {
   if (a == b) return a;
   return DType::F32;  // f16 with bf16, or either with f32
+}
+
+// torch.result_type of the floating inputs: tensors with dimensions decide,
+// and 0-D tensors (like Python numbers) only when no floating input has
+// dimensions -- a 0-D tensor raises the result's category, never its
+// precision within the category (f16 [3] with an f32 0-D tensor is f16).
+// Integer inputs are passed through (ops that promote take no integer
+// operand together with a floating one), so the category is floating.
+DType promoted_type(const std::vector<DeviceTensor*>& inputs) {
+  DType dimensioned = DType::F32, zero_dim = DType::F32;
+  bool any_dimensioned = false, any_zero_dim = false;
+  for (const DeviceTensor* t : inputs) {
+    if (!t || !is_floating(t->dtype)) continue;
+    DType& acc = t->shape.ndim > 0 ? dimensioned : zero_dim;
+    bool& seen = t->shape.ndim > 0 ? any_dimensioned : any_zero_dim;
+    acc = seen ? widest(acc, t->dtype) : t->dtype;
+    seen = true;
+  }
+  return any_dimensioned || !any_zero_dim ? dimensioned : zero_dim;
 }
 
 }  // namespace
@@ -220,13 +246,7 @@ std::vector<TensorRef> op_inputs(DeviceContext& ctx, const std::string& op,
   if (!state.stack.empty() && state.stack.back()->enabled()) policy = state.stack.back();
   const OpClass op_class = policy ? policy->op_class(op) : default_op_class(op);
   std::vector<TensorRef> result;
-  DType promoted = DType::F32;
-  bool first = true;
-  for (const DeviceTensor* t : inputs) {
-    if (!t || !is_floating(t->dtype)) continue;
-    promoted = first ? t->dtype : widest(promoted, t->dtype);
-    first = false;
-  }
+  const DType promoted = promoted_type(inputs);
   for (DeviceTensor* t : inputs) {
     if (!t) {
       result.emplace_back();

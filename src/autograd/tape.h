@@ -8,12 +8,20 @@
 //
 // The context's scopes (op outputs owned until popped) and grad mode live
 // here too: they are the same layer's state.
+//
+// Higher-order gradients (create_graph): every node has a second backward,
+// backward_graph, that computes the same gradients with recorded ops
+// (ops.h), so the gradients join the tape and can be differentiated again,
+// the way torch's derivative formulas are written once as differentiable
+// code. A walk without create_graph runs backward() (the fused first-order
+// primitives) as before.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/context.h"
@@ -32,6 +40,19 @@ class Node {
   // an input that gets none). Each has its input's shape and dtype.
   virtual std::vector<TensorRef> backward(DeviceContext& ctx,
                                           const std::vector<DeviceTensor*>& output_grads) = 0;
+
+  // The same gradients computed with recorded ops, so they can be
+  // differentiated again. It runs with grad mode on and autocast off: each
+  // formula computes in the dtypes the forward ran in (the inputs a node
+  // holds are the ones it computed on, casts included). Each result has its
+  // input's shape and dtype. Only called when has_backward_graph().
+  virtual std::vector<TensorRef> backward_graph(DeviceContext& ctx,
+                                                const std::vector<DeviceTensor*>& output_grads);
+  virtual bool has_backward_graph() const { return false; }
+
+  // Whether a backward without retain_graph ran this record and released
+  // what it held (FreedNode).
+  virtual bool freed() const { return false; }
 
   // Whether backward reads input i's values (not just its shape): record()
   // notes the memory of those inputs (saves), so backward can refuse to run
@@ -79,6 +100,7 @@ struct AutogradState : ContextExtension {
   uint64_t last_listener_id = 0;
   uint64_t api_hook_listener = 0;
   bool in_backward = false;     // backward() runs (a nested walk included)
+  int walking = 0;              // walks in progress: the tape is indexed, never pruned
   bool notifying = false;       // a listener runs
   int node_backward_depth = 0;  // Node::backward calls in progress
   GradReadyPlan* grad_ready_plan = nullptr;  // of the outermost walk, while it runs
@@ -116,6 +138,29 @@ void prune_tape_if_doubled(DeviceContext& ctx);
 // leaves, clears the tape (also when it fails).
 void backward(DeviceTensor& loss, LossScaler* scaler);
 
+// ampx_backward_ex: as backward, but with retain_graph the tape is kept for
+// another backward (grad-ready listeners and backward-end listeners then do
+// not run: they run in the backward that frees the tape), and with
+// create_graph the gradients are computed with recorded ops. Without
+// retain_graph and with create_graph, the records this walk ran are freed
+// (FreedNode) and the gradient records it made stay.
+void backward_ex(DeviceTensor& loss, LossScaler* scaler, bool retain_graph, bool create_graph);
+
+// ampx_grad: the gradients of `outputs` (seeded with grad_outputs, nullptr
+// entries: ones for one-element outputs) with respect to `inputs`, as new
+// tensors (an empty ref for an input no gradient reaches, allow_unused).
+// Accumulates into no leaf and notifies no listener. Without retain_graph
+// the records the walk ran are freed.
+struct GradRequest {
+  std::vector<DeviceTensor*> outputs;
+  std::vector<DeviceTensor*> grad_outputs;  // empty, or one per output (entries may be nullptr)
+  std::vector<DeviceTensor*> inputs;
+  bool create_graph = false;
+  bool retain_graph = false;
+  bool allow_unused = false;
+};
+std::vector<TensorRef> grad(DeviceContext& ctx, const GradRequest& request);
+
 // Subscribes to grad-ready notifications (ampx_backward's, and the
 // program's ampx_grad_ready); returns an id for remove_grad_ready_listener.
 // Listeners run in subscription order on the thread running backward.
@@ -132,11 +177,29 @@ bool remove_backward_end_listener(DeviceContext& ctx, uint64_t id);
 void notify_grad_ready(DeviceContext& ctx, DeviceTensor& leaf);
 
 // leaf.grad += grad (creating a zero gradient of the leaf's dtype first).
-void accumulate_into_leaf(DeviceContext& ctx, DeviceTensor& leaf, DeviceTensor& grad);
+// With graph (create_graph) the gradient is replaced by a recorded sum.
+void accumulate_into_leaf(DeviceContext& ctx, DeviceTensor& leaf, DeviceTensor& grad,
+                          bool graph = false);
+
+// How a walk runs (run_backward). The default: first-order primitives,
+// every record a gradient reaches, leaves accumulated into.
+struct Walk {
+  bool create_graph = false;  // backward_graph, gradients summed with recorded ops
+  // Which records run, by tape index (records past its size, made during
+  // the walk, never do); nullptr: every record a gradient reaches.
+  const std::vector<char>* runs = nullptr;
+  // ampx_grad: gradients of the tensors whose ids are keys are collected
+  // here instead of accumulated into leaves (an intermediate's is taken
+  // when its maker runs, or at the end); other leaves get nothing, and
+  // gradients of tensors not in `leads` (which lead to no key) are dropped.
+  std::unordered_map<uint64_t, TensorRef>* captured = nullptr;
+  const std::unordered_set<uint64_t>* leads = nullptr;
+};
 
 // Walks the current tape from newest to oldest, starting from `grads`
 // (gradients of tape outputs, by tensor id), accumulating into leaves.
-void run_backward(DeviceContext& ctx, std::unordered_map<uint64_t, TensorRef>& grads);
+void run_backward(DeviceContext& ctx, std::unordered_map<uint64_t, TensorRef>& grads,
+                  const Walk& walk = Walk());
 
 // Marks a leaf as needing a gradient (or not): INVALID_ARGUMENT for an op
 // output, DTYPE for an integer tensor asked to require one.

@@ -30,6 +30,7 @@
 
 #include "ampx/ampx.h"
 #include "core/dtype.h"
+#include "core/profile.h"
 
 namespace ampx::impl {
 
@@ -104,6 +105,14 @@ const char* capability_name(Capability capability);
 class BackendCapability {
  public:
   virtual ~BackendCapability() = default;
+  // Where the front doors time their calls (profile.h); nullptr: nowhere.
+  void set_profile(PrimitiveProfile* profile) { profile_ = profile; }
+
+ protected:
+  PrimitiveProfile* profile() const { return profile_; }
+
+ private:
+  PrimitiveProfile* profile_ = nullptr;
 };
 
 // For capabilities that multiply f32 matrices: whether their products may
@@ -134,7 +143,8 @@ struct BackendInfo {
 
 class Backend {
  public:
-  explicit Backend(BackendInfo info) : info_(std::move(info)) {}
+  explicit Backend(BackendInfo info)
+      : info_(std::move(info)), profile_(PrimitiveProfile::make_if_enabled(info_.name)) {}
   virtual ~Backend() = default;
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
@@ -144,6 +154,8 @@ class Backend {
   size_t alignment() const { return info_.alignment; }
   bool synchronous() const { return info_.synchronous; }
   const std::string& name() const { return info_.name; }
+  // The timing of this backend's calls (AMPX_PROFILE, profile.h), or nullptr.
+  PrimitiveProfile* profile() const { return profile_.get(); }
 
   // ---- capabilities ----------------------------------------------------------
   bool supports(Capability capability) const { return find_capability(capability) != nullptr; }
@@ -217,6 +229,7 @@ class Backend {
   // object must live as long as the backend).
   template <class C>
   void provide(C& capability) {
+    capability.set_profile(profile_.get());
     capabilities_[static_cast<int>(C::kId)] = &capability;
   }
   // Called by a backend's constructor for a capability it would provide
@@ -236,6 +249,7 @@ class Backend {
 
  private:
   BackendInfo info_;
+  std::unique_ptr<PrimitiveProfile> profile_;
   BackendCapability* capabilities_[static_cast<int>(Capability::Count)] = {};
   std::string missing_why_[static_cast<int>(Capability::Count)];
 };

@@ -96,6 +96,7 @@ void check_scale_spans(const char* primitive, const std::vector<TensorSpan>& ins
 void AmpPrimitives::multi_tensor_scale(const std::vector<TensorSpan>& ins,
                                        const std::vector<TensorSpan>& outs, const float* factor,
                                        bool reciprocal, float* found_inf) {
+  const ProfileScope timed(profile(), "multi_tensor_scale");
   check_scale_spans("multi_tensor_scale", ins, outs);
   if (factor == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "multi_tensor_scale: factor is null");
   if (outs.empty() && found_inf == nullptr) return;
@@ -104,18 +105,21 @@ void AmpPrimitives::multi_tensor_scale(const std::vector<TensorSpan>& ins,
 
 void AmpPrimitives::multi_tensor_norm(const std::vector<TensorSpan>& tensors, NormType type,
                                       float* out) {
+  const ProfileScope timed(profile(), "multi_tensor_norm");
   check_float_tensors("multi_tensor_norm", tensors);
   if (out == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "multi_tensor_norm: out is null");
   run_multi_tensor_norm(tensors, type, out);
 }
 
 void AmpPrimitives::clip_coefficient(const float* total_norm, float max_norm, float* coef) {
+  const ProfileScope timed(profile(), "clip_coefficient");
   if (total_norm == nullptr || coef == nullptr)
     fail(AMPX_ERR_INVALID_ARGUMENT, "clip_coefficient: total_norm and coef must both be given");
   run_clip_coefficient(total_norm, max_norm, coef);
 }
 
 void AmpPrimitives::multi_tensor_clamp(const std::vector<TensorSpan>& tensors, float limit) {
+  const ProfileScope timed(profile(), "multi_tensor_clamp");
   check_float_tensors("multi_tensor_clamp", tensors);
   if (!(limit >= 0.0f))
     fail(AMPX_ERR_INVALID_ARGUMENT, "multi_tensor_clamp: limit is ", limit, "; it must be >= 0");
@@ -124,6 +128,7 @@ void AmpPrimitives::multi_tensor_clamp(const std::vector<TensorSpan>& tensors, f
 
 void AmpPrimitives::multi_tensor_count_nonfinite(const std::vector<TensorSpan>& tensors,
                                                  int64_t* counts) {
+  const ProfileScope timed(profile(), "multi_tensor_count_nonfinite");
   check_float_tensors("multi_tensor_count_nonfinite", tensors);
   if (tensors.empty()) return;
   if (counts == nullptr)
@@ -135,6 +140,7 @@ void AmpPrimitives::scaler_update(math::ScalerState* state,
                                   const std::vector<const float*>& found_infs,
                                   const math::ScalerConfig& config, bool force,
                                   float forced_scale) {
+  const ProfileScope timed(profile(), "scaler_update");
   if (state == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "scaler_update: state is null");
   for (size_t i = 0; i < found_infs.size(); ++i)
     if (found_infs[i] == nullptr)
@@ -143,6 +149,7 @@ void AmpPrimitives::scaler_update(math::ScalerState* state,
 }
 
 void AmpPrimitives::increment_steps(int64_t* steps, int64_t count, const float* found_inf) {
+  const ProfileScope timed(profile(), "increment_steps");
   if (count < 0 || (count > 0 && steps == nullptr))
     fail(AMPX_ERR_INVALID_ARGUMENT, "increment_steps: ", count, " counters at ",
          static_cast<const void*>(steps));
@@ -151,6 +158,7 @@ void AmpPrimitives::increment_steps(int64_t* steps, int64_t count, const float* 
 
 void AmpPrimitives::lr_schedule(const math::LrSchedule* schedules, int32_t groups,
                                 const int64_t* step, float* lr) {
+  const ProfileScope timed(profile(), "lr_schedule");
   if (groups < 0 || (groups > 0 && (schedules == nullptr || step == nullptr || lr == nullptr)))
     fail(AMPX_ERR_INVALID_ARGUMENT, "lr_schedule: ", groups, " groups, schedules ",
          static_cast<const void*>(schedules), ", step ", static_cast<const void*>(step), ", lr ",
@@ -160,12 +168,14 @@ void AmpPrimitives::lr_schedule(const math::LrSchedule* schedules, int32_t group
 
 void AmpPrimitives::sgd_step(const std::vector<OptimParam>& params, const math::SgdConfig& config,
                              const StepScalars& scalars) {
+  const ProfileScope timed(profile(), "sgd_step");
   check_sgd_args(params, config, scalars);
   run_sgd_step(params, config, scalars);
 }
 
 void AmpPrimitives::adam_step(const std::vector<OptimParam>& params, const math::AdamConfig& config,
                               const StepScalars& scalars) {
+  const ProfileScope timed(profile(), "adam_step");
   check_adam_args(params, config, scalars);
   run_adam_step(params, config, scalars);
 }

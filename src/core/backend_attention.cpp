@@ -27,6 +27,7 @@ void check_shape(const char* primitive, const AttentionShape& s, DType type) {
 
 void AttentionPrimitives::forward(const AttentionShape& shape, const void* q, const void* k,
                                   const void* v, DType type, void* out, float* lse) {
+  const ProfileScope timed(profile(), "forward");
   check_shape("attention_forward", shape, type);
   run_forward(shape, q, k, v, type, out, lse);
 }
@@ -34,6 +35,7 @@ void AttentionPrimitives::forward(const AttentionShape& shape, const void* q, co
 void AttentionPrimitives::backward(const AttentionShape& shape, const void* q, const void* k,
                                    const void* v, const void* out, const void* dout,
                                    const float* lse, DType type, void* dq, void* dk, void* dv) {
+  const ProfileScope timed(profile(), "backward");
   check_shape("attention_backward", shape, type);
   run_backward(shape, q, k, v, out, dout, lse, type, dq, dk, dv);
 }

@@ -38,12 +38,31 @@ struct Conv2dShape {
   int64_t groups = 1;
 };
 
-// The output extent of a convolution or pooling window along one dimension
-// (floor division; ceil_mode rounds up, dropping a last window that would
-// start in the right padding, as torch). Can be < 1 for shapes that do not
-// fit; callers check.
-int64_t window_output_extent(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
+// A convolution or pooling window along dimension `d` (0: rows, 1:
+// columns) of an input of extent `in`, for kernel, stride and dilation >= 1
+// and pad >= 0:
+//   span    = dilation (kernel - 1) + 1, the window's extent with its gaps
+//   padded  = in + 2 pad
+//   out     = floor((padded - span) / stride) + 1, the output extent; with
+//             ceil_mode rounded up instead, less one when the last window
+//             would start in the right padding ((out - 1) stride >= in +
+//             pad), as torch. < 1 when the window does not fit; callers check.
+// span and padded are computed with checked_math.h: one too large for
+// int64 is AMPX_ERR_SHAPE naming the expression ("dilation[0] *
+// (kernel_h - 1)", "H + 2 * padding[0]"); out is then exact (no step of it
+// can wrap), and so is (out - 1) * stride, which is below padded.
+struct WindowExtents {
+  int64_t span = 0, padded = 0, out = 0;
+};
+int64_t window_span(int d, int64_t kernel, int64_t dilation);
+WindowExtents window_extents(int d, int64_t in, int64_t kernel, int64_t stride, int64_t pad,
                              int64_t dilation, bool ceil_mode);
+// Average pooling with count_include_pad and no divisor divides by the
+// window's size clipped to the padded input, at most
+// min(kernel_h, H + 2 pad_h) * min(kernel_w, W + 2 pad_w): that product, or
+// SHAPE when it overflows int64.
+int64_t padded_window_size(const WindowExtents& rows, const WindowExtents& cols,
+                           int64_t kernel_h, int64_t kernel_w);
 
 enum class PoolKind { Max, Average };
 
@@ -72,6 +91,12 @@ class ConvolutionPrimitives : public BackendCapability, public Tf32Setting {
   // dw (written) and, when not nullptr, dbias (written) from dy and x.
   void conv2d_backward_weight(const Conv2dShape& shape, const void* dy, const void* x, DType type,
                               void* dw, void* dbias);
+  // Both gradients of one convolution: what conv2d_backward_data writes to
+  // dx and conv2d_backward_weight to dw and dbias (nullptr: none), the same
+  // values, in one call, so that a backend can share the work on dy (the
+  // CPU moves it into oneDNN's layout once).
+  void conv2d_backward(const Conv2dShape& shape, const void* dy, const void* x, const void* w,
+                       DType type, void* dx, void* dw, void* dbias);
 
  protected:
   virtual void run_conv2d_forward(const Conv2dShape& shape, const void* x, const void* w,
@@ -80,6 +105,12 @@ class ConvolutionPrimitives : public BackendCapability, public Tf32Setting {
                                         DType type, void* dx) = 0;
   virtual void run_conv2d_backward_weight(const Conv2dShape& shape, const void* dy,
                                           const void* x, DType type, void* dw, void* dbias) = 0;
+  // By default the two passes one after the other.
+  virtual void run_conv2d_backward(const Conv2dShape& shape, const void* dy, const void* x,
+                                   const void* w, DType type, void* dx, void* dw, void* dbias) {
+    run_conv2d_backward_data(shape, dy, w, type, dx);
+    run_conv2d_backward_weight(shape, dy, x, type, dw, dbias);
+  }
 };
 
 class PoolingPrimitives : public BackendCapability {
@@ -92,12 +123,20 @@ class PoolingPrimitives : public BackendCapability {
   // in x).
   void pool2d_backward(const Pool2dShape& shape, const void* x, const void* dy, DType type,
                        void* dx);
+  // Max pooling only: y [planes, out_h, out_w] = src at the maximum of x
+  // in each output's window (0 for a window with no tap in the image), src
+  // of x's shape. The adjoint of the backward pass (dy -> dx) for a fixed
+  // x: the differentiable formula of max pooling's backward uses it.
+  void max_pool2d_gather(const Pool2dShape& shape, const void* x, const void* src, DType type,
+                         void* y);
 
  protected:
   virtual void run_pool2d_forward(const Pool2dShape& shape, const void* x, DType type,
                                   void* y) = 0;
   virtual void run_pool2d_backward(const Pool2dShape& shape, const void* x, const void* dy,
                                    DType type, void* dx) = 0;
+  virtual void run_max_pool2d_gather(const Pool2dShape& shape, const void* x, const void* src,
+                                     DType type, void* y) = 0;
 };
 
 }  // namespace ampx::impl

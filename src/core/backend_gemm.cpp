@@ -24,6 +24,7 @@ void check_gemm_args(const GemmArgs& g) {
 }
 
 void GemmPrimitives::gemm(const GemmArgs& args) {
+  const ProfileScope timed(profile(), "gemm", dtype_name(args.ab_type));
   check_gemm_args(args);
   if (args.batch == 0 || args.m == 0 || args.n == 0) return;
   run_gemm(args);

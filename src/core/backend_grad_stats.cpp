@@ -10,6 +10,7 @@ void GradStatsPrimitives::unscale_with_stats(const std::vector<TensorSpan>& ins,
                                              const std::vector<TensorSpan>& outs,
                                              const float* scale, float* found_inf,
                                              int32_t* nonfinite, math::GradStatsRecord* records) {
+  const ProfileScope timed(profile(), "unscale_with_stats");
   check_scale_spans("unscale_with_stats", ins, outs);
   if (ins.empty()) return;
   run_unscale_with_stats(ins, outs, scale, found_inf, nonfinite, records);
@@ -17,6 +18,7 @@ void GradStatsPrimitives::unscale_with_stats(const std::vector<TensorSpan>& ins,
 
 void GradStatsPrimitives::count_lost_updates(const std::vector<LostUpdateSpan>& spans,
                                              math::GradStatsRecord* records) {
+  const ProfileScope timed(profile(), "count_lost_updates");
   for (size_t i = 0; i < spans.size(); ++i) {
     const LostUpdateSpan& s = spans[i];
     if (s.param_dtype != DType::F16 && s.param_dtype != DType::BF16)
@@ -36,6 +38,7 @@ void GradStatsPrimitives::count_lost_updates(const std::vector<LostUpdateSpan>& 
 void GradStatsPrimitives::record_sample(math::DoctorSample* entry, int64_t step, const float* scale,
                                         const float* found_inf, const int32_t* nonfinite,
                                         const math::GradStatsRecord* records, int32_t count) {
+  const ProfileScope timed(profile(), "record_sample");
   if (entry == nullptr) fail(AMPX_ERR_INVALID_ARGUMENT, "record_sample: entry is null");
   if (count < 0 || (count > 0 && nonfinite == nullptr))
     fail(AMPX_ERR_INVALID_ARGUMENT, "record_sample: ", count, " parameters without their flags");

@@ -17,7 +17,22 @@
 namespace ampx::impl {
 
 // Element-wise functions of the ops; their math is in kernels/math/activations.h.
-enum class UnaryOp { Relu, Gelu, GeluTanh, Silu, Sigmoid, Tanh, Exp, Log, Sqrt, Rsqrt };
+// The derivatives of gelu and gelu_tanh are functions of their own for the
+// differentiable backward formulas (no op of ampx.h).
+enum class UnaryOp {
+  Relu,
+  Gelu,
+  GeluTanh,
+  Silu,
+  Sigmoid,
+  Tanh,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  GeluDerivative,
+  GeluTanhDerivative
+};
 // Equal gives 1 where a == b and 0 elsewhere (NaN equals nothing): the
 // tie mask of amax's backward pass, never an op of its own.
 enum class BinaryOp { Add, Sub, Mul, Div, Equal };
@@ -64,6 +79,17 @@ struct ReduceLayout {
 struct RotaryShape {
   int64_t rows = 0, positions = 0, dim = 0;
   bool interleaved = false;
+};
+
+// torch's weight and pos_weight of binary cross-entropy, F32 on the device
+// (nullptr: none, i.e. 1): element i reads weight[i % weight_period] and
+// pos_weight[i % pos_weight_period], so a tensor that repeats over the
+// leading dimensions (pos_weight [C], one per class) is read in place.
+struct BceWeights {
+  const float* weight = nullptr;
+  int64_t weight_period = 1;
+  const float* pos_weight = nullptr;
+  int64_t pos_weight_period = 1;
 };
 
 // The ops whose indices NnPrimitives::check_indices checks, named in a finding.
@@ -220,10 +246,27 @@ class NnPrimitives : public BackendCapability {
   // the same call on dy.
   void dropout(const void* x, void* y, DType type, int64_t count, uint64_t seed, uint64_t offset,
                uint32_t threshold, float scale);
-  // losses[i] = math::bce_with_logits_loss(logits[i], targets[i]), one
-  // floating type in, F32 out.
+  // losses[i] = w_i math::bce_with_logits_loss(logits[i], targets[i], p_i),
+  // w_i and p_i of `weights`; one floating type in, F32 out.
   void bce_with_logits(const void* logits, const void* targets, DType type, int64_t count,
-                       float* losses);
+                       float* losses, const BceWeights& weights = BceWeights());
+  // Its gradients, math::bce_with_logits_grads with g = dloss[i *
+  // dloss_stride] * scale * w_i (dloss as in cross_entropy_backward), of
+  // `type`, rounded once; d_logits or d_targets may be nullptr (not
+  // computed).
+  void bce_with_logits_backward(const void* logits, const void* targets, DType type,
+                                int64_t count, const BceWeights& weights, const float* dloss,
+                                int64_t dloss_stride, float scale, void* d_logits,
+                                void* d_targets);
+  // losses[i] = math::squared_error(input[i], target[i]): one floating type
+  // in, F32 out, the difference and square in fp32.
+  void mse_loss(const void* input, const void* target, DType type, int64_t count, float* losses);
+  // d_input[i] = math::squared_error_grad(input[i], target[i], g) with g =
+  // dloss[i * dloss_stride] * scale, and d_target[i] its negative, of
+  // `type`, rounded once; either may be nullptr (not computed).
+  void mse_loss_backward(const void* input, const void* target, DType type, int64_t count,
+                         const float* dloss, int64_t dloss_stride, float scale, void* d_input,
+                         void* d_target);
   // Checks indices (I32 or I64) where they live, so that ops need no round
   // trip to the host: *valid (F32; skipped when nullptr) = how many of the
   // count indices are not check.ignore_index (with check.has_ignore), and,
@@ -311,7 +354,16 @@ class NnPrimitives : public BackendCapability {
   virtual void run_dropout(const void* x, void* y, DType type, int64_t count, uint64_t seed,
                            uint64_t offset, uint32_t threshold, float scale) = 0;
   virtual void run_bce_with_logits(const void* logits, const void* targets, DType type,
-                                   int64_t count, float* losses) = 0;
+                                   int64_t count, float* losses, const BceWeights& weights) = 0;
+  virtual void run_bce_with_logits_backward(const void* logits, const void* targets, DType type,
+                                            int64_t count, const BceWeights& weights,
+                                            const float* dloss, int64_t dloss_stride, float scale,
+                                            void* d_logits, void* d_targets) = 0;
+  virtual void run_mse_loss(const void* input, const void* target, DType type, int64_t count,
+                            float* losses) = 0;
+  virtual void run_mse_loss_backward(const void* input, const void* target, DType type,
+                                     int64_t count, const float* dloss, int64_t dloss_stride,
+                                     float scale, void* d_input, void* d_target) = 0;
   virtual void run_check_indices(const void* indices, DType type, int64_t count,
                                  const IndexCheck& check, float* valid, int64_t* record) = 0;
 };

@@ -186,6 +186,7 @@ bool DeviceContext::release_handle() {
 }
 
 void* DeviceContext::allocate(size_t bytes) {
+  const ProfileScope timed(backend_->profile(), "tensor memory", "allocate");
   std::lock_guard<std::mutex> lock(memory_mutex_);
   void* ptr = allocator_->allocate(bytes);
   if (!ptr)
@@ -199,6 +200,7 @@ void* DeviceContext::allocate(size_t bytes) {
 }
 
 void DeviceContext::deallocate(void* ptr, size_t bytes) {
+  const ProfileScope timed(backend_->profile(), "tensor memory", "free");
   std::lock_guard<std::mutex> lock(memory_mutex_);
   allocator_->deallocate(ptr, bytes);
   stats_.current_bytes -= bytes;

@@ -3,9 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/context.h"
+#include "core/tensor.h"
 #include "dist/transport.h"
 
 namespace ampx::impl {
@@ -21,38 +25,69 @@ class Communicator : public Object {
   void release();
 
   DeviceContext& context() const { return *ctx_; }
-  Transport& transport() const { return *transport_; }
   int32_t rank() const { return transport_->rank(); }
   int32_t size() const { return transport_->size(); }
   const char* library() const { return transport_->library(); }
 
   // How long a host wait on collectives may take before the communicator
-  // is aborted (seconds).
-  double timeout_seconds() const { return timeout_seconds_; }
-  void set_timeout_seconds(double seconds) { timeout_seconds_ = seconds; }
+  // fails (seconds).
+  double timeout_seconds() const { return transport_->timeout_seconds(); }
+  void set_timeout_seconds(double seconds) { transport_->set_timeout(seconds); }
+
+  // The collectives of the transport (transport.h), each refused once the
+  // communicator has failed, and failing it when a wait passes the timeout
+  // (see check_usable). `keep`: the tensors whose memory the collective
+  // uses; after a timeout they are kept until the process ends, as the
+  // abandoned collective may still write them. `what` names the
+  // collective in a timeout's message ("the all-reduce of found-inf").
+  using Keep = std::initializer_list<const DeviceTensor*>;
+  void all_reduce(Keep keep, void* data, int64_t count, DType dtype, ReduceOp op, Stream stream,
+                  const char* what);
+  void broadcast(Keep keep, void* data, size_t bytes, int32_t root, Stream stream,
+                 const char* what);
+  void all_gather(Keep keep, const void* send, void* recv, size_t bytes, Stream stream,
+                  const char* what);
+  void reduce_scatter(Keep keep, const void* send, void* recv, int64_t count, DType dtype,
+                      ReduceOp op, Stream stream, const char* what);
+  void progress();
+  // Completes the collectives started on the communication stream (MPI;
+  // NCCL orders them by events instead), within the timeout.
+  void finish_started(const char* what);
 
   // Blocks until the work enqueued so far on `stream` has completed. Polls
-  // the library's asynchronous errors meanwhile; after the timeout aborts
-  // the communicator and throws AMPX_ERR_DEVICE. Throws AMPX_ERR_DEVICE at
-  // once when the communicator was aborted before.
-  void wait(Stream stream);
-  void check_usable() const;
+  // the library's asynchronous errors meanwhile; after the timeout fails
+  // the communicator and throws AMPX_ERR_DEVICE.
+  void wait(Stream stream, const char* what);
+  // AMPX_ERR_DEVICE, with the message of the failure, once a collective
+  // passed the timeout: every later call fails so, and nothing waits on
+  // the communicator again.
+  void check_usable();
+  bool failed() const { return !failure_.empty(); }
 
   // Collectives on host memory for setup and checks, complete on return
-  // (staged through device memory when the device is not the host).
-  void all_gather_host(const void* send, void* recv, size_t bytes);
-  void broadcast_host(void* data, size_t bytes, int32_t root);
+  // (staged through the context's memory, so a timeout leaves the caller's
+  // memory alone).
+  void all_gather_host(const void* send, void* recv, size_t bytes, const char* what);
+  void broadcast_host(void* data, size_t bytes, int32_t root, const char* what);
 
  private:
   Communicator(DeviceContext& ctx, std::unique_ptr<Transport> transport);
   ~Communicator();
   static void destroy_shell(Object* shell) { delete static_cast<Communicator*>(shell); }
 
+  void keep_in_flight(Keep keep);
+  // Runs a transport call that may wait; a TimedOut fails the
+  // communicator.
+  template <class Call>
+  void run(const char* what, Call&& call);
+  [[noreturn]] void fail_timed_out(const std::string& what);
+
   DeviceContext* ctx_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<DeviceEvent> wait_event_;
-  double timeout_seconds_ = 600.0;
-  bool aborted_ = false;
+  // Tensors used by collectives that have not been waited for.
+  std::vector<TensorRef> in_flight_;
+  std::string failure_;  // why the communicator failed; empty while usable
 };
 
 // The transports (dist/mpi_transport.cpp, dist/nccl_transport.cpp). Each

@@ -1,15 +1,18 @@
-// data_parallel.cpp -- buckets, their reduction during backward, and the
-// setup checks of ampx_data_parallel (see data_parallel.h).
+// data_parallel.cpp -- buckets, their reduction during backward, the
+// setup checks of ampx_data_parallel, and the verdicts that keep a rank's
+// failure from leaving the others waiting (see data_parallel.h).
 #include "dist/data_parallel.h"
 
 #include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <map>
 #include <string>
 
+#include "amp/scaler.h"
 #include "autograd/tape.h"
 #include "core/backend_amp.h"
 #include "core/error.h"
@@ -21,12 +24,19 @@ namespace {
 // aligned as a fresh tensor for the vectorised kernels.
 constexpr size_t kMemberAlignment = 64;
 
-// One parameter as the ranks compare it: dtype, ndim, extents.
-constexpr size_t kRecordWords = 2 + kMaxDims;
+// ZeRO-1: each rank's region of a gathered bucket is its part of the
+// bucket, then (8-byte aligned) its verdict and whether its own call
+// failed (as a rank that joins with join_failed).
+size_t verdict_offset(size_t part_bytes) { return (part_bytes + 7) / 8 * 8; }
+size_t region_bytes(size_t part_bytes) { return verdict_offset(part_bytes) + 2 * sizeof(int64_t); }
 
-void append_record(std::vector<int64_t>& records, const DeviceTensor& t) {
+// One parameter as the ranks compare it: dtype, ndim, param group, extents.
+constexpr size_t kRecordWords = 3 + kMaxDims;
+
+void append_record(std::vector<int64_t>& records, const DeviceTensor& t, int32_t group) {
   records.push_back(static_cast<int64_t>(t.dtype));
   records.push_back(t.shape.ndim);
+  records.push_back(group);
   for (int d = 0; d < kMaxDims; ++d) records.push_back(d < t.shape.ndim ? t.shape.dims[d] : 0);
 }
 
@@ -34,91 +44,274 @@ std::string describe_record(const int64_t* record) {
   if (!is_valid_dtype(static_cast<int32_t>(record[0])) || record[1] < 0 || record[1] > kMaxDims)
     return "an unreadable record";
   std::string text = cat(dtype_name(static_cast<DType>(record[0])), "[");
-  for (int64_t d = 0; d < record[1]; ++d) text += cat(d ? ", " : "", record[2 + d]);
-  return text + "]";
+  for (int64_t d = 0; d < record[1]; ++d) text += cat(d ? ", " : "", record[3 + d]);
+  text += "]";
+  if (record[2] != 0) text += cat(" in param group ", record[2]);
+  return text;
 }
 
-uint64_t fnv1a(const std::vector<int64_t>& words) {
+uint64_t fnv1a(const void* data, size_t bytes) {
   uint64_t hash = 1469598103934665603ull;
-  const auto* bytes = reinterpret_cast<const unsigned char*>(words.data());
-  for (size_t i = 0; i < words.size() * sizeof(int64_t); ++i)
-    hash = (hash ^ bytes[i]) * 1099511628211ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * 1099511628211ull;
   return hash;
+}
+
+// A verdict: a failure status and the rank that had it, as one integer
+// that a float holds exactly (it rides in found-inf): the status above the
+// rank's complement, so that the maximum over ranks is the highest status,
+// and of the ranks that had it the lowest. Ranks from 2^19 on are named
+// modulo 2^19.
+constexpr int kVerdictRankBits = 19;
+constexpr int64_t kVerdictRankMask = (int64_t{1} << kVerdictRankBits) - 1;
+
+int64_t verdict_of(ampx_status status, int32_t rank) {
+  if (status == AMPX_OK) return 0;
+  return (static_cast<int64_t>(status) << kVerdictRankBits) |
+         (kVerdictRankMask - (rank & kVerdictRankMask));
+}
+
+uint32_t float_bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
 }
 
 // What each rank tells the others before anything else: its library's
 // version (a job may mix builds), whether it could take part at all (and
-// why not), and a digest of its parameters.
+// why not), and digests of its settings and parameters.
 struct JoinRecord {
   int64_t version;  // ampx_version()
   int64_t status;   // AMPX_OK, or why this rank's own checks failed
-  int64_t count;
-  uint64_t hash;
-  char message[224];
+  int64_t count;    // parameters
+  uint64_t hash;    // of the parameter records
+  int64_t settings_count;
+  uint64_t settings_hash;
+  char message[208];
 };
 static_assert(sizeof(JoinRecord) == 256, "a fixed-size record, the same on every rank");
 
 std::vector<int64_t> parameter_records(const FusedOptimizer& optimizer) {
   std::vector<int64_t> records;
-  for (const FusedOptimizer::Param& p : optimizer.params()) append_record(records, *p.param);
+  for (const FusedOptimizer::Param& p : optimizer.params())
+    append_record(records, *p.param, p.group);
   return records;
 }
 
-// Called on every rank once the digests differ: finds the first parameter
-// (or count) where some rank differs from rank 0 and throws on every rank
-// with both descriptions. The same collectives on every rank, whatever the
-// lists, so none is left waiting.
-[[noreturn]] void report_first_difference(Communicator& comm, const std::vector<int64_t>& records,
-                                          const std::vector<int64_t>& counts) {
+// One item of what the ranks' setups must agree on, printed exactly.
+struct Setting {
+  char name[48];
+  char value[80];
+};
+static_assert(sizeof(Setting) == 128, "a fixed-size record, the same on every rank");
+
+class Settings {
+ public:
+  template <class Value>
+  void add(const std::string& name, const Value& value) {
+    Setting s{};
+    std::snprintf(s.name, sizeof s.name, "%s", name.c_str());
+    std::snprintf(s.value, sizeof s.value, "%s", cat(value).c_str());
+    list.push_back(s);
+  }
+  void add_number(const std::string& name, double value) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.17g", value);  // round-trips: equal text, equal value
+    add(name, text);
+  }
+  std::vector<Setting> list;
+};
+
+const char* decay_name(int64_t decay) {
+  switch (decay) {
+    case math::kLrConstant:
+      return "constant";
+    case math::kLrLinear:
+      return "linear";
+    case math::kLrCosine:
+      return "cosine";
+    case math::kLrStep:
+      return "step";
+  }
+  return "unknown";
+}
+
+// Everything that must be equal on every rank for the replicas to stay
+// equal, besides the parameters: the wrapper's options, the optimizer's
+// kind, hyperparameters, param groups and schedules, and the attached
+// scaler's options and state. In an order where a count comes before what
+// it counts, so the first difference names the cause.
+std::vector<Setting> settings_of(FusedOptimizer& optimizer, const DataParallelOptions& options) {
+  Settings s;
+  s.add("bucket_bytes", options.bucket_bytes);
+  s.add("first_bucket_bytes", options.first_bucket_bytes);
+  s.add("average", options.average ? 1 : 0);
+  s.add("reduce_in_fp32", options.reduce_in_fp32 ? 1 : 0);
+  s.add("overlap", options.overlap ? 1 : 0);
+  s.add("zero_stage", options.zero_stage);
+  const OptimizerHyper& h = optimizer.hyper();
+  if (h.kind == OptimizerKind::Sgd) {
+    s.add("optimizer", "SGD");
+    s.add_number("momentum", h.sgd.momentum);
+    s.add_number("dampening", h.sgd.dampening);
+    s.add("nesterov", h.sgd.nesterov ? 1 : 0);
+    s.add("maximize", h.sgd.maximize ? 1 : 0);
+  } else {
+    s.add("optimizer", h.adam.decoupled_weight_decay ? "AdamW" : "Adam");
+    s.add_number("beta1", h.adam.beta1);
+    s.add_number("beta2", h.adam.beta2);
+    s.add_number("eps", h.adam.eps);
+    s.add("amsgrad", h.adam.amsgrad ? 1 : 0);
+    s.add("maximize", h.adam.maximize ? 1 : 0);
+  }
+  s.add("param groups", optimizer.group_count());
+  for (int32_t g = 0; g < optimizer.group_count(); ++g) {
+    const std::string group = cat("group ", g, " ");
+    s.add_number(group + "lr", optimizer.lr(g));
+    s.add_number(group + "weight_decay", optimizer.weight_decay(g));
+    const math::LrSchedule& schedule = optimizer.schedule(g);
+    s.add(group + "schedule", decay_name(schedule.decay));
+    s.add(group + "schedule warmup_steps", schedule.warmup_steps);
+    s.add_number(group + "schedule warmup_start_factor", schedule.warmup_start_factor);
+    s.add(group + "schedule decay_steps", schedule.decay_steps);
+    s.add_number(group + "schedule end_factor", schedule.end_factor);
+    s.add_number(group + "schedule min_lr", schedule.min_lr);
+    s.add_number(group + "schedule gamma", schedule.gamma);
+  }
+  LossScaler* scaler = optimizer.scaler;
+  s.add("scaler", scaler ? "attached" : "none");
+  if (scaler) {
+    const ScalerOptions& o = scaler->options();
+    s.add("scaler enabled", o.enabled ? 1 : 0);
+    s.add_number("scaler growth_factor", o.growth_factor);
+    s.add_number("scaler backoff_factor", o.backoff_factor);
+    s.add("scaler growth_interval", o.growth_interval);
+    s.add("scaler hysteresis", o.hysteresis);
+    s.add_number("scaler min_scale", o.min_scale);
+    s.add_number("scaler max_scale", o.max_scale);
+    s.add("scaler consecutive_hysteresis", o.consecutive_hysteresis ? 1 : 0);
+    s.add("scaler clamp_to_max_scale", o.clamp_to_max_scale ? 1 : 0);
+    const math::ScalerState state = scaler->read_state();
+    s.add_number("scaler scale", state.scale);
+    s.add("scaler growth_tracker", state.growth_tracker);
+    s.add("scaler hysteresis_left", state.hysteresis_left);
+  }
+  return s.list;
+}
+
+// The first place where some rank's list of fixed-size records differs
+// from rank 0's: called on every rank once the digests differ, making the
+// same collectives on every rank whatever the lists.
+struct Difference {
+  int32_t rank = 0;   // the rank that differs first (the lowest on a tie)
+  int64_t index = 0;  // the record where it does
+  std::vector<unsigned char> theirs, first;  // that record of the rank and of rank 0;
+                                             // empty where its list is shorter
+};
+
+Difference first_difference(Communicator& comm, const void* data, size_t record_bytes,
+                            const std::vector<int64_t>& counts, const char* what) {
+  const auto* records = static_cast<const unsigned char*>(data);
   const int32_t world = comm.size();
   const int64_t count = counts[static_cast<size_t>(comm.rank())];
-  // Rank 0's first `shared` parameters (as many as every rank has, so no
+  // Rank 0's first `shared` records (as many as every rank has, so no
   // rank's claim sizes another's memory) to everyone, then every rank's
   // first difference.
   const int64_t count0 = counts[0];
   const int64_t shared = *std::min_element(counts.begin(), counts.end());
-  std::vector<int64_t> first(static_cast<size_t>(shared) * kRecordWords);
-  if (comm.rank() == 0) std::copy(records.begin(), records.begin() + first.size(), first.begin());
-  comm.broadcast_host(first.data(), first.size() * sizeof(int64_t), 0);
+  std::vector<unsigned char> first(static_cast<size_t>(shared) * record_bytes);
+  if (comm.rank() == 0) std::copy(records, records + first.size(), first.begin());
+  comm.broadcast_host(first.data(), first.size(), 0, what);
   int64_t difference = std::numeric_limits<int64_t>::max();
   for (int64_t i = 0; i < shared; ++i)
-    if (!std::equal(records.begin() + i * kRecordWords, records.begin() + (i + 1) * kRecordWords,
-                    first.begin() + i * kRecordWords)) {
+    if (std::memcmp(records + i * record_bytes, first.data() + i * record_bytes, record_bytes)) {
       difference = i;
       break;
     }
   if (difference == std::numeric_limits<int64_t>::max() && count != count0)
     difference = std::min(count, count0);
   std::vector<int64_t> differences(static_cast<size_t>(world));
-  comm.all_gather_host(&difference, differences.data(), sizeof difference);
+  comm.all_gather_host(&difference, differences.data(), sizeof difference, what);
   for (int32_t r = 0; r < world; ++r) {
     const int64_t d = differences[static_cast<size_t>(r)];
     if (d != std::numeric_limits<int64_t>::max() &&
         (d < 0 || d > std::min(counts[static_cast<size_t>(r)], count0)))
-      fail(AMPX_ERR_CORRUPT, "rank ", r, " sent a malformed parameter comparison (", d, ")");
+      fail(AMPX_ERR_CORRUPT, "rank ", r, " sent a malformed comparison (", d, ")");
   }
-  // The rank with the earliest difference (the lowest such rank on a tie).
-  int32_t culprit = 1;
+  Difference found;
+  found.rank = 1;
   for (int32_t r = 2; r < world; ++r)
-    if (differences[r] < differences[culprit]) culprit = r;
-  const int64_t at = differences[culprit];
-  int64_t theirs[1 + kRecordWords] = {};
-  if (comm.rank() == culprit && at < count) {
-    theirs[0] = 1;
-    std::copy(records.begin() + at * kRecordWords, records.begin() + (at + 1) * kRecordWords,
-              theirs + 1);
+    if (differences[static_cast<size_t>(r)] < differences[static_cast<size_t>(found.rank)])
+      found.rank = r;
+  found.index = differences[static_cast<size_t>(found.rank)];
+  // That record of the culprit and of rank 0, each with a flag saying
+  // whether its list reaches that far.
+  for (int32_t from : {found.rank, 0}) {
+    std::vector<unsigned char> record(record_bytes + 1);
+    const int64_t has = counts[static_cast<size_t>(from)];
+    if (comm.rank() == from && found.index < has) {
+      record[0] = 1;
+      std::copy(records + found.index * record_bytes, records + (found.index + 1) * record_bytes,
+                record.begin() + 1);
+    }
+    comm.broadcast_host(record.data(), record.size(), from, what);
+    if (record[0]) (from == 0 ? found.first : found.theirs).assign(record.begin() + 1, record.end());
   }
-  comm.broadcast_host(theirs, sizeof theirs, culprit);
+  return found;
+}
+
+[[noreturn]] void report_parameter_difference(Communicator& comm,
+                                              const std::vector<int64_t>& records,
+                                              const std::vector<int64_t>& counts) {
+  const Difference d =
+      first_difference(comm, records.data(), kRecordWords * sizeof(int64_t), counts,
+                       "the comparison of the ranks' parameters (ampx_data_parallel_create)");
   std::string detail;
-  if (at >= shared || !theirs[0])
-    detail = cat("rank ", culprit, " has ", counts[static_cast<size_t>(culprit)],
-                 " parameters and rank 0 has ", count0);
-  else
-    detail = cat("parameter ", at, " is ", describe_record(theirs + 1), " on rank ", culprit,
-                 " but ", describe_record(first.data() + at * kRecordWords), " on rank 0");
+  if (d.theirs.empty() || d.first.empty()) {
+    detail = cat("rank ", d.rank, " has ", counts[static_cast<size_t>(d.rank)],
+                 " parameters and rank 0 has ", counts[0]);
+  } else {
+    int64_t theirs[kRecordWords], first[kRecordWords];
+    std::memcpy(theirs, d.theirs.data(), sizeof theirs);
+    std::memcpy(first, d.first.data(), sizeof first);
+    detail = cat("parameter ", d.index, " is ", describe_record(theirs), " on rank ", d.rank,
+                 " but ", describe_record(first), " on rank 0");
+  }
   fail(AMPX_ERR_INVALID_ARGUMENT,
-       "the ranks registered different parameters (count, order, dtypes and shapes must match "
-       "on every rank): ",
+       "the ranks registered different parameters (count, order, dtypes, shapes and param "
+       "groups must match on every rank): ",
+       detail);
+}
+
+[[noreturn]] void report_setting_difference(Communicator& comm,
+                                            const std::vector<Setting>& settings,
+                                            const std::vector<int64_t>& counts) {
+  const Difference d =
+      first_difference(comm, settings.data(), sizeof(Setting), counts,
+                       "the comparison of the ranks' settings (ampx_data_parallel_create)");
+  auto text = [](const std::vector<unsigned char>& bytes) {
+    Setting s{};
+    std::memcpy(&s, bytes.data(), sizeof s);
+    s.name[sizeof s.name - 1] = s.value[sizeof s.value - 1] = '\0';
+    return s;
+  };
+  std::string detail;
+  if (d.theirs.empty() || d.first.empty()) {
+    detail = cat("rank ", d.rank, " has ", counts[static_cast<size_t>(d.rank)],
+                 " settings and rank 0 has ", counts[0]);
+  } else {
+    const Setting theirs = text(d.theirs), first = text(d.first);
+    if (std::strcmp(theirs.name, first.name) == 0)
+      detail = cat(first.name, ": rank ", d.rank, " has ", theirs.value, ", rank 0 has ",
+                   first.value);
+    else
+      detail = cat("rank ", d.rank, " has ", theirs.name, " ", theirs.value, " where rank 0 has ",
+                   first.name, " ", first.value);
+  }
+  fail(AMPX_ERR_INVALID_ARGUMENT,
+       "the ranks were set up differently (the wrapper's options, the optimizer's kind, "
+       "hyperparameters, param groups and schedules, and an attached scaler's options and state "
+       "must match on every rank): ",
        detail);
 }
 
@@ -133,20 +326,24 @@ DataParallel::DataParallel(Communicator& comm, FusedOptimizer& optimizer,
 
 DataParallel::~DataParallel() = default;
 
-DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer& optimizer,
-                                   const DataParallelOptions& options) {
+DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer* optimizer,
+                                   const DataParallelOptions& options, const OwnFailure& own) {
   // Every rank reaches the same collectives, so that a rank whose own checks
   // fail makes the others fail too instead of leaving them waiting.
   JoinRecord mine{};
   mine.version = ampx_version();
+  std::vector<int64_t> records;
+  std::vector<Setting> settings;
   try {
+    if (own.status != AMPX_OK) throw StatusError(own.status, own.message);
+    if (!optimizer) fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'optimizer' is NULL");
     comm.check_usable();
-    if (&optimizer.context() != &comm.context())
+    if (&optimizer->context() != &comm.context())
       fail(AMPX_ERR_DEVICE, "the optimizer belongs to a different context than the communicator");
-    if (optimizer.grad_sync)
+    if (optimizer->grad_sync)
       fail(AMPX_ERR_INVALID_ARGUMENT,
            "the optimizer is already wrapped by another ampx_data_parallel; release that first");
-    if (optimizer.amp_state != AmpState::Ready)
+    if (optimizer->amp_state != AmpState::Ready)
       fail(AMPX_ERR_ORDER,
            "the optimizer is between unscale/step and update; create the "
            "data-parallel wrapper between iterations");
@@ -156,24 +353,31 @@ DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer& optimizer
     if (options.zero_stage != 0 && options.zero_stage != 1)
       fail(AMPX_ERR_INVALID_ARGUMENT, "zero_stage is ", options.zero_stage,
            "; it is 0 (replicated optimizer state) or 1 (sharded)");
+    records = parameter_records(*optimizer);
+    settings = settings_of(*optimizer, options);
   } catch (const StatusError& e) {
     mine.status = e.status();
     std::snprintf(mine.message, sizeof mine.message, "%s", e.what());
+    records.clear();
+    settings.clear();
   }
-  const std::vector<int64_t> records = parameter_records(optimizer);
-  mine.count = static_cast<int64_t>(optimizer.params().size());
-  mine.hash = fnv1a(records);
+  mine.count = static_cast<int64_t>(records.size() / kRecordWords);
+  mine.hash = fnv1a(records.data(), records.size() * sizeof(int64_t));
+  mine.settings_count = static_cast<int64_t>(settings.size());
+  mine.settings_hash = fnv1a(settings.data(), settings.size() * sizeof(Setting));
 
   const int32_t world = comm.size();
   std::vector<JoinRecord> all(static_cast<size_t>(world));
-  comm.all_gather_host(&mine, all.data(), sizeof mine);
+  comm.all_gather_host(&mine, all.data(), sizeof mine,
+                       "all-gather of the ranks' setup records (ampx_data_parallel_create)");
   for (int32_t r = 0; r < world; ++r) {
     // Another version's record need not even be laid out as this one.
     if (all[r].version != mine.version)
       fail(AMPX_ERR_INVALID_ARGUMENT, "rank ", r, " runs ampx version number ", all[r].version,
            " and rank ", comm.rank(), " runs ", mine.version,
            "; every rank of a data-parallel job needs the same library");
-    if (all[r].count < 0 || all[r].count > INT32_MAX || all[r].status < AMPX_OK ||
+    if (all[r].count < 0 || all[r].count > INT32_MAX || all[r].settings_count < 0 ||
+        all[r].settings_count > INT32_MAX || all[r].status < AMPX_OK ||
         all[r].status > AMPX_ERR_INTERNAL)
       fail(AMPX_ERR_CORRUPT, "rank ", r, " sent a malformed setup record (count ", all[r].count,
            ", status ", all[r].status, ")");
@@ -182,22 +386,33 @@ DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer& optimizer
     if (all[r].status == AMPX_OK) continue;
     if (r == comm.rank()) fail(static_cast<ampx_status>(mine.status), mine.message);
     all[r].message[sizeof all[r].message - 1] = '\0';
-    fail(static_cast<ampx_status>(all[r].status), "rank ", r, " could not join: ", all[r].message);
+    fail(static_cast<ampx_status>(all[r].status), "rank ", r, " could not join (",
+         ampx_status_string(static_cast<ampx_status>(all[r].status)), "): ", all[r].message);
   }
-  bool same = true;
-  for (const JoinRecord& r : all) same = same && r.count == all[0].count && r.hash == all[0].hash;
-  if (!same) {
+  bool same_settings = true, same_params = true;
+  for (const JoinRecord& r : all) {
+    same_settings = same_settings && r.settings_count == all[0].settings_count &&
+                    r.settings_hash == all[0].settings_hash;
+    same_params = same_params && r.count == all[0].count && r.hash == all[0].hash;
+  }
+  if (!same_settings) {
+    std::vector<int64_t> counts;
+    for (const JoinRecord& r : all) counts.push_back(r.settings_count);
+    report_setting_difference(comm, settings, counts);
+  }
+  if (!same_params) {
     std::vector<int64_t> counts;
     for (const JoinRecord& r : all) counts.push_back(r.count);
-    report_first_difference(comm, records, counts);
+    report_parameter_difference(comm, records, counts);
   }
 
-  auto* dp = new DataParallel(comm, optimizer, options);
+  auto* dp = new DataParallel(comm, *optimizer, options);
   try {
     dp->make_buckets();
     DeviceContext& ctx = comm.context();
     dp->inverse_world_ =
         TensorRef(make_filled_f32(ctx, vector_shape(1), 1.0f / static_cast<float>(world)));
+    dp->agreed_ = TensorRef(make_filled_f32(ctx, vector_shape(3), 0.0f));
     dp->gradients_written_ = ctx.backend().make_event();
     dp->reduced_event_ = ctx.backend().make_event();
     dp->listener_ =
@@ -220,8 +435,8 @@ DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer& optimizer
     set_grad(param, m.grad.get());
   }
   comm.retain();
-  optimizer.refs.fetch_add(1, std::memory_order_relaxed);
-  optimizer.grad_sync = &dp->sync_hooks_;
+  optimizer->refs.fetch_add(1, std::memory_order_relaxed);
+  optimizer->grad_sync = &dp->sync_hooks_;
   return dp;
 }
 
@@ -291,10 +506,16 @@ void DataParallel::make_shards() {
   std::vector<FusedOptimizer::Piece> kept;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = buckets_[b];
-    const DType reduced = bucket.fp32 ? DType::F32 : bucket.dtype;
     const int64_t size = shard_size(bucket), first = rank * size;
-    bucket.shard = TensorRef(make_zeros(ctx, reduced, vector_shape(size)));
-    bucket.gathered = TensorRef(DeviceTensor::empty(ctx, bucket.dtype, bucket.grads->shape));
+    const size_t element = dtype_size(bucket.dtype);
+    // The step sees the reduced gradient in the gradient's own type, as
+    // without ZeRO-1: an fp32 reduction is rounded once into `shard`.
+    bucket.shard = TensorRef(make_zeros(ctx, bucket.dtype, vector_shape(size)));
+    if (bucket.fp32)
+      bucket.shard_fp32 = TensorRef(DeviceTensor::empty(ctx, DType::F32, vector_shape(size)));
+    const size_t stride = region_bytes(static_cast<size_t>(size) * element);
+    bucket.gathered = TensorRef(DeviceTensor::empty(
+        ctx, bucket.dtype, vector_shape(static_cast<int64_t>(stride / element) * comm_->size())));
     for (size_t member : bucket.members) {
       const Member& m = members_[member];
       const int64_t begin = std::max(m.offset, first);
@@ -303,46 +524,77 @@ void DataParallel::make_shards() {
       Piece piece;
       piece.param = TensorRef(
           DeviceTensor::alias(ctx, *m.param, bucket.dtype, vector_shape(end - begin),
-                              static_cast<size_t>(begin - m.offset) * dtype_size(bucket.dtype)));
+                              static_cast<size_t>(begin - m.offset) * element));
       piece.grad =
-          TensorRef(DeviceTensor::alias(ctx, *bucket.shard, reduced, vector_shape(end - begin),
-                                        static_cast<size_t>(begin - first) * dtype_size(reduced)));
+          TensorRef(DeviceTensor::alias(ctx, *bucket.shard, bucket.dtype, vector_shape(end - begin),
+                                        static_cast<size_t>(begin - first) * element));
       piece.bucket = b;
       piece.offset = begin;
       kept.push_back({member, piece.param.get(), begin - m.offset});
       pieces_.push_back(std::move(piece));
     }
   }
-  norms_ = TensorRef(DeviceTensor::empty(ctx, DType::F32, vector_shape(comm_->size())));
+  norms_ = TensorRef(DeviceTensor::empty(ctx, DType::F32, vector_shape(3 * comm_->size())));
   optimizer_->keep_pieces(kept);
   for (Piece& piece : pieces_) set_grad(*piece.param, piece.grad.get());
 }
 
-void DataParallel::finish_step() {
-  reduced_ = false;
+void DataParallel::finish_step(int64_t own, bool joined) {
+  if (!joined) {
+    reduced_ = false;
+    pending_ = AMPX_OK;
+  }
   if (options_.zero_stage != 1) return;
-  // Every rank's updated part of each bucket to every rank, then into the
-  // parameters (which are not flat, so their bytes go through `gathered`).
+  check_usable();
+  // Every rank's updated part of each bucket, followed by its verdict word,
+  // to every rank, then into the parameters (which are not flat, so their
+  // bytes go through `gathered`). A rank whose step failed sends its part
+  // unchanged, so the replicas stay equal whatever the verdict.
   Backend& backend = comm_->context().backend();
+  const int32_t world = comm_->size();
   const size_t rank = static_cast<size_t>(comm_->rank());
+  ++agreements_;
+  int64_t verdict = 0;
+  std::vector<bool> joined_ranks(static_cast<size_t>(world));
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = buckets_[b];
     const size_t element = dtype_size(bucket.dtype);
-    const size_t part = static_cast<size_t>(shard_size(bucket)) * element;
+    const int64_t shard = shard_size(bucket);
+    const size_t part = static_cast<size_t>(shard) * element, stride = region_bytes(part);
+    const size_t word = verdict_offset(part);
     char* all = static_cast<char*>(bucket.gathered->data());
-    char* mine = all + rank * part;
+    char* mine = all + rank * stride;
     for (const Piece& piece : pieces_)
       if (piece.bucket == b)
         backend.copy(mine + (static_cast<size_t>(piece.offset) * element - rank * part),
                      piece.param->data(), piece.param->nbytes());
-    comm_->transport().all_gather(mine, all, part, Stream::Compute);
+    backend.fill(mine + word, sizeof(int64_t), static_cast<uint64_t>(own), 1);
+    backend.fill(mine + word + sizeof(int64_t), sizeof(int64_t), joined ? 1 : 0, 1);
+    comm_->all_gather({bucket.gathered.get()}, mine, all, stride, Stream::Compute,
+                      "all-gather of the stepped parameters (ZeRO-1)");
     for (size_t member : bucket.members) {
       DeviceTensor& param = *members_[member].param;
-      backend.copy(param.data(), all + static_cast<size_t>(members_[member].offset) * element,
-                   param.nbytes());
+      const int64_t begin = members_[member].offset, end = begin + param.numel();
+      for (int64_t at = begin; at < end;) {
+        const int64_t r = at / shard, stop = std::min(end, (r + 1) * shard);
+        backend.copy(static_cast<char*>(param.data()) + static_cast<size_t>(at - begin) * element,
+                     all + static_cast<size_t>(r) * stride +
+                         static_cast<size_t>(at - r * shard) * element,
+                     static_cast<size_t>(stop - at) * element);
+        at = stop;
+      }
       param.storage->note_write();
     }
+    if (backend.synchronous())
+      for (int32_t r = 0; r < world; ++r) {
+        int64_t theirs[2] = {};
+        backend.copy_to_host(theirs, all + static_cast<size_t>(r) * stride + word, sizeof theirs);
+        verdict = std::max(verdict, theirs[0]);
+        if (theirs[1]) joined_ranks[static_cast<size_t>(r)] = true;
+      }
   }
+  settle(verdict, std::find(joined_ranks.begin(), joined_ranks.end(), false) == joined_ranks.end(),
+         "optimizer step");
 }
 
 void DataParallel::zero_gradients() {
@@ -355,32 +607,174 @@ void DataParallel::zero_gradients() {
       }
 }
 
+int64_t DataParallel::own_verdict(ampx_status status) const {
+  return verdict_of(status != AMPX_OK ? status : pending_, comm_->rank());
+}
+
+void DataParallel::settle(int64_t verdict, bool all_failed, const char* op) {
+  if (verdict == 0) return;
+  const auto status = static_cast<ampx_status>(verdict >> kVerdictRankBits);
+  const int64_t rank = kVerdictRankMask - (verdict & kVerdictRankMask);
+  if (verdict < 0 || status < AMPX_ERR_INVALID_ARGUMENT || status > AMPX_ERR_INTERNAL) {
+    failure_ = cat("a malformed verdict (", verdict, ") in ", op);
+    fail(AMPX_ERR_CORRUPT, "the ranks exchanged ", failure_);
+  }
+  const std::string who =
+      rank == comm_->rank() ? cat("this rank (", rank, ")") : cat("rank ", rank);
+  const std::string what = cat(who, " failed its ", op,
+                               " (or an earlier call of this iteration) with ",
+                               ampx_status_string(status));
+  // Where every rank's own call failed (all joined), all stopped at the
+  // same point and the iteration can go on; otherwise some ranks went
+  // further than others.
+  if (all_failed)
+    fail(status, what, " (its own error message says why), as did every rank");
+  failure_ = what;
+  fail(status, what,
+       " (its own error message says why); so every rank fails this call, and the "
+       "data-parallel wrapper can no longer be used on any rank: release it and wrap the "
+       "optimizer again (ampx_data_parallel_create, on every rank), or save a checkpoint and "
+       "end");
+}
+
+void DataParallel::check_usable() {
+  comm_->check_usable();
+  if (!failure_.empty())
+    fail(AMPX_ERR_ORDER, "this data-parallel wrapper failed earlier: ", failure_,
+         "; its ranks no longer agree where the iteration is, so every collective call through "
+         "it fails: release it (ampx_data_parallel_release) and wrap the optimizer again on every "
+         "rank, or save a checkpoint and end");
+}
+
+void DataParallel::global_norm(float* norm, NormType type, int64_t own) {
+  check_usable();
+  DeviceContext& ctx = comm_->context();
+  Backend& backend = ctx.backend();
+  const int32_t world = comm_->size();
+  // Per rank: its norm, its verdict, and 1 where its own call failed (a
+  // rank that joins: norm nullptr).
+  float* records = static_cast<float*>(norms_->data());
+  float* mine = records + 3 * comm_->rank();
+  if (norm)
+    backend.copy(mine, norm, sizeof(float));
+  else
+    backend.fill(mine, sizeof(float), 0, 1);
+  backend.fill(mine + 1, sizeof(float), float_bits(static_cast<float>(own)), 1);
+  backend.fill(mine + 2, sizeof(float), float_bits(norm ? 0.0f : 1.0f), 1);
+  ++agreements_;
+  comm_->all_gather({norms_.get()}, mine, records, 3 * sizeof(float), Stream::Compute,
+                    "all-gather of the partial gradient norms (ZeRO-1 clipping)");
+  if (backend.synchronous()) {
+    std::vector<float> host(static_cast<size_t>(3 * world));
+    backend.copy_to_host(host.data(), records, host.size() * sizeof(float));
+    int64_t verdict = 0;
+    bool all_joined = true;
+    for (size_t r = 0; r < static_cast<size_t>(world); ++r) {
+      verdict = std::max(verdict, static_cast<int64_t>(host[3 * r + 1]));
+      all_joined = all_joined && host[3 * r + 2] != 0.0f;
+    }
+    settle(verdict, all_joined, "clipping (ampx_clip_grad_norm)");
+  }
+  if (!norm) return;
+  // The L2 norm of the ranks' L2 norms is the L2 norm of all the gradients;
+  // the largest of their largest elements is the largest.
+  std::vector<TensorSpan> norms;
+  for (int32_t r = 0; r < world; ++r) norms.push_back({records + 3 * r, DType::F32, 1});
+  backend.require<AmpPrimitives>("clip_grad_norm").multi_tensor_norm(norms, type, norm);
+}
+
 void DataParallel::Sync::global_norm(float* norm, NormType type) {
   // Without ZeRO-1 every rank holds every reduced gradient; one rank holds
   // them all anyway.
   if (owner_.options_.zero_stage != 1 || owner_.comm_->size() == 1) return;
-  Transport& transport = owner_.comm_->transport();
-  float* norms = static_cast<float*>(owner_.norms_->data());
-  transport.all_gather(norm, norms, sizeof(float), Stream::Compute);
-  // The L2 norm of the ranks' L2 norms is the L2 norm of all the gradients;
-  // the largest of their largest elements is the largest.
-  owner_.comm_->context()
-      .backend()
-      .require<AmpPrimitives>("clip_grad_norm")
-      .multi_tensor_norm({{norms, DType::F32, owner_.comm_->size()}}, type, norm);
+  owner_.global_norm(norm, type, owner_.own_verdict(AMPX_OK));
+}
+
+void DataParallel::agree_found_inf(float* found_inf, int64_t own, const char* op) {
+  // On the compute stream: after the unscale that wrote it, before the step
+  // and the scaler update that read it. With found-inf go the verdict and
+  // minus "this rank's own call failed" (a rank that joins: found_inf
+  // nullptr), whose maximum is -1 when every rank's did.
+  check_usable();
+  Backend& backend = comm_->context().backend();
+  float* agreed = static_cast<float*>(agreed_->data());
+  if (found_inf)
+    backend.copy(agreed, found_inf, sizeof(float));
+  else
+    backend.fill(agreed, sizeof(float), 0, 1);
+  backend.fill(agreed + 1, sizeof(float), float_bits(static_cast<float>(own)), 1);
+  backend.fill(agreed + 2, sizeof(float), float_bits(found_inf ? 0.0f : -1.0f), 1);
+  ++agreements_;
+  comm_->all_reduce({agreed_.get()}, agreed, 3, DType::F32, ReduceOp::Max, Stream::Compute,
+                    "all-reduce of found-inf");
+  if (backend.synchronous()) {
+    float host[3];
+    backend.copy_to_host(host, agreed, sizeof host);
+    settle(static_cast<int64_t>(host[1]), host[2] < 0.0f, op);
+  }
+  // Where the host does not read the verdict (a GPU), a failed rank still
+  // makes every rank skip the step: found-inf is non-zero when either is.
+  if (found_inf)
+    backend.require<AmpPrimitives>("the found-inf reduction")
+        .multi_tensor_norm({{agreed, DType::F32, 2}}, NormType::Inf, found_inf);
+}
+
+void DataParallel::Sync::agree_found_inf(float* found_inf) {
+  owner_.agree_found_inf(found_inf, owner_.own_verdict(AMPX_OK), "unscale");
+}
+
+void DataParallel::Sync::join_failed(Call call, uint64_t before, ampx_status status,
+                                     const std::string& message, const char* op) noexcept {
+  (void)message;
+  DataParallel& dp = owner_;
+  try {
+    // Nothing is left to join where the wrapper or its communicator has
+    // failed (every rank knows), or where this call's verdict went out.
+    // Synchronization is state, the same on every rank running the same
+    // program: while it is off the others refuse the call too.
+    if (!dp.failure_.empty() || dp.comm_->failed() || dp.agreements_ != before || !dp.sync_)
+      return;
+    const int64_t own = dp.own_verdict(status);
+    dp.complete_anyway(op);
+    const bool sharded = dp.options_.zero_stage == 1 && dp.comm_->size() > 1;
+    switch (call) {
+      case Call::ReadGradients:
+        return;
+      case Call::Unscale:
+        dp.agree_found_inf(nullptr, own, "unscale");
+        return;
+      case Call::ClipNorm:
+        if (sharded) dp.global_norm(nullptr, NormType::L2, own);
+        return;
+      case Call::Step:
+        // Unsharded, the step makes no collective: the others have gone
+        // on, and this rank may still retry its step.
+        if (sharded) dp.finish_step(own, true);
+        return;
+    }
+  } catch (...) {
+    // The verdict this rank sent fails it too; its own error is the one
+    // its caller reports.
+  }
 }
 
 void DataParallel::broadcast_state() {
-  Transport& transport = comm_->transport();
-  for (const FusedOptimizer::Param& p : optimizer_->params()) {
-    DeviceTensor* tensors[] = {p.param.get(), p.master.get(), p.state[0].get(), p.state[1].get(),
-                               p.state[2].get()};
-    for (DeviceTensor* t : tensors)
-      if (t && t->nbytes() > 0) {
-        transport.broadcast(t->data(), t->nbytes(), 0, Stream::Compute);
-        t->storage->note_write();
-      }
-  }
+  // Rank 0 owns the parameters and everything the optimizer keeps for
+  // them, step counts included (Adam's bias correction, the schedules'
+  // position), so that the replicas start equal.
+  auto send = [&](DeviceTensor* t) {
+    if (!t || t->nbytes() == 0) return;
+    comm_->broadcast({t}, t->data(), t->nbytes(), 0, Stream::Compute,
+                     "broadcast of rank 0's parameters and optimizer state "
+                     "(ampx_data_parallel_create)");
+    t->storage->note_write();
+  };
+  for (const FusedOptimizer::Param& p : optimizer_->params())
+    for (DeviceTensor* t : {p.param.get(), p.master.get(), p.state[0].get(), p.state[1].get(),
+                            p.state[2].get()})
+      send(t);
+  send(&optimizer_->param_step_counts());
+  send(&optimizer_->steps_taken());
 }
 
 void DataParallel::on_grad_ready(DeviceTensor& leaf) {
@@ -392,9 +786,11 @@ void DataParallel::on_grad_ready(DeviceTensor& leaf) {
          " is no longer the bucket view ampx_data_parallel_create attached (it was replaced "
          "with ampx_tensor_set_grad), so its reduction would be lost; keep the attached "
          "gradient (ampx_optimizer_zero_grad zeroes it in place)");
+  check_usable();
   // Another backward before the step: the gradients now hold the reduced
   // sum plus this rank's new part, and reducing them again adds the new
   // parts' average to the (equal) reduced values, as DDP does.
+  if (reduced_) pending_ = AMPX_OK;
   reduced_ = false;
   if (m.ready)
     fail(AMPX_ERR_ORDER, "the gradient of ", leaf.describe(),
@@ -410,7 +806,7 @@ void DataParallel::on_grad_ready(DeviceTensor& leaf) {
     launch_ready_buckets();
     launched_early_ += static_cast<int32_t>(next_launch_ - before);
   }
-  comm_->transport().progress();
+  comm_->progress();
 }
 
 void DataParallel::launch_ready_buckets() {
@@ -420,7 +816,7 @@ void DataParallel::launch_ready_buckets() {
 }
 
 void DataParallel::launch(Bucket& bucket) {
-  comm_->check_usable();
+  check_usable();
   Backend& backend = comm_->context().backend();
   AmpPrimitives& amp = backend.require<AmpPrimitives>("the data-parallel gradient reduction");
   const int64_t count = bucket.grads->numel();
@@ -428,8 +824,10 @@ void DataParallel::launch(Bucket& bucket) {
   const auto* inverse_world = static_cast<const float*>(inverse_world_->data());
   const bool divide = options_.average && comm_->size() > 1;
   TensorSpan reduced = grads;
+  DeviceTensor* reduced_tensor = bucket.grads.get();
   if (bucket.fp32) {
     reduced = {bucket.fp32->data(), DType::F32, count};
+    reduced_tensor = bucket.fp32.get();
     if (divide)
       amp.multi_tensor_scale({grads}, {reduced}, inverse_world, false, nullptr);
     else
@@ -440,26 +838,38 @@ void DataParallel::launch(Bucket& bucket) {
   }
   backend.record_event(*gradients_written_, Stream::Compute);
   backend.wait_event(Stream::Communication, *gradients_written_);
-  if (bucket.shard)
-    comm_->transport().reduce_scatter(reduced.data, bucket.shard->data(), shard_size(bucket),
-                                      reduced.dtype, ReduceOp::Sum, Stream::Communication);
-  else
-    comm_->transport().all_reduce(reduced.data, count, reduced.dtype, ReduceOp::Sum,
-                                  Stream::Communication);
+  if (bucket.shard) {
+    DeviceTensor* target = bucket.shard_fp32 ? bucket.shard_fp32.get() : bucket.shard.get();
+    comm_->reduce_scatter({reduced_tensor, target}, reduced.data, target->data(),
+                          shard_size(bucket), reduced.dtype, ReduceOp::Sum, Stream::Communication,
+                          "reduce-scatter of a gradient bucket");
+  } else {
+    comm_->all_reduce({reduced_tensor}, reduced.data, count, reduced.dtype, ReduceOp::Sum,
+                      Stream::Communication, "all-reduce of a gradient bucket");
+  }
 }
 
 void DataParallel::complete(const char* op) {
+  check_usable();
   if (!sync_)
     fail(AMPX_ERR_ORDER, op,
          " reads the gradients while data-parallel synchronization is off "
          "(ampx_data_parallel_set_sync): each rank would update with its own gradients and the "
          "replicas would drift apart; turn it on before the last micro-batch's backward");
+  complete_anyway(op);
+}
+
+void DataParallel::complete_anyway(const char* op) {
   if (reduced_) return;
+  check_usable();
   while (next_launch_ < buckets_.size()) launch(buckets_[next_launch_++]);
-  wait_for_reductions();
+  wait_for_reductions(op);
   Backend& backend = comm_->context().backend();
   for (Bucket& bucket : buckets_) {
     if (bucket.shard) {
+      if (bucket.shard_fp32)
+        backend.convert(bucket.shard->data(), bucket.dtype, bucket.shard_fp32->data(), DType::F32,
+                        bucket.shard->numel());
       bucket.shard->storage->note_write();
       continue;
     }
@@ -481,15 +891,27 @@ void DataParallel::on_backward_end(bool ok) {
     complete("ampx_backward");
     return;
   }
-  // A failed pass: wait for what was sent, so no collective still writes a
-  // bucket, and start the next round afresh.
-  wait_for_reductions();
-  reset_round();
+  // A pass that failed on this rank: the other ranks' passes reduce every
+  // bucket, so this one sends the rest too (nobody waits for it), and its
+  // next verdict of the iteration carries the failure.
+  ampx_status status = AMPX_ERR_INTERNAL;
+  try {
+    if (std::exception_ptr failure = std::current_exception()) std::rethrow_exception(failure);
+  } catch (const StatusError& e) {
+    status = e.status();
+  } catch (...) {
+  }
+  try {
+    complete_anyway("ampx_backward");
+  } catch (...) {
+    reset_round();
+  }
+  pending_ = status;
 }
 
-void DataParallel::wait_for_reductions() {
+void DataParallel::wait_for_reductions(const char* op) {
   Backend& backend = comm_->context().backend();
-  comm_->transport().finish_started();
+  comm_->finish_started(cat("gradient reduction of ", op).c_str());
   backend.record_event(*reduced_event_, Stream::Communication);
   backend.wait_event(Stream::Compute, *reduced_event_);
 }
@@ -517,13 +939,6 @@ void DataParallel::set_sync(bool enabled) {
   sync_ = enabled;
 }
 
-void DataParallel::Sync::agree_found_inf(float* found_inf) {
-  // On the compute stream: after the unscale that wrote it, before the step
-  // and the scaler update that read it.
-  owner_.comm_->check_usable();
-  owner_.comm_->transport().all_reduce(found_inf, 1, DType::F32, ReduceOp::Max, Stream::Compute);
-}
-
 DataParallelStats DataParallel::stats() const {
   DataParallelStats s;
   s.bucket_count = static_cast<int32_t>(buckets_.size());
@@ -531,6 +946,7 @@ DataParallelStats DataParallel::stats() const {
     s.bucket_bytes += b.grads->nbytes();
     if (b.fp32) s.bucket_bytes += b.fp32->nbytes();
     if (b.shard) s.bucket_bytes += b.shard->nbytes() + b.gathered->nbytes();
+    if (b.shard_fp32) s.bucket_bytes += b.shard_fp32->nbytes();
   }
   s.buckets_launched = static_cast<int32_t>(next_launch_);
   s.last_launched_early = last_launched_early_;
@@ -553,6 +969,7 @@ void DataParallel::free_resources() {
   pieces_.clear();
   buckets_.clear();
   norms_.reset();
+  agreed_.reset();
   inverse_world_.reset();
   gradients_written_.reset();
   reduced_event_.reset();
@@ -562,7 +979,7 @@ void DataParallel::release() {
   if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   magic = kDeadMagic;
   try {
-    comm_->transport().finish_started();
+    if (!comm_->failed()) comm_->finish_started("the gradient reduction pending at release");
   } catch (...) {
   }
   optimizer_->grad_sync = nullptr;

@@ -17,10 +17,20 @@
 // on every rank, so the ranks' collectives match.
 // The scaler's found-inf is MAX-reduced after each unscale, so every rank
 // skips the same steps and its scale stays bitwise equal.
+//
+// No rank is left waiting on another whose own checks failed: at create
+// every rank's status rides in the first all-gather, and in a training step
+// a rank whose call fails before its collectives still makes them, its
+// status riding in the buffers they reduce anyway (found-inf; under ZeRO-1
+// the partial norms and the gathered parameters): a verdict, the highest
+// failure status with the lowest rank that had it. A non-zero verdict fails
+// the call on every rank (where the backend lets the host read it without
+// waiting: the CPU) and leaves the wrapper failed there.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -58,11 +68,17 @@ class DataParallel : public Object {
   static constexpr uint64_t kLiveMagic = 0x414d50582d444450ull;  // "AMPX-DDP"
   static constexpr uint64_t kDeadMagic = 0x646561642d646470ull;  // "dead-ddp"
 
-  // Collective over the communicator's ranks: checks that every rank
-  // registered the same parameters, broadcasts rank 0's parameters and
-  // optimizer state, and makes the buckets. Retains comm and optimizer.
-  static DataParallel* create(Communicator& comm, FusedOptimizer& optimizer,
-                              const DataParallelOptions& options);
+  // Collective over the communicator's ranks: agrees on every rank's own
+  // checks (`own`: the failure of the caller's checks; optimizer nullptr
+  // when its handle was bad), compares the settings and parameters that
+  // must agree, broadcasts rank 0's parameters and optimizer state, and
+  // makes the buckets. Retains comm and optimizer.
+  struct OwnFailure {
+    ampx_status status = AMPX_OK;
+    std::string message;
+  };
+  static DataParallel* create(Communicator& comm, FusedOptimizer* optimizer,
+                              const DataParallelOptions& options, const OwnFailure& own);
   void release();
 
   Communicator& communicator() const { return *comm_; }
@@ -88,11 +104,13 @@ class DataParallel : public Object {
   };
   struct Bucket {
     DType dtype = DType::F32;
-    TensorRef grads;     // flat: every member's gradient (a multiple of the world
-                         // size of elements under ZeRO-1)
-    TensorRef fp32;      // reduce_in_fp32 for F16/BF16: the reduced copy
-    TensorRef shard;     // ZeRO-1: this rank's part of the reduced gradients
-    TensorRef gathered;  // ZeRO-1: the updated parameters of every rank's part
+    TensorRef grads;       // flat: every member's gradient (a multiple of the world
+                           // size of elements under ZeRO-1)
+    TensorRef fp32;        // reduce_in_fp32 for F16/BF16: the reduced copy
+    TensorRef shard;       // ZeRO-1: this rank's part of the reduced gradients
+    TensorRef shard_fp32;  // ZeRO-1 with fp32: the part as reduced, before rounding
+    TensorRef gathered;    // ZeRO-1: the updated parameters of every rank's part,
+                           // each followed by a verdict word
     std::vector<size_t> members;
     size_t ready = 0;  // members whose gradient is final in this round
   };
@@ -110,7 +128,10 @@ class DataParallel : public Object {
     void agree_found_inf(float* found_inf) override;
     void global_norm(float* norm, NormType type) override;
     void zero_gradients() override { owner_.zero_gradients(); }
-    void finish_step() override { owner_.finish_step(); }
+    void finish_step() override { owner_.finish_step(owner_.own_verdict(AMPX_OK)); }
+    uint64_t agreements() const override { return owner_.agreements_; }
+    void join_failed(Call call, uint64_t before, ampx_status status, const std::string& message,
+                     const char* op) noexcept override;
 
    private:
     DataParallel& owner_;
@@ -128,14 +149,32 @@ class DataParallel : public Object {
   void reset_round();
   // Completes the started collectives and orders the compute stream after
   // them (no host wait on a GPU).
-  void wait_for_reductions();
+  void wait_for_reductions(const char* op);
   void launch_ready_buckets();
   void launch(Bucket& bucket);
   void complete(const char* op);
+  // complete() for a rank whose call failed: the same collectives, whether
+  // synchronization is on or not.
+  void complete_anyway(const char* op);
   void make_shards();
-  void finish_step();
+  // The end of the step: under ZeRO-1 the gather of the stepped
+  // parameters, carrying `own` (this rank's verdict word, 0 when well);
+  // `joined`: this rank's own step failed (join_failed), so its round is
+  // not over.
+  void finish_step(int64_t own, bool joined = false);
   void zero_gradients();
+  void agree_found_inf(float* found_inf, int64_t own, const char* op);
+  void global_norm(float* norm, NormType type, int64_t own);
   int64_t shard_size(const Bucket& bucket) const { return bucket.grads->numel() / comm_->size(); }
+  // AMPX_ERR_ORDER once a verdict failed the wrapper, and the
+  // communicator's own failure (a timeout).
+  void check_usable();
+  // A verdict word for this rank: its own failure, or one a failed pass
+  // left pending for this iteration's next verdict.
+  int64_t own_verdict(ampx_status status) const;
+  // Throws on every rank, naming the rank and status a non-zero verdict
+  // encodes, and fails the wrapper unless every rank failed (all_failed).
+  void settle(int64_t verdict, bool all_failed, const char* op);
 
   Communicator* comm_;
   FusedOptimizer* optimizer_;
@@ -145,7 +184,8 @@ class DataParallel : public Object {
   std::unordered_map<const DeviceTensor*, size_t> member_of_;
   std::vector<Bucket> buckets_;  // in launch order
   std::vector<Piece> pieces_;    // ZeRO-1
-  TensorRef norms_;              // ZeRO-1: F32[world], every rank's gradient norm
+  TensorRef norms_;              // ZeRO-1: F32[3 world], every rank's gradient norm and verdict
+  TensorRef agreed_;             // F32[3]: found-inf, the verdict, -(this rank failed)
   size_t next_launch_ = 0;
   bool sync_ = true;
   bool reduced_ = false;        // this iteration's reduction is complete
@@ -158,6 +198,11 @@ class DataParallel : public Object {
   int32_t launched_early_ = 0;
   int32_t last_launched_early_ = 0;
   int64_t reductions_ = 0;
+  uint64_t agreements_ = 0;  // collectives that carried a verdict
+  // A pass that failed on this rank after joining the reduction: the
+  // status its next verdict carries (this iteration only).
+  ampx_status pending_ = AMPX_OK;
+  std::string failure_;  // why the wrapper failed; empty while usable
 };
 
 }  // namespace ampx::impl

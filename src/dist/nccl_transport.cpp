@@ -5,12 +5,17 @@
 // than taken from nccl.h, which the build may not have.
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "dist/communicator.h"
@@ -156,6 +161,12 @@ int nccl_op(ReduceOp op) {
   return kSum;
 }
 
+// The host never waits on a training step's collectives (they are ordered
+// on the device by events), so a watchdog thread watches them, as torch's
+// ProcessGroupNCCL does: each collective is followed by an event, and one
+// that has not completed the timeout after it was enqueued aborts the
+// communicator (ncclCommAbort ends its kernels, so nothing on the device
+// or the host waits on them any more); every later call fails, naming it.
 class NcclTransport final : public Transport {
  public:
   // `owned`: ampx made the communicator and destroys it; otherwise the host does.
@@ -167,6 +178,14 @@ class NcclTransport final : public Transport {
         rank_(rank),
         size_(size) {}
   ~NcclTransport() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+    pending_.clear();
+    spare_.clear();
     if (!comm_ || !owned_) return;
     try {
       backend_.make_current();
@@ -179,37 +198,48 @@ class NcclTransport final : public Transport {
   int32_t rank() const override { return rank_; }
   int32_t size() const override { return size_; }
 
+  // Each collective is enqueued without holding mutex_: an enqueue may
+  // block while the device is stalled on a dead peer's collective (a full
+  // launch queue), and the watchdog must then still be able to abort.
   void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op, Stream stream) override {
     if (count <= 0) return;
     const int type = nccl_type(nccl_, dtype);
-    void* native = usable_stream(stream);
-    check(
-        nccl_, comm_,
-        nccl_.all_reduce(data, data, static_cast<size_t>(count), type, nccl_op(op), comm_, native),
-        "ncclAllReduce");
+    void* native = nullptr;
+    void* comm = usable(stream, &native);
+    check(nccl_, comm,
+          nccl_.all_reduce(data, data, static_cast<size_t>(count), type, nccl_op(op), comm, native),
+          "ncclAllReduce");
+    watch(stream, cat("ncclAllReduce of ", count, " ", dtype_name(dtype), " elements"));
   }
   void broadcast(void* data, size_t bytes, int32_t root, Stream stream) override {
     if (bytes == 0) return;
-    void* native = usable_stream(stream);
-    check(nccl_, comm_, nccl_.broadcast(data, data, bytes, kInt8, root, comm_, native),
+    void* native = nullptr;
+    void* comm = usable(stream, &native);
+    check(nccl_, comm, nccl_.broadcast(data, data, bytes, kInt8, root, comm, native),
           "ncclBroadcast");
+    watch(stream, cat("ncclBroadcast of ", bytes, " bytes"));
   }
   void all_gather(const void* send, void* recv, size_t bytes, Stream stream) override {
     if (bytes == 0) return;
-    void* native = usable_stream(stream);
-    check(nccl_, comm_, nccl_.all_gather(send, recv, bytes, kInt8, comm_, native), "ncclAllGather");
+    void* native = nullptr;
+    void* comm = usable(stream, &native);
+    check(nccl_, comm, nccl_.all_gather(send, recv, bytes, kInt8, comm, native), "ncclAllGather");
+    watch(stream, cat("ncclAllGather of ", bytes, " bytes per rank"));
   }
   void reduce_scatter(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
                       Stream stream) override {
     if (count <= 0) return;
     const int type = nccl_type(nccl_, dtype);
-    void* native = usable_stream(stream);
-    check(nccl_, comm_,
-          nccl_.reduce_scatter(send, recv, static_cast<size_t>(count), type, nccl_op(op), comm_,
+    void* native = nullptr;
+    void* comm = usable(stream, &native);
+    check(nccl_, comm,
+          nccl_.reduce_scatter(send, recv, static_cast<size_t>(count), type, nccl_op(op), comm,
                                native),
           "ncclReduceScatter");
+    watch(stream, cat("ncclReduceScatter of ", count, " ", dtype_name(dtype), " elements per rank"));
   }
   void check_async_error() override {
+    std::lock_guard<std::mutex> lock(mutex_);
     if (!comm_) return;
     int state = kSuccess;
     const int result = nccl_.comm_get_async_error(comm_, &state);
@@ -219,19 +249,100 @@ class NcclTransport final : public Transport {
            "the NCCL communicator reported an asynchronous error: ", error_text(nccl_, state));
   }
   void abort() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    abort_locked();
+  }
+  void set_timeout(double seconds) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    timeout_seconds_ = seconds;
+  }
+  std::string timed_out() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return timed_out_;
+  }
+
+ private:
+  struct Pending {
+    std::unique_ptr<DeviceEvent> event;  // recorded after the collective
+    std::chrono::steady_clock::time_point since;
+    std::string what;
+  };
+
+  // The communicator to enqueue on and the stream (*native, a
+  // cudaStream_t), with the device made current (NCCL works on it).
+  void* usable(Stream stream, void** native) {
+    void* comm = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      comm = comm_;
+    }
+    if (!comm) fail(AMPX_ERR_DEVICE, "the NCCL communicator was aborted");
+    backend_.make_current();
+    *native = backend_.native_stream(stream);
+    return comm;
+  }
+
+  // After a collective was enqueued on `stream`: an event the watchdog
+  // polls.
+  void watch(Stream stream, std::string what) {
+    std::unique_ptr<DeviceEvent> event;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!spare_.empty()) {
+        event = std::move(spare_.back());
+        spare_.pop_back();
+      }
+    }
+    if (!event) event = backend_.make_event();
+    backend_.record_event(*event, stream);
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.push_back({std::move(event), now, std::move(what)});
+    if (!watchdog_.joinable()) watchdog_ = std::thread([this] { run_watchdog(); });
+  }
+
+  void run_watchdog() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      // Often enough to notice a timeout within a tenth of it (or 100 ms).
+      const double poll = std::min(0.1, timeout_seconds_ / 10.0);
+      wake_.wait_for(lock, std::chrono::duration<double>(poll));
+      while (!pending_.empty()) {
+        Pending& oldest = pending_.front();
+        bool completed = true;
+        try {
+          completed = backend_.event_completed(*oldest.event);
+        } catch (...) {
+          // A device failure: the program's next synchronization reports it.
+        }
+        if (completed) {
+          spare_.push_back(std::move(oldest.event));
+          pending_.pop_front();
+          continue;
+        }
+        const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - oldest.since;
+        if (waited.count() > timeout_seconds_) {
+          timed_out_ = cat(oldest.what, " did not complete within ", timeout_seconds_,
+                           " s (ampx_comm_set_timeout): a rank died, hangs, or stopped calling "
+                           "collectives; the watchdog aborted the communicator (ncclCommAbort)");
+          try {
+            abort_locked();
+          } catch (...) {
+          }
+        }
+        break;
+      }
+    }
+  }
+
+  // With mutex_ held.
+  void abort_locked() {
+    pending_.clear();
     if (!comm_) return;
     void* comm = comm_;
     comm_ = nullptr;  // ncclCommAbort frees it, whatever it answers
     backend_.make_current();
     check(nccl_, nullptr, nccl_.comm_abort(comm), "ncclCommAbort");
-  }
-
- private:
-  // The stream to enqueue on, with the device made current (NCCL works on it).
-  void* usable_stream(Stream stream) {
-    if (!comm_) fail(AMPX_ERR_DEVICE, "the NCCL communicator was aborted");
-    backend_.make_current();
-    return backend_.native_stream(stream);  // a cudaStream_t
   }
 
   const Nccl& nccl_;
@@ -240,6 +351,13 @@ class NcclTransport final : public Transport {
   bool owned_;
   int32_t rank_;
   int32_t size_;
+  mutable std::mutex mutex_;  // comm_ and everything below, shared with the watchdog
+  std::condition_variable wake_;
+  std::deque<Pending> pending_;  // in enqueue order
+  std::vector<std::unique_ptr<DeviceEvent>> spare_;
+  std::string timed_out_;
+  bool stop_ = false;
+  std::thread watchdog_;
 };
 
 void require_cuda(DeviceContext& ctx) {

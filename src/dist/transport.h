@@ -5,21 +5,32 @@
 // CPU) and are issued in the same order on every rank. Each names the
 // backend stream whose order it joins:
 //  - NCCL enqueues it on that stream (the host does not wait);
-//  - MPI (the CPU, whose backend is synchronous) runs it before returning
-//    on Stream::Compute, and on Stream::Communication only starts it:
-//    progress() advances what was started, finish_started() completes it.
+//  - MPI (the CPU, whose backend is synchronous) completes it, and every
+//    collective started before it, before returning on Stream::Compute,
+//    and on Stream::Communication only starts it: progress() advances what
+//    was started, finish_started() completes it.
+// A host wait lasts at most the timeout (set_timeout); past it the call
+// throws TimedOut and the operations stay pending until abort().
 // Failures throw StatusError (AMPX_ERR_DEVICE naming the library's message).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/backend.h"
 #include "core/dtype.h"
+#include "core/error.h"
 
 namespace ampx::impl {
 
 enum class ReduceOp { Sum, Max, Min };
+
+// A host wait on collectives that passed the timeout.
+class TimedOut : public StatusError {
+ public:
+  using StatusError::StatusError;
+};
 
 class Transport {
  public:
@@ -48,6 +59,17 @@ class Transport {
   // Ends the communicator's pending work so that nothing waits on it again
   // (after a timeout); every later collective fails.
   virtual void abort() {}
+
+  // The longest a host wait may take (seconds).
+  virtual void set_timeout(double seconds) { timeout_seconds_ = seconds; }
+  double timeout_seconds() const { return timeout_seconds_; }
+  // A watchdog's finding (NCCL): the description of a collective that
+  // passed the timeout while nothing waited on it on the host, after which
+  // the transport aborted itself; empty while none did.
+  virtual std::string timed_out() const { return {}; }
+
+ protected:
+  double timeout_seconds_ = 600.0;
 };
 
 }  // namespace ampx::impl

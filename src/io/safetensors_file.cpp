@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <set>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
 
@@ -137,11 +138,17 @@ void save_safetensors(const std::string& path, const std::vector<DeviceTensor*>&
   });
   std::vector<SafetensorsRecord> records;
   records.reserve(order.size());
-  uint64_t offset = 0;
+  // Each tensor's bytes fit in int64, their sum need not (views of one
+  // base, each as large as it): a file's offsets stay within int64, where
+  // readers (and off_t) can hold them.
+  int64_t offset = 0;
   for (size_t i : order) {
     const DeviceTensor& t = *tensors[i];
-    records.push_back({names[i], t.dtype, t.shape, offset, offset + t.nbytes()});
-    offset += t.nbytes();
+    const int64_t end = checked_add(offset, static_cast<int64_t>(t.nbytes()),
+                                    "the data offset of tensor '", names[i], "'");
+    records.push_back({names[i], t.dtype, t.shape, static_cast<uint64_t>(offset),
+                       static_cast<uint64_t>(end)});
+    offset = end;
   }
   // Everything that can fail for a reason other than the disk happens
   // before the temporary file exists.

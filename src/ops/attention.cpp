@@ -9,6 +9,7 @@
 
 #include "core/backend_attention.h"
 #include "math/random.h"
+#include "ops/formula.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -16,6 +17,11 @@ namespace ampx::impl {
 namespace {
 
 const char* const kOp = "scaled_dot_product_attention";
+
+// Extent d of t counted from the right (1 for a dimension t lacks).
+int64_t from_right(const DeviceTensor& t, int32_t d) {
+  return d < t.shape.ndim ? t.shape.dims[t.shape.ndim - 1 - d] : 1;
+}
 
 class AttentionNode final : public Node {
  public:
@@ -41,6 +47,104 @@ class AttentionNode final : public Node {
                      k.requires_grad ? std::move(dk) : TensorRef(),
                      v.requires_grad ? std::move(dv) : TensorRef());
   }
+
+  bool has_backward_graph() const override { return true; }
+  // The unfused formulas (torch's math path), so the gradients can be
+  // differentiated again: with the heads grouped as [B, Hkv, G, T, .]
+  // (G query heads per key/value head, broadcast in the products),
+  //   s = scale q k^T + mask (-inf above the diagonal when causal), in F32
+  //   p = softmax(s), pz = p z (dropout), dv = pz^T dout (summed over G),
+  //   dp = z (dout v^T), ds = p (dp - sum(dp p)), dq = scale ds k,
+  //   dk = scale ds^T q (summed over G);
+  // p is recomputed by recorded ops from q and k, so its own derivative
+  // flows. A row whose keys are all masked gives zeros, as the kernels do.
+  std::vector<TensorRef> backward_graph(DeviceContext& ctx,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    namespace f = formula;
+    DeviceTensor& q = *inputs[0];
+    DeviceTensor& k = *inputs[1];
+    DeviceTensor& v = *inputs[2];
+    const AttentionShape& s = shape;
+    const int64_t groups = s.heads / s.kv_heads;
+    const auto dims5 = [&](int64_t a, int64_t b, int64_t c, int64_t d, int64_t e, DType t) {
+      const int64_t d5[5] = {a, b, c, d, e};
+      return make_shape(5, d5, t);
+    };
+    TensorRef q5 = f::reshape(q, dims5(s.batch, s.kv_heads, groups, s.q_len, s.head_dim, q.dtype));
+    TensorRef k5 = f::reshape(k, dims5(s.batch, s.kv_heads, 1, s.kv_len, s.head_dim, k.dtype));
+    TensorRef v5 = f::reshape(v, dims5(s.batch, s.kv_heads, 1, s.kv_len, s.value_dim, v.dtype));
+    TensorRef dout =
+        f::reshape(*grads[0], dims5(s.batch, s.kv_heads, groups, s.q_len, s.value_dim, q.dtype));
+    TensorRef scores = f::affine(
+        *f::cast(*f::matmul(*q5, *f::transpose(*k5, -1, -2)), DType::F32), s.scale, 0.0f);
+    TensorRef empty_rows;
+    if (mask) {
+      const int64_t mk = from_right(*mask, 0), mq = from_right(*mask, 1), mh = from_right(*mask, 2);
+      const Shape m5 = dims5(mask->numel() / (mk * mq * mh), mh == 1 ? 1 : s.kv_heads,
+                             mh == 1 ? 1 : groups, mq, mk, mask->dtype);
+      TensorRef mask5 = f::reshape(*mask, m5);
+      scores = f::add(*scores, *mask5);
+      empty_rows = fully_masked_rows(ctx, *mask5);
+      scores = TensorRef(op_masked_fill(*scores, *empty_rows, 0.0));
+    }
+    if (s.causal) scores = TensorRef(op_masked_fill(*scores, *causal_mask(ctx), -INFINITY));
+    TensorRef p(op_softmax(*scores, false));
+    if (empty_rows) p = TensorRef(op_masked_fill(*p, *empty_rows, 0.0));
+    const auto dropped = [&](DeviceTensor& t) {
+      return s.dropout ? TensorRef(op_dropout_with(t, s.seed, s.offset, s.threshold,
+                                                   s.dropout_scale))
+                       : retained(t);
+    };
+    TensorRef dq, dk, dv;
+    if (v.requires_grad) {
+      TensorRef pz = f::cast(*dropped(*p), v.dtype);
+      TensorRef per_group = f::matmul(*f::transpose(*pz, -1, -2), *dout);
+      dv = f::reshape(*f::sum_to(*per_group, v5->shape), v.shape);
+    }
+    if (q.requires_grad || k.requires_grad) {
+      TensorRef dp =
+          dropped(*f::cast(*f::matmul(*dout, *f::transpose(*v5, -1, -2)), DType::F32));
+      TensorRef ds = f::mul(*p, *f::sub(*dp, *f::sum_dims(*f::mul(*dp, *p), {-1}, true)));
+      TensorRef dsq = f::cast(*f::affine(*ds, s.scale, 0.0f), q.dtype);
+      if (q.requires_grad) dq = f::reshape(*f::matmul(*dsq, *k5), q.shape);
+      if (k.requires_grad)
+        dk = f::reshape(*f::sum_to(*f::matmul(*f::transpose(*dsq, -1, -2), *q5), k5->shape),
+                        k.shape);
+    }
+    return grad_list(std::move(dq), std::move(dk), std::move(dv));
+  }
+
+ private:
+  // I32 [q_len, kv_len]: 1 above the diagonal (the keys a causal row skips).
+  TensorRef causal_mask(DeviceContext& ctx) const {
+    std::vector<int32_t> above(static_cast<size_t>(shape.q_len * shape.kv_len));
+    for (int64_t i = 0; i < shape.q_len; ++i)
+      for (int64_t j = 0; j < shape.kv_len; ++j) above[i * shape.kv_len + j] = j > i ? 1 : 0;
+    const int64_t dims[2] = {shape.q_len, shape.kv_len};
+    return TensorRef(tensor_from_host(ctx, DType::I32, make_shape(2, dims, DType::I32),
+                                      above.data(), above.size() * sizeof(int32_t)));
+  }
+  // F32 of mask's shape with its last extent 1: 1 where every key of the
+  // row is masked (-inf), else 0 (a constant).
+  static TensorRef fully_masked_rows(DeviceContext& ctx, DeviceTensor& mask) {
+    TensorRef m = f32_copy(ctx, mask);
+    const int32_t last = -1;
+    TensorRef peak(op_reduce_dims(*m, &last, 1, true, DimsReduction::Amax));
+    TensorRef minus_inf(make_filled_f32(ctx, peak->shape, -INFINITY));
+    TensorRef rows = new_tensor(ctx, DType::F32, peak->shape);
+    BroadcastLayout same;
+    same.ndim = 1;
+    same.sizes[0] = peak->numel();
+    same.a_strides[0] = same.b_strides[0] = 1;
+    nn_of(ctx, kOp).binary_broadcast(BinaryOp::Equal, peak->data(), minus_inf->data(),
+                                     rows->data(), DType::F32, same);
+    return rows;
+  }
+  static TensorRef f32_copy(DeviceContext& ctx, DeviceTensor& t) {
+    TensorRef out = new_tensor(ctx, DType::F32, t.shape);
+    ctx.backend().convert(out->data(), DType::F32, t.data(), t.dtype, t.numel());
+    return out;
+  }
 };
 
 void check_layout(const DeviceTensor& t, const char* name, const char* layout) {
@@ -50,11 +154,6 @@ void check_layout(const DeviceTensor& t, const char* name, const char* layout) {
     if (t.shape.dims[d] == 0)
       fail(AMPX_ERR_SHAPE, "'", name, "' is ", t.describe(),
            "; attention needs at least one batch, head, position and feature");
-}
-
-// Extent d of t counted from the right (1 for a dimension t lacks).
-int64_t from_right(const DeviceTensor& t, int32_t d) {
-  return d < t.shape.ndim ? t.shape.dims[t.shape.ndim - 1 - d] : 1;
 }
 
 // The shape's extents from q [..., H, Tq, D], k [..., Hkv, Tk, D] and

@@ -7,6 +7,7 @@
 
 #include "math/convert.h"
 #include "ops/broadcast.h"
+#include "ops/formula.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -29,6 +30,11 @@ class MaskedFillNode final : public Node {
                                      dx->data(), broadcast_layout(x.shape, x.shape, mask->shape));
     return grad_list(std::move(dx));
   }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    return grad_list(TensorRef(op_masked_fill(*grads[0], *mask, 0.0)));
+  }
 };
 
 class PowNode final : public Node {
@@ -43,22 +49,39 @@ class PowNode final : public Node {
                                            x.numel(), exponent);
     return grad_list(std::move(dx));
   }
+  bool has_backward_graph() const override { return true; }
+  // dy p x^(p - 1); 0 for p == 0 (as the fused backward).
+  std::vector<TensorRef> backward_graph(DeviceContext& ctx,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    namespace f = formula;
+    DeviceTensor& x = *inputs[0];
+    if (exponent == 0.0f) return grad_list(f::zeros(ctx, x.dtype, x.shape));
+    TensorRef slope = f::affine(*TensorRef(op_pow(x, exponent - 1.0f)), exponent, 0.0f);
+    return grad_list(f::mul(*grads[0], *slope));
+  }
 };
 
 class RotaryNode final : public Node {
  public:
   RotaryShape shape;
-  TensorRef cos, sin;  // constants: no gradient
+  bool inverse = false;  // the forward rotated back (a backward's own record)
+  TensorRef cos, sin;    // constants: no gradient
   const char* name() const override { return "rotary_embedding"; }
   bool reads_input(size_t) const override { return false; }
+  // A rotation's gradient is the rotation back.
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
     DeviceTensor& x = *inputs[0];
     TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
     if (dx->numel() > 0)
       nn_of(ctx, name()).rotary(grads[0]->data(), x.dtype, cos->data(), sin->data(), cos->dtype,
-                                dx->data(), shape, true);
+                                dx->data(), shape, !inverse);
     return grad_list(std::move(dx));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    return grad_list(TensorRef(op_rotary_with(*grads[0], *cos, *sin, shape, !inverse)));
   }
 };
 
@@ -107,6 +130,26 @@ class SplitNode final : public Node {
                                       grads[k]->data(), width, s.layout);
     }
     return grad_list(std::move(dx));
+  }
+  bool has_backward_graph() const override { return true; }
+  // The pieces' gradients joined (a recorded concat), zeros for a piece no
+  // gradient reached.
+  std::vector<TensorRef> backward_graph(DeviceContext& ctx,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& x = *inputs[0];
+    std::vector<TensorRef> zeros;
+    std::vector<DeviceTensor*> pieces;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      if (grads[k]) {
+        pieces.push_back(grads[k]);
+        continue;
+      }
+      Shape piece = x.shape;
+      piece.dims[dim] = sizes[k];
+      zeros.push_back(formula::zeros(ctx, x.dtype, piece));
+      pieces.push_back(zeros.back().get());
+    }
+    return grad_list(TensorRef(op_concat(pieces, dim)));
   }
 };
 
@@ -205,6 +248,28 @@ DeviceTensor* op_rotary(DeviceTensor& x_in, DeviceTensor& cos, DeviceTensor& sin
   return out.take();
 }
 
+DeviceTensor* op_rotary_with(DeviceTensor& x, DeviceTensor& cos, DeviceTensor& sin,
+                             const RotaryShape& shape, bool inverse) {
+  require_capabilities(*x.ctx, "rotary_embedding", Capability::Nn);
+  DeviceContext& ctx = *x.ctx;
+  TensorRef out = new_tensor(ctx, x.dtype, x.shape);
+  if (x.numel() > 0)
+    nn_of(ctx, "rotary_embedding")
+        .rotary(x.data(), x.dtype, cos.data(), sin.data(), cos.dtype, out->data(), shape, inverse);
+  if (should_record(ctx, {&x})) {
+    auto node = std::make_unique<RotaryNode>();
+    node->inputs.push_back(retained(x));
+    node->shape = shape;
+    node->inverse = inverse;
+    node->cos = retained(cos);
+    node->sin = retained(sin);
+    node->saves(cos);
+    node->saves(sin);
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
 std::vector<TensorRef> op_split(DeviceTensor& x_in, const std::vector<int64_t>& sizes,
                                 int32_t dim_in) {
   require_capabilities(*x_in.ctx, "split", Capability::Nn);
@@ -236,12 +301,15 @@ std::vector<TensorRef> op_split(DeviceTensor& x_in, const std::vector<int64_t>& 
     Shape shape = x.shape;
     shape.dims[dim] = size;
     TensorRef out = new_tensor(ctx, x.dtype, shape);
-    const Slice s = slice_of(x.shape, dim, offset, size);
-    offset += size;
-    if (out->numel() > 0)
+    // A slice only of a piece with elements: x then has some, so its
+    // strides fit in int64 (in an empty x they need not: [0, 2^40, 2^40]).
+    if (out->numel() > 0) {
+      const Slice s = slice_of(x.shape, dim, offset, size);
       nn_of(ctx, "split").copy_strided(out->data(),
                                        static_cast<const char*>(x.data()) + s.offset * width,
                                        width, s.layout);
+    }
+    offset += size;
     outs.push_back(std::move(out));
   }
   if (should_record(ctx, {&x})) {
@@ -264,7 +332,7 @@ std::vector<int64_t> chunk_sizes(const DeviceTensor& x, int32_t chunks, int32_t 
   // torch.chunk: pieces of ceil(n / chunks), the last one smaller; fewer
   // than `chunks` when they run out first.
   if (n == 0) return std::vector<int64_t>(static_cast<size_t>(chunks), 0);
-  const int64_t piece = (n + chunks - 1) / chunks;
+  const int64_t piece = n / chunks + (n % chunks != 0);  // n + chunks - 1 could wrap
   std::vector<int64_t> sizes;
   for (int64_t left = n; left > 0; left -= piece) sizes.push_back(left < piece ? left : piece);
   return sizes;

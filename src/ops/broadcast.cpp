@@ -1,7 +1,9 @@
 // broadcast.cpp -- see broadcast.h.
 #include "ops/broadcast.h"
 
+#include "ops/formula.h"
 #include "ops/op_util.h"
+#include "ops/ops.h"
 
 namespace ampx::impl {
 namespace {
@@ -114,5 +116,88 @@ TensorRef sum_to_shape(DeviceContext& ctx, const char* op, DeviceTensor& full,
   reduce_over(ctx, op, DimReduce::Sum, full, reduced, out->data(), out->dtype);
   return out;
 }
+
+namespace {
+
+// The strided copy that broadcasts a tensor of shape `from` to `to`.
+StridedCopy expand_layout(const Shape& from, const Shape& to) {
+  StridedCopy layout;
+  layout.ndim = to.ndim;
+  int64_t strides[AMPX_MAX_DIMS];
+  aligned_strides(from, to.ndim, strides);
+  int64_t dst = 1;
+  for (int32_t k = to.ndim - 1; k >= 0; --k) {
+    layout.sizes[k] = to.dims[k];
+    layout.dst_strides[k] = dst;
+    layout.src_strides[k] = strides[k];
+    dst *= to.dims[k];
+  }
+  return layout;
+}
+
+class ExpandNode final : public Node {
+ public:
+  const char* name() const override { return "expand"; }
+  bool reads_input(size_t) const override { return false; }
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    return grad_list(sum_to_shape(ctx, name(), *grads[0], inputs[0]->shape));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    return grad_list(formula::sum_to(*grads[0], inputs[0]->shape));
+  }
+};
+
+}  // namespace
+
+DeviceTensor* op_expand(DeviceTensor& x, const Shape& shape) {
+  require_capabilities(*x.ctx, "expand", Capability::Nn);
+  DeviceContext& ctx = *x.ctx;
+  TensorRef out = new_tensor(ctx, x.dtype, shape);
+  if (out->numel() > 0)
+    nn_of(ctx, "expand").copy_strided(out->data(), x.data(), dtype_size(x.dtype),
+                                      expand_layout(x.shape, shape));
+  if (should_record(ctx, {&x})) {
+    auto node = std::make_unique<ExpandNode>();
+    node->inputs.push_back(retained(x));
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+namespace formula {
+
+TensorRef expand(DeviceTensor& x, const Shape& target) {
+  if (x.shape == target) return retained(x);
+  return TensorRef(op_expand(x, target));
+}
+
+TensorRef sum_to(DeviceTensor& x, const Shape& target) {
+  if (x.shape == target) return retained(x);
+  std::vector<int32_t> dims;
+  for (int32_t k = 0; k < x.shape.ndim; ++k)
+    if (aligned_extent(target, x.shape.ndim, k) == 1 && x.shape.dims[k] != 1) dims.push_back(k);
+  TensorRef summed =
+      dims.empty() ? retained(x)
+                   : TensorRef(op_reduce_dims(x, dims.data(), static_cast<int32_t>(dims.size()),
+                                              true, DimsReduction::Sum));
+  return reshape(*summed, target);
+}
+
+TensorRef zeros(DeviceContext& ctx, DType dtype, const Shape& shape) {
+  TensorRef out = new_tensor(ctx, dtype, shape);
+  if (out->numel() > 0) ctx.backend().fill(out->data(), dtype_size(dtype), 0, out->numel());
+  return out;
+}
+
+TensorRef detached(DeviceTensor& x) {
+  TensorRef out = new_tensor(*x.ctx, x.dtype, x.shape);
+  if (out->numel() > 0) x.ctx->backend().copy(out->data(), x.data(), x.nbytes());
+  return out;
+}
+
+}  // namespace formula
 
 }  // namespace ampx::impl

@@ -3,6 +3,8 @@
 // whose backward runs the backend's ConvolutionPrimitives and PoolingPrimitives
 // (core/backend_conv.h). An unbatched [C, H, W] input is a batch of one.
 #include "core/backend_conv.h"
+#include "core/checked_math.h"
+#include "ops/formula.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -59,11 +61,21 @@ class Conv2dNode final : public Node {
     DeviceTensor& dy = *grads[0];
     ConvolutionPrimitives& conv = conv_of(ctx, name());
     TensorRef dx, dw, db;
+    const bool bias_grad = has_bias && inputs[2]->requires_grad;
+    if (x.requires_grad && (w.requires_grad || bias_grad) && shape.batch > 0) {
+      // Both gradients: one call, which may share the work on dy.
+      dx = new_tensor(ctx, x.dtype, x.shape);
+      dw = new_tensor(ctx, w.dtype, w.shape);
+      if (bias_grad) db = new_tensor(ctx, inputs[2]->dtype, inputs[2]->shape);
+      conv.conv2d_backward(shape, dy.data(), x.data(), w.data(), x.dtype, dx->data(), dw->data(),
+                           db ? db->data() : nullptr);
+      if (!w.requires_grad) dw = TensorRef();
+      return grad_list(std::move(dx), std::move(dw), std::move(db));
+    }
     if (x.requires_grad) {
       dx = new_tensor(ctx, x.dtype, x.shape);
       if (shape.batch > 0) conv.conv2d_backward_data(shape, dy.data(), w.data(), x.dtype, dx->data());
     }
-    const bool bias_grad = has_bias && inputs[2]->requires_grad;
     if (w.requires_grad || bias_grad) {
       dw = new_tensor(ctx, w.dtype, w.shape);
       if (bias_grad) db = new_tensor(ctx, inputs[2]->dtype, inputs[2]->shape);
@@ -77,6 +89,83 @@ class Conv2dNode final : public Node {
       if (!w.requires_grad) dw = TensorRef();
     }
     return grad_list(std::move(dx), std::move(dw), std::move(db));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& x = *inputs[0];
+    DeviceTensor& w = *inputs[1];
+    DeviceTensor& dy = *grads[0];
+    TensorRef dx, dw, db;
+    if (x.requires_grad) dx = TensorRef(op_conv2d_grad_input(dy, w, shape, x.shape));
+    if (w.requires_grad) dw = TensorRef(op_conv2d_grad_weight(dy, x, shape, w.shape));
+    if (has_bias && inputs[2]->requires_grad)
+      db = dy.shape.ndim == 4 ? formula::sum_dims(dy, {0, 2, 3}, false)
+                              : formula::sum_dims(dy, {1, 2}, false);
+    return grad_list(std::move(dx), std::move(dw), std::move(db));
+  }
+};
+
+// The backward products of a convolution as ops of their own (bilinear:
+// dx(dy, w) and dw(dy, x)), for the differentiable formulas. For the inner
+// product <G, dx(dy, w)> = <dy, conv(G, w)>, dx's gradients are conv(G, w)
+// for dy and dw(dy, G) for w; likewise <G, dw(dy, x)> = <dy, conv(x, G)>
+// gives conv(x, G) for dy and dx(dy, G) for x.
+class Conv2dGradInputNode final : public Node {
+ public:
+  Conv2dShape shape;
+  const char* name() const override { return "conv2d_backward_data"; }
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *inputs[0];
+    DeviceTensor& w = *inputs[1];
+    DeviceTensor& g = *grads[0];
+    ConvolutionPrimitives& conv = conv_of(ctx, name());
+    TensorRef d_dy = new_tensor(ctx, dy.dtype, dy.shape), d_w = new_tensor(ctx, w.dtype, w.shape);
+    if (shape.batch > 0) {
+      conv.conv2d_forward(shape, g.data(), w.data(), nullptr, dy.dtype, d_dy->data());
+      conv.conv2d_backward_weight(shape, dy.data(), g.data(), dy.dtype, d_w->data(), nullptr);
+    } else {
+      ctx.backend().fill(d_w->data(), dtype_size(w.dtype), 0, d_w->numel());
+    }
+    return grad_list(std::move(d_dy), std::move(d_w));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *inputs[0];
+    DeviceTensor& w = *inputs[1];
+    DeviceTensor& g = *grads[0];
+    return grad_list(TensorRef(op_conv2d_shaped(g, w, shape, dy.shape)),
+                     TensorRef(op_conv2d_grad_weight(dy, g, shape, w.shape)));
+  }
+};
+
+class Conv2dGradWeightNode final : public Node {
+ public:
+  Conv2dShape shape;
+  const char* name() const override { return "conv2d_backward_weight"; }
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *inputs[0];
+    DeviceTensor& x = *inputs[1];
+    DeviceTensor& g = *grads[0];
+    ConvolutionPrimitives& conv = conv_of(ctx, name());
+    TensorRef d_dy = new_tensor(ctx, dy.dtype, dy.shape), d_x = new_tensor(ctx, x.dtype, x.shape);
+    if (shape.batch > 0) {
+      conv.conv2d_forward(shape, x.data(), g.data(), nullptr, dy.dtype, d_dy->data());
+      conv.conv2d_backward_data(shape, dy.data(), g.data(), dy.dtype, d_x->data());
+    }
+    return grad_list(std::move(d_dy), std::move(d_x));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *inputs[0];
+    DeviceTensor& x = *inputs[1];
+    DeviceTensor& g = *grads[0];
+    return grad_list(TensorRef(op_conv2d_shaped(x, g, shape, dy.shape)),
+                     TensorRef(op_conv2d_grad_input(dy, g, shape, x.shape)));
   }
 };
 
@@ -95,6 +184,74 @@ class Pool2dNode final : public Node {
       pool_of(ctx, name()).pool2d_backward(shape, x.data(), grads[0]->data(), x.dtype,
                                            dx->data());
     return grad_list(std::move(dx));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& x = *inputs[0];
+    DeviceTensor* source = shape.kind == PoolKind::Max ? &x : nullptr;
+    return grad_list(TensorRef(op_pool2d_grad(source, *grads[0], shape, x.shape)));
+  }
+};
+
+// Pooling's backward as an op (inputs: x, read by max pooling only, and
+// dy): linear in dy, whose gradient is the adjoint -- average pooling's
+// forward, or max pooling's gather at the windows' maxima of x. Its
+// gradient with respect to x is zero (the maxima's positions are piecewise
+// constant), so none is returned.
+class Pool2dGradNode final : public Node {
+ public:
+  Pool2dShape shape;
+  const char* name() const override {
+    return shape.kind == PoolKind::Max ? "max_pool2d_backward" : "avg_pool2d_backward";
+  }
+  bool reads_input(size_t i) const override { return i == 0; }
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *inputs[1];
+    TensorRef d_dy = new_tensor(ctx, dy.dtype, dy.shape);
+    if (shape.planes > 0) {
+      if (shape.kind == PoolKind::Max)
+        pool_of(ctx, name()).max_pool2d_gather(shape, inputs[0]->data(), grads[0]->data(),
+                                               dy.dtype, d_dy->data());
+      else
+        pool_of(ctx, name()).pool2d_forward(shape, grads[0]->data(), dy.dtype, d_dy->data());
+    }
+    return grad_list(TensorRef(), std::move(d_dy));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *inputs[1];
+    if (shape.kind == PoolKind::Max)
+      return grad_list(TensorRef(),
+                       TensorRef(op_max_pool2d_gather(*inputs[0], *grads[0], shape, dy.shape)));
+    return grad_list(TensorRef(), TensorRef(op_pool2d_shaped(*grads[0], shape, dy.shape)));
+  }
+};
+
+// Max pooling's gather (inputs: x, g): linear in g, its gradient the
+// backward pass at x; zero with respect to x.
+class MaxPool2dGatherNode final : public Node {
+ public:
+  Pool2dShape shape;
+  const char* name() const override { return "max_pool2d_gather"; }
+  bool reads_input(size_t i) const override { return i == 0; }
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& x = *inputs[0];
+    DeviceTensor& g = *inputs[1];
+    TensorRef d_g = new_tensor(ctx, g.dtype, g.shape);
+    if (shape.planes > 0)
+      pool_of(ctx, name()).pool2d_backward(shape, x.data(), grads[0]->data(), g.dtype,
+                                           d_g->data());
+    return grad_list(TensorRef(), std::move(d_g));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    return grad_list(TensorRef(),
+                     TensorRef(op_pool2d_grad(inputs[0].get(), *grads[0], shape, inputs[1]->shape)));
   }
 };
 
@@ -126,7 +283,7 @@ DeviceTensor* op_conv2d(DeviceTensor& x_in, DeviceTensor& weight_in, DeviceTenso
     fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(), " and 'weight' ", weight_in.describe(),
          "; groups ", p.groups, " must divide both the ", s.in_channels,
          " input channels and the ", ws.dims[0], " output channels");
-  if (ws.dims[1] * p.groups != s.in_channels)
+  if (checked_mul(ws.dims[1], p.groups, "weight's dimension 1 * groups") != s.in_channels)
     fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(), " and 'weight' ", weight_in.describe(),
          "; with groups ", p.groups, " the weight needs ", s.in_channels / p.groups,
          " input channels per group (dimension 1)");
@@ -136,13 +293,15 @@ DeviceTensor* op_conv2d(DeviceTensor& x_in, DeviceTensor& weight_in, DeviceTenso
   s.pad_h = p.padding[0], s.pad_w = p.padding[1];
   s.dilation_h = p.dilation[0], s.dilation_w = p.dilation[1];
   s.groups = p.groups;
-  s.out_h = window_output_extent(s.in_h, s.kernel_h, s.stride_h, s.pad_h, s.dilation_h, false);
-  s.out_w = window_output_extent(s.in_w, s.kernel_w, s.stride_w, s.pad_w, s.dilation_w, false);
+  const WindowExtents rows =
+      window_extents(0, s.in_h, s.kernel_h, s.stride_h, s.pad_h, s.dilation_h, false);
+  const WindowExtents cols =
+      window_extents(1, s.in_w, s.kernel_w, s.stride_w, s.pad_w, s.dilation_w, false);
+  s.out_h = rows.out, s.out_w = cols.out;
   if (s.out_h < 1 || s.out_w < 1)
     fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(), " and 'weight' ", weight_in.describe(),
-         "; the kernel (", (s.kernel_h - 1) * s.dilation_h + 1, " x ",
-         (s.kernel_w - 1) * s.dilation_w + 1, " with dilation) is larger than the padded input (",
-         s.in_h + 2 * s.pad_h, " x ", s.in_w + 2 * s.pad_w, ")");
+         "; the kernel (", rows.span, " x ", cols.span,
+         " with dilation) is larger than the padded input (", rows.padded, " x ", cols.padded, ")");
   if (bias_in && !(bias_in->shape.ndim == 1 && bias_in->shape.dims[0] == s.out_channels))
     fail(AMPX_ERR_SHAPE, "'bias' is ", bias_in->describe(), " and 'weight' ",
          weight_in.describe(), "; the bias needs [", s.out_channels, "]");
@@ -183,13 +342,14 @@ DeviceTensor* op_pool2d(DeviceTensor& x_in, const Pool2dParams& p) {
   if (p.divisor < 0)
     fail(AMPX_ERR_INVALID_ARGUMENT, op, ": 'divisor_override' is ", p.divisor,
          "; it must be positive (0: none)");
-  for (int d = 0; d < 2; ++d) {
-    const int64_t effective = (p.kernel[d] - 1) * p.dilation[d] + 1;
-    if (p.padding[d] > effective / 2)
+  // A dilated kernel too large for int64 fits no input: SHAPE, before the
+  // padding is compared with half of it.
+  for (int d = 0; d < 2; ++d)
+    if (p.padding[d] > window_span(d, p.kernel[d], p.dilation[d]) / 2)
       fail(AMPX_ERR_INVALID_ARGUMENT, op, ": 'padding' is (", p.padding[0], ", ", p.padding[1],
-           ") and the kernel (", p.kernel[0], ", ", p.kernel[1],
-           "); padding may be at most half the (dilated) kernel");
-  }
+           ") and the kernel (", p.kernel[0], ", ", p.kernel[1], ") with dilation (",
+           p.dilation[0], ", ", p.dilation[1],
+           "); padding may be at most half the dilated kernel, dilation * (kernel - 1) + 1");
   int64_t n = 0, c = 0;
   Pool2dShape s;
   image_extents(x_in, op, &n, &c, &s.in_h, &s.in_w);
@@ -200,12 +360,17 @@ DeviceTensor* op_pool2d(DeviceTensor& x_in, const Pool2dParams& p) {
   s.dilation_h = p.dilation[0], s.dilation_w = p.dilation[1];
   s.count_include_pad = p.count_include_pad;
   s.divisor = p.divisor;
-  s.out_h = window_output_extent(s.in_h, s.kernel_h, s.stride_h, s.pad_h, s.dilation_h, p.ceil_mode);
-  s.out_w = window_output_extent(s.in_w, s.kernel_w, s.stride_w, s.pad_w, s.dilation_w, p.ceil_mode);
+  const WindowExtents rows =
+      window_extents(0, s.in_h, s.kernel_h, s.stride_h, s.pad_h, s.dilation_h, p.ceil_mode);
+  const WindowExtents cols =
+      window_extents(1, s.in_w, s.kernel_w, s.stride_w, s.pad_w, s.dilation_w, p.ceil_mode);
+  s.out_h = rows.out, s.out_w = cols.out;
   if (s.out_h < 1 || s.out_w < 1)
     fail(AMPX_ERR_SHAPE, "'x' is ", x_in.describe(), "; a ", p.kernel[0], " x ", p.kernel[1],
          " window (dilation ", p.dilation[0], " x ", p.dilation[1], ") does not fit the padded ",
-         s.in_h + 2 * s.pad_h, " x ", s.in_w + 2 * s.pad_w, " input");
+         rows.padded, " x ", cols.padded, " input");
+  if (!max && s.count_include_pad && s.divisor == 0)
+    padded_window_size(rows, cols, s.kernel_h, s.kernel_w);
   s.planes = n * c;
 
   std::vector<TensorRef> in = op_inputs(ctx, op, {&x_in});
@@ -225,6 +390,111 @@ DeviceTensor* op_global_avg_pool2d(DeviceTensor& x) {
   image_extents(x, "global_avg_pool2d", &n, &c, &h, &w);
   const int32_t dims[2] = {x.shape.ndim - 2, x.shape.ndim - 1};
   return op_reduce_dims(x, dims, 2, true, DimsReduction::Mean);
+}
+
+DeviceTensor* op_conv2d_shaped(DeviceTensor& x, DeviceTensor& w, const Conv2dShape& s,
+                               const Shape& y_shape) {
+  DeviceContext& ctx = *x.ctx;
+  require_capabilities(ctx, "conv2d", Capability::Convolution);
+  TensorRef out = new_tensor(ctx, x.dtype, y_shape);
+  if (s.batch > 0) conv_of(ctx, "conv2d").conv2d_forward(s, x.data(), w.data(), nullptr, x.dtype, out->data());
+  if (should_record(ctx, {&x, &w})) {
+    auto node = std::make_unique<Conv2dNode>();
+    node->inputs.push_back(retained(x));
+    node->inputs.push_back(retained(w));
+    node->inputs.emplace_back();
+    node->shape = s;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+DeviceTensor* op_conv2d_grad_input(DeviceTensor& dy, DeviceTensor& w, const Conv2dShape& s,
+                                   const Shape& x_shape) {
+  DeviceContext& ctx = *dy.ctx;
+  require_capabilities(ctx, "conv2d_backward_data", Capability::Convolution);
+  TensorRef out = new_tensor(ctx, dy.dtype, x_shape);
+  if (s.batch > 0)
+    conv_of(ctx, "conv2d_backward_data").conv2d_backward_data(s, dy.data(), w.data(), dy.dtype, out->data());
+  if (should_record(ctx, {&dy, &w})) {
+    auto node = std::make_unique<Conv2dGradInputNode>();
+    node->inputs.push_back(retained(dy));
+    node->inputs.push_back(retained(w));
+    node->shape = s;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+DeviceTensor* op_conv2d_grad_weight(DeviceTensor& dy, DeviceTensor& x, const Conv2dShape& s,
+                                    const Shape& w_shape) {
+  DeviceContext& ctx = *dy.ctx;
+  require_capabilities(ctx, "conv2d_backward_weight", Capability::Convolution);
+  TensorRef out = new_tensor(ctx, dy.dtype, w_shape);
+  if (s.batch > 0)
+    conv_of(ctx, "conv2d_backward_weight")
+        .conv2d_backward_weight(s, dy.data(), x.data(), dy.dtype, out->data(), nullptr);
+  else
+    ctx.backend().fill(out->data(), dtype_size(out->dtype), 0, out->numel());
+  if (should_record(ctx, {&dy, &x})) {
+    auto node = std::make_unique<Conv2dGradWeightNode>();
+    node->inputs.push_back(retained(dy));
+    node->inputs.push_back(retained(x));
+    node->shape = s;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+DeviceTensor* op_pool2d_shaped(DeviceTensor& x, const Pool2dShape& s, const Shape& y_shape) {
+  DeviceContext& ctx = *x.ctx;
+  const char* op = s.kind == PoolKind::Max ? "max_pool2d" : "avg_pool2d";
+  require_capabilities(ctx, op, Capability::Pooling);
+  TensorRef out = new_tensor(ctx, x.dtype, y_shape);
+  if (s.planes > 0) pool_of(ctx, op).pool2d_forward(s, x.data(), x.dtype, out->data());
+  if (should_record(ctx, {&x})) {
+    auto node = std::make_unique<Pool2dNode>();
+    node->inputs.push_back(retained(x));
+    node->shape = s;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+DeviceTensor* op_pool2d_grad(DeviceTensor* x, DeviceTensor& dy, const Pool2dShape& s,
+                             const Shape& x_shape) {
+  DeviceContext& ctx = *dy.ctx;
+  const char* op = s.kind == PoolKind::Max ? "max_pool2d_backward" : "avg_pool2d_backward";
+  require_capabilities(ctx, op, Capability::Pooling);
+  TensorRef out = new_tensor(ctx, dy.dtype, x_shape);
+  if (s.planes > 0)
+    pool_of(ctx, op).pool2d_backward(s, x ? x->data() : nullptr, dy.data(), dy.dtype,
+                                     out->data());
+  if (should_record(ctx, {&dy})) {
+    auto node = std::make_unique<Pool2dGradNode>();
+    node->inputs.push_back(x ? retained(*x) : TensorRef());
+    node->inputs.push_back(retained(dy));
+    node->shape = s;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+DeviceTensor* op_max_pool2d_gather(DeviceTensor& x, DeviceTensor& g, const Pool2dShape& s,
+                                   const Shape& y_shape) {
+  DeviceContext& ctx = *g.ctx;
+  require_capabilities(ctx, "max_pool2d_gather", Capability::Pooling);
+  TensorRef out = new_tensor(ctx, g.dtype, y_shape);
+  if (s.planes > 0)
+    pool_of(ctx, "max_pool2d_gather").max_pool2d_gather(s, x.data(), g.data(), g.dtype, out->data());
+  if (should_record(ctx, {&g})) {
+    auto node = std::make_unique<MaxPool2dGatherNode>();
+    node->inputs.push_back(retained(x));
+    node->inputs.push_back(retained(g));
+    node->shape = s;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
 }
 
 }  // namespace ampx::impl

@@ -26,6 +26,14 @@ class DropoutNode final : public Node {
           .dropout(dy.data(), dx->data(), dy.dtype, dx->numel(), seed, offset, threshold, scale);
     return grad_list(std::move(dx));
   }
+  bool has_backward_graph() const override { return true; }
+  // The same mask times dy, recorded (its own backward is the mask again).
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *grads[0];
+    if (identity) return grad_list(retained(dy));
+    return grad_list(TensorRef(op_dropout_with(dy, seed, offset, threshold, scale)));
+  }
 };
 
 }  // namespace
@@ -60,6 +68,23 @@ DeviceTensor* op_dropout(DeviceTensor& x_in, double p, bool training) {
   }
   if (should_record(ctx, {&x})) {
     node->inputs.push_back(std::move(in[0]));
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+DeviceTensor* op_dropout_with(DeviceTensor& x, uint64_t seed, uint64_t offset, uint32_t threshold,
+                              float scale) {
+  require_capabilities(*x.ctx, "dropout", Capability::Nn);
+  DeviceContext& ctx = *x.ctx;
+  TensorRef out = new_tensor(ctx, x.dtype, x.shape);
+  if (x.numel() > 0)
+    nn_of(ctx, "dropout").dropout(x.data(), out->data(), x.dtype, x.numel(), seed, offset,
+                                  threshold, scale);
+  if (should_record(ctx, {&x})) {
+    auto node = std::make_unique<DropoutNode>();
+    node->seed = seed, node->offset = offset, node->threshold = threshold, node->scale = scale;
+    node->inputs.push_back(retained(x));
     record(ctx, std::move(node), {out.get()});
   }
   return out.take();

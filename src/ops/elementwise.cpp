@@ -3,7 +3,9 @@
 // Equal shapes and a row vector b take the backend's plain binary
 // primitive; other broadcasts its binary_broadcast. Gradients are summed
 // back to each operand's shape (ops/broadcast.h).
+#include "math/activations.h"
 #include "ops/broadcast.h"
+#include "ops/formula.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -33,6 +35,8 @@ const char* unary_name(UnaryOp op) {
     case UnaryOp::Log: return "log";
     case UnaryOp::Sqrt: return "sqrt";
     case UnaryOp::Rsqrt: return "rsqrt";
+    case UnaryOp::GeluDerivative: return "gelu_derivative";
+    case UnaryOp::GeluTanhDerivative: return "gelu_tanh_derivative";
   }
   return "?";
 }
@@ -95,6 +99,35 @@ class BinaryNode final : public Node {
     return grad_list(std::move(da), std::move(db));
   }
 
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    namespace f = formula;
+    DeviceTensor& a = *inputs[0];
+    DeviceTensor& b = *inputs[1];
+    DeviceTensor& dy = *grads[0];
+    TensorRef da, db;
+    switch (op) {
+      case BinaryOp::Add:
+      case BinaryOp::Sub:
+        if (a.requires_grad) da = f::sum_to(dy, a.shape);
+        if (b.requires_grad) db = f::sum_to(dy, b.shape);
+        if (db && op == BinaryOp::Sub) db = f::neg(*db);
+        break;
+      case BinaryOp::Mul:
+        if (a.requires_grad) da = f::sum_to(*f::mul(dy, b), a.shape);
+        if (b.requires_grad) db = f::sum_to(*f::mul(dy, a), b.shape);
+        break;
+      default: {  // Div: da = dy / b; db = -(dy / b) * a / b
+        TensorRef quotient = f::div(dy, b);
+        if (a.requires_grad) da = f::sum_to(*quotient, a.shape);
+        if (b.requires_grad)
+          db = f::neg(*f::sum_to(*f::div(*f::mul(*quotient, a), b), b.shape));
+      }
+    }
+    return grad_list(std::move(da), std::move(db));
+  }
+
  private:
   // full op operand, where full has the output's shape.
   TensorRef combined(DeviceContext& ctx, BinaryOp with, DeviceTensor& full,
@@ -123,6 +156,11 @@ class AffineNode final : public Node {
     nn_of(ctx, name()).affine(grads[0]->data(), dx->data(), x.dtype, x.numel(), scale, 0.0f);
     return grad_list(std::move(dx));
   }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    return grad_list(formula::affine(*grads[0], scale, 0.0f));
+  }
 };
 
 class UnaryNode final : public Node {
@@ -136,6 +174,91 @@ class UnaryNode final : public Node {
     nn_of(ctx, name())
         .unary_backward(op, x.data(), grads[0]->data(), dx->data(), x.dtype, x.numel());
     return grad_list(std::move(dx));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& x = *inputs[0];
+    DeviceTensor& dy = *grads[0];
+    namespace f = formula;
+    switch (op) {
+      case UnaryOp::Relu: return grad_list(TensorRef(op_relu_grad(x, dy)));
+      case UnaryOp::Log: return grad_list(f::div(dy, x));
+      case UnaryOp::Sqrt:  // dy * 0.5 / sqrt(x)
+        return grad_list(f::div(*f::affine(dy, 0.5f, 0.0f), *f::unary(UnaryOp::Sqrt, x)));
+      case UnaryOp::Rsqrt:  // dy * -0.5 rsqrt(x) / x
+        return grad_list(
+            f::mul(*f::affine(dy, -0.5f, 0.0f), *f::div(*f::unary(UnaryOp::Rsqrt, x), x)));
+      default: return grad_list(f::mul(dy, *derivative(x)));
+    }
+  }
+
+ private:
+  // f'(x), written with recorded ops (or, for the gelus, as an element-wise
+  // function whose own backward is f'').
+  TensorRef derivative(DeviceTensor& x) const {
+    namespace f = formula;
+    switch (op) {
+      case UnaryOp::Gelu: return f::unary(UnaryOp::GeluDerivative, x);
+      case UnaryOp::GeluTanh: return f::unary(UnaryOp::GeluTanhDerivative, x);
+      case UnaryOp::Silu: {  // s (1 + x (1 - s))
+        TensorRef s = f::unary(UnaryOp::Sigmoid, x);
+        return f::mul(*s, *f::affine(*f::mul(x, *f::affine(*s, -1.0f, 1.0f)), 1.0f, 1.0f));
+      }
+      case UnaryOp::Sigmoid: {  // s (1 - s)
+        TensorRef s = f::unary(UnaryOp::Sigmoid, x);
+        return f::mul(*s, *f::affine(*s, -1.0f, 1.0f));
+      }
+      case UnaryOp::Tanh: {  // 1 - t^2
+        TensorRef t = f::unary(UnaryOp::Tanh, x);
+        return f::affine(*f::mul(*t, *t), -1.0f, 1.0f);
+      }
+      case UnaryOp::Exp: return f::unary(UnaryOp::Exp, x);
+      case UnaryOp::GeluDerivative: {  // phi(x) (2 - x^2)
+        TensorRef x2 = f::mul(x, x);
+        TensorRef pdf = f::affine(*f::unary(UnaryOp::Exp, *f::affine(*x2, -0.5f, 0.0f)),
+                                  math::kInvSqrt2Pi, 0.0f);
+        return f::mul(*pdf, *f::affine(*x2, -1.0f, 2.0f));
+      }
+      case UnaryOp::GeluTanhDerivative: {
+        // s' (2 z' + x z'' + x z'^2 (1 - 2 s)), z = 2 c (x + a x^3)
+        const float c = math::kSqrt2OverPi, a = math::kGeluTanhCubic;
+        TensorRef x2 = f::mul(x, x);
+        TensorRef s = f::unary(UnaryOp::Sigmoid, *f::mul(x, *f::affine(*x2, 2 * c * a, 2 * c)));
+        TensorRef slope = f::mul(*s, *f::affine(*s, -1.0f, 1.0f));
+        TensorRef dz = f::affine(*x2, 6 * c * a, 2 * c);
+        TensorRef x_ddz = f::affine(*x2, 12 * c * a, 0.0f);
+        TensorRef curve = f::mul(*f::mul(x, *f::mul(*dz, *dz)), *f::affine(*s, -2.0f, 1.0f));
+        TensorRef bracket = f::add(*f::add(*f::affine(*dz, 2.0f, 0.0f), *x_ddz), *curve);
+        return f::mul(*slope, *bracket);
+      }
+      default: break;
+    }
+    fail(AMPX_ERR_INTERNAL, "no derivative formula for '", name(), "'");
+  }
+};
+
+// dy where mask > 0, else 0 (relu's derivative). Linear in dy, piecewise
+// constant in the mask: its gradient with respect to dy is the same
+// selection, with respect to the mask zero (none is returned; ampx_grad
+// gives zeros for an input reached only so).
+class ReluGradNode final : public Node {
+ public:
+  const char* name() const override { return "relu_backward"; }
+  bool reads_input(size_t i) const override { return i == 0; }
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& mask = *inputs[0];
+    TensorRef d_dy = new_tensor(ctx, mask.dtype, mask.shape);
+    if (mask.numel() > 0)
+      nn_of(ctx, name()).unary_backward(UnaryOp::Relu, mask.data(), grads[0]->data(),
+                                        d_dy->data(), mask.dtype, mask.numel());
+    return grad_list(TensorRef(), std::move(d_dy));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    return grad_list(TensorRef(), TensorRef(op_relu_grad(*inputs[0], *grads[0])));
   }
 };
 
@@ -183,7 +306,14 @@ DeviceTensor* op_unary(UnaryOp op, DeviceTensor& x_in) {
   require_capabilities(*x_in.ctx, unary_name(op), Capability::Nn);
   check_floating(x_in, "x");
   DeviceContext& ctx = *x_in.ctx;
-  std::vector<TensorRef> in = op_inputs(ctx, unary_name(op), {&x_in});
+  // The derivatives are no ops of ampx.h: only formulas call them, with
+  // autocast off, and they have no autocast class.
+  const bool internal = op == UnaryOp::GeluDerivative || op == UnaryOp::GeluTanhDerivative;
+  std::vector<TensorRef> in;
+  if (internal)
+    in.push_back(retained(x_in));
+  else
+    in = op_inputs(ctx, unary_name(op), {&x_in});
   DeviceTensor& x = *in[0];
   TensorRef out = new_tensor(ctx, x.dtype, x.shape);
   if (x.numel() > 0)
@@ -191,6 +321,25 @@ DeviceTensor* op_unary(UnaryOp op, DeviceTensor& x_in) {
   if (should_record(ctx, {&x})) {
     auto node = make_node<UnaryNode>({&in[0]});
     node->op = op;
+    record(ctx, std::move(node), {out.get()});
+  }
+  return out.take();
+}
+
+DeviceTensor* op_relu_grad(DeviceTensor& mask, DeviceTensor& dy) {
+  require_capabilities(*dy.ctx, "relu_backward", Capability::Nn);
+  check_same_context(mask, dy, "mask", "dy");
+  if (mask.dtype != dy.dtype || !(mask.shape == dy.shape))
+    fail(AMPX_ERR_INTERNAL, "relu_backward: mask ", mask.describe(), " and dy ", dy.describe());
+  DeviceContext& ctx = *dy.ctx;
+  TensorRef out = new_tensor(ctx, dy.dtype, dy.shape);
+  if (dy.numel() > 0)
+    nn_of(ctx, "relu_backward")
+        .unary_backward(UnaryOp::Relu, mask.data(), dy.data(), out->data(), dy.dtype, dy.numel());
+  if (should_record(ctx, {&mask, &dy})) {
+    auto node = std::make_unique<ReluGradNode>();
+    node->inputs.push_back(retained(mask));
+    node->inputs.push_back(retained(dy));
     record(ctx, std::move(node), {out.get()});
   }
   return out.take();

@@ -2,6 +2,7 @@
 // broadcast) and linear (x W^T + b, optional fused activation), through the
 // backend's GEMM.
 #include "ops/broadcast.h"
+#include "ops/formula.h"
 #include "ops/fp8_product.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
@@ -97,6 +98,29 @@ class MatmulNode final : public Node {
     if (b.requires_grad) db = gradient(ctx, b, s.b_matrices, s.b_read, false, dy, a, a_copy);
     return grad_list(std::move(da), std::move(db));
   }
+  bool has_backward_graph() const override { return true; }
+  // dA = dY B^T and dB = A^T dY on the promoted matrices, each summed back
+  // over the batch dimensions its operand was broadcast along.
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    namespace f = formula;
+    DeviceTensor& a = *inputs[0];
+    DeviceTensor& b = *inputs[1];
+    Shape dy_shape = s.out_batch;
+    dy_shape.dims[dy_shape.ndim++] = s.m;
+    dy_shape.dims[dy_shape.ndim++] = s.n;
+    TensorRef dy = f::reshape(*grads[0], dy_shape);
+    TensorRef da, db;
+    if (a.requires_grad) {
+      TensorRef bt = f::transpose(*f::reshape(b, s.b_matrices), -1, -2);
+      da = f::reshape(*f::sum_to(*f::matmul(*dy, *bt), s.a_matrices), a.shape);
+    }
+    if (b.requires_grad) {
+      TensorRef at = f::transpose(*f::reshape(a, s.a_matrices), -1, -2);
+      db = f::reshape(*f::sum_to(*f::matmul(*at, *dy), s.b_matrices), b.shape);
+    }
+    return grad_list(std::move(da), std::move(db));
+  }
 
  private:
   // dA = dY B^T (for_a) or dB = A^T dY: each product of the batch into the
@@ -184,6 +208,34 @@ class LinearNode final : public Node {
       db = new_tensor(ctx, bias->dtype, bias->shape);
       nn_of(ctx, name()).sum_rows(dz->data(), x.dtype, rows, out, db->data(), bias->dtype);
     }
+    return grad_list(std::move(dx), std::move(dw), std::move(db));
+  }
+  bool has_backward_graph() const override { return true; }
+  // dZ = dY act'(Z); dX = dZ W, dW = dZ^T X, db = the rows' sum of dZ.
+  // GELU's Z is recomputed by a recorded linear (the saved one is a
+  // constant); ReLU's derivative needs only the output's signs.
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    namespace f = formula;
+    DeviceTensor& x = *inputs[0];
+    DeviceTensor& w = *inputs[1];
+    DeviceTensor* bias = inputs[2].get();
+    TensorRef dz;
+    if (activation == Activation::None) {
+      dz = retained(*grads[0]);
+    } else if (activation == Activation::Relu) {
+      dz = TensorRef(op_relu_grad(*activation_input, *grads[0]));
+    } else {
+      TensorRef z(op_linear(x, w, bias, Activation::None));
+      dz = f::mul(*grads[0], *f::unary(UnaryOp::GeluDerivative, *z));
+    }
+    const int64_t rows_out[2] = {rows, out}, rows_in[2] = {rows, in};
+    TensorRef dz2 = f::reshape(*dz, make_shape(2, rows_out, dz->dtype));
+    TensorRef dx, dw, db;
+    if (x.requires_grad) dx = f::reshape(*f::matmul(*dz2, w), x.shape);
+    if (w.requires_grad)
+      dw = f::matmul(*f::transpose(*dz2, 0, 1), *f::reshape(x, make_shape(2, rows_in, x.dtype)));
+    if (bias && bias->requires_grad) db = f::sum_dims(*dz2, {0}, false);
     return grad_list(std::move(dx), std::move(dw), std::move(db));
   }
 };

@@ -4,6 +4,7 @@
 // running statistics are F32, as torch's batch norm under autocast.
 #include <cmath>
 
+#include "ops/formula.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -29,6 +30,7 @@ class LayerNormNode final : public Node {
  public:
   int64_t rows = 0, cols = 0;
   bool centered = true;  // false: RMS norm
+  float eps = 0.0f;
   TensorRef mean, rstd;  // F32 [rows]
   const char* name() const override { return centered ? "layer_norm" : "rms_norm"; }
   bool reads_input(size_t i) const override { return i < 2; }  // x and weight
@@ -51,6 +53,35 @@ class LayerNormNode final : public Node {
       zero_fill(ctx, dw.get());
       zero_fill(ctx, db.get());
     }
+    return grad_list(std::move(dx), std::move(dw), std::move(db));
+  }
+  bool has_backward_graph() const override { return true; }
+  // In F32, with the statistics recomputed by recorded ops (the saved ones
+  // are constants): xhat = (x - mean) rstd, g = dy w,
+  //   dx = rstd (g - mean(g) - xhat mean(g xhat))   (RMS norm: no mean(g)),
+  //   dw = sum over rows of dy xhat, db = sum over rows of dy.
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    namespace f = formula;
+    DeviceTensor& x = *inputs[0];
+    DeviceTensor* w = inputs[1].get();
+    DeviceTensor* b = inputs[2].get();
+    TensorRef xf = f::cast(x, DType::F32);
+    TensorRef dy = f::cast(*grads[0], DType::F32);
+    TensorRef xc = centered ? f::sub(*xf, *f::mean_dims(*xf, {-1}, true)) : retained(*xf);
+    TensorRef var = f::mean_dims(*f::mul(*xc, *xc), {-1}, true);
+    TensorRef rstd_x = f::unary(UnaryOp::Rsqrt, *f::affine(*var, 1.0f, eps));
+    TensorRef xhat = f::mul(*xc, *rstd_x);
+    TensorRef dx, dw, db;
+    if (x.requires_grad) {
+      TensorRef g = w ? f::mul(*dy, *f::cast(*w, DType::F32)) : retained(*dy);
+      TensorRef inner = f::sub(*g, *f::mul(*xhat, *f::mean_dims(*f::mul(*g, *xhat), {-1}, true)));
+      if (centered) inner = f::sub(*inner, *f::mean_dims(*g, {-1}, true));
+      dx = f::cast(*f::mul(*rstd_x, *inner), x.dtype);
+    }
+    const Shape row = vector_shape(cols);
+    if (w && w->requires_grad) dw = f::cast(*f::sum_to(*f::mul(*dy, *xhat), row), w->dtype);
+    if (b && b->requires_grad) db = f::cast(*f::sum_to(*dy, row), b->dtype);
     return grad_list(std::move(dx), std::move(dw), std::move(db));
   }
 };
@@ -84,6 +115,53 @@ class BatchNormNode final : public Node {
       zero_fill(ctx, dw.get());
       zero_fill(ctx, db.get());
     }
+    return grad_list(std::move(dx), std::move(dw), std::move(db));
+  }
+  bool has_backward_graph() const override { return true; }
+  // On x viewed as [N, C, inner], in F32, per channel over dimensions 0
+  // and 2: with the batch's statistics, recomputed by recorded ops,
+  //   dx = rstd (g - mean(g) - xhat mean(g xhat)),  g = dy w;
+  // with running statistics (constants), dx = g rstd.
+  // dw = sum of dy xhat, db = sum of dy (F32 [C]).
+  std::vector<TensorRef> backward_graph(DeviceContext& ctx,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    namespace f = formula;
+    DeviceTensor& x = *inputs[0];
+    DeviceTensor* w = inputs[1].get();
+    DeviceTensor* b = inputs[2].get();
+    const int64_t view[3] = {n, channels, inner}, per_channel[3] = {1, channels, 1};
+    const Shape c3 = make_shape(3, per_channel, DType::F32);
+    TensorRef xf = f::cast(*f::reshape(x, make_shape(3, view, x.dtype)), DType::F32);
+    TensorRef dy = f::cast(*f::reshape(*grads[0], make_shape(3, view, x.dtype)), DType::F32);
+    TensorRef rstd_c, xhat;
+    if (batch_stats) {
+      TensorRef xc = f::sub(*xf, *f::mean_dims(*xf, {0, 2}, true));
+      TensorRef v = f::mean_dims(*f::mul(*xc, *xc), {0, 2}, true);
+      rstd_c = f::unary(UnaryOp::Rsqrt, *f::affine(*v, 1.0f, eps));
+      xhat = f::mul(*xc, *rstd_c);
+    } else {  // constants: no record
+      TensorRef v = new_tensor(ctx, DType::F32, var->shape);
+      NnPrimitives& nn = nn_of(ctx, name());
+      nn.affine(var->data(), v->data(), DType::F32, channels, 1.0f, eps);
+      nn.unary(UnaryOp::Rsqrt, v->data(), v->data(), DType::F32, channels);
+      rstd_c = f::reshape(*v, c3);
+      xhat = f::mul(*f::sub(*xf, *f::reshape(*mean, c3)), *rstd_c);
+    }
+    TensorRef dx, dw, db;
+    if (x.requires_grad) {
+      TensorRef g = w ? f::mul(*dy, *f::reshape(*w, c3)) : retained(*dy);
+      TensorRef d;
+      if (batch_stats) {
+        TensorRef inner_term = f::sub(*f::sub(*g, *f::mean_dims(*g, {0, 2}, true)),
+                                      *f::mul(*xhat, *f::mean_dims(*f::mul(*g, *xhat), {0, 2}, true)));
+        d = f::mul(*rstd_c, *inner_term);
+      } else {
+        d = f::mul(*g, *rstd_c);
+      }
+      dx = f::reshape(*f::cast(*d, x.dtype), x.shape);
+    }
+    if (w && w->requires_grad) dw = f::sum_dims(*f::mul(*dy, *xhat), {0, 2}, false);
+    if (b && b->requires_grad) db = f::sum_dims(*dy, {0, 2}, false);
     return grad_list(std::move(dx), std::move(dw), std::move(db));
   }
 };
@@ -142,6 +220,7 @@ DeviceTensor* normalize_rows(DeviceTensor& x_in, DeviceTensor* w_in, DeviceTenso
     auto node = make_node<LayerNormNode>({&in[0], &in[1], &in[2]});
     node->rows = rows, node->cols = cols;
     node->centered = centered;
+    node->eps = eps;
     node->mean = std::move(mean);
     node->rstd = std::move(rstd);
     record(ctx, std::move(node), {out.get()});

@@ -103,28 +103,6 @@ inline TensorRef broadcast_scaled(DeviceContext& ctx, const char* op, const Devi
   return out;
 }
 
-// x * dy * factor element-wise, computed in fp32 and rounded once to
-// `dtype`: x of any floating type, dy a device F32 tensor with x's element
-// count (an unreduced loss's gradient). The result has x's shape.
-inline TensorRef times_grad(DeviceContext& ctx, const char* op, const DeviceTensor& x,
-                            const DeviceTensor& dy, float factor, DType dtype) {
-  const int64_t n = x.numel();
-  TensorRef product = new_tensor(ctx, DType::F32, x.shape);
-  if (n == 0) return dtype == DType::F32 ? std::move(product) : new_tensor(ctx, dtype, x.shape);
-  const void* x_f32 = x.data();
-  if (x.dtype != DType::F32) {
-    ctx.backend().convert(product->data(), DType::F32, x.data(), x.dtype, n);
-    x_f32 = product->data();
-  }
-  NnPrimitives& nn = nn_of(ctx, op);
-  nn.binary(BinaryOp::Mul, x_f32, dy.data(), product->data(), DType::F32, n, n);
-  if (factor != 1.0f) nn.affine(product->data(), product->data(), DType::F32, n, factor, 0.0f);
-  if (dtype == DType::F32) return product;
-  TensorRef out = new_tensor(ctx, dtype, x.shape);
-  ctx.backend().convert(out->data(), dtype, product->data(), DType::F32, n);
-  return out;
-}
-
 // An output's gradient in F32 on the device (a loss's: a scalar, or one
 // value per row or element when unreduced).
 inline TensorRef grad_f32(DeviceContext& ctx, DeviceTensor& grad) {

@@ -78,6 +78,48 @@ DeviceTensor* op_pool2d(DeviceTensor& x, const Pool2dParams& params);
 // The mean over H and W with keepdim: [N, C, 1, 1] (or [C, 1, 1]).
 DeviceTensor* op_global_avg_pool2d(DeviceTensor& x);
 // loss.cpp
-DeviceTensor* op_bce_with_logits(DeviceTensor& logits, DeviceTensor& targets, Reduction reduction);
+// weight and pos_weight (nullptr: none) broadcast to the logits' shape.
+DeviceTensor* op_bce_with_logits(DeviceTensor& logits, DeviceTensor& targets, Reduction reduction,
+                                 DeviceTensor* weight = nullptr, DeviceTensor* pos_weight = nullptr);
+
+// ---- internal ops of the differentiable backward formulas (formula.h) ------
+// Not in ampx.h and not under autocast (a create_graph walk turns it off).
+// Each records a node whose own backward, first-order and differentiable,
+// is written in the same way.
+
+// broadcast.cpp: x broadcast to `shape` (a copy).
+DeviceTensor* op_expand(DeviceTensor& x, const Shape& shape);
+// elementwise.cpp: dy where `mask` > 0, else 0 (relu's derivative, as
+// torch's threshold_backward); mask is any tensor of dy's shape and dtype
+// with relu's input's signs. The gradient with respect to mask is 0.
+DeviceTensor* op_relu_grad(DeviceTensor& mask, DeviceTensor& dy);
+// dropout.cpp: x times the dropout mask drawn at (seed, offset), as
+// ampx_dropout drew it.
+DeviceTensor* op_dropout_with(DeviceTensor& x, uint64_t seed, uint64_t offset, uint32_t threshold,
+                              float scale);
+// shape.cpp: embedding's backward, dy [..., D] scatter-added at `indices`
+// into [V, D] (summed in F32, rounded to `weight_dtype`).
+DeviceTensor* op_embedding_grad(DeviceTensor& dy, DeviceTensor& indices, const Shape& weight_shape,
+                                DType weight_dtype);
+// block_ops.cpp: x rotated by the tables as `shape` says (inverse: back).
+DeviceTensor* op_rotary_with(DeviceTensor& x, DeviceTensor& cos, DeviceTensor& sin,
+                             const RotaryShape& shape, bool inverse);
+// conv.cpp: the three products of a convolution of shape `s`: y from x
+// and w (no bias), dx from dy and w, dw from dy and x; each result has the
+// shape given.
+DeviceTensor* op_conv2d_shaped(DeviceTensor& x, DeviceTensor& w, const Conv2dShape& s,
+                               const Shape& y_shape);
+DeviceTensor* op_conv2d_grad_input(DeviceTensor& dy, DeviceTensor& w, const Conv2dShape& s,
+                                   const Shape& x_shape);
+DeviceTensor* op_conv2d_grad_weight(DeviceTensor& dy, DeviceTensor& x, const Conv2dShape& s,
+                                    const Shape& w_shape);
+// conv.cpp: pooling of shape `s` forward; its backward (x: the forward's
+// input, read by max pooling only, nullptr for average); and max pooling's
+// gather, g at each window's maximum of x (the backward's adjoint).
+DeviceTensor* op_pool2d_shaped(DeviceTensor& x, const Pool2dShape& s, const Shape& y_shape);
+DeviceTensor* op_pool2d_grad(DeviceTensor* x, DeviceTensor& dy, const Pool2dShape& s,
+                             const Shape& x_shape);
+DeviceTensor* op_max_pool2d_gather(DeviceTensor& x, DeviceTensor& g, const Pool2dShape& s,
+                                   const Shape& y_shape);
 
 }  // namespace ampx::impl

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "ops/formula.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -20,6 +21,15 @@ class SumNode final : public Node {
     TensorRef dy = grad_f32(ctx, *grads[0]);
     return grad_list(
         broadcast_scaled(ctx, name(), *inputs[0], static_cast<const float*>(dy->data()), scale));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    namespace f = formula;
+    DeviceTensor& x = *inputs[0];
+    TensorRef dy = f::cast(*grads[0], x.dtype);
+    if (scale != 1.0f) dy = f::affine(*dy, scale, 0.0f);
+    return grad_list(f::expand(*dy, x.shape));
   }
 };
 
@@ -40,6 +50,20 @@ class SoftmaxNode final : public Node {
                             cols, log);
     return grad_list(std::move(dx));
   }
+  bool has_backward_graph() const override { return true; }
+  // The output is recomputed from x by a recorded softmax: the saved one is
+  // a constant, and the second derivative flows through y.
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    namespace f = formula;
+    DeviceTensor& dy = *grads[0];
+    TensorRef y(op_softmax(*inputs[0], log));
+    if (log)  // dy - exp(y) sum(dy)
+      return grad_list(
+          f::sub(dy, *f::mul(*f::unary(UnaryOp::Exp, *y), *f::sum_dims(dy, {-1}, true))));
+    // y (dy - sum(dy y))
+    return grad_list(f::mul(*y, *f::sub(dy, *f::sum_dims(*f::mul(dy, *y), {-1}, true))));
+  }
 };
 
 // out = x / d for F32 scalars on the device, as x * (1 / d) with the
@@ -48,6 +72,74 @@ void divide_by_device_scalar(DeviceContext& ctx, const void* x, const DeviceTens
   amp_of(ctx, "cross_entropy")
       .multi_tensor_scale({{const_cast<void*>(x), DType::F32, 1}}, {{out, DType::F32, 1}},
                           static_cast<const float*>(d.data()), true, nullptr);
+}
+
+// Cross-entropy's differentiable backward for logits [N, C]:
+//   dlogits = (a_r p - q_r) g_r,
+// p = softmax(logits), q_r the row's (smoothed, weighted) target, a_r =
+// sum_c q_rc, g_r the row's loss gradient (divided by the mean's
+// denominator). It is computed as G0 + a_r (p - p0) times g: G0 = a_r p - q_r
+// by the fused primitive (a constant), p recorded and p0 its value, so the
+// value is the primitive's to the bit while the derivative with respect to
+// the logits is a_r's share of softmax's. a_r is the row's weight (1 or 0
+// for an ignored row without class weights; with smoothing eps, (1 - eps)
+// w_label + eps / C sum_c w_c).
+TensorRef cross_entropy_graph(DeviceContext& ctx, DeviceTensor& logits, DeviceTensor& labels,
+                              DeviceTensor& dloss, DeviceTensor* denominator, bool per_row,
+                              int64_t ignore_index, const DeviceTensor* weight, float smoothing) {
+  namespace f = formula;
+  const char* op = "cross_entropy";
+  NnPrimitives& nn = nn_of(ctx, op);
+  const int64_t rows = logits.shape.dims[0], cols = logits.shape.dims[1];
+  TensorRef g0 = new_tensor(ctx, logits.dtype, logits.shape);
+  TensorRef one(make_filled_f32(ctx, scalar_shape(), 1.0f));
+  const auto* one_f = static_cast<const float*>(one->data());
+  const float* w = weight ? static_cast<const float*>(weight->data()) : nullptr;
+  // Row weights without class weights are 1, or 0 where ignored.
+  TensorRef valid = new_tensor(ctx, DType::F32, vector_shape(rows));
+  TensorRef scratch = new_tensor(ctx, DType::F32, vector_shape(rows));
+  TensorRef a = new_tensor(ctx, DType::F32, vector_shape(rows));
+  if (rows > 0 && cols > 0) {
+    if (w || smoothing > 0.0f)
+      nn.cross_entropy_smoothed_backward(logits.data(), logits.dtype, labels.data(), labels.dtype,
+                                         rows, cols, ignore_index, w, smoothing, one_f,
+                                         g0->data(), 0);
+    else
+      nn.cross_entropy_backward(logits.data(), logits.dtype, labels.data(), labels.dtype, rows,
+                                cols, ignore_index, one_f, 1.0f, g0->data(), 0);
+    nn.cross_entropy_smoothed(logits.data(), logits.dtype, labels.data(), labels.dtype, rows, cols,
+                              ignore_index, nullptr, 0.0f, static_cast<float*>(scratch->data()),
+                              static_cast<float*>(valid->data()));
+    if (w) {
+      // a = (1 - eps) w_label + eps / C (sum_c w_c) valid
+      TensorRef label_w = new_tensor(ctx, DType::F32, vector_shape(rows));
+      nn.cross_entropy_smoothed(logits.data(), logits.dtype, labels.data(), labels.dtype, rows,
+                                cols, ignore_index, w, 0.0f, static_cast<float*>(scratch->data()),
+                                static_cast<float*>(label_w->data()));
+      TensorRef w_sum = new_tensor(ctx, DType::F32, scalar_shape());
+      nn.sum_all(w, DType::F32, cols, static_cast<float*>(w_sum->data()));
+      amp_of(ctx, op).multi_tensor_scale({{valid->data(), DType::F32, rows}},
+                                         {{a->data(), DType::F32, rows}},
+                                         static_cast<const float*>(w_sum->data()), false, nullptr);
+      nn.affine(a->data(), a->data(), DType::F32, rows, smoothing / static_cast<float>(cols), 0.0f);
+      nn.affine(label_w->data(), label_w->data(), DType::F32, rows, 1.0f - smoothing, 0.0f);
+      nn.binary(BinaryOp::Add, a->data(), label_w->data(), a->data(), DType::F32, rows, rows);
+    } else {
+      ctx.backend().copy(a->data(), valid->data(), a->nbytes());
+    }
+  } else {
+    if (g0->numel() > 0) ctx.backend().fill(g0->data(), dtype_size(g0->dtype), 0, g0->numel());
+    if (rows > 0) ctx.backend().fill(a->data(), 4, 0, rows);
+  }
+  const int64_t column[2] = {rows, 1};
+  TensorRef a_col = f::cast(*f::reshape(*a, make_shape(2, column, DType::F32)), logits.dtype);
+  TensorRef p(op_softmax(logits, false));
+  TensorRef p0 = f::detached(*p);
+  TensorRef dlogits = f::add(*f::mul(*f::sub(*p, *p0), *a_col), *g0);
+  TensorRef g = retained(dloss);
+  if (denominator) g = f::div(*g, *denominator);
+  if (per_row) g = f::reshape(*g, make_shape(2, column, g->dtype));
+  return f::mul(*dlogits, *f::cast(*g, logits.dtype));
 }
 
 class CrossEntropyNode final : public Node {
@@ -74,6 +166,12 @@ class CrossEntropyNode final : public Node {
                                 static_cast<const float*>(dy->data()), 1.0f, dlogits->data(),
                                 per_row ? 1 : 0);
     return grad_list(std::move(dlogits));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext& ctx,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    return grad_list(cross_entropy_graph(ctx, *inputs[0], *inputs[1], *grads[0], valid.get(),
+                                         per_row, ignore_index, nullptr, 0.0f));
   }
 };
 
@@ -106,37 +204,48 @@ class SmoothedCrossEntropyNode final : public Node {
             static_cast<const float*>(dy->data()), dlogits->data(), per_row ? 1 : 0);
     return grad_list(std::move(dlogits));
   }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext& ctx,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    return grad_list(cross_entropy_graph(ctx, *inputs[0], *inputs[1], *grads[0],
+                                         denominator.get(), per_row, ignore_index, weight.get(),
+                                         smoothing));
+  }
 };
 
 class MseNode final : public Node {
  public:
-  TensorRef diff;  // input - target
-  float scale = 1.0f;
+  float scale = 1.0f;        // 1/n for a mean
   bool per_element = false;  // unreduced: the output holds one loss per element
   const char* name() const override { return "mse_loss"; }
-  bool reads_input(size_t) const override { return false; }  // reads diff
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
     TensorRef dy = grad_f32(ctx, *grads[0]);
     DeviceTensor& input = *inputs[0];
     DeviceTensor& target = *inputs[1];
-    const int64_t n = input.numel();
     // d/d input = 2 (input - target) dy / n; d/d target is its negative.
-    TensorRef d_input = per_element ? times_grad(ctx, name(), *diff, *dy, 2.0f, input.dtype)
-                                    : new_tensor(ctx, input.dtype, input.shape);
-    if (n > 0 && !per_element) {
-      amp_of(ctx, name())
-          .multi_tensor_scale({{diff->data(), diff->dtype, n}}, {{d_input->data(), input.dtype, n}},
-                              static_cast<const float*>(dy->data()), false, nullptr);
-      nn_of(ctx, name())
-          .affine(d_input->data(), d_input->data(), input.dtype, n, 2.0f * scale, 0.0f);
-    }
+    TensorRef d_input, d_target;
+    if (input.requires_grad) d_input = new_tensor(ctx, input.dtype, input.shape);
+    if (target.requires_grad) d_target = new_tensor(ctx, target.dtype, target.shape);
+    nn_of(ctx, name())
+        .mse_loss_backward(input.data(), target.data(), input.dtype, input.numel(),
+                           static_cast<const float*>(dy->data()), per_element ? 1 : 0, scale,
+                           d_input ? d_input->data() : nullptr,
+                           d_target ? d_target->data() : nullptr);
+    return grad_list(std::move(d_input), std::move(d_target));
+  }
+  bool has_backward_graph() const override { return true; }
+  // 2 (input - target) dy scale, the difference recomputed by a recorded op.
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    namespace f = formula;
+    DeviceTensor& input = *inputs[0];
+    DeviceTensor& target = *inputs[1];
+    TensorRef dy = f::cast(*grads[0], input.dtype);
+    TensorRef d_input =
+        f::affine(*f::mul(*f::sub(input, target), *dy), 2.0f * scale, 0.0f);
     TensorRef d_target;
-    if (target.requires_grad) {
-      d_target = new_tensor(ctx, target.dtype, target.shape);
-      if (n > 0)
-        nn_of(ctx, name()).affine(d_input->data(), d_target->data(), target.dtype, n, -1.0f, 0.0f);
-    }
+    if (target.requires_grad) d_target = f::neg(*d_input);
     return grad_list(std::move(d_input), std::move(d_target));
   }
 };
@@ -409,28 +518,18 @@ DeviceTensor* op_mse_loss(DeviceTensor& input_in, DeviceTensor& target_in, Reduc
     fail(AMPX_ERR_DTYPE, "'input' is ", input.describe(), " but 'target' is ", target.describe(),
          "; outside autocast they must share a dtype");
   const int64_t n = input.numel();
-  TensorRef diff = new_tensor(ctx, input.dtype, input.shape);
-  TensorRef squared = new_tensor(ctx, input.dtype, input.shape);
-  if (n > 0) {
-    nn_of(ctx, "mse_loss")
-        .binary(BinaryOp::Sub, input.data(), target.data(), diff->data(), input.dtype, n, n);
-    nn_of(ctx, "mse_loss")
-        .binary(BinaryOp::Mul, diff->data(), diff->data(), squared->data(), input.dtype, n, n);
-  }
-  const float scale = reduction == Reduction::Mean ? 1.0f / static_cast<float>(n) : 1.0f;
   const bool per_element = reduction == Reduction::None;
-  TensorRef out = new_tensor(ctx, DType::F32, per_element ? input.shape : scalar_shape());
+  TensorRef losses = new_tensor(ctx, DType::F32, per_element ? input.shape : vector_shape(n));
+  auto* loss_values = static_cast<float*>(losses->data());
+  nn_of(ctx, "mse_loss").mse_loss(input.data(), target.data(), input.dtype, n, loss_values);
+  const float scale = reduction == Reduction::Mean ? 1.0f / static_cast<float>(n) : 1.0f;
+  TensorRef out = per_element ? std::move(losses) : new_tensor(ctx, DType::F32, scalar_shape());
   auto* result = static_cast<float*>(out->data());
-  if (per_element) {
-    if (n > 0) ctx.backend().convert(result, DType::F32, squared->data(), input.dtype, n);
-  } else {
-    nn_of(ctx, "mse_loss").sum_all(squared->data(), input.dtype, n, result);
-  }
+  if (!per_element) nn_of(ctx, "mse_loss").sum_all(loss_values, DType::F32, n, result);
   if (reduction == Reduction::Mean)
     nn_of(ctx, "mse_loss").affine(result, result, DType::F32, 1, scale, 0.0f);
   if (should_record(ctx, {&input, &target})) {
     auto node = make_node<MseNode>({&in[0], &in[1]});
-    node->diff = std::move(diff);
     node->scale = scale;
     node->per_element = per_element;
     record(ctx, std::move(node), {out.get()});

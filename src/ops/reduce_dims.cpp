@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "ops/broadcast.h"
+#include "ops/formula.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -81,6 +82,28 @@ class ReduceDimsNode final : public Node {
                 x.numel());
     }
     return grad_list(std::move(dx));
+  }
+  bool has_backward_graph() const override { return true; }
+  // dy expanded back over the reduced dimensions (times 1/count for a
+  // mean); amax's share among ties is a constant of x (zero second
+  // derivative, as torch's): the first-order backward of a gradient of ones.
+  std::vector<TensorRef> backward_graph(DeviceContext& ctx,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    namespace f = formula;
+    DeviceTensor& x = *inputs[0];
+    Shape kept = x.shape;
+    for (int32_t k = 0; k < kept.ndim; ++k)
+      if ((reduced >> k) & 1u) kept.dims[k] = 1;
+    TensorRef dy = f::reshape(*grads[0], kept);
+    if (kind == DimsReduction::Mean) dy = f::affine(*dy, scale, 0.0f);
+    TensorRef dx = f::expand(*dy, x.shape);
+    if (kind != DimsReduction::Amax || x.numel() == 0) return grad_list(std::move(dx));
+    TensorRef ones = new_tensor(ctx, x.dtype, output->shape);
+    TensorRef ones_f32(make_filled_f32(ctx, output->shape, 1.0f));
+    ctx.backend().convert(ones->data(), x.dtype, ones_f32->data(), DType::F32, ones->numel());
+    std::vector<DeviceTensor*> unit = {ones.get()};
+    TensorRef share = std::move(backward(ctx, unit)[0]);
+    return grad_list(f::mul(*dx, *share));
   }
 };
 

@@ -3,6 +3,8 @@
 // (a row gather whose backward scatter-adds).
 #include <vector>
 
+#include "core/checked_math.h"
+#include "ops/formula.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -66,6 +68,12 @@ class ReshapeNode final : public Node {
     ctx.backend().copy(dx->data(), grads[0]->data(), dx->nbytes());
     return grad_list(std::move(dx));
   }
+  bool has_backward_graph() const override { return true; }
+  // A view is fine here: a create_graph walk sums gradients out of place.
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    return grad_list(formula::reshape(*grads[0], inputs[0]->shape));
+  }
 };
 
 class TransposeNode final : public Node {
@@ -79,6 +87,11 @@ class TransposeNode final : public Node {
     TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
     transpose_into(nn_of(ctx, name()), *grads[0], dx->data(), d0, d1);
     return grad_list(std::move(dx));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    return grad_list(formula::transpose(*grads[0], d0, d1));
   }
 };
 
@@ -111,6 +124,11 @@ class PermuteNode final : public Node {
     permute_into(nn_of(ctx, name()), *grads[0], dx->data(), inverse);
     return grad_list(std::move(dx));
   }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    return grad_list(TensorRef(op_permute(*grads[0], inputs[0]->shape.ndim, inverse)));
+  }
 };
 
 class ConcatNode final : public Node {
@@ -140,6 +158,17 @@ class ConcatNode final : public Node {
     }
     return result;
   }
+  bool has_backward_graph() const override { return true; }
+  // dy split back into the pieces (a recorded split).
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    std::vector<int64_t> sizes;
+    for (const TensorRef& in : inputs) sizes.push_back(in->shape.dims[dim]);
+    std::vector<TensorRef> pieces = op_split(*grads[0], sizes, dim);
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (!inputs[i]->requires_grad) pieces[i] = TensorRef();
+    return pieces;
+  }
 };
 
 class EmbeddingNode final : public Node {
@@ -166,6 +195,48 @@ class EmbeddingNode final : public Node {
     TensorRef dw = new_tensor(ctx, weight.dtype, weight.shape);
     backend.convert(dw->data(), weight.dtype, sum->data(), DType::F32, sum->numel());
     return grad_list(std::move(dw));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& weight = *inputs[0];
+    return grad_list(
+        TensorRef(op_embedding_grad(*grads[0], *inputs[1], weight.shape, weight.dtype)));
+  }
+};
+
+// embedding's backward as an op: linear in dy, whose own gradient gathers
+// the rows back (embedding of the gradient).
+class EmbeddingGradNode final : public Node {
+ public:
+  const char* name() const override { return "embedding_backward"; }
+  bool reads_input(size_t i) const override { return i == 1; }  // the indices
+  std::vector<TensorRef> backward(DeviceContext& ctx,
+                                  const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *inputs[0];
+    DeviceTensor& indices = *inputs[1];
+    DeviceTensor& g = *grads[0];
+    TensorRef d_dy = new_tensor(ctx, dy.dtype, dy.shape);
+    if (d_dy->numel() == 0) return grad_list(std::move(d_dy));
+    const DeviceTensor* table = &g;
+    TensorRef converted;
+    if (g.dtype != dy.dtype) {
+      converted = new_tensor(ctx, dy.dtype, g.shape);
+      ctx.backend().convert(converted->data(), dy.dtype, g.data(), g.dtype, g.numel());
+      table = converted.get();
+    }
+    nn_of(ctx, name()).gather_rows(table->data(),
+                                   static_cast<size_t>(g.shape.dims[1]) * dtype_size(dy.dtype),
+                                   g.shape.dims[0], indices.data(), indices.dtype,
+                                   indices.numel(), d_dy->data());
+    return grad_list(std::move(d_dy));
+  }
+  bool has_backward_graph() const override { return true; }
+  std::vector<TensorRef> backward_graph(DeviceContext&,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    DeviceTensor& dy = *inputs[0];
+    TensorRef g = formula::cast(*grads[0], dy.dtype);
+    return grad_list(formula::reshape(*TensorRef(op_embedding(*g, *inputs[1])), dy.shape));
   }
 };
 
@@ -202,17 +273,14 @@ DeviceTensor* op_reshape(DeviceTensor& x_in, int32_t ndim, const int64_t* dims) 
   }
   // The product of the given extents: 0 when one is 0, whatever the others
   // (an empty tensor has no elements in any order of its extents).
-  int64_t known = 1;
-  bool has_zero = false, overflow = false;
-  for (int32_t k = 0; k < ndim; ++k) {
-    if (k == inferred) continue;
-    has_zero = has_zero || dims[k] == 0;
-    overflow = overflow || __builtin_mul_overflow(known, dims[k], &known);
-  }
-  if (has_zero) known = 0;
+  bool has_zero = false;
+  for (int32_t k = 0; k < ndim; ++k) has_zero = has_zero || (k != inferred && dims[k] == 0);
+  int64_t known = has_zero ? 0 : 1;
+  for (int32_t k = 0; k < ndim && !has_zero; ++k)
+    if (k != inferred)
+      known = checked_mul(known, dims[k], "shape ", asked.str(), " for '", x_in.describe(),
+                          "' is too large: the product of its extents");
   const int64_t numel = x_in.numel();
-  if (overflow && !has_zero)
-    fail(AMPX_ERR_SHAPE, "shape ", asked.str(), " for '", x_in.describe(), "' is too large");
   Shape shape = asked;
   if (inferred >= 0) {
     if (known == 0 || numel % known != 0)
@@ -319,9 +387,8 @@ DeviceTensor* op_concat(const std::vector<DeviceTensor*>& tensors, int32_t dim_i
   const int64_t inner = first.shape.extent_product(dim + 1, first.shape.ndim);
   int64_t total = 0;
   for (size_t i = 0; i < in.size(); ++i)
-    if (__builtin_add_overflow(total, in[i]->shape.dims[dim], &total))
-      fail(AMPX_ERR_SHAPE, "concat's output would be too large: the extents along dimension ", dim,
-           " add up past 2^63 - 1 at 'tensors[", i, "]'");
+    total = checked_add(total, in[i]->shape.dims[dim], "concat's extent along dimension ", dim,
+                        " up to 'tensors[", i, "]'");
   Shape shape = first.shape;
   shape.dims[dim] = total;
   TensorRef out = new_tensor(ctx, dtype, make_shape(shape, dtype, "concat's output"));
@@ -376,6 +443,33 @@ DeviceTensor* op_embedding(DeviceTensor& weight_in, DeviceTensor& indices) {
                      indices.data(), indices.dtype, indices.numel(), out->data());
   if (should_record(ctx, {&weight}))
     record(ctx, make_node<EmbeddingNode>({&in[0], &in[1]}), {out.get()});
+  return out.take();
+}
+
+DeviceTensor* op_embedding_grad(DeviceTensor& dy, DeviceTensor& indices, const Shape& weight_shape,
+                                DType weight_dtype) {
+  require_capabilities(*dy.ctx, "embedding_backward", Capability::Nn);
+  DeviceContext& ctx = *dy.ctx;
+  const int64_t cols = weight_shape.dims[1];
+  // Summed in F32 whatever the weight's type, as EmbeddingNode's backward.
+  TensorRef sum = new_tensor(ctx, DType::F32, weight_shape);
+  if (sum->numel() > 0) {
+    ctx.backend().fill(sum->data(), 4, 0, sum->numel());
+    if (indices.numel() > 0)
+      nn_of(ctx, "embedding_backward")
+          .scatter_add_rows(dy.data(), dy.dtype, cols, indices.data(), indices.dtype,
+                            indices.numel(), static_cast<float*>(sum->data()),
+                            weight_shape.dims[0]);
+  }
+  TensorRef out = weight_dtype == DType::F32 ? std::move(sum) : new_tensor(ctx, weight_dtype, weight_shape);
+  if (sum && out->numel() > 0)
+    ctx.backend().convert(out->data(), weight_dtype, sum->data(), DType::F32, out->numel());
+  if (should_record(ctx, {&dy})) {
+    auto node = std::make_unique<EmbeddingGradNode>();
+    node->inputs.push_back(retained(dy));
+    node->inputs.push_back(retained(indices));
+    record(ctx, std::move(node), {out.get()});
+  }
   return out.take();
 }
 

@@ -69,6 +69,9 @@ class FusedOptimizer : public Object {
   // A group's lr is the base (peak) rate of its schedule.
   void set_lr(int32_t group, double lr);
   double lr(int32_t group) const;
+  double weight_decay(int32_t group) const {
+    return weight_decay_host_[static_cast<size_t>(check_group(group))];
+  }
 
   // The group's schedule from the next step on (its base_lr is ignored: the
   // group's lr is the base). Does not wait for the device.
@@ -118,6 +121,11 @@ class FusedOptimizer : public Object {
   void mark_unscaled(bool unscaled);
 
   DeviceTensor& found_inf() const { return *found_inf_; }
+  // The step counts (I64[params], each parameter's) and the steps taken
+  // (I64[1], the schedules' position), which data-parallel setup
+  // broadcasts with the parameters.
+  DeviceTensor& param_step_counts() const { return *steps_; }
+  DeviceTensor& steps_taken() const { return *step_count_; }
   bool has_stepped() const { return has_stepped_; }
   DeviceTensor& last_step_skipped() const { return *last_step_skipped_; }
 

@@ -324,6 +324,7 @@ static void test_negative_enums(void) {
   const int64_t shape[1] = {2};
   const float values[2] = {1.0f, 2.0f};
   ampx_autocast_options autocast_options = AMPX_AUTOCAST_OPTIONS_INIT;
+  ampx_bce_with_logits_options bce_options = AMPX_BCE_WITH_LOGITS_OPTIONS_INIT;
   ampx_autocast autocast = NULL;
   ampx_optimizer opt = NULL;
 
@@ -352,6 +353,10 @@ static void test_negative_enums(void) {
                "ampx_mse_loss", "reduction");
   EXPECT_ERROR(ampx_bce_with_logits(t, t, AMPX_REDUCTION_MIN_ENUM, &out),
                AMPX_ERR_INVALID_ARGUMENT, "ampx_bce_with_logits", "reduction");
+  bce_options.reduction = (ampx_reduction)-1;
+  EXPECT_ERROR(ampx_bce_with_logits_ex(t, t, NULL, NULL, &bce_options, &out),
+               AMPX_ERR_INVALID_ARGUMENT, "ampx_bce_with_logits_ex", "reduction");
+  EXPECT(ampx_bce_with_logits_options_default().reduction == AMPX_REDUCTION_MEAN);
   EXPECT_ERROR(ampx_linear(t, t, NULL, (ampx_activation)-1, &out), AMPX_ERR_INVALID_ARGUMENT,
                "ampx_linear", "activation");
   EXPECT(out == NULL);

@@ -154,6 +154,16 @@ TEST_CASE("c++ layer: shape ops, losses and norms") {
   const ampx::Tensor targets = ampx::Tensor::zeros(ctx, AMPX_F32, {2, 3});
   CHECK(ampx::bce_with_logits(ampx::Tensor::zeros(ctx, AMPX_F32, {2, 3}), targets).to_vector()[0] ==
         doctest::Approx(std::log(2.0)));
+  // weight 2 on every element, pos_weight 3 on class 1: at x = 0, t = 1 the
+  // loss is w p log 2, at t = 0 w log 2; the mean over the six elements.
+  const ampx::Tensor ones = ampx::Tensor::from_host(ctx, {1, 1, 1, 0, 0, 0}, {2, 3});
+  const ampx::Tensor weight = ampx::Tensor::from_host(ctx, {2.0f}, {1});
+  const ampx::Tensor pos_weight = ampx::Tensor::from_host(ctx, {1.0f, 3.0f, 1.0f}, {3});
+  CHECK(ampx::bce_with_logits(ampx::Tensor::zeros(ctx, AMPX_F32, {2, 3}), ones, weight, pos_weight)
+            .to_vector()[0] == doctest::Approx(2.0 * (1 + 3 + 1 + 3) / 6 * std::log(2.0)));
+  CHECK(ampx::bce_with_logits(ampx::Tensor::zeros(ctx, AMPX_F32, {2, 3}), ones, ampx::Tensor(),
+                              ampx::Tensor(), AMPX_REDUCTION_SUM)
+            .to_vector()[0] == doctest::Approx(6 * std::log(2.0)));
 }
 
 TEST_CASE("c++ layer: the CNN and Transformer ops, against values worked by hand") {
@@ -275,6 +285,42 @@ TEST_CASE("c++ layer: backward and the grad-mode guards") {
   ampx::backward(loss);
   CHECK(w.grad().to_vector() == std::vector<float>{2.0f, -4.0f, 6.0f});
   CHECK_THROWS_AS(ampx::backward(loss), ampx::Error);  // the tape was cleared
+}
+
+TEST_CASE("c++ layer: grad with create_graph, backward with retain_graph, unscale_tensor") {
+  // f = sum(w^3): df/dw = 3 w^2, and d/dw sum(3 w^2) = 6 w.
+  ampx::Context ctx = test_context();
+  ampx::Tensor w = ampx::Tensor::from_host(ctx, {1.0f, -2.0f, 3.0f}, {3});
+  w.set_requires_grad();
+  ampx::Tensor f = ampx::sum(ampx::mul(ampx::mul(w, w), w));
+  ampx::GradOptions o;
+  o.create_graph = true;
+  ampx::Tensor g = ampx::grad(f, w, o);
+  CHECK(g.to_vector() == std::vector<float>{3.0f, 12.0f, 27.0f});
+  CHECK(g.requires_grad());
+  CHECK_FALSE(static_cast<bool>(w.grad()));  // grad accumulates nowhere
+  // Kept: the walk from sum(g) runs the forward's records too.
+  ampx::GradOptions keep;
+  keep.retain_graph = 1;
+  ampx::Tensor h = ampx::grad(ampx::sum(g), w, keep);
+  CHECK(h.to_vector() == std::vector<float>{6.0f, -12.0f, 18.0f});
+  // An unused input: an error, or an empty Tensor with allow_unused.
+  ampx::Tensor other = ampx::Tensor::from_host(ctx, {1.0f}, {1});
+  other.set_requires_grad();
+  o.allow_unused = true;
+  std::vector<ampx::Tensor> both = ampx::grad({&f}, {&w, &other}, {}, o);
+  REQUIRE(both.size() == 2);
+  CHECK(static_cast<bool>(both[0]));
+  CHECK_FALSE(static_cast<bool>(both[1]));
+  // retain_graph: two backward passes accumulate.
+  ampx::backward(f, nullptr, true);
+  ampx::backward(f, nullptr, false);
+  CHECK(w.grad().to_vector() == std::vector<float>{6.0f, 24.0f, 54.0f});
+  CHECK_THROWS_AS(ampx::backward(f, nullptr, false), ampx::Error);  // freed
+  ampx_scaler_options so = ampx_scaler_options_default();
+  so.init_scale = 4.0;
+  ampx::Scaler scaler(ctx, so);
+  CHECK(scaler.unscale_tensor(w).to_vector() == std::vector<float>{0.25f, -0.5f, 0.75f});
 }
 
 TEST_CASE("c++ layer: clipping after unscale, diagnostics, scaler and optimizer state") {

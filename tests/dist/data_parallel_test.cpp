@@ -12,12 +12,15 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ampx/ampx.hpp"
@@ -651,6 +654,450 @@ TEST_CASE("the C++ layer: Comm, DataParallel and its NoSync guard") {
   ampx_data_parallel_options bad = AMPX_DATA_PARALLEL_OPTIONS_INIT;
   bad.zero_stage = 2;
   CHECK_THROWS_AS(ampx::DataParallel(comm, ampx::Optimizer::sgd(ctx, {&c}), bad), ampx::Error);
+}
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A call every rank makes, `bad_rank` with its own wrong arguments: every
+// rank must fail within a second with `status`, the bad rank with its own
+// message (containing `own`), the others naming that rank and the status
+// class. Returns this rank's message.
+template <class Call>
+std::string check_all_fail(int bad_rank, ampx_status status, const std::string& own,
+                           const std::string& others, Call&& call) {
+  const auto start = std::chrono::steady_clock::now();
+  const ampx_status got = call(g_rank == bad_rank);
+  const double seconds = seconds_since(start);
+  const std::string message = ampx_last_error();
+  CAPTURE(message);
+  CHECK(got == status);
+  CHECK(seconds < 1.0);
+  if (g_rank == bad_rank) {
+    CHECK(contains(message, own));
+  } else {
+    CHECK(contains(message, "rank " + std::to_string(bad_rank) + " " + others));
+    CHECK(contains(message, ampx_status_string(status)));
+  }
+  return message;
+}
+
+}  // namespace
+
+TEST_CASE("one rank's bad argument to ampx_data_parallel_create fails every rank at once") {
+  ampx_context ctx = nullptr;
+  OK(ampx_context_create(nullptr, &ctx));
+  MPI_Comm world = MPI_COMM_WORLD;
+  ampx_comm comm = nullptr;
+  OK(ampx_comm_from_mpi(ctx, &world, &comm));
+  const int64_t shape[1] = {4};
+  ampx_tensor p = nullptr;
+  OK(ampx_tensor_zeros(ctx, AMPX_F32, 1, shape, &p));
+  ampx_sgd_options sgd = AMPX_SGD_OPTIONS_INIT;
+  ampx_optimizer opt = nullptr, released = nullptr;
+  OK(ampx_optimizer_create_sgd(ctx, &p, 1, &sgd, &opt));
+  OK(ampx_optimizer_create_sgd(ctx, &p, 1, &sgd, &released));
+  ampx_optimizer_release(released);
+  struct Case {
+    const char* name;
+    ampx_status status;
+    const char* own;
+  };
+  const Case cases[] = {
+      {"a NULL optimizer", AMPX_ERR_INVALID_ARGUMENT, "argument 'optimizer' is NULL"},
+      {"a tensor for the optimizer", AMPX_ERR_STALE_HANDLE, "is not an ampx_optimizer"},
+      {"a released optimizer", AMPX_ERR_STALE_HANDLE, "already released"},
+      {"a NULL out", AMPX_ERR_INVALID_ARGUMENT, "argument 'out' is NULL"},
+      {"struct_size 0", AMPX_ERR_INVALID_ARGUMENT, "has struct_size 0"},
+  };
+  int index = 0;
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    const int bad_rank = index++ % g_world;  // rank 0 among the culprits
+    check_all_fail(bad_rank, c.status, c.own, "could not join", [&](bool bad) {
+      ampx_optimizer o = opt;
+      ampx_data_parallel_options options = AMPX_DATA_PARALLEL_OPTIONS_INIT;
+      ampx_data_parallel dp = nullptr;
+      ampx_data_parallel* out = &dp;
+      if (bad) {
+        if (c.own == cases[0].own) o = nullptr;
+        if (c.own == cases[1].own) o = reinterpret_cast<ampx_optimizer>(p);
+        if (c.own == cases[2].own) o = released;
+        if (c.own == cases[3].own) out = nullptr;
+        if (c.own == cases[4].own) options.struct_size = 0;
+      }
+      const ampx_status status = ampx_data_parallel_create(comm, o, &options, out);
+      CHECK(dp == nullptr);
+      return status;
+    });
+  }
+  // Nothing was changed: the same call with good arguments everywhere works.
+  ampx_data_parallel dp = nullptr;
+  OK(ampx_data_parallel_create(comm, opt, nullptr, &dp));
+  ampx_data_parallel_release(dp);
+  ampx_optimizer_release(opt);
+  ampx_tensor_release(p);
+  ampx_comm_release(comm);
+  ampx_context_release(ctx);
+}
+
+TEST_CASE("ranks set up differently all fail at create, naming the first difference") {
+  const int last = g_world - 1;
+  const bool odd = g_rank == last;
+  const std::string l = std::to_string(last);
+  ampx_context ctx = nullptr;
+  OK(ampx_context_create(nullptr, &ctx));
+  MPI_Comm world = MPI_COMM_WORLD;
+  ampx_comm comm = nullptr;
+  OK(ampx_comm_from_mpi(ctx, &world, &comm));
+  const int64_t shape[1] = {4};
+  ampx_tensor a = nullptr, b = nullptr;
+  OK(ampx_tensor_zeros(ctx, AMPX_F32, 1, shape, &a));
+  OK(ampx_tensor_zeros(ctx, AMPX_F32, 1, shape, &b));
+  // Each case sets up an optimizer (and scaler, options) that differs on the
+  // last rank only; `expected` is the part of the message naming it.
+  struct Setup {
+    ampx_optimizer opt = nullptr;
+    ampx_scaler scaler = nullptr;
+    ampx_data_parallel_options options = AMPX_DATA_PARALLEL_OPTIONS_INIT;
+  };
+  auto sgd = [&](double momentum) {
+    ampx_sgd_options o = AMPX_SGD_OPTIONS_INIT;
+    o.lr = 0.1;
+    o.momentum = momentum;
+    ampx_optimizer opt = nullptr;
+    OK(ampx_optimizer_create_sgd(ctx, &a, 1, &o, &opt));
+    return opt;
+  };
+  auto attach = [&](Setup& s, int32_t growth_interval, double init_scale) {
+    ampx_scaler_options o = AMPX_SCALER_OPTIONS_INIT;
+    o.growth_interval = growth_interval;
+    o.init_scale = init_scale;
+    OK(ampx_scaler_create(ctx, &o, &s.scaler));
+    OK(ampx_scaler_attach(s.scaler, s.opt));
+  };
+  struct Case {
+    std::string expected;
+    std::function<void(Setup&)> setup;
+  };
+  const std::vector<Case> cases = {
+      {"bucket_bytes: rank " + l + " has 1000, rank 0 has 26214400",
+       [&](Setup& s) {
+         s.opt = sgd(0.9);
+         if (odd) s.options.bucket_bytes = 1000;
+       }},
+      {"first_bucket_bytes: rank " + l + " has 64, rank 0 has 1048576",
+       [&](Setup& s) {
+         s.opt = sgd(0.9);
+         if (odd) s.options.first_bucket_bytes = 64;
+       }},
+      {"average: rank " + l + " has 0, rank 0 has 1",
+       [&](Setup& s) {
+         s.opt = sgd(0.9);
+         s.options.average = odd ? 0 : 7;  // any non-zero value is 1
+       }},
+      {"reduce_in_fp32: rank " + l + " has 1, rank 0 has 0",
+       [&](Setup& s) {
+         s.opt = sgd(0.9);
+         if (odd) s.options.reduce_in_fp32 = -1;
+       }},
+      {"overlap: rank " + l + " has 0, rank 0 has 1",
+       [&](Setup& s) {
+         s.opt = sgd(0.9);
+         if (odd) s.options.overlap = 0;
+       }},
+      {"zero_stage: rank " + l + " has 1, rank 0 has 0",
+       [&](Setup& s) {
+         s.opt = sgd(0.9);
+         if (odd) s.options.zero_stage = 1;
+       }},
+      {"optimizer: rank " + l + " has AdamW, rank 0 has SGD",
+       [&](Setup& s) {
+         if (!odd) {
+           s.opt = sgd(0.9);
+           return;
+         }
+         ampx_adam_options o = AMPX_ADAMW_OPTIONS_INIT;
+         OK(ampx_optimizer_create_adam(ctx, &a, 1, &o, &s.opt));
+       }},
+      {"momentum: rank " + l + " has 0.80000001192092896, rank 0 has 0.89999997615814209",
+       [&](Setup& s) { s.opt = sgd(odd ? 0.8 : 0.9); }},
+      {"param groups: rank " + l + " has 2, rank 0 has 1",
+       [&](Setup& s) {
+         s.opt = sgd(0.9);
+         if (odd) OK(ampx_optimizer_add_group(s.opt, &b, 1, 0.1, 0.0, nullptr));
+       }},
+      {"group 0 lr: rank " + l + " has 0.25, rank 0 has 0.10000000000000001",
+       [&](Setup& s) {
+         s.opt = sgd(0.9);
+         if (odd) OK(ampx_optimizer_set_lr(s.opt, 0, 0.25));
+       }},
+      {"group 0 schedule: rank " + l + " has cosine, rank 0 has constant",
+       [&](Setup& s) {
+         s.opt = sgd(0.9);
+         ampx_lr_schedule schedule = AMPX_LR_SCHEDULE_INIT;
+         schedule.decay = AMPX_LR_COSINE;
+         schedule.total_steps = 100;
+         if (odd) OK(ampx_optimizer_set_lr_schedule(s.opt, 0, &schedule));
+       }},
+      {"scaler: rank " + l + " has attached, rank 0 has none",
+       [&](Setup& s) {
+         s.opt = sgd(0.9);
+         if (odd) attach(s, 2000, 65536.0);
+       }},
+      {"scaler growth_interval: rank " + l + " has 10, rank 0 has 2000",
+       [&](Setup& s) {
+         s.opt = sgd(0.9);
+         attach(s, odd ? 10 : 2000, 65536.0);
+       }},
+      {"scaler scale: rank " + l + " has 1024, rank 0 has 65536",
+       [&](Setup& s) {
+         s.opt = sgd(0.9);
+         attach(s, 2000, odd ? 1024.0 : 65536.0);
+       }},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.expected);
+    Setup s;
+    c.setup(s);
+    ampx_data_parallel dp = nullptr;
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(ampx_data_parallel_create(comm, s.opt, &s.options, &dp) == AMPX_ERR_INVALID_ARGUMENT);
+    CHECK(seconds_since(start) < 1.0);
+    const std::string message = ampx_last_error();
+    CAPTURE(message);
+    CHECK(contains(message, c.expected));
+    CHECK(dp == nullptr);
+    ampx_scaler_release(s.scaler);
+    ampx_optimizer_release(s.opt);
+  }
+  ampx_tensor_release(a);
+  ampx_tensor_release(b);
+  ampx_comm_release(comm);
+  ampx_context_release(ctx);
+}
+
+TEST_CASE("step counts that differ before wrapping are rank 0's after it") {
+  // Each rank steps its Adam optimizer a different number of times alone,
+  // so the step counts (bias correction, the schedule's position) differ;
+  // the wrapper broadcasts rank 0's with the parameters and moments, so one
+  // step together leaves every rank bitwise equal.
+  ampx_data_parallel_options options = AMPX_DATA_PARALLEL_OPTIONS_INIT;
+  Trainer t(Mode::Bf16, 5 + static_cast<uint64_t>(g_rank), false);
+  ampx_lr_schedule schedule = AMPX_LR_SCHEDULE_INIT;
+  schedule.warmup_steps = 10;
+  schedule.decay = AMPX_LR_COSINE;
+  schedule.total_steps = 40;
+  OK(ampx_optimizer_set_lr_schedule(t.opt, 0, &schedule));
+  for (int step = 0; step < 1 + 2 * g_rank; ++step) t.train_step(step);
+  MPI_Comm world = MPI_COMM_WORLD;
+  OK(ampx_comm_from_mpi(t.ctx, &world, &t.comm));
+  OK(ampx_data_parallel_create(t.comm, t.opt, &options, &t.dp));
+  for (ampx_tensor p : t.params()) {
+    int64_t steps = 0;
+    OK(ampx_optimizer_param_steps(t.opt, p, &steps));
+    CHECK(steps == 1);  // rank 0's
+  }
+  for (int step = 0; step < 3; ++step) {
+    t.train_step(100 + step);
+    CHECK(same_on_every_rank(t.param_bytes()));
+  }
+  size_t bytes = 0;
+  OK(ampx_optimizer_state_size(t.opt, &bytes));
+  std::vector<unsigned char> state(bytes);
+  OK(ampx_optimizer_save_state(t.opt, state.data(), bytes));
+  CHECK(same_on_every_rank(state));
+}
+
+TEST_CASE("one rank's bad argument in a training step fails every rank at once") {
+  const int last = g_world - 1;
+  const int rows = kBatch / g_world;
+  SUBCASE("unscale: the found-inf reduction carries the failure; the wrapper is then failed") {
+    Trainer t(Mode::Fp16Scaler, 41, true);
+    OK(ampx_scaler_attach(t.scaler, t.opt));
+    t.train_step(0);
+    OK(ampx_optimizer_zero_grad(t.opt));
+    t.backward(1, g_rank * rows, rows);
+    check_all_fail(last, AMPX_ERR_INVALID_ARGUMENT, "argument 'scaler' is NULL",
+                   "failed its unscale", [&](bool bad) {
+                     return ampx_scaler_unscale(bad ? nullptr : t.scaler, t.opt);
+                   });
+    // The ranks no longer agree where the iteration is: every collective
+    // call through the wrapper fails on every rank, and nothing waits.
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(ampx_scaler_unscale(t.scaler, t.opt) == AMPX_ERR_ORDER);
+    CHECK(contains(ampx_last_error(), "wrapper failed earlier"));
+    CHECK(ampx_data_parallel_reduce(t.dp) == AMPX_ERR_ORDER);
+    CHECK(seconds_since(start) < 1.0);
+    // A new wrapper (collective) trains on.
+    ampx_data_parallel_release(t.dp);
+    t.dp = nullptr;
+    OK(ampx_data_parallel_create(t.comm, t.opt, nullptr, &t.dp));
+    for (int step = 2; step < 4; ++step) t.train_step(step);
+    CHECK(same_on_every_rank(t.param_bytes()));
+  }
+  SUBCASE("every rank failing alike leaves the wrapper usable: the call may be retried") {
+    Trainer t(Mode::Fp16Scaler, 46, true);
+    OK(ampx_scaler_attach(t.scaler, t.opt));
+    OK(ampx_optimizer_zero_grad(t.opt));
+    t.backward(0, g_rank * rows, rows);
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(ampx_scaler_unscale(reinterpret_cast<ampx_scaler>(t.w1), t.opt) == AMPX_ERR_STALE_HANDLE);
+    CHECK(seconds_since(start) < 1.0);
+    CHECK(contains(ampx_last_error(), "is not an ampx_scaler"));
+    t.update();
+    CHECK(same_on_every_rank(t.param_bytes()));
+    t.train_step(1);
+    CHECK(same_on_every_rank(t.param_bytes()));
+  }
+  SUBCASE("a wrong-type scaler to ampx_scaler_step") {
+    Trainer t(Mode::Fp16Scaler, 42, true);
+    OK(ampx_scaler_attach(t.scaler, t.opt));
+    OK(ampx_optimizer_zero_grad(t.opt));
+    t.backward(0, g_rank * rows, rows);
+    check_all_fail(last, AMPX_ERR_STALE_HANDLE, "is not an ampx_scaler", "failed its unscale",
+                   [&](bool bad) {
+                     return ampx_scaler_step(bad ? reinterpret_cast<ampx_scaler>(t.opt) : t.scaler,
+                                             t.opt);
+                   });
+  }
+  SUBCASE("ZeRO-1: the partial norms carry the failure of one rank's clipping") {
+    ampx_data_parallel_options options = AMPX_DATA_PARALLEL_OPTIONS_INIT;
+    options.zero_stage = 1;
+    Trainer t(Mode::Bf16, 43, true, options);
+    OK(ampx_optimizer_zero_grad(t.opt));
+    t.backward(0, g_rank * rows, rows);
+    check_all_fail(last, AMPX_ERR_NOT_SUPPORTED, "norm_type is 3", "failed its clipping",
+                   [&](bool bad) {
+                     ampx_tensor norm = nullptr;
+                     const ampx_status status =
+                         ampx_clip_grad_norm(t.opt, 1.0, bad ? 3.0 : 2.0, 0, &norm);
+                     ampx_tensor_release(norm);
+                     return status;
+                   });
+  }
+  SUBCASE("ZeRO-1: the gathered parameters carry the failure of one rank's step") {
+    ampx_data_parallel_options options = AMPX_DATA_PARALLEL_OPTIONS_INIT;
+    options.zero_stage = 1;
+    Trainer t(Mode::Fp16Scaler, 44, true, options);
+    OK(ampx_optimizer_zero_grad(t.opt));
+    t.backward(0, g_rank * rows, rows);
+    OK(ampx_scaler_unscale(t.scaler, t.opt));
+    check_all_fail(last, AMPX_ERR_INVALID_ARGUMENT, "argument 'scaler' is NULL",
+                   "failed its optimizer step",
+                   [&](bool bad) { return ampx_scaler_step(bad ? nullptr : t.scaler, t.opt); });
+    // The failed rank sent its part unstepped: the replicas stay equal.
+    CHECK(same_on_every_rank(t.param_bytes()));
+  }
+  SUBCASE("a call with no verdict of its own completes the reduction and fails alone") {
+    // Gradients accumulated with synchronization off, then read: the
+    // clipping's read reduces them. The last rank's clip_value is refused,
+    // but it still makes the reduction the others wait for.
+    Trainer t(Mode::Fp32, 45, true);
+    OK(ampx_optimizer_zero_grad(t.opt));
+    OK(ampx_data_parallel_set_sync(t.dp, 0));
+    t.backward(0, g_rank * rows, rows);
+    OK(ampx_data_parallel_set_sync(t.dp, 1));
+    const auto start = std::chrono::steady_clock::now();
+    const ampx_status status = ampx_clip_grad_value(t.opt, g_rank == last ? -1.0 : 0.5);
+    CHECK(seconds_since(start) < 1.0);
+    ampx_data_parallel_stats stats = AMPX_DATA_PARALLEL_STATS_INIT;
+    OK(ampx_data_parallel_get_stats(t.dp, &stats));
+    CHECK(stats.reductions == 1);
+    if (g_rank == last) {
+      CHECK(status == AMPX_ERR_INVALID_ARGUMENT);
+      CHECK(contains(ampx_last_error(), "clip_value is -1"));
+      OK(ampx_clip_grad_value(t.opt, 0.5));  // the retry: reduced already
+    } else {
+      CHECK(status == AMPX_OK);
+    }
+    OK(ampx_optimizer_step(t.opt));
+    CHECK(same_on_every_rank(t.param_bytes()));
+  }
+}
+
+TEST_CASE("ZeRO-1 with reduce_in_fp32 steps as ZeRO-0 does, bit for bit") {
+  // Both round the fp32 sum to the gradient's dtype before the step (and
+  // clipping is off: ZeRO-1 forms the norm from the ranks' partial norms).
+  for (Mode mode : {Mode::Fp16Scaler, Mode::Bf16}) {
+    const std::string mode_text = mode_name(mode);
+    CAPTURE(mode_text);
+    ampx_data_parallel_options options = AMPX_DATA_PARALLEL_OPTIONS_INIT;
+    options.reduce_in_fp32 = 1;
+    Trainer zero0(mode, 51, true, options);
+    options.zero_stage = 1;
+    Trainer zero1(mode, 51, true, options);
+    zero0.max_norm = zero1.max_norm = 1e30;  // a coefficient of exactly 1
+    int first_difference = -1;
+    for (int step = 0; step < 20; ++step) {
+      zero0.train_step(step);
+      zero1.train_step(step);
+      if (first_difference < 0 && zero0.param_bytes() != zero1.param_bytes())
+        first_difference = step;
+    }
+    CHECK(first_difference == -1);
+    CHECK(same_on_every_rank(zero1.param_bytes()));
+  }
+}
+
+TEST_CASE("a rank that stops calling collectives: the others fail within the timeout") {
+  // The last rank skips a step's reduction and joins it only after the
+  // others gave up, so that every process ends normally: the abandoned
+  // collective completes in the background while they wait in a barrier.
+  const int last = g_world - 1;
+  const double timeout = 1.0;
+  const int rows = kBatch / g_world;
+  Trainer t(Mode::Fp32, 61, true);
+  OK(ampx_comm_set_timeout(t.comm, timeout));
+  t.train_step(0);
+  OK(ampx_optimizer_zero_grad(t.opt));
+  if (g_rank != last) {
+    // backward: the reduction of its buckets never completes.
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<float> x, y;
+    global_batch(1, x, y);
+    OK(ampx_scope_push(t.ctx));
+    ampx_tensor bx = make_tensor(t.ctx, AMPX_F32, {rows, kIn}, x.data() + g_rank * rows * kIn);
+    ampx_tensor by = make_tensor(t.ctx, AMPX_F32, {rows, kOut}, y.data() + g_rank * rows * kOut);
+    ampx_tensor h = nullptr, out = nullptr, loss = nullptr;
+    OK(ampx_linear(bx, t.w1, t.b1, AMPX_ACTIVATION_RELU, &h));
+    OK(ampx_linear(h, t.w2, t.b2, AMPX_ACTIVATION_NONE, &out));
+    OK(ampx_mse_loss(out, by, AMPX_REDUCTION_MEAN, &loss));
+    CHECK(ampx_backward(loss, nullptr) == AMPX_ERR_DEVICE);
+    const double waited = seconds_since(start);
+    const std::string message = ampx_last_error();
+    CAPTURE(message);
+    CHECK(waited >= timeout);
+    CHECK(waited < timeout + 1.0);
+    CHECK(contains(message, "gradient reduction of ampx_backward did not complete within 1 s"));
+    ampx_tensor_release(bx);
+    ampx_tensor_release(by);
+    OK(ampx_scope_pop(t.ctx));
+    // Every later call on the communicator fails at once, naming it.
+    const auto later = std::chrono::steady_clock::now();
+    CHECK(ampx_optimizer_step(t.opt) == AMPX_ERR_DEVICE);
+    CHECK(contains(ampx_last_error(), "failed earlier: gradient reduction of ampx_backward"));
+    CHECK(ampx_data_parallel_reduce(t.dp) == AMPX_ERR_DEVICE);
+    ampx_data_parallel dp = nullptr;
+    CHECK(ampx_data_parallel_create(t.comm, t.opt, nullptr, &dp) == AMPX_ERR_DEVICE);
+    CHECK(seconds_since(later) < 1.0);
+    // What a program saves before it ends needs no collective.
+    size_t bytes = 0;
+    OK(ampx_optimizer_state_size(t.opt, &bytes));
+    std::vector<unsigned char> state(bytes);
+    OK(ampx_optimizer_save_state(t.opt, state.data(), bytes));
+  } else {
+    std::this_thread::sleep_for(std::chrono::duration<double>(timeout + 1.5));
+    t.backward(1, g_rank * rows, rows);  // completes once the others' MPI progresses
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 namespace {

@@ -456,6 +456,44 @@ TEST_CASE("context: memory stats move exactly as tensors are created and release
   CHECK(s.allocation_count == 3);
 }
 
+// The CPU allocator keeps blocks of 256 KiB and more for the next request
+// of their size (a training step allocates the same sizes every time), at
+// most as many bytes as were in use at the peak, and counts them as
+// reserved; smaller blocks go back at once.
+TEST_CASE("context: the CPU allocator reuses large blocks, keeping at most its peak") {
+  if (test_device() != AMPX_DEVICE_CPU) return;
+  Ctx ctx;
+  const int64_t big = int64_t{1} << 18;  // 1 MiB of f32
+  const uint64_t big_bytes = uint64_t{1} << 20;
+  ampx_tensor a = make_f32(ctx, big);
+  void* a_data = nullptr;
+  REQUIRE(ampx_tensor_data(a, &a_data) == AMPX_OK);
+  ampx_tensor_release(a);
+  ampx_memory_stats s = stats_of(ctx);
+  CHECK(s.current_bytes == 0);
+  CHECK(s.reserved_bytes == big_bytes);  // kept
+
+  Tensor b(make_f32(ctx, big));
+  void* b_data = nullptr;
+  REQUIRE(ampx_tensor_data(b, &b_data) == AMPX_OK);
+  CHECK(b_data == a_data);  // the kept block again
+  s = stats_of(ctx);
+  CHECK(s.current_bytes == big_bytes);
+  CHECK(s.reserved_bytes == big_bytes);
+
+  // Another size gets a block of its own; releasing both keeps both (2 MiB
+  // were in use at the peak).
+  ampx_tensor c = make_f32(ctx, big + 16);
+  ampx_tensor d = make_f32(ctx, 10);  // small: never kept
+  s = stats_of(ctx);
+  CHECK(s.reserved_bytes == 2 * big_bytes + 64 + 40);
+  ampx_tensor_release(c);
+  ampx_tensor_release(d);
+  s = stats_of(ctx);
+  CHECK(s.current_bytes == big_bytes);
+  CHECK(s.reserved_bytes == 2 * big_bytes + 64);
+}
+
 TEST_CASE("context: reset_peak sets the peak to the current usage") {
   Ctx ctx;
   ampx_tensor big = make_f32(ctx, 1000);

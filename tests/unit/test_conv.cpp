@@ -213,6 +213,75 @@ TEST_CASE("max_pool2d: a window's NaN wins, the last one; of equal maxima the fi
   }
 }
 
+// Max pooling whose windows lie inside the image (the CPU's fast paths:
+// 2x2 stride 2, and any other window without padding or dilation) against
+// torch's rule written out here: per window, in row-major order, the first
+// maximum, unless a NaN is in it, then the last NaN; the gradient goes to
+// that element. Small integers, signed zeros and NaNs make ties and NaNs
+// common, and every value is exact in f16 and bf16.
+TEST_CASE("max_pool2d with windows inside the image picks torch's element, values and gradients") {
+  struct Case {
+    int64_t kh, kw, sh, sw;
+  };
+  // Odd extents: 2x2 windows leave the last row and column out.
+  const int64_t planes = 3, height = 7, width = 9;
+  Rng rng(11);
+  Vec xs(static_cast<size_t>(planes * height * width));
+  for (double& v : xs) {
+    const double r = rng.uniform(0, 1);
+    v = r < 0.08 ? std::nan("") : r < 0.16 ? -0.0 : r < 0.24 ? 0.0 : std::floor(r * 6) - 3;
+  }
+  // Two 2x2 windows whose maxima are zeros of both signs: +0 first, then -0.
+  const Vec corner = {0.0, -0.0, -0.0, 0.0, -0.0, -1.0, 0.0, -2.0};
+  for (size_t i = 0; i < 4; ++i) xs[i] = corner[i], xs[width + i] = corner[4 + i];
+  Ctx ctx;
+  for (const Case& c : {Case{2, 2, 2, 2}, Case{3, 3, 1, 1}, Case{3, 2, 2, 1}, Case{2, 2, 1, 1}}) {
+    const int64_t oh = (height - c.kh) / c.sh + 1, ow = (width - c.kw) / c.sw + 1;
+    Vec want(static_cast<size_t>(planes * oh * ow)), want_grad(xs.size(), 0.0),
+        weights(want.size());
+    for (size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<double>(i % 13 + 1);
+    for (int64_t n = 0; n < planes; ++n)
+      for (int64_t p = 0; p < oh; ++p)
+        for (int64_t q = 0; q < ow; ++q) {
+          int64_t best = -1, last_nan = -1;
+          for (int64_t i = 0; i < c.kh; ++i)
+            for (int64_t j = 0; j < c.kw; ++j) {
+              const int64_t at = (n * height + p * c.sh + i) * width + q * c.sw + j;
+              if (std::isnan(xs[at])) last_nan = at;
+              else if (best < 0 || xs[at] > xs[best]) best = at;
+            }
+          const int64_t winner = last_nan >= 0 ? last_nan : best;
+          const size_t o = static_cast<size_t>((n * oh + p) * ow + q);
+          want[o] = xs[static_cast<size_t>(winner)];
+          want_grad[static_cast<size_t>(winner)] += weights[o];
+        }
+    for (ampx_dtype dtype : {AMPX_F32, AMPX_F16, AMPX_BF16}) {
+      INFO("window ", c.kh, "x", c.kw, " stride ", c.sh, "x", c.sw, ", ", ampx_dtype_name(dtype));
+      Tensor x(make(ctx, dtype, {1, planes, height, width}, xs, true));
+      Tensor w(make(ctx, dtype, {1, planes, oh, ow}, weights));
+      Tensor y, weighted, loss;
+      ampx_pool2d_options o = AMPX_POOL2D_OPTIONS_INIT;
+      o.stride[0] = c.sh;
+      o.stride[1] = c.sw;
+      REQUIRE_MESSAGE(ampx_max_pool2d(x, c.kh, c.kw, &o, y.out()) == AMPX_OK, last_error());
+      const Vec out = values_of(y);
+      REQUIRE(out.size() == want.size());
+      int64_t wrong = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        const bool same = std::isnan(want[i]) ? std::isnan(out[i])
+                                              : out[i] == want[i] &&
+                                                    std::signbit(out[i]) == std::signbit(want[i]);
+        wrong += !same;
+      }
+      CHECK(wrong == 0);
+      REQUIRE(ampx_mul(y, w, weighted.out()) == AMPX_OK);
+      REQUIRE(ampx_sum(weighted, loss.out()) == AMPX_OK);
+      REQUIRE_MESSAGE(ampx_backward(loss, nullptr) == AMPX_OK, last_error());
+      CHECK(values_of(grad_of(x)) == want_grad);
+    }
+  }
+}
+
 TEST_CASE("conv2d with an empty batch gives an empty output and zero weight gradients") {
   SKIP_UNLESS_CONVOLUTION();
   Ctx ctx;

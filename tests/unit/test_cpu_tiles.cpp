@@ -132,6 +132,10 @@ float act_forward(UnaryOp op, float x) {
       return ampx::impl::math::Sqrt::forward(x);
     case UnaryOp::Rsqrt:
       return ampx::impl::math::Rsqrt::forward(x);
+    case UnaryOp::GeluDerivative:
+      return ampx::impl::math::GeluDerivative::forward(x);
+    case UnaryOp::GeluTanhDerivative:
+      return ampx::impl::math::GeluTanhDerivative::forward(x);
   }
   return x;
 }
@@ -158,13 +162,18 @@ float act_backward(UnaryOp op, float x, float dy) {
       return ampx::impl::math::Sqrt::backward(x, dy);
     case UnaryOp::Rsqrt:
       return ampx::impl::math::Rsqrt::backward(x, dy);
+    case UnaryOp::GeluDerivative:
+      return ampx::impl::math::GeluDerivative::backward(x, dy);
+    case UnaryOp::GeluTanhDerivative:
+      return ampx::impl::math::GeluTanhDerivative::backward(x, dy);
   }
   return dy;
 }
 
 const UnaryOp kUnaryOps[] = {UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::Silu,
                              UnaryOp::Sigmoid, UnaryOp::Tanh, UnaryOp::Exp, UnaryOp::Log,
-                             UnaryOp::Sqrt, UnaryOp::Rsqrt};
+                             UnaryOp::Sqrt, UnaryOp::Rsqrt, UnaryOp::GeluDerivative,
+                             UnaryOp::GeluTanhDerivative};
 
 // 65536 + 1000: every 16-bit pattern, past two threads' split of the range
 // and not a multiple of the tile.

@@ -1,6 +1,6 @@
 // test_cuda_nn_ops.cpp -- the indexing, copy, dropout and loss primitives of
 // the ops on the GPU (kernels/gather_scatter.cu, copy_strided.cu,
-// dropout.cu, bce_with_logits.cu), checked against the CPU backend on the
+// dropout.cu, bce_with_logits.cu, mse_loss.cu), checked against the CPU backend on the
 // same data. test_ops_more.cpp checks the ops built on them against
 // references of its own; this file adds what only a GPU run shows:
 // agreement with the CPU element by element, every word width and
@@ -35,6 +35,13 @@
 //    the normal range (exp(-|x|) is subnormal for |x| > 87), with L
 //    evaluated in double. Non-finite CPU results must be matched exactly
 //    (NaN by NaN).
+//  - mse_loss and its gradients: a subtraction and products, IEEE on both
+//    sides (no fused multiply-adds): bit for bit.
+//  - weighted bce_with_logits and its gradients: the bound above, derived
+//    the same way for the terms that hold L or sigmoid(-|x|) (their
+//    factors, the weights, are the same bits on both sides), plus one ulp
+//    of a 16-bit gradient, which may round the other way when the two fp32
+//    values straddle a midpoint.
 #include "support.h"
 #include "unit/backend_caps.h"
 
@@ -737,6 +744,97 @@ TEST_CASE("cuda nn ops: bce_with_logits within the expf/log1pf bound of the CPU"
         }
         CHECK_MESSAGE(wrong == 0, "bce_with_logits: ", wrong, " outside the bound", first.str());
       }
+    }
+}
+
+// ---- mse_loss and weighted bce_with_logits, forward and backward ------------
+
+TEST_CASE("cuda nn ops: mse_loss bit for bit, weighted bce_with_logits within its bound") {
+  SKIP_UNLESS_CUDA();
+  Backends b;
+  std::mt19937 rng(83);
+  std::normal_distribution<float> logit(0.0f, 6.0f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (DType t : kFloatTypes)
+    for (int64_t count : {int64_t{1}, int64_t{17}, int64_t{5003}}) {
+      CAPTURE(name(t));
+      CAPTURE(count);
+      const auto n = static_cast<size_t>(count);
+      std::vector<float> xs(n), ts(n), dl(n), ws(n), ps(7);
+      for (size_t i = 0; i < n; ++i) {
+        xs[i] = logit(rng);
+        ts[i] = unit(rng);
+        dl[i] = 2.0f * unit(rng) - 1.0f;
+        ws[i] = 0.25f + 1.75f * unit(rng);
+      }
+      for (float& p : ps) p = 0.5f + 2.5f * unit(rng);
+      const Bytes x = encode(t, xs), y = encode(t, ts), dloss = encode(DType::F32, dl);
+      const Bytes w = encode(DType::F32, ws), pw = encode(DType::F32, ps);
+      const Gpu gw(b, w), gp(b, pw), gd(b, dloss);
+      ampx::impl::BceWeights cpu_weights, gpu_weights;
+      cpu_weights.weight = reinterpret_cast<const float*>(w.data());
+      cpu_weights.weight_period = count;
+      cpu_weights.pos_weight = reinterpret_cast<const float*>(pw.data());
+      cpu_weights.pos_weight_period = 7;
+      gpu_weights = cpu_weights;
+      gpu_weights.weight = gw.f32();
+      gpu_weights.pos_weight = gp.f32();
+      const size_t grad_bytes = n * width(t);
+      for (int64_t stride : {int64_t{0}, int64_t{1}})
+        for (size_t element_offset : {size_t{0}, size_t{1}}) {
+          CAPTURE(stride);
+          CAPTURE(element_offset);
+          const Gpu gx(b, x, element_offset * width(t)), gt(b, y);
+          // mse_loss: subtractions and products only, the same on both.
+          Bytes want(n * 4), d_in(grad_bytes), d_tg(grad_bytes);
+          ampx_test::nn_of(b.cpu).mse_loss(x.data(), y.data(), t, count,
+                                           reinterpret_cast<float*>(want.data()));
+          const Gpu gl(b, Bytes(n * 4));
+          ampx_test::nn_of(b.gpu).mse_loss(gx.ptr(), gt.ptr(), t, count, gl.f32());
+          compare_exact("mse_loss", DType::F32, gl.bytes(), want);
+          ampx_test::nn_of(b.cpu).mse_loss_backward(
+              x.data(), y.data(), t, count, reinterpret_cast<const float*>(dloss.data()), stride,
+              0.25f, d_in.data(), d_tg.data());
+          const Gpu gdi(b, Bytes(grad_bytes)), gdt(b, Bytes(grad_bytes));
+          ampx_test::nn_of(b.gpu).mse_loss_backward(gx.ptr(), gt.ptr(), t, count, gd.f32(),
+                                                    stride, 0.25f, gdi.ptr(), gdt.ptr());
+          compare_exact("mse_loss d input", t, gdi.bytes(), d_in);
+          compare_exact("mse_loss d target", t, gdt.bytes(), d_tg);
+
+          // bce_with_logits with weight and pos_weight: as the unweighted
+          // bound above, L's difference of 12 eps L scaled by w (1 + (p - 1)
+          // t), doubled, plus the roundings of the products and sums.
+          ampx_test::nn_of(b.cpu).bce_with_logits(x.data(), y.data(), t, count,
+                                                  reinterpret_cast<float*>(want.data()),
+                                                  cpu_weights);
+          ampx_test::nn_of(b.gpu).bce_with_logits(gx.ptr(), gt.ptr(), t, count, gl.f32(),
+                                                  gpu_weights);
+          ampx_test::nn_of(b.cpu).bce_with_logits_backward(
+              x.data(), y.data(), t, count, cpu_weights,
+              reinterpret_cast<const float*>(dloss.data()), stride, 0.25f, d_in.data(),
+              d_tg.data());
+          ampx_test::nn_of(b.gpu).bce_with_logits_backward(gx.ptr(), gt.ptr(), t, count,
+                                                           gpu_weights, gd.f32(), stride, 0.25f,
+                                                           gdi.ptr(), gdt.ptr());
+          const Bytes got = gl.bytes(), got_dx = gdi.bytes(), got_dt = gdt.bytes();
+          Mismatches loss("weighted bce_with_logits"), dx("its d logits"), dt("its d targets");
+          for (size_t i = 0; i < n; ++i) {
+            const double xv = get(x, t, i), tv = get(y, t, i), wv = ws[i], pv = ps[i % 7];
+            const double l = std::log1p(std::exp(-std::fabs(xv)));
+            const double tail = std::exp(-std::fabs(xv)) / (1 + std::exp(-std::fabs(xv)));
+            const double lw = std::fabs(1 + (pv - 1) * tv);
+            const double g = std::fabs(dl[static_cast<size_t>(stride) * i] * 0.25 * wv);
+            const double cpu = get(want, DType::F32, i);
+            loss.check(i, get(got, DType::F32, i), cpu,
+                       28 * kEps * wv * lw * l + 8 * kEps * std::fabs(cpu) + kTiny);
+            const double cdx = get(d_in, t, i), cdt = get(d_tg, t, i);
+            dx.check(i, get(got_dx, t, i), cdx,
+                     24 * kEps * g * lw * tail + 8 * kEps * std::fabs(cdx) + ulp16(t, cdx) + kTiny);
+            dt.check(i, get(got_dt, t, i), cdt,
+                     28 * kEps * g * std::fabs(pv - 1) * l + 8 * kEps * std::fabs(cdt) +
+                         ulp16(t, cdt) + kTiny);
+          }
+        }
     }
 }
 

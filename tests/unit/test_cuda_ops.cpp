@@ -71,7 +71,8 @@ using ampx::impl::UnaryOp;
 
 const UnaryOp kUnaryOps[] = {UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::Silu,
                              UnaryOp::Sigmoid, UnaryOp::Tanh, UnaryOp::Exp, UnaryOp::Log,
-                             UnaryOp::Sqrt, UnaryOp::Rsqrt};
+                             UnaryOp::Sqrt, UnaryOp::Rsqrt, UnaryOp::GeluDerivative,
+                             UnaryOp::GeluTanhDerivative};
 const BinaryOp kBinaryOps[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div};
 
 // Zeros of both signs, infinities, NaN, the largest values and a huge

@@ -4,6 +4,7 @@
 // reduce-scatter and all-gather of one rank are identities), with and
 // without ZeRO-1. Runs on a real GPU only (NCCL is not emulated); on the
 // CPU suite it checks the refusals.
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -129,4 +130,28 @@ TEST_CASE("data parallel over NCCL: one rank trains exactly as no wrapper") {
     CHECK(stats.shard_elements == 136);
     OK(ampx_comm_set_timeout(wrapped.comm, 30.0));
   }
+}
+
+TEST_CASE("the MPI plugin: AMPX_MPI_PLUGIN names the only path tried, and none turns MPI off") {
+  ampx_context ctx = nullptr;
+  OK(ampx_context_create(nullptr, &ctx));  // the CPU, whose communicators are MPI's
+  const char* before = std::getenv("AMPX_MPI_PLUGIN");
+  const std::string saved = before ? before : "";
+  int not_a_comm = 0;
+  ampx_comm comm = nullptr;
+  setenv("AMPX_MPI_PLUGIN", "none", 1);
+  CHECK(ampx_comm_from_mpi(ctx, &not_a_comm, &comm) == AMPX_ERR_NOT_SUPPORTED);
+  CHECK(std::string(ampx_last_error()).find("AMPX_MPI_PLUGIN is \"none\"") != std::string::npos);
+  // A missing file there is not replaced by the plugin beside libampx.
+  setenv("AMPX_MPI_PLUGIN", "/nonexistent/libampx_mpi.so", 1);
+  CHECK(ampx_comm_from_mpi(ctx, &not_a_comm, &comm) == AMPX_ERR_NOT_SUPPORTED);
+  const std::string message = ampx_last_error();
+  CHECK(message.find("the only one tried") != std::string::npos);
+  CHECK(message.find("/nonexistent/libampx_mpi.so:") != std::string::npos);
+  CHECK(comm == nullptr);
+  if (before)
+    setenv("AMPX_MPI_PLUGIN", saved.c_str(), 1);
+  else
+    unsetenv("AMPX_MPI_PLUGIN");
+  ampx_context_release(ctx);
 }

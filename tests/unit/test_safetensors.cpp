@@ -443,6 +443,30 @@ std::vector<BadHeader> bad_headers() {
        "not an object of strings"},
       {"a metadata key twice", "{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}," + ok_a + "}", eight,
        "'k' twice"},
+      // The other values of __metadata__ the reference (PyPI safetensors
+      // 0.8.0, safe_open and load) refuses, as found by trying each: a
+      // number, a boolean, an array; a value that is null, an object, an
+      // array or a boolean. (null itself it reads as no metadata: see
+      // the case "__metadata__ null" below.)
+      {"metadata that is a number", "{\"__metadata__\":1," + ok_a + "}", eight,
+       "not an object of strings"},
+      {"metadata that is a fraction", "{\"__metadata__\":1.5," + ok_a + "}", eight,
+       "not an object of strings"},
+      {"metadata that is a boolean", "{\"__metadata__\":false," + ok_a + "}", eight,
+       "not an object of strings"},
+      {"metadata that is an empty array", "{\"__metadata__\":[]," + ok_a + "}", eight,
+       "not an object of strings"},
+      {"metadata that is an array of strings", "{\"__metadata__\":[\"pt\"]," + ok_a + "}", eight,
+       "not an object of strings"},
+      {"a metadata value that is null", "{\"__metadata__\":{\"k\":null}," + ok_a + "}", eight,
+       "metadata values are strings"},
+      {"a metadata value that is an object",
+       "{\"__metadata__\":{\"k\":{\"x\":\"y\"}}," + ok_a + "}", eight,
+       "metadata values are strings"},
+      {"a metadata value that is an array", "{\"__metadata__\":{\"k\":[\"a\"]}," + ok_a + "}",
+       eight, "metadata values are strings"},
+      {"a metadata value that is a boolean", "{\"__metadata__\":{\"k\":true}," + ok_a + "}",
+       eight, "metadata values are strings"},
       {"an array bomb",
        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":[" + zeros(2000) +
            "]}}",
@@ -504,6 +528,74 @@ TEST_CASE("safetensors: every malformed header is CORRUPT and changes nothing") 
   CHECK_FAILS_WITH(ampx_safetensors_open(ctx, path.c_str(), &out), AMPX_ERR_NOT_SUPPORTED, "NUL");
   CHECK(out == nullptr);
   CHECK(contents(target) == old);
+}
+
+// The reference implementation (PyPI safetensors 0.8.0: safe_open(...)
+// .metadata() returns None, and load() succeeds) reads "__metadata__": null
+// as a file without metadata, and {} as empty metadata; ampx reads both as
+// no entries, and the tensors load as from any file.
+TEST_CASE("safetensors: __metadata__ null or {} opens as a file without metadata") {
+  ampx_test::Ctx ctx;
+  TempDir dir;
+  const std::string path = dir.file("meta.safetensors");
+  const Bytes data = random_bytes(8, 41);
+  for (const char* metadata : {"null", "{}", "{\"k\":\"v\"}"}) {
+    INFO("__metadata__ ", metadata);
+    // Before and after the tensor: the key's place does not matter.
+    const std::string entry = "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}";
+    const std::string meta = std::string("\"__metadata__\":") + metadata;
+    for (const std::string& header : {"{" + meta + "," + entry + "}", "{" + entry + "," + meta + "}"}) {
+      write_bytes(path, file_of(header, data));
+      File file(ctx, path);
+      size_t count = 7, metadata_count = 7;
+      REQUIRE(ampx_safetensors_count(file, &count) == AMPX_OK);
+      CHECK(count == 1);
+      REQUIRE(ampx_safetensors_metadata_count(file, &metadata_count) == AMPX_OK);
+      const bool has_entry = std::string(metadata) == "{\"k\":\"v\"}";
+      CHECK(metadata_count == (has_entry ? 1u : 0u));
+      const char* key = nullptr;
+      const char* value = nullptr;
+      if (has_entry) {
+        REQUIRE(ampx_safetensors_metadata_get(file, 0, &key, &value) == AMPX_OK);
+        CHECK(std::string(key) == "k");
+        CHECK(std::string(value) == "v");
+      } else {
+        CHECK(ampx_safetensors_metadata_get(file, 0, &key, &value) == AMPX_ERR_INVALID_ARGUMENT);
+      }
+      Tensor a(file.load("a"));
+      CHECK(contents(a) == data);
+    }
+  }
+}
+
+TEST_CASE("safetensors: tensors whose bytes add up past 2^63 - 1 are refused before any file") {
+  // One F32 tensor of 2^60 elements (2^62 bytes) saved twice, as two views
+  // of one large base could be: each fits in int64, the second's end
+  // offset, 2^63, does not. Its memory is never read: the offsets are laid
+  // out before the file is created. (Host memory, so a CPU context.)
+  ampx_context ctx = nullptr;
+  ampx_context_options o = ampx_context_options_default();
+  o.device_type = AMPX_DEVICE_CPU;
+  REQUIRE(ampx_context_create(&o, &ctx) == AMPX_OK);
+  TempDir dir;
+  const std::string path = dir.file("huge.safetensors");
+  alignas(64) static unsigned char block[64];
+  const int64_t dims[] = {int64_t{1} << 60};
+  ampx_tensor t = nullptr;
+  REQUIRE_MESSAGE(ampx_tensor_wrap(ctx, AMPX_F32, 1, dims, block, size_t{1} << 62, nullptr,
+                                   nullptr, &t) == AMPX_OK,
+                  last_error());
+  Tensor owner(t);
+  const ampx_tensor list[] = {t, t};
+  const char* names[] = {"first", "second"};
+  CHECK_FAILS_WITH(ampx_safetensors_save(path.c_str(), list, names, 2, nullptr, nullptr, 0),
+                   AMPX_ERR_SHAPE, "the data offset of tensor 'second'");
+  CHECK(contains(last_error(), "overflows int64"));
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  CHECK(f == nullptr);
+  if (f) std::fclose(f);
+  owner.out();
+  ampx_context_release(ctx);
 }
 
 TEST_CASE("safetensors: on the CPU an aligned tensor is loaded on the mapping, else copied") {

@@ -2,7 +2,8 @@
 // range is visited exactly once, whether the workers are still polling from
 // the previous job (jobs back to back) or asleep (jobs after a pause longer
 // than the polling window); an exception reaches the caller only after
-// every part has run; a pool is destroyed cleanly in either state.
+// every part has run; a pool is destroyed cleanly in either state; rest()
+// loses no work.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -44,6 +45,28 @@ TEST_CASE("thread pool: each index once, back to back and after the workers slep
       check_one_job(pool, 100000, 1000);
     }
     check_one_job(pool, 5, 100);  // one part: runs on the caller
+  }
+}
+
+// rest() sends polling workers to sleep early: jobs right after it (the
+// workers then asleep or on their way there) and rest() calls while a
+// worker still runs its part lose nothing.
+TEST_CASE("thread pool: rest() between and after jobs loses no work") {
+  for (int threads : {2, 4}) {
+    CAPTURE(threads);
+    ThreadPool pool(threads);
+    for (int job = 0; job < 300; ++job) {
+      check_one_job(pool, 2000 + job, 3);
+      if (job % 3 != 2) pool.rest();
+      if (job % 5 == 0) pool.rest();
+    }
+    std::atomic<int64_t> visited{0};
+    pool.parallel_for(4000, 1, [&](int64_t begin, int64_t end) {
+      pool.rest();  // from inside a part, while the others still run
+      visited += end - begin;
+    });
+    CHECK(visited.load() == 4000);
+    check_one_job(pool, 100000, 1000);
   }
 }
 

@@ -346,13 +346,18 @@ def _in_header(cursor: ci.Cursor, path: Path) -> bool:
 class _Reader:
     def __init__(self, path: Path):
         self.path = path
-        self.text = path.read_text()
+        # The source with comments blanked (same offsets), so that a name
+        # mentioned in a comment is not taken for its declaration.
+        self.text = re.sub(r"/\*.*?\*/|//[^\n]*",
+                           lambda m: re.sub(r"[^\n]", " ", m.group(0)),
+                           path.read_text(), flags=re.S)
         self.header = Header(path=path)
         self.stable_names: set[str] = set()
         self.callback_names: set[str] = set()
         self.handle_names: dict[str, str] = {}   # typedef -> struct
         self.enum_names: set[str] = set()
         self.struct_names: set[str] = set()
+        self.current_experimental = False  # the tier of the declaration read
 
     # -- types --------------------------------------------------------------
 
@@ -383,7 +388,7 @@ class _Reader:
             if pointee.kind in (ci.TypeKind.FUNCTIONPROTO, ci.TypeKind.FUNCTIONNOPROTO):
                 if not anon:
                     raise ModelError(f"{where}: an unnamed function pointer here")
-                cb = self.proto(t, anon, "", False, decl)
+                cb = self.proto(t, anon, "", self.current_experimental, decl)
                 cb.inline = True
                 self.header.callbacks.append(cb)
                 return CType("callback", anon)
@@ -469,6 +474,7 @@ class _Reader:
         h = self.header
         for c in cursors:
             exp = c.spelling not in self.stable_names
+            self.current_experimental = exp
             where = f"ampx.h:{c.location.line} {c.spelling}"
             if c.kind == ci.CursorKind.FUNCTION_DECL:
                 self.function(c, exp, where)
@@ -579,7 +585,7 @@ class _Reader:
 
         probe = []
         for name, _, _, _ in objects:
-            probe.append(f"static const long long ampx_bindgen_const_{name} = ({name});")
+            probe.append(f"static const __typeof__(({name})) ampx_bindgen_const_{name} = ({name});")
         for name, _ in inits:
             probe.append(f"static const {init_structs[name]} ampx_bindgen_init_{name} = {name};")
         second = _parse(self.path, experimental=True, extra="\n".join(probe))
@@ -649,12 +655,13 @@ class _Reader:
 
 
 def _declaration_text(text: str, name: str) -> str:
-    """The source text of function `name`'s declaration: from the end of
-    the comment, declaration or directive before it to its semicolon."""
+    """The source text (comments blanked) of function `name`'s declaration:
+    from the end of the declaration or directive before it to its
+    semicolon."""
     m = re.search(rf"\b{name}\s*\(", text)
     if not m:
         return ""
-    start = max(text.rfind("*/", 0, m.start()), text.rfind(";", 0, m.start()),
+    start = max(text.rfind(";", 0, m.start()), text.rfind("}", 0, m.start()),
                 text.rfind("\n#", 0, m.start()))
     end = text.find(";", m.end())
     return text[start:end + 1]

@@ -32,7 +32,7 @@ Example::
 """
 from ._lib import lib as _lib
 from .amp import Autocast, Scaler, ScalerCounters
-from .autograd import backward, checkpoint, grad_ready, no_grad, set_grad_ready_hook
+from .autograd import backward, checkpoint, grad, grad_ready, no_grad, set_grad_ready_hook
 from .checkpoint_file import load_checkpoint_file, save_checkpoint_file
 from .context import Context, MemoryStats, default_context
 from .dist import Communicator, DataParallel, DataParallelStats, nccl_unique_id

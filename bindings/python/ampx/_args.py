@@ -11,6 +11,7 @@ import math
 import operator
 from typing import Iterable
 
+from . import _raw
 from .errors import ArgumentTypeError, InvalidArgumentError, ShapeError
 from .types import DType
 
@@ -22,7 +23,7 @@ _DTYPE_ALIASES = {
     "i64": DType.I64, "int64": DType.I64,
 }
 
-MAX_DIMS = 8
+MAX_DIMS = _raw.AMPX_MAX_DIMS
 
 
 def enum_arg(cls: type[enum.IntEnum], value, what: str) -> enum.IntEnum:

@@ -8,10 +8,35 @@ when nobody consumed it.
 from __future__ import annotations
 
 import ctypes
-from ctypes import POINTER, c_char_p, c_int, c_void_p, py_object
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int32, c_int64, c_uint8,
+                    c_uint16, c_uint64, c_void_p, py_object)
 
-from ._lib import DLManagedTensor, keep_forever
+from ._resource import keep_forever
 from .errors import ArgumentTypeError, InvalidArgumentError, NotSupportedError
+
+
+# DLPack's own structs (dlpack.h, version 0.6+, which ampx.h only names by
+# pointer): the capsule destructor below calls the deleter itself.
+class DLDevice(Structure):
+    _fields_ = [("device_type", c_int32), ("device_id", c_int32)]
+
+
+class DLDataType(Structure):
+    _fields_ = [("code", c_uint8), ("bits", c_uint8), ("lanes", c_uint16)]
+
+
+class DLTensor(Structure):
+    _fields_ = [("data", c_void_p), ("device", DLDevice), ("ndim", c_int32),
+                ("dtype", DLDataType), ("shape", POINTER(c_int64)), ("strides", POINTER(c_int64)),
+                ("byte_offset", c_uint64)]
+
+
+class DLManagedTensor(Structure):
+    pass
+
+
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", c_void_p),
+                            ("deleter", CFUNCTYPE(None, POINTER(DLManagedTensor)))]
 
 # The names must outlive every capsule that carries them: module constants.
 DLTENSOR = b"dltensor"

@@ -5,19 +5,14 @@ import ctypes
 from typing import NamedTuple
 
 from ._args import bool_arg, enum_arg, float_arg, int_arg, str_arg
-from ._lib import ScalerCountersStruct, ScalerStateStruct, lib
-from ._resource import Resource
-from .context import Context
+from ._lib import lib
+from ._raw import AMPX_SCALER_COUNTERS_INIT, ampx_scaler_state
+from ._resource import Resource, read
+from .context import Context, context_arg
 from .errors import ArgumentTypeError, InvalidArgumentError, OrderError
 from .optim import Optimizer
 from .tensor import Tensor, handle_of
 from .types import DType, OpClass
-
-
-def _context_arg(context) -> Context:
-    if not isinstance(context, Context):
-        raise ArgumentTypeError(f"context must be an ampx.Context, not {type(context).__name__}")
-    return context
 
 
 class Autocast(Resource):
@@ -39,14 +34,13 @@ class Autocast(Resource):
 
     def __init__(self, context: Context, dtype="f16", *, enabled: bool = True,
                  cache: bool = True):
-        context = _context_arg(context)
+        context = context_arg(context)
         options = lib.ampx_autocast_options_default()
         options.dtype = enum_arg(DType, dtype, "dtype")
         options.enabled = bool_arg(enabled, "enabled")
         options.cache = bool_arg(cache, "cache")
-        out = ctypes.c_void_p()
-        lib.ampx_autocast_create(context.handle, ctypes.byref(options), ctypes.byref(out))
-        super().__init__(out.value, lib.ampx_autocast_release)
+        super().__init__(read(lib.ampx_autocast_create, ctypes.c_void_p, context.handle,
+                              ctypes.byref(options)), lib.ampx_autocast_release)
         self._context = context
         self._depth = 0
 
@@ -77,9 +71,8 @@ class Autocast(Resource):
 
     def op_class(self, op: str) -> OpClass:
         """The class the op named ``op`` gets under this policy."""
-        out = ctypes.c_int32()
-        lib.ampx_autocast_op_class(self.handle, str_arg(op, "op"), ctypes.byref(out))
-        return OpClass(out.value)
+        return OpClass(read(lib.ampx_autocast_op_class, ctypes.c_int32, self.handle,
+                            str_arg(op, "op")))
 
     def cache_stats(self) -> tuple[int, int]:
         """(hits, misses) of the cast cache since the policy was created."""
@@ -144,7 +137,7 @@ class Scaler(Resource):
                  hysteresis: int | None = None, min_scale: float | None = None,
                  max_scale: float | None = None, consecutive_hysteresis: bool = False,
                  clamp_to_max_scale: bool = False):
-        context = _context_arg(context)
+        context = context_arg(context)
         options = lib.ampx_scaler_options_default()
         for field, value in (("init_scale", init_scale), ("growth_factor", growth_factor),
                              ("backoff_factor", backoff_factor), ("min_scale", min_scale),
@@ -159,16 +152,9 @@ class Scaler(Resource):
         options.consecutive_hysteresis = bool_arg(consecutive_hysteresis,
                                                   "consecutive_hysteresis")
         options.clamp_to_max_scale = bool_arg(clamp_to_max_scale, "clamp_to_max_scale")
-        out = ctypes.c_void_p()
-        lib.ampx_scaler_create(context.handle, ctypes.byref(options), ctypes.byref(out))
-        super().__init__(out.value, lib.ampx_scaler_release)
+        super().__init__(read(lib.ampx_scaler_create, ctypes.c_void_p, context.handle,
+                              ctypes.byref(options)), lib.ampx_scaler_release)
         self._context = context
-
-    def __enter__(self) -> "Scaler":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
 
     @property
     def context(self) -> Context:
@@ -180,22 +166,35 @@ class Scaler(Resource):
         lib.ampx_scaler_attach(self.handle, _optimizer_handle(optimizer))
 
     def scale(self, loss: Tensor) -> Tensor:
-        """A new F32 tensor holding ``loss * scale``."""
-        out = ctypes.c_void_p()
-        lib.ampx_scaler_scale_loss(self.handle, handle_of(loss, "loss"), ctypes.byref(out))
-        return Tensor(out.value, self._context)
+        """A new F32 tensor holding ``loss * scale``; recorded when ``loss``
+        requires grad, so :func:`ampx.grad` can differentiate it."""
+        return Tensor(read(lib.ampx_scaler_scale_loss, ctypes.c_void_p, self.handle,
+                           handle_of(loss, "loss")), self._context)
+
+    def unscale_tensor(self, x: Tensor) -> Tensor:
+        """``x * (1 / scale)`` with the current scale, taken on the device (no
+        host read), as a new tensor of x's shape and dtype owned like an op
+        output (``ampx_scaler_unscale_tensor``).
+
+        Recorded: its gradient is the incoming one times the same 1/scale, so
+        gradients of :meth:`scale`'s output taken with
+        ``ampx.grad(..., create_graph=True)`` can be unscaled and
+        differentiated -- torch's gradient-penalty recipe, where the program
+        multiplies by ``1 / scaler.get_scale()``. A disabled scaler gives a
+        copy of x.
+        """
+        handle = handle_of(x, "x")
+        return Tensor._from_op(read(lib.ampx_scaler_unscale_tensor, ctypes.c_void_p,
+                                    self.handle, handle), self._context)
 
     def scale_tensor(self) -> Tensor:
         """The one-element F32 device tensor holding the current scale (read-only)."""
-        out = ctypes.c_void_p()
-        lib.ampx_scaler_scale_tensor(self.handle, ctypes.byref(out))
-        return Tensor(out.value, self._context)
+        return Tensor(read(lib.ampx_scaler_scale_tensor, ctypes.c_void_p, self.handle),
+                      self._context)
 
     def get_scale(self) -> float:
         """The current scale (1.0 when disabled). Synchronizes."""
-        out = ctypes.c_double()
-        lib.ampx_scaler_get_scale(self.handle, ctypes.byref(out))
-        return out.value
+        return read(lib.ampx_scaler_get_scale, ctypes.c_double, self.handle)
 
     def unscale_(self, optimizer: Optimizer) -> None:
         """Divides ``optimizer``'s gradients by the scale (needed before clipping)."""
@@ -214,20 +213,19 @@ class Scaler(Resource):
 
     def found_inf(self, optimizer: Optimizer) -> bool:
         """Whether this iteration's unscale of ``optimizer`` found an inf/NaN."""
-        out = ctypes.c_int32()
-        lib.ampx_scaler_found_inf(self.handle, _optimizer_handle(optimizer), ctypes.byref(out))
-        return bool(out.value)
+        return bool(read(lib.ampx_scaler_found_inf, ctypes.c_int32, self.handle,
+                         _optimizer_handle(optimizer)))
 
     def counters(self) -> ScalerCounters:
         """Update, skip, backoff and growth counts. Synchronizes."""
-        out = ScalerCountersStruct(struct_size=ctypes.sizeof(ScalerCountersStruct))
+        out = AMPX_SCALER_COUNTERS_INIT()
         lib.ampx_scaler_get_counters(self.handle, ctypes.byref(out))
         return ScalerCounters(out.updates, out.skipped, out.backoffs, out.growths)
 
     def state_dict(self) -> dict:
         """The persistent state (torch's ``state_dict`` keys plus ampx's extras)."""
-        out = ScalerStateStruct(struct_size=ctypes.sizeof(ScalerStateStruct))
-        out.counters.struct_size = ctypes.sizeof(ScalerCountersStruct)
+        out = ampx_scaler_state(struct_size=ctypes.sizeof(ampx_scaler_state),
+                                counters=AMPX_SCALER_COUNTERS_INIT())
         lib.ampx_scaler_get_state(self.handle, ctypes.byref(out))
         state = {field: getattr(out, field) for field in _STATE_FIELDS}
         state["counters"] = ScalerCounters(out.counters.updates, out.counters.skipped,
@@ -238,8 +236,8 @@ class Scaler(Resource):
         """Restores a :meth:`state_dict` (only between iterations)."""
         if not isinstance(state, dict):
             raise ArgumentTypeError(f"state must be a dict, not {type(state).__name__}")
-        out = ScalerStateStruct(struct_size=ctypes.sizeof(ScalerStateStruct))
-        out.counters.struct_size = ctypes.sizeof(ScalerCountersStruct)
+        out = ampx_scaler_state(struct_size=ctypes.sizeof(ampx_scaler_state),
+                                counters=AMPX_SCALER_COUNTERS_INIT())
         lib.ampx_scaler_get_state(self.handle, ctypes.byref(out))
         unknown = set(state) - set(_STATE_FIELDS) - {"counters"}
         if unknown:

@@ -7,8 +7,10 @@ import threading
 from typing import Iterator, NamedTuple
 
 from ._args import bool_arg, enum_arg, int_arg
-from ._lib import MemoryStatsStruct, lib
-from ._resource import Resource
+from ._lib import lib
+from ._raw import AMPX_MEMORY_STATS_INIT
+from ._resource import Resource, read
+from .errors import ArgumentTypeError
 from .types import Device
 
 
@@ -74,22 +76,13 @@ class Context(Resource):
         options.seed = int_arg(seed, "seed", bits=64, unsigned=True)
         if cuda_stream is not None:
             options.cuda_stream = int_arg(cuda_stream, "cuda_stream", bits=64, unsigned=True)
-        out = ctypes.c_void_p()
-        lib.ampx_context_create(ctypes.byref(options), ctypes.byref(out))
+        handle = read(lib.ampx_context_create, ctypes.c_void_p, ctypes.byref(options))
         self._state = _ContextState()
-        super().__init__(out.value, _release_context, self._state)
+        super().__init__(handle, _release_context, self._state)
 
-    def __enter__(self) -> "Context":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        if self.closed:
-            return "Context(<closed>)"
+    def _describe(self) -> str:
         device, index = self.device
-        return f"Context({device.name.lower()}:{index})"
+        return f"{device.name.lower()}:{index}"
 
     @property
     def device(self) -> tuple[Device, int]:
@@ -104,7 +97,7 @@ class Context(Resource):
 
     def memory_stats(self) -> MemoryStats:
         """Memory held by the context's tensors (``ampx_memory_stats_get``)."""
-        stats = MemoryStatsStruct(struct_size=ctypes.sizeof(MemoryStatsStruct))
+        stats = AMPX_MEMORY_STATS_INIT()
         lib.ampx_memory_stats_get(self.handle, ctypes.byref(stats))
         return MemoryStats(stats.current_bytes, stats.peak_bytes, stats.allocation_count,
                            stats.reserved_bytes)
@@ -116,9 +109,8 @@ class Context(Resource):
     def set_tf32(self, allowed: bool) -> bool:
         """Lets f32 matrix products and convolutions run in TF32 on CUDA (as
         torch's allow_tf32 flags; the CPU has none); returns the former setting."""
-        previous = ctypes.c_int32()
-        lib.ampx_context_set_tf32(self.handle, bool_arg(allowed, "allowed"), ctypes.byref(previous))
-        return bool(previous.value)
+        return bool(read(lib.ampx_context_set_tf32, ctypes.c_int32, self.handle,
+                         bool_arg(allowed, "allowed")))
 
     @property
     def allow_tf32(self) -> bool:
@@ -133,10 +125,8 @@ class Context(Resource):
 
     def set_grad_enabled(self, enabled: bool) -> bool:
         """Turns recording of ops for backward on or off; returns the former setting."""
-        previous = ctypes.c_int32()
-        lib.ampx_set_grad_enabled(self.handle, bool_arg(enabled, "enabled"),
-                                  ctypes.byref(previous))
-        return bool(previous.value)
+        return bool(read(lib.ampx_set_grad_enabled, ctypes.c_int32, self.handle,
+                         bool_arg(enabled, "enabled")))
 
     @property
     def grad_enabled(self) -> bool:
@@ -178,6 +168,16 @@ class Context(Resource):
 
 _default_context: Context | None = None
 _default_lock = threading.Lock()
+
+
+def context_arg(context, default=None) -> Context:
+    """``context``, checked to be a :class:`Context`; None stands for
+    ``default()`` where a default is given."""
+    if context is None and default is not None:
+        context = default()
+    if not isinstance(context, Context):
+        raise ArgumentTypeError(f"context must be an ampx.Context, not {type(context).__name__}")
+    return context
 
 
 def default_context() -> Context:

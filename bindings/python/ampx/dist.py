@@ -21,17 +21,13 @@ import ctypes
 from typing import Iterator, NamedTuple
 
 from ._args import bool_arg, float_arg, int_arg
-from ._lib import NCCL_UNIQUE_ID_BYTES, DataParallelOptions, DataParallelStatsStruct, lib
-from ._resource import Resource
-from .context import Context
+from ._lib import lib
+from ._raw import (AMPX_DATA_PARALLEL_STATS_INIT, AMPX_NCCL_UNIQUE_ID_BYTES,
+                   ampx_data_parallel_options)
+from ._resource import Resource, read
+from .context import Context, context_arg
 from .errors import ArgumentTypeError, NotSupportedError
 from .optim import Optimizer
-
-
-def _context_arg(context) -> Context:
-    if not isinstance(context, Context):
-        raise ArgumentTypeError(f"context must be an ampx.Context, not {type(context).__name__}")
-    return context
 
 
 def _id_bytes(unique_id) -> bytes:
@@ -50,8 +46,8 @@ def nccl_unique_id() -> bytes:
     file, a socket), then call :meth:`Communicator.init_nccl` on every rank.
     Raises :class:`ampx.NotSupportedError` where NCCL cannot be loaded.
     """
-    buffer = ctypes.create_string_buffer(NCCL_UNIQUE_ID_BYTES)
-    lib.ampx_nccl_unique_id(buffer, NCCL_UNIQUE_ID_BYTES)
+    buffer = ctypes.create_string_buffer(AMPX_NCCL_UNIQUE_ID_BYTES)
+    lib.ampx_nccl_unique_id(buffer, AMPX_NCCL_UNIQUE_ID_BYTES)
     return buffer.raw
 
 
@@ -82,7 +78,7 @@ class Communicator(Resource):
         (use NCCL), without mpi4py, or where the plugin or libmpi cannot be
         loaded.
         """
-        context = _context_arg(context)
+        context = context_arg(context)
         try:
             from mpi4py import MPI
         except ImportError as exc:
@@ -92,11 +88,10 @@ class Communicator(Resource):
         if not isinstance(comm, MPI.Comm):
             raise ArgumentTypeError(f"comm must be an mpi4py communicator (MPI.Comm), not "
                                     f"{type(comm).__name__}")
-        out = ctypes.c_void_p()
         # The address of the MPI_Comm handle inside `comm`, which ampx reads
         # during the call only (ampx_comm_from_mpi takes an MPI_Comm *).
-        lib.ampx_comm_from_mpi(context.handle, MPI._addressof(comm), ctypes.byref(out))
-        return cls(out.value, context)
+        return cls(read(lib.ampx_comm_from_mpi, ctypes.c_void_p, context.handle,
+                        MPI._addressof(comm)), context)
 
     @classmethod
     def init_nccl(cls, context: Context, unique_id, world_size: int,
@@ -106,13 +101,10 @@ class Communicator(Resource):
         rank 0 made. Blocks until every rank has called it. ampx owns the
         NCCL communicator and destroys it with this object.
         """
-        context = _context_arg(context)
+        context = context_arg(context)
         data = _id_bytes(unique_id)
-        out = ctypes.c_void_p()
-        lib.ampx_comm_init_nccl(context.handle, data, len(data),
-                                int_arg(world_size, "world_size"), int_arg(rank, "rank"),
-                                ctypes.byref(out))
-        return cls(out.value, context)
+        return cls(read(lib.ampx_comm_init_nccl, ctypes.c_void_p, context.handle, data, len(data),
+                        int_arg(world_size, "world_size"), int_arg(rank, "rank")), context)
 
     @classmethod
     def from_nccl(cls, context: Context, nccl_comm: int) -> "Communicator":
@@ -122,22 +114,12 @@ class Communicator(Resource):
         closing this object -- unless ampx aborted it after a timeout
         (:meth:`set_timeout`), which frees it.
         """
-        context = _context_arg(context)
+        context = context_arg(context)
         address = int_arg(nccl_comm, "nccl_comm", bits=64, unsigned=True)
-        out = ctypes.c_void_p()
-        lib.ampx_comm_from_nccl(context.handle, address, ctypes.byref(out))
-        return cls(out.value, context)
+        return cls(read(lib.ampx_comm_from_nccl, ctypes.c_void_p, context.handle, address), context)
 
-    def __enter__(self) -> "Communicator":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        if self.closed:
-            return "Communicator(<closed>)"
-        return f"Communicator(rank={self.rank}, size={self.size})"
+    def _describe(self) -> str:
+        return f"rank={self.rank}, size={self.size}"
 
     @property
     def context(self) -> Context:
@@ -182,7 +164,7 @@ class DataParallelStats(NamedTuple):
     shard_elements: int         # parameter elements this rank's optimizer updates
 
 
-def _default_options() -> DataParallelOptions:
+def _default_options() -> ampx_data_parallel_options:
     return lib.ampx_data_parallel_options_default()
 
 
@@ -240,28 +222,18 @@ class DataParallel(Resource):
         options.reduce_in_fp32 = bool_arg(reduce_in_fp32, "reduce_in_fp32")
         options.overlap = bool_arg(overlap, "overlap")
         options.zero_stage = int_arg(zero_stage, "zero_stage")
-        out = ctypes.c_void_p()
-        lib.ampx_data_parallel_create(comm.handle, optimizer.handle, ctypes.byref(options),
-                                      ctypes.byref(out))
-        super().__init__(out.value, lib.ampx_data_parallel_release)
+        super().__init__(read(lib.ampx_data_parallel_create, ctypes.c_void_p, comm.handle,
+                              optimizer.handle, ctypes.byref(options)),
+                         lib.ampx_data_parallel_release)
         # ampx retains both in C; these keep the Python objects (and through
         # the optimizer, its parameter Tensors) for the properties below.
         self._comm = comm
         self._optimizer = optimizer
         self._sync = True
 
-    def __enter__(self) -> "DataParallel":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        if self.closed:
-            return "DataParallel(<closed>)"
+    def _describe(self) -> str:
         stats = self.stats()
-        return (f"DataParallel(rank={stats.rank}, world_size={stats.world_size}, "
-                f"buckets={stats.bucket_count})")
+        return f"rank={stats.rank}, world_size={stats.world_size}, buckets={stats.bucket_count}"
 
     @property
     def comm(self) -> Communicator:
@@ -309,6 +281,6 @@ class DataParallel(Resource):
 
     def stats(self) -> DataParallelStats:
         """Ranks, buckets and reduction counts (no sync)."""
-        out = DataParallelStatsStruct(struct_size=ctypes.sizeof(DataParallelStatsStruct))
+        out = AMPX_DATA_PARALLEL_STATS_INIT()
         lib.ampx_data_parallel_get_stats(self.handle, ctypes.byref(out))
         return DataParallelStats(*(getattr(out, field) for field in DataParallelStats._fields))

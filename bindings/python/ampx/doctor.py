@@ -38,23 +38,23 @@ import os
 from typing import NamedTuple
 
 from ._args import int_arg
-from ._lib import (DOCTOR_BINS, DoctorFindingStruct, DoctorOverviewStruct,
-                   DoctorParamStatsStruct, DoctorSampleStruct, lib)
-from ._resource import Resource
+from . import _raw
+from ._lib import lib
+from ._resource import Resource, read
 from .errors import ArgumentTypeError, InvalidArgumentError
 from .optim import Optimizer
 from .types import DType
 
 #: The number of histogram bins (``AMPX_DOCTOR_BINS``).
-BINS = DOCTOR_BINS
+BINS = _raw.AMPX_DOCTOR_BINS
 #: ``AMPX_DOCTOR_BIN_ZERO``: u == 0.
-BIN_ZERO = 0
+BIN_ZERO = _raw.AMPX_DOCTOR_BIN_ZERO
 #: ``AMPX_DOCTOR_BIN_TINY``: 0 < |u| < 2^-64.
-BIN_TINY = 1
+BIN_TINY = _raw.AMPX_DOCTOR_BIN_TINY
 #: ``AMPX_DOCTOR_BIN_HUGE``: 2^16 <= |u| < inf (always infinite in fp16).
-BIN_HUGE = 82
+BIN_HUGE = _raw.AMPX_DOCTOR_BIN_HUGE
 #: ``AMPX_DOCTOR_BIN_NONFINITE``: inf and NaN.
-BIN_NONFINITE = 83
+BIN_NONFINITE = _raw.AMPX_DOCTOR_BIN_NONFINITE
 #: The binades with a bin of their own: 2^MIN_BINADE .. 2^MAX_BINADE.
 MIN_BINADE, MAX_BINADE = -64, 15
 
@@ -67,7 +67,7 @@ def binade_bin(exponent: int) -> int:
     if not MIN_BINADE <= e <= MAX_BINADE:
         raise InvalidArgumentError(f"exponent is {e}; binades with a bin of their own are "
                                    f"[{MIN_BINADE}, {MAX_BINADE}] (see BIN_TINY, BIN_HUGE)")
-    return 2 + e + 64
+    return _raw.AMPX_DOCTOR_BIN_BINADE(e)
 
 
 def _text(value: bytes | None) -> str:
@@ -205,10 +205,8 @@ class Doctor(Resource):
         if history is not None:
             options.history = int_arg(history, "history")
         context = optimizer.context
-        out = ctypes.c_void_p()
-        lib.ampx_doctor_create(context.handle, optimizer.handle, ctypes.byref(options),
-                               ctypes.byref(out))
-        super().__init__(out.value, lib.ampx_doctor_release)
+        super().__init__(read(lib.ampx_doctor_create, ctypes.c_void_p, context.handle,
+                              optimizer.handle, ctypes.byref(options)), lib.ampx_doctor_release)
         # ampx retains the optimizer in C; this keeps the Python object for
         # the properties below.
         self._optimizer = optimizer
@@ -216,16 +214,8 @@ class Doctor(Resource):
         self._interval = options.interval
         self._history = options.history
 
-    def __enter__(self) -> "Doctor":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        if self.closed:
-            return "Doctor(<closed>)"
-        return f"Doctor(interval={self._interval}, history={self._history})"
+    def _describe(self) -> str:
+        return f"interval={self._interval}, history={self._history}"
 
     @property
     def optimizer(self) -> Optimizer:
@@ -261,12 +251,12 @@ class Doctor(Resource):
     def examine(self) -> DoctorOverview:
         """Reads the doctor's device state (synchronizes, when steps were taken
         since the last read), diagnoses it and returns the overview."""
-        out = DoctorOverviewStruct(struct_size=ctypes.sizeof(DoctorOverviewStruct))
+        out = _raw.AMPX_DOCTOR_OVERVIEW_INIT()
         lib.ampx_doctor_examine(self.handle, ctypes.byref(out))
         return DoctorOverview(*(getattr(out, field) for field in DoctorOverview._fields))
 
     def _param_stats(self, index: int) -> DoctorParamStats:
-        s = DoctorParamStatsStruct(struct_size=ctypes.sizeof(DoctorParamStatsStruct))
+        s = _raw.ampx_doctor_param_stats(struct_size=ctypes.sizeof(_raw.ampx_doctor_param_stats))
         lib.ampx_doctor_get_param_stats(self.handle, index, ctypes.byref(s))
         return DoctorParamStats(
             index=s.index, name=_text(s.name), param_dtype=_dtype(s.param_dtype),
@@ -305,7 +295,7 @@ class Doctor(Resource):
         lib.ampx_doctor_get_history(self.handle, None, 0, ctypes.byref(count))
         if count.value == 0:
             return []
-        entries = (DoctorSampleStruct * count.value)()
+        entries = (_raw.ampx_doctor_sample * count.value)()
         lib.ampx_doctor_get_history(self.handle, entries, count.value, ctypes.byref(count))
         return [DoctorSample(step=e.step, scale=e.scale, found_inf=bool(e.found_inf),
                              sampled=bool(e.sampled), grad_norm=e.grad_norm,
@@ -321,7 +311,7 @@ class Doctor(Resource):
         overview = self.examine()
         found = []
         for index in range(overview.finding_count):
-            f = DoctorFindingStruct(struct_size=ctypes.sizeof(DoctorFindingStruct))
+            f = _raw.ampx_doctor_finding(struct_size=ctypes.sizeof(_raw.ampx_doctor_finding))
             lib.ampx_doctor_get_finding(self.handle, index, ctypes.byref(f))
             code = finding_code_name(f.code)
             cause = cause_name(f.cause)
@@ -336,9 +326,7 @@ class Doctor(Resource):
     def summary(self) -> str:
         """A one-line summary for logs: steps, the latest sample's fp16 losses
         and headroom, overflows, the findings' codes."""
-        text = ctypes.c_char_p()
-        lib.ampx_doctor_summary(self.handle, ctypes.byref(text))
-        return _text(text.value)
+        return _text(read(lib.ampx_doctor_summary, ctypes.c_char_p, self.handle))
 
     def write_report(self, path) -> None:
         """Writes the report -- one self-contained HTML file (inline CSS and

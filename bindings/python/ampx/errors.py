@@ -12,23 +12,25 @@ from __future__ import annotations
 
 import enum
 
+from . import _raw
+
 
 class Status(enum.IntEnum):
     """``ampx_status``: the pinned status codes of ampx.h."""
 
-    OK = 0
-    INVALID_ARGUMENT = 1
-    SHAPE = 2
-    DTYPE = 3
-    DEVICE = 4
-    OUT_OF_MEMORY = 5
-    NO_DEVICE = 6
-    NOT_SUPPORTED = 7
-    ORDER = 8
-    STALE_HANDLE = 9
-    IO = 10
-    CORRUPT = 11
-    INTERNAL = 12
+    OK = _raw.AMPX_OK
+    INVALID_ARGUMENT = _raw.AMPX_ERR_INVALID_ARGUMENT
+    SHAPE = _raw.AMPX_ERR_SHAPE
+    DTYPE = _raw.AMPX_ERR_DTYPE
+    DEVICE = _raw.AMPX_ERR_DEVICE
+    OUT_OF_MEMORY = _raw.AMPX_ERR_OUT_OF_MEMORY
+    NO_DEVICE = _raw.AMPX_ERR_NO_DEVICE
+    NOT_SUPPORTED = _raw.AMPX_ERR_NOT_SUPPORTED
+    ORDER = _raw.AMPX_ERR_ORDER
+    STALE_HANDLE = _raw.AMPX_ERR_STALE_HANDLE
+    IO = _raw.AMPX_ERR_IO
+    CORRUPT = _raw.AMPX_ERR_CORRUPT
+    INTERNAL = _raw.AMPX_ERR_INTERNAL
 
 
 class Error(Exception):

@@ -12,9 +12,13 @@ import ctypes
 
 from ._args import bool_arg, enum_arg, float_arg, int_arg, shape_arg
 from ._lib import lib
+from ._resource import read
 from .errors import ArgumentTypeError, InvalidArgumentError
 from .tensor import Tensor, _int64_array, handle_array, handle_of
 from .types import Activation, Reduction
+
+# torch.finfo(torch.float32).eps: rms_norm's default eps whatever the dtype.
+_FLOAT32_EPSILON = 2.0 ** -23
 
 
 def _tensor(value, what: str) -> Tensor:
@@ -25,9 +29,7 @@ def _tensor(value, what: str) -> Tensor:
 
 def _run(function, first: Tensor, *args) -> Tensor:
     """Calls an op whose output is written last; ``first`` gives the context."""
-    out = ctypes.c_void_p()
-    function(*args, ctypes.byref(out))
-    return Tensor._from_op(out.value, first.context)
+    return Tensor._from_op(read(function, ctypes.c_void_p, *args), first.context)
 
 
 def _unary(function, x) -> Tensor:
@@ -202,12 +204,29 @@ def mse_loss(input: Tensor, target: Tensor, reduction="mean") -> Tensor:  # noqa
                 enum_arg(Reduction, reduction, "reduction"))
 
 
-def bce_with_logits(logits: Tensor, targets: Tensor, reduction="mean") -> Tensor:
-    """Binary cross-entropy of logits against targets of the same shape;
-    ``reduction`` "mean", "sum" or "none" (each element's loss, F32)."""
+def bce_with_logits(logits: Tensor, targets: Tensor, reduction="mean", *,
+                    weight: Tensor | None = None, pos_weight: Tensor | None = None) -> Tensor:
+    """Binary cross-entropy of logits against targets of the same shape, as
+    torch.nn.functional.binary_cross_entropy_with_logits; ``reduction``
+    "mean", "sum" or "none" (each element's loss, F32).
+
+    ``weight`` rescales each element's loss and ``pos_weight`` the positive
+    term (torch's per-class weight: a [C] tensor applies along the last
+    dimension of [..., C] logits). Each must broadcast to the logits' shape
+    (aligned at the right, extents equal or 1), may be of any floating type,
+    and is a constant: no gradient flows to it. The mean divides by the
+    number of elements, whatever the weights.
+    """
     logits = _tensor(logits, "logits")
-    return _run(lib.ampx_bce_with_logits, logits, logits.handle, handle_of(targets, "targets"),
-                enum_arg(Reduction, reduction, "reduction"))
+    red = enum_arg(Reduction, reduction, "reduction")
+    if weight is None and pos_weight is None:
+        return _run(lib.ampx_bce_with_logits, logits, logits.handle,
+                    handle_of(targets, "targets"), red)
+    options = lib.ampx_bce_with_logits_options_default()
+    options.reduction = red
+    return _run(lib.ampx_bce_with_logits_ex, logits, logits.handle,
+                handle_of(targets, "targets"), handle_of(weight, "weight", optional=True),
+                handle_of(pos_weight, "pos_weight", optional=True), ctypes.byref(options))
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
@@ -234,11 +253,14 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
 
 
 def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
-    """torch.nn.functional.rms_norm over the last dimension (statistics in fp32);
-    eps None is the machine epsilon of x's dtype, as torch's."""
+    """torch.nn.functional.rms_norm over the last dimension (statistics in fp32).
+
+    ``eps=None`` is torch's default for every input dtype: float32's machine
+    epsilon, 2^-23 -- also for F16 and BF16 inputs, which torch (like ampx)
+    normalises in fp32, not their own, much larger epsilon."""
     x = _tensor(x, "x")
     if eps is None:
-        eps = {"f32": 2.0 ** -23, "f16": 2.0 ** -10, "bf16": 2.0 ** -7}[str(x.dtype)]
+        eps = _FLOAT32_EPSILON
     return _run(lib.ampx_rms_norm, x, x.handle, handle_of(weight, "weight", optional=True),
                 float_arg(eps, "eps"))
 
@@ -435,14 +457,11 @@ def chunk(x: Tensor, chunks: int, dim: int = 0):
     x = _tensor(x, "x")
     chunks = int_arg(chunks, "chunks")
     handles = (ctypes.c_void_p * max(1, chunks))()
-    count = ctypes.c_int32()
-    lib.ampx_chunk(x.handle, chunks, int_arg(dim, "dim"), handles, ctypes.byref(count))
-    return _pieces(x, handles, count.value)
+    count = read(lib.ampx_chunk, ctypes.c_int32, x.handle, chunks, int_arg(dim, "dim"), handles)
+    return _pieces(x, handles, count)
 
 
 def concat(tensors, dim: int = 0) -> Tensor:
     """Joins tensors along ``dim``."""
     tensors, handles = handle_array(tensors, "tensors")
-    out = ctypes.c_void_p()
-    lib.ampx_concat(handles, len(tensors), int_arg(dim, "dim"), ctypes.byref(out))
-    return Tensor._from_op(out.value, tensors[0].context)
+    return _run(lib.ampx_concat, tensors[0], handles, len(tensors), int_arg(dim, "dim"))

@@ -6,9 +6,10 @@ import dataclasses
 from typing import Iterable, NamedTuple
 
 from ._args import bool_arg, enum_arg, float_arg, int_arg
-from ._lib import AdamOptions, LrScheduleStruct, NonfiniteGradStruct, SgdOptions, lib
-from ._resource import Resource
-from .context import Context
+from ._lib import lib
+from ._raw import ampx_adam_options, ampx_lr_schedule, ampx_nonfinite_grad, ampx_sgd_options
+from ._resource import Resource, read
+from .context import Context, context_arg
 from .errors import ArgumentTypeError, InvalidArgumentError
 from .tensor import Tensor, handle_array, handle_of
 from .types import LRDecay, StateKind
@@ -75,8 +76,8 @@ class LRSchedule:
     def __post_init__(self):
         object.__setattr__(self, "decay", enum_arg(LRDecay, self.decay, "decay"))
 
-    def _struct(self) -> LrScheduleStruct:
-        s: LrScheduleStruct = lib.ampx_lr_schedule_default()
+    def _struct(self) -> ampx_lr_schedule:
+        s: ampx_lr_schedule = lib.ampx_lr_schedule_default()
         s.decay = self.decay
         s.warmup_steps = int_arg(self.warmup_steps, "warmup_steps", bits=64)
         s.warmup_start_factor = float_arg(self.warmup_start_factor, "warmup_start_factor")
@@ -88,7 +89,7 @@ class LRSchedule:
         return s
 
     @classmethod
-    def _from_struct(cls, s: LrScheduleStruct) -> "LRSchedule":
+    def _from_struct(cls, s: ampx_lr_schedule) -> "LRSchedule":
         return cls(decay=LRDecay(s.decay), warmup_steps=s.warmup_steps,
                    warmup_start_factor=s.warmup_start_factor, total_steps=s.total_steps,
                    end_factor=s.end_factor, min_lr=s.min_lr, step_size=s.step_size,
@@ -96,11 +97,9 @@ class LRSchedule:
 
     def value(self, base_lr: float, step: int) -> float:
         """The rate (double) for a group of rate ``base_lr`` after ``step`` taken steps."""
-        out = ctypes.c_double()
         s = self._struct()
-        lib.ampx_lr_schedule_value(ctypes.byref(s), float_arg(base_lr, "base_lr"),
-                                   int_arg(step, "step", bits=64), ctypes.byref(out))
-        return out.value
+        return read(lib.ampx_lr_schedule_value, ctypes.c_double, ctypes.byref(s),
+                    float_arg(base_lr, "base_lr"), int_arg(step, "step", bits=64))
 
 
 class Optimizer(Resource):
@@ -118,31 +117,20 @@ class Optimizer(Resource):
         groups = _param_groups(params)
         first, lr, weight_decay = groups[0]
         tensors, handles = handle_array(first, "params")
-        if context is None:
-            if not tensors:
-                raise InvalidArgumentError("an optimizer without parameters needs context=")
-            context = tensors[0].context
-        elif not isinstance(context, Context):
-            raise ArgumentTypeError(f"context must be an ampx.Context, not "
-                                    f"{type(context).__name__}")
+        if context is None and not tensors:
+            raise InvalidArgumentError("an optimizer without parameters needs context=")
+        context = context_arg(context, lambda: tensors[0].context)
         if lr is not None:
             options.lr = float_arg(lr, "lr")
         if weight_decay is not None:
             options.weight_decay = float_arg(weight_decay, "weight_decay")
-        out = ctypes.c_void_p()
-        create(context.handle, handles, len(tensors), ctypes.byref(options), ctypes.byref(out))
-        super().__init__(out.value, lib.ampx_optimizer_release)
+        super().__init__(read(create, ctypes.c_void_p, context.handle, handles, len(tensors),
+                              ctypes.byref(options)), lib.ampx_optimizer_release)
         self._context = context
         self._params = tensors
         self._defaults = (options.lr, options.weight_decay)
         for group, lr, weight_decay in groups[1:]:
             self.add_param_group(group, lr=lr, weight_decay=weight_decay)
-
-    def __enter__(self) -> "Optimizer":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
 
     @property
     def context(self) -> Context:
@@ -172,15 +160,12 @@ class Optimizer(Resource):
     @property
     def num_groups(self) -> int:
         """The number of param groups."""
-        out = ctypes.c_int32()
-        lib.ampx_optimizer_group_count(self.handle, ctypes.byref(out))
-        return out.value
+        return read(lib.ampx_optimizer_group_count, ctypes.c_int32, self.handle)
 
     def get_lr(self, group: int = 0) -> float:
         """A group's learning rate as last set."""
-        out = ctypes.c_double()
-        lib.ampx_optimizer_get_lr(self.handle, int_arg(group, "group"), ctypes.byref(out))
-        return out.value
+        return read(lib.ampx_optimizer_get_lr, ctypes.c_double, self.handle,
+                    int_arg(group, "group"))
 
     def set_lr(self, lr: float, group: int | None = None) -> None:
         """Sets the learning rate of one group, or of every group (``group=None``)."""
@@ -207,7 +192,7 @@ class Optimizer(Resource):
 
     def get_lr_schedule(self, group: int = 0) -> LRSchedule:
         """A group's schedule (unused fields read back as their defaults)."""
-        out: LrScheduleStruct = lib.ampx_lr_schedule_default()
+        out: ampx_lr_schedule = lib.ampx_lr_schedule_default()
         lib.ampx_optimizer_get_lr_schedule(self.handle, int_arg(group, "group"),
                                            ctypes.byref(out))
         return LRSchedule._from_struct(out)
@@ -215,9 +200,7 @@ class Optimizer(Resource):
     @property
     def step_count(self) -> int:
         """Steps taken (skipped ones not counted): the schedules' position. Synchronizes."""
-        out = ctypes.c_int64()
-        lib.ampx_optimizer_step_count(self.handle, ctypes.byref(out))
-        return out.value
+        return read(lib.ampx_optimizer_step_count, ctypes.c_int64, self.handle)
 
     def step(self) -> None:
         """One step with the gradients as they are (with a scaler use ``Scaler.step``)."""
@@ -229,9 +212,7 @@ class Optimizer(Resource):
 
     def last_step_taken(self) -> bool:
         """Whether the most recent step was taken (False: skipped for inf/NaN)."""
-        out = ctypes.c_int32()
-        lib.ampx_optimizer_last_step_taken(self.handle, ctypes.byref(out))
-        return bool(out.value)
+        return bool(read(lib.ampx_optimizer_last_step_taken, ctypes.c_int32, self.handle))
 
     def state_tensor(self, param: Tensor, kind) -> Tensor:
         """One F32 state tensor of ``param`` (writable: it is the optimizer's state).
@@ -239,16 +220,14 @@ class Optimizer(Resource):
         ``kind``: ``"master"``, ``"momentum"`` (SGD's buffer, Adam's exp_avg),
         ``"exp_avg_sq"`` or ``"max_exp_avg_sq"`` (a :class:`StateKind`).
         """
-        out = ctypes.c_void_p()
-        lib.ampx_optimizer_state_tensor(self.handle, handle_of(param, "param"),
-                                        enum_arg(StateKind, kind, "kind"), ctypes.byref(out))
-        return Tensor(out.value, self._context)
+        return Tensor(read(lib.ampx_optimizer_state_tensor, ctypes.c_void_p, self.handle,
+                           handle_of(param, "param"), enum_arg(StateKind, kind, "kind")),
+                      self._context)
 
     def param_steps(self, param: Tensor) -> int:
         """The number of steps ``param`` has taken (skipped ones not counted)."""
-        out = ctypes.c_int64()
-        lib.ampx_optimizer_param_steps(self.handle, handle_of(param, "param"), ctypes.byref(out))
-        return out.value
+        return read(lib.ampx_optimizer_param_steps, ctypes.c_int64, self.handle,
+                    handle_of(param, "param"))
 
     def state_dict(self) -> bytes:
         """The serialised state (hyperparameters, groups, steps, masters, moments)."""
@@ -280,7 +259,7 @@ class SGD(Optimizer):
                  dampening: float | None = None, weight_decay: float | None = None,
                  nesterov: bool = False, maximize: bool = False, *,
                  context: Context | None = None):
-        options: SgdOptions = lib.ampx_sgd_options_default()
+        options: ampx_sgd_options = lib.ampx_sgd_options_default()
         for field, value in (("lr", lr), ("momentum", momentum), ("dampening", dampening),
                              ("weight_decay", weight_decay)):
             if value is not None:
@@ -302,7 +281,7 @@ class Adam(Optimizer):
                  betas: tuple[float, float] | None = None, eps: float | None = None,
                  weight_decay: float | None = None, amsgrad: bool = False,
                  maximize: bool = False, *, context: Context | None = None):
-        options: AdamOptions = self._default_options()
+        options: ampx_adam_options = self._default_options()
         for field, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay)):
             if value is not None:
                 setattr(options, field, float_arg(value, field))
@@ -360,7 +339,7 @@ def find_nonfinite_grads(optimizer: Optimizer) -> list[NonfiniteGrad]:
     lib.ampx_find_nonfinite_grads(optimizer.handle, None, 0, ctypes.byref(found))
     if found.value == 0:
         return []
-    entries = (NonfiniteGradStruct * found.value)()
+    entries = (ampx_nonfinite_grad * found.value)()
     lib.ampx_find_nonfinite_grads(optimizer.handle, entries, found.value, ctypes.byref(found))
     # The caller's own Tensor objects where they are still open.
     by_handle = {p._handle: p for p in optimizer.params if not p.closed}

@@ -22,10 +22,12 @@ import os
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from ._lib import SafetensorsEntryStruct, lib
-from ._resource import Resource
+from ._lib import lib
+from ._raw import AMPX_SAFETENSORS_ENTRY_INIT
+from ._resource import Resource, read
 from .errors import ArgumentTypeError, InvalidArgumentError
-from .tensor import Tensor, _context_arg, handle_array
+from .context import context_arg, default_context
+from .tensor import Tensor, handle_array
 from .types import DType
 
 #: ``AMPX_SAFETENSORS_CONVERT`` and ``AMPX_SAFETENSORS_COPY``.
@@ -107,22 +109,13 @@ class SafetensorsFile(Resource):
     _kind = "safetensors file"
 
     def __init__(self, path, *, context=None):
-        context = _context_arg(context)
-        out = ctypes.c_void_p()
-        lib.ampx_safetensors_open(context.handle, _path_arg(path), ctypes.byref(out))
-        super().__init__(out.value, lib.ampx_safetensors_release)
+        context = context_arg(context, default_context)
+        super().__init__(read(lib.ampx_safetensors_open, ctypes.c_void_p, context.handle,
+                              _path_arg(path)), lib.ampx_safetensors_release)
         self._context = context
 
-    def __enter__(self) -> "SafetensorsFile":
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        self.close()
-
     def __len__(self) -> int:
-        count = ctypes.c_size_t()
-        lib.ampx_safetensors_count(self.handle, ctypes.byref(count))
-        return count.value
+        return read(lib.ampx_safetensors_count, ctypes.c_size_t, self.handle)
 
     def __contains__(self, name) -> bool:
         if not isinstance(name, str) or "\0" in name:
@@ -139,7 +132,7 @@ class SafetensorsFile(Resource):
         """Every tensor, in the order of its data in the file."""
         out = []
         for i in range(len(self)):
-            e = SafetensorsEntryStruct(struct_size=ctypes.sizeof(SafetensorsEntryStruct))
+            e = AMPX_SAFETENSORS_ENTRY_INIT()
             lib.ampx_safetensors_entry_get(self.handle, i, ctypes.byref(e))
             out.append(SafetensorsEntry(e.name.decode(), DType(e.dtype) if e.dtype else None,
                                         e.dtype_name.decode(), tuple(e.shape[:e.ndim]),

@@ -21,9 +21,10 @@ import numpy as np
 
 from . import _dlpack
 from ._args import bool_arg, enum_arg, float_arg, int_arg, shape_arg, str_arg
-from ._lib import DELETER_FN, keep_forever, lib
-from ._resource import Resource
-from .context import Context, default_context
+from ._lib import lib
+from ._raw import ampx_deleter
+from ._resource import Resource, keep_forever, read
+from .context import Context, context_arg, default_context
 from .errors import ArgumentTypeError, DeviceError, DTypeError, InvalidArgumentError, ShapeError
 from .types import Device, DType
 
@@ -37,14 +38,6 @@ _KDLCPU, _KDLCUDA = 1, 2
 
 def _int64_array(dims):
     return (ctypes.c_int64 * len(dims))(*dims) if dims else None
-
-
-def _context_arg(context) -> Context:
-    if context is None:
-        return default_context()
-    if not isinstance(context, Context):
-        raise ArgumentTypeError(f"context must be an ampx.Context, not {type(context).__name__}")
-    return context
 
 
 def handle_of(value, what: str, optional: bool = False):
@@ -76,7 +69,7 @@ _share_tokens = itertools.count(1)
 
 
 @keep_forever
-@DELETER_FN
+@ampx_deleter
 def _drop_shared_array(user_data, _data):
     _shared_arrays.pop(user_data, None)
 
@@ -120,7 +113,7 @@ class Tensor(Resource):
         as long as the tensor. Writes through either are seen by both.
         ``dtype="bf16"`` reads a ``uint16`` array as bf16 bit patterns.
         """
-        context = _context_arg(context)
+        context = context_arg(context, default_context)
         if not isinstance(array, np.ndarray):
             raise ArgumentTypeError(f"from_numpy needs a numpy.ndarray, not {type(array).__name__}")
         if context.device[0] != Device.CPU:
@@ -161,16 +154,12 @@ class Tensor(Resource):
     @property
     def dtype(self) -> DType:
         """The element type."""
-        out = ctypes.c_int32()
-        lib.ampx_tensor_dtype(self.handle, ctypes.byref(out))
-        return DType(out.value)
+        return DType(read(lib.ampx_tensor_dtype, ctypes.c_int32, self.handle))
 
     @property
     def ndim(self) -> int:
         """The number of dimensions."""
-        out = ctypes.c_int32()
-        lib.ampx_tensor_ndim(self.handle, ctypes.byref(out))
-        return out.value
+        return read(lib.ampx_tensor_ndim, ctypes.c_int32, self.handle)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -182,30 +171,23 @@ class Tensor(Resource):
 
     def numel(self) -> int:
         """The number of elements."""
-        out = ctypes.c_int64()
-        lib.ampx_tensor_numel(self.handle, ctypes.byref(out))
-        return out.value
+        return read(lib.ampx_tensor_numel, ctypes.c_int64, self.handle)
 
     @property
     def nbytes(self) -> int:
         """The size of the contents in bytes."""
-        out = ctypes.c_size_t()
-        lib.ampx_tensor_nbytes(self.handle, ctypes.byref(out))
-        return out.value
+        return read(lib.ampx_tensor_nbytes, ctypes.c_size_t, self.handle)
 
     @property
     def data_ptr(self) -> int:
         """Address of the first element on the device (valid while the tensor lives)."""
-        out = ctypes.c_void_p()
-        lib.ampx_tensor_data(self.handle, ctypes.byref(out))
-        return out.value or 0
+        return read(lib.ampx_tensor_data, ctypes.c_void_p, self.handle) or 0
 
     @property
     def name(self) -> str:
         """The tensor's name, used in diagnostics ("" if none); settable."""
-        out = ctypes.c_char_p()
-        lib.ampx_tensor_name(self.handle, ctypes.byref(out))
-        return (out.value or b"").decode("utf-8", "replace")
+        name = read(lib.ampx_tensor_name, ctypes.c_char_p, self.handle)
+        return (name or b"").decode("utf-8", "replace")
 
     @name.setter
     def name(self, value: str | None) -> None:
@@ -214,9 +196,7 @@ class Tensor(Resource):
     @property
     def requires_grad(self) -> bool:
         """Whether gradients flow to or through the tensor; settable on leaves."""
-        out = ctypes.c_int32()
-        lib.ampx_tensor_requires_grad(self.handle, ctypes.byref(out))
-        return bool(out.value)
+        return bool(read(lib.ampx_tensor_requires_grad, ctypes.c_int32, self.handle))
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
@@ -229,20 +209,16 @@ class Tensor(Resource):
         Assigning a tensor attaches it as the gradient (``ampx_tensor_set_grad``);
         assigning None detaches it.
         """
-        out = ctypes.c_void_p()
-        lib.ampx_tensor_grad(self.handle, ctypes.byref(out))
-        return Tensor._borrowed(out.value, self._context) if out.value else None
+        grad = read(lib.ampx_tensor_grad, ctypes.c_void_p, self.handle)
+        return Tensor._borrowed(grad, self._context) if grad else None
 
     @grad.setter
     def grad(self, value: "Tensor | None") -> None:
         lib.ampx_tensor_set_grad(self.handle, handle_of(value, "grad", optional=True))
 
-    def __repr__(self) -> str:
-        if self.closed:
-            return "Tensor(<closed>)"
+    def _describe(self) -> str:
         name = self.name
-        return (f"Tensor(shape={self.shape}, dtype={self.dtype}"
-                + (f", name={name!r}" if name else "") + ")")
+        return f"shape={self.shape}, dtype={self.dtype}" + (f", name={name!r}" if name else "")
 
     # ---- contents -------------------------------------------------------------------
 
@@ -294,9 +270,8 @@ class Tensor(Resource):
 
     def to(self, dtype) -> "Tensor":
         """A new tensor holding this one converted to ``dtype`` (``ampx_tensor_cast``)."""
-        out = ctypes.c_void_p()
-        lib.ampx_tensor_cast(self.handle, enum_arg(DType, dtype, "dtype"), ctypes.byref(out))
-        return Tensor(out.value, self._context)
+        return Tensor(read(lib.ampx_tensor_cast, ctypes.c_void_p, self.handle,
+                           enum_arg(DType, dtype, "dtype")), self._context)
 
     def clone(self) -> "Tensor":
         """A copy in new memory, with the same dtype."""
@@ -317,14 +292,14 @@ class Tensor(Resource):
         dt = self.dtype if dtype is None else enum_arg(DType, dtype, "dtype")
         offset = int_arg(byte_offset, "byte_offset", bits=8 * ctypes.sizeof(ctypes.c_size_t),
                          unsigned=True)
-        out = ctypes.c_void_p()
-        lib.ampx_tensor_view(self.handle, offset, dt, len(dims), _int64_array(dims),
-                             ctypes.byref(out))
-        return Tensor(out.value, self._context)
+        return Tensor(read(lib.ampx_tensor_view, ctypes.c_void_p, self.handle, offset, dt,
+                           len(dims), _int64_array(dims)), self._context)
 
-    def backward(self, scaler=None) -> None:
-        """Backpropagates from this one-element loss (see :func:`ampx.backward`)."""
-        _autograd.backward(self, scaler)
+    def backward(self, scaler=None, retain_graph: bool | None = None,
+                 create_graph: bool = False) -> None:
+        """Backpropagates from this one-element loss (see :func:`ampx.backward`;
+        ``retain_graph`` and ``create_graph`` as torch's ``Tensor.backward``)."""
+        _autograd.backward(self, scaler, retain_graph, create_graph)
 
     # ---- DLPack ---------------------------------------------------------------------
 
@@ -348,9 +323,8 @@ class Tensor(Resource):
         source = self.clone() if copy else self
         if device[0] == _KDLCUDA:
             self._context.synchronize()
-        managed = ctypes.c_void_p()
-        lib.ampx_tensor_to_dlpack(source.handle, ctypes.byref(managed))
-        return _dlpack.capsule_from_managed(managed.value)
+        return _dlpack.capsule_from_managed(read(lib.ampx_tensor_to_dlpack, ctypes.c_void_p,
+                                                 source.handle))
 
     # ---- ops ------------------------------------------------------------------------
 
@@ -532,7 +506,7 @@ def tensor(data, dtype=None, *, context: Context | None = None, requires_grad: b
     ``dtype="bf16"``, floats are rounded to bf16 by ampx (to nearest even);
     ``uint16`` or ``ml_dtypes.bfloat16`` data is taken as bf16 bits.
     """
-    context = _context_arg(context)
+    context = context_arg(context, default_context)
     array = _array_of(data)
     dt = _inferred_dtype(array) if dtype is None else enum_arg(DType, dtype, "dtype")
     if dt == DType.BF16 and not _holds_bf16_bits(array):
@@ -540,10 +514,9 @@ def tensor(data, dtype=None, *, context: Context | None = None, requires_grad: b
                        requires_grad, name)
     array = _host_array(array, dt)
     dims = shape_arg(array.shape)
-    out = ctypes.c_void_p()
-    lib.ampx_tensor_from_host(context.handle, dt, len(dims), _int64_array(dims),
-                              array.ctypes.data, array.nbytes, ctypes.byref(out))
-    return _finish(Tensor(out.value, context), requires_grad, name)
+    handle = read(lib.ampx_tensor_from_host, ctypes.c_void_p, context.handle, dt, len(dims),
+                  _int64_array(dims), array.ctypes.data, array.nbytes)
+    return _finish(Tensor(handle, context), requires_grad, name)
 
 
 def empty(shape, dtype=DType.F32, *, context: Context | None = None,
@@ -559,12 +532,11 @@ def zeros(shape, dtype=DType.F32, *, context: Context | None = None,
 
 
 def _create(function, shape, dtype, context, requires_grad, name) -> Tensor:
-    context = _context_arg(context)
+    context = context_arg(context, default_context)
     dims = shape_arg(shape)
-    out = ctypes.c_void_p()
-    function(context.handle, enum_arg(DType, dtype, "dtype"), len(dims), _int64_array(dims),
-             ctypes.byref(out))
-    return _finish(Tensor(out.value, context), requires_grad, name)
+    handle = read(function, ctypes.c_void_p, context.handle, enum_arg(DType, dtype, "dtype"),
+                  len(dims), _int64_array(dims))
+    return _finish(Tensor(handle, context), requires_grad, name)
 
 
 def from_dlpack(obj, *, context: Context | None = None) -> Tensor:
@@ -575,13 +547,12 @@ def from_dlpack(obj, *, context: Context | None = None) -> Tensor:
     the context's device (the default context is the CPU), dense and
     row-major.
     """
-    context = _context_arg(context)
+    context = context_arg(context, default_context)
     capsule = obj.__dlpack__() if hasattr(obj, "__dlpack__") else obj
     managed = _dlpack.managed_from_capsule(capsule)
-    out = ctypes.c_void_p()
-    lib.ampx_tensor_from_dlpack(context.handle, managed, ctypes.byref(out))
+    handle = read(lib.ampx_tensor_from_dlpack, ctypes.c_void_p, context.handle, managed)
     _dlpack.mark_consumed(capsule)
-    return Tensor(out.value, context)
+    return Tensor(handle, context)
 
 
 from . import autograd as _autograd  # noqa: E402  (these modules use Tensor)

@@ -3,17 +3,18 @@ from __future__ import annotations
 
 import enum
 
+from . import _raw
 from ._lib import lib
 
 
 class DType(enum.IntEnum):
     """``ampx_dtype``: element types (``str(DType.BF16) == "bf16"``)."""
 
-    F32 = 1
-    F16 = 2
-    BF16 = 3
-    I32 = 4
-    I64 = 5
+    F32 = _raw.AMPX_F32
+    F16 = _raw.AMPX_F16
+    BF16 = _raw.AMPX_BF16
+    I32 = _raw.AMPX_I32
+    I64 = _raw.AMPX_I64
 
     @property
     def itemsize(self) -> int:
@@ -32,51 +33,51 @@ class DType(enum.IntEnum):
 class Device(enum.IntEnum):
     """``ampx_device_type``."""
 
-    CPU = 1
-    CUDA = 2
+    CPU = _raw.AMPX_DEVICE_CPU
+    CUDA = _raw.AMPX_DEVICE_CUDA
 
 
 class Activation(enum.IntEnum):
     """``ampx_activation``: the activation fused into :func:`ampx.linear`."""
 
-    NONE = 0
-    RELU = 1
-    GELU = 2
+    NONE = _raw.AMPX_ACTIVATION_NONE
+    RELU = _raw.AMPX_ACTIVATION_RELU
+    GELU = _raw.AMPX_ACTIVATION_GELU
 
 
 class Reduction(enum.IntEnum):
     """``ampx_reduction`` of the losses."""
 
-    MEAN = 1
-    SUM = 2
-    NONE = 3
+    MEAN = _raw.AMPX_REDUCTION_MEAN
+    SUM = _raw.AMPX_REDUCTION_SUM
+    NONE = _raw.AMPX_REDUCTION_NONE
 
 
 class OpClass(enum.IntEnum):
     """``ampx_op_class``: how an op chooses its precision under autocast."""
 
-    LOWER_PRECISION = 1
-    FP32 = 2
-    PROMOTE = 3
-    KEEP = 4
+    LOWER_PRECISION = _raw.AMPX_OP_LOWER_PRECISION
+    FP32 = _raw.AMPX_OP_FP32
+    PROMOTE = _raw.AMPX_OP_PROMOTE
+    KEEP = _raw.AMPX_OP_KEEP
 
 
 class StateKind(enum.IntEnum):
     """``ampx_optimizer_state``: per-parameter optimizer state tensors."""
 
-    MASTER = 1
-    MOMENTUM = 2
-    EXP_AVG_SQ = 3
-    MAX_EXP_AVG_SQ = 4
+    MASTER = _raw.AMPX_STATE_MASTER
+    MOMENTUM = _raw.AMPX_STATE_MOMENTUM
+    EXP_AVG_SQ = _raw.AMPX_STATE_EXP_AVG_SQ
+    MAX_EXP_AVG_SQ = _raw.AMPX_STATE_MAX_EXP_AVG_SQ
 
 
 class LRDecay(enum.IntEnum):
     """``ampx_lr_decay``: what follows a learning-rate schedule's warm-up."""
 
-    CONSTANT = 0
-    LINEAR = 1
-    COSINE = 2
-    STEP = 3
+    CONSTANT = _raw.AMPX_LR_CONSTANT
+    LINEAR = _raw.AMPX_LR_LINEAR
+    COSINE = _raw.AMPX_LR_COSINE
+    STEP = _raw.AMPX_LR_STEP
 
 
 F32, F16, BF16, I32, I64 = DType.F32, DType.F16, DType.BF16, DType.I32, DType.I64

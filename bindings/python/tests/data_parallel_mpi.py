@@ -18,10 +18,10 @@ import numpy as np
 from mpi4py import MPI
 
 import ampx
+from common import BATCH, batch, network_params
 
 WORLD = MPI.COMM_WORLD
 RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
-IN, HIDDEN, OUT, BATCH = 8, 16, 4, 32
 failures: list[str] = []
 passed = 0
 
@@ -39,13 +39,6 @@ def same_on_every_rank(data: bytes) -> bool:
     return all(other == data for other in WORLD.allgather(data))
 
 
-def batch(step: int):
-    rng = np.random.default_rng(1000 + step)
-    x = rng.uniform(-1, 1, (BATCH, IN)).astype(np.float32)
-    y = np.sin(x[:, :OUT] + 2 * x[:, 4:4 + OUT]).astype(np.float32)
-    return x, y
-
-
 class Trainer:
     """A two-layer network with a scaler.
 
@@ -58,14 +51,7 @@ class Trainer:
     def __init__(self, mode: str, seed: int, comm_of=None, **options):
         self.ctx = ampx.Context(num_threads=1)  # ranks share the cores
         self.dtype = "f16" if mode == "f16" else "f32"
-        rng = np.random.default_rng(seed)
-
-        def param(shape, bound):
-            return ampx.tensor(rng.uniform(-bound, bound, shape).astype(np.float32), self.dtype,
-                               context=self.ctx, requires_grad=True)
-
-        self.params = [param((HIDDEN, IN), 0.35), param((HIDDEN,), 0.35),
-                       param((OUT, HIDDEN), 0.25), param((OUT,), 0.25)]
+        self.params = network_params(self.ctx, seed, self.dtype)
         if mode == "autocast":
             self.opt = ampx.AdamW(self.params, lr=1e-2)
         else:

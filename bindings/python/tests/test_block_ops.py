@@ -7,6 +7,7 @@ chunk, values and gradients (backward of
 sum(y * r) on both sides). Both compute in fp32 (ampx's reductions in
 double): agreement to 1e-5 absolute on values of order 1.
 """
+import functools
 import unittest
 
 import numpy as np
@@ -14,23 +15,12 @@ import torch
 import torch.nn.functional as F
 
 import ampx
+from common import compare_with_torch
 
 TOLERANCE = 1e-5
 
 
-def compare(test, ampx_fn, torch_fn, *arrays):
-    rng = np.random.default_rng(len(arrays))
-    a_in = [ampx.tensor(x, requires_grad=True) for x in arrays]
-    t_in = [torch.tensor(x, requires_grad=True) for x in arrays]
-    want = torch_fn(*t_in)
-    r = rng.uniform(-1, 1, tuple(want.shape)).astype(np.float32)
-    (want * torch.tensor(r)).sum().backward()
-    have = ampx_fn(*a_in)
-    test.assertEqual(tuple(have.shape), tuple(want.shape))
-    ampx.backward(ampx.sum(ampx.mul(have, ampx.tensor(r))))
-    np.testing.assert_allclose(have.numpy(), want.detach().numpy(), atol=TOLERANCE, rtol=0)
-    for a, t in zip(a_in, t_in):
-        np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), atol=TOLERANCE, rtol=0)
+compare = functools.partial(compare_with_torch, tolerance=TOLERANCE)
 
 
 class BlockOpsTest(unittest.TestCase):

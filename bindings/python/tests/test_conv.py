@@ -6,6 +6,7 @@ on [N, C, H, W]. Values and gradients (backward of sum(y * r) on both
 sides), in fp32: agreement to 1e-4 absolute on values of order 1 (sums of
 up to a few hundred products); bad input raises the documented errors.
 """
+import functools
 import unittest
 
 import numpy as np
@@ -13,24 +14,12 @@ import torch
 import torch.nn.functional as F
 
 import ampx
+from common import compare_with_torch
 
 TOLERANCE = 1e-4
 
 
-def compare(test, ampx_fn, torch_fn, *arrays, optional=()):
-    rng = np.random.default_rng(len(arrays))
-    a_in = [ampx.tensor(x, requires_grad=True) if x is not None else None for x in arrays]
-    t_in = [torch.tensor(x, requires_grad=True) if x is not None else None for x in arrays]
-    want = torch_fn(*t_in)
-    r = rng.uniform(-1, 1, tuple(want.shape)).astype(np.float32)
-    (want * torch.tensor(r)).sum().backward()
-    have = ampx_fn(*a_in)
-    test.assertEqual(tuple(have.shape), tuple(want.shape))
-    ampx.backward(ampx.sum(ampx.mul(have, ampx.tensor(r))))
-    np.testing.assert_allclose(have.numpy(), want.detach().numpy(), atol=TOLERANCE, rtol=0)
-    for a, t in zip(a_in, t_in):
-        if a is not None:
-            np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), atol=TOLERANCE, rtol=0)
+compare = functools.partial(compare_with_torch, tolerance=TOLERANCE)
 
 
 class ConvTest(unittest.TestCase):

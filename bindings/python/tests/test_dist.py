@@ -7,14 +7,15 @@ import ctypes
 import gc
 import math
 import os
-import subprocess
-import sys
 import unittest
 
 import numpy as np
 
 import ampx
-from ampx._lib import NCCL_UNIQUE_ID_BYTES, DataParallelOptions, cdll
+from ampx._lib import cdll
+from ampx._raw import AMPX_NCCL_UNIQUE_ID_BYTES as NCCL_UNIQUE_ID_BYTES
+from ampx._raw import ampx_data_parallel_options as DataParallelOptions
+from common import OUT, batch, network_params, run_python
 
 
 def _mpi_missing():
@@ -46,9 +47,7 @@ class WithoutMpiTest(unittest.TestCase):
 
     def test_import_ampx_does_not_import_mpi4py(self):
         script = "import sys, ampx; print('mpi4py' in sys.modules)"
-        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(result.stdout.strip(), "False")
+        self.assertEqual(run_python(self, script).stdout.strip(), "False")
 
     def test_from_mpi_without_mpi4py_is_not_supported(self):
         script = ("import sys; sys.modules['mpi4py'] = None\n"
@@ -57,9 +56,7 @@ class WithoutMpiTest(unittest.TestCase):
                   "    ampx.Communicator.from_mpi(ampx.Context())\n"
                   "except ampx.NotSupportedError as exc:\n"
                   "    print(isinstance(exc.__cause__, ImportError))\n")
-        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(result.stdout.strip(), "True")
+        self.assertEqual(run_python(self, script).stdout.strip(), "True")
 
     def test_nccl_on_a_cpu_context_is_not_supported(self):
         with self.assertRaises(ampx.NotSupportedError) as caught:
@@ -109,30 +106,12 @@ class WithoutMpiTest(unittest.TestCase):
                           options.zero_stage), (1, 0, 1, 0))
 
 
-# A two-layer network and the batches of each step, made from the step number.
-IN, HIDDEN, OUT, BATCH = 8, 16, 4, 32
-
-
-def batch(step: int):
-    rng = np.random.default_rng(1000 + step)
-    x = rng.uniform(-1, 1, (BATCH, IN)).astype(np.float32)
-    y = np.sin(x[:, :OUT] + 2 * x[:, 4:4 + OUT]).astype(np.float32)
-    return x, y
-
-
 class Model:
     """Parameters, an AdamW, a scaler and an f16 autocast policy on one context."""
 
     def __init__(self, seed: int, dtype="f32"):
         self.ctx = ampx.Context(num_threads=1)
-        rng = np.random.default_rng(seed)
-
-        def param(shape, bound):
-            return ampx.tensor(rng.uniform(-bound, bound, shape).astype(np.float32), dtype,
-                               context=self.ctx, requires_grad=True)
-
-        self.params = [param((HIDDEN, IN), 0.35), param((HIDDEN,), 0.35),
-                       param((OUT, HIDDEN), 0.25), param((OUT,), 0.25)]
+        self.params = network_params(self.ctx, seed, dtype)
         self.opt = ampx.AdamW(self.params, lr=1e-2)
         self.scaler = ampx.Scaler(self.ctx, init_scale=1024.0, growth_interval=3)
         self.autocast = ampx.Autocast(self.ctx, "f16")
@@ -364,9 +343,7 @@ class OneRankTest(unittest.TestCase):
             "dp = ampx.DataParallel(comm, opt)\n"
             "ampx.linear(w, w).sum().backward()\n"
             "print('done')\n")
-        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(result.stdout.strip(), "done")
+        self.assertEqual(run_python(self, script).stdout.strip(), "done")
 
 
 if __name__ == "__main__":

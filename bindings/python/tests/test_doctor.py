@@ -15,6 +15,7 @@ import ampx
 from ampx import doctor as doctor_module
 
 _lib = importlib.import_module("ampx._lib")
+_raw = importlib.import_module("ampx._raw")
 
 
 def _grad(ctx, values, dtype="f32"):
@@ -37,22 +38,22 @@ class LayoutTest(unittest.TestCase):
         if ctypes.sizeof(ctypes.c_void_p) != 8:
             self.skipTest("the expected layouts are those of 64-bit targets")
         expected = {
-            _lib.DoctorOptions: (16, {"interval": 8, "history": 12}),
-            _lib.DoctorOverviewStruct: (56, {"steps": 8, "sample_step": 16, "sample_scale": 24,
+            _raw.ampx_doctor_options: (16, {"interval": 8, "history": 12}),
+            _raw.ampx_doctor_overview: (56, {"steps": 8, "sample_step": 16, "sample_scale": 24,
                                              "param_count": 32, "history_count": 36,
                                              "finding_count": 40, "missed_steps": 48}),
-            _lib.DoctorParamStatsStruct: (800, {
+            _raw.ampx_doctor_param_stats: (800, {
                 "index": 8, "name": 16, "param_dtype": 24, "grad_dtype": 28, "elements": 32,
                 "histogram": 40, "amax": 712, "amax_scaled": 720, "grad_norm": 728,
                 "fp16_zero_unscaled": 736, "fp16_subnormal_unscaled": 744,
                 "fp16_zero_scaled": 752, "fp16_subnormal_scaled": 760,
                 "fp16_overflow_scaled": 768, "headroom": 776, "headroom_unbounded": 780,
                 "lost_update_fraction": 784, "lost_without_master_fraction": 792}),
-            _lib.DoctorSampleStruct: (56, {"step": 0, "scale": 8, "found_inf": 16,
+            _raw.ampx_doctor_sample: (56, {"step": 0, "scale": 8, "found_inf": 16,
                                            "sampled": 20, "grad_norm": 24,
                                            "first_overflow_param": 32, "overflow_params": 36,
                                            "fp16_lost_scaled": 40, "fp16_lost_unscaled": 48}),
-            _lib.DoctorFindingStruct: (56, {"code": 8, "cause": 12, "param": 16,
+            _raw.ampx_doctor_finding: (56, {"code": 8, "cause": 12, "param": 16,
                                             "param_name": 24, "first_step": 32,
                                             "last_step": 40, "message": 48}),
         }
@@ -61,10 +62,10 @@ class LayoutTest(unittest.TestCase):
                 self.assertEqual(ctypes.sizeof(struct), size)
                 for field, offset in offsets.items():
                     self.assertEqual(getattr(struct, field).offset, offset, field)
-        self.assertEqual(len(_lib.DoctorParamStatsStruct().histogram), 84)
+        self.assertEqual(len(_raw.ampx_doctor_param_stats().histogram), 84)
         defaults = _lib.lib.ampx_doctor_options_default()
         self.assertEqual((defaults.struct_size, defaults.interval, defaults.history),
-                         (ctypes.sizeof(_lib.DoctorOptions), 100, 4096))
+                         (ctypes.sizeof(_raw.ampx_doctor_options), 100, 4096))
 
     def test_bin_constants_and_names(self):
         self.assertEqual(doctor_module.BINS, 84)

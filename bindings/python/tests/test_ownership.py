@@ -1,13 +1,12 @@
 """(5) Ownership: releases in odd orders and use after close must never crash."""
 import gc
-import subprocess
-import sys
 import unittest
 
 import numpy as np
 import torch
 
 import ampx
+from common import run_python
 
 
 class OwnershipTest(unittest.TestCase):
@@ -133,8 +132,7 @@ class OwnershipTest(unittest.TestCase):
             "loss = ampx.checkpoint(lambda a: ampx.linear(a, w), w).sum()\n"
             "cycle = [ctx]; cycle.append(cycle)\n"
             "print('done')\n")
-        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-        self.assertEqual(result.returncode, 0, result.stderr)
+        result = run_python(self, script)
         self.assertEqual(result.stdout.strip(), "done")
         self.assertEqual(result.stderr, "")
 

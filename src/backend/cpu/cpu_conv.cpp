@@ -24,7 +24,9 @@
 //
 // Pooling runs one plane per task in fp32; max pooling's backward re-finds
 // each window's maximum and adds the gradient there (a plane belongs to one
-// task, so overlapping windows need no atomics).
+// task, so overlapping windows need no atomics). Max pooling whose windows
+// all lie inside the image skips math/pool.h's per-output bounds and picks
+// the same elements.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -32,6 +34,8 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/dnnl_conv.h"
+#include "backend/cpu/isa_variants.h"
+#include "core/checked_math.h"
 #include "core/convert_bulk.h"
 #include "math/pool.h"
 
@@ -75,8 +79,14 @@ int64_t kernel_size(const Conv2dShape& s) {
   return s.in_channels / s.groups * s.kernel_h * s.kernel_w;
 }
 
+// Images per chunk: as many as keep col near kColFloats, at least one.
+// One image's col, in_channels * kh * kw * out_h * out_w floats, can be
+// beyond int64 for shapes whose tensors fit (a kernel as large as a padded
+// image): SHAPE rather than a wrapped size.
 int64_t chunk_images(const Conv2dShape& s) {
-  const int64_t per_image = s.in_channels * s.kernel_h * s.kernel_w * s.out_h * s.out_w;
+  const char* const what = "the unfolded image (im2col) in_channels * kh * kw * out_h * out_w";
+  const int64_t per_image = checked_mul(
+      checked_mul(s.in_channels, s.kernel_h * s.kernel_w, what), s.out_h * s.out_w, what);
   return std::clamp<int64_t>(kColFloats / std::max<int64_t>(per_image, 1), 1, s.batch);
 }
 
@@ -88,7 +98,9 @@ struct Inside {
 };
 
 Inside outputs_inside(int64_t out, int64_t stride, int64_t shift, int64_t in) {
-  const int64_t begin = std::min(out, shift >= 0 ? 0 : (stride - 1 - shift) / stride);
+  // ceil(-shift / stride) as (-shift - 1) / stride + 1: -shift <= pad, and
+  // stride - 1 - shift could wrap.
+  const int64_t begin = std::min(out, shift >= 0 ? 0 : (-shift - 1) / stride + 1);
   const int64_t last = in - 1 - shift;  // o * stride <= last
   const int64_t end = last < 0 ? 0 : std::min(out, last / stride + 1);
   return {begin, std::max(begin, end)};
@@ -183,7 +195,7 @@ void gather_channel_major(ThreadPool& pool, const Chunk& ch, const void* dy, DTy
 
 void conv2d_forward(ThreadPool& pool, const Conv2dShape& s, const void* x, const void* w,
                     const void* bias, DType type, void* y) {
-  if (dnnl_conv2d_forward(pool.size(), s, x, w, bias, type, y)) return;
+  if (dnnl_conv2d_forward(pool, s, x, w, bias, type, y)) return;
   const int64_t positions = s.out_h * s.out_w, out_group = s.out_channels / s.groups;
   const int64_t image_size = s.in_channels * s.in_h * s.in_w, step = chunk_images(s);
   Floats weight_scratch, bias_scratch, images, col, out;
@@ -215,7 +227,7 @@ void conv2d_forward(ThreadPool& pool, const Conv2dShape& s, const void* x, const
 
 void conv2d_backward_data(ThreadPool& pool, const Conv2dShape& s, const void* dy, const void* w,
                           DType type, void* dx) {
-  if (dnnl_conv2d_backward_data(pool.size(), s, dy, w, type, dx)) return;
+  if (dnnl_conv2d_backward_data(pool, s, dy, w, type, dx)) return;
   const int64_t positions = s.out_h * s.out_w, out_group = s.out_channels / s.groups;
   const int64_t image_size = s.in_channels * s.in_h * s.in_w, step = chunk_images(s);
   Floats weight_scratch, grad_out, dcol, images;
@@ -245,7 +257,7 @@ void conv2d_backward_data(ThreadPool& pool, const Conv2dShape& s, const void* dy
 
 void conv2d_backward_weight(ThreadPool& pool, const Conv2dShape& s, const void* dy, const void* x,
                             DType type, void* dw, void* dbias) {
-  if (dnnl_conv2d_backward_weight(pool.size(), s, dy, x, type, dw, dbias)) return;
+  if (dnnl_conv2d_backward_weight(pool, s, dy, x, type, dw, dbias)) return;
   const int64_t positions = s.out_h * s.out_w, out_group = s.out_channels / s.groups;
   const int64_t image_size = s.in_channels * s.in_h * s.in_w, step = chunk_images(s);
   const int64_t k = kernel_size(s);
@@ -281,27 +293,153 @@ void conv2d_backward_weight(ThreadPool& pool, const Conv2dShape& s, const void* 
   }
 }
 
+void conv2d_backward(ThreadPool& pool, const Conv2dShape& s, const void* dy, const void* x,
+                     const void* w, DType type, void* dx, void* dw, void* dbias) {
+  if (dnnl_conv2d_backward(pool, s, dy, x, w, type, dx, dw, dbias)) return;
+  conv2d_backward_data(pool, s, dy, w, type, dx);
+  conv2d_backward_weight(pool, s, dy, x, type, dw, dbias);
+}
+
+namespace {
+
+// Whether every max-pooling window lies inside the image (no padding,
+// dilation 1, the last window inside: max_pool2d(x, k) and most others).
+// Such windows need none of math/pool.h's per-output bounds: the kernels
+// below take them with the comparisons of pool_window_argmax in the same
+// order (the first maximum wins, a NaN wins over it, the last NaN over the
+// others), so they pick the same element.
+bool max_windows_inside(const Pool2dShape& s) {
+  return s.kind == PoolKind::Max && s.pad_h == 0 && s.pad_w == 0 && s.dilation_h == 1 &&
+         s.dilation_w == 1 && (s.out_h - 1) * s.stride_h + s.kernel_h <= s.in_h &&
+         (s.out_w - 1) * s.stride_w + s.kernel_w <= s.in_w;
+}
+
+// The plane index output (p, q)'s value comes from.
+inline int64_t max_inside_argmax(const Pool2dShape& s, const float* plane, int64_t p, int64_t q) {
+  const int64_t corner = p * s.stride_h * s.in_w + q * s.stride_w;
+  int64_t best_at = corner, nan_at = -1;
+  float best = plane[corner];
+  for (int64_t i = 0; i < s.kernel_h; ++i)
+    for (int64_t j = 0; j < s.kernel_w; ++j) {
+      const int64_t at = corner + i * s.in_w + j;
+      const float v = plane[at];
+      const bool greater = v > best;
+      best = greater ? v : best;
+      best_at = greater ? at : best_at;
+      nan_at = v != v ? at : nan_at;
+    }
+  return nan_at >= 0 ? nan_at : best_at;
+}
+
+// max_pool2d(x, 2): 2 x 2 windows side by side (stride 2), the case the
+// kernels below vectorise across a row of outputs, with float selects only.
+inline bool pool_2x2(const Pool2dShape& s) {
+  return s.kernel_h == 2 && s.kernel_w == 2 && s.stride_h == 2 && s.stride_w == 2;
+}
+
+// The value of the window a, b / c, d: the first maximum, unless a NaN is
+// among the four, then the last NaN.
+inline float max_of_window(float a, float b, float c, float d) {
+  float best = a;
+  best = b > best ? b : best;
+  best = c > best ? c : best;
+  best = d > best ? d : best;
+  const float last_nan = d != d ? d : c != c ? c : b != b ? b : a;
+  const bool nan = a != a || b != b || c != c || d != d;
+  return nan ? last_nan : best;
+}
+
+// Forward and backward over a plane whose windows lie inside, as kernels of
+// isa_variants.h. The backward adds each output's gradient to its winner,
+// in output order, into grad (zeroed by the caller).
+struct MaxPoolInsideForward {
+  static void run(const Pool2dShape& s, const float* plane, float* out) {
+    if (pool_2x2(s)) {
+      for (int64_t p = 0; p < s.out_h; ++p) {
+        const float* top = plane + 2 * p * s.in_w;
+        const float* bottom = top + s.in_w;
+        float* o = out + p * s.out_w;
+        for (int64_t q = 0; q < s.out_w; ++q)
+          o[q] = max_of_window(top[2 * q], top[2 * q + 1], bottom[2 * q], bottom[2 * q + 1]);
+      }
+      return;
+    }
+    for (int64_t p = 0; p < s.out_h; ++p)
+      for (int64_t q = 0; q < s.out_w; ++q)
+        out[p * s.out_w + q] = plane[max_inside_argmax(s, plane, p, q)];
+  }
+};
+
+struct MaxPoolInsideBackward {
+  static void run(const Pool2dShape& s, const float* plane, const float* grad_out, float* grad) {
+    if (pool_2x2(s)) {
+      // Each input lies in one window at most, so its gradient is 0 + the
+      // output's gradient (0 + -0 is +0, as the sum gives) or 0.
+      for (int64_t p = 0; p < s.out_h; ++p) {
+        const float* top = plane + 2 * p * s.in_w;
+        const float* bottom = top + s.in_w;
+        float* grad_top = grad + 2 * p * s.in_w;
+        float* grad_bottom = grad_top + s.in_w;
+        const float* g = grad_out + p * s.out_w;
+        for (int64_t q = 0; q < s.out_w; ++q) {
+          const float a = top[2 * q], b = top[2 * q + 1], c = bottom[2 * q], d = bottom[2 * q + 1];
+          // The winning tap (0 to 3), as max_of_window picks it, as a
+          // float: selects of floats only, so that the loop vectorises.
+          float best = a, tap = 0.0f;
+          tap = b > best ? 1.0f : tap, best = b > best ? b : best;
+          tap = c > best ? 2.0f : tap, best = c > best ? c : best;
+          tap = d > best ? 3.0f : tap;
+          float nan_tap = -1.0f;
+          nan_tap = a != a ? 0.0f : nan_tap;
+          nan_tap = b != b ? 1.0f : nan_tap;
+          nan_tap = c != c ? 2.0f : nan_tap;
+          nan_tap = d != d ? 3.0f : nan_tap;
+          tap = nan_tap >= 0.0f ? nan_tap : tap;
+          const float add = 0.0f + g[q];
+          grad_top[2 * q] = tap == 0.0f ? add : 0.0f;
+          grad_top[2 * q + 1] = tap == 1.0f ? add : 0.0f;
+          grad_bottom[2 * q] = tap == 2.0f ? add : 0.0f;
+          grad_bottom[2 * q + 1] = tap == 3.0f ? add : 0.0f;
+        }
+      }
+      return;
+    }
+    for (int64_t p = 0; p < s.out_h; ++p)
+      for (int64_t q = 0; q < s.out_w; ++q)
+        grad[max_inside_argmax(s, plane, p, q)] += grad_out[p * s.out_w + q];
+  }
+};
+
+}  // namespace
+
 void pool2d_forward(ThreadPool& pool, const Pool2dShape& s, const void* x, DType type, void* y) {
   const int64_t in_size = s.in_h * s.in_w, out_size = s.out_h * s.out_w;
+  const bool inside = max_windows_inside(s);
+  const CpuIsa isa = detected_cpu_isa();
   pool.parallel_for(s.planes, 1, [&](int64_t begin, int64_t end) {
+    Floats scratch, out(static_cast<size_t>(out_size));
     for (int64_t plane_index = begin; plane_index < end; ++plane_index) {
-      Floats scratch, out(static_cast<size_t>(out_size));
       const float* plane = f32_view(offset_of(x, type, plane_index * in_size), type, in_size, scratch);
-      const auto load = [plane](int64_t i) { return plane[i]; };
-      for (int64_t p = 0; p < s.out_h; ++p)
-        for (int64_t q = 0; q < s.out_w; ++q) {
-          float& o = out[p * s.out_w + q];
-          if (s.kind == PoolKind::Max) {
-            const int64_t at = math::pool_window_argmax(s, load, p, q);
-            o = at < 0 ? -std::numeric_limits<float>::infinity() : plane[at];
-            continue;
+      if (inside) {
+        run_for_isa<MaxPoolInsideForward>(isa, s, plane, out.data());
+      } else {
+        const auto load = [plane](int64_t i) { return plane[i]; };
+        for (int64_t p = 0; p < s.out_h; ++p)
+          for (int64_t q = 0; q < s.out_w; ++q) {
+            float& o = out[p * s.out_w + q];
+            if (s.kind == PoolKind::Max) {
+              const int64_t at = math::pool_window_argmax(s, load, p, q);
+              o = at < 0 ? -std::numeric_limits<float>::infinity() : plane[at];
+              continue;
+            }
+            const math::AverageWindow win = math::pool_average_window(s, p, q);
+            float sum = 0.0f;
+            for (int64_t a = win.row_begin; a < win.row_end; ++a)
+              for (int64_t b = win.col_begin; b < win.col_end; ++b) sum += plane[a * s.in_w + b];
+            o = win.row_begin < win.row_end && win.col_begin < win.col_end ? sum / win.divisor
+                                                                           : 0.0f;
           }
-          const math::AverageWindow win = math::pool_average_window(s, p, q);
-          float sum = 0.0f;
-          for (int64_t a = win.row_begin; a < win.row_end; ++a)
-            for (int64_t b = win.col_begin; b < win.col_end; ++b) sum += plane[a * s.in_w + b];
-          o = win.row_begin < win.row_end && win.col_begin < win.col_end ? sum / win.divisor : 0.0f;
-        }
+      }
       convert_bulk(offset_of(y, type, plane_index * out_size), type, out.data(), DType::F32,
                    out_size);
     }
@@ -311,31 +449,60 @@ void pool2d_forward(ThreadPool& pool, const Pool2dShape& s, const void* x, DType
 void pool2d_backward(ThreadPool& pool, const Pool2dShape& s, const void* x, const void* dy,
                      DType type, void* dx) {
   const int64_t in_size = s.in_h * s.in_w, out_size = s.out_h * s.out_w;
+  const bool inside = max_windows_inside(s);
+  const CpuIsa isa = detected_cpu_isa();
   pool.parallel_for(s.planes, 1, [&](int64_t begin, int64_t end) {
+    Floats grad_scratch, plane_scratch, grad(static_cast<size_t>(in_size));
     for (int64_t plane_index = begin; plane_index < end; ++plane_index) {
-      Floats grad_scratch, plane_scratch, grad(static_cast<size_t>(in_size), 0.0f);
+      std::fill(grad.begin(), grad.end(), 0.0f);
       const float* grad_out =
           f32_view(offset_of(dy, type, plane_index * out_size), type, out_size, grad_scratch);
       const float* plane = s.kind == PoolKind::Max
                                ? f32_view(offset_of(x, type, plane_index * in_size), type,
                                           in_size, plane_scratch)
                                : nullptr;
+      if (inside) {
+        run_for_isa<MaxPoolInsideBackward>(isa, s, plane, grad_out, grad.data());
+      } else {
+        const auto load = [plane](int64_t i) { return plane[i]; };
+        for (int64_t p = 0; p < s.out_h; ++p)
+          for (int64_t q = 0; q < s.out_w; ++q) {
+            const float g = grad_out[p * s.out_w + q];
+            if (s.kind == PoolKind::Max) {
+              const int64_t at = math::pool_window_argmax(s, load, p, q);
+              if (at >= 0) grad[at] += g;
+              continue;
+            }
+            const math::AverageWindow win = math::pool_average_window(s, p, q);
+            for (int64_t a = win.row_begin; a < win.row_end; ++a)
+              for (int64_t b = win.col_begin; b < win.col_end; ++b)
+                grad[a * s.in_w + b] += g / win.divisor;
+          }
+      }
+      convert_bulk(offset_of(dx, type, plane_index * in_size), type, grad.data(), DType::F32,
+                   in_size);
+    }
+  });
+}
+
+void max_pool2d_gather(ThreadPool& pool, const Pool2dShape& s, const void* x, const void* src,
+                       DType type, void* y) {
+  const int64_t in_size = s.in_h * s.in_w, out_size = s.out_h * s.out_w;
+  pool.parallel_for(s.planes, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t plane_index = begin; plane_index < end; ++plane_index) {
+      Floats plane_scratch, src_scratch, out(static_cast<size_t>(out_size));
+      const float* plane =
+          f32_view(offset_of(x, type, plane_index * in_size), type, in_size, plane_scratch);
+      const float* values =
+          f32_view(offset_of(src, type, plane_index * in_size), type, in_size, src_scratch);
       const auto load = [plane](int64_t i) { return plane[i]; };
       for (int64_t p = 0; p < s.out_h; ++p)
         for (int64_t q = 0; q < s.out_w; ++q) {
-          const float g = grad_out[p * s.out_w + q];
-          if (s.kind == PoolKind::Max) {
-            const int64_t at = math::pool_window_argmax(s, load, p, q);
-            if (at >= 0) grad[at] += g;
-            continue;
-          }
-          const math::AverageWindow win = math::pool_average_window(s, p, q);
-          for (int64_t a = win.row_begin; a < win.row_end; ++a)
-            for (int64_t b = win.col_begin; b < win.col_end; ++b)
-              grad[a * s.in_w + b] += g / win.divisor;
+          const int64_t at = math::pool_window_argmax(s, load, p, q);
+          out[p * s.out_w + q] = at < 0 ? 0.0f : values[at];
         }
-      convert_bulk(offset_of(dx, type, plane_index * in_size), type, grad.data(), DType::F32,
-                   in_size);
+      convert_bulk(offset_of(y, type, plane_index * out_size), type, out.data(), DType::F32,
+                   out_size);
     }
   });
 }

@@ -44,6 +44,8 @@ void for_activation(UnaryOp op, Fn&& fn) {
     case UnaryOp::Log: return fn(math::Log{});
     case UnaryOp::Sqrt: return fn(math::Sqrt{});
     case UnaryOp::Rsqrt: return fn(math::Rsqrt{});
+    case UnaryOp::GeluDerivative: return fn(math::GeluDerivative{});
+    case UnaryOp::GeluTanhDerivative: return fn(math::GeluTanhDerivative{});
   }
   fail(AMPX_ERR_INTERNAL, "unary: unknown op ", static_cast<int>(op));
 }

@@ -97,15 +97,28 @@ void conv2d_backward_data(ThreadPool& pool, const Conv2dShape& shape, const void
                           DType type, void* dx);
 void conv2d_backward_weight(ThreadPool& pool, const Conv2dShape& shape, const void* dy,
                             const void* x, DType type, void* dw, void* dbias);
+void conv2d_backward(ThreadPool& pool, const Conv2dShape& shape, const void* dy, const void* x,
+                     const void* w, DType type, void* dx, void* dw, void* dbias);
 void pool2d_forward(ThreadPool& pool, const Pool2dShape& shape, const void* x, DType type, void* y);
 void pool2d_backward(ThreadPool& pool, const Pool2dShape& shape, const void* x, const void* dy,
                      DType type, void* dx);
+void max_pool2d_gather(ThreadPool& pool, const Pool2dShape& shape, const void* x, const void* src,
+                       DType type, void* y);
 void copy_strided(ThreadPool& pool, void* dst, const void* src, size_t elem_size,
                   const StridedCopy& layout);
 void dropout(ThreadPool& pool, const void* x, void* y, DType type, int64_t count, uint64_t seed,
              uint64_t offset, uint32_t threshold, float scale);
 void bce_with_logits(ThreadPool& pool, const void* logits, const void* targets, DType type,
-                     int64_t count, float* losses);
+                     int64_t count, float* losses, const BceWeights& weights);
+void bce_with_logits_backward(ThreadPool& pool, const void* logits, const void* targets,
+                              DType type, int64_t count, const BceWeights& weights,
+                              const float* dloss, int64_t dloss_stride, float scale,
+                              void* d_logits, void* d_targets);
+void mse_loss(ThreadPool& pool, const void* input, const void* target, DType type, int64_t count,
+              float* losses);
+void mse_loss_backward(ThreadPool& pool, const void* input, const void* target, DType type,
+                       int64_t count, const float* dloss, int64_t dloss_stride, float scale,
+                       void* d_input, void* d_target);
 
 }  // namespace cpu
 }  // namespace ampx::impl

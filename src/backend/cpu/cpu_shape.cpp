@@ -1,6 +1,7 @@
 // cpu_shape.cpp -- data movement of the shape and indexing ops on the CPU:
 // strided copies (transpose, concatenation, slicing), row gathers
 // (embedding) and deterministic row scatter-adds (embedding backward).
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
@@ -44,6 +45,8 @@ void copy_runs(ThreadPool& pool, void* dst, const void* src, const StridedCopy& 
       }
       if (ds == 1 && ss == 1) {
         std::memcpy(d + d_off, s + s_off, static_cast<size_t>(run) * Size);
+      } else if (ds == 1 && ss == 0) {  // a broadcast: one element over the run
+        std::fill(d + d_off, d + d_off + run, s[s_off]);
       } else {
         for (int64_t j = 0; j < run; ++j) d[d_off + j * ds] = s[s_off + j * ss];
       }
@@ -51,12 +54,38 @@ void copy_runs(ThreadPool& pool, void* dst, const void* src, const StridedCopy& 
   });
 }
 
+// The same copy with adjacent dimensions that both sides step through as
+// one merged (and extents of 1 dropped), so that runs are as long as the
+// layouts allow: a gradient broadcast over an image's H and W (a global
+// average pool's backward) becomes one fill per channel instead of one
+// per row. ndim 0 when every extent is 1.
+StridedCopy coalesced(const StridedCopy& l) {
+  StridedCopy c;
+  for (int32_t k = 0; k < l.ndim; ++k) {
+    if (l.sizes[k] == 1) continue;
+    const int32_t j = c.ndim - 1;
+    if (j >= 0 && c.dst_strides[j] == l.dst_strides[k] * l.sizes[k] &&
+        c.src_strides[j] == l.src_strides[k] * l.sizes[k]) {
+      c.sizes[j] *= l.sizes[k];
+      c.dst_strides[j] = l.dst_strides[k];
+      c.src_strides[j] = l.src_strides[k];
+      continue;
+    }
+    c.sizes[c.ndim] = l.sizes[k];
+    c.dst_strides[c.ndim] = l.dst_strides[k];
+    c.src_strides[c.ndim] = l.src_strides[k];
+    ++c.ndim;
+  }
+  return c;
+}
+
 }  // namespace
 
 void copy_strided(ThreadPool& pool, void* dst, const void* src, size_t elem_size,
-                  const StridedCopy& layout) {
-  for (int32_t k = 0; k < layout.ndim; ++k)
-    if (layout.sizes[k] == 0) return;
+                  const StridedCopy& full) {
+  for (int32_t k = 0; k < full.ndim; ++k)
+    if (full.sizes[k] == 0) return;
+  const StridedCopy layout = coalesced(full);
   if (layout.ndim == 0) {
     std::memcpy(dst, src, elem_size);
     return;

@@ -158,10 +158,11 @@ dnnl_stream_t thread_stream(const Dnnl& d) {
   return owned.stream;
 }
 
-OmpThreads::OmpThreads(const Dnnl& d, int threads, double multiply_adds) : d_(d) {
+OmpThreads::OmpThreads(const Dnnl& d, int threads, double multiply_adds)
+    : d_(d), threads_(multiply_adds < kParallelProducts ? 1 : threads) {
   if (!d.omp_set_num_threads) return;
   saved_ = d.omp_get_max_threads();
-  d.omp_set_num_threads(multiply_adds < kParallelProducts ? 1 : threads);
+  d.omp_set_num_threads(threads_);
 }
 
 OmpThreads::~OmpThreads() {

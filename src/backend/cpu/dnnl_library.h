@@ -145,7 +145,11 @@ class PrimitiveCache {
 
 // Sets the OpenMP threads oneDNN runs the calling thread's primitives on
 // for a scope: `threads`, or 1 for less work than kParallelProducts
-// multiply-adds, and restores the setting after.
+// multiply-adds, and restores the setting after. Some primitives (the
+// convolutions' jit kernels) fix their thread count when they are created,
+// from this setting, and later open their parallel regions with exactly that
+// many threads whatever the setting then: such a primitive must be created
+// inside the scope and cached per threads().
 class OmpThreads {
  public:
   OmpThreads(const Dnnl& d, int threads, double multiply_adds);
@@ -153,9 +157,13 @@ class OmpThreads {
   OmpThreads(const OmpThreads&) = delete;
   OmpThreads& operator=(const OmpThreads&) = delete;
 
+  // The thread count set for the scope.
+  int threads() const { return threads_; }
+
  private:
   const Dnnl& d_;
   int saved_ = 0;
+  int threads_ = 1;
 };
 
 }  // namespace cpu

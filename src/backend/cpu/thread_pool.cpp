@@ -62,14 +62,20 @@ void ThreadPool::run_parts() {
 
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
+  // rest() calls made since the current job was taken end the polling.
+  uint64_t rests = rest_requests_.load(std::memory_order_relaxed);
   for (;;) {
-    spin_until([&] { return published_.load(std::memory_order_acquire) != seen; });
+    spin_until([&] {
+      return published_.load(std::memory_order_acquire) != seen ||
+             rest_requests_.load(std::memory_order_relaxed) != rests;
+    });
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
       if (stopping_) return;
       seen = generation_;
     }
+    rests = rest_requests_.load(std::memory_order_relaxed);
     run_parts();
     if (busy_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -36,6 +36,12 @@ class ThreadPool {
   // exception thrown by fn is rethrown here after every part has finished.
   void parallel_for(int64_t count, int64_t grain, const RangeFn& fn);
 
+  // Sends workers that are polling after their last job to sleep now,
+  // rather than at the end of the polling window: called before work that
+  // other threads (oneDNN's OpenMP team) will do on these cores, which
+  // polling workers would compete with. A later parallel_for wakes them.
+  void rest() { rest_requests_.fetch_add(1, std::memory_order_relaxed); }
+
  private:
   void worker_loop();
   void run_parts();
@@ -49,6 +55,7 @@ class ThreadPool {
   std::atomic<uint64_t> published_{0};
   bool stopping_ = false;
   std::atomic<int> busy_workers_{0};
+  std::atomic<uint64_t> rest_requests_{0};
 
   // The job of the current generation.
   const RangeFn* job_ = nullptr;

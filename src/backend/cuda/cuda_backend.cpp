@@ -507,10 +507,38 @@ class CudaNn final : public NnPrimitives {
   }
 
   void run_bce_with_logits(const void* logits, const void* targets, DType type, int64_t count,
-                           float* losses) override {
+                           float* losses, const BceWeights& weights) override {
     use_device(device_->index);
-    check(cuda::launch_bce_with_logits(logits, targets, type, count, losses, device_->launch),
+    check(cuda::launch_bce_with_logits(logits, targets, type, count, losses, weights,
+                                       device_->launch),
           "bce_with_logits kernel launch");
+  }
+
+  void run_bce_with_logits_backward(const void* logits, const void* targets, DType type,
+                                    int64_t count, const BceWeights& weights, const float* dloss,
+                                    int64_t dloss_stride, float scale, void* d_logits,
+                                    void* d_targets) override {
+    use_device(device_->index);
+    check(cuda::launch_bce_with_logits_backward(logits, targets, type, count, weights, dloss,
+                                                dloss_stride, scale, d_logits, d_targets,
+                                                device_->launch),
+          "bce_with_logits backward kernel launch");
+  }
+
+  void run_mse_loss(const void* input, const void* target, DType type, int64_t count,
+                    float* losses) override {
+    use_device(device_->index);
+    check(cuda::launch_mse_loss(input, target, type, count, losses, device_->launch),
+          "mse_loss kernel launch");
+  }
+
+  void run_mse_loss_backward(const void* input, const void* target, DType type, int64_t count,
+                             const float* dloss, int64_t dloss_stride, float scale, void* d_input,
+                             void* d_target) override {
+    use_device(device_->index);
+    check(cuda::launch_mse_loss_backward(input, target, type, count, dloss, dloss_stride, scale,
+                                         d_input, d_target, device_->launch),
+          "mse_loss backward kernel launch");
   }
 
  private:
@@ -699,6 +727,12 @@ class CudaPooling final : public PoolingPrimitives {
     use_device(device_->index);
     check(cuda::launch_pool2d_backward(shape, x, dy, type, dx, device_->launch),
           "pool2d_backward kernel launch");
+  }
+  void run_max_pool2d_gather(const Pool2dShape& shape, const void* x, const void* src, DType type,
+                             void* y) override {
+    use_device(device_->index);
+    check(cuda::launch_max_pool2d_gather(shape, x, src, type, y, device_->launch),
+          "max_pool2d_gather kernel launch");
   }
 
  private:

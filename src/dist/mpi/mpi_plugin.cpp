@@ -1,6 +1,9 @@
 // mpi_plugin.cpp -- libampx_mpi.so: the MPI calls of ampx's communicators
 // (see dist/mpi_plugin.h for why they live in a plugin).
 //
+// Every collective is started with MPI's nonblocking call and completed by
+// wait(), which polls it against a deadline: a rank that never joins makes
+// the others time out instead of hanging (MPI offers no timeout itself).
 // Reductions are in place (MPI_IN_PLACE). F32, F64, I32 and I64 use MPI's
 // own types and ops; F16 and BF16 have none in MPI 3, so they travel as
 // MPI_UINT16_T with user-defined ops that add (or compare) in fp32 and round
@@ -10,7 +13,11 @@
 
 #include <mpi.h>
 
+#include <sched.h>
+#include <time.h>
+
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -25,7 +32,12 @@ namespace {
 struct Comm {
   MPI_Comm comm = MPI_COMM_NULL;
   std::vector<MPI_Request> started;
+  bool abandoned = false;
 };
+
+// Communicators whose operations were abandoned (plugin_abandon): kept,
+// reachable, for the process's life, as MPI may still complete them.
+std::vector<Comm*>* abandoned_comms = nullptr;
 
 int report(char* err, size_t err_bytes, const char* what, int code) {
   char text[MPI_MAX_ERROR_STRING] = {};
@@ -156,27 +168,70 @@ int plugin_open(const void* host_comm, void** out, int32_t* rank, int32_t* size,
   return 0;
 }
 
-int plugin_finish(void* handle, char* err, size_t err_bytes) {
+// Polls without blocking in MPI, so that the deadline is kept: tight at
+// first (a collective of small buffers completes in microseconds), then
+// yielding the core, then sleeping, as ranks may share cores.
+int plugin_wait(void* handle, double seconds, char* err, size_t err_bytes) {
   auto* comm = static_cast<Comm*>(handle);
-  if (comm->started.empty()) return 0;
-  const int code = MPI_Waitall(static_cast<int>(comm->started.size()), comm->started.data(),
-                               MPI_STATUSES_IGNORE);
-  comm->started.clear();
-  return code == MPI_SUCCESS ? 0 : report(err, err_bytes, "MPI_Waitall", code);
+  const auto start = std::chrono::steady_clock::now();
+  for (long polls = 0;; ++polls) {
+    if (comm->started.empty()) return 0;
+    int all_done = 0;
+    const int code = MPI_Testall(static_cast<int>(comm->started.size()), comm->started.data(),
+                                 &all_done, MPI_STATUSES_IGNORE);
+    if (code != MPI_SUCCESS) {
+      comm->started.clear();
+      report(err, err_bytes, "MPI_Testall", code);
+      return AMPX_MPI_FAILED;
+    }
+    if (all_done) {
+      comm->started.clear();
+      return 0;
+    }
+    const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - start;
+    if (waited.count() > seconds) {
+      std::snprintf(err, err_bytes, "not complete after %g s", waited.count());
+      return AMPX_MPI_TIMED_OUT;
+    }
+    if (polls < 1000) continue;
+    if (polls < 3000) {
+      sched_yield();
+      continue;
+    }
+    const timespec pause = {0, 50000};
+    nanosleep(&pause, nullptr);
+  }
+}
+
+void plugin_abandon(void* handle) {
+  auto* comm = static_cast<Comm*>(handle);
+  if (comm->abandoned) return;
+  comm->abandoned = true;
+  if (!abandoned_comms) abandoned_comms = new std::vector<Comm*>;
+  abandoned_comms->push_back(comm);
 }
 
 void plugin_close(void* handle) {
   auto* comm = static_cast<Comm*>(handle);
-  char ignored[8];
-  plugin_finish(comm, ignored, sizeof ignored);
+  // Operations still pending (the caller gave up waiting) keep it alive.
+  if (!comm->started.empty()) plugin_abandon(comm);
+  if (comm->abandoned) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Comm_free(&comm->comm);
   delete comm;
 }
 
+// Records a started request, or reports why it could not start.
+int started(Comm* comm, int code, MPI_Request request, const char* what, char* err,
+            size_t err_bytes) {
+  if (code != MPI_SUCCESS) return report(err, err_bytes, what, code);
+  comm->started.push_back(request);
+  return 0;
+}
+
 int plugin_all_reduce(void* handle, void* data, int64_t count, int32_t dtype, int32_t op,
-                      int32_t start, char* err, size_t err_bytes) {
+                      char* err, size_t err_bytes) {
   auto* comm = static_cast<Comm*>(handle);
   MPI_Datatype type;
   MPI_Op mpi_op;
@@ -185,16 +240,9 @@ int plugin_all_reduce(void* handle, void* data, int64_t count, int32_t dtype, in
   for (int64_t done = 0; done < count;) {
     const int piece = static_cast<int>(std::min<int64_t>(count - done, INT_MAX / 8));
     void* at = bytes + static_cast<size_t>(done) * element_bytes(dtype);
-    int code;
-    if (start) {
-      MPI_Request request;
-      code = MPI_Iallreduce(MPI_IN_PLACE, at, piece, type, mpi_op, comm->comm, &request);
-      if (code == MPI_SUCCESS) comm->started.push_back(request);
-    } else {
-      code = MPI_Allreduce(MPI_IN_PLACE, at, piece, type, mpi_op, comm->comm);
-    }
-    if (code != MPI_SUCCESS)
-      return report(err, err_bytes, start ? "MPI_Iallreduce" : "MPI_Allreduce", code);
+    MPI_Request request;
+    const int code = MPI_Iallreduce(MPI_IN_PLACE, at, piece, type, mpi_op, comm->comm, &request);
+    if (started(comm, code, request, "MPI_Iallreduce", err, err_bytes)) return 1;
     done += piece;
   }
   return 0;
@@ -206,8 +254,9 @@ int plugin_broadcast(void* handle, void* data, size_t bytes, int32_t root, char*
   auto* at = static_cast<char*>(data);
   for (size_t done = 0; done < bytes;) {
     const int piece = static_cast<int>(std::min<size_t>(bytes - done, INT_MAX / 2));
-    const int code = MPI_Bcast(at + done, piece, MPI_BYTE, root, comm->comm);
-    if (code != MPI_SUCCESS) return report(err, err_bytes, "MPI_Bcast", code);
+    MPI_Request request;
+    const int code = MPI_Ibcast(at + done, piece, MPI_BYTE, root, comm->comm, &request);
+    if (started(comm, code, request, "MPI_Ibcast", err, err_bytes)) return 1;
     done += static_cast<size_t>(piece);
   }
   return 0;
@@ -224,13 +273,14 @@ int plugin_all_gather(void* handle, const void* send, void* recv, size_t bytes, 
   int rank = 0;
   MPI_Comm_rank(comm->comm, &rank);
   const bool in_place = send == static_cast<const char*>(recv) + static_cast<size_t>(rank) * bytes;
-  const int code = MPI_Allgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(bytes), MPI_BYTE,
-                                 recv, static_cast<int>(bytes), MPI_BYTE, comm->comm);
-  return code == MPI_SUCCESS ? 0 : report(err, err_bytes, "MPI_Allgather", code);
+  MPI_Request request;
+  const int code = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(bytes), MPI_BYTE,
+                                  recv, static_cast<int>(bytes), MPI_BYTE, comm->comm, &request);
+  return started(comm, code, request, "MPI_Iallgather", err, err_bytes);
 }
 
 int plugin_reduce_scatter(void* handle, const void* send, void* recv, int64_t count, int32_t dtype,
-                          int32_t op, int32_t start, char* err, size_t err_bytes) {
+                          int32_t op, char* err, size_t err_bytes) {
   auto* comm = static_cast<Comm*>(handle);
   MPI_Datatype type;
   MPI_Op mpi_op;
@@ -241,19 +291,10 @@ int plugin_reduce_scatter(void* handle, const void* send, void* recv, int64_t co
                   static_cast<long long>(count));
     return 1;
   }
-  int code;
-  if (start) {
-    MPI_Request request;
-    code = MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), type, mpi_op, comm->comm,
-                                     &request);
-    if (code == MPI_SUCCESS) comm->started.push_back(request);
-  } else {
-    code = MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), type, mpi_op, comm->comm);
-  }
-  return code == MPI_SUCCESS
-             ? 0
-             : report(err, err_bytes,
-                      start ? "MPI_Ireduce_scatter_block" : "MPI_Reduce_scatter_block", code);
+  MPI_Request request;
+  const int code = MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), type, mpi_op,
+                                             comm->comm, &request);
+  return started(comm, code, request, "MPI_Ireduce_scatter_block", err, err_bytes);
 }
 
 int plugin_progress(void* handle, char* err, size_t err_bytes) {
@@ -276,8 +317,8 @@ const char* plugin_library_version() {
 
 const ampx_mpi_plugin table = {AMPX_MPI_PLUGIN_ABI,   plugin_open,      plugin_close,
                                plugin_all_reduce,     plugin_broadcast, plugin_all_gather,
-                               plugin_reduce_scatter, plugin_progress,  plugin_finish,
-                               plugin_library_version};
+                               plugin_reduce_scatter, plugin_progress,  plugin_wait,
+                               plugin_abandon,        plugin_library_version};
 
 }  // namespace
 

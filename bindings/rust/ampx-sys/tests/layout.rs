@@ -1,81 +1,69 @@
-//! Checks the `#[repr(C)]` declarations against the C header: sizes,
-//! alignments and offsets measured by a C compiler (see build.rs), hand-made
-//! expectations for 64-bit targets, and every `AMPX_API` function of the
-//! header declared here with the same number of parameters.
+//! Checks the generated `#[repr(C)]` declarations against the C header:
+//! every line of the C layout probe (sizes, alignments and offsets of every
+//! struct, measured by the C compiler in build.rs) against the generated
+//! `ampx_sys::layout::rust()` table, and against clang's table checked in
+//! next to the probe; hand-made expectations for 64-bit targets; every
+//! `AMPX_API` function of the header declared here with the same number of
+//! parameters.
 use ampx_sys as sys;
-use std::mem::{align_of, size_of, MaybeUninit};
+use std::mem::size_of;
 
-/// `offset_of!` for toolchains older than Rust 1.77.
-macro_rules! offset_of {
-    ($ty:ty, $field:ident) => {{
-        let value = MaybeUninit::<$ty>::uninit();
-        let base = value.as_ptr();
-        // SAFETY: only the address of the field is taken, nothing is read.
-        let field = unsafe { std::ptr::addr_of!((*base).$field) };
-        field as usize - base as usize
-    }};
+mod c {
+    include!(concat!(env!("OUT_DIR"), "/c_layout.rs"));
 }
 
-/// (key, value) pairs as the Rust compiler lays the structs out, with the
-/// same keys as the table build.rs makes with a C compiler.
-fn rust_layout() -> Vec<(String, usize)> {
-    let mut v = Vec::new();
-    macro_rules! layout {
-        ($($ty:ident { $($field:ident),* })*) => {$(
-            v.push((format!("sizeof {}", stringify!($ty)), size_of::<sys::$ty>()));
-            v.push((format!("alignof {}", stringify!($ty)), align_of::<sys::$ty>()));
-            $(v.push((
-                format!("offsetof {}.{}", stringify!($ty), stringify!($field)),
-                offset_of!(sys::$ty, $field),
-            ));)*
-        )*};
+use sys::ampx_offset_of as offset_of;
+
+/// The differences between a table of (fact, bytes) and the Rust layout:
+/// a fact the other side lacks, or another value.
+fn compare(other: &[(String, usize)], what: &str) -> Vec<String> {
+    let rust = sys::layout::rust();
+    let mut problems = Vec::new();
+    for (key, value) in other {
+        match rust.iter().find(|(k, _)| k == key) {
+            Some((_, r)) if r == value => {}
+            Some((_, r)) => problems.push(format!("{key}: {what} {value}, Rust {r}")),
+            None => problems.push(format!("{key}: in {what}, not in ampx_sys::layout")),
+        }
     }
-    layout! {
-        ampx_allocator { struct_size, alloc, free, user_data }
-        ampx_context_options { struct_size, device_type, device_index, num_threads, seed, allocator, cuda_stream }
-        ampx_memory_stats { struct_size, current_bytes, peak_bytes, allocation_count, reserved_bytes }
-        ampx_sgd_options { struct_size, lr, momentum, dampening, weight_decay, nesterov, maximize }
-        ampx_adam_options { struct_size, lr, beta1, beta2, eps, weight_decay, amsgrad, maximize, decoupled_weight_decay }
-        ampx_scaler_options { struct_size, init_scale, growth_factor, backoff_factor, growth_interval, enabled, hysteresis, min_scale, max_scale, consecutive_hysteresis, clamp_to_max_scale }
-        ampx_scaler_counters { struct_size, updates, skipped, backoffs, growths }
-        ampx_scaler_state { struct_size, scale, growth_factor, backoff_factor, growth_interval, growth_tracker, hysteresis, hysteresis_left, min_scale, max_scale, counters, consecutive_hysteresis, clamp_to_max_scale }
-        ampx_nonfinite_grad { param, name, nan_count, inf_count }
-        ampx_autocast_options { struct_size, dtype, enabled, cache }
-        ampx_data_parallel_options { struct_size, bucket_bytes, first_bucket_bytes, average, reduce_in_fp32, overlap, zero_stage }
-        ampx_data_parallel_stats { struct_size, rank, world_size, bucket_count, bucket_bytes, buckets_launched, last_launched_early, reductions, optimizer_state_bytes, shard_elements }
-        ampx_doctor_options { struct_size, interval, history }
-        ampx_doctor_overview { struct_size, steps, sample_step, sample_scale, param_count, history_count, finding_count, missed_steps }
-        ampx_doctor_param_stats { struct_size, index, name, param_dtype, grad_dtype, elements, histogram, amax, amax_scaled, grad_norm, fp16_zero_unscaled, fp16_subnormal_unscaled, fp16_zero_scaled, fp16_subnormal_scaled, fp16_overflow_scaled, headroom, headroom_unbounded, lost_update_fraction, lost_without_master_fraction }
-        ampx_doctor_sample { step, scale, found_inf, sampled, grad_norm, first_overflow_param, overflow_params, fp16_lost_scaled, fp16_lost_unscaled }
-        ampx_doctor_finding { struct_size, code, cause, param, param_name, first_step, last_step, message }
-        ampx_safetensors_entry { struct_size, name, dtype, dtype_name, ndim, shape, offset, nbytes }
-        ampx_lr_schedule { struct_size, warmup_steps, warmup_start_factor, decay, total_steps, end_factor, min_lr, step_size, gamma }
-        ampx_attention_options { struct_size, causal, scale, dropout_p }
-        ampx_conv2d_options { struct_size, stride, padding, dilation, groups }
-        ampx_pool2d_options { struct_size, stride, padding, dilation, ceil_mode, count_include_pad, divisor_override }
-        ampx_cross_entropy_options { struct_size, reduction, ignore_index, label_smoothing }
+    for (key, _) in &rust {
+        if !other.iter().any(|(k, _)| k == key) {
+            problems.push(format!("{key}: in ampx_sys::layout, not in {what}"));
+        }
     }
-    v
+    problems
 }
 
 #[test]
 fn layouts_match_the_c_compiler() {
-    let c = sys::c_layout::C_LAYOUT;
-    if c.is_empty() {
-        eprintln!("layout: no C compiler ran at build time; only the hand-made checks apply");
+    if c::C_LAYOUT.is_empty() {
+        eprintln!("layout: no C compiler ran at build time ({}); clang's table still applies", c::C_LAYOUT_MISSING);
         return;
     }
-    let rust = rust_layout();
-    assert_eq!(rust.len(), c.len(), "the build script and this test list different fields");
-    let mut mismatches = Vec::new();
-    for (key, value) in &rust {
-        match c.iter().find(|(k, _)| k == key) {
-            Some((_, c_value)) if c_value == value => {}
-            Some((_, c_value)) => mismatches.push(format!("{key}: C {c_value}, Rust {value}")),
-            None => mismatches.push(format!("{key}: not measured in C")),
-        }
-    }
-    assert!(mismatches.is_empty(), "layout mismatches:\n{}", mismatches.join("\n"));
+    let probe: Vec<(String, usize)> = c::C_LAYOUT.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    // Every struct: its sizeof and alignof lines, and one line per field.
+    assert!(probe.iter().filter(|(k, _)| k.starts_with("sizeof ")).count() >= 24, "{probe:?}");
+    let problems = compare(&probe, "the C compiler");
+    assert!(problems.is_empty(), "layout mismatches:\n{}", problems.join("\n"));
+}
+
+/// bindings/layout/ampx_layout.txt: the same facts as clang computed them
+/// for x86-64 Linux when the bindings were generated.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[test]
+fn layouts_match_clangs_table() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../layout/ampx_layout.txt");
+    let text = std::fs::read_to_string(path).expect("read bindings/layout/ampx_layout.txt");
+    let table: Vec<(String, usize)> = text
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+        .map(|line| {
+            let (key, value) = line.rsplit_once(' ').expect("a `fact bytes` line");
+            (key.to_string(), value.parse().expect("a byte count"))
+        })
+        .collect();
+    let problems = compare(&table, "clang's table");
+    assert!(problems.is_empty(), "layout mismatches:\n{}", problems.join("\n"));
 }
 
 /// Values computed by hand for LP64 targets (x86_64, aarch64): size_t and
@@ -88,7 +76,7 @@ fn layouts_match_hand_computed_lp64_values() {
     assert_eq!(offset_of!(sys::ampx_context_options, seed), 24);
     assert_eq!(offset_of!(sys::ampx_context_options, allocator), 32);
     assert_eq!(offset_of!(sys::ampx_context_options, cuda_stream), 64);
-    // ampx_segment's `fn` is `fn_` in Rust, so it is checked here by hand.
+    // ampx_segment's `fn` is `fn_` in Rust (a keyword).
     assert_eq!(size_of::<sys::ampx_segment>(), 32);
     assert_eq!(offset_of!(sys::ampx_segment, fn_), 8);
     assert_eq!(offset_of!(sys::ampx_segment, release), 24);
@@ -164,7 +152,7 @@ fn default_options_report_their_struct_size() {
         let autocast = sys::ampx_autocast_options_default();
         assert_eq!(autocast.struct_size, size_of::<sys::ampx_autocast_options>());
         assert_eq!(autocast.dtype, sys::AMPX_F16);
-        assert_eq!(sys::ampx_version(), sys::AMPX_VERSION_NUMBER);
+        assert_eq!(sys::ampx_version(), sys::AMPX_VERSION_NUMBER as u32);
         let dp = sys::ampx_data_parallel_options_default();
         assert_eq!(dp.struct_size, size_of::<sys::ampx_data_parallel_options>());
         assert_eq!((dp.bucket_bytes, dp.first_bucket_bytes), (25 << 20, 1 << 20));
@@ -183,6 +171,37 @@ fn default_options_report_their_struct_size() {
         assert_eq!((pool.stride, pool.padding, pool.dilation), ([0, 0], [0, 0], [1, 1]));
         assert_eq!((pool.ceil_mode, pool.count_include_pad, pool.divisor_override), (0, 1, 0));
     }
+}
+
+/// The generated `*_INIT` constants (the header's macros as clang evaluated
+/// them) equal what the library's `_default()` functions return.
+#[test]
+fn init_constants_equal_the_library_defaults() {
+    macro_rules! same {
+        ($($init:ident == $default:ident;)*) => {$(
+            // SAFETY: thread-safe, no arguments.
+            let library = unsafe { sys::$default() };
+            assert_eq!(format!("{:?}", sys::$init), format!("{:?}", library), stringify!($init));
+        )*};
+    }
+    same! {
+        AMPX_CONTEXT_OPTIONS_INIT == ampx_context_options_default;
+        AMPX_SGD_OPTIONS_INIT == ampx_sgd_options_default;
+        AMPX_ADAM_OPTIONS_INIT == ampx_adam_options_default;
+        AMPX_ADAMW_OPTIONS_INIT == ampx_adamw_options_default;
+        AMPX_SCALER_OPTIONS_INIT == ampx_scaler_options_default;
+        AMPX_AUTOCAST_OPTIONS_INIT == ampx_autocast_options_default;
+        AMPX_CROSS_ENTROPY_OPTIONS_INIT == ampx_cross_entropy_options_default;
+        AMPX_ATTENTION_OPTIONS_INIT == ampx_attention_options_default;
+        AMPX_CONV2D_OPTIONS_INIT == ampx_conv2d_options_default;
+        AMPX_POOL2D_OPTIONS_INIT == ampx_pool2d_options_default;
+        AMPX_DATA_PARALLEL_OPTIONS_INIT == ampx_data_parallel_options_default;
+        AMPX_DOCTOR_OPTIONS_INIT == ampx_doctor_options_default;
+        AMPX_LR_SCHEDULE_INIT == ampx_lr_schedule_default;
+    }
+    // The function-like macro, at both ends of its range.
+    assert_eq!(sys::AMPX_DOCTOR_BIN_BINADE(-64), 2);
+    assert_eq!(sys::AMPX_DOCTOR_BIN_BINADE(15), sys::AMPX_DOCTOR_BIN_HUGE - 1);
 }
 
 /// Every `AMPX_API` function of the header, with its parameter count.

@@ -145,14 +145,7 @@ impl Autocast {
     }
 }
 
-impl Drop for Autocast {
-    /// Releases the policy (`ampx_autocast_release`).
-    fn drop(&mut self) {
-        // SAFETY: we own it; no guard borrows it, so it is not entered
-        // through this binding.
-        unsafe { sys::ampx_autocast_release(self.as_raw()) }
-    }
-}
+owns_reference!(Autocast, release: sys::ampx_autocast_release);
 
 impl std::fmt::Debug for Autocast {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

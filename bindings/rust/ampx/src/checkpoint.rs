@@ -9,8 +9,10 @@
 //!   the call fails, otherwise when the recompute record goes), and the
 //!   hook frees the boxed closure.
 //! * Unwinding. A panic must not cross the C boundary: the trampoline
-//!   catches it and returns an error status, and keeps the Rust error in a
-//!   thread-local, which the checkpoint or backward call then reports.
+//!   catches it and returns an error status with its message
+//!   (`ampx_set_error`, as for an `Err` of the closure), and keeps the Rust
+//!   error in a thread-local, which the checkpoint or backward call then
+//!   returns.
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::ffi::c_void;
@@ -20,7 +22,7 @@ use std::ptr;
 use ampx_sys as sys;
 
 use crate::context::Context;
-use crate::error::{check_with_segments, clear_segment_error, set_segment_error, Error, Result, Status};
+use crate::error::{check_with_segments, Callback, Error, Result, Status};
 use crate::ops::run_outputs;
 use crate::tensor::Tensor;
 
@@ -31,16 +33,6 @@ struct Segment<F> {
     /// the `checkpoint` call, which may outlive the box (it is released
     /// before that call returns when nothing is recorded).
     keep: Rc<RefCell<Vec<Tensor>>>,
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic with a non-string payload".to_string()
-    }
 }
 
 unsafe extern "C" fn trampoline<F>(
@@ -76,18 +68,7 @@ where
         *keep = produced;
         Ok(())
     };
-    match catch_unwind(AssertUnwindSafe(run)) {
-        Ok(Ok(())) => sys::AMPX_OK,
-        Ok(Err(e)) => {
-            let code = e.status().code();
-            set_segment_error(e);
-            if code == sys::AMPX_OK { sys::AMPX_ERR_INTERNAL } else { code }
-        }
-        Err(payload) => {
-            set_segment_error(Error::panicked(format!("the segment panicked: {}", panic_message(&*payload))));
-            sys::AMPX_ERR_INTERNAL
-        }
-    }
+    Callback::Segment.run(run)
 }
 
 unsafe extern "C" fn free_segment<F>(user_data: *mut c_void) {
@@ -111,7 +92,7 @@ where
     };
     let raw_inputs: Vec<sys::ampx_tensor> = inputs.iter().map(|t| t.as_raw()).collect();
     let mut outputs = vec![ptr::null_mut(); output_count];
-    clear_segment_error();
+    Callback::Segment.clear();
     // Once the library has the segment, its release hook frees the box.
     let handed = std::cell::Cell::new(false);
     let result = run_outputs(ctx.as_raw(), &mut outputs, |out| {

@@ -12,7 +12,9 @@ use crate::optim::Optimizer;
 use crate::scaler::Scaler;
 use crate::tensor::Tensor;
 
-fn path_arg(path: &Path) -> Result<CString> {
+/// A path as the C API takes it (`what` names it in errors: "a checkpoint
+/// path").
+pub(crate) fn path_arg(path: &Path, what: &str) -> Result<CString> {
     #[cfg(unix)]
     let bytes = {
         use std::os::unix::ffi::OsStrExt;
@@ -21,10 +23,10 @@ fn path_arg(path: &Path) -> Result<CString> {
     #[cfg(not(unix))]
     let bytes = path
         .to_str()
-        .ok_or_else(|| Error::new(Status::InvalidArgument, "a checkpoint path that is not UTF-8"))?
+        .ok_or_else(|| Error::new(Status::InvalidArgument, format!("{what} that is not UTF-8")))?
         .as_bytes()
         .to_vec();
-    CString::new(bytes).map_err(|_| Error::new(Status::InvalidArgument, "a checkpoint path with a NUL byte"))
+    CString::new(bytes).map_err(|_| Error::new(Status::InvalidArgument, format!("{what} with a NUL byte")))
 }
 
 type Call = unsafe extern "C" fn(
@@ -36,7 +38,7 @@ type Call = unsafe extern "C" fn(
 ) -> sys::ampx_status;
 
 fn call(f: Call, path: &Path, tensors: &[&Tensor], optimizer: Option<&Optimizer>, scaler: Option<&Scaler>) -> Result<()> {
-    let path = path_arg(path)?;
+    let path = path_arg(path, "a checkpoint path")?;
     let raw: Vec<sys::ampx_tensor> = tensors.iter().map(|t| t.as_raw()).collect();
     let optimizer = optimizer.map_or(ptr::null_mut(), Optimizer::as_raw);
     let scaler = scaler.map_or(ptr::null_mut(), Scaler::as_raw);

@@ -56,7 +56,8 @@ pub struct MemoryStats {
 /// An ampx context (`ampx_context`): one device (the CPU or a CUDA device
 /// with its stream), an allocator, memory statistics and the autograd state.
 ///
-/// `Clone` adds a reference (`ampx_context_retain`) and `Drop` releases one.
+/// `Clone` adds a reference (`ampx_context_retain`) and `Drop` releases one;
+/// `==` is the same context (handle identity).
 /// Every tensor, optimizer, scaler and autocast policy keeps its context
 /// alive inside the library, so they may outlive every `Context` value; the
 /// context's tape, scopes and autocast regions are dropped when the last
@@ -220,6 +221,16 @@ impl Context {
         Ok(Scope { ctx: self })
     }
 
+    /// The number of scopes open on the context (`ampx_scope_depth`): those
+    /// of [`Context::scope`] guards alive, and any that C code sharing the
+    /// context has pushed.
+    pub fn scope_depth(&self) -> Result<usize> {
+        let mut depth = 0;
+        // SAFETY: live handle, valid out pointer.
+        check(unsafe { sys::ampx_scope_depth(self.as_raw(), &mut depth) })?;
+        Ok(depth as usize)
+    }
+
     /// Gradient checkpointing (`ampx_checkpoint_segment`, torch.utils.checkpoint):
     /// runs `segment` on `inputs` without keeping its intermediate
     /// activations, and runs it again when backward reaches it. Returns the
@@ -242,34 +253,7 @@ impl Context {
     }
 }
 
-impl Clone for Context {
-    /// Adds a reference (`ampx_context_retain`).
-    fn clone(&self) -> Self {
-        // SAFETY: the handle is live while `self` lives, so retain succeeds.
-        let status = unsafe { sys::ampx_context_retain(self.as_raw()) };
-        if let Err(e) = check(status) {
-            panic!("ampx_context_retain failed on a live context: {e}");
-        }
-        Context { raw: self.raw }
-    }
-}
-
-impl Drop for Context {
-    /// Releases this reference (`ampx_context_release`).
-    fn drop(&mut self) {
-        // SAFETY: we own one reference.
-        unsafe { sys::ampx_context_release(self.as_raw()) }
-    }
-}
-
-impl PartialEq for Context {
-    /// The same context (handle identity).
-    fn eq(&self, other: &Self) -> bool {
-        self.raw == other.raw
-    }
-}
-
-impl Eq for Context {}
+owns_reference!(Context, release: sys::ampx_context_release, retain: sys::ampx_context_retain);
 
 impl fmt::Debug for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,7 +1,7 @@
 //! Errors: every non-OK status of the C API becomes an [`Error`] carrying the
 //! status and the library's message (`ampx_last_error()`).
 use std::cell::RefCell;
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::fmt;
 
 use ampx_sys as sys;
@@ -169,6 +169,50 @@ pub(crate) unsafe fn static_str(ptr: *const std::os::raw::c_char) -> &'static st
     CStr::from_ptr(ptr).to_str().unwrap_or("<non-UTF-8>")
 }
 
+/// The status a Rust callback (a checkpointed segment, a grad-ready hook)
+/// returns to the library for `error`, after making the error's message
+/// the thread's last error (`ampx_set_error`): the ampx call that ran the
+/// callback then fails with the callback's own words, for C code reading
+/// `ampx_last_error()` as for [`Error::last`]. Never `AMPX_OK`.
+pub(crate) fn callback_status(error: &Error) -> sys::ampx_status {
+    let code = match error.status.code() {
+        sys::AMPX_OK => sys::AMPX_ERR_INTERNAL,
+        code => code,
+    };
+    // A C string cannot hold NUL: such bytes become U+FFFD.
+    let message = CString::new(error.message.replace('\0', "\u{fffd}")).unwrap_or_default();
+    // SAFETY: a NUL-terminated message, borrowed for the call only.
+    unsafe { sys::ampx_set_error(code, message.as_ptr()) }
+}
+
+/// The text of a caught panic's payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-string payload".to_string()
+    }
+}
+
+/// `text` as a C string; `what` names it in the error for a NUL byte.
+pub(crate) fn c_string(text: &str, what: &str) -> Result<CString> {
+    CString::new(text).map_err(|_| Error::new(Status::InvalidArgument, format!("{what} contains a NUL byte")))
+}
+
+/// Copies a C string the library owns ("" for NULL).
+///
+/// # Safety
+/// `ptr` must be NULL or a NUL-terminated string valid during the call.
+pub(crate) unsafe fn owned_string(ptr: *const std::os::raw::c_char) -> String {
+    if ptr.is_null() {
+        String::new()
+    } else {
+        CStr::from_ptr(ptr).to_string_lossy().into_owned()
+    }
+}
+
 /// Turns a status into `Ok(())` or the library's error.
 pub(crate) fn check(status: sys::ampx_status) -> Result<()> {
     match Status::from_code(status) {
@@ -178,63 +222,89 @@ pub(crate) fn check(status: sys::ampx_status) -> Result<()> {
 }
 
 thread_local! {
-    /// The error of the last failing Rust checkpoint segment on this thread:
-    /// a callback cannot set `ampx_last_error()`, so the binding keeps its
-    /// message here and reports it instead of the library's stale one.
     static SEGMENT_ERROR: RefCell<Option<Error>> = const { RefCell::new(None) };
+    static HOOK_ERROR: RefCell<Option<Error>> = const { RefCell::new(None) };
 }
 
-pub(crate) fn set_segment_error(error: Error) {
-    SEGMENT_ERROR.with(|slot| *slot.borrow_mut() = Some(error));
+/// A kind of Rust callback that ampx runs inside its own calls. The error of
+/// the last one of a kind that failed on this thread waits in that kind's
+/// slot: the library hears its status and message (`callback_status`); the
+/// binding keeps the `Error` itself too, to return it whole -- a panic stays
+/// a panic (`Error::is_panic`) -- when the C call comes back.
+#[derive(Clone, Copy)]
+pub(crate) enum Callback {
+    /// A checkpointed segment (`Context::checkpoint`).
+    Segment,
+    /// The grad-ready hook (`Context::set_grad_ready_hook`).
+    Hook,
 }
 
-pub(crate) fn clear_segment_error() {
-    SEGMENT_ERROR.with(|slot| slot.borrow_mut().take());
+impl Callback {
+    fn slot(self) -> &'static std::thread::LocalKey<RefCell<Option<Error>>> {
+        match self {
+            Callback::Segment => &SEGMENT_ERROR,
+            Callback::Hook => &HOOK_ERROR,
+        }
+    }
+
+    /// Empties the slot, before a call that may run this callback.
+    pub(crate) fn clear(self) {
+        self.take();
+    }
+
+    fn take(self) -> Option<Error> {
+        self.slot().with(|slot| slot.borrow_mut().take())
+    }
+
+    /// Runs a callback's body for ampx: `AMPX_OK`, or, when it fails or
+    /// panics (caught: a panic must not unwind into C), the status for ampx
+    /// with its error kept in the slot.
+    pub(crate) fn run(self, body: impl FnOnce() -> Result<()>) -> sys::ampx_status {
+        let error = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+            Ok(Ok(())) => return sys::AMPX_OK,
+            Ok(Err(e)) => e,
+            Err(payload) => {
+                let what = match self {
+                    Callback::Segment => "the segment",
+                    Callback::Hook => "the hook",
+                };
+                Error::panicked(format!("{what} panicked: {}", panic_message(&*payload)))
+            }
+        };
+        let code = callback_status(&error);
+        self.slot().with(|slot| *slot.borrow_mut() = Some(error));
+        code
+    }
+
+    /// The error of `function`, a call that ran the callback, which failed with `e`.
+    fn failed(self, function: &str, e: Error) -> Error {
+        let what = match self {
+            Callback::Segment => "the checkpointed segment",
+            Callback::Hook => "the grad-ready hook",
+        };
+        Error { status: e.status, message: format!("{function}: {what} failed: {}", e.message), panic: e.panic }
+    }
 }
 
 /// As [`check`], for calls that may run Rust segments (checkpoint, backward):
 /// when a segment failed during the call, its error is reported.
 pub(crate) fn check_with_segments(status: sys::ampx_status, function: &str) -> Result<()> {
     let library = check(status);
-    let segment = SEGMENT_ERROR.with(|slot| slot.borrow_mut().take());
-    match (library, segment) {
+    match (library, Callback::Segment.take()) {
         (Ok(()), _) => Ok(()),
-        (Err(_), Some(e)) => Err(Error {
-            status: e.status,
-            message: format!("{function}: the checkpointed segment failed: {}", e.message),
-            panic: e.panic,
-        }),
+        (Err(_), Some(e)) => Err(Callback::Segment.failed(function, e)),
         (Err(e), None) => Err(e),
     }
-}
-
-thread_local! {
-    /// The error of the last failing Rust grad-ready hook on this thread,
-    /// kept for the same reason as SEGMENT_ERROR.
-    static HOOK_ERROR: RefCell<Option<Error>> = const { RefCell::new(None) };
-}
-
-pub(crate) fn set_hook_error(error: Error) {
-    HOOK_ERROR.with(|slot| *slot.borrow_mut() = Some(error));
-}
-
-pub(crate) fn clear_hook_error() {
-    HOOK_ERROR.with(|slot| slot.borrow_mut().take());
 }
 
 /// As [`check`], for calls that may run a Rust grad-ready hook (backward,
 /// grad_ready): when the hook failed during the call, its error is reported;
 /// otherwise as [`check_with_segments`].
 pub(crate) fn check_with_hooks(status: sys::ampx_status, function: &str) -> Result<()> {
-    let hook = HOOK_ERROR.with(|slot| slot.borrow_mut().take());
-    match hook {
+    match Callback::Hook.take() {
         Some(e) if status != sys::AMPX_OK => {
-            SEGMENT_ERROR.with(|slot| slot.borrow_mut().take());
-            Err(Error {
-                status: e.status,
-                message: format!("{function}: the grad-ready hook failed: {}", e.message),
-                panic: e.panic,
-            })
+            Callback::Segment.clear();
+            Err(Callback::Hook.failed(function, e))
         }
         _ => check_with_segments(status, function),
     }

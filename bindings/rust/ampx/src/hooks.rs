@@ -4,9 +4,9 @@
 //! exactly once -- when the hook is replaced or removed, when the program's
 //! last context reference goes, or at once when the call fails -- so the box
 //! is freed there and nowhere else. A panic must not cross the C boundary:
-//! the trampoline catches it and keeps the error in a thread-local that
-//! backward or grad_ready then reports (a callback cannot set
-//! `ampx_last_error`).
+//! the trampoline catches it. An error or a caught panic is handed to the
+//! library as a status and message (`ampx_set_error`) and kept whole in a
+//! thread-local, which backward or grad_ready then returns.
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -15,18 +15,8 @@ use std::ptr;
 use ampx_sys as sys;
 
 use crate::context::Context;
-use crate::error::{check, set_hook_error, Error, Result, Status};
+use crate::error::{check, Callback, Error, Result, Status};
 use crate::tensor::Tensor;
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic with a non-string payload".to_string()
-    }
-}
 
 unsafe extern "C" fn trampoline<F>(user_data: *mut c_void, param: sys::ampx_tensor) -> sys::ampx_status
 where
@@ -43,18 +33,7 @@ where
         let param = Tensor::from_borrowed(param)?;
         (*f)(&param)
     };
-    match catch_unwind(AssertUnwindSafe(run)) {
-        Ok(Ok(())) => sys::AMPX_OK,
-        Ok(Err(e)) => {
-            let code = e.status().code();
-            set_hook_error(e);
-            if code == sys::AMPX_OK { sys::AMPX_ERR_INTERNAL } else { code }
-        }
-        Err(payload) => {
-            set_hook_error(Error::panicked(format!("the hook panicked: {}", panic_message(&*payload))));
-            sys::AMPX_ERR_INTERNAL
-        }
-    }
+    Callback::Hook.run(run)
 }
 
 unsafe extern "C" fn release<F>(user_data: *mut c_void) {

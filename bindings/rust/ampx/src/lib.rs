@@ -66,6 +66,56 @@
 //! drop(region);
 //! ```
 //!
+//! The same holds for the handles of the experimental sections: a
+//! [`Doctor`], a [`SafetensorsFile`], a [`Communicator`] or a
+//! [`DataParallel`] is released by `Drop`, once, and cannot be used after:
+//!
+//! ```compile_fail
+//! # use ampx::{Context, Doctor, Optimizer, SgdOptions, Tensor};
+//! let ctx = Context::new().unwrap();
+//! let w = Tensor::from_slice(&ctx, &[2], &[1.0f32, 2.0]).unwrap();
+//! let opt = Optimizer::sgd(&ctx, &[&w], &SgdOptions::default()).unwrap();
+//! let doctor = Doctor::new(&ctx, &opt, &Default::default()).unwrap();
+//! drop(doctor); // detaches and releases it
+//! doctor.examine().unwrap(); // error[E0382]: use of moved value
+//! ```
+//!
+//! # Higher-order gradients
+//!
+//! [`grad`] is torch.autograd.grad: gradients of outputs with respect to
+//! inputs, returned (not accumulated), `None` for an unused input with
+//! [`GradOptions::allow_unused`]; with [`GradOptions::create_graph`] they
+//! are recorded and can be differentiated again (eikonal and
+//! gradient-penalty losses, Hessian-vector products).
+//! [`Tensor::backward_with`] adds torch's `retain_graph` and `create_graph`
+//! to backward, and [`Scaler::unscale_tensor`] unscales the gradients of a
+//! scaled loss on the device (the gradient-penalty recipe of ampx.h,
+//! section 9).
+//!
+//! ```no_run
+//! # fn main() -> ampx::Result<()> {
+//! use ampx::{grad, Context, GradOptions, Tensor};
+//! let ctx = Context::new()?;
+//! let x = Tensor::from_slice(&ctx, &[3], &[0.5f32, 1.0, 2.0])?;
+//! x.set_requires_grad(true)?;
+//! let y = x.mul(&x)?.mul(&x)?.sum()?; // sum of x^3
+//! let g = grad(&[&y], &[&x], None, &GradOptions::default().create_graph(true))?; // 3x^2
+//! let g = g[0].as_ref().expect("x is used");
+//! let h = grad(&[&g.sum()?], &[&x], None, &GradOptions::default())?; // 6x
+//! # let _ = h; Ok(()) }
+//! ```
+//!
+//! # Experimental sections
+//!
+//! - Data-parallel training ([`dist`]): a [`Communicator`] from the host's
+//!   MPI communicator (`unsafe`: it takes the address of the `MPI_Comm`) or
+//!   from NCCL, and a [`DataParallel`] wrapper of an optimizer that
+//!   all-reduces the gradients during backward.
+//! - The precision doctor ([`doctor`]): [`Doctor`] watches an optimizer and
+//!   reports gradient histograms, fp16 underflow and overflow, the scale
+//!   history and findings, and writes an HTML report.
+//! - safetensors files: [`save_safetensors`], [`SafetensorsFile`].
+//!
 //! # Threads: why nothing here is `Send` or `Sync`
 //!
 //! ampx's rule is: *a context and every object made from it may be used by
@@ -90,27 +140,103 @@
 //! ```
 #![warn(missing_docs)]
 
+/// Implements `Default` (the library's defaults, from `$default`),
+/// `from_raw` and `to_raw` for an options struct whose fields mirror those
+/// of the C options struct `$raw`: numbers as they are, flags as `bool`
+/// (`int32_t` 0 or 1 in C). `to_raw` starts from the library's defaults, so
+/// `struct_size` and any field the struct leaves out keep theirs.
+macro_rules! mirror_options {
+    ($name:ident, $raw:ty, $default:path, numbers: [$($number:ident),*], flags: [$($flag:ident),*]) => {
+        impl Default for $name {
+            fn default() -> Self {
+                // SAFETY: thread-safe, no arguments.
+                $name::from_raw(unsafe { $default() })
+            }
+        }
+
+        impl $name {
+            fn from_raw(o: $raw) -> Self {
+                $name { $($number: o.$number,)* $($flag: o.$flag != 0,)* }
+            }
+
+            fn to_raw(self) -> $raw {
+                // SAFETY: thread-safe, no arguments.
+                let mut o = unsafe { $default() };
+                $(o.$number = self.$number;)*
+                $(o.$flag = self.$flag.into();)*
+                o
+            }
+        }
+    };
+}
+
+/// For a type that owns one reference to a C object (its `as_raw()`):
+/// `Drop` releases it with `$release`. With `retain` (for a type whose only
+/// field is that `raw` handle), also `Clone`, adding a reference to the
+/// same object with `$retain`, and equality by handle (the same object, not
+/// equal contents).
+macro_rules! owns_reference {
+    ($name:ident, release: $release:path) => {
+        impl Drop for $name {
+            fn drop(&mut self) {
+                // SAFETY: the value owns one reference, released once here.
+                unsafe { $release(self.as_raw()) }
+            }
+        }
+    };
+    ($name:ident, release: $release:path, retain: $retain:path) => {
+        owns_reference!($name, release: $release);
+
+        impl Clone for $name {
+            fn clone(&self) -> Self {
+                // SAFETY: the handle is live while `self` lives, so retain succeeds.
+                let status = unsafe { $retain(self.as_raw()) };
+                if let Err(e) = crate::error::check(status) {
+                    panic!("ampx could not add a reference to a live {}: {e}", stringify!($name));
+                }
+                $name { raw: self.raw }
+            }
+        }
+
+        impl PartialEq for $name {
+            fn eq(&self, other: &Self) -> bool {
+                self.raw == other.raw
+            }
+        }
+
+        impl Eq for $name {}
+    };
+}
+
 mod autocast;
+mod autograd;
 mod checkpoint;
 mod checkpoint_file;
 mod context;
+pub mod dist;
+pub mod doctor;
 mod dtype;
 mod error;
 mod hooks;
 mod ops;
 mod optim;
+mod safetensors;
 mod scaler;
 mod tensor;
 
 pub use ampx_sys as sys;
 
 pub use crate::autocast::{Autocast, AutocastGuard, AutocastOptions, OpClass};
+pub use crate::autograd::{grad, BackwardOptions, GradOptions};
 pub use crate::checkpoint_file::{load_checkpoint, save_checkpoint};
 pub use crate::context::{Context, ContextOptions, GradModeGuard, MemoryStats, Scope};
+pub use crate::dist::{Communicator, DataParallel, DataParallelOptions, DataParallelStats};
+pub use crate::doctor::{Doctor, DoctorFinding, DoctorOptions, DoctorOverview, DoctorParamStats, DoctorSample};
 pub use crate::dtype::{Bf16, DType, Device, Element, F16};
 pub use crate::error::{Error, Result, Status};
 pub use crate::ops::{concat, Activation, AttentionOptions, Conv2dOptions, Pool2dOptions, Reduction};
 pub use crate::optim::{AdamOptions, LrDecay, LrSchedule, NonfiniteGrad, Optimizer, SgdOptions, StateKind};
+pub use crate::safetensors::{save_named_safetensors, save_safetensors, SafetensorsEntry, SafetensorsFile};
 pub use crate::scaler::{Scaler, ScalerCounters, ScalerOptions, ScalerState};
 pub use crate::tensor::Tensor;
 

@@ -131,8 +131,9 @@ impl Activation {
 /// owned tensors.
 ///
 /// While a scope is open an op's output is borrowed from the innermost
-/// scope, otherwise it is the caller's; the C API offers no way to ask which
-/// applies. So the call runs inside a scope of its own: every output is then
+/// scope, otherwise it is the caller's. Rather than ask which applies
+/// (`ampx_scope_depth`) and branch, the call runs inside a scope of its
+/// own: every output is then
 /// borrowed from that scope, retained here, and the pop drops the scope's
 /// reference -- whatever scopes the program (or C code sharing the context)
 /// has open, each `Tensor` owns exactly one reference.
@@ -146,22 +147,35 @@ pub(crate) fn run_outputs(
     outputs: &mut [sys::ampx_tensor],
     call: impl FnOnce(*mut sys::ampx_tensor) -> Result<()>,
 ) -> Result<Vec<Tensor>> {
+    run_optional_outputs(ctx, outputs, call)?
+        .into_iter()
+        .map(|t| t.ok_or_else(|| Error::new(Status::Internal, "ampx returned a NULL output")))
+        .collect()
+}
+
+/// [`run_outputs`] for calls that may leave an output NULL (`ampx_grad`
+/// with `allow_unused`): that output is `None`.
+pub(crate) fn run_optional_outputs(
+    ctx: sys::ampx_context,
+    outputs: &mut [sys::ampx_tensor],
+    call: impl FnOnce(*mut sys::ampx_tensor) -> Result<()>,
+) -> Result<Vec<Option<Tensor>>> {
     // SAFETY: `ctx` is the live context of a live input.
     match check(unsafe { sys::ampx_scope_push(ctx) }) {
         Ok(()) => {}
         Err(e) if e.status() == Status::StaleHandle => {
             call(outputs.as_mut_ptr())?;
             // SAFETY: with no scope open each output is a new reference
-            // owned by the caller.
-            return Ok(outputs.iter().map(|&raw| unsafe { Tensor::from_raw(raw) }).collect());
+            // owned by the caller (or NULL).
+            return Ok(outputs.iter().map(|&raw| (!raw.is_null()).then(|| unsafe { Tensor::from_raw(raw) })).collect());
         }
         Err(e) => return Err(e),
     }
     let result = call(outputs.as_mut_ptr()).and_then(|()| {
         outputs
             .iter()
-            // SAFETY: each output is a live handle borrowed from our scope.
-            .map(|&raw| unsafe { Tensor::from_borrowed(raw) })
+            // SAFETY: each output is NULL or a live handle borrowed from our scope.
+            .map(|&raw| if raw.is_null() { Ok(None) } else { unsafe { Tensor::from_borrowed(raw) }.map(Some) })
             .collect::<Result<Vec<_>>>()
     });
     // SAFETY: pops the scope pushed above (releasing its references).
@@ -172,7 +186,7 @@ pub(crate) fn run_outputs(
 }
 
 /// One output of an op whose first input is `first`.
-fn run_op(first: &Tensor, call: impl FnOnce(*mut sys::ampx_tensor) -> sys::ampx_status) -> Result<Tensor> {
+pub(crate) fn run_op(first: &Tensor, call: impl FnOnce(*mut sys::ampx_tensor) -> sys::ampx_status) -> Result<Tensor> {
     let ctx = first.raw_context()?;
     let mut out = [ptr::null_mut()];
     let mut tensors = run_outputs(ctx, &mut out, |out| check(call(out)))?;
@@ -306,6 +320,31 @@ impl Tensor {
         // SAFETY: live inputs.
         run_op(self, |out| unsafe {
             sys::ampx_bce_with_logits(self.as_raw(), targets.as_raw(), reduction.to_raw(), out)
+        })
+    }
+
+    /// [`Tensor::bce_with_logits`] with torch's `weight` and `pos_weight`
+    /// (`ampx_bce_with_logits_ex`; "bce_with_logits": fp32): element i's
+    /// loss is `-w_i [p_i t_i log sigmoid(x_i) + (1 - t_i) log(1 - sigmoid(x_i))]`.
+    /// `weight` (`None`: 1) rescales each element's loss, `pos_weight`
+    /// (`None`: 1) the positive term -- a `[C]` tensor applies along the
+    /// last dimension of `[..., C]` logits. Each broadcasts to the logits'
+    /// shape (aligned at the right, extents equal or 1), may be of any
+    /// floating type, and is a constant (no gradient flows to it). The mean
+    /// divides by the number of elements, whatever the weights.
+    pub fn bce_with_logits_ex(
+        &self,
+        targets: &Tensor,
+        weight: Option<&Tensor>,
+        pos_weight: Option<&Tensor>,
+        reduction: Reduction,
+    ) -> Result<Tensor> {
+        // SAFETY: no arguments; returns a struct by value.
+        let mut o = unsafe { sys::ampx_bce_with_logits_options_default() };
+        o.reduction = reduction.to_raw();
+        // SAFETY: live inputs (or NULL); o outlives the call.
+        run_op(self, |out| unsafe {
+            sys::ampx_bce_with_logits_ex(self.as_raw(), targets.as_raw(), opt(weight), opt(pos_weight), &o, out)
         })
     }
 

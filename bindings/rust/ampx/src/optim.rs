@@ -26,34 +26,8 @@ pub struct SgdOptions {
     pub maximize: bool,
 }
 
-impl Default for SgdOptions {
-    fn default() -> Self {
-        // SAFETY: thread-safe, no arguments.
-        let o = unsafe { sys::ampx_sgd_options_default() };
-        SgdOptions {
-            lr: o.lr,
-            momentum: o.momentum,
-            dampening: o.dampening,
-            weight_decay: o.weight_decay,
-            nesterov: o.nesterov != 0,
-            maximize: o.maximize != 0,
-        }
-    }
-}
-
-impl SgdOptions {
-    fn to_raw(self) -> sys::ampx_sgd_options {
-        // SAFETY: thread-safe, no arguments.
-        let mut o = unsafe { sys::ampx_sgd_options_default() };
-        o.lr = self.lr;
-        o.momentum = self.momentum;
-        o.dampening = self.dampening;
-        o.weight_decay = self.weight_decay;
-        o.nesterov = self.nesterov.into();
-        o.maximize = self.maximize.into();
-        o
-    }
-}
+mirror_options!(SgdOptions, sys::ampx_sgd_options, sys::ampx_sgd_options_default,
+                numbers: [lr, momentum, dampening, weight_decay], flags: [nesterov, maximize]);
 
 /// What follows a schedule's warm-up (`ampx_lr_decay`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,38 +144,15 @@ pub struct AdamOptions {
     pub decoupled_weight_decay: bool,
 }
 
+// `Default` is Adam's defaults (`ampx_adam_options_default`).
+mirror_options!(AdamOptions, sys::ampx_adam_options, sys::ampx_adam_options_default,
+                numbers: [lr, beta1, beta2, eps, weight_decay],
+                flags: [amsgrad, maximize, decoupled_weight_decay]);
+
 impl AdamOptions {
-    fn from_raw(o: sys::ampx_adam_options) -> Self {
-        AdamOptions {
-            lr: o.lr,
-            beta1: o.beta1,
-            beta2: o.beta2,
-            eps: o.eps,
-            weight_decay: o.weight_decay,
-            amsgrad: o.amsgrad != 0,
-            maximize: o.maximize != 0,
-            decoupled_weight_decay: o.decoupled_weight_decay != 0,
-        }
-    }
-
-    fn to_raw(self) -> sys::ampx_adam_options {
-        // SAFETY: thread-safe, no arguments.
-        let mut o = unsafe { sys::ampx_adam_options_default() };
-        o.lr = self.lr;
-        o.beta1 = self.beta1;
-        o.beta2 = self.beta2;
-        o.eps = self.eps;
-        o.weight_decay = self.weight_decay;
-        o.amsgrad = self.amsgrad.into();
-        o.maximize = self.maximize.into();
-        o.decoupled_weight_decay = self.decoupled_weight_decay.into();
-        o
-    }
-
     /// Adam's defaults (`ampx_adam_options_default`).
     pub fn adam() -> Self {
-        // SAFETY: thread-safe, no arguments.
-        AdamOptions::from_raw(unsafe { sys::ampx_adam_options_default() })
+        AdamOptions::default()
     }
 
     /// AdamW's defaults (`ampx_adamw_options_default`): weight decay 1e-2,
@@ -215,12 +166,6 @@ impl AdamOptions {
     pub fn with_lr(mut self, lr: f64) -> Self {
         self.lr = lr;
         self
-    }
-}
-
-impl Default for AdamOptions {
-    fn default() -> Self {
-        AdamOptions::adam()
     }
 }
 
@@ -489,13 +434,7 @@ fn group_index(group: usize) -> i32 {
     i32::try_from(group).unwrap_or(-1)
 }
 
-impl Drop for Optimizer {
-    /// Releases the optimizer (`ampx_optimizer_release`).
-    fn drop(&mut self) {
-        // SAFETY: we own the reference.
-        unsafe { sys::ampx_optimizer_release(self.as_raw()) }
-    }
-}
+owns_reference!(Optimizer, release: sys::ampx_optimizer_release);
 
 impl std::fmt::Debug for Optimizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

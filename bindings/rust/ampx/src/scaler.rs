@@ -5,6 +5,7 @@ use ampx_sys as sys;
 
 use crate::context::Context;
 use crate::error::{check, Result};
+use crate::ops::run_op;
 use crate::optim::Optimizer;
 use crate::tensor::Tensor;
 
@@ -34,24 +35,10 @@ pub struct ScalerOptions {
     pub clamp_to_max_scale: bool,
 }
 
-impl Default for ScalerOptions {
-    fn default() -> Self {
-        // SAFETY: thread-safe, no arguments.
-        let o = unsafe { sys::ampx_scaler_options_default() };
-        ScalerOptions {
-            init_scale: o.init_scale,
-            growth_factor: o.growth_factor,
-            backoff_factor: o.backoff_factor,
-            growth_interval: o.growth_interval,
-            enabled: o.enabled != 0,
-            hysteresis: o.hysteresis,
-            min_scale: o.min_scale,
-            max_scale: o.max_scale,
-            consecutive_hysteresis: o.consecutive_hysteresis != 0,
-            clamp_to_max_scale: o.clamp_to_max_scale != 0,
-        }
-    }
-}
+mirror_options!(ScalerOptions, sys::ampx_scaler_options, sys::ampx_scaler_options_default,
+                numbers: [init_scale, growth_factor, backoff_factor, growth_interval, hysteresis, min_scale,
+                          max_scale],
+                flags: [enabled, consecutive_hysteresis, clamp_to_max_scale]);
 
 /// Scaler counters (`ampx_scaler_counters`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -126,18 +113,7 @@ pub struct Scaler {
 impl Scaler {
     /// A scaler on `ctx`.
     pub fn new(ctx: &Context, options: &ScalerOptions) -> Result<Scaler> {
-        // SAFETY: thread-safe, no arguments.
-        let mut o = unsafe { sys::ampx_scaler_options_default() };
-        o.init_scale = options.init_scale;
-        o.growth_factor = options.growth_factor;
-        o.backoff_factor = options.backoff_factor;
-        o.growth_interval = options.growth_interval;
-        o.enabled = options.enabled.into();
-        o.hysteresis = options.hysteresis;
-        o.min_scale = options.min_scale;
-        o.max_scale = options.max_scale;
-        o.consecutive_hysteresis = options.consecutive_hysteresis.into();
-        o.clamp_to_max_scale = options.clamp_to_max_scale.into();
+        let o = options.to_raw();
         let mut out = ptr::null_mut();
         // SAFETY: live context, valid pointers.
         check(unsafe { sys::ampx_scaler_create(ctx.as_raw(), &o, &mut out) })?;
@@ -156,7 +132,8 @@ impl Scaler {
         check(unsafe { sys::ampx_scaler_attach(self.as_raw(), optimizer.as_raw()) })
     }
 
-    /// A new F32 tensor holding `loss * scale`.
+    /// A new F32 tensor holding `loss * scale`; recorded when `loss`
+    /// requires grad, so [`crate::grad`] can differentiate it.
     pub fn scale_loss(&self, loss: &Tensor) -> Result<Tensor> {
         let mut out = ptr::null_mut();
         // SAFETY: live handles, valid out pointer.
@@ -181,6 +158,18 @@ impl Scaler {
         // SAFETY: live handle, valid out pointer.
         check(unsafe { sys::ampx_scaler_get_scale(self.as_raw(), &mut scale) })?;
         Ok(scale)
+    }
+
+    /// `x * (1 / scale)` with the current scale, taken on the device (no
+    /// host read; `ampx_scaler_unscale_tensor`): a new tensor of x's shape
+    /// and dtype. Recorded -- its gradient is the incoming one times the
+    /// same 1/scale -- so gradients of [`Scaler::scale_loss`]'s output taken
+    /// with [`crate::grad`] and `create_graph` can be unscaled and
+    /// differentiated (the gradient-penalty recipe of ampx.h section 9). A
+    /// disabled scaler gives a copy of x.
+    pub fn unscale_tensor(&self, x: &Tensor) -> Result<Tensor> {
+        // SAFETY: live handles, valid out pointer.
+        run_op(x, |out| unsafe { sys::ampx_scaler_unscale_tensor(self.as_raw(), x.as_raw(), out) })
     }
 
     /// Divides `optimizer`'s gradients by the scale (needed before clipping).
@@ -270,13 +259,7 @@ impl Scaler {
     }
 }
 
-impl Drop for Scaler {
-    /// Releases the caller's reference (`ampx_scaler_release`).
-    fn drop(&mut self) {
-        // SAFETY: we own the reference.
-        unsafe { sys::ampx_scaler_release(self.as_raw()) }
-    }
-}
+owns_reference!(Scaler, release: sys::ampx_scaler_release);
 
 impl std::fmt::Debug for Scaler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

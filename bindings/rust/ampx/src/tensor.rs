@@ -7,7 +7,7 @@ use ampx_sys as sys;
 
 use crate::context::Context;
 use crate::dtype::{DType, Element};
-use crate::error::{check, check_with_hooks, clear_hook_error, clear_segment_error, Error, Result, Status};
+use crate::error::{check, check_with_hooks, Callback, Error, Result, Status};
 use crate::scaler::Scaler;
 
 /// A tensor (`ampx_tensor`): a dense, contiguous, row-major array of at
@@ -17,6 +17,7 @@ use crate::scaler::Scaler;
 /// (`ampx_tensor_retain`, the same tensor, not a copy of its data) and
 /// `Drop` releases it. Op outputs are owned the same way, whatever scopes
 /// are open, so a `Tensor` never dangles. A tensor keeps its context alive.
+/// `==` compares handles (the same tensor), not contents.
 ///
 /// Not `Send`/`Sync`: see the crate documentation on threads.
 pub struct Tensor {
@@ -413,8 +414,8 @@ impl Tensor {
     /// scaler the seed is its scale, so the gradients come out scaled, ready
     /// for [`Scaler::unscale`]/[`Scaler::step`].
     pub fn backward(&self, scaler: Option<&Scaler>) -> Result<()> {
-        clear_segment_error();
-        clear_hook_error();
+        Callback::Segment.clear();
+        Callback::Hook.clear();
         let scaler = scaler.map_or(ptr::null_mut(), Scaler::as_raw);
         // SAFETY: live tensor and scaler (or NULL).
         check_with_hooks(unsafe { sys::ampx_backward(self.as_raw(), scaler) }, "ampx_backward")
@@ -437,41 +438,13 @@ impl Tensor {
     /// final for this step (`ampx_grad_ready`), for engines with their own
     /// backward pass. The hook's error, if it fails, is returned.
     pub fn grad_ready(&self) -> Result<()> {
-        clear_hook_error();
+        Callback::Hook.clear();
         // SAFETY: live tensor.
         check_with_hooks(unsafe { sys::ampx_grad_ready(self.as_raw()) }, "ampx_grad_ready")
     }
 }
 
-impl Clone for Tensor {
-    /// Adds a reference to the same tensor (`ampx_tensor_retain`); it does
-    /// not copy the data.
-    fn clone(&self) -> Self {
-        // SAFETY: live tensor.
-        let status = unsafe { sys::ampx_tensor_retain(self.as_raw()) };
-        if let Err(e) = check(status) {
-            panic!("ampx_tensor_retain failed on a live tensor: {e}");
-        }
-        Tensor { raw: self.raw }
-    }
-}
-
-impl Drop for Tensor {
-    /// Releases this reference (`ampx_tensor_release`).
-    fn drop(&mut self) {
-        // SAFETY: we own one reference.
-        unsafe { sys::ampx_tensor_release(self.as_raw()) }
-    }
-}
-
-impl PartialEq for Tensor {
-    /// The same tensor (handle identity), not equal contents.
-    fn eq(&self, other: &Self) -> bool {
-        self.raw == other.raw
-    }
-}
-
-impl Eq for Tensor {}
+owns_reference!(Tensor, release: sys::ampx_tensor_release, retain: sys::ampx_tensor_retain);
 
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

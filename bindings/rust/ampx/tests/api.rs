@@ -12,7 +12,7 @@ fn close(a: &[f32], b: &[f32], tol: f32) -> bool {
 
 #[test]
 fn versions_and_dtypes() {
-    assert_eq!(ampx::version(), ampx::sys::AMPX_VERSION_NUMBER);
+    assert_eq!(ampx::version(), ampx::sys::AMPX_VERSION_NUMBER as u32);
     assert_eq!(ampx::version_string(), "0.1.0");
     assert!(ampx::cuda_device_count() >= 0);
     let _ = ampx::has_cuda();
@@ -76,14 +76,19 @@ fn gradients_grad_mode_and_scopes() {
     assert!(!w.requires_grad().unwrap());
     w.set_requires_grad(true).unwrap();
     assert!(w.grad().unwrap().is_none());
+    assert_eq!(ctx.scope_depth().unwrap(), 0);
     {
         let _scope = ctx.scope().unwrap();
         let inner = ctx.scope().unwrap();
+        assert_eq!(ctx.scope_depth().unwrap(), 2);
         let loss = w.mul(&w).unwrap().sum().unwrap();
+        assert_eq!(ctx.scope_depth().unwrap(), 2, "an op's own scope is gone when it returns");
         assert!(loss.requires_grad().unwrap());
         inner.close().unwrap();
+        assert_eq!(ctx.scope_depth().unwrap(), 1);
         loss.backward(None).unwrap(); // our tensor outlives the scopes' references
     }
+    assert_eq!(ctx.scope_depth().unwrap(), 0);
     assert_eq!(w.grad().unwrap().unwrap().to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0]);
     {
         let guard = ctx.no_grad().unwrap();

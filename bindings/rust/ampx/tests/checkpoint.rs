@@ -110,6 +110,9 @@ fn a_panicking_segment_becomes_an_error() {
     assert_eq!(e.status(), Status::Internal);
     assert!(e.message().contains("boom in the segment"), "{e}");
     assert!(e.message().starts_with("ampx_checkpoint"), "{e}");
+    let last = Error::last().expect("the call failed");
+    assert_eq!(last.status(), Status::Internal);
+    assert!(last.message().contains("boom in the segment"), "{last}");
     // The context is intact: scopes balanced, ops and backward work.
     let loss = m.x.linear(&m.w, None, Activation::None).unwrap().sum().unwrap();
     loss.backward(None).unwrap();
@@ -158,6 +161,11 @@ fn segment_errors_keep_their_status_and_message() {
         .unwrap_err();
     assert_eq!(e.status(), Status::NotSupported);
     assert!(e.message().ends_with("not today"), "{e}");
+    // The library heard the closure's own words too (ampx_set_error), so C
+    // code reading ampx_last_error() sees them.
+    let last = Error::last().expect("the call failed");
+    assert_eq!(last.status(), Status::NotSupported);
+    assert!(last.message().contains("not today"), "{last}");
     // The wrong number of outputs.
     let x = m.x.clone();
     let e = ctx.checkpoint(&[], 2, move |_| Ok(vec![x.clone()])).unwrap_err();

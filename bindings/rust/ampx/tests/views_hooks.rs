@@ -74,6 +74,9 @@ fn the_hook_reports_each_parameter_once_in_backward_order() {
     };
     assert_eq!(err.status(), Status::Io);
     assert!(err.message().contains("grad-ready hook") && err.message().contains("the network is down"), "{err}");
+    let last = Error::last().expect("backward failed");
+    assert_eq!(last.status(), Status::Io);
+    assert!(last.message().contains("the network is down"), "the library's own error: {last}");
     let err = layers[0].0.grad_ready().unwrap_err();
     assert_eq!(err.status(), Status::Io);
     ctx.clear_grad_ready_hook().unwrap();
