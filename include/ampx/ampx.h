@@ -2539,6 +2539,25 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_set_sync(ampx_data_parall
  *  communicator failed or timed out); INVALID_ARGUMENT; STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_reduce(ampx_data_parallel dp);
 
+/** FP8 (section 18): makes `dp` MAX-reduce the step amaxes of `recipe`
+ *  over the ranks, so that every rank's FP8 scales and amax histories stay
+ *  bitwise equal (as Transformer Engine reduces amaxes over its group).
+ *  The amaxes ride in the all-reduce of found-inf that ampx_scaler_unscale
+ *  makes (no extra collective in a loop with a scaler); where no unscale
+ *  came between the step's last quantization and ampx_fp8_recipe_update,
+ *  that update reduces them itself (one all-reduce, collective then). A
+ *  NaN amax on any rank becomes every rank's. `recipe` is retained until
+ *  another is attached, NULL detaches it, or dp is released. Not a
+ *  collective itself, but every rank must attach a recipe with the same
+ *  slots (autocast adds them in the same order on ranks that run the same
+ *  program): the reduction's length is the slot count.
+ *  Errors: INVALID_ARGUMENT (a recipe another wrapper reduces: detach it
+ *  there first), DEVICE (the recipe belongs to another context),
+ *  STALE_HANDLE. Nothing changes on error. The context's thread rules
+ *  apply. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_set_fp8_recipe(ampx_data_parallel dp,
+                                                                      ampx_fp8_recipe recipe);
+
 /** What ampx_data_parallel_get_stats reports. */
 typedef struct ampx_data_parallel_stats {
   size_t struct_size;             /**< set by the caller: sizeof(ampx_data_parallel_stats) */
@@ -3218,10 +3237,11 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_copy_fp8(ampx_tensor dst, ampx_t
  * for both. Quantization saturates (values beyond the format's max become
  * +-max), as Transformer Engine's casts do.
  *
- * Data parallel: every rank's step amaxes must be MAX-reduced over the
- * ranks before the update, so that their scales stay bitwise equal; ampx's
- * data-parallel training does not do it yet (a recipe used under
- * ampx_data_parallel scales each rank by its own amaxes). */
+ * Data parallel: attach the recipe to the wrapper
+ * (ampx_data_parallel_set_fp8_recipe, section 14) and every rank's step
+ * amaxes are MAX-reduced over the ranks before the update, so that their
+ * scales stay bitwise equal; a recipe not attached scales each rank by its
+ * own amaxes. */
 /* ampx_fp8_recipe is declared in section 10. */
 
 /** How a recipe scales. Numbers pinned. */
@@ -3327,8 +3347,13 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_fp8_quantize(ampx_fp8_recipe recipe, in
 /** Ends a step for every slot: its amax joins its history and (delayed
  *  scaling) its scale and inverse are recomputed (see above); amaxes start
  *  again from 0. Call it once per training step, after backward (e.g.
- *  beside ampx_scaler_update). Enqueued; no synchronisation.
- *  Errors: INVALID_ARGUMENT (NULL), STALE_HANDLE, DEVICE. */
+ *  beside ampx_scaler_update). Enqueued; no synchronisation. For a recipe
+ *  attached to a data-parallel wrapper (ampx_data_parallel_set_fp8_recipe)
+ *  whose amaxes no unscale has reduced since the step's last quantization,
+ *  a collective: the amaxes are MAX-reduced over the ranks first.
+ *  Errors: INVALID_ARGUMENT (NULL), STALE_HANDLE, DEVICE (also: that
+ *  reduction's communicator failed or timed out), ORDER (that wrapper
+ *  failed earlier); nothing changes on error. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_fp8_recipe_update(ampx_fp8_recipe recipe);
 
 /** *out receives a new F32 tensor of shape [1] (owned by the caller) that

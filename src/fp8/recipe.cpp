@@ -192,12 +192,15 @@ void Fp8Recipe::quantize(int64_t slot, const void* x, DType x_type, int64_t rows
   }
   q.y = y, q.y_t = y_t;
   fp8.quantize(q);
+  amaxes_reduced_ = false;
 }
 
 void Fp8Recipe::update() {
   Fp8Primitives& fp8 = ctx_->backend().require<Fp8Primitives>("ampx_fp8_recipe_update");
+  if (amax_reduction_ && !amaxes_reduced_) amax_reduction_->reduce_amaxes();
   for (int64_t b = 0; b < static_cast<int64_t>(blocks_.size()); ++b)
     fp8.finish_step(block_slots(b), rule());
+  amaxes_reduced_ = false;
 }
 
 std::vector<Fp8Recipe::AmaxSpan> Fp8Recipe::step_amaxes() const {

@@ -19,10 +19,12 @@
 // asking for its name (autocast's weights), so restored scales and
 // histories continue where they were.
 //
-// Data parallel (not wired yet; see step_amaxes()): before update(), each
-// rank's step amaxes must be MAX-reduced over the ranks -- in the same
-// reduction as found-inf, which src/dist performs -- so that every rank
-// computes bitwise equal scales.
+// Data parallel (src/dist/data_parallel.h): a recipe attached to a
+// data-parallel wrapper has its step amaxes MAX-reduced over the ranks
+// before each update, so that every rank computes bitwise equal scales:
+// in the all-reduce of found-inf when the scaler's unscale comes first (the
+// usual loop), else on their own at update(). Transformer Engine's order:
+// local amaxes into one buffer, reduce, then finish the step.
 #pragma once
 
 #include <cstdint>
@@ -116,18 +118,36 @@ class Fp8Recipe : public Object {
                 void* y_t);
 
   // Ends a step: every slot's amax into its history, and (delayed rule)
-  // new scales. The step's data-parallel MAX reduction must come first.
+  // new scales -- after the data-parallel MAX reduction of the amaxes, run
+  // here when the found-inf reduction did not carry them.
   void update();
 
-  // The data-parallel hook: every block's step amaxes, `count` device
-  // floats each (slots of the block, in slot order). A data-parallel
-  // wrapper MAX-reduces these (as float bits, or as floats: they are >= 0
-  // or NaN) over the ranks before update().
+  // Every block's step amaxes, `count` device floats each (the block's
+  // slots, in slot order): what a data-parallel wrapper MAX-reduces.
   struct AmaxSpan {
     float* data;
     int64_t count;
   };
   std::vector<AmaxSpan> step_amaxes() const;
+
+  // The data-parallel wrapper that reduces this recipe's amaxes (one at a
+  // time), or null.
+  class AmaxReduction {
+   public:
+    // MAX-reduces the recipe's step amaxes over the ranks, in place.
+    virtual void reduce_amaxes() = 0;
+
+   protected:
+    ~AmaxReduction() = default;
+  };
+  AmaxReduction* amax_reduction() const { return amax_reduction_; }
+  void set_amax_reduction(AmaxReduction* reduction) {
+    amax_reduction_ = reduction;
+    amaxes_reduced_ = false;
+  }
+  // The wrapper's reduction carried this step's amaxes; a quantization
+  // after it adds a local amax again.
+  void note_amaxes_reduced() { amaxes_reduced_ = true; }
 
   // Host reads and writes of a slot's state (synchronize). write_slot's
   // history is oldest first, history_len entries.
@@ -175,6 +195,8 @@ class Fp8Recipe : public Object {
   std::unordered_map<uint64_t, GemmSlots> by_weight_;
   int64_t unnamed_weights_ = 0;
   std::string summary_;
+  AmaxReduction* amax_reduction_ = nullptr;
+  bool amaxes_reduced_ = false;
 };
 
 }  // namespace ampx::impl

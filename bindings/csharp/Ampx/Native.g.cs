@@ -4590,6 +4590,28 @@ namespace Ampx
         public static extern ampx_status ampx_data_parallel_reduce(IntPtr dp);
 
         /// <summary>
+        /// FP8 (section 18): makes `dp` MAX-reduce the step amaxes of `recipe`
+        /// over the ranks, so that every rank's FP8 scales and amax histories stay
+        /// bitwise equal (as Transformer Engine reduces amaxes over its group).
+        /// The amaxes ride in the all-reduce of found-inf that ampx_scaler_unscale
+        /// makes (no extra collective in a loop with a scaler); where no unscale
+        /// came between the step's last quantization and ampx_fp8_recipe_update,
+        /// that update reduces them itself (one all-reduce, collective then). A
+        /// NaN amax on any rank becomes every rank's. `recipe` is retained until
+        /// another is attached, NULL detaches it, or dp is released. Not a
+        /// collective itself, but every rank must attach a recipe with the same
+        /// slots (autocast adds them in the same order on ranks that run the same
+        /// program): the reduction's length is the slot count.
+        /// Errors: INVALID_ARGUMENT (a recipe another wrapper reduces: detach it
+        /// there first), DEVICE (the recipe belongs to another context),
+        /// STALE_HANDLE. Nothing changes on error. The context's thread rules
+        /// apply.
+        /// </summary>
+        /// <remarks>ampx.h section 14. Data-parallel training: communicators, gradient all-reduce (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_data_parallel_set_fp8_recipe(IntPtr dp, IntPtr recipe);
+
+        /// <summary>
         /// Fills *stats (whose struct_size the caller sets; fields beyond it are
         /// not written). Changes nothing; no sync.
         /// Errors: INVALID_ARGUMENT (NULL, struct_size too small), STALE_HANDLE.
@@ -5032,8 +5054,13 @@ namespace Ampx
         /// Ends a step for every slot: its amax joins its history and (delayed
         /// scaling) its scale and inverse are recomputed (see above); amaxes start
         /// again from 0. Call it once per training step, after backward (e.g.
-        /// beside ampx_scaler_update). Enqueued; no synchronisation.
-        /// Errors: INVALID_ARGUMENT (NULL), STALE_HANDLE, DEVICE.
+        /// beside ampx_scaler_update). Enqueued; no synchronisation. For a recipe
+        /// attached to a data-parallel wrapper (ampx_data_parallel_set_fp8_recipe)
+        /// whose amaxes no unscale has reduced since the step's last quantization,
+        /// a collective: the amaxes are MAX-reduced over the ranks first.
+        /// Errors: INVALID_ARGUMENT (NULL), STALE_HANDLE, DEVICE (also: that
+        /// reduction's communicator failed or timed out), ORDER (that wrapper
+        /// failed earlier); nothing changes on error.
         /// </summary>
         /// <remarks>ampx.h section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)</remarks>
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]

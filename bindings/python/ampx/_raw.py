@@ -1388,6 +1388,7 @@ FUNCTIONS = {
     )),
     "ampx_data_parallel_set_sync": (ampx_status, (ampx_data_parallel, c_int32)),
     "ampx_data_parallel_reduce": (ampx_status, (ampx_data_parallel,)),
+    "ampx_data_parallel_set_fp8_recipe": (ampx_status, (ampx_data_parallel, ampx_fp8_recipe)),
     "ampx_data_parallel_get_stats": (ampx_status, (
         ampx_data_parallel,
         POINTER(ampx_data_parallel_stats),
@@ -1678,6 +1679,7 @@ RETURNS_STATUS = frozenset({
     "ampx_data_parallel_create",
     "ampx_data_parallel_set_sync",
     "ampx_data_parallel_reduce",
+    "ampx_data_parallel_set_fp8_recipe",
     "ampx_data_parallel_get_stats",
     "ampx_doctor_create",
     "ampx_doctor_set_interval",

@@ -2,7 +2,7 @@
 // Change the header, then run tools/gen_bindings.py.
 //! Raw FFI declarations of ampx's C ABI, `include/ampx/ampx.h`, generated
 //! from the header by `tools/gen_bindings.py` (tools/bindgen/emit_rust.py):
-//! 217 functions, 31 structs, 15 enums, 10 handles, 7 callback types, 14 constants and 27 `*_INIT` values.
+//! 218 functions, 31 structs, 15 enums, 10 handles, 7 callback types, 14 constants and 27 `*_INIT` values.
 //!
 //! Structs are `#[repr(C)]` with the header's fields in order (their layouts
 //! are compared with the C compiler's by `tests/layout.rs`); enums are
@@ -3174,6 +3174,27 @@ extern "C" {
     /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 14. Data-parallel training: communicators, gradient all-reduce).
     #[must_use]
     pub fn ampx_data_parallel_reduce(dp: ampx_data_parallel) -> ampx_status;
+
+    /// FP8 (section 18): makes `dp` MAX-reduce the step amaxes of `recipe`
+    /// over the ranks, so that every rank's FP8 scales and amax histories stay
+    /// bitwise equal (as Transformer Engine reduces amaxes over its group).
+    /// The amaxes ride in the all-reduce of found-inf that ampx_scaler_unscale
+    /// makes (no extra collective in a loop with a scaler); where no unscale
+    /// came between the step's last quantization and ampx_fp8_recipe_update,
+    /// that update reduces them itself (one all-reduce, collective then). A
+    /// NaN amax on any rank becomes every rank's. `recipe` is retained until
+    /// another is attached, NULL detaches it, or dp is released. Not a
+    /// collective itself, but every rank must attach a recipe with the same
+    /// slots (autocast adds them in the same order on ranks that run the same
+    /// program): the reduction's length is the slot count.
+    /// Errors: INVALID_ARGUMENT (a recipe another wrapper reduces: detach it
+    /// there first), DEVICE (the recipe belongs to another context),
+    /// STALE_HANDLE. Nothing changes on error. The context's thread rules
+    /// apply.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 14. Data-parallel training: communicators, gradient all-reduce).
+    #[must_use]
+    pub fn ampx_data_parallel_set_fp8_recipe(dp: ampx_data_parallel, recipe: ampx_fp8_recipe) -> ampx_status;
 }
 
 /// What ampx_data_parallel_get_stats reports.
@@ -4314,8 +4335,13 @@ extern "C" {
     /// Ends a step for every slot: its amax joins its history and (delayed
     /// scaling) its scale and inverse are recomputed (see above); amaxes start
     /// again from 0. Call it once per training step, after backward (e.g.
-    /// beside ampx_scaler_update). Enqueued; no synchronisation.
-    /// Errors: INVALID_ARGUMENT (NULL), STALE_HANDLE, DEVICE.
+    /// beside ampx_scaler_update). Enqueued; no synchronisation. For a recipe
+    /// attached to a data-parallel wrapper (ampx_data_parallel_set_fp8_recipe)
+    /// whose amaxes no unscale has reduced since the step's last quantization,
+    /// a collective: the amaxes are MAX-reduced over the ranks first.
+    /// Errors: INVALID_ARGUMENT (NULL), STALE_HANDLE, DEVICE (also: that
+    /// reduction's communicator failed or timed out), ORDER (that wrapper
+    /// failed earlier); nothing changes on error.
     ///
     /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
     #[must_use]
