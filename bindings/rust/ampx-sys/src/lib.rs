@@ -4422,7 +4422,7 @@ extern "C" {
 /// bench/bench_fp8_gpu's to measure.
 ///
 /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
-pub const AMPX_FP8_DEFAULT_MIN_GEMM_SIZE: i32 = 8589934592;
+pub const AMPX_FP8_DEFAULT_MIN_GEMM_SIZE: i64 = 8589934592;
 
 extern "C" {
     /// Makes `autocast` an FP8 policy with `recipe` (borrowed; the policy
