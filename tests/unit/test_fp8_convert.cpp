@@ -13,9 +13,11 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/convert_bulk.h"
+#include "math/convert.h"
 #include "fp8_reference.h"
 #include "support.h"
 
@@ -274,28 +276,42 @@ TEST_CASE("fp8: the CPU's vector paths give the scalar bits, with and without a 
   const std::vector<float> more = random_inputs(1 << 16, 3);
   inputs.insert(inputs.end(), more.begin(), more.end());
   const int64_t n = static_cast<int64_t>(inputs.size());
-  for (DType dst : {DType::F8E4M3, DType::F8E5M2}) {
-    for (float scale : {1.0f, 0.3f, 1024.0f}) {
-      for (bool saturate : {true, false}) {
-        std::vector<uint8_t> expected(inputs.size());
-        const uint32_t expected_amax = ampx::impl::quantize_fp8_bulk_with(
-            CpuIsa::Scalar, expected.data(), dst, inputs.data(), DType::F32, n, &scale, saturate);
-        for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512}) {
-          if (!ampx::impl::cpu_isa_supported(isa)) continue;
-          CAPTURE(ampx::impl::cpu_isa_name(isa));
-          // Every length up to a few vectors, so each tail is exercised.
-          for (int64_t count : {n, int64_t{1}, int64_t{7}, int64_t{15}, int64_t{17}, int64_t{33}}) {
-            std::vector<uint8_t> got(static_cast<size_t>(count));
-            const uint32_t amax = ampx::impl::quantize_fp8_bulk_with(
-                isa, got.data(), dst, inputs.data(), DType::F32, count, &scale, saturate);
-            CHECK(std::vector<uint8_t>(expected.begin(), expected.begin() + count) == got);
-            if (count == n) CHECK(amax == expected_amax);
+  // The same values as f32, and rounded to bf16 and f16 (the sources the
+  // vector paths widen themselves).
+  std::vector<uint16_t> as_bf16(inputs.size()), as_f16(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    as_bf16[i] = ampx::impl::math::float_to_bf16(inputs[i]);
+    as_f16[i] = ampx::impl::math::float_to_half(inputs[i]);
+  }
+  const std::pair<DType, const void*> sources[] = {
+      {DType::F32, inputs.data()}, {DType::BF16, as_bf16.data()}, {DType::F16, as_f16.data()}};
+  for (const auto& [src_type, src] : sources) {
+    CAPTURE(ampx::impl::dtype_name(src_type));
+    for (DType dst : {DType::F8E4M3, DType::F8E5M2}) {
+      for (float scale : {1.0f, 0.3f, 1024.0f}) {
+        for (bool saturate : {true, false}) {
+          std::vector<uint8_t> expected(inputs.size());
+          const uint32_t expected_amax = ampx::impl::quantize_fp8_bulk_with(
+              CpuIsa::Scalar, expected.data(), dst, src, src_type, n, &scale, saturate);
+          for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512}) {
+            if (!ampx::impl::cpu_isa_supported(isa)) continue;
+            CAPTURE(ampx::impl::cpu_isa_name(isa));
+            // Every length up to a few vectors, so each tail is exercised.
+            for (int64_t count :
+                 {n, int64_t{1}, int64_t{7}, int64_t{15}, int64_t{17}, int64_t{33}}) {
+              std::vector<uint8_t> got(static_cast<size_t>(count));
+              const uint32_t amax = ampx::impl::quantize_fp8_bulk_with(
+                  isa, got.data(), dst, src, src_type, count, &scale, saturate);
+              CHECK(std::vector<uint8_t>(expected.begin(), expected.begin() + count) == got);
+              if (count == n) CHECK(amax == expected_amax);
+            }
           }
+          if (src_type != DType::F32) continue;
+          // The amax is the largest |x| in amax order: NaN's bits win.
+          uint32_t reference_amax = 0;
+          for (float x : inputs) reference_amax = std::max(reference_amax, bits_of(x) & 0x7fffffffu);
+          CHECK(expected_amax == reference_amax);
         }
-        // The amax is the largest |x| in amax order: NaN's bits win.
-        uint32_t reference_amax = 0;
-        for (float x : inputs) reference_amax = std::max(reference_amax, bits_of(x) & 0x7fffffffu);
-        CHECK(expected_amax == reference_amax);
       }
     }
   }
