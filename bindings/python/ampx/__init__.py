@@ -39,7 +39,8 @@ from .checkpoint_file import load_checkpoint_file, save_checkpoint_file
 from .context import Context, MemoryStats, default_context
 from .dist import Communicator, DataParallel, DataParallelStats, nccl_unique_id
 from .doctor import Doctor, DoctorFinding, DoctorOverview, DoctorParamStats, DoctorSample
-from .fp8 import Fp8Recipe, Fp8SlotInfo, Fp8Stats, Fp8TensorReport
+from .fp8 import (FP8_DEFAULT_MIN_GEMM_SIZE, Fp8Recipe, Fp8SlotInfo, Fp8Stats,
+                  Fp8TensorReport)
 from .errors import (ArgumentTypeError, CorruptError, DeviceError, DTypeError, Error, FileError,
                      InternalError, InvalidArgumentError, NoDeviceError, NotSupportedError,
                      OrderError, OutOfMemoryError, ShapeError, StaleHandleError, Status)

@@ -24,6 +24,11 @@ from .tensor import Tensor, empty, handle_of
 from .types import AmaxAlgo, DType, Fp8Format, Fp8Role, Fp8Scaling
 
 
+#: The default of ``Autocast.set_fp8``'s ``min_gemm_size``: 2^33 (FP8 loses
+#: to bf16 on small products).
+FP8_DEFAULT_MIN_GEMM_SIZE = _raw.AMPX_FP8_DEFAULT_MIN_GEMM_SIZE
+
+
 class Fp8SlotInfo(NamedTuple):
     """A recipe slot (``ampx_fp8_slot_info``) and its amax history, oldest first."""
 

@@ -318,6 +318,7 @@ class Fp8TrainingTest(unittest.TestCase):
         self.assertNotEqual(stats.last_fallback, "")
         policy.set_fp8(None)
         self.assertIsNone(policy.fp8_recipe)
+        self.assertEqual(ampx.FP8_DEFAULT_MIN_GEMM_SIZE, 1 << 33)
 
 
 if __name__ == "__main__":
