@@ -2,6 +2,9 @@
 //
 //   dst[i] = math::convert_value<Dst, Src>(src[i]), i < count
 //
+// except that a floating value rounds to FP8 with cuda_fp8.h's conversion
+// (fp8_cast.cuh), which gives convert.h's bits.
+//
 // Memory traffic: reads count * sizeof(Src) bytes, writes count * sizeof(Dst)
 // bytes; one element per thread per grid-stride iteration, coalesced.
 //
@@ -11,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "fill_convert.cuh"
+#include "fp8_cast.cuh"
 #include "math/convert.h"
 
 namespace ampx::impl {
@@ -23,7 +27,10 @@ __global__ void convert_kernel(math::storage_t<Dst>* __restrict__ dst,
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {
-    dst[i] = math::convert_value<Dst, Src>(src[i]);
+    if constexpr (math::is_fp8_dtype<Dst> && math::is_floating_dtype<Src>)
+      dst[i] = fp8_from_float<Dst>(math::load_float<Src>(src[i]), math::fp8_saturates_by_default<Dst>);
+    else
+      dst[i] = math::convert_value<Dst, Src>(src[i]);
   }
 }
 
@@ -49,6 +56,8 @@ cudaError_t convert_from(void* dst, DType dst_type, const void* src, int64_t cou
     case DType::BF16: return convert_pair<AMPX_BF16, Src>(dst, src, count, launch);
     case DType::I32: return convert_pair<AMPX_I32, Src>(dst, src, count, launch);
     case DType::I64: return convert_pair<AMPX_I64, Src>(dst, src, count, launch);
+    case DType::F8E4M3: return convert_pair<AMPX_F8E4M3, Src>(dst, src, count, launch);
+    case DType::F8E5M2: return convert_pair<AMPX_F8E5M2, Src>(dst, src, count, launch);
   }
   return cudaErrorInvalidValue;
 }
@@ -64,6 +73,8 @@ cudaError_t launch_convert(void* dst, DType dst_type, const void* src, DType src
     case DType::BF16: return convert_from<AMPX_BF16>(dst, dst_type, src, count, launch);
     case DType::I32: return convert_from<AMPX_I32>(dst, dst_type, src, count, launch);
     case DType::I64: return convert_from<AMPX_I64>(dst, dst_type, src, count, launch);
+    case DType::F8E4M3: return convert_from<AMPX_F8E4M3>(dst, dst_type, src, count, launch);
+    case DType::F8E5M2: return convert_from<AMPX_F8E5M2>(dst, dst_type, src, count, launch);
   }
   return cudaErrorInvalidValue;
 }

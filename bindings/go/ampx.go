@@ -6,8 +6,8 @@
 //
 // # Objects and lifetimes
 //
-// Context, Tensor, Optimizer, Scaler, Autocast, Comm, DataParallel, Doctor
-// and SafetensorsFile each own one reference to a C object. Call Close when
+// Context, Tensor, Optimizer, Scaler, Autocast, Comm, DataParallel, Doctor,
+// SafetensorsFile and FP8Recipe each own one reference to a C object. Call Close when
 // done with one: it releases the reference at once, and calling it again
 // does nothing. A finalizer
 // (runtime.SetFinalizer) releases whatever a program forgets to Close when
@@ -256,12 +256,17 @@ const (
 	BF16 DType = C.AMPX_BF16
 	I32  DType = C.AMPX_I32
 	I64  DType = C.AMPX_I64
+	// F8E4M3 is OCP FP8 E4M3 (E4M3FN, torch.float8_e4m3fn): max 448, no
+	// infinities; storage and FP8 products only.
+	F8E4M3 DType = C.AMPX_F8E4M3
+	// F8E5M2 is OCP FP8 E5M2 (torch.float8_e5m2): max 57344, IEEE inf and NaN.
+	F8E5M2 DType = C.AMPX_F8E5M2
 )
 
 // Size is the size of one element in bytes (0 for an invalid value).
 func (d DType) Size() int { return int(C.ampx_dtype_size(C.ampx_dtype(d))) }
 
-// String is the dtype's name: "f32", "f16", "bf16", "i32", "i64" or "invalid".
+// String is the dtype's name: "f32", "f16", "bf16", "i32", "i64", ... or "invalid".
 func (d DType) String() string { return C.GoString(C.ampx_dtype_name(C.ampx_dtype(d))) }
 
 // DeviceType is a kind of device.

@@ -30,10 +30,10 @@ func LoadCheckpoint(path string, params []*Tensor, opt *Optimizer, scaler *Scale
 }
 
 func checkpointFile(path string, params []*Tensor, opt *Optimizer, scaler *Scaler,
-	f func(*C.char, *C.ampx_tensor, C.size_t, C.ampx_optimizer, C.ampx_scaler) C.ampx_status) error {
+	f func(*C.char, *C.ampx_tensor, C.size_t, C.ampx_optimizer, C.ampx_scaler) C.ampx_status, keep ...any) error {
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	ptr, count := arrayArg(handlesOf(params))
 	o, s := opt.handle(), scaler.handle()
-	return call(func() C.ampx_status { return f(cpath, ptr, count, o, s) }, params, opt, scaler)
+	return call(func() C.ampx_status { return f(cpath, ptr, count, o, s) }, params, opt, scaler, keep)
 }

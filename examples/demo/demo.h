@@ -32,6 +32,7 @@ typedef struct demo_precision {
   const char *name;
   ampx_dtype dtype;
   int scaler_enabled;
+  int fp8;             /* linear layers multiply in FP8 (an FP8 recipe on the policy) */
 } demo_precision;
 
 /* The task's data, made on the host once and shared by every run. */
@@ -57,6 +58,9 @@ typedef struct demo_result {
   double *losses;
   double *scales;
   float *image;        /* the reconstruction, [size * size, 3] */
+  int64_t fp8_products; /* FP8 runs: linear calls multiplied in FP8 ... */
+  int64_t fp8_fallbacks; /* ... and in bf16, with the last reason: */
+  char fp8_note[256];  /* that reason, or why FP8 could not run at all */
 } demo_result;
 
 /* splitmix64: a fixed, portable random stream, so the features and the
@@ -73,7 +77,8 @@ void demo_task_free(demo_task *task);
 
 /* Trains a fresh model (same initial weights every time) at `precision` on
  * `ctx`. Returns AMPX_OK or the failing call's status, with a message on
- * stderr. */
+ * stderr -- except AMPX_ERR_NOT_SUPPORTED for an FP8 run on a device
+ * without FP8 products, whose reason goes to result->fp8_note. */
 ampx_status demo_train(ampx_context ctx, const demo_config *config,
                        const demo_task *task, const demo_precision *precision,
                        demo_result *result);

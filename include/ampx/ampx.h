@@ -24,6 +24,7 @@
  *  15. The precision doctor: gradient statistics, scale history, findings (EXPERIMENTAL)
  *  16. safetensors files: save, load into tensors, load zero-copy (EXPERIMENTAL)
  *  17. Learning-rate schedules on the device (EXPERIMENTAL)
+ *  18. FP8: casts, scaling recipes, FP8 products under autocast (EXPERIMENTAL)
  *
  * Stability: sections 1-8 are stable: their functions keep their
  * signatures and meaning within an ABI major version. Sections marked
@@ -242,6 +243,15 @@ typedef enum ampx_dtype {
   AMPX_BF16 = 3, /**< bfloat16: fp32's exponent, 8 significant bits */
   AMPX_I32 = 4,
   AMPX_I64 = 5,
+  AMPX_F8E4M3 = 6, /**< OCP FP8 E4M3 ("E4M3FN", torch.float8_e4m3fn): 4
+                        exponent bits (bias 7), 3 mantissa bits, max 448,
+                        smallest subnormal 2^-9, no infinities, NaN 0x7f /
+                        0xff. Storage and FP8 products only (section 18):
+                        other ops refuse it with AMPX_ERR_DTYPE */
+  AMPX_F8E5M2 = 7, /**< OCP FP8 E5M2 (torch.float8_e5m2): 5 exponent bits
+                        (bias 15), 2 mantissa bits, max 57344, smallest
+                        subnormal 2^-16, IEEE infinities and NaNs. As
+                        AMPX_F8E4M3, storage and FP8 products only */
   AMPX_DTYPE_MIN_ENUM = -0x7fffffff - 1, /**< not a type (see AMPX_STATUS_MIN_ENUM) */
   AMPX_DTYPE_MAX_ENUM = 0x7fffffff /**< not a type (see AMPX_STATUS_MAX_ENUM) */
 } ampx_dtype;
@@ -250,8 +260,8 @@ typedef enum ampx_dtype {
  *  Thread-safe. */
 AMPX_API size_t ampx_dtype_size(ampx_dtype dtype);
 
-/** Static name of a dtype ("f32", "f16", "bf16", "i32", "i64"), or
- *  "invalid". Never NULL. Thread-safe. */
+/** Static name of a dtype ("f32", "f16", "bf16", "i32", "i64", "f8e4m3",
+ *  "f8e5m2"), or "invalid". Never NULL. Thread-safe. */
 AMPX_API const char *ampx_dtype_name(ampx_dtype dtype);
 
 /** Device kinds. Numbers pinned. */
@@ -505,7 +515,11 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_copy_from_host(ampx_tensor tenso
 /** dst = src, converting the element type when they differ (floating types
  *  round to nearest even; float to integer truncates toward zero, NaN
  *  becomes 0 and out-of-range values saturate; integer to float rounds to
- *  nearest). Both tensors must belong to the same context and have the same
+ *  nearest). Into AMPX_F8E4M3 / AMPX_F8E5M2, as torch's casts: values beyond
+ *  the largest finite one saturate in E4M3 (+-inf and 500 become +-448) and
+ *  overflow to +-inf in E5M2 (61440 and inf become inf); NaN stays NaN
+ *  with its sign (0x7f / 0xff); ampx_tensor_copy_fp8 makes the other
+ *  choice. FP8 to any type is exact (integers truncate). Both tensors must belong to the same context and have the same
  *  number of elements (shapes may differ: the copy is in row-major order).
  *  dst and src may be the same tensor. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_copy(ampx_tensor dst, ampx_tensor src);
@@ -599,7 +613,10 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_to_dlpack(ampx_tensor tensor,
  *  tensor is destroyed; on failure `src` is left untouched and still owned
  *  by the caller. The DLPack tensor must be on the context's device, dense
  *  and row-major (strides NULL or compact), with byte_offset honoured, and of
- *  a supported type (float 32/16, bfloat 16, int 32/64, lanes 1); otherwise
+ *  a supported type (float 32/16, bfloat 16, int 32/64, or DLPack 1.1's
+ *  float8 codes kDLFloat8_e4m3fn = 10 and kDLFloat8_e5m2 = 12 with 8 bits,
+ *  which ampx_tensor_to_dlpack writes for AMPX_F8E4M3 / AMPX_F8E5M2;
+ *  lanes 1); otherwise
  *  AMPX_ERR_DEVICE, AMPX_ERR_NOT_SUPPORTED or AMPX_ERR_DTYPE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_from_dlpack(ampx_context ctx,
                                              struct DLManagedTensor *src,
@@ -1361,6 +1378,9 @@ typedef enum ampx_op_class {
   AMPX_OP_CLASS_MAX_ENUM = 0x7fffffff
 } ampx_op_class;
 
+/** An FP8 scaling recipe (section 18). */
+typedef struct ampx_fp8_recipe_s *ampx_fp8_recipe;
+
 /** Options of an autocast policy (ampx_autocast_create). */
 typedef struct ampx_autocast_options {
   size_t struct_size; /**< sizeof(ampx_autocast_options) */
@@ -2089,6 +2109,38 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_checkpoint_file_load(const char *path, 
                                                size_t count, ampx_optimizer optimizer,
                                                ampx_scaler scaler);
 
+/** ampx_checkpoint_file_save, plus the state of an FP8 recipe (section
+ *  18; NULL for none) in a section of its own: its options and, per slot,
+ *  name, role, scale, inverse scale, step amax and amax history. A file
+ *  with this section is read by ampx_checkpoint_file_load too, which skips
+ *  the section; libraries from before it refuse such a file as CORRUPT.
+ *  Errors as ampx_checkpoint_file_save. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_checkpoint_file_save_fp8(const char *path,
+                                                                  const ampx_tensor *params,
+                                                                  size_t count,
+                                                                  ampx_optimizer optimizer,
+                                                                  ampx_scaler scaler,
+                                                                  ampx_fp8_recipe recipe);
+
+/** ampx_checkpoint_file_load, plus the FP8 recipe's state when `recipe` is
+ *  not NULL: it must have been created with the saved options (scaling,
+ *  format, history length, amax algorithm, margin, power-of-two scales).
+ *  Each saved slot is matched by name: a live slot of that name and role
+ *  gets the saved state; a saved name the recipe lacks is added as a slot
+ *  that autocast takes over at the first use of the weight it belongs to
+ *  (its slots' names, see "FP8 under autocast"), so training resumes with
+ *  the saved scales and histories. Validated before anything changes, as
+ *  the rest of the file.
+ *  Errors: as ampx_checkpoint_file_load; INVALID_ARGUMENT also for a file
+ *  without a recipe section, other recipe options, or a name whose role
+ *  differs. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_checkpoint_file_load_fp8(const char *path,
+                                                                  const ampx_tensor *params,
+                                                                  size_t count,
+                                                                  ampx_optimizer optimizer,
+                                                                  ampx_scaler scaler,
+                                                                  ampx_fp8_recipe recipe);
+
 /* ========================================================================== */
 /* 13. Tensor views and gradient hooks (EXPERIMENTAL)                         */
 /* ========================================================================== */
@@ -2501,6 +2553,25 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_set_sync(ampx_data_parall
  *  communicator failed or timed out); INVALID_ARGUMENT; STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_reduce(ampx_data_parallel dp);
 
+/** FP8 (section 18): makes `dp` MAX-reduce the step amaxes of `recipe`
+ *  over the ranks, so that every rank's FP8 scales and amax histories stay
+ *  bitwise equal (as Transformer Engine reduces amaxes over its group).
+ *  The amaxes ride in the all-reduce of found-inf that ampx_scaler_unscale
+ *  makes (no extra collective in a loop with a scaler); where no unscale
+ *  came between the step's last quantization and ampx_fp8_recipe_update,
+ *  that update reduces them itself (one all-reduce, collective then). A
+ *  NaN amax on any rank becomes every rank's. `recipe` is retained until
+ *  another is attached, NULL detaches it, or dp is released. Not a
+ *  collective itself, but every rank must attach a recipe with the same
+ *  slots (autocast adds them in the same order on ranks that run the same
+ *  program): the reduction's length is the slot count.
+ *  Errors: INVALID_ARGUMENT (a recipe another wrapper reduces: detach it
+ *  there first), DEVICE (the recipe belongs to another context),
+ *  STALE_HANDLE. Nothing changes on error. The context's thread rules
+ *  apply. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_set_fp8_recipe(ampx_data_parallel dp,
+                                                                      ampx_fp8_recipe recipe);
+
 /** What ampx_data_parallel_get_stats reports. */
 typedef struct ampx_data_parallel_stats {
   size_t struct_size;             /**< set by the caller: sizeof(ampx_data_parallel_stats) */
@@ -2781,6 +2852,45 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_write_report(ampx_doctor doctor,
  *  no-op; a stale handle only sets the last error. */
 AMPX_API void ampx_doctor_release(ampx_doctor doctor);
 
+/** What FP8 would do to a tensor at a slot's current scale
+ *  (ampx_doctor_fp8_inspect), in both formats, so a program sees why a
+ *  layer should stay in bf16: a large flushed fraction means the scale is
+ *  too small for the tensor's small values, a saturated one that it is
+ *  too large (or the amax history lags a growing tensor). */
+typedef struct ampx_fp8_tensor_report {
+  size_t struct_size;    /**< set by the caller: sizeof(ampx_fp8_tensor_report) */
+  int64_t count;         /**< the tensor's non-zero finite elements */
+  double flushed_e4m3;   /**< fraction of them x * scale rounds to 0 in E4M3 */
+  double saturated_e4m3; /**< fraction beyond 448 (saturated) in E4M3 */
+  double flushed_e5m2;   /**< the same in E5M2 */
+  double saturated_e5m2; /**< beyond 57344 in E5M2 */
+  float scale;           /**< the slot's scale the fractions are for */
+  ampx_dtype dtype;      /**< the slot's own format */
+} ampx_fp8_tensor_report;
+
+#define AMPX_FP8_TENSOR_REPORT_INIT \
+  { sizeof(ampx_fp8_tensor_report), 0, 0.0, 0.0, 0.0, 0.0, 0.0f, (ampx_dtype)0 }
+
+/** Fills *report (whose struct_size the caller sets) for `tensor` (F32,
+ *  F16 or BF16, of the recipe's context) quantized with slot `slot`'s
+ *  current scale: of its non-zero finite elements, the fractions that
+ *  round to zero and that lie beyond the largest finite value, in E4M3 and
+ *  in E5M2 (fractions 0 when it has none). Changes nothing; synchronizes.
+ *  The slot's amax history comes from ampx_fp8_recipe_slot_get.
+ *  Errors: INVALID_ARGUMENT (NULL, struct_size too small, slot out of
+ *  range), DTYPE, DEVICE (another context), STALE_HANDLE, OUT_OF_MEMORY. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_fp8_inspect(ampx_fp8_recipe recipe, int64_t slot,
+                                                            ampx_tensor tensor,
+                                                            ampx_fp8_tensor_report *report);
+
+/** *text receives a table of `recipe`'s slots, one line each: name,
+ *  format, scale, step amax and the history's maximum and length filled
+ *  so far. Owned by the recipe, valid until its next summary or its
+ *  release. Synchronizes.
+ *  Errors: INVALID_ARGUMENT (NULL), STALE_HANDLE, DEVICE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_doctor_fp8_summary(ampx_fp8_recipe recipe,
+                                                            const char **text);
+
 /* ========================================================================== */
 /* 16. safetensors files (EXPERIMENTAL)                                       */
 /* ========================================================================== */
@@ -2790,9 +2900,10 @@ AMPX_API void ampx_doctor_release(ampx_doctor doctor);
  * bytes of UTF-8 JSON naming each tensor's dtype, shape and byte range,
  * then the data, little-endian and row-major. ampx writes files those
  * libraries read, and reads theirs. A tensor's format dtype "F32", "F16",
- * "BF16", "I32" or "I64" is the ampx_dtype of that name; files may list
- * other format dtypes (F64, I8, U8, BOOL, F8_E4M3, ...), which can be listed
- * but not loaded.
+ * "BF16", "I32" or "I64" is the ampx_dtype of that name, "F8_E4M3" is
+ * AMPX_F8E4M3 and "F8_E5M2" AMPX_F8E5M2; files may list other format
+ * dtypes (F64, I8, U8, BOOL, F8_E8M0, ...), which can be listed but not
+ * loaded.
  *
  * Validation: ampx_safetensors_open checks the whole header before it
  * returns, against the format's rules: a header length within the file and
@@ -3075,6 +3186,294 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_step_count(ampx_optimizer opt
 AMPX_NODISCARD AMPX_API ampx_status ampx_lr_schedule_value(const ampx_lr_schedule *schedule,
                                                            double base_lr, int64_t step,
                                                            double *lr);
+
+/* ========================================================================== */
+/* 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)               */
+/* ========================================================================== */
+
+/* FP8 training after NVIDIA's Transformer Engine: tensors of AMPX_F8E4M3
+ * and AMPX_F8E5M2 (section 3), conversions into them with a choice of
+ * overflow rule, per-tensor scaling recipes whose state lives on the
+ * device, and FP8 matrix products under autocast. Values convert with
+ * round to nearest even and keep subnormals; the CPU and the CUDA backend
+ * give the same bits (cuda_fp8.h's conversions on the GPU). */
+
+/** What a conversion into FP8 does with a magnitude beyond the format's
+ *  largest finite value (E4M3 448, E5M2 57344), infinities included.
+ *  Numbers pinned. */
+typedef enum ampx_fp8_overflow {
+  AMPX_FP8_SATURATE = 1,    /**< +-max (Transformer Engine's casts,
+                                 cuda_fp8.h's __NV_SATFINITE, torch's
+                                 float8_e4m3fn cast) */
+  AMPX_FP8_NO_SATURATE = 2, /**< NaN in E4M3, +-inf in E5M2 (__NV_NOSAT,
+                                 torch's float8_e5m2 cast) */
+  AMPX_FP8_OVERFLOW_MIN_ENUM = -0x7fffffff - 1, /**< not a rule (see AMPX_STATUS_MIN_ENUM) */
+  AMPX_FP8_OVERFLOW_MAX_ENUM = 0x7fffffff /**< not a rule (see AMPX_STATUS_MAX_ENUM) */
+} ampx_fp8_overflow;
+
+/** dst = src converted into dst's FP8 type with the overflow rule
+ *  `overflow` (ampx_tensor_copy uses each type's torch rule: E4M3
+ *  saturates, E5M2 does not). Rounding to nearest even, subnormals kept,
+ *  NaN to NaN with its sign. src is F32, F16 or BF16, dst F8E4M3 or
+ *  F8E5M2; same context, same number of elements. Enqueued on the
+ *  device; no synchronisation.
+ *  Errors: INVALID_ARGUMENT (NULL, an unknown rule), DTYPE (types as
+ *  above), SHAPE, DEVICE (other contexts), STALE_HANDLE. dst is unchanged
+ *  on error. The context's thread rules apply. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_copy_fp8(ampx_tensor dst, ampx_tensor src,
+                                                         ampx_fp8_overflow overflow);
+
+/* Scaling recipes. FP8's range is narrow (E4M3 spans 2^-9 .. 448), so
+ * each tensor is multiplied by a scale before it is rounded to FP8, and a
+ * product of FP8 tensors is multiplied back by their inverse scales. A
+ * recipe (Transformer Engine's DelayedScaling or Float8CurrentScaling)
+ * keeps, per tensor it scales -- a "slot" --, the scale and its inverse,
+ * the amax of the current step (the largest |x| quantized into the slot
+ * since the last update) and a history of the amaxes of past steps, all in
+ * device memory: quantizing and updating never wait for the device.
+ *
+ * Delayed scaling (the default): a tensor is quantized with the scale the
+ * last ampx_fp8_recipe_update computed; each update then puts the step's
+ * amax into the slot's history (the last amax_history_len ones) and sets
+ *   amax  = the history's maximum (AMPX_FP8_AMAX_MAX; a NaN in the history
+ *           makes it NaN, as torch.max) or this step's (MOST_RECENT);
+ *   scale = (fp8_max / amax) / 2^margin, where fp8_max is 448 (E4M3) or
+ *           57344 (E5M2); the previous scale when amax is 0, inf or NaN;
+ *           FLT_MAX where that quotient is infinite (a tiny amax);
+ *   scale_inv = 1 / scale.
+ * Scales start at 1. Current scaling: a tensor is quantized with
+ * fp8_max / amax of its own values (1 when that amax is 0 or not finite,
+ * FLT_MAX where infinite, optionally rounded down to a power of two),
+ * computed on the device just before; updates only keep the histories.
+ *
+ * Formats: HYBRID (the default) quantizes FORWARD slots (activations,
+ * weights) to E4M3 and BACKWARD slots (gradients) to E5M2; E4M3 uses E4M3
+ * for both. Quantization saturates (values beyond the format's max become
+ * +-max), as Transformer Engine's casts do.
+ *
+ * Data parallel: attach the recipe to the wrapper
+ * (ampx_data_parallel_set_fp8_recipe, section 14) and every rank's step
+ * amaxes are MAX-reduced over the ranks before the update, so that their
+ * scales stay bitwise equal; a recipe not attached scales each rank by its
+ * own amaxes. */
+/* ampx_fp8_recipe is declared in section 10. */
+
+/** How a recipe scales. Numbers pinned. */
+typedef enum ampx_fp8_scaling {
+  AMPX_FP8_DELAYED = 1, /**< from the amax history of past steps (TE's DelayedScaling) */
+  AMPX_FP8_CURRENT = 2, /**< from the tensor's own amax (TE's Float8CurrentScaling) */
+  AMPX_FP8_SCALING_MIN_ENUM = -0x7fffffff - 1, /**< not a value (see AMPX_STATUS_MIN_ENUM) */
+  AMPX_FP8_SCALING_MAX_ENUM = 0x7fffffff /**< not a value (see AMPX_STATUS_MAX_ENUM) */
+} ampx_fp8_scaling;
+
+/** Which FP8 type each role gets. Numbers pinned. */
+typedef enum ampx_fp8_format {
+  AMPX_FP8_HYBRID = 1, /**< E4M3 forward, E5M2 for gradients */
+  AMPX_FP8_E4M3 = 2,   /**< E4M3 everywhere */
+  AMPX_FP8_FORMAT_MIN_ENUM = -0x7fffffff - 1, /**< not a value (see AMPX_STATUS_MIN_ENUM) */
+  AMPX_FP8_FORMAT_MAX_ENUM = 0x7fffffff /**< not a value (see AMPX_STATUS_MAX_ENUM) */
+} ampx_fp8_format;
+
+/** Which amax a delayed update scales by. Numbers pinned. */
+typedef enum ampx_fp8_amax_algo {
+  AMPX_FP8_AMAX_MAX = 1,         /**< the maximum over the history */
+  AMPX_FP8_AMAX_MOST_RECENT = 2, /**< the step's own amax */
+  AMPX_FP8_AMAX_ALGO_MIN_ENUM = -0x7fffffff - 1, /**< not a value (see AMPX_STATUS_MIN_ENUM) */
+  AMPX_FP8_AMAX_ALGO_MAX_ENUM = 0x7fffffff /**< not a value (see AMPX_STATUS_MAX_ENUM) */
+} ampx_fp8_amax_algo;
+
+/** What a slot holds, which decides its format. Numbers pinned. */
+typedef enum ampx_fp8_role {
+  AMPX_FP8_FORWARD = 1,  /**< an activation or a weight */
+  AMPX_FP8_BACKWARD = 2, /**< a gradient */
+  AMPX_FP8_ROLE_MIN_ENUM = -0x7fffffff - 1, /**< not a value (see AMPX_STATUS_MIN_ENUM) */
+  AMPX_FP8_ROLE_MAX_ENUM = 0x7fffffff /**< not a value (see AMPX_STATUS_MAX_ENUM) */
+} ampx_fp8_role;
+
+/** Options of ampx_fp8_recipe_create (Transformer Engine's defaults). */
+typedef struct ampx_fp8_recipe_options {
+  size_t struct_size;                   /**< sizeof(ampx_fp8_recipe_options) */
+  ampx_fp8_scaling scaling;             /**< default AMPX_FP8_DELAYED */
+  ampx_fp8_format format;               /**< default AMPX_FP8_HYBRID */
+  int32_t amax_history_len;             /**< default 1024; >= 1 */
+  ampx_fp8_amax_algo amax_compute_algo; /**< default AMPX_FP8_AMAX_MAX */
+  int32_t margin;                       /**< default 0; 0 .. 127 (delayed) */
+  int32_t power_of_two_scales;          /**< default 0; current scaling only */
+} ampx_fp8_recipe_options;
+
+#define AMPX_FP8_RECIPE_OPTIONS_INIT                                                   \
+  { sizeof(ampx_fp8_recipe_options), AMPX_FP8_DELAYED, AMPX_FP8_HYBRID, 1024, AMPX_FP8_AMAX_MAX, \
+    0, 0 }
+
+/** Default options (as AMPX_FP8_RECIPE_OPTIONS_INIT). Thread-safe. */
+AMPX_API ampx_fp8_recipe_options ampx_fp8_recipe_options_default(void);
+
+/** Creates a recipe on `ctx` with no slots (NULL options: the defaults).
+ *  *out is owned by the caller (ampx_fp8_recipe_release); it holds a
+ *  reference to the context.
+ *  Errors: INVALID_ARGUMENT (NULL ctx or out; struct_size too small; an
+ *  unknown enum value; amax_history_len < 1; margin outside 0 .. 127 --
+ *  the option is named), NOT_SUPPORTED (a backend without FP8
+ *  quantization), OUT_OF_MEMORY, STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_fp8_recipe_create(ampx_context ctx,
+                                                           const ampx_fp8_recipe_options *options,
+                                                           ampx_fp8_recipe *out);
+
+/** Drops the caller's reference; the recipe goes with the last one
+ *  (autocast policies using it hold one). NULL is a no-op. Any thread, as
+ *  ampx_tensor_release. */
+AMPX_API void ampx_fp8_recipe_release(ampx_fp8_recipe recipe);
+
+/** Adds a slot of `role` named `name` (copied; NULL or "" for none; a
+ *  name is unique in the recipe) with scale 1, amax 0 and an empty
+ *  history; *slot receives its index (slots are numbered 0, 1, ... in the
+ *  order they are added; autocast adds its own too). Device memory comes
+ *  64 slots at a time; nothing synchronizes.
+ *  Errors: INVALID_ARGUMENT (NULL slot, an unknown role, a name in use),
+ *  OUT_OF_MEMORY, STALE_HANDLE. The context's thread rules apply. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_fp8_recipe_add_tensor(ampx_fp8_recipe recipe,
+                                                               ampx_fp8_role role,
+                                                               const char *name, int64_t *slot);
+
+/** *count receives the number of slots. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_fp8_recipe_slot_count(ampx_fp8_recipe recipe,
+                                                               int64_t *count);
+
+/** Quantizes `src` (F32, F16 or BF16) with slot `slot`'s scale into `dst`
+ *  (the slot's format: F8E4M3, or F8E5M2 for a BACKWARD slot under
+ *  HYBRID; src's element count), saturating, and folds src's amax into the
+ *  slot's step amax (a tensor quantized twice in a step counts once, at
+ *  its largest). `dst_transposed` (may be NULL; dst may be NULL when it is
+ *  not) receives the same values transposed, for the TN layout FP8 GEMMs
+ *  need: src is read as a [rows, cols] matrix (cols its last extent, rows
+ *  the product of the others) and dst_transposed, of the slot's format and
+ *  src's element count, is written [cols, rows] -- cast and transpose in one
+ *  pass. Current scaling computes the scale from src first. Enqueued; no
+ *  synchronisation.
+ *  Errors: INVALID_ARGUMENT (NULL recipe or src, both outputs NULL, slot
+ *  out of range), DTYPE (src not F32/F16/BF16, an output not of the slot's
+ *  format), SHAPE (element counts differ), DEVICE (another context),
+ *  STALE_HANDLE. Nothing changes on error. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_fp8_quantize(ampx_fp8_recipe recipe, int64_t slot,
+                                                      ampx_tensor src, ampx_tensor dst,
+                                                      ampx_tensor dst_transposed);
+
+/** Ends a step for every slot: its amax joins its history and (delayed
+ *  scaling) its scale and inverse are recomputed (see above); amaxes start
+ *  again from 0. Call it once per training step, after backward (e.g.
+ *  beside ampx_scaler_update). Enqueued; no synchronisation. For a recipe
+ *  attached to a data-parallel wrapper (ampx_data_parallel_set_fp8_recipe)
+ *  whose amaxes no unscale has reduced since the step's last quantization,
+ *  a collective: the amaxes are MAX-reduced over the ranks first.
+ *  Errors: INVALID_ARGUMENT (NULL), STALE_HANDLE, DEVICE (also: that
+ *  reduction's communicator failed or timed out), ORDER (that wrapper
+ *  failed earlier); nothing changes on error. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_fp8_recipe_update(ampx_fp8_recipe recipe);
+
+/** *out receives a new F32 tensor of shape [1] (owned by the caller) that
+ *  is slot `slot`'s scale (inverse 0) or inverse scale (inverse != 0) in
+ *  the recipe's device memory -- a view, not a copy: it follows every
+ *  update, and keeps that memory alive. An engine with its own FP8 GEMM
+ *  passes the inverse scales' ampx_tensor_data as the GEMM's A/B scale
+ *  pointers (cuBLASLt: CUBLASLT_MATMUL_DESC_A_SCALE_POINTER).
+ *  Errors: INVALID_ARGUMENT (NULL, slot out of range), OUT_OF_MEMORY,
+ *  STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_fp8_recipe_scale_tensor(ampx_fp8_recipe recipe,
+                                                                 int64_t slot, int32_t inverse,
+                                                                 ampx_tensor *out);
+
+/** A slot as ampx_fp8_recipe_slot_get reads it. */
+typedef struct ampx_fp8_slot_info {
+  size_t struct_size;    /**< set by the caller: sizeof(ampx_fp8_slot_info) */
+  const char *name;      /**< owned by the recipe, valid while it lives */
+  ampx_fp8_role role;
+  ampx_dtype dtype;      /**< the slot's format, AMPX_F8E4M3 or AMPX_F8E5M2 */
+  float scale;
+  float scale_inv;
+  float amax;            /**< this step's, not yet in the history */
+  int32_t history_len;   /**< the recipe's amax_history_len */
+} ampx_fp8_slot_info;
+
+#define AMPX_FP8_SLOT_INFO_INIT \
+  { sizeof(ampx_fp8_slot_info), NULL, (ampx_fp8_role)0, (ampx_dtype)0, 0.0f, 0.0f, 0.0f, 0 }
+
+/** Fills *info (whose struct_size the caller sets; fields beyond it are
+ *  not written) with slot `slot`, and, when `history` is not NULL, writes
+ *  the slot's amax history into history[0 .. capacity-1], oldest first
+ *  (the last entry is the most recent update's; entries never filled are
+ *  0); capacity must be the history length then. Synchronizes.
+ *  Errors: INVALID_ARGUMENT (NULL recipe or info, struct_size too small,
+ *  slot out of range, a capacity other than the history length),
+ *  STALE_HANDLE, DEVICE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_fp8_recipe_slot_get(ampx_fp8_recipe recipe, int64_t slot,
+                                                             ampx_fp8_slot_info *info,
+                                                             float *history, int32_t capacity);
+
+/* FP8 under autocast. A policy given a recipe (ampx_autocast_set_fp8)
+ * runs linear and matmul in FP8 while it is the innermost region -- unless
+ * the op's class is overridden away from AMPX_OP_LOWER_PRECISION -- and
+ * every other op as a plain policy of its dtype would:
+ *  - forward: the input x (matmul's a) and the weight (matmul's b, a 2-D
+ *    tensor; a is [..., M, K]) are quantized with their slots' scales to
+ *    E4M3, multiplied in FP8 with fp32 accumulation and their inverse
+ *    scales, and the output (and bias, added in fp32) written in the
+ *    policy's dtype; a fused activation follows in that dtype;
+ *  - backward: the output gradient is quantized to its slot's format (E5M2
+ *    under HYBRID) and both products -- dgrad (dx = dy W) and wgrad (dW =
+ *    dy^T x) -- run in FP8 with the forward's quantized operands and
+ *    scales; gradients come back in the inputs' own dtypes (an F32 weight
+ *    gets an F32 gradient), the bias's as the sum of dy.
+ * Slots: per weight tensor, three -- "<name>:input", "<name>:weight",
+ * "<name>:grad_output" (name: the weight's name, or "#k" for the k-th
+ * unnamed weight the recipe meets) -- added to the recipe at the weight's
+ * first use and shared by every use of it: a weight used twice in a step
+ * has one history, and the step's amax is the larger of both uses. Call
+ * ampx_fp8_recipe_update once per step, after backward.
+ * Fallback (documented, not an error): a product with m * n * k below
+ * the policy's min_gemm_size, a shape the device's FP8 GEMM does not take (CUDA:
+ * m, n and k multiples of 16, 16-byte aligned data), or a batched matmul
+ * (b not 2-D) runs in the policy's dtype as plain autocast would, and the
+ * policy's FP8 statistics count it with the reason. */
+
+/** The default of ampx_autocast_set_fp8's min_gemm_size: 2^33. FP8 loses
+ *  to bf16 on small products (torchao measured 0.80x at 1024 x 2048 x 1024
+ *  and 1.39x at 4096 x 8192 x 16384 on an H100); ampx's own crossover is
+ *  bench/bench_fp8_gpu's to measure. */
+#define AMPX_FP8_DEFAULT_MIN_GEMM_SIZE ((int64_t)1 << 33)
+
+/** Makes `autocast` an FP8 policy with `recipe` (borrowed; the policy
+ *  holds a reference until it is released or given another), or a plain
+ *  one again with recipe NULL. A product whose m * n * k is below
+ *  `min_gemm_size` (>= 0; AMPX_FP8_DEFAULT_MIN_GEMM_SIZE is a start) stays
+ *  in the policy's dtype. Applies to the ops run after the call, also
+ *  while the policy is entered. On error the policy is unchanged.
+ *  Errors: INVALID_ARGUMENT (a negative size), DEVICE (the recipe belongs
+ *  to another context), STALE_HANDLE, and NOT_SUPPORTED when the context's
+ *  device has no FP8 products (a CUDA device below compute capability 8.9;
+ *  the message names the device and its capability) -- the program then
+ *  keeps the plain bf16 policy. The context's thread rules apply. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_set_fp8(ampx_autocast autocast,
+                                                          ampx_fp8_recipe recipe,
+                                                          int64_t min_gemm_size);
+
+/** A policy's FP8 counts (ampx_autocast_fp8_stats). */
+typedef struct ampx_fp8_stats {
+  size_t struct_size;        /**< set by the caller: sizeof(ampx_fp8_stats) */
+  int64_t fp8_products;      /**< linear/matmul calls run in FP8 */
+  int64_t fallbacks;         /**< those run in the policy's dtype instead */
+  const char *last_fallback; /**< why the last fallback happened ("" for
+                                  none); owned by the policy, valid until
+                                  its next op or its release */
+} ampx_fp8_stats;
+
+#define AMPX_FP8_STATS_INIT { sizeof(ampx_fp8_stats), 0, 0, NULL }
+
+/** Fills *stats (whose struct_size the caller sets; fields beyond it are
+ *  not written) with the counts of `autocast` since its creation (zeros
+ *  for a policy that never had a recipe). No device access.
+ *  Errors: INVALID_ARGUMENT (NULL, struct_size too small), STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_fp8_stats(ampx_autocast autocast,
+                                                            ampx_fp8_stats *stats);
 
 #ifdef __cplusplus
 } /* extern "C" */

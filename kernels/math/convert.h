@@ -12,37 +12,24 @@
 //    exact for targets of at most 22 significant bits);
 //  - i64 -> f32/f16/bf16 rounds once too (via round-to-odd to double), and
 //    i32 -> anything is exact in double before its single rounding;
-//  - floating -> integer truncates toward zero, saturates, and maps NaN to 0.
+//  - floating -> integer truncates toward zero, saturates, and maps NaN to 0;
+//  - FP8 (fp8.h) -> anything goes through its exact float value; anything
+//    -> FP8 rounds once, to nearest even (double and i64 by round-to-odd to
+//    float first, exact for FP8's 4 significant bits), beyond the largest
+//    finite value as torch's casts: E4M3 saturates to +-448, E5M2 overflows
+//    to +-inf. (The other choice is the FP8 capability's, backend_fp8.h.)
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
 #include "ampx/ampx.h"
+#include "math/bits.h"
+#include "math/fp8.h"
 #include "math/hd.h"
 
 namespace ampx::impl {
 namespace math {
-
-AMPX_HD uint32_t float_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-#endif
-}
-
-AMPX_HD float bits_float(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-#endif
-}
 
 AMPX_HD float half_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
@@ -176,16 +163,29 @@ template <> struct storage_of<AMPX_F16> { using type = uint16_t; };
 template <> struct storage_of<AMPX_BF16> { using type = uint16_t; };
 template <> struct storage_of<AMPX_I32> { using type = int32_t; };
 template <> struct storage_of<AMPX_I64> { using type = int64_t; };
+template <> struct storage_of<AMPX_F8E4M3> { using type = uint8_t; };
+template <> struct storage_of<AMPX_F8E5M2> { using type = uint8_t; };
 
 template <int D> using storage_t = typename storage_of<D>::type;
 
 template <int D>
-constexpr bool is_floating_dtype = D == AMPX_F32 || D == AMPX_F16 || D == AMPX_BF16;
+constexpr bool is_fp8_dtype = D == AMPX_F8E4M3 || D == AMPX_F8E5M2;
+
+// The types whose elements are floating-point values (FP8 included).
+template <int D>
+constexpr bool is_floating_dtype = D == AMPX_F32 || D == AMPX_F16 || D == AMPX_BF16 || is_fp8_dtype<D>;
+
+// What a conversion to FP8 does beyond the largest finite value (torch's
+// casts): E4M3 saturates, E5M2 overflows to infinity.
+template <int D>
+constexpr bool fp8_saturates_by_default = D == AMPX_F8E4M3;
 
 template <int D>
 AMPX_HD float load_float(storage_t<D> v) {
   if constexpr (D == AMPX_F16) return half_to_float(v);
   else if constexpr (D == AMPX_BF16) return bf16_to_float(v);
+  else if constexpr (D == AMPX_F8E4M3) return e4m3_to_float(v);
+  else if constexpr (D == AMPX_F8E5M2) return e5m2_to_float(v);
   else return static_cast<float>(v);
 }
 
@@ -194,6 +194,8 @@ AMPX_HD storage_t<D> store_float(float f) {
   if constexpr (D == AMPX_F16) return float_to_half(f);
   else if constexpr (D == AMPX_BF16) return float_to_bf16(f);
   else if constexpr (D == AMPX_F32) return f;
+  else if constexpr (D == AMPX_F8E4M3) return float_to_e4m3(f, fp8_saturates_by_default<D>);
+  else if constexpr (D == AMPX_F8E5M2) return float_to_e5m2(f, fp8_saturates_by_default<D>);
   else if constexpr (D == AMPX_I32) return double_to_i32(f);
   else return double_to_i64(f);
 }
@@ -209,6 +211,7 @@ AMPX_HD storage_t<D> store_double(double d) {
   if constexpr (D == AMPX_F16) return double_to_half(d);
   else if constexpr (D == AMPX_BF16) return double_to_bf16(d);
   else if constexpr (D == AMPX_F32) return double_to_float(d);
+  else if constexpr (is_fp8_dtype<D>) return store_float<D>(double_to_float_round_odd(d));
   else if constexpr (D == AMPX_I32) return double_to_i32(d);
   else return double_to_i64(d);
 }

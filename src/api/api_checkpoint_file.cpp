@@ -1,6 +1,7 @@
 // api_checkpoint_file.cpp -- training checkpoint files (section 12 of ampx.h).
 #include "amp/scaler.h"
 #include "api/guard.h"
+#include "fp8/recipe.h"
 #include "io/checkpoint_file.h"
 #include "optim/optimizer.h"
 
@@ -45,6 +46,32 @@ ampx_status ampx_checkpoint_file_load(const char* path, const ampx_tensor* param
     FusedOptimizer* o = optional_optimizer(optimizer);
     LossScaler* s = optional_scaler(scaler);
     io::load_checkpoint_file(file, tensors, o, s);
+  });
+}
+
+ampx_status ampx_checkpoint_file_save_fp8(const char* path, const ampx_tensor* params,
+                                          size_t count, ampx_optimizer optimizer,
+                                          ampx_scaler scaler, ampx_fp8_recipe recipe) {
+  return guard(__func__, [&] {
+    const std::string file = path_arg(path);
+    const std::vector<DeviceTensor*> tensors = tensor_list_arg(params, count, "params");
+    FusedOptimizer* o = optional_optimizer(optimizer);
+    LossScaler* s = optional_scaler(scaler);
+    Fp8Recipe* r = recipe ? &object_arg<Fp8Recipe>(recipe, "recipe", "an ampx_fp8_recipe") : nullptr;
+    io::save_checkpoint_file(file, tensors, o, s, r);
+  });
+}
+
+ampx_status ampx_checkpoint_file_load_fp8(const char* path, const ampx_tensor* params,
+                                          size_t count, ampx_optimizer optimizer,
+                                          ampx_scaler scaler, ampx_fp8_recipe recipe) {
+  return guard(__func__, [&] {
+    const std::string file = path_arg(path);
+    const std::vector<DeviceTensor*> tensors = tensor_list_arg(params, count, "params");
+    FusedOptimizer* o = optional_optimizer(optimizer);
+    LossScaler* s = optional_scaler(scaler);
+    Fp8Recipe* r = recipe ? &object_arg<Fp8Recipe>(recipe, "recipe", "an ampx_fp8_recipe") : nullptr;
+    io::load_checkpoint_file(file, tensors, o, s, r);
   });
 }
 

@@ -136,6 +136,15 @@ ampx_status ampx_data_parallel_reduce(ampx_data_parallel dp) {
   return guard(__func__, [&] { data_parallel_arg(dp, "dp").reduce_now(); });
 }
 
+ampx_status ampx_data_parallel_set_fp8_recipe(ampx_data_parallel dp, ampx_fp8_recipe recipe) {
+  return guard(__func__, [&] {
+    DataParallel& d = data_parallel_arg(dp, "dp");
+    Fp8Recipe* r =
+        recipe ? &object_arg<Fp8Recipe>(recipe, "recipe", "an ampx_fp8_recipe") : nullptr;
+    d.set_fp8_recipe(r);
+  });
+}
+
 ampx_status ampx_data_parallel_get_stats(ampx_data_parallel dp, ampx_data_parallel_stats* stats) {
   return guard(__func__, [&] {
     DataParallel& d = data_parallel_arg(dp, "dp");

@@ -10,6 +10,7 @@
 #include "autocast/autocast.h"
 #include "autograd/checkpoint.h"
 #include "autograd/tape.h"
+#include "fp8/recipe.h"
 #include "math/convert.h"
 #include "ops/ops.h"
 
@@ -262,6 +263,28 @@ ampx_status ampx_autocast_enter(ampx_autocast autocast) {
 
 ampx_status ampx_autocast_exit(ampx_autocast autocast) {
   return guard(__func__, [&] { autocast_exit(autocast_arg(autocast, "autocast")); });
+}
+
+ampx_status ampx_autocast_set_fp8(ampx_autocast autocast, ampx_fp8_recipe recipe,
+                                  int64_t min_gemm_size) {
+  return guard(__func__, [&] {
+    PrecisionPolicy& a = autocast_arg(autocast, "autocast");
+    Fp8Recipe* fp8 =
+        recipe ? &object_arg<Fp8Recipe>(recipe, "recipe", "an ampx_fp8_recipe") : nullptr;
+    a.set_fp8(fp8, min_gemm_size);
+  });
+}
+
+ampx_status ampx_autocast_fp8_stats(ampx_autocast autocast, ampx_fp8_stats* stats) {
+  return guard(__func__, [&] {
+    PrecisionPolicy& a = autocast_arg(autocast, "autocast");
+    require_pointer(stats, "stats");
+    ampx_fp8_stats full = AMPX_FP8_STATS_INIT;
+    full.fp8_products = a.fp8_products;
+    full.fallbacks = a.fp8_fallbacks;
+    full.last_fallback = a.fp8_last_fallback.c_str();
+    write_struct(stats, full, "stats");
+  });
 }
 
 ampx_status ampx_autocast_cache_stats(ampx_autocast autocast, int64_t* hits, int64_t* misses) {

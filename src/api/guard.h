@@ -94,7 +94,7 @@ inline std::vector<DeviceTensor*> tensor_list_arg(const ampx_tensor* handles, si
 inline DType dtype_arg(ampx_dtype value, const char* arg) {
   if (!is_valid_dtype(static_cast<int32_t>(value)))
     fail(AMPX_ERR_DTYPE, "argument '", arg, "' is ", static_cast<int>(value),
-         ", which is not an ampx_dtype (AMPX_F32=1 .. AMPX_I64=5)");
+         ", which is not an ampx_dtype (AMPX_F32=1 .. AMPX_F8E5M2=7)");
   return static_cast<DType>(value);
 }
 

@@ -1,7 +1,9 @@
 #include "autocast/autocast.h"
 
 #include "autograd/tape.h"
+#include "core/backend_fp8.h"
 #include "core/error.h"
+#include "fp8/recipe.h"
 
 namespace ampx::impl {
 namespace {
@@ -111,9 +113,26 @@ PrecisionPolicy* PrecisionPolicy::create(DeviceContext& ctx, DType dtype, bool e
   return new PrecisionPolicy(ctx, dtype, enabled, cache);
 }
 
+void PrecisionPolicy::set_fp8(Fp8Recipe* fp8, int64_t min_gemm_size) {
+  if (fp8) {
+    if (&fp8->context() != ctx_)
+      fail(AMPX_ERR_DEVICE, "'recipe' belongs to another context than the policy");
+    if (min_gemm_size < 0)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'min_gemm_size' is ", min_gemm_size,
+           "; it must be >= 0");
+    ctx_->backend().require<Fp8GemmPrimitives>("an autocast policy with an FP8 recipe");
+    fp8->retain();
+  }
+  if (fp8_) fp8_->release();
+  fp8_ = fp8;
+  fp8_min_gemm_size_ = min_gemm_size;
+}
+
 void PrecisionPolicy::release() {
   if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   magic = kDeadMagic;
+  if (fp8_) fp8_->release();
+  fp8_ = nullptr;
   DeviceContext& ctx = *ctx_;
   ctx.quarantine(this);
   ctx.release();
@@ -167,6 +186,14 @@ void autocast_exit(PrecisionPolicy& policy) {
   --policy.entered;
   if (state.stack.empty()) state.cache.clear();
   policy.release();
+}
+
+PrecisionPolicy* fp8_policy(DeviceContext& ctx, const std::string& op) {
+  AutocastState& state = autocast_state(ctx);
+  if (state.stack.empty()) return nullptr;
+  PrecisionPolicy* policy = state.stack.back();
+  if (!policy->enabled() || !policy->fp8_recipe()) return nullptr;
+  return policy->op_class(op) == OpClass::LowerPrecision ? policy : nullptr;
 }
 
 TensorRef cast_to(DeviceContext& ctx, DeviceTensor& x, DType dtype) {

@@ -12,6 +12,8 @@
 
 namespace ampx::impl {
 
+class Fp8Recipe;
+
 enum class OpClass { LowerPrecision = 1, Fp32 = 2, Promote = 3, Keep = 4 };
 
 class PrecisionPolicy : public Object {
@@ -32,9 +34,22 @@ class PrecisionPolicy : public Object {
   void set_op_class(const std::string& op, OpClass op_class) { overrides_[op] = op_class; }
   OpClass op_class(const std::string& op) const;  // override, else the default
 
+  // With `fp8` (retained; null for none), linear and matmul multiply in
+  // FP8 with its scales (ops/fp8_product.cpp) when m * n * k >=
+  // min_gemm_size. NOT_SUPPORTED when the backend has no FP8 products;
+  // nothing changes on error.
+  void set_fp8(Fp8Recipe* fp8, int64_t min_gemm_size);
+  Fp8Recipe* fp8_recipe() const { return fp8_; }
+  int64_t fp8_min_gemm_size() const { return fp8_min_gemm_size_; }
+
   int64_t hits = 0;
   int64_t misses = 0;
   int entered = 0;  // regions of this policy currently on the stack
+  // FP8 products run, and those that fell back to `dtype` (with the last
+  // reason).
+  int64_t fp8_products = 0;
+  int64_t fp8_fallbacks = 0;
+  std::string fp8_last_fallback;
 
  private:
   PrecisionPolicy(DeviceContext& ctx, DType dtype, bool enabled, bool cache);
@@ -45,6 +60,8 @@ class PrecisionPolicy : public Object {
   DType dtype_;
   bool enabled_;
   bool cache_;
+  Fp8Recipe* fp8_ = nullptr;  // retained, or null
+  int64_t fp8_min_gemm_size_ = 0;
   std::unordered_map<std::string, OpClass> overrides_;
 };
 
@@ -64,6 +81,10 @@ struct AutocastState : ContextExtension {
 AutocastState& autocast_state(DeviceContext& ctx);
 void autocast_enter(PrecisionPolicy& policy);
 void autocast_exit(PrecisionPolicy& policy);
+
+// The innermost region's policy when it is enabled, has an FP8 recipe and
+// gives `op` the lower-precision class (FP8 products); else null.
+PrecisionPolicy* fp8_policy(DeviceContext& ctx, const std::string& op);
 
 // `x` converted to `dtype`, recorded on the tape (its backward converts the
 // gradient back); `x` itself when it already has that dtype.

@@ -49,6 +49,8 @@ const char* capability_name(Capability capability) {
       return "attention";
     case Capability::GradStats:
       return "gradient statistics";
+    case Capability::Fp8:
+      return "FP8 quantization";
     case Capability::Count:
       break;
   }

@@ -4,7 +4,7 @@
 // The core is small: memory, copies, fill and convert, streams and events,
 // synchronize. Everything else a backend may offer -- the multi-tensor AMP
 // primitives, the primitives of the ops, GEMM, and the slots the next
-// features fill (collectives, FP8 GEMM, convolution, attention, gradient
+// features fill (collectives, FP8, convolution, attention, gradient
 // statistics) -- is a capability interface (backend_amp.h, backend_nn.h,
 // backend_gemm.h) that a backend provides or not. Callers look one up with
 // require<C>(op), which names the op and the device in an
@@ -81,18 +81,18 @@ class DeviceEvent {
 };
 
 // The optional parts of a backend, each with an interface header of its
-// own (backend_amp.h, ...). Fp8Gemm is a reserved slot with no interface
-// yet: no backend has it. (Collectives are no capability: they live in
+// own (backend_amp.h, ...). (Collectives are no capability: they live in
 // src/dist, over a transport of their own.)
 enum class Capability : int {
   MultiTensorAmp,  // backend_amp.h: unscale, norms, clipping, scaler, optimizer steps
   Nn,              // backend_nn.h: the primitives of the ops
   Gemm,            // backend_gemm.h: matrix products
-  Fp8Gemm,         // reserved: matrix products of FP8 operands with scales
+  Fp8Gemm,         // backend_fp8.h: matrix products of FP8 operands with scales
   Convolution,     // backend_conv.h: conv2d
   Pooling,         // backend_conv.h: max and average pooling over 2-D windows
   Attention,       // backend_attention.h: fused scaled dot-product attention
   GradStats,       // backend_grad_stats.h: gradient histograms of the precision doctor
+  Fp8,             // backend_fp8.h: FP8 quantization and scaling-recipe updates
   Count
 };
 

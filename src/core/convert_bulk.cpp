@@ -7,7 +7,10 @@
 //    of MXCSR.RC) and VCVTPH2PS are exact IEEE conversions that keep
 //    subnormals and quiet NaNs the way convert.h does;
 //  - bf16 is rounded with integer arithmetic, not with VCVTNEPS2BF16, which
-//    flushes subnormal inputs to zero and would disagree with convert.h.
+//    flushes subnormal inputs to zero and would disagree with convert.h;
+//  - FP8 is rounded with fp8.h's integer arithmetic on 8 or 16 lanes (the
+//    same shifts, variable per lane); decoding FP8 is a lookup in a table
+//    of its 256 values, made by fp8.h.
 // Tails are done by masked loads/stores (AVX-512) or by the scalar functions
 // (AVX2), so no load ever reads past the end of an array.
 #include "core/convert_bulk.h"
@@ -18,6 +21,7 @@
 
 #include "core/error.h"
 #include "math/convert.h"
+#include "math/fp8.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define AMPX_X86_DISPATCH 1
@@ -57,6 +61,8 @@ Kernel scalar_kernel_from(DType dst) {
     case DType::BF16: return &convert_scalar<AMPX_BF16, Src>;
     case DType::I32: return &convert_scalar<AMPX_I32, Src>;
     case DType::I64: return &convert_scalar<AMPX_I64, Src>;
+    case DType::F8E4M3: return &convert_scalar<AMPX_F8E4M3, Src>;
+    case DType::F8E5M2: return &convert_scalar<AMPX_F8E5M2, Src>;
   }
   return nullptr;
 }
@@ -68,8 +74,64 @@ Kernel scalar_kernel(DType dst, DType src) {
     case DType::BF16: return scalar_kernel_from<AMPX_BF16>(dst);
     case DType::I32: return scalar_kernel_from<AMPX_I32>(dst);
     case DType::I64: return scalar_kernel_from<AMPX_I64>(dst);
+    case DType::F8E4M3: return scalar_kernel_from<AMPX_F8E4M3>(dst);
+    case DType::F8E5M2: return scalar_kernel_from<AMPX_F8E5M2>(dst);
   }
   return nullptr;
+}
+
+// ---- FP8 ---------------------------------------------------------------------
+
+// The float value of every FP8 byte, from fp8.h's decoding.
+template <class Format>
+const float* fp8_table() {
+  static const struct Table {
+    float value[256];
+    Table() {
+      for (int i = 0; i < 256; ++i) value[i] = math::fp8_to_float<Format>(static_cast<uint8_t>(i));
+    }
+  } table;
+  return table.value;
+}
+
+template <class Format>
+void fp8_to_f32(void* dst, const void* src, int64_t count) {
+  const float* table = fp8_table<Format>();
+  auto* out = static_cast<unsigned char*>(dst);
+  const auto* in = static_cast<const uint8_t*>(src);
+  for (int64_t i = 0; i < count; ++i) std::memcpy(out + 4 * i, &table[in[i]], 4);
+}
+
+// One quantization loop (quantize_fp8_bulk): the source type S and the
+// format are compile-time, the scale and the overflow rule not.
+using QuantizeKernel = uint32_t (*)(uint8_t* dst, const unsigned char* src, int64_t count,
+                                    const float* scale, bool saturate);
+
+template <int Src, class Format>
+uint32_t quantize_scalar(uint8_t* dst, const unsigned char* src, int64_t count,
+                         const float* scale, bool saturate) {
+  using S = math::storage_t<Src>;
+  uint32_t amax = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    S value;
+    std::memcpy(&value, src + i * static_cast<int64_t>(sizeof(S)), sizeof value);
+    float x = math::load_float<Src>(value);
+    const uint32_t magnitude = math::float_bits(x) & 0x7fffffffu;
+    if (magnitude > amax) amax = magnitude;
+    if (scale != nullptr) x = x * *scale;
+    dst[i] = math::float_to_fp8<Format>(x, saturate);
+  }
+  return amax;
+}
+
+template <class Format>
+QuantizeKernel scalar_quantize_kernel(DType src) {
+  switch (src) {
+    case DType::F32: return &quantize_scalar<AMPX_F32, Format>;
+    case DType::F16: return &quantize_scalar<AMPX_F16, Format>;
+    case DType::BF16: return &quantize_scalar<AMPX_BF16, Format>;
+    default: return nullptr;
+  }
 }
 
 #if AMPX_X86_DISPATCH
@@ -158,14 +220,87 @@ AMPX_TARGET_AVX2 void bf16_to_f32_avx2(void* dst, const void* src, int64_t count
   for (; i < count; ++i) store_f32(out + 4 * i, math::bf16_to_float(load_u16(in + 2 * i)));
 }
 
+// fp8.h's float_to_fp8 on 8 lanes, each result in the low byte of its
+// 32-bit lane. Every quantity stays below 2^31, so the signed compares and
+// min/max are unsigned ones here.
+template <class Format>
+AMPX_TARGET_AVX2 inline __m256i fp8_round_avx2(__m256 value, __m256i overflow_code) {
+  constexpr int M = Format::kMantissaBits;
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i x = _mm256_castps_si256(value);
+  const __m256i magnitude = _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff));
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(x, 24), _mm256_set1_epi32(0x80));
+  const __m256i significand = _mm256_or_si256(_mm256_and_si256(magnitude, _mm256_set1_epi32(0x7fffff)),
+                                              _mm256_set1_epi32(0x800000));
+  const __m256i k = _mm256_sub_epi32(_mm256_srli_epi32(magnitude, 23),
+                                     _mm256_set1_epi32(127 - Format::kBias + 1));
+  const __m256i below = _mm256_max_epi32(_mm256_sub_epi32(zero, k), zero);
+  const __m256i shift =
+      _mm256_min_epi32(_mm256_add_epi32(below, _mm256_set1_epi32(23 - M)), _mm256_set1_epi32(25));
+  const __m256i odd = _mm256_and_si256(_mm256_srlv_epi32(significand, shift), one);
+  const __m256i half_less_one = _mm256_sub_epi32(_mm256_sllv_epi32(one, _mm256_sub_epi32(shift, one)), one);
+  const __m256i rounded =
+      _mm256_srlv_epi32(_mm256_add_epi32(_mm256_add_epi32(significand, half_less_one), odd), shift);
+  __m256i code = _mm256_add_epi32(_mm256_slli_epi32(_mm256_max_epi32(k, zero), M), rounded);
+  code = _mm256_blendv_epi8(code, overflow_code,
+                            _mm256_cmpgt_epi32(code, _mm256_set1_epi32(Format::kMaxCode)));
+  code = _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7f),
+                            _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000)));
+  return _mm256_or_si256(code, sign);
+}
+
+template <int Src>
+AMPX_TARGET_AVX2 inline __m256 load8_as_f32(const unsigned char* p) {
+  if constexpr (Src == AMPX_F32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  } else if constexpr (Src == AMPX_F16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+  }
+}
+
+template <int Src, class Format>
+AMPX_TARGET_AVX2 uint32_t quantize_avx2(uint8_t* dst, const unsigned char* src, int64_t count,
+                                        const float* scale, bool saturate) {
+  constexpr int64_t kSize = sizeof(math::storage_t<Src>);
+  const __m256i overflow_code =
+      _mm256_set1_epi32(static_cast<int>(saturate ? Format::kMaxCode : Format::kOverflowCode));
+  const __m256 factor = _mm256_set1_ps(scale != nullptr ? *scale : 1.0f);
+  // The low byte of each 32-bit lane, per 128-bit half.
+  const __m256i gather = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  __m256i amax = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256 x = load8_as_f32<Src>(src + kSize * i);
+    amax = _mm256_max_epu32(amax, _mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7fffffff)));
+    const __m256 scaled = scale != nullptr ? _mm256_mul_ps(x, factor) : x;
+    const __m256i bytes = _mm256_shuffle_epi8(fp8_round_avx2<Format>(scaled, overflow_code), gather);
+    const uint32_t low = static_cast<uint32_t>(_mm256_cvtsi256_si32(bytes));
+    const uint32_t high = static_cast<uint32_t>(_mm256_extract_epi32(bytes, 4));
+    std::memcpy(dst + i, &low, 4);
+    std::memcpy(dst + i + 4, &high, 4);
+  }
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), amax);
+  uint32_t result = quantize_scalar<Src, Format>(dst + i, src + kSize * i, count - i, scale, saturate);
+  for (uint32_t lane : lanes) result = lane > result ? lane : result;
+  return result;
+}
+
 // ---- AVX-512 (F, BW, VL): 16 elements per step, masked tail ---------------
 
 // GCC 12's AVX-512 headers fill unused operands with self-initialised
-// "undefined" vectors, which -Wmaybe-uninitialized reports at every inlined
-// call (a false positive in the headers, not in this code).
+// "undefined" vectors, which -Wmaybe-uninitialized (and, for the
+// reductions, -Wuninitialized) reports at every inlined call (a false
+// positive in the headers, not in this code).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 #define AMPX_TARGET_AVX512 __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl")))
@@ -246,6 +381,64 @@ AMPX_TARGET_AVX512 void bf16_to_f32_avx512(void* dst, const void* src, int64_t c
   }
 }
 
+// fp8_round_avx2 on 16 lanes.
+template <class Format>
+AMPX_TARGET_AVX512 inline __m512i fp8_round_avx512(__m512 value, __m512i overflow_code) {
+  constexpr int M = Format::kMantissaBits;
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i x = _mm512_castps_si512(value);
+  const __m512i magnitude = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
+  const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(x, 24), _mm512_set1_epi32(0x80));
+  const __m512i significand = _mm512_or_si512(_mm512_and_si512(magnitude, _mm512_set1_epi32(0x7fffff)),
+                                              _mm512_set1_epi32(0x800000));
+  const __m512i k = _mm512_sub_epi32(_mm512_srli_epi32(magnitude, 23),
+                                     _mm512_set1_epi32(127 - Format::kBias + 1));
+  const __m512i below = _mm512_max_epi32(_mm512_sub_epi32(zero, k), zero);
+  const __m512i shift =
+      _mm512_min_epi32(_mm512_add_epi32(below, _mm512_set1_epi32(23 - M)), _mm512_set1_epi32(25));
+  const __m512i odd = _mm512_and_si512(_mm512_srlv_epi32(significand, shift), one);
+  const __m512i half_less_one = _mm512_sub_epi32(_mm512_sllv_epi32(one, _mm512_sub_epi32(shift, one)), one);
+  const __m512i rounded =
+      _mm512_srlv_epi32(_mm512_add_epi32(_mm512_add_epi32(significand, half_less_one), odd), shift);
+  __m512i code = _mm512_add_epi32(_mm512_slli_epi32(_mm512_max_epi32(k, zero), M), rounded);
+  code = _mm512_mask_mov_epi32(
+      code, _mm512_cmpgt_epi32_mask(code, _mm512_set1_epi32(Format::kMaxCode)), overflow_code);
+  code = _mm512_mask_mov_epi32(
+      code, _mm512_cmpgt_epi32_mask(magnitude, _mm512_set1_epi32(0x7f800000)), _mm512_set1_epi32(0x7f));
+  return _mm512_or_si512(code, sign);
+}
+
+template <int Src>
+AMPX_TARGET_AVX512 inline __m512 load16_as_f32(__mmask16 m, const unsigned char* p) {
+  if constexpr (Src == AMPX_F32) {
+    return _mm512_maskz_loadu_ps(m, p);
+  } else if constexpr (Src == AMPX_F16) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  } else {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+  }
+}
+
+template <int Src, class Format>
+AMPX_TARGET_AVX512 uint32_t quantize_avx512(uint8_t* dst, const unsigned char* src, int64_t count,
+                                            const float* scale, bool saturate) {
+  constexpr int64_t kSize = sizeof(math::storage_t<Src>);
+  const __m512i overflow_code =
+      _mm512_set1_epi32(static_cast<int>(saturate ? Format::kMaxCode : Format::kOverflowCode));
+  const __m512 factor = _mm512_set1_ps(scale != nullptr ? *scale : 1.0f);
+  __m512i amax = _mm512_setzero_si512();
+  for (int64_t i = 0; i < count; i += 16) {
+    const __mmask16 m = count - i >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(count - i);
+    // Lanes past the end load as 0, which neither raises the amax nor is stored.
+    const __m512 x = load16_as_f32<Src>(m, src + kSize * i);
+    amax = _mm512_max_epu32(amax, _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff)));
+    const __m512 scaled = scale != nullptr ? _mm512_mul_ps(x, factor) : x;
+    _mm512_mask_cvtepi32_storeu_epi8(dst + i, m, fp8_round_avx512<Format>(scaled, overflow_code));
+  }
+  return _mm512_reduce_max_epu32(amax);
+}
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -258,6 +451,18 @@ Kernel vector_kernel(CpuIsa isa, DType dst, DType src) {
   if (src == DType::F32 && dst == DType::BF16) return wide ? f32_to_bf16_avx512 : f32_to_bf16_avx2;
   if (src == DType::BF16 && dst == DType::F32) return wide ? bf16_to_f32_avx512 : bf16_to_f32_avx2;
   return nullptr;
+}
+
+template <class Format>
+QuantizeKernel vector_quantize_kernel(CpuIsa isa, DType src) {
+  if (isa == CpuIsa::Scalar) return nullptr;
+  const bool wide = isa == CpuIsa::Avx512;
+  switch (src) {
+    case DType::F32: return wide ? quantize_avx512<AMPX_F32, Format> : quantize_avx2<AMPX_F32, Format>;
+    case DType::F16: return wide ? quantize_avx512<AMPX_F16, Format> : quantize_avx2<AMPX_F16, Format>;
+    case DType::BF16: return wide ? quantize_avx512<AMPX_BF16, Format> : quantize_avx2<AMPX_BF16, Format>;
+    default: return nullptr;
+  }
 }
 
 // F16C straight from CPUID: older clang (before 16) rejects "f16c" in
@@ -282,6 +487,8 @@ CpuIsa hardware_cpu_isa() {
 #else  // not x86-64: the scalar code only
 
 Kernel vector_kernel(CpuIsa, DType, DType) { return nullptr; }
+template <class Format>
+QuantizeKernel vector_quantize_kernel(CpuIsa, DType) { return nullptr; }
 CpuIsa hardware_cpu_isa() { return CpuIsa::Scalar; }
 
 #endif
@@ -349,9 +556,46 @@ void convert_bulk_with(CpuIsa isa, void* dst, DType dst_type, const void* src, D
     std::memmove(dst, src, static_cast<size_t>(count) * dtype_size(src_type));
     return;
   }
-  Kernel kernel = vector_kernel(isa, dst_type, src_type);
+  if (is_fp8(dst_type) && is_floating(src_type)) {
+    quantize_fp8_bulk_with(isa, dst, dst_type, src, src_type, count, nullptr,
+                           dst_type == DType::F8E4M3);
+    return;
+  }
+  Kernel kernel = nullptr;
+  if (dst_type == DType::F32 && src_type == DType::F8E4M3) kernel = fp8_to_f32<math::Fp8E4M3>;
+  if (dst_type == DType::F32 && src_type == DType::F8E5M2) kernel = fp8_to_f32<math::Fp8E5M2>;
+  if (kernel == nullptr) kernel = vector_kernel(isa, dst_type, src_type);
   if (kernel == nullptr) kernel = scalar_kernel(dst_type, src_type);
   kernel(dst, src, count);
+}
+
+uint32_t quantize_fp8_bulk_with(CpuIsa isa, void* dst, DType dst_type, const void* src,
+                                DType src_type, int64_t count, const float* scale, bool saturate) {
+  if (!is_fp8(dst_type))
+    fail(AMPX_ERR_DTYPE, "quantize: the destination is ", dtype_name(dst_type), ", not an FP8 type");
+  if (!is_floating(src_type))
+    fail(AMPX_ERR_DTYPE, "quantize: the source is ", dtype_name(src_type), "; it needs f32, f16 or bf16");
+  if (count < 0) fail(AMPX_ERR_INVALID_ARGUMENT, "count must be >= 0, got ", count);
+  if (!cpu_isa_supported(isa))
+    fail(AMPX_ERR_NOT_SUPPORTED, "this CPU does not support the ", cpu_isa_name(isa), " code path");
+  if (count == 0) return 0;
+  if (dst == nullptr || src == nullptr)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "NULL ", dst == nullptr ? "destination" : "source", " for ",
+         count, " elements");
+  const bool e4m3 = dst_type == DType::F8E4M3;
+  QuantizeKernel kernel = e4m3 ? vector_quantize_kernel<math::Fp8E4M3>(isa, src_type)
+                               : vector_quantize_kernel<math::Fp8E5M2>(isa, src_type);
+  if (kernel == nullptr)
+    kernel = e4m3 ? scalar_quantize_kernel<math::Fp8E4M3>(src_type)
+                  : scalar_quantize_kernel<math::Fp8E5M2>(src_type);
+  return kernel(static_cast<uint8_t*>(dst), static_cast<const unsigned char*>(src), count, scale,
+                saturate);
+}
+
+uint32_t quantize_fp8_bulk(void* dst, DType dst_type, const void* src, DType src_type,
+                           int64_t count, const float* scale, bool saturate) {
+  return quantize_fp8_bulk_with(detected_cpu_isa(), dst, dst_type, src, src_type, count, scale,
+                                saturate);
 }
 
 void convert_bulk(void* dst, DType dst_type, const void* src, DType src_type, int64_t count) {
@@ -365,6 +609,8 @@ uint64_t element_bits_from_double(DType type, double value) {
     case DType::BF16: return math::store_double<AMPX_BF16>(value);
     case DType::I32: return static_cast<uint32_t>(math::store_double<AMPX_I32>(value));
     case DType::I64: return static_cast<uint64_t>(math::store_double<AMPX_I64>(value));
+    case DType::F8E4M3: return math::store_double<AMPX_F8E4M3>(value);
+    case DType::F8E5M2: return math::store_double<AMPX_F8E5M2>(value);
   }
   check_dtype(type, "the element type");
   return 0;

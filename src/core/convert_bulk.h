@@ -48,6 +48,18 @@ void convert_bulk(void* dst, DType dst_type, const void* src, DType src_type, in
 void convert_bulk_with(CpuIsa isa, void* dst, DType dst_type, const void* src,
                        DType src_type, int64_t count);
 
+// FP8 quantization: dst[i] = fp8(src[i] * *scale) (src[i] itself when
+// scale is nullptr; the product in fp32, rounded once to fp32 as the CUDA
+// kernels round it), rounded to dst_type (F8E4M3 or F8E5M2) as
+// kernels/math/fp8.h does, saturating or not. src_type is F32, F16 or
+// BF16. Returns the largest |src[i]| as float bits compared as unsigned
+// integers (so a NaN, whose bits exceed infinity's, wins: the amax of a
+// tensor holding NaN is NaN), or 0 for count 0. Throws as convert_bulk.
+uint32_t quantize_fp8_bulk(void* dst, DType dst_type, const void* src, DType src_type,
+                           int64_t count, const float* scale, bool saturate);
+uint32_t quantize_fp8_bulk_with(CpuIsa isa, void* dst, DType dst_type, const void* src,
+                                DType src_type, int64_t count, const float* scale, bool saturate);
+
 // The bit pattern of `value` converted to `type` by convert.h's store_double
 // (round to nearest even once; integers truncate, saturate, NaN -> 0), as an
 // unsigned integer zero-extended from dtype_size(type) bytes (an i32 of -1 is

@@ -21,6 +21,13 @@ struct ExportedTensor {
   int64_t strides[kMaxDims] = {};
 };
 
+// DLPack 1.1's type codes of the two FP8 formats (DLDataTypeCode:
+// kDLFloat8_e4m3fn, kDLFloat8_e5m2, with bits 8), defined here because the
+// dlpack.h ampx builds against (Debian's 0.6) predates them. A producer of
+// any DLPack version writes these numbers into the same DLDataType field.
+constexpr uint8_t kDLFloat8E4M3fnCode = 10;
+constexpr uint8_t kDLFloat8E5M2Code = 12;
+
 void delete_exported(DLManagedTensor* managed) {
   auto* exported = static_cast<ExportedTensor*>(managed->manager_ctx);
   exported->tensor->release();
@@ -36,6 +43,8 @@ DLDataType dlpack_type(DType type) {
     case DType::BF16: t.code = kDLBfloat; t.bits = 16; break;
     case DType::I32: t.code = kDLInt; t.bits = 32; break;
     case DType::I64: t.code = kDLInt; t.bits = 64; break;
+    case DType::F8E4M3: t.code = kDLFloat8E4M3fnCode; t.bits = 8; break;
+    case DType::F8E5M2: t.code = kDLFloat8E5M2Code; t.bits = 8; break;
   }
   return t;
 }
@@ -48,6 +57,8 @@ DType ampx_type(const DLDataType& t) {
   if (t.code == kDLBfloat && t.bits == 16) return DType::BF16;
   if (t.code == kDLInt && t.bits == 32) return DType::I32;
   if (t.code == kDLInt && t.bits == 64) return DType::I64;
+  if (t.code == kDLFloat8E4M3fnCode && t.bits == 8) return DType::F8E4M3;
+  if (t.code == kDLFloat8E5M2Code && t.bits == 8) return DType::F8E5M2;
   fail(AMPX_ERR_DTYPE, "DLPack type code ", static_cast<int>(t.code), " with ",
        static_cast<int>(t.bits), " bits has no ampx_dtype");
 }

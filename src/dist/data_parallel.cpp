@@ -684,23 +684,90 @@ void DataParallel::Sync::global_norm(float* norm, NormType type) {
   owner_.global_norm(norm, type, owner_.own_verdict(AMPX_OK));
 }
 
+float* DataParallel::agreed_buffer() {
+  const int64_t need = 3 + amax_count();
+  if (agreed_->numel() < need)
+    agreed_ = TensorRef(make_filled_f32(comm_->context(), vector_shape(need), 0.0f));
+  return static_cast<float*>(agreed_->data());
+}
+
+void DataParallel::stage_amaxes(float* at) {
+  Backend& backend = comm_->context().backend();
+  for (const Fp8Recipe::AmaxSpan& span : fp8_->step_amaxes()) {
+    backend.copy(at, span.data, static_cast<size_t>(span.count) * sizeof(float));
+    at += span.count;
+  }
+}
+
+void DataParallel::unstage_amaxes(const float* at) {
+  Backend& backend = comm_->context().backend();
+  for (const Fp8Recipe::AmaxSpan& span : fp8_->step_amaxes()) {
+    backend.copy(span.data, at, static_cast<size_t>(span.count) * sizeof(float));
+    at += span.count;
+  }
+}
+
+void DataParallel::set_fp8_recipe(Fp8Recipe* recipe) {
+  if (recipe) {
+    if (&recipe->context() != &comm_->context())
+      fail(AMPX_ERR_DEVICE, "'recipe' belongs to another context than the wrapper's communicator");
+    if (recipe->amax_reduction() && recipe->amax_reduction() != &amax_sync_)
+      fail(AMPX_ERR_INVALID_ARGUMENT,
+           "'recipe' is attached to another data-parallel wrapper, which reduces its amaxes; "
+           "detach it there first (ampx_data_parallel_set_fp8_recipe(other, NULL))");
+    if (recipe == fp8_) return;
+    recipe->retain();
+  }
+  if (fp8_) {
+    fp8_->set_amax_reduction(nullptr);
+    fp8_->release();
+  }
+  fp8_ = recipe;
+  if (fp8_) fp8_->set_amax_reduction(&amax_sync_);
+}
+
+void DataParallel::reduce_amaxes() {
+  if (amax_count() == 0) return;
+  // As found-inf's reduction below, without found-inf: the amaxes are
+  // non-negative floats or NaN, whose bits as int32 order them as
+  // backend_fp8.h does (NaN above inf), so an integer MAX needs no NaN rule
+  // from the library.
+  check_usable();
+  float* agreed = agreed_buffer();
+  stage_amaxes(agreed + 3);
+  comm_->all_reduce({agreed_.get()}, agreed + 3, amax_count(), DType::I32, ReduceOp::Max,
+                    Stream::Compute, "all-reduce of the FP8 amaxes");
+  unstage_amaxes(agreed + 3);
+}
+
 void DataParallel::agree_found_inf(float* found_inf, int64_t own, const char* op) {
   // On the compute stream: after the unscale that wrote it, before the step
   // and the scaler update that read it. With found-inf go the verdict and
   // minus "this rank's own call failed" (a rank that joins: found_inf
-  // nullptr), whose maximum is -1 when every rank's did.
+  // nullptr), whose maximum is -1 when every rank's did, and the FP8
+  // recipe's step amaxes (the forward and backward of this step are done).
+  // All are MAX-reduced as int32: found-inf and the verdict are
+  // non-negative floats and the amaxes non-negative or NaN, whose bits
+  // order as their values (NaN above inf), and of 0 and -1 the larger is 0
+  // either way.
   check_usable();
   Backend& backend = comm_->context().backend();
-  float* agreed = static_cast<float*>(agreed_->data());
+  float* agreed = agreed_buffer();
+  const int64_t amaxes = amax_count();
   if (found_inf)
     backend.copy(agreed, found_inf, sizeof(float));
   else
     backend.fill(agreed, sizeof(float), 0, 1);
   backend.fill(agreed + 1, sizeof(float), float_bits(static_cast<float>(own)), 1);
   backend.fill(agreed + 2, sizeof(float), float_bits(found_inf ? 0.0f : -1.0f), 1);
+  if (amaxes) stage_amaxes(agreed + 3);
   ++agreements_;
-  comm_->all_reduce({agreed_.get()}, agreed, 3, DType::F32, ReduceOp::Max, Stream::Compute,
-                    "all-reduce of found-inf");
+  comm_->all_reduce({agreed_.get()}, agreed, 3 + amaxes, DType::I32, ReduceOp::Max,
+                    Stream::Compute, "all-reduce of found-inf");
+  if (amaxes) {
+    unstage_amaxes(agreed + 3);
+    fp8_->note_amaxes_reduced();
+  }
   if (backend.synchronous()) {
     float host[3];
     backend.copy_to_host(host, agreed, sizeof host);
@@ -977,6 +1044,7 @@ void DataParallel::release() {
   } catch (...) {
   }
   optimizer_->iteration().detach_sync(sync_hooks_);
+  set_fp8_recipe(nullptr);
   free_resources();
   DeviceContext& ctx = comm_->context();
   ctx.retain();

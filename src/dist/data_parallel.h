@@ -16,7 +16,10 @@
 // gradients (the optimizer's GradientSync). Buckets go out in index order
 // on every rank, so the ranks' collectives match.
 // The scaler's found-inf is MAX-reduced after each unscale, so every rank
-// skips the same steps and its scale stays bitwise equal.
+// skips the same steps and its scale stays bitwise equal. An FP8 recipe
+// attached to the wrapper has its step amaxes MAX-reduced in that same
+// all-reduce (or, where no unscale came, on their own at the recipe's
+// update), so that every rank's FP8 scales stay bitwise equal too.
 //
 // No rank is left waiting on another whose own checks failed: at create
 // every rank's status rides in the first all-gather, and in a training step
@@ -35,6 +38,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "fp8/recipe.h"
 #include "optim/optimizer.h"
 
 namespace ampx::impl {
@@ -93,6 +97,12 @@ class DataParallel : public Object {
   // nothing when the gradients are reduced already.
   void reduce_now();
   DataParallelStats stats() const;
+  // Attaches `recipe` (retained; null detaches the current one): its step
+  // amaxes join the found-inf all-reduce. DEVICE for another context,
+  // INVALID_ARGUMENT for a recipe another wrapper reduces; nothing changes
+  // on error. Not a collective, but every rank must attach a recipe with
+  // the same number of slots (the reduction's length).
+  void set_fp8_recipe(Fp8Recipe* recipe);
 
  private:
   struct Member {
@@ -136,6 +146,15 @@ class DataParallel : public Object {
    private:
     DataParallel& owner_;
   };
+  // The FP8 recipe's hook: its update reduces the amaxes no unscale did.
+  class AmaxSync final : public Fp8Recipe::AmaxReduction {
+   public:
+    explicit AmaxSync(DataParallel& owner) : owner_(owner) {}
+    void reduce_amaxes() override { owner_.reduce_amaxes(); }
+
+   private:
+    DataParallel& owner_;
+  };
 
   DataParallel(Communicator& comm, FusedOptimizer& optimizer, const DataParallelOptions& options);
   ~DataParallel();
@@ -164,6 +183,15 @@ class DataParallel : public Object {
   void finish_step(int64_t own, bool joined = false);
   void zero_gradients();
   void agree_found_inf(float* found_inf, int64_t own, const char* op);
+  // The FP8 recipe's amaxes, MAX-reduced alone (its update, no unscale
+  // before it).
+  void reduce_amaxes();
+  // The recipe's step amaxes into / back from `at` (device floats).
+  int64_t amax_count() const { return fp8_ ? fp8_->slot_count() : 0; }
+  void stage_amaxes(float* at);
+  void unstage_amaxes(const float* at);
+  // agreed_ with room for 3 + the recipe's amaxes.
+  float* agreed_buffer();
   void global_norm(float* norm, NormType type, int64_t own);
   int64_t shard_size(const Bucket& bucket) const { return bucket.grads->numel() / comm_->size(); }
   // AMPX_ERR_ORDER once a verdict failed the wrapper, and the
@@ -180,12 +208,15 @@ class DataParallel : public Object {
   FusedOptimizer* optimizer_;
   DataParallelOptions options_;
   Sync sync_hooks_{*this};
+  AmaxSync amax_sync_{*this};
   std::vector<Member> members_;  // in the optimizer's parameter order
   std::unordered_map<const DeviceTensor*, size_t> member_of_;
   std::vector<Bucket> buckets_;  // in launch order
   std::vector<Piece> pieces_;    // ZeRO-1
   TensorRef norms_;              // ZeRO-1: F32[3 world], every rank's gradient norm and verdict
-  TensorRef agreed_;             // F32[3]: found-inf, the verdict, -(this rank failed)
+  TensorRef agreed_;             // F32[3 + n]: found-inf, the verdict, -(this rank failed),
+                                 // then the FP8 recipe's n step amaxes
+  Fp8Recipe* fp8_ = nullptr;     // retained, or null
   size_t next_launch_ = 0;
   bool sync_ = true;
   bool reduced_ = false;        // this iteration's reduction is complete

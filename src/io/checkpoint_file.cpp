@@ -12,6 +12,7 @@
 
 #include "amp/scaler.h"
 #include "core/error.h"
+#include "fp8/recipe.h"
 #include "io/atomic_file.h"
 #include "io/crc32c.h"
 #include "optim/optimizer.h"
@@ -39,6 +40,12 @@ namespace {
 //   "SCAL": the scaler, kScalerPayloadBytes (see write_scaler); files from
 //           before consecutive_hysteresis and clamp_to_max_scale hold the
 //           kScalerPayloadBytesV1 bytes before those two flags
+//   "FP8R": an FP8 recipe: u32 scaling (1 delayed, 2 current), u32 hybrid,
+//           i32 history length, u32 most recent, i32 margin, u32 power of
+//           two; u64 slot count; per slot: u32 name size, name, u32 role
+//           (1 forward, 2 backward), f32 scale, f32 inverse scale, f32 step
+//           amax, f32 history[history length] (oldest first). Files
+//           without it (all before it) load as before.
 // trailer: u32 CRC-32C of every byte before it
 //
 // The header is checked before the rest is read, so a file that is not a
@@ -63,6 +70,7 @@ constexpr uint32_t tag_of(const char (&text)[5]) {
 constexpr uint32_t kParamsTag = tag_of("PARM");
 constexpr uint32_t kOptimizerTag = tag_of("OPTM");
 constexpr uint32_t kScalerTag = tag_of("SCAL");
+constexpr uint32_t kFp8Tag = tag_of("FP8R");
 
 enum : uint32_t { kKindSgd = 1, kKindAdam = 2, kKindAdamW = 3 };
 
@@ -269,6 +277,52 @@ void write_scaler(Writer& w, const ScalerRecord& s) {
          kScalerPayloadBytes);
 }
 
+// One recipe's options and slots, as saved (read from the device when
+// written, parsed from the file when loaded).
+struct RecipeRecord {
+  Fp8RecipeOptions options;
+  struct Slot {
+    std::string name;
+    Fp8Role role = Fp8Role::Forward;
+    Fp8SlotState state;
+  };
+  std::vector<Slot> slots;
+};
+
+RecipeRecord record_of(const Fp8Recipe& r) {
+  RecipeRecord record;
+  record.options = r.options();
+  for (int64_t i = 0; i < r.slot_count(); ++i)
+    record.slots.push_back(RecipeRecord::Slot{r.name(i), r.role(i), r.read_slot(i)});
+  return record;
+}
+
+uint64_t recipe_payload_bytes(const RecipeRecord& r) {
+  uint64_t bytes = 24 + 8;
+  for (const RecipeRecord::Slot& s : r.slots)
+    bytes += 4 + s.name.size() + 4 + 12 + 4 * static_cast<uint64_t>(r.options.history_len);
+  return bytes;
+}
+
+void write_recipe(Writer& w, const RecipeRecord& r) {
+  const Fp8RecipeOptions& o = r.options;
+  w.value(static_cast<uint32_t>(o.delayed ? 1 : 2));
+  w.value(static_cast<uint32_t>(o.hybrid));
+  w.value(o.history_len);
+  w.value(static_cast<uint32_t>(o.most_recent));
+  w.value(o.margin);
+  w.value(static_cast<uint32_t>(o.power_of_two));
+  w.value(static_cast<uint64_t>(r.slots.size()));
+  for (const RecipeRecord::Slot& s : r.slots) {
+    w.text(s.name);
+    w.value(static_cast<uint32_t>(s.role));
+    w.value(s.state.scale);
+    w.value(s.state.scale_inv);
+    w.value(s.state.amax);
+    w.bytes(s.state.history.data(), s.state.history.size() * sizeof(float));
+  }
+}
+
 // ---- reading -------------------------------------------------------------------
 
 // Bounds-checked reads from one part of the file; running off its end is
@@ -371,7 +425,54 @@ struct Contents {
   std::vector<TensorRecord> tensors;
   std::optional<OptimizerRecord> optimizer;
   std::optional<ScalerRecord> scaler;
+  std::optional<RecipeRecord> recipe;
 };
+
+RecipeRecord parse_recipe(Reader r, uint64_t payload_bytes) {
+  RecipeRecord record;
+  Fp8RecipeOptions& o = record.options;
+  const uint32_t scaling = r.value<uint32_t>(), hybrid = r.value<uint32_t>();
+  o.history_len = r.value<int32_t>();
+  const uint32_t most_recent = r.value<uint32_t>();
+  o.margin = r.value<int32_t>();
+  const uint32_t power_of_two = r.value<uint32_t>();
+  if (scaling < 1 || scaling > 2 || hybrid > 1 || most_recent > 1 || power_of_two > 1)
+    fail(AMPX_ERR_CORRUPT, "the FP8 recipe section holds unknown option values (scaling ",
+         scaling, ", flags ", hybrid, most_recent, power_of_two, ")");
+  o.delayed = scaling == 1, o.hybrid = hybrid != 0, o.most_recent = most_recent != 0;
+  o.power_of_two = power_of_two != 0;
+  try {
+    validate_fp8_recipe_options(o);
+  } catch (const StatusError& e) {
+    fail(AMPX_ERR_CORRUPT, "the FP8 recipe section holds invalid options: ", e.what());
+  }
+  const uint64_t count = r.value<uint64_t>();
+  const uint64_t slot_bytes = 20 + 4 * static_cast<uint64_t>(o.history_len);
+  if (count > payload_bytes / slot_bytes)
+    fail(AMPX_ERR_CORRUPT, "the FP8 recipe section claims ", count, " slots in ", payload_bytes,
+         " bytes");
+  record.slots.resize(static_cast<size_t>(count));
+  for (size_t i = 0; i < record.slots.size(); ++i) {
+    RecipeRecord::Slot& s = record.slots[i];
+    s.name = r.text();
+    const uint32_t role = r.value<uint32_t>();
+    if (role != 1 && role != 2)
+      fail(AMPX_ERR_CORRUPT, "FP8 recipe slot ", i, " of the file has role ", role);
+    s.role = static_cast<Fp8Role>(role);
+    s.state.scale = r.value<float>();
+    s.state.scale_inv = r.value<float>();
+    s.state.amax = r.value<float>();
+    // A scale is a positive float at most FLT_MAX (recipe.h's rules).
+    if (!(s.state.scale > 0.0f) || !(s.state.scale <= FLT_MAX) || !(s.state.scale_inv > 0.0f))
+      fail(AMPX_ERR_CORRUPT, "FP8 recipe slot ", i, " of the file holds scale ", s.state.scale,
+           " and inverse ", s.state.scale_inv);
+    s.state.history.resize(static_cast<size_t>(o.history_len));
+    std::memcpy(s.state.history.data(), r.take(4 * static_cast<uint64_t>(o.history_len)),
+                4 * static_cast<size_t>(o.history_len));
+  }
+  r.expect_end();
+  return record;
+}
 
 std::vector<TensorRecord> parse_params(Reader r, uint64_t payload_bytes) {
   const uint64_t count = r.value<uint64_t>();
@@ -547,6 +648,9 @@ Contents parse(const std::vector<unsigned char>& file, uint32_t section_count,
       once(contents.optimizer.has_value());
       contents.optimizer =
           parse_optimizer(Reader(data, head.payload, "optimizer section"), head.payload);
+    } else if (head.tag == kFp8Tag) {
+      once(contents.recipe.has_value());
+      contents.recipe = parse_recipe(Reader(data, head.payload, "FP8 recipe section"), head.payload);
     } else {
       once(contents.scaler.has_value());
       contents.scaler = parse_scaler(Reader(data, head.payload, "scaler section"), head.payload);
@@ -618,7 +722,8 @@ std::vector<unsigned char> read_file(const std::string& path, uint32_t* section_
     bytes.resize(at + kSectionHeadBytes);
     read_exactly(fd, bytes.data() + at, kSectionHeadBytes, at, size, path);
     const SectionHead head = read_section_head(bytes.data() + at);
-    if (head.tag != kParamsTag && head.tag != kOptimizerTag && head.tag != kScalerTag)
+    if (head.tag != kParamsTag && head.tag != kOptimizerTag && head.tag != kScalerTag &&
+        head.tag != kFp8Tag)
       fail(AMPX_ERR_CORRUPT, "section ", s, " of '", path, "' has the unknown tag '",
            tag_text(head.tag), "'");
     if (head.reserved != 0)
@@ -734,6 +839,43 @@ void check_scaler(const Contents& c, const LossScaler& s) {
          s.enabled() ? "enabled" : "disabled");
 }
 
+// The live slot each saved one goes to (named: the slot of that name;
+// unnamed: the live unnamed slots in order), or -1 where the recipe lacks
+// it and a restored slot will be added.
+std::vector<int64_t> match_recipe(const Contents& c, const Fp8Recipe& r) {
+  if (!c.recipe)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "the checkpoint holds no FP8 recipe state, but 'recipe' was "
+                                    "given (pass NULL to restore the rest)");
+  const Fp8RecipeOptions& f = c.recipe->options;
+  const Fp8RecipeOptions& live = r.options();
+  if (f.delayed != live.delayed || f.hybrid != live.hybrid || f.history_len != live.history_len ||
+      f.most_recent != live.most_recent || f.margin != live.margin ||
+      f.power_of_two != live.power_of_two)
+    fail(AMPX_ERR_INVALID_ARGUMENT, "the checkpoint's FP8 recipe has other options (",
+         f.delayed ? "delayed" : "current", " scaling, ", f.hybrid ? "HYBRID" : "E4M3",
+         ", history ", f.history_len, ", ", f.most_recent ? "most recent" : "max", ", margin ",
+         f.margin, f.power_of_two ? ", power-of-two scales" : "", ") than 'recipe'");
+  std::vector<int64_t> unnamed;
+  for (int64_t i = 0; i < r.slot_count(); ++i)
+    if (r.name(i).empty()) unnamed.push_back(i);
+  std::vector<int64_t> targets;
+  size_t next_unnamed = 0;
+  for (const RecipeRecord::Slot& s : c.recipe->slots) {
+    int64_t slot = -1;
+    if (s.name.empty())
+      slot = next_unnamed < unnamed.size() ? unnamed[next_unnamed++] : -1;
+    else
+      slot = r.find(s.name);
+    if (slot >= 0 && r.role(slot) != s.role)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "FP8 recipe slot '", s.name, "' is a ",
+           r.role(slot) == Fp8Role::Forward ? "forward" : "backward",
+           " slot but the checkpoint holds it as a ",
+           s.role == Fp8Role::Forward ? "forward" : "backward", " one");
+    targets.push_back(slot);
+  }
+  return targets;
+}
+
 // Between unscale/step and update the optimizer has moved on but the scale
 // has not: a checkpoint taken there would resume into a different run, and
 // restoring into an iteration half done would mix two runs.
@@ -748,7 +890,7 @@ void require_between_iterations(const FusedOptimizer* optimizer, const LossScale
 }  // namespace
 
 void save_checkpoint_file(const std::string& path, const std::vector<DeviceTensor*>& tensors,
-                          FusedOptimizer* optimizer, LossScaler* scaler) {
+                          FusedOptimizer* optimizer, LossScaler* scaler, Fp8Recipe* recipe) {
   require_between_iterations(optimizer, scaler, "saved");
   // Everything that can fail for a reason other than the disk happens
   // before the temporary file exists.
@@ -763,13 +905,17 @@ void save_checkpoint_file(const std::string& path, const std::vector<DeviceTenso
     scaler_record.options = scaler->options();
     scaler_record.state = scaler->read_state();
   }
+  RecipeRecord recipe_record;
+  if (recipe) recipe_record = record_of(*recipe);
   const uint64_t framing = kSectionHeadBytes + kChecksumBytes;
   const uint64_t params_bytes = params_payload_bytes(tensors);
   const uint64_t optimizer_bytes = optimizer ? optimizer_payload_bytes(*optimizer, blob.size()) : 0;
-  const uint32_t sections = 1 + (optimizer ? 1 : 0) + (scaler ? 1 : 0);
+  const uint64_t recipe_bytes = recipe ? recipe_payload_bytes(recipe_record) : 0;
+  const uint32_t sections = 1 + (optimizer ? 1 : 0) + (scaler ? 1 : 0) + (recipe ? 1 : 0);
   const uint64_t file_bytes = kHeaderBytes + framing + params_bytes +
                               (optimizer ? framing + optimizer_bytes : 0) +
-                              (scaler ? framing + kScalerPayloadBytes : 0) + kChecksumBytes;
+                              (scaler ? framing + kScalerPayloadBytes : 0) +
+                              (recipe ? framing + recipe_bytes : 0) + kChecksumBytes;
 
   unsigned char header[kHeaderBytes] = {};
   std::memcpy(header, kMagic, sizeof kMagic);
@@ -795,6 +941,11 @@ void save_checkpoint_file(const std::string& path, const std::vector<DeviceTenso
     write_scaler(w, scaler_record);
     w.end_section();
   }
+  if (recipe) {
+    w.begin_section(kFp8Tag, recipe_bytes);
+    write_recipe(w, recipe_record);
+    w.end_section();
+  }
   w.finish();
   if (w.written() != file_bytes)
     fail(AMPX_ERR_INTERNAL, "wrote ", w.written(), " bytes of a checkpoint sized ", file_bytes);
@@ -802,7 +953,7 @@ void save_checkpoint_file(const std::string& path, const std::vector<DeviceTenso
 }
 
 void load_checkpoint_file(const std::string& path, const std::vector<DeviceTensor*>& tensors,
-                          FusedOptimizer* optimizer, LossScaler* scaler) {
+                          FusedOptimizer* optimizer, LossScaler* scaler, Fp8Recipe* recipe) {
   require_between_iterations(optimizer, scaler, "loaded");
   uint32_t section_count = 0;
   const std::vector<unsigned char> file = read_file(path, &section_count);
@@ -810,6 +961,8 @@ void load_checkpoint_file(const std::string& path, const std::vector<DeviceTenso
   check_tensors(contents, tensors);
   if (optimizer) check_optimizer(contents, *optimizer);
   if (scaler) check_scaler(contents, *scaler);
+  std::vector<int64_t> recipe_slots;
+  if (recipe) recipe_slots = match_recipe(contents, *recipe);
 
   // Everything is validated. The optimizer goes first: it validates its
   // own bytes once more and changes nothing if they fail, so this is the
@@ -824,6 +977,12 @@ void load_checkpoint_file(const std::string& path, const std::vector<DeviceTenso
     tensors[i]->storage->note_write();
   }
   if (scaler) scaler->restore(contents.scaler->options, contents.scaler->state);
+  for (size_t i = 0; i < recipe_slots.size(); ++i) {
+    const RecipeRecord::Slot& saved = contents.recipe->slots[i];
+    const int64_t slot =
+        recipe_slots[i] >= 0 ? recipe_slots[i] : recipe->add_restored_slot(saved.role, saved.name);
+    recipe->write_slot(slot, saved.state);
+  }
 }
 
 }  // namespace ampx::impl::io

@@ -31,8 +31,8 @@ constexpr FormatDtype kFormatDtypes[] = {
     {"I8", 1, false, DType::F32},      {"U8", 1, false, DType::F32},
     {"I16", 2, false, DType::F32},     {"U16", 2, false, DType::F32},
     {"U32", 4, false, DType::F32},     {"U64", 8, false, DType::F32},
-    {"BOOL", 1, false, DType::F32},    {"F8_E4M3", 1, false, DType::F32},
-    {"F8_E5M2", 1, false, DType::F32}, {"F8_E8M0", 1, false, DType::F32},
+    {"BOOL", 1, false, DType::F32},    {"F8_E4M3", 1, true, DType::F8E4M3},
+    {"F8_E5M2", 1, true, DType::F8E5M2}, {"F8_E8M0", 1, false, DType::F32},
     {"C64", 8, false, DType::F32},
 };
 

@@ -168,6 +168,7 @@ DeviceTensor* op_masked_fill(DeviceTensor& x_in, DeviceTensor& mask, double valu
   require_capabilities(*x_in.ctx, "masked_fill", Capability::Nn);
   check_same_context(x_in, mask, "x", "mask");
   check_floating(x_in, "x");
+  check_not_fp8(mask, "mask");
   if (!(broadcast_shape(x_in, mask, "masked_fill") == x_in.shape))
     fail(AMPX_ERR_SHAPE, "'mask' is ", mask.describe(), " and 'x' ", x_in.describe(),
          "; the mask must broadcast to x's shape");
@@ -272,6 +273,7 @@ DeviceTensor* op_rotary_with(DeviceTensor& x, DeviceTensor& cos, DeviceTensor& s
 std::vector<TensorRef> op_split(DeviceTensor& x_in, const std::vector<int64_t>& sizes,
                                 int32_t dim_in) {
   require_capabilities(*x_in.ctx, "split", Capability::Nn);
+  check_not_fp8(x_in, "x");
   if (x_in.shape.ndim == 0)
     fail(AMPX_ERR_INVALID_ARGUMENT, "'x' is ", x_in.describe(), "; split needs a dimension");
   const int32_t dim = dim_of(dim_in, x_in);

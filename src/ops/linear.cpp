@@ -3,6 +3,7 @@
 // backend's GEMM.
 #include "ops/broadcast.h"
 #include "ops/formula.h"
+#include "ops/fp8_product.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -330,6 +331,8 @@ DeviceTensor* op_matmul(DeviceTensor& a_in, DeviceTensor& b_in) {
   if (s.a_read != BatchRead::Direct || s.b_read != BatchRead::Direct)
     require_capabilities(*a_in.ctx, "matmul (batch broadcasting)", Capability::Nn);
   DeviceContext& ctx = *a_in.ctx;
+  if (PrecisionPolicy* fp8 = fp8_policy(ctx, "matmul"))
+    if (DeviceTensor* out = try_fp8_matmul(*fp8, a_in, b_in)) return out;
   std::vector<TensorRef> in = op_inputs(ctx, "matmul", {&a_in, &b_in});
   DeviceTensor& a = *in[0];
   DeviceTensor& b = *in[1];
@@ -372,6 +375,8 @@ DeviceTensor* op_linear(DeviceTensor& x_in, DeviceTensor& w_in, DeviceTensor* bi
   if (bias_in && !(bias_in->shape.ndim == 1 && bias_in->shape.dims[0] == out_features))
     fail(AMPX_ERR_SHAPE, "'bias' is ", bias_in->describe(), "; expected [", out_features, "]");
   DeviceContext& ctx = *x_in.ctx;
+  if (PrecisionPolicy* fp8 = fp8_policy(ctx, "linear"))
+    if (DeviceTensor* out = try_fp8_linear(*fp8, x_in, w_in, bias_in, activation)) return out;
   std::vector<TensorRef> in = op_inputs(ctx, "linear", {&x_in, &w_in, bias_in});
   DeviceTensor& x = *in[0];
   DeviceTensor& w = *in[1];

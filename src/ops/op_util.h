@@ -46,6 +46,15 @@ inline void check_floating(const DeviceTensor& t, const char* name) {
     fail(AMPX_ERR_DTYPE, "'", name, "' is ", t.describe(), "; this op needs f32, f16 or bf16");
 }
 
+// For the ops that take any dtype (reshape, transpose, permute, concat,
+// split, a mask): FP8 tensors are for casts and FP8 products only (as
+// torch refuses to promote float8 types), so every op refuses them.
+inline void check_not_fp8(const DeviceTensor& t, const char* name) {
+  if (is_fp8(t.dtype))
+    fail(AMPX_ERR_DTYPE, "'", name, "' is ", t.describe(),
+         "; ops do not take FP8 tensors (cast to f32, f16 or bf16 first)");
+}
+
 inline TensorRef new_tensor(DeviceContext& ctx, DType dtype, const Shape& shape) {
   return TensorRef(DeviceTensor::empty(ctx, dtype, shape));
 }

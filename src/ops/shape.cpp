@@ -255,6 +255,7 @@ void check_embedding_indices(DeviceContext& ctx, const DeviceTensor& indices, in
 }  // namespace
 
 DeviceTensor* op_reshape(DeviceTensor& x_in, int32_t ndim, const int64_t* dims) {
+  check_not_fp8(x_in, "x");
   if (ndim < 0 || ndim > kMaxDims)
     fail(AMPX_ERR_SHAPE, "argument 'ndim' is ", ndim, "; use 0 .. ", kMaxDims);
   if (ndim > 0 && !dims) fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'shape' is NULL");
@@ -300,6 +301,7 @@ DeviceTensor* op_reshape(DeviceTensor& x_in, int32_t ndim, const int64_t* dims) 
 
 DeviceTensor* op_transpose(DeviceTensor& x_in, int32_t dim0, int32_t dim1) {
   require_capabilities(*x_in.ctx, "transpose", Capability::Nn);
+  check_not_fp8(x_in, "x");
   const int32_t d0 = dim_arg(dim0, x_in.shape.ndim, "dim0", x_in);
   const int32_t d1 = dim_arg(dim1, x_in.shape.ndim, "dim1", x_in);
   DeviceContext& ctx = *x_in.ctx;
@@ -319,6 +321,7 @@ DeviceTensor* op_transpose(DeviceTensor& x_in, int32_t dim0, int32_t dim1) {
 
 DeviceTensor* op_permute(DeviceTensor& x_in, int32_t ndim, const int32_t* dims) {
   require_capabilities(*x_in.ctx, "permute", Capability::Nn);
+  check_not_fp8(x_in, "x");
   const int32_t nd = x_in.shape.ndim;
   if (ndim != nd || (nd > 0 && dims == nullptr))
     fail(AMPX_ERR_INVALID_ARGUMENT, "argument 'ndim' is ", ndim, " (dims ", dims ? "given" : "NULL",
@@ -357,6 +360,8 @@ DeviceTensor* op_concat(const std::vector<DeviceTensor*>& tensors, int32_t dim_i
     fail(AMPX_ERR_SHAPE, "'tensors[0]' is ", first.describe(),
          "; concat needs at least one dimension");
   require_capabilities(*first.ctx, "concat", Capability::Nn);
+  for (size_t i = 0; i < tensors.size(); ++i)
+    check_not_fp8(*tensors[i], cat("tensors[", i, "]").c_str());
   const int32_t dim = dim_arg(dim_in, first.shape.ndim, "dim", first);
   for (size_t i = 1; i < tensors.size(); ++i) {
     const DeviceTensor& t = *tensors[i];

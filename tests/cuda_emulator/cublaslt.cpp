@@ -12,6 +12,17 @@
 // conversions).
 // When beta is 0, C is not read. C and D may be the same matrix.
 //
+// FP8 (cuBLASLt's FP8 matmul, as on Ada and Hopper): A and B E4M3 or E5M2
+// (not both E5M2), compute type 32F, cuBLASLt's TN layout only (A
+// transposed, B not) with m, n and k multiples of 16, C and D of one type
+// (f32, f16, bf16, E4M3 or E5M2). The device scalars behind the A/B/C/D
+// scale pointers (1 where unset) are read when the multiply runs:
+//   D = scale_d * (alpha * scale_a * scale_b * op(A) op(B) + beta * scale_c * C (+ bias)),
+// an FP8 D rounded saturating by the emulator's cuda_fp8.h conversion,
+// and the AMAX_D pointer (FP8 D only) set to max |D| before scale_d.
+// Scale and amax pointers on a product that is not FP8 are refused
+// (CUBLAS_STATUS_INVALID_VALUE).
+//
 // What it checks, so that tests catch what a GPU would punish:
 //  - the arguments the library validates (null or destroyed objects,
 //    dimensions that do not chain, differing batch counts, ld < rows, a
@@ -48,8 +59,11 @@
 #include <utility>
 #include <vector>
 
+#include <cuda_fp8.h>
+
 #include "emulator.h"
 #include "math/convert.h"
+#include "math/fp8.h"
 
 struct cublasLtContext {
   // A handle carries no state here: there is no device context to hold.
@@ -64,6 +78,9 @@ struct cublasLtMatmulDescOpaque {
   const void* bias = nullptr;
   bool bias_type_set = false;  // else the bias has D's type
   cudaDataType_t bias_type = CUDA_R_32F;
+  // FP8: device scalars (scales) and the device float the amax goes to.
+  const void* scale[4] = {nullptr, nullptr, nullptr, nullptr};  // A, B, C, D
+  void* amax_d = nullptr;
 };
 
 struct cublasLtMatrixLayoutOpaque {
@@ -166,8 +183,11 @@ bool read_attribute(const void* buf, size_t size, T* value) {
 
 // ---- element types -----------------------------------------------------------
 
+bool is_fp8_type(int32_t type) { return type == CUDA_R_8F_E4M3 || type == CUDA_R_8F_E5M2; }
+
 bool is_known_type(int32_t type) {
-  return type == CUDA_R_32F || type == CUDA_R_64F || type == CUDA_R_16F || type == CUDA_R_16BF;
+  return type == CUDA_R_32F || type == CUDA_R_64F || type == CUDA_R_16F || type == CUDA_R_16BF ||
+         is_fp8_type(type);
 }
 
 // The types a multiply can read and write (f64 is a valid layout type that
@@ -180,6 +200,8 @@ int64_t element_bytes(cudaDataType_t type) {
   switch (type) {
     case CUDA_R_64F: return 8;
     case CUDA_R_32F: return 4;
+    case CUDA_R_8F_E4M3:
+    case CUDA_R_8F_E5M2: return 1;
     default: return 2;
   }
 }
@@ -190,6 +212,10 @@ float load_element(const void* base, int64_t index, cudaDataType_t type) {
       return ampx::impl::math::half_to_float(static_cast<const uint16_t*>(base)[index]);
     case CUDA_R_16BF:
       return ampx::impl::math::bf16_to_float(static_cast<const uint16_t*>(base)[index]);
+    case CUDA_R_8F_E4M3:
+      return ampx::impl::math::e4m3_to_float(static_cast<const uint8_t*>(base)[index]);
+    case CUDA_R_8F_E5M2:
+      return ampx::impl::math::e5m2_to_float(static_cast<const uint8_t*>(base)[index]);
     default: return static_cast<const float*>(base)[index];
   }
 }
@@ -201,6 +227,11 @@ void store_element(void* base, int64_t index, cudaDataType_t type, float value) 
       break;
     case CUDA_R_16BF:
       static_cast<uint16_t*>(base)[index] = ampx::impl::math::float_to_bf16(value);
+      break;
+    case CUDA_R_8F_E4M3:
+    case CUDA_R_8F_E5M2:
+      static_cast<uint8_t*>(base)[index] = __nv_cvt_float_to_fp8(
+          value, __NV_SATFINITE, type == CUDA_R_8F_E4M3 ? __NV_E4M3 : __NV_E5M2);
       break;
     default: static_cast<float*>(base)[index] = value; break;
   }
@@ -249,6 +280,9 @@ struct Problem {
   cublasComputeType_t compute_type;
   cublasLtEpilogue_t epilogue;
   cudaDataType_t bias_type;
+  bool fp8;          // FP8 A and B
+  bool scaled;       // a scale or amax pointer is set
+  bool amax;         // the AMAX_D pointer is set
 };
 
 cublasStatus_t read_matrix(cublasLtMatrixLayout_t layout, Matrix* matrix) {
@@ -295,6 +329,10 @@ cublasStatus_t read_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a_
   p->compute_type = desc->compute_type;
   p->epilogue = desc->epilogue;
   p->bias_type = desc->bias_type_set ? desc->bias_type : p->d.type;
+  p->fp8 = is_fp8_type(p->a.type) || is_fp8_type(p->b.type);
+  p->amax = desc->amax_d != nullptr;
+  p->scaled = p->amax;
+  for (const void* scale : desc->scale) p->scaled = p->scaled || scale != nullptr;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -307,7 +345,23 @@ cublasStatus_t read_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a_
 // has no such rule; the emulator invents it so that ampx's path for a
 // problem with no fused-bias algorithm (a separate bias kernel) runs in the
 // tests, as it does on GPUs whose heuristics turn some shapes down.
+bool has_fp8_algorithm(const Problem& p) {
+  if (p.compute_type != CUBLAS_COMPUTE_32F) return false;
+  if (!is_fp8_type(p.a.type) || !is_fp8_type(p.b.type)) return false;
+  if (p.a.type == CUDA_R_8F_E5M2 && p.b.type == CUDA_R_8F_E5M2) return false;
+  if (!p.trans_a || p.trans_b) return false;
+  if (p.m % 16 != 0 || p.n % 16 != 0 || p.k % 16 != 0) return false;
+  const bool fp8_d = is_fp8_type(p.d.type);
+  if (p.c.type != p.d.type || (!fp8_d && !is_multiply_type(p.d.type))) return false;
+  if (p.amax && !fp8_d) return false;
+  if (p.epilogue == CUBLASLT_EPILOGUE_DEFAULT) return true;
+  if (p.epilogue != CUBLASLT_EPILOGUE_BIAS || fp8_d || p.bias_type != p.d.type) return false;
+  return p.m % 8 == 0;
+}
+
 bool has_algorithm(const Problem& p) {
+  if (p.fp8) return has_fp8_algorithm(p);
+  if (p.scaled) return false;
   if (p.compute_type != CUBLAS_COMPUTE_32F &&
       !(p.compute_type == CUBLAS_COMPUTE_32F_FAST_TF32 && p.a.type == CUDA_R_32F))
     return false;
@@ -331,7 +385,8 @@ uint64_t kernel_of(const Problem& p) {
   const auto byte = [](int32_t value) { return static_cast<uint64_t>(value) & 0xffu; };
   const bool bias = p.epilogue != CUBLASLT_EPILOGUE_DEFAULT;
   return byte(p.a.type) | byte(p.d.type) << 8 | byte(p.epilogue) << 16 |
-         (bias ? byte(p.bias_type) : 0) << 24 | static_cast<uint64_t>(p.compute_type) << 32;
+         (bias ? byte(p.bias_type) : 0) << 24 | static_cast<uint64_t>(p.compute_type) << 32 |
+         byte(p.b.type) << 40 | static_cast<uint64_t>(p.amax) << 48;
 }
 
 cublasLtMatmulAlgo_t make_algo(const Problem& p, const uint32_t (&alignment)[4]) {
@@ -383,12 +438,23 @@ struct Multiply {
   void* d;
   const void* bias;  // nullptr without the BIAS epilogue
   float alpha, beta;
+  const void* scale[4];  // FP8: device floats, or nullptr for 1
+  void* amax_d;          // FP8 D: device float, or nullptr
 
   bool memory_is_live() const {
+    for (const void* s : scale)
+      if (s != nullptr && !ampx_emu::is_device_memory(s, sizeof(float))) return false;
     return in_device_memory(a, p.a) && in_device_memory(b, p.b) &&
            (c == nullptr || in_device_memory(c, p.c)) && in_device_memory(d, p.d) &&
            (bias == nullptr ||
-            in_device_memory(bias, Matrix{p.bias_type, p.m, 1, p.m, 1, 0}));
+            in_device_memory(bias, Matrix{p.bias_type, p.m, 1, p.m, 1, 0})) &&
+           (amax_d == nullptr || ampx_emu::is_device_memory(amax_d, sizeof(float)));
+  }
+
+  float scale_of(int which) const {
+    float value = 1.0f;
+    if (scale[which] != nullptr) std::memcpy(&value, scale[which], sizeof value);
+    return value;
   }
 
   void operator()() const {
@@ -411,6 +477,10 @@ struct Multiply {
   // op(A), columns of op(B)), which makes each dot product one pass.
   void run() const {
     const int64_t m = p.m, n = p.n, k = p.k;
+    const float factor = alpha * scale_of(0) * scale_of(1);
+    const float c_factor = beta * scale_of(2);
+    const float d_scale = scale_of(3);
+    uint32_t amax_bits = 0;
     std::vector<float> op_a(static_cast<size_t>(m * k));
     std::vector<float> op_b(static_cast<size_t>(n * k));
     std::vector<float> column(static_cast<size_t>(m));
@@ -438,13 +508,19 @@ struct Multiply {
         for (int64_t i = 0; i < m; ++i) {
           // Each element of C is read before the same element of D is
           // written: C and D may be one matrix.
-          float value = alpha * column[i];
-          if (c_item != nullptr) value += beta * load_element(c_item, i + j * p.c.ld, p.c.type);
+          float value = factor * column[i];
+          if (c_item != nullptr)
+            value += c_factor * load_element(c_item, i + j * p.c.ld, p.c.type);
           if (bias != nullptr) value += load_element(bias, i, p.bias_type);
+          if (is_fp8_type(p.d.type)) {
+            amax_bits = std::max(amax_bits, ampx::impl::math::float_bits(value) & 0x7fffffffu);
+            value *= d_scale;
+          }
           store_element(d_item, i + j * p.d.ld, p.d.type, value);
         }
       }
     }
+    if (amax_d != nullptr) std::memcpy(amax_d, &amax_bits, sizeof amax_bits);
   }
 
   // column[i] = op(A) row i . b_column, each summed in k order. Four rows at
@@ -598,6 +674,16 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc,
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
       return read_attribute(buf, sizeInBytes, &desc.bias) ? CUBLAS_STATUS_SUCCESS
                                                           : CUBLAS_STATUS_INVALID_VALUE;
+    case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER:
+    case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER:
+    case CUBLASLT_MATMUL_DESC_C_SCALE_POINTER:
+    case CUBLASLT_MATMUL_DESC_D_SCALE_POINTER:
+      return read_attribute(buf, sizeInBytes, &desc.scale[attr - CUBLASLT_MATMUL_DESC_A_SCALE_POINTER])
+                 ? CUBLAS_STATUS_SUCCESS
+                 : CUBLAS_STATUS_INVALID_VALUE;
+    case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER:
+      return read_attribute(buf, sizeInBytes, &desc.amax_d) ? CUBLAS_STATUS_SUCCESS
+                                                            : CUBLAS_STATUS_INVALID_VALUE;
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
       if (!read_attribute(buf, sizeInBytes, &value) || !is_known_type(value))
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -759,6 +845,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
       !ampx_emu::is_device_memory(workspace, workspaceSizeInBytes))
     return CUBLAS_STATUS_INVALID_VALUE;
 
+  // Scales and the amax are device memory, read or written by the kernel.
+  for (int i = 0; i < 4; ++i) {
+    call.scale[i] = computeDesc->scale[i];
+    if (call.scale[i] != nullptr && !ampx_emu::is_device_memory(call.scale[i], sizeof(float)))
+      return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  call.amax_d = computeDesc->amax_d;
+  if (call.amax_d != nullptr && !ampx_emu::is_device_memory(call.amax_d, sizeof(float)))
+    return CUBLAS_STATUS_INVALID_VALUE;
   call.a = A;
   call.b = B;
   call.c = reads_c ? C : nullptr;

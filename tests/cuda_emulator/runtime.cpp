@@ -498,14 +498,25 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 
+// The emulated device is a compute capability 9.0 one (Hopper), unless
+// AMPX_EMULATOR_COMPUTE_CAPABILITY says otherwise ("8.0": an A100, which
+// lacks FP8 products), read at each query so a test can change it before
+// it creates a context.
+static int emulated_compute_capability(bool major) {
+  const char* text = std::getenv("AMPX_EMULATOR_COMPUTE_CAPABILITY");
+  int ma = 9, mi = 0;
+  if (text != nullptr && std::sscanf(text, "%d.%d", &ma, &mi) != 2) ma = 9, mi = 0;
+  return major ? ma : mi;
+}
+
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
   if (value == nullptr) return record_error(cudaErrorInvalidValue);
   if (device != 0) return record_error(cudaErrorInvalidDevice);
   switch (attribute) {
     case cudaDevAttrMaxThreadsPerBlock: *value = 1024; return cudaSuccess;
     case cudaDevAttrMultiProcessorCount: *value = 4; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *value = emulated_compute_capability(true); return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = emulated_compute_capability(false); return cudaSuccess;
     case cudaDevAttrMaxThreadsPerMultiProcessor: *value = 2048; return cudaSuccess;
     case cudaDevAttrMemoryPoolsSupported: *value = 1; return cudaSuccess;
   }

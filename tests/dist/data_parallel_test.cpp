@@ -391,6 +391,133 @@ TEST_CASE("an inf in one rank's gradient: every rank skips that step and backs o
 
 namespace {
 
+// FP8 recipes under data parallel: a rank's view of one slot, and the
+// reference of its delayed scaling (Transformer Engine's rule, over the
+// amaxes MAX-reduced over the ranks; NaN propagates through the history).
+struct SlotView {
+  float scale, scale_inv, amax;
+  std::vector<float> history;
+  std::vector<unsigned char> bytes() const {
+    std::vector<unsigned char> b((3 + history.size()) * sizeof(float));
+    const float head[3] = {scale, scale_inv, amax};
+    std::memcpy(b.data(), head, sizeof head);
+    std::memcpy(b.data() + sizeof head, history.data(), history.size() * sizeof(float));
+    return b;
+  }
+};
+
+SlotView read_slot(ampx_fp8_recipe recipe, int64_t slot, int len) {
+  ampx_fp8_slot_info info = AMPX_FP8_SLOT_INFO_INIT;
+  SlotView v;
+  v.history.resize(static_cast<size_t>(len));
+  OK(ampx_fp8_recipe_slot_get(recipe, slot, &info, v.history.data(), len));
+  v.scale = info.scale, v.scale_inv = info.scale_inv, v.amax = info.amax;
+  return v;
+}
+
+struct DelayedReference {
+  float fp8_max;
+  std::vector<float> history;  // oldest first
+  float scale = 1.0f;
+  void step(float amax) {
+    history.erase(history.begin());
+    history.push_back(amax);
+    float top = 0.0f;
+    for (float a : history) top = std::isnan(a) || std::isnan(top) ? NAN : std::fmax(top, a);
+    if (top > 0.0f && std::isfinite(top)) {
+      const float sf = fp8_max / top;
+      scale = std::isinf(sf) ? 3.40282347e38f : sf;
+    }
+  }
+};
+
+// Quantizes a tensor whose amax is `amax` (NaN: it holds a NaN) into slot.
+void quantize_with_amax(ampx_context ctx, ampx_fp8_recipe recipe, int64_t slot, ampx_dtype format,
+                        float amax) {
+  const float values[4] = {0.25f * amax, std::isnan(amax) ? 1.0f : -amax, 0.0f, amax};
+  const int64_t n = 4;
+  ampx_tensor src = nullptr, dst = nullptr;
+  OK(ampx_tensor_from_host(ctx, AMPX_F32, 1, &n, values, sizeof values, &src));
+  OK(ampx_tensor_empty(ctx, format, 1, &n, &dst));
+  OK(ampx_fp8_quantize(recipe, slot, src, dst, nullptr));
+  ampx_tensor_release(src);
+  ampx_tensor_release(dst);
+}
+
+}  // namespace
+
+TEST_CASE("FP8: amaxes are MAX-reduced with found-inf, so every rank's scales stay bitwise equal") {
+  Trainer t(Mode::Fp16Scaler, 13, true);
+  ampx_fp8_recipe_options o = ampx_fp8_recipe_options_default();
+  o.amax_history_len = 3;
+  ampx_fp8_recipe recipe = nullptr;
+  OK(ampx_fp8_recipe_create(t.ctx, &o, &recipe));
+  int64_t act = -1, grad = -1;
+  OK(ampx_fp8_recipe_add_tensor(recipe, AMPX_FP8_FORWARD, "act", &act));
+  OK(ampx_fp8_recipe_add_tensor(recipe, AMPX_FP8_BACKWARD, "grad", &grad));
+  DelayedReference ref_act{448.0f, std::vector<float>(3, 0.0f)};
+  DelayedReference ref_grad{57344.0f, std::vector<float>(3, 0.0f)};
+
+  // A recipe of another context is refused and attaches nothing.
+  ampx_context other_ctx = nullptr;
+  OK(ampx_context_create(nullptr, &other_ctx));
+  ampx_fp8_recipe other = nullptr;
+  OK(ampx_fp8_recipe_create(other_ctx, &o, &other));
+  CHECK(ampx_data_parallel_set_fp8_recipe(t.dp, other) == AMPX_ERR_DEVICE);
+  ampx_fp8_recipe_release(other);
+  ampx_context_release(other_ctx);
+  CHECK(ampx_data_parallel_set_fp8_recipe(nullptr, recipe) != AMPX_OK);
+
+  OK(ampx_data_parallel_set_fp8_recipe(t.dp, recipe));
+  // Each rank sees its own amaxes, (rank + 1) times a step's base; at step
+  // 3 the last rank's activation holds a NaN. Steps 0-4 go through the
+  // scaler's unscale (the amaxes ride in found-inf's all-reduce: reduced
+  // before ampx_fp8_recipe_update is called); steps 5-6 update without an
+  // unscale in between (the update reduces them itself). The NaN holds the
+  // activation's scale while it is in the history (the reference's rule).
+  for (int step = 0; step < 7; ++step) {
+    CAPTURE(step);
+    const float base = 0.75f * static_cast<float>(step + 1);
+    const float mine = base * static_cast<float>(g_rank + 1);
+    const bool nan_step = step == 3;
+    quantize_with_amax(t.ctx, recipe, act, AMPX_F8E4M3,
+                       nan_step && g_rank == g_world - 1 ? NAN : mine);
+    quantize_with_amax(t.ctx, recipe, grad, AMPX_F8E5M2, 2.0f * mine);
+    const float top = base * static_cast<float>(g_world);
+    if (step < 5) {
+      t.train_step(step);
+      // Reduced by the unscale, before the update.
+      const SlotView a = read_slot(recipe, act, 3);
+      if (nan_step)
+        CHECK(std::isnan(a.amax));
+      else
+        CHECK(a.amax == top);
+      CHECK(read_slot(recipe, grad, 3).amax == 2.0f * top);
+    }
+    OK(ampx_fp8_recipe_update(recipe));
+    ref_act.step(nan_step ? NAN : top);
+    ref_grad.step(2.0f * top);
+    const SlotView a = read_slot(recipe, act, 3), g = read_slot(recipe, grad, 3);
+    CHECK(same_on_every_rank(a.bytes()));
+    CHECK(same_on_every_rank(g.bytes()));
+    CHECK(a.scale == ref_act.scale);
+    CHECK(g.scale == ref_grad.scale);
+    for (int i = 0; i < 3; ++i) {
+      CHECK((std::isnan(a.history[i]) ? std::isnan(ref_act.history[i])
+                                      : a.history[i] == ref_act.history[i]));
+      CHECK(g.history[i] == ref_grad.history[i]);
+    }
+  }
+  // Detached, each rank scales by its own amaxes again: the scales part.
+  OK(ampx_data_parallel_set_fp8_recipe(t.dp, nullptr));
+  quantize_with_amax(t.ctx, recipe, act, AMPX_F8E4M3, static_cast<float>(g_rank + 1));
+  OK(ampx_fp8_recipe_update(recipe));
+  if (g_world > 1) CHECK_FALSE(same_on_every_rank(read_slot(recipe, act, 3).bytes()));
+  ampx_fp8_recipe_release(recipe);
+}
+
+namespace {
+
 struct HookProbe {
   ampx_data_parallel dp = nullptr;
   std::vector<int32_t> launched;  // at each grad-ready notification

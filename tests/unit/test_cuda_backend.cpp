@@ -36,7 +36,8 @@ using ampx_test::contains;
 using ampx_test::last_error;
 using ampx_test::Tensor;
 
-const ampx_dtype kDtypes[] = {AMPX_F32, AMPX_F16, AMPX_BF16, AMPX_I32, AMPX_I64};
+const ampx_dtype kDtypes[] = {AMPX_F32, AMPX_F16,    AMPX_BF16,  AMPX_I32,
+                              AMPX_I64, AMPX_F8E4M3, AMPX_F8E5M2};
 
 ampx_context_options cuda_options(int32_t device_index, void* stream = nullptr) {
   ampx_context_options options = ampx_context_options_default();
@@ -116,6 +117,8 @@ HostConvert host_convert_from(ampx_dtype dst) {
     case AMPX_BF16: return &convert_on_host<AMPX_BF16, Src>;
     case AMPX_I32: return &convert_on_host<AMPX_I32, Src>;
     case AMPX_I64: return &convert_on_host<AMPX_I64, Src>;
+    case AMPX_F8E4M3: return &convert_on_host<AMPX_F8E4M3, Src>;
+    case AMPX_F8E5M2: return &convert_on_host<AMPX_F8E5M2, Src>;
     case AMPX_DTYPE_MIN_ENUM:
     case AMPX_DTYPE_MAX_ENUM: break;
   }
@@ -129,6 +132,8 @@ HostConvert host_convert(ampx_dtype dst, ampx_dtype src) {
     case AMPX_BF16: return host_convert_from<AMPX_BF16>(dst);
     case AMPX_I32: return host_convert_from<AMPX_I32>(dst);
     case AMPX_I64: return host_convert_from<AMPX_I64>(dst);
+    case AMPX_F8E4M3: return host_convert_from<AMPX_F8E4M3>(dst);
+    case AMPX_F8E5M2: return host_convert_from<AMPX_F8E5M2>(dst);
     case AMPX_DTYPE_MIN_ENUM:
     case AMPX_DTYPE_MAX_ENUM: break;
   }
@@ -148,6 +153,8 @@ std::vector<uint8_t> expected_fill(ampx_dtype dtype, double value, size_t count)
     case AMPX_BF16: return fill_on_host<AMPX_BF16>(value, count);
     case AMPX_I32: return fill_on_host<AMPX_I32>(value, count);
     case AMPX_I64: return fill_on_host<AMPX_I64>(value, count);
+    case AMPX_F8E4M3: return fill_on_host<AMPX_F8E4M3>(value, count);
+    case AMPX_F8E5M2: return fill_on_host<AMPX_F8E5M2>(value, count);
     case AMPX_DTYPE_MIN_ENUM:
     case AMPX_DTYPE_MAX_ENUM: break;
   }
@@ -260,6 +267,12 @@ std::vector<uint8_t> conversion_inputs(ampx_dtype dtype, std::mt19937_64& rng) {
         v.push_back(near53(rng));
       }
       return as_bytes(v);
+    }
+    case AMPX_F8E4M3:
+    case AMPX_F8E5M2: {
+      std::vector<uint8_t> all(256);
+      for (int b = 0; b < 256; ++b) all[b] = static_cast<uint8_t>(b);
+      return all;
     }
     case AMPX_DTYPE_MIN_ENUM:
     case AMPX_DTYPE_MAX_ENUM: break;
@@ -534,7 +547,7 @@ TEST_CASE("cuda: memory statistics follow tensors; the cache is reserved, not cu
   CHECK(first_difference(to_host(after), expected_fill(AMPX_I32, 9.0, n), 4) == -1);
 }
 
-TEST_CASE("cuda: all 25 conversions are bit-identical to the host math") {
+TEST_CASE("cuda: all 49 conversions (FP8 included) are bit-identical to the host math") {
   SKIP_UNLESS_CUDA();
   ampx_test::Ctx ctx;
   std::mt19937_64 rng(25);

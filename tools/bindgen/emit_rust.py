@@ -28,8 +28,9 @@ and under its section titles:
 
 Constant types: Rust needs one per constant, C leaves most of them `int`.
 A constant the header uses as an array length is `usize` (Rust's array
-lengths are); one written with an unsigned literal (`1u`) is `u32`; the
-rest keep C's `int`, `i32`. (The model's Constant.unsigned is taken from a
+lengths are); one written with an unsigned literal (`1u`) is `u32`; one
+cast to `int64_t` (or too large for `int`) is `i64`; the rest keep C's
+`int`, `i32`. (The model's Constant.unsigned is taken from a
 `long long` probe and so is never set; the literal is read here instead.)
 
 Items are documented with the header's whole doc comment; items of the
@@ -189,6 +190,9 @@ class _Emitter:
         body = re.search(rf"^[ \t]*#[ \t]*define\s+{name}\b(.*)$", self.text, re.M).group(1)
         if re.fullmatch(r"\s*\(?\s*\d+[uU]\s*\)?\s*", body):
             return "u32"
+        value = next(c.value for c in self.h.constants if c.name == name)
+        if re.search(r"\bint64_t\b", body) or not -2 ** 31 <= value < 2 ** 31:
+            return "i64"
         return "i32"
 
     # -- documentation --------------------------------------------------------

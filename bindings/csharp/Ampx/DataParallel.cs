@@ -114,6 +114,16 @@ namespace Ampx
             Err.Check(Native.ampx_data_parallel_set_sync(Ptr, sync ? 1 : 0), this);
         }
 
+        /// <summary>
+        /// MAX-reduces `recipe`'s step amaxes over the ranks before its updates, so
+        /// every rank's FP8 scales stay bitwise equal (null detaches; the wrapper
+        /// keeps a reference). Every rank attaches a recipe with the same slots.
+        /// </summary>
+        public void SetFp8Recipe(Fp8Recipe recipe)
+        {
+            Err.Check(Native.ampx_data_parallel_set_fp8_recipe(Ptr, Fp8Recipe.RawOrNull(recipe)), this, recipe);
+        }
+
         /// <summary>Completes the reduction now (engines that signal gradients themselves). Collective.</summary>
         public void Reduce()
         {

@@ -87,6 +87,21 @@ namespace Ampx
         Bf16 = 3,
         I32 = 4,
         I64 = 5,
+        /// <summary>
+        /// OCP FP8 E4M3 ("E4M3FN", torch.float8_e4m3fn): 4
+        /// exponent bits (bias 7), 3 mantissa bits, max 448,
+        /// smallest subnormal 2^-9, no infinities, NaN 0x7f /
+        /// 0xff. Storage and FP8 products only (section 18):
+        /// other ops refuse it with AMPX_ERR_DTYPE
+        /// </summary>
+        F8e4m3 = 6,
+        /// <summary>
+        /// OCP FP8 E5M2 (torch.float8_e5m2): 5 exponent bits
+        /// (bias 15), 2 mantissa bits, max 57344, smallest
+        /// subnormal 2^-16, IEEE infinities and NaNs. As
+        /// AMPX_F8E4M3, storage and FP8 products only
+        /// </summary>
+        F8e5m2 = 7,
     }
 
     /// <summary>
@@ -265,5 +280,90 @@ namespace Ampx
         /// times gamma every step_size steps
         /// </summary>
         Step = 3,
+    }
+
+    /// <summary>
+    /// What a conversion into FP8 does with a magnitude beyond the format's
+    /// largest finite value (E4M3 448, E5M2 57344), infinities included.
+    /// Numbers pinned.
+    /// </summary>
+    /// <remarks>The C enum ampx_fp8_overflow (Native.ampx_fp8_overflow).</remarks>
+    public enum Fp8Overflow : int
+    {
+        /// <summary>
+        /// +-max (Transformer Engine's casts,
+        /// cuda_fp8.h's __NV_SATFINITE, torch's
+        /// float8_e4m3fn cast)
+        /// </summary>
+        Saturate = 1,
+        /// <summary>
+        /// NaN in E4M3, +-inf in E5M2 (__NV_NOSAT,
+        /// torch's float8_e5m2 cast)
+        /// </summary>
+        NoSaturate = 2,
+    }
+
+    /// <summary>
+    /// How a recipe scales. Numbers pinned.
+    /// </summary>
+    /// <remarks>The C enum ampx_fp8_scaling (Native.ampx_fp8_scaling).</remarks>
+    public enum Fp8Scaling : int
+    {
+        /// <summary>
+        /// from the amax history of past steps (TE's DelayedScaling)
+        /// </summary>
+        Delayed = 1,
+        /// <summary>
+        /// from the tensor's own amax (TE's Float8CurrentScaling)
+        /// </summary>
+        Current = 2,
+    }
+
+    /// <summary>
+    /// Which FP8 type each role gets. Numbers pinned.
+    /// </summary>
+    /// <remarks>The C enum ampx_fp8_format (Native.ampx_fp8_format).</remarks>
+    public enum Fp8Format : int
+    {
+        /// <summary>
+        /// E4M3 forward, E5M2 for gradients
+        /// </summary>
+        Hybrid = 1,
+        /// <summary>
+        /// E4M3 everywhere
+        /// </summary>
+        E4m3 = 2,
+    }
+
+    /// <summary>
+    /// Which amax a delayed update scales by. Numbers pinned.
+    /// </summary>
+    /// <remarks>The C enum ampx_fp8_amax_algo (Native.ampx_fp8_amax_algo).</remarks>
+    public enum Fp8AmaxAlgo : int
+    {
+        /// <summary>
+        /// the maximum over the history
+        /// </summary>
+        Max = 1,
+        /// <summary>
+        /// the step's own amax
+        /// </summary>
+        MostRecent = 2,
+    }
+
+    /// <summary>
+    /// What a slot holds, which decides its format. Numbers pinned.
+    /// </summary>
+    /// <remarks>The C enum ampx_fp8_role (Native.ampx_fp8_role).</remarks>
+    public enum Fp8Role : int
+    {
+        /// <summary>
+        /// an activation or a weight
+        /// </summary>
+        Forward = 1,
+        /// <summary>
+        /// a gradient
+        /// </summary>
+        Backward = 2,
     }
 }

@@ -54,6 +54,13 @@ namespace Ampx
         /// mapping (e.g. to let the mapping go with the file handle).
         /// </summary>
         public const uint AMPX_SAFETENSORS_COPY = 2U;
+        /// <summary>
+        /// The default of ampx_autocast_set_fp8's min_gemm_size: 2^33. FP8 loses
+        /// to bf16 on small products (torchao measured 0.80x at 1024 x 2048 x 1024
+        /// and 1.39x at 4096 x 8192 x 16384 on an H100); ampx's own crossover is
+        /// bench/bench_fp8_gpu's to measure.
+        /// </summary>
+        public const long AMPX_FP8_DEFAULT_MIN_GEMM_SIZE = 8589934592L;
         public static int AMPX_DOCTOR_BIN_BINADE(int e) { return (2 + (e) + 64); }
 
         // ---- enums ----
@@ -151,6 +158,21 @@ namespace Ampx
             AMPX_BF16 = 3,
             AMPX_I32 = 4,
             AMPX_I64 = 5,
+            /// <summary>
+            /// OCP FP8 E4M3 ("E4M3FN", torch.float8_e4m3fn): 4
+            /// exponent bits (bias 7), 3 mantissa bits, max 448,
+            /// smallest subnormal 2^-9, no infinities, NaN 0x7f /
+            /// 0xff. Storage and FP8 products only (section 18):
+            /// other ops refuse it with AMPX_ERR_DTYPE
+            /// </summary>
+            AMPX_F8E4M3 = 6,
+            /// <summary>
+            /// OCP FP8 E5M2 (torch.float8_e5m2): 5 exponent bits
+            /// (bias 15), 2 mantissa bits, max 57344, smallest
+            /// subnormal 2^-16, IEEE infinities and NaNs. As
+            /// AMPX_F8E4M3, storage and FP8 products only
+            /// </summary>
+            AMPX_F8E5M2 = 7,
             /// <summary>
             /// not a type (see AMPX_STATUS_MIN_ENUM)
             /// </summary>
@@ -378,6 +400,126 @@ namespace Ampx
             /// not a decay (see AMPX_STATUS_MAX_ENUM)
             /// </summary>
             AMPX_LR_DECAY_MAX_ENUM = 2147483647,
+        }
+
+        /// <summary>
+        /// What a conversion into FP8 does with a magnitude beyond the format's
+        /// largest finite value (E4M3 448, E5M2 57344), infinities included.
+        /// Numbers pinned.
+        /// </summary>
+        public enum ampx_fp8_overflow : int
+        {
+            /// <summary>
+            /// +-max (Transformer Engine's casts,
+            /// cuda_fp8.h's __NV_SATFINITE, torch's
+            /// float8_e4m3fn cast)
+            /// </summary>
+            AMPX_FP8_SATURATE = 1,
+            /// <summary>
+            /// NaN in E4M3, +-inf in E5M2 (__NV_NOSAT,
+            /// torch's float8_e5m2 cast)
+            /// </summary>
+            AMPX_FP8_NO_SATURATE = 2,
+            /// <summary>
+            /// not a rule (see AMPX_STATUS_MIN_ENUM)
+            /// </summary>
+            AMPX_FP8_OVERFLOW_MIN_ENUM = -2147483648,
+            /// <summary>
+            /// not a rule (see AMPX_STATUS_MAX_ENUM)
+            /// </summary>
+            AMPX_FP8_OVERFLOW_MAX_ENUM = 2147483647,
+        }
+
+        /// <summary>
+        /// How a recipe scales. Numbers pinned.
+        /// </summary>
+        public enum ampx_fp8_scaling : int
+        {
+            /// <summary>
+            /// from the amax history of past steps (TE's DelayedScaling)
+            /// </summary>
+            AMPX_FP8_DELAYED = 1,
+            /// <summary>
+            /// from the tensor's own amax (TE's Float8CurrentScaling)
+            /// </summary>
+            AMPX_FP8_CURRENT = 2,
+            /// <summary>
+            /// not a value (see AMPX_STATUS_MIN_ENUM)
+            /// </summary>
+            AMPX_FP8_SCALING_MIN_ENUM = -2147483648,
+            /// <summary>
+            /// not a value (see AMPX_STATUS_MAX_ENUM)
+            /// </summary>
+            AMPX_FP8_SCALING_MAX_ENUM = 2147483647,
+        }
+
+        /// <summary>
+        /// Which FP8 type each role gets. Numbers pinned.
+        /// </summary>
+        public enum ampx_fp8_format : int
+        {
+            /// <summary>
+            /// E4M3 forward, E5M2 for gradients
+            /// </summary>
+            AMPX_FP8_HYBRID = 1,
+            /// <summary>
+            /// E4M3 everywhere
+            /// </summary>
+            AMPX_FP8_E4M3 = 2,
+            /// <summary>
+            /// not a value (see AMPX_STATUS_MIN_ENUM)
+            /// </summary>
+            AMPX_FP8_FORMAT_MIN_ENUM = -2147483648,
+            /// <summary>
+            /// not a value (see AMPX_STATUS_MAX_ENUM)
+            /// </summary>
+            AMPX_FP8_FORMAT_MAX_ENUM = 2147483647,
+        }
+
+        /// <summary>
+        /// Which amax a delayed update scales by. Numbers pinned.
+        /// </summary>
+        public enum ampx_fp8_amax_algo : int
+        {
+            /// <summary>
+            /// the maximum over the history
+            /// </summary>
+            AMPX_FP8_AMAX_MAX = 1,
+            /// <summary>
+            /// the step's own amax
+            /// </summary>
+            AMPX_FP8_AMAX_MOST_RECENT = 2,
+            /// <summary>
+            /// not a value (see AMPX_STATUS_MIN_ENUM)
+            /// </summary>
+            AMPX_FP8_AMAX_ALGO_MIN_ENUM = -2147483648,
+            /// <summary>
+            /// not a value (see AMPX_STATUS_MAX_ENUM)
+            /// </summary>
+            AMPX_FP8_AMAX_ALGO_MAX_ENUM = 2147483647,
+        }
+
+        /// <summary>
+        /// What a slot holds, which decides its format. Numbers pinned.
+        /// </summary>
+        public enum ampx_fp8_role : int
+        {
+            /// <summary>
+            /// an activation or a weight
+            /// </summary>
+            AMPX_FP8_FORWARD = 1,
+            /// <summary>
+            /// a gradient
+            /// </summary>
+            AMPX_FP8_BACKWARD = 2,
+            /// <summary>
+            /// not a value (see AMPX_STATUS_MIN_ENUM)
+            /// </summary>
+            AMPX_FP8_ROLE_MIN_ENUM = -2147483648,
+            /// <summary>
+            /// not a value (see AMPX_STATUS_MAX_ENUM)
+            /// </summary>
+            AMPX_FP8_ROLE_MAX_ENUM = 2147483647,
         }
 
         // ---- callback types ----
@@ -1629,6 +1771,59 @@ namespace Ampx
         }
 
         /// <summary>
+        /// What FP8 would do to a tensor at a slot's current scale
+        /// (ampx_doctor_fp8_inspect), in both formats, so a program sees why a
+        /// layer should stay in bf16: a large flushed fraction means the scale is
+        /// too small for the tensor's small values, a saturated one that it is
+        /// too large (or the amax history lags a growing tensor).
+        /// </summary>
+        /// <remarks>56 bytes on x86-64 Linux, aligned to 8.</remarks>
+        [StructLayout(LayoutKind.Sequential)]
+        public unsafe struct ampx_fp8_tensor_report
+        {
+            /// <summary>
+            /// set by the caller: sizeof(ampx_fp8_tensor_report)
+            /// </summary>
+            /// <remarks>C type size_t</remarks>
+            public UIntPtr struct_size;
+            /// <summary>
+            /// the tensor's non-zero finite elements
+            /// </summary>
+            /// <remarks>C type int64_t</remarks>
+            public long count;
+            /// <summary>
+            /// fraction of them x * scale rounds to 0 in E4M3
+            /// </summary>
+            /// <remarks>C type f64</remarks>
+            public double flushed_e4m3;
+            /// <summary>
+            /// fraction beyond 448 (saturated) in E4M3
+            /// </summary>
+            /// <remarks>C type f64</remarks>
+            public double saturated_e4m3;
+            /// <summary>
+            /// the same in E5M2
+            /// </summary>
+            /// <remarks>C type f64</remarks>
+            public double flushed_e5m2;
+            /// <summary>
+            /// beyond 57344 in E5M2
+            /// </summary>
+            /// <remarks>C type f64</remarks>
+            public double saturated_e5m2;
+            /// <summary>
+            /// the slot's scale the fractions are for
+            /// </summary>
+            /// <remarks>C type f32</remarks>
+            public float scale;
+            /// <summary>
+            /// the slot's own format
+            /// </summary>
+            /// <remarks>C type ampx_dtype</remarks>
+            public ampx_dtype dtype;
+        }
+
+        /// <summary>
         /// One tensor of a file, as ampx_safetensors_entry_get describes it.
         /// </summary>
         /// <remarks>120 bytes on x86-64 Linux, aligned to 8.</remarks>
@@ -1732,6 +1927,121 @@ namespace Ampx
             /// </summary>
             /// <remarks>C type f64</remarks>
             public double gamma;
+        }
+
+        /// <summary>
+        /// Options of ampx_fp8_recipe_create (Transformer Engine's defaults).
+        /// </summary>
+        /// <remarks>32 bytes on x86-64 Linux, aligned to 8.</remarks>
+        [StructLayout(LayoutKind.Sequential)]
+        public unsafe struct ampx_fp8_recipe_options
+        {
+            /// <summary>
+            /// sizeof(ampx_fp8_recipe_options)
+            /// </summary>
+            /// <remarks>C type size_t</remarks>
+            public UIntPtr struct_size;
+            /// <summary>
+            /// default AMPX_FP8_DELAYED
+            /// </summary>
+            /// <remarks>C type ampx_fp8_scaling</remarks>
+            public ampx_fp8_scaling scaling;
+            /// <summary>
+            /// default AMPX_FP8_HYBRID
+            /// </summary>
+            /// <remarks>C type ampx_fp8_format</remarks>
+            public ampx_fp8_format format;
+            /// <summary>
+            /// default 1024; &gt;= 1
+            /// </summary>
+            /// <remarks>C type int32_t</remarks>
+            public int amax_history_len;
+            /// <summary>
+            /// default AMPX_FP8_AMAX_MAX
+            /// </summary>
+            /// <remarks>C type ampx_fp8_amax_algo</remarks>
+            public ampx_fp8_amax_algo amax_compute_algo;
+            /// <summary>
+            /// default 0; 0 .. 127 (delayed)
+            /// </summary>
+            /// <remarks>C type int32_t</remarks>
+            public int margin;
+            /// <summary>
+            /// default 0; current scaling only
+            /// </summary>
+            /// <remarks>C type int32_t</remarks>
+            public int power_of_two_scales;
+        }
+
+        /// <summary>
+        /// A slot as ampx_fp8_recipe_slot_get reads it.
+        /// </summary>
+        /// <remarks>40 bytes on x86-64 Linux, aligned to 8.</remarks>
+        [StructLayout(LayoutKind.Sequential)]
+        public unsafe struct ampx_fp8_slot_info
+        {
+            /// <summary>
+            /// set by the caller: sizeof(ampx_fp8_slot_info)
+            /// </summary>
+            /// <remarks>C type size_t</remarks>
+            public UIntPtr struct_size;
+            /// <summary>
+            /// owned by the recipe, valid while it lives
+            /// </summary>
+            /// <remarks>C type const char *</remarks>
+            public IntPtr name;
+            /// <summary>C type ampx_fp8_role</summary>
+            public ampx_fp8_role role;
+            /// <summary>
+            /// the slot's format, AMPX_F8E4M3 or AMPX_F8E5M2
+            /// </summary>
+            /// <remarks>C type ampx_dtype</remarks>
+            public ampx_dtype dtype;
+            /// <summary>C type f32</summary>
+            public float scale;
+            /// <summary>C type f32</summary>
+            public float scale_inv;
+            /// <summary>
+            /// this step's, not yet in the history
+            /// </summary>
+            /// <remarks>C type f32</remarks>
+            public float amax;
+            /// <summary>
+            /// the recipe's amax_history_len
+            /// </summary>
+            /// <remarks>C type int32_t</remarks>
+            public int history_len;
+        }
+
+        /// <summary>
+        /// A policy's FP8 counts (ampx_autocast_fp8_stats).
+        /// </summary>
+        /// <remarks>32 bytes on x86-64 Linux, aligned to 8.</remarks>
+        [StructLayout(LayoutKind.Sequential)]
+        public unsafe struct ampx_fp8_stats
+        {
+            /// <summary>
+            /// set by the caller: sizeof(ampx_fp8_stats)
+            /// </summary>
+            /// <remarks>C type size_t</remarks>
+            public UIntPtr struct_size;
+            /// <summary>
+            /// linear/matmul calls run in FP8
+            /// </summary>
+            /// <remarks>C type int64_t</remarks>
+            public long fp8_products;
+            /// <summary>
+            /// those run in the policy's dtype instead
+            /// </summary>
+            /// <remarks>C type int64_t</remarks>
+            public long fallbacks;
+            /// <summary>
+            /// why the last fallback happened ("" for
+            /// none); owned by the policy, valid until
+            /// its next op or its release
+            /// </summary>
+            /// <remarks>C type const char *</remarks>
+            public IntPtr last_fallback;
         }
 
         // ---- *_INIT macros ----
@@ -1987,6 +2297,16 @@ namespace Ampx
         }
 
         /// <summary>
+        /// The value of the AMPX_FP8_TENSOR_REPORT_INIT macro: ampx_fp8_tensor_report set up with its defaults.
+        /// </summary>
+        public static ampx_fp8_tensor_report AMPX_FP8_TENSOR_REPORT_INIT()
+        {
+            var value = default(ampx_fp8_tensor_report);
+            value.struct_size = (UIntPtr)sizeof(ampx_fp8_tensor_report);
+            return value;
+        }
+
+        /// <summary>
         /// The value of the AMPX_SAFETENSORS_ENTRY_INIT macro: ampx_safetensors_entry set up with its defaults.
         /// </summary>
         public static ampx_safetensors_entry AMPX_SAFETENSORS_ENTRY_INIT()
@@ -2005,6 +2325,40 @@ namespace Ampx
             value.struct_size = (UIntPtr)sizeof(ampx_lr_schedule);
             value.step_size = 1L;
             value.gamma = 0.1;
+            return value;
+        }
+
+        /// <summary>
+        /// The value of the AMPX_FP8_RECIPE_OPTIONS_INIT macro: ampx_fp8_recipe_options set up with its defaults.
+        /// </summary>
+        public static ampx_fp8_recipe_options AMPX_FP8_RECIPE_OPTIONS_INIT()
+        {
+            var value = default(ampx_fp8_recipe_options);
+            value.struct_size = (UIntPtr)sizeof(ampx_fp8_recipe_options);
+            value.scaling = ampx_fp8_scaling.AMPX_FP8_DELAYED;
+            value.format = ampx_fp8_format.AMPX_FP8_HYBRID;
+            value.amax_history_len = 1024;
+            value.amax_compute_algo = ampx_fp8_amax_algo.AMPX_FP8_AMAX_MAX;
+            return value;
+        }
+
+        /// <summary>
+        /// The value of the AMPX_FP8_SLOT_INFO_INIT macro: ampx_fp8_slot_info set up with its defaults.
+        /// </summary>
+        public static ampx_fp8_slot_info AMPX_FP8_SLOT_INFO_INIT()
+        {
+            var value = default(ampx_fp8_slot_info);
+            value.struct_size = (UIntPtr)sizeof(ampx_fp8_slot_info);
+            return value;
+        }
+
+        /// <summary>
+        /// The value of the AMPX_FP8_STATS_INIT macro: ampx_fp8_stats set up with its defaults.
+        /// </summary>
+        public static ampx_fp8_stats AMPX_FP8_STATS_INIT()
+        {
+            var value = default(ampx_fp8_stats);
+            value.struct_size = (UIntPtr)sizeof(ampx_fp8_stats);
             return value;
         }
 
@@ -2093,8 +2447,8 @@ namespace Ampx
         public static extern UIntPtr ampx_dtype_size(ampx_dtype dtype);
 
         /// <summary>
-        /// Static name of a dtype ("f32", "f16", "bf16", "i32", "i64"), or
-        /// "invalid". Never NULL. Thread-safe.
+        /// Static name of a dtype ("f32", "f16", "bf16", "i32", "i64", "f8e4m3",
+        /// "f8e5m2"), or "invalid". Never NULL. Thread-safe.
         /// </summary>
         /// <remarks>ampx.h section 3. Data types and devices</remarks>
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
@@ -2300,7 +2654,11 @@ namespace Ampx
         /// dst = src, converting the element type when they differ (floating types
         /// round to nearest even; float to integer truncates toward zero, NaN
         /// becomes 0 and out-of-range values saturate; integer to float rounds to
-        /// nearest). Both tensors must belong to the same context and have the same
+        /// nearest). Into AMPX_F8E4M3 / AMPX_F8E5M2, as torch's casts: values beyond
+        /// the largest finite one saturate in E4M3 (+-inf and 500 become +-448) and
+        /// overflow to +-inf in E5M2 (61440 and inf become inf); NaN stays NaN
+        /// with its sign (0x7f / 0xff); ampx_tensor_copy_fp8 makes the other
+        /// choice. FP8 to any type is exact (integers truncate). Both tensors must belong to the same context and have the same
         /// number of elements (shapes may differ: the copy is in row-major order).
         /// dst and src may be the same tensor.
         /// </summary>
@@ -2433,7 +2791,10 @@ namespace Ampx
         /// tensor is destroyed; on failure `src` is left untouched and still owned
         /// by the caller. The DLPack tensor must be on the context's device, dense
         /// and row-major (strides NULL or compact), with byte_offset honoured, and of
-        /// a supported type (float 32/16, bfloat 16, int 32/64, lanes 1); otherwise
+        /// a supported type (float 32/16, bfloat 16, int 32/64, or DLPack 1.1's
+        /// float8 codes kDLFloat8_e4m3fn = 10 and kDLFloat8_e5m2 = 12 with 8 bits,
+        /// which ampx_tensor_to_dlpack writes for AMPX_F8E4M3 / AMPX_F8E5M2;
+        /// lanes 1); otherwise
         /// AMPX_ERR_DEVICE, AMPX_ERR_NOT_SUPPORTED or AMPX_ERR_DTYPE.
         /// </summary>
         /// <remarks>ampx.h section 5. Tensors</remarks>
@@ -3916,6 +4277,36 @@ namespace Ampx
         public static extern ampx_status ampx_checkpoint_file_load(byte* path, IntPtr* @params, UIntPtr count, IntPtr optimizer, IntPtr scaler);
 
         /// <summary>
+        /// ampx_checkpoint_file_save, plus the state of an FP8 recipe (section
+        /// 18; NULL for none) in a section of its own: its options and, per slot,
+        /// name, role, scale, inverse scale, step amax and amax history. A file
+        /// with this section is read by ampx_checkpoint_file_load too, which skips
+        /// the section; libraries from before it refuse such a file as CORRUPT.
+        /// Errors as ampx_checkpoint_file_save.
+        /// </summary>
+        /// <remarks>ampx.h section 12. Training checkpoint files (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_checkpoint_file_save_fp8(byte* path, IntPtr* @params, UIntPtr count, IntPtr optimizer, IntPtr scaler, IntPtr recipe);
+
+        /// <summary>
+        /// ampx_checkpoint_file_load, plus the FP8 recipe's state when `recipe` is
+        /// not NULL: it must have been created with the saved options (scaling,
+        /// format, history length, amax algorithm, margin, power-of-two scales).
+        /// Each saved slot is matched by name: a live slot of that name and role
+        /// gets the saved state; a saved name the recipe lacks is added as a slot
+        /// that autocast takes over at the first use of the weight it belongs to
+        /// (its slots' names, see "FP8 under autocast"), so training resumes with
+        /// the saved scales and histories. Validated before anything changes, as
+        /// the rest of the file.
+        /// Errors: as ampx_checkpoint_file_load; INVALID_ARGUMENT also for a file
+        /// without a recipe section, other recipe options, or a name whose role
+        /// differs.
+        /// </summary>
+        /// <remarks>ampx.h section 12. Training checkpoint files (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_checkpoint_file_load_fp8(byte* path, IntPtr* @params, UIntPtr count, IntPtr optimizer, IntPtr scaler, IntPtr recipe);
+
+        /// <summary>
         /// Creates a view: a new tensor of `dtype` and shape shape[0..ndim-1] whose
         /// first element lies `byte_offset` bytes past the first element of `base`,
         /// on base's memory (no copy). Writes through either are seen by both, and
@@ -4201,6 +4592,28 @@ namespace Ampx
         public static extern ampx_status ampx_data_parallel_reduce(IntPtr dp);
 
         /// <summary>
+        /// FP8 (section 18): makes `dp` MAX-reduce the step amaxes of `recipe`
+        /// over the ranks, so that every rank's FP8 scales and amax histories stay
+        /// bitwise equal (as Transformer Engine reduces amaxes over its group).
+        /// The amaxes ride in the all-reduce of found-inf that ampx_scaler_unscale
+        /// makes (no extra collective in a loop with a scaler); where no unscale
+        /// came between the step's last quantization and ampx_fp8_recipe_update,
+        /// that update reduces them itself (one all-reduce, collective then). A
+        /// NaN amax on any rank becomes every rank's. `recipe` is retained until
+        /// another is attached, NULL detaches it, or dp is released. Not a
+        /// collective itself, but every rank must attach a recipe with the same
+        /// slots (autocast adds them in the same order on ranks that run the same
+        /// program): the reduction's length is the slot count.
+        /// Errors: INVALID_ARGUMENT (a recipe another wrapper reduces: detach it
+        /// there first), DEVICE (the recipe belongs to another context),
+        /// STALE_HANDLE. Nothing changes on error. The context's thread rules
+        /// apply.
+        /// </summary>
+        /// <remarks>ampx.h section 14. Data-parallel training: communicators, gradient all-reduce (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_data_parallel_set_fp8_recipe(IntPtr dp, IntPtr recipe);
+
+        /// <summary>
         /// Fills *stats (whose struct_size the caller sets; fields beyond it are
         /// not written). Changes nothing; no sync.
         /// Errors: INVALID_ARGUMENT (NULL, struct_size too small), STALE_HANDLE.
@@ -4343,6 +4756,31 @@ namespace Ampx
         /// <remarks>ampx.h section 15. The precision doctor: gradient statistics, scale history, findings (EXPERIMENTAL)</remarks>
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         public static extern void ampx_doctor_release(IntPtr doctor);
+
+        /// <summary>
+        /// Fills *report (whose struct_size the caller sets) for `tensor` (F32,
+        /// F16 or BF16, of the recipe's context) quantized with slot `slot`'s
+        /// current scale: of its non-zero finite elements, the fractions that
+        /// round to zero and that lie beyond the largest finite value, in E4M3 and
+        /// in E5M2 (fractions 0 when it has none). Changes nothing; synchronizes.
+        /// The slot's amax history comes from ampx_fp8_recipe_slot_get.
+        /// Errors: INVALID_ARGUMENT (NULL, struct_size too small, slot out of
+        /// range), DTYPE, DEVICE (another context), STALE_HANDLE, OUT_OF_MEMORY.
+        /// </summary>
+        /// <remarks>ampx.h section 15. The precision doctor: gradient statistics, scale history, findings (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_doctor_fp8_inspect(IntPtr recipe, long slot, IntPtr tensor, ampx_fp8_tensor_report* report);
+
+        /// <summary>
+        /// text receives a table of `recipe`'s slots, one line each: name,
+        /// format, scale, step amax and the history's maximum and length filled
+        /// so far. Owned by the recipe, valid until its next summary or its
+        /// release. Synchronizes.
+        /// Errors: INVALID_ARGUMENT (NULL), STALE_HANDLE, DEVICE.
+        /// </summary>
+        /// <remarks>ampx.h section 15. The precision doctor: gradient statistics, scale history, findings (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_doctor_fp8_summary(IntPtr recipe, byte** text);
 
         /// <summary>
         /// Writes tensors[0..count-1] to `path` as a safetensors file, with the
@@ -4528,5 +4966,161 @@ namespace Ampx
         /// <remarks>ampx.h section 17. Learning-rate schedules on the device (EXPERIMENTAL)</remarks>
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         public static extern ampx_status ampx_lr_schedule_value(ampx_lr_schedule* schedule, double base_lr, long step, double* lr);
+
+        /// <summary>
+        /// dst = src converted into dst's FP8 type with the overflow rule
+        /// `overflow` (ampx_tensor_copy uses each type's torch rule: E4M3
+        /// saturates, E5M2 does not). Rounding to nearest even, subnormals kept,
+        /// NaN to NaN with its sign. src is F32, F16 or BF16, dst F8E4M3 or
+        /// F8E5M2; same context, same number of elements. Enqueued on the
+        /// device; no synchronisation.
+        /// Errors: INVALID_ARGUMENT (NULL, an unknown rule), DTYPE (types as
+        /// above), SHAPE, DEVICE (other contexts), STALE_HANDLE. dst is unchanged
+        /// on error. The context's thread rules apply.
+        /// </summary>
+        /// <remarks>ampx.h section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_tensor_copy_fp8(IntPtr dst, IntPtr src, ampx_fp8_overflow overflow);
+
+        /// <summary>
+        /// Default options (as AMPX_FP8_RECIPE_OPTIONS_INIT). Thread-safe.
+        /// </summary>
+        /// <remarks>ampx.h section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_fp8_recipe_options ampx_fp8_recipe_options_default();
+
+        /// <summary>
+        /// Creates a recipe on `ctx` with no slots (NULL options: the defaults).
+        /// *out is owned by the caller (ampx_fp8_recipe_release); it holds a
+        /// reference to the context.
+        /// Errors: INVALID_ARGUMENT (NULL ctx or out; struct_size too small; an
+        /// unknown enum value; amax_history_len &lt; 1; margin outside 0 .. 127 --
+        /// the option is named), NOT_SUPPORTED (a backend without FP8
+        /// quantization), OUT_OF_MEMORY, STALE_HANDLE.
+        /// </summary>
+        /// <remarks>ampx.h section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_fp8_recipe_create(IntPtr ctx, ampx_fp8_recipe_options* options, IntPtr* @out);
+
+        /// <summary>
+        /// Drops the caller's reference; the recipe goes with the last one
+        /// (autocast policies using it hold one). NULL is a no-op. Any thread, as
+        /// ampx_tensor_release.
+        /// </summary>
+        /// <remarks>ampx.h section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern void ampx_fp8_recipe_release(IntPtr recipe);
+
+        /// <summary>
+        /// Adds a slot of `role` named `name` (copied; NULL or "" for none; a
+        /// name is unique in the recipe) with scale 1, amax 0 and an empty
+        /// history; *slot receives its index (slots are numbered 0, 1, ... in the
+        /// order they are added; autocast adds its own too). Device memory comes
+        /// 64 slots at a time; nothing synchronizes.
+        /// Errors: INVALID_ARGUMENT (NULL slot, an unknown role, a name in use),
+        /// OUT_OF_MEMORY, STALE_HANDLE. The context's thread rules apply.
+        /// </summary>
+        /// <remarks>ampx.h section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_fp8_recipe_add_tensor(IntPtr recipe, ampx_fp8_role role, byte* name, long* slot);
+
+        /// <summary>
+        /// count receives the number of slots.
+        /// </summary>
+        /// <remarks>ampx.h section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_fp8_recipe_slot_count(IntPtr recipe, long* count);
+
+        /// <summary>
+        /// Quantizes `src` (F32, F16 or BF16) with slot `slot`'s scale into `dst`
+        /// (the slot's format: F8E4M3, or F8E5M2 for a BACKWARD slot under
+        /// HYBRID; src's element count), saturating, and folds src's amax into the
+        /// slot's step amax (a tensor quantized twice in a step counts once, at
+        /// its largest). `dst_transposed` (may be NULL; dst may be NULL when it is
+        /// not) receives the same values transposed, for the TN layout FP8 GEMMs
+        /// need: src is read as a [rows, cols] matrix (cols its last extent, rows
+        /// the product of the others) and dst_transposed, of the slot's format and
+        /// src's element count, is written [cols, rows] -- cast and transpose in one
+        /// pass. Current scaling computes the scale from src first. Enqueued; no
+        /// synchronisation.
+        /// Errors: INVALID_ARGUMENT (NULL recipe or src, both outputs NULL, slot
+        /// out of range), DTYPE (src not F32/F16/BF16, an output not of the slot's
+        /// format), SHAPE (element counts differ), DEVICE (another context),
+        /// STALE_HANDLE. Nothing changes on error.
+        /// </summary>
+        /// <remarks>ampx.h section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_fp8_quantize(IntPtr recipe, long slot, IntPtr src, IntPtr dst, IntPtr dst_transposed);
+
+        /// <summary>
+        /// Ends a step for every slot: its amax joins its history and (delayed
+        /// scaling) its scale and inverse are recomputed (see above); amaxes start
+        /// again from 0. Call it once per training step, after backward (e.g.
+        /// beside ampx_scaler_update). Enqueued; no synchronisation. For a recipe
+        /// attached to a data-parallel wrapper (ampx_data_parallel_set_fp8_recipe)
+        /// whose amaxes no unscale has reduced since the step's last quantization,
+        /// a collective: the amaxes are MAX-reduced over the ranks first.
+        /// Errors: INVALID_ARGUMENT (NULL), STALE_HANDLE, DEVICE (also: that
+        /// reduction's communicator failed or timed out), ORDER (that wrapper
+        /// failed earlier); nothing changes on error.
+        /// </summary>
+        /// <remarks>ampx.h section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_fp8_recipe_update(IntPtr recipe);
+
+        /// <summary>
+        /// out receives a new F32 tensor of shape [1] (owned by the caller) that
+        /// is slot `slot`'s scale (inverse 0) or inverse scale (inverse != 0) in
+        /// the recipe's device memory -- a view, not a copy: it follows every
+        /// update, and keeps that memory alive. An engine with its own FP8 GEMM
+        /// passes the inverse scales' ampx_tensor_data as the GEMM's A/B scale
+        /// pointers (cuBLASLt: CUBLASLT_MATMUL_DESC_A_SCALE_POINTER).
+        /// Errors: INVALID_ARGUMENT (NULL, slot out of range), OUT_OF_MEMORY,
+        /// STALE_HANDLE.
+        /// </summary>
+        /// <remarks>ampx.h section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_fp8_recipe_scale_tensor(IntPtr recipe, long slot, int inverse, IntPtr* @out);
+
+        /// <summary>
+        /// Fills *info (whose struct_size the caller sets; fields beyond it are
+        /// not written) with slot `slot`, and, when `history` is not NULL, writes
+        /// the slot's amax history into history[0 .. capacity-1], oldest first
+        /// (the last entry is the most recent update's; entries never filled are
+        /// 0); capacity must be the history length then. Synchronizes.
+        /// Errors: INVALID_ARGUMENT (NULL recipe or info, struct_size too small,
+        /// slot out of range, a capacity other than the history length),
+        /// STALE_HANDLE, DEVICE.
+        /// </summary>
+        /// <remarks>ampx.h section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_fp8_recipe_slot_get(IntPtr recipe, long slot, ampx_fp8_slot_info* info, float* history, int capacity);
+
+        /// <summary>
+        /// Makes `autocast` an FP8 policy with `recipe` (borrowed; the policy
+        /// holds a reference until it is released or given another), or a plain
+        /// one again with recipe NULL. A product whose m * n * k is below
+        /// `min_gemm_size` (&gt;= 0; AMPX_FP8_DEFAULT_MIN_GEMM_SIZE is a start) stays
+        /// in the policy's dtype. Applies to the ops run after the call, also
+        /// while the policy is entered. On error the policy is unchanged.
+        /// Errors: INVALID_ARGUMENT (a negative size), DEVICE (the recipe belongs
+        /// to another context), STALE_HANDLE, and NOT_SUPPORTED when the context's
+        /// device has no FP8 products (a CUDA device below compute capability 8.9;
+        /// the message names the device and its capability) -- the program then
+        /// keeps the plain bf16 policy. The context's thread rules apply.
+        /// </summary>
+        /// <remarks>ampx.h section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_autocast_set_fp8(IntPtr autocast, IntPtr recipe, long min_gemm_size);
+
+        /// <summary>
+        /// Fills *stats (whose struct_size the caller sets; fields beyond it are
+        /// not written) with the counts of `autocast` since its creation (zeros
+        /// for a policy that never had a recipe). No device access.
+        /// Errors: INVALID_ARGUMENT (NULL, struct_size too small), STALE_HANDLE.
+        /// </summary>
+        /// <remarks>ampx.h section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_autocast_fp8_stats(IntPtr autocast, ampx_fp8_stats* stats);
     }
 }

@@ -245,6 +245,32 @@ namespace Ampx
             hits = h;
             misses = m;
         }
+
+        /// <summary>The default of SetFp8's minGemmSize (AMPX_FP8_DEFAULT_MIN_GEMM_SIZE, 2^33).</summary>
+        public const long Fp8DefaultMinGemmSize = Native.AMPX_FP8_DEFAULT_MIN_GEMM_SIZE;
+
+        /// <summary>
+        /// Makes this an FP8 policy with `recipe` (the policy keeps its own
+        /// reference), or a plain one again with null: linear and matmul with
+        /// m * n * k at least `minGemmSize` run in FP8. ErrNotSupported on a device
+        /// without FP8 products; the policy is unchanged on error.
+        /// </summary>
+        public void SetFp8(Fp8Recipe recipe, long minGemmSize = Fp8DefaultMinGemmSize)
+        {
+            Err.Check(Native.ampx_autocast_set_fp8(Ptr, Fp8Recipe.RawOrNull(recipe), minGemmSize), this, recipe);
+        }
+
+        /// <summary>Products run in FP8, fallbacks to the policy's dtype and the last fallback's reason.</summary>
+        public Fp8Stats Fp8Stats
+        {
+            get
+            {
+                var s = Native.AMPX_FP8_STATS_INIT();
+                Err.Check(Native.ampx_autocast_fp8_stats(Ptr, &s), this);
+                return new Fp8Stats { Fp8Products = s.fp8_products, Fallbacks = s.fallbacks,
+                                      LastFallback = Utf8.String(s.last_fallback) ?? "" };
+            }
+        }
     }
 
     /// <summary>

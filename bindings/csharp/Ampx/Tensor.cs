@@ -189,6 +189,12 @@ namespace Ampx
             return FromArray(context, dtype, shape, bits);
         }
 
+        /// <summary>An F8e4m3 or F8e5m2 tensor from its elements' bit patterns.</summary>
+        public static Tensor FromBits(Context context, DType dtype, byte[] bits, params long[] shape)
+        {
+            return FromArray(context, dtype, shape, bits);
+        }
+
         private static readonly Native.ampx_deleter unpin = Unpin;
         private static readonly IntPtr UnpinFn = Marshal.GetFunctionPointerForDelegate(unpin);
 
@@ -404,7 +410,7 @@ namespace Ampx
         }
 #endif
 
-        /// <summary>The elements as floats: F32 as stored, F16/BF16 widened exactly (through ampx_tensor_cast).</summary>
+        /// <summary>The elements as floats: F32 as stored, F16/BF16/FP8 widened exactly (through ampx_tensor_cast).</summary>
         public float[] ToFloatArray()
         {
             var result = new float[checked((int)Numel)];
@@ -443,6 +449,14 @@ namespace Ampx
             return result;
         }
 
+        /// <summary>The bit patterns of an F8e4m3 or F8e5m2 tensor's elements.</summary>
+        public byte[] ToFp8Bits()
+        {
+            var result = new byte[checked((int)Numel)];
+            CopyTo(result);
+            return result;
+        }
+
         /// <summary>The single element of a one-element tensor, as a double.</summary>
         public double Item()
         {
@@ -457,6 +471,18 @@ namespace Ampx
         {
             if (source == null) throw new ArgumentNullException("source");
             Err.Check(Native.ampx_tensor_copy(Ptr, source.Ptr), this, source);
+        }
+
+        /// <summary>
+        /// this (F8e4m3 or F8e5m2) = source (F32, F16 or BF16, as many elements)
+        /// rounded to nearest even, values beyond the format's max following
+        /// `overflow` (ampx_tensor_copy_fp8; CopyFrom uses torch's rules: E4M3
+        /// saturates, E5M2 overflows to inf).
+        /// </summary>
+        public void CopyFp8From(Tensor source, Fp8Overflow overflow = Fp8Overflow.Saturate)
+        {
+            if (source == null) throw new ArgumentNullException("source");
+            Err.Check(Native.ampx_tensor_copy_fp8(Ptr, source.Ptr, (Native.ampx_fp8_overflow)overflow), this, source);
         }
 
         /// <summary>A new tensor of `dtype` holding this one converted.</summary>

@@ -95,6 +95,27 @@ namespace AmpxTests
                     int half = Rows / comm.Size;
                     mine = Train(ctx, xs, ys, start, rank * half, half, comm, out stats);
                 }
+                // An FP8 recipe attached to a wrapper takes the MAX of the ranks'
+                // step amaxes (rank r quantizes a tensor of amax 2 (r + 1)): every
+                // rank's scale is 448 / 4 (delayed scaling, margin 0).
+                using (var ctx = new Context(new ContextOptions { NumThreads = 1 }))
+                using (var comm = Comm.FromMpi(ctx, commHolder))
+                using (var p = Common.Param(ctx, new float[4], "p", 4))
+                using (var opt = Optimizer.Sgd(ctx, new[] { p }))
+                using (var dp = new DataParallel(comm, opt))
+                using (var recipe = new Fp8Recipe(ctx, new Fp8RecipeOptions { AmaxHistoryLen = 2 }))
+                using (var x = Tensor.FromArray(ctx, new[] { 0.5f, -2f * (rank + 1) }, new long[] { 2 }))
+                {
+                    long slot = recipe.AddTensor(Fp8Role.Forward, "x");
+                    dp.SetFp8Recipe(recipe);
+                    recipe.Quantize(slot, x).Dispose();
+                    recipe.Update(); // no unscale came first: the update reduces itself
+                    var info = recipe.Slot(slot);
+                    Assert.Equal(448f / 4f, info.Scale, "FP8 scale from the MAX over the ranks");
+                    Assert.True(info.History.SequenceEqual(new[] { 0f, 4f }), "FP8 history " +
+                                string.Join(" ", info.History));
+                    dp.SetFp8Recipe(null);
+                }
                 Assert.Equal(2, stats.WorldSize, "world size in the stats");
                 Assert.Equal((long)Steps, stats.Reductions, "one reduction per step");
 

@@ -343,6 +343,30 @@ func mismatchedParameters() {
 	comm.Close()
 }
 
+// fp8AmaxOverRanks: a recipe attached to the wrapper takes the MAX of the
+// ranks' step amaxes (rank r quantizes a tensor of amax 2 (r + 1)), so
+// every rank's scale is 448 / (2 size) (delayed scaling, margin 0).
+func fp8AmaxOverRanks() {
+	t := newTrainer("f32", 3, true, nil)
+	defer t.close()
+	opts := ampx.DefaultFP8RecipeOptions()
+	opts.AmaxHistoryLen = 2
+	recipe := must(ampx.NewFP8Recipe(t.ctx, &opts))
+	defer recipe.Close()
+	slot := must(recipe.AddTensor(ampx.FP8Forward, "x"))
+	ok(t.dp.SetFP8Recipe(recipe))
+	x := must(ampx.FromSlice(t.ctx, []float32{0.5, -2 * float32(rank+1)}, 2))
+	must(recipe.Quantized(slot, x)).Close()
+	ok(recipe.Update()) // no unscale came first: the update reduces itself
+	info := must(recipe.Slot(slot))
+	want := float32(448) / float32(2*size)
+	check(info.Scale == want, "fp8: scale %g, want 448 / (2 * %d)", info.Scale, size)
+	check(len(info.History) == 2 && info.History[0] == 0 && info.History[1] == float32(2*size),
+		"fp8: history %v", info.History)
+	check(sameOnEveryRank([]byte(fmt.Sprint(info.Scale))), "fp8: equal scales on every rank")
+	ok(t.dp.SetFP8Recipe(nil))
+}
+
 func must2(a, b int, err error) (int, int) {
 	ok(err)
 	return a, b
@@ -375,6 +399,7 @@ func main() {
 	againstOneProcess("autocast", 1e-3, &zero)
 	accumulation()
 	mismatchedParameters()
+	fp8AmaxOverRanks()
 	failedAll := int(C.sum_over_ranks(C.int(failed)))
 	total := int(C.sum_over_ranks(C.int(failed + passed)))
 	if rank == 0 {

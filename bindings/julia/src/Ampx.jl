@@ -38,7 +38,7 @@ module Ampx
 
 export Context, Tensor, Optimizer, Scaler, Autocast, AmpxError, Status, DType, DeviceType,
        OpClass, Reduction, Activation, OptimizerState, LRDecay, Comm, DataParallel, Doctor,
-       SafetensorsFile
+       SafetensorsFile, Fp8Recipe, Fp8Overflow, Fp8Scaling, Fp8Format, AmaxAlgo, Fp8Role
 
 include("LibAmpx.jl")
 
@@ -73,6 +73,8 @@ end
     BF16 = LibAmpx.AMPX_BF16
     I32 = LibAmpx.AMPX_I32
     I64 = LibAmpx.AMPX_I64
+    F8E4M3 = LibAmpx.AMPX_F8E4M3  # OCP FP8 E4M3 (E4M3FN): max 448, no infinities
+    F8E5M2 = LibAmpx.AMPX_F8E5M2  # OCP FP8 E5M2: max 57344, IEEE inf and NaN
 end
 
 "Device kinds (`ampx_device_type`)."
@@ -119,6 +121,36 @@ end
     LR_STEP = LibAmpx.AMPX_LR_STEP
 end
 
+"What a conversion into FP8 does beyond the format's max (`ampx_fp8_overflow`)."
+@enum Fp8Overflow::Int32 begin
+    FP8_SATURATE = LibAmpx.AMPX_FP8_SATURATE        # +-max (TE's casts, torch's float8_e4m3fn)
+    FP8_NO_SATURATE = LibAmpx.AMPX_FP8_NO_SATURATE  # NaN in E4M3, +-inf in E5M2
+end
+
+"How an FP8 recipe scales (`ampx_fp8_scaling`)."
+@enum Fp8Scaling::Int32 begin
+    FP8_DELAYED = LibAmpx.AMPX_FP8_DELAYED  # from the amax history (TE's DelayedScaling)
+    FP8_CURRENT = LibAmpx.AMPX_FP8_CURRENT  # from the tensor's own amax
+end
+
+"Which FP8 type each role gets (`ampx_fp8_format`)."
+@enum Fp8Format::Int32 begin
+    FP8_HYBRID = LibAmpx.AMPX_FP8_HYBRID  # E4M3 forward, E5M2 for gradients
+    FP8_E4M3 = LibAmpx.AMPX_FP8_E4M3      # E4M3 everywhere
+end
+
+"Which amax a delayed update scales by (`ampx_fp8_amax_algo`)."
+@enum AmaxAlgo::Int32 begin
+    AMAX_MAX = LibAmpx.AMPX_FP8_AMAX_MAX
+    AMAX_MOST_RECENT = LibAmpx.AMPX_FP8_AMAX_MOST_RECENT
+end
+
+"What a recipe slot holds, which decides its format (`ampx_fp8_role`)."
+@enum Fp8Role::Int32 begin
+    FP8_FORWARD = LibAmpx.AMPX_FP8_FORWARD    # an activation or a weight
+    FP8_BACKWARD = LibAmpx.AMPX_FP8_BACKWARD  # a gradient
+end
+
 # ---------------------------------------------------------------------------
 # Errors and versions
 # ---------------------------------------------------------------------------
@@ -160,7 +192,7 @@ cuda_device_count() = Int(LibAmpx.ampx_cuda_device_count())
 "Size of one element of `dtype` in bytes."
 dtype_size(dtype::DType) = Int(LibAmpx.ampx_dtype_size(dtype))
 
-"Name of a dtype: \"f32\", \"f16\", \"bf16\", \"i32\" or \"i64\"."
+"Name of a dtype: \"f32\", \"f16\", \"bf16\", \"i32\", \"i64\", ..."
 dtype_name(dtype::DType) = unsafe_string(LibAmpx.ampx_dtype_name(dtype))
 
 # ---------------------------------------------------------------------------
@@ -207,6 +239,8 @@ const DoctorOptions = LibAmpx.ampx_doctor_options
 const DoctorOverview = LibAmpx.ampx_doctor_overview
 "`ampx_doctor_sample`: one step of a doctor's history (`history(doctor)`)."
 const DoctorSample = LibAmpx.ampx_doctor_sample
+"`ampx_fp8_recipe_options`; see `fp8_recipe_options` and `Fp8Recipe(ctx; kw...)`."
+const Fp8RecipeOptions = LibAmpx.ampx_fp8_recipe_options
 
 # A field value as the C field's type: enums become their integer, a single
 # integer fills an NTuple field (`stride = 2` for (2, 2)), Bool becomes 0/1.
@@ -229,6 +263,9 @@ function sized(::Type{T}) where {T}
     bytes = Base.zeros(UInt8, sizeof(T))
     with(GC.@preserve(bytes, unsafe_load(Ptr{T}(pointer(bytes)))); struct_size = sizeof(T))
 end
+
+"FP8 recipe options: Transformer Engine's defaults (delayed, hybrid, history 1024, max, margin 0) with the given fields replaced."
+fp8_recipe_options(; kw...) = with(LibAmpx.ampx_fp8_recipe_options_default(); kw...)
 
 "Context options: the library's defaults with the given fields replaced."
 context_options(; kw...) = with(LibAmpx.ampx_context_options_default(); kw...)
@@ -379,8 +416,19 @@ mutable struct SafetensorsFile
     ctx::Context
 end
 
+"""
+An FP8 scaling recipe (`ampx_fp8_recipe`): per slot (a tensor it scales) a
+scale, its inverse, the step's amax and an amax history, in device memory.
+See `Fp8Recipe(ctx; kw...)`.
+"""
+mutable struct Fp8Recipe
+    handle::LibAmpx.ampx_fp8_recipe
+    ctx::Context
+    history_len::Int32
+end
+
 const Handle = Union{Context,Tensor,Optimizer,Scaler,Autocast,Comm,DataParallel,Doctor,
-                     SafetensorsFile}
+                     SafetensorsFile,Fp8Recipe}
 
 kind(::Context) = "Context"
 kind(::Tensor) = "Tensor"
@@ -391,6 +439,7 @@ kind(::Comm) = "Comm"
 kind(::DataParallel) = "DataParallel"
 kind(::Doctor) = "Doctor"
 kind(::SafetensorsFile) = "SafetensorsFile"
+kind(::Fp8Recipe) = "Fp8Recipe"
 
 # The handle of an open object; a closed one is a clear error here rather
 # than a NULL handed to C.
@@ -411,6 +460,7 @@ Base.unsafe_convert(::Type{LibAmpx.ampx_comm}, x::Comm) = live(x)
 Base.unsafe_convert(::Type{LibAmpx.ampx_data_parallel}, x::DataParallel) = live(x)
 Base.unsafe_convert(::Type{LibAmpx.ampx_doctor}, x::Doctor) = live(x)
 Base.unsafe_convert(::Type{LibAmpx.ampx_safetensors}, x::SafetensorsFile) = live(x)
+Base.unsafe_convert(::Type{LibAmpx.ampx_fp8_recipe}, x::Fp8Recipe) = live(x)
 # For a program's own ccalls that take a `void *`.
 Base.unsafe_convert(::Type{Ptr{Cvoid}}, x::Handle) = Ptr{Cvoid}(live(x))
 
@@ -456,6 +506,7 @@ Base.close(c::Comm) = release!(h -> LibAmpx.ampx_comm_release(h), c)
 Base.close(dp::DataParallel) = release!(h -> LibAmpx.ampx_data_parallel_release(h), dp)
 Base.close(d::Doctor) = release!(h -> LibAmpx.ampx_doctor_release(h), d)
 Base.close(f::SafetensorsFile) = release!(h -> LibAmpx.ampx_safetensors_release(h), f)
+Base.close(r::Fp8Recipe) = release!(h -> LibAmpx.ampx_fp8_recipe_release(h), r)
 
 "Whether `close` was called on the object."
 isclosed(x::Handle) = x.handle == C_NULL
@@ -588,7 +639,8 @@ end
 
 A tensor holding a copy of `data`, the elements in row-major order. The
 dtype follows the element type (Float32, Float16, Int32, Int64); give
-`dtype` for raw BF16 bits in a `Vector{UInt16}`.
+`dtype` for raw BF16 bits in a `Vector{UInt16}` or FP8 bits (F8E4M3,
+F8E5M2) in a `Vector{UInt8}`.
 """
 function Tensor(ctx::Context, data::Vector{T}, shape::Dims;
                 dtype::DType = ELEMENT_TYPES[T]) where {T}
@@ -637,6 +689,19 @@ copy_from_host!(t::Tensor, src::Vector) =
 
 "`dst .= src`, converting the element type (same element count)."
 Base.copyto!(dst::Tensor, src::Tensor) = (check(LibAmpx.ampx_tensor_copy(dst, src)); dst)
+
+"""
+    copy_fp8!(dst, src; overflow = FP8_SATURATE)
+
+`dst` (F8E4M3 or F8E5M2) = `src` (F32, F16 or BF16, as many elements)
+rounded to nearest even, values beyond the format's max following
+`overflow` (`copyto!` uses torch's rules: E4M3 saturates, E5M2 overflows to
+inf). Returns `dst`.
+"""
+function copy_fp8!(dst::Tensor, src::Tensor; overflow::Fp8Overflow = FP8_SATURATE)
+    check(LibAmpx.ampx_tensor_copy_fp8(dst, src, overflow))
+    dst
+end
 
 "A new tensor holding `t` converted to `dtype`."
 function cast(t::Tensor, dtype::DType)
@@ -1325,6 +1390,27 @@ function with_autocast(f, a::Autocast)
     end
 end
 
+"""
+    set_fp8!(a, recipe; min_gemm_size = FP8_DEFAULT_MIN_GEMM_SIZE)
+
+Makes `a` an FP8 policy with `recipe` (the policy keeps its own reference),
+or a plain one again with `nothing`: linear and matmul with m * n * k at
+least `min_gemm_size` run in FP8. `ERR_NOT_SUPPORTED` on a device without
+FP8 products; the policy is unchanged on error.
+"""
+set_fp8!(a::Autocast, recipe::Union{Nothing,Fp8Recipe};
+         min_gemm_size::Integer = FP8_DEFAULT_MIN_GEMM_SIZE) =
+    check(LibAmpx.ampx_autocast_set_fp8(a, optional(recipe), min_gemm_size))
+
+"The policy's FP8 counts: `(fp8_products, fallbacks, last_fallback)`."
+function fp8_stats(a::Autocast)
+    out = Ref(LibAmpx.AMPX_FP8_STATS_INIT())
+    check(LibAmpx.ampx_autocast_fp8_stats(a, out))
+    s = out[]
+    (fp8_products = s.fp8_products, fallbacks = s.fallbacks,
+     last_fallback = s.last_fallback == C_NULL ? "" : unsafe_string(s.last_fallback))
+end
+
 "Casts served from the cache and performed into it: `(hits, misses)`."
 function cache_stats(a::Autocast)
     hits, misses = Ref{Int64}(0), Ref{Int64}(0)
@@ -1705,33 +1791,52 @@ global_avg_pool2d(x::Tensor) = op(out -> LibAmpx.ampx_global_avg_pool2d(x, out),
 # ---------------------------------------------------------------------------
 
 """
-    save_checkpoint(path, params; optimizer = nothing, scaler = nothing)
+    save_checkpoint(path, params; optimizer = nothing, scaler = nothing, fp8_recipe = nothing)
 
 Writes the named tensors `params`, the optimizer's and the scaler's state to
-`path`, replacing it atomically. Between iterations only.
+`path`, replacing it atomically. Between iterations only. With
+`fp8_recipe`, also the recipe's options and per-slot scales, amaxes and
+histories.
 """
 function save_checkpoint(path::AbstractString, params::Vector{Tensor};
                          optimizer::Union{Nothing,Optimizer} = nothing,
-                         scaler::Union{Nothing,Scaler} = nothing)
+                         scaler::Union{Nothing,Scaler} = nothing,
+                         fp8_recipe::Union{Nothing,Fp8Recipe} = nothing)
     hs = handles(params)
-    GC.@preserve params check(LibAmpx.ampx_checkpoint_file_save(path, hs, length(hs),
-                                                                optional(optimizer),
-                                                                optional(scaler)))
+    if fp8_recipe === nothing
+        GC.@preserve params check(LibAmpx.ampx_checkpoint_file_save(path, hs, length(hs),
+                                                                    optional(optimizer),
+                                                                    optional(scaler)))
+    else
+        GC.@preserve params check(LibAmpx.ampx_checkpoint_file_save_fp8(path, hs, length(hs),
+                                                                        optional(optimizer),
+                                                                        optional(scaler),
+                                                                        fp8_recipe))
+    end
 end
 
 """
-    load_checkpoint(path, params; optimizer = nothing, scaler = nothing)
+    load_checkpoint(path, params; optimizer = nothing, scaler = nothing, fp8_recipe = nothing)
 
 Restores a file written by `save_checkpoint` into the same tensors and,
-when given, the optimizer and scaler; nothing changes on error.
+when given, the optimizer, scaler and FP8 recipe (created with the saved
+options; slots matched by name); nothing changes on error.
 """
 function load_checkpoint(path::AbstractString, params::Vector{Tensor};
                          optimizer::Union{Nothing,Optimizer} = nothing,
-                         scaler::Union{Nothing,Scaler} = nothing)
+                         scaler::Union{Nothing,Scaler} = nothing,
+                         fp8_recipe::Union{Nothing,Fp8Recipe} = nothing)
     hs = handles(params)
-    GC.@preserve params check(LibAmpx.ampx_checkpoint_file_load(path, hs, length(hs),
-                                                                optional(optimizer),
-                                                                optional(scaler)))
+    if fp8_recipe === nothing
+        GC.@preserve params check(LibAmpx.ampx_checkpoint_file_load(path, hs, length(hs),
+                                                                    optional(optimizer),
+                                                                    optional(scaler)))
+    else
+        GC.@preserve params check(LibAmpx.ampx_checkpoint_file_load_fp8(path, hs, length(hs),
+                                                                        optional(optimizer),
+                                                                        optional(scaler),
+                                                                        fp8_recipe))
+    end
 end
 
 # ---------------------------------------------------------------------------
@@ -1987,6 +2092,16 @@ function set_sync!(dp::DataParallel, sync::Bool)
     nothing
 end
 
+"""
+    set_fp8_recipe!(dp, recipe)
+
+Makes `dp` MAX-reduce `recipe`'s step amaxes over the ranks before its
+updates, so every rank's FP8 scales stay bitwise equal (`nothing`
+detaches). Every rank attaches a recipe with the same slots.
+"""
+set_fp8_recipe!(dp::DataParallel, recipe::Union{Nothing,Fp8Recipe}) =
+    check(LibAmpx.ampx_data_parallel_set_fp8_recipe(dp, optional(recipe)))
+
 "Runs `f()` with synchronisation off (restoring the former setting): backward passes in it only accumulate."
 function no_sync(f, dp::DataParallel)
     previous = dp.sync
@@ -2148,5 +2263,121 @@ end
 
 "Writes the report (one self-contained HTML file) to `path`, atomically."
 write_report(d::Doctor, path::AbstractString) = check(LibAmpx.ampx_doctor_write_report(d, path))
+
+# ---------------------------------------------------------------------------
+# FP8 training (section 18, EXPERIMENTAL)
+# ---------------------------------------------------------------------------
+
+"The default of `set_fp8!`'s `min_gemm_size`: 2^33."
+const FP8_DEFAULT_MIN_GEMM_SIZE = Int64(LibAmpx.AMPX_FP8_DEFAULT_MIN_GEMM_SIZE)
+
+"""
+    Fp8Recipe(ctx; scaling = FP8_DELAYED, format = FP8_HYBRID, amax_history_len = 1024,
+              amax_compute_algo = AMAX_MAX, margin = 0, power_of_two_scales = false)
+
+An FP8 scaling recipe on `ctx` with no slots (Transformer Engine's delayed
+or current scaling); a keyword left out keeps the library's default. A bad
+option (history length < 1, margin outside 0 .. 127) throws `AmpxError`
+(`ERR_INVALID_ARGUMENT`) naming it. `close` releases it; autocast policies
+and data-parallel wrappers given it keep their own reference.
+"""
+function Fp8Recipe(ctx::Context; kw...)
+    options = fp8_recipe_options(; kw...)
+    out = Ref{LibAmpx.ampx_fp8_recipe}(C_NULL)
+    check(LibAmpx.ampx_fp8_recipe_create(ctx, Ref(options), out))
+    finalizer(close, Fp8Recipe(out[], ctx, options.amax_history_len))
+end
+
+"""
+    add_tensor!(recipe, role = FP8_FORWARD; name = nothing)
+
+Adds a slot of `role` (scale 1, amax 0, empty history) named `name` (unique
+in the recipe) and returns its index.
+"""
+function add_tensor!(r::Fp8Recipe, role::Fp8Role = FP8_FORWARD;
+                     name::Union{Nothing,AbstractString} = nothing)
+    slot = Ref{Int64}(0)
+    check(LibAmpx.ampx_fp8_recipe_add_tensor(r, role, name === nothing ? C_NULL : name, slot))
+    slot[]
+end
+
+"The number of slots (autocast's included)."
+function slot_count(r::Fp8Recipe)
+    count = Ref{Int64}(0)
+    check(LibAmpx.ampx_fp8_recipe_slot_count(r, count))
+    count[]
+end
+
+"""
+    quantize!(recipe, slot, src, dst; transposed = nothing)
+
+Rounds `src` (F32, F16 or BF16) times `slot`'s scale into `dst` and/or
+`transposed` (src read as [rows, cols], written [cols, rows]; `dst` may be
+`nothing` when `transposed` is not), saturating, and folds src's amax into
+the slot's step amax. The outputs are of the slot's format.
+"""
+function quantize!(r::Fp8Recipe, slot::Integer, src::Tensor, dst::Union{Nothing,Tensor};
+                   transposed::Union{Nothing,Tensor} = nothing)
+    check(LibAmpx.ampx_fp8_quantize(r, slot, src, optional(dst), optional(transposed)))
+    nothing
+end
+
+"`quantize!` into a new tensor of the slot's format and src's shape (reading the format synchronizes)."
+function quantize(r::Fp8Recipe, slot::Integer, src::Tensor)
+    dst = Tensor(undef, r.ctx, slot_info(r, slot; history = false).dtype, Tuple(size(src)))
+    quantize!(r, slot, src, dst)
+    dst
+end
+
+"Ends the step for every slot: amaxes join the histories, (delayed scaling) scales are recomputed."
+update!(r::Fp8Recipe) = check(LibAmpx.ampx_fp8_recipe_update(r))
+
+"`slot`'s scale (or inverse scale) as a one-element F32 view of the recipe's memory: it follows every update."
+function scale_tensor(r::Fp8Recipe, slot::Integer; inverse::Bool = false)
+    out = Ref{LibAmpx.ampx_tensor}(C_NULL)
+    check(LibAmpx.ampx_fp8_recipe_scale_tensor(r, slot, inverse, out))
+    owned(r.ctx, out[])
+end
+
+"""
+    slot_info(recipe, slot; history = true)
+
+`slot`'s state: `(name, role, dtype, scale, scale_inv, amax, history_len,
+history)`, the amax history oldest first (never filled: 0). Synchronizes.
+"""
+function slot_info(r::Fp8Recipe, slot::Integer; history::Bool = true)
+    out = Ref(LibAmpx.AMPX_FP8_SLOT_INFO_INIT())
+    values = Vector{Float32}(undef, history ? r.history_len : 0)
+    check(LibAmpx.ampx_fp8_recipe_slot_get(r, slot, out, history ? values : C_NULL,
+                                           history ? r.history_len : 0))
+    s = out[]
+    (name = s.name == C_NULL ? "" : unsafe_string(s.name), role = Fp8Role(s.role),
+     dtype = DType(s.dtype), scale = s.scale, scale_inv = s.scale_inv, amax = s.amax,
+     history_len = Int(s.history_len), history = values)
+end
+
+"""
+    inspect(recipe, slot, tensor)
+
+What FP8 at `slot`'s current scale would do to `tensor` (the precision
+doctor's `ampx_doctor_fp8_inspect`): of its non-zero finite elements,
+`(count, flushed_e4m3, saturated_e4m3, flushed_e5m2, saturated_e5m2, scale,
+dtype)`. Synchronizes.
+"""
+function inspect(r::Fp8Recipe, slot::Integer, t::Tensor)
+    out = Ref(LibAmpx.AMPX_FP8_TENSOR_REPORT_INIT())
+    check(LibAmpx.ampx_doctor_fp8_inspect(r, slot, t, out))
+    x = out[]
+    (count = x.count, flushed_e4m3 = x.flushed_e4m3, saturated_e4m3 = x.saturated_e4m3,
+     flushed_e5m2 = x.flushed_e5m2, saturated_e5m2 = x.saturated_e5m2, scale = x.scale,
+     dtype = DType(x.dtype))
+end
+
+"A table of the recipe's slots: name, format, scale, step amax, history max and length. Synchronizes."
+function summary(r::Fp8Recipe)
+    text = Ref{Ptr{Cchar}}(C_NULL)
+    check(LibAmpx.ampx_doctor_fp8_summary(r, text))
+    unsafe_string(text[])
+end
 
 end # module

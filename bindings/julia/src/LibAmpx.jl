@@ -73,6 +73,14 @@ Flag of ampx_safetensors_load_tensor: always copy, never a tensor on the
 """
 const AMPX_SAFETENSORS_COPY = Cuint(2)
 
+"""
+The default of ampx_autocast_set_fp8's min_gemm_size: 2^33. FP8 loses
+ to bf16 on small products (torchao measured 0.80x at 1024 x 2048 x 1024
+ and 1.39x at 4096 x 8192 x 16384 on an H100); ampx's own crossover is
+ bench/bench_fp8_gpu's to measure.
+"""
+const AMPX_FP8_DEFAULT_MIN_GEMM_SIZE = 8589934592
+
 # ---------------------------------------------------------------------------
 # Enums: C ints, and their constants
 # ---------------------------------------------------------------------------
@@ -168,6 +176,21 @@ bfloat16: fp32's exponent, 8 significant bits
 const AMPX_BF16 = ampx_dtype(3)
 const AMPX_I32 = ampx_dtype(4)
 const AMPX_I64 = ampx_dtype(5)
+"""
+OCP FP8 E4M3 ("E4M3FN", torch.float8_e4m3fn): 4
+exponent bits (bias 7), 3 mantissa bits, max 448,
+smallest subnormal 2^-9, no infinities, NaN 0x7f /
+0xff. Storage and FP8 products only (section 18):
+other ops refuse it with AMPX_ERR_DTYPE
+"""
+const AMPX_F8E4M3 = ampx_dtype(6)
+"""
+OCP FP8 E5M2 (torch.float8_e5m2): 5 exponent bits
+(bias 15), 2 mantissa bits, max 57344, smallest
+subnormal 2^-16, IEEE infinities and NaNs. As
+AMPX_F8E4M3, storage and FP8 products only
+"""
+const AMPX_F8E5M2 = ampx_dtype(7)
 """
 not a type (see AMPX_STATUS_MIN_ENUM)
 """
@@ -380,6 +403,116 @@ not a decay (see AMPX_STATUS_MAX_ENUM)
 """
 const AMPX_LR_DECAY_MAX_ENUM = ampx_lr_decay(2147483647)
 
+"""
+What a conversion into FP8 does with a magnitude beyond the format's
+largest finite value (E4M3 448, E5M2 57344), infinities included.
+Numbers pinned.
+"""
+const ampx_fp8_overflow = Cint
+"""
++-max (Transformer Engine's casts,
+cuda_fp8.h's __NV_SATFINITE, torch's
+float8_e4m3fn cast)
+"""
+const AMPX_FP8_SATURATE = ampx_fp8_overflow(1)
+"""
+NaN in E4M3, +-inf in E5M2 (__NV_NOSAT,
+torch's float8_e5m2 cast)
+"""
+const AMPX_FP8_NO_SATURATE = ampx_fp8_overflow(2)
+"""
+not a rule (see AMPX_STATUS_MIN_ENUM)
+"""
+const AMPX_FP8_OVERFLOW_MIN_ENUM = ampx_fp8_overflow(-2147483648)
+"""
+not a rule (see AMPX_STATUS_MAX_ENUM)
+"""
+const AMPX_FP8_OVERFLOW_MAX_ENUM = ampx_fp8_overflow(2147483647)
+
+"""
+How a recipe scales. Numbers pinned.
+"""
+const ampx_fp8_scaling = Cint
+"""
+from the amax history of past steps (TE's DelayedScaling)
+"""
+const AMPX_FP8_DELAYED = ampx_fp8_scaling(1)
+"""
+from the tensor's own amax (TE's Float8CurrentScaling)
+"""
+const AMPX_FP8_CURRENT = ampx_fp8_scaling(2)
+"""
+not a value (see AMPX_STATUS_MIN_ENUM)
+"""
+const AMPX_FP8_SCALING_MIN_ENUM = ampx_fp8_scaling(-2147483648)
+"""
+not a value (see AMPX_STATUS_MAX_ENUM)
+"""
+const AMPX_FP8_SCALING_MAX_ENUM = ampx_fp8_scaling(2147483647)
+
+"""
+Which FP8 type each role gets. Numbers pinned.
+"""
+const ampx_fp8_format = Cint
+"""
+E4M3 forward, E5M2 for gradients
+"""
+const AMPX_FP8_HYBRID = ampx_fp8_format(1)
+"""
+E4M3 everywhere
+"""
+const AMPX_FP8_E4M3 = ampx_fp8_format(2)
+"""
+not a value (see AMPX_STATUS_MIN_ENUM)
+"""
+const AMPX_FP8_FORMAT_MIN_ENUM = ampx_fp8_format(-2147483648)
+"""
+not a value (see AMPX_STATUS_MAX_ENUM)
+"""
+const AMPX_FP8_FORMAT_MAX_ENUM = ampx_fp8_format(2147483647)
+
+"""
+Which amax a delayed update scales by. Numbers pinned.
+"""
+const ampx_fp8_amax_algo = Cint
+"""
+the maximum over the history
+"""
+const AMPX_FP8_AMAX_MAX = ampx_fp8_amax_algo(1)
+"""
+the step's own amax
+"""
+const AMPX_FP8_AMAX_MOST_RECENT = ampx_fp8_amax_algo(2)
+"""
+not a value (see AMPX_STATUS_MIN_ENUM)
+"""
+const AMPX_FP8_AMAX_ALGO_MIN_ENUM = ampx_fp8_amax_algo(-2147483648)
+"""
+not a value (see AMPX_STATUS_MAX_ENUM)
+"""
+const AMPX_FP8_AMAX_ALGO_MAX_ENUM = ampx_fp8_amax_algo(2147483647)
+
+"""
+What a slot holds, which decides its format. Numbers pinned.
+"""
+const ampx_fp8_role = Cint
+"""
+an activation or a weight
+"""
+const AMPX_FP8_FORWARD = ampx_fp8_role(1)
+"""
+a gradient
+"""
+const AMPX_FP8_BACKWARD = ampx_fp8_role(2)
+"""
+not a value (see AMPX_STATUS_MIN_ENUM)
+"""
+const AMPX_FP8_ROLE_MIN_ENUM = ampx_fp8_role(-2147483648)
+"""
+not a value (see AMPX_STATUS_MAX_ENUM)
+"""
+const AMPX_FP8_ROLE_MAX_ENUM = ampx_fp8_role(2147483647)
+
 # ---------------------------------------------------------------------------
 # Handles: pointers to opaque structs
 # ---------------------------------------------------------------------------
@@ -467,6 +600,12 @@ of a cast is returned in the source dtype (F32 parameters get F32
 gradients). Beyond torch: any op's class can be overridden at run time.
 """
 const ampx_autocast = Ptr{ampx_autocast_s}
+
+mutable struct ampx_fp8_recipe_s end
+"""
+An FP8 scaling recipe (section 18).
+"""
+const ampx_fp8_recipe = Ptr{ampx_fp8_recipe_s}
 
 mutable struct ampx_comm_s end
 """
@@ -1007,6 +1146,24 @@ struct ampx_doctor_finding
 end
 
 """
+What FP8 would do to a tensor at a slot's current scale
+(ampx_doctor_fp8_inspect), in both formats, so a program sees why a
+layer should stay in bf16: a large flushed fraction means the scale is
+too small for the tensor's small values, a saturated one that it is
+too large (or the amax history lags a growing tensor).
+"""
+struct ampx_fp8_tensor_report
+    struct_size::Csize_t  # set by the caller: sizeof(ampx_fp8_tensor_report)
+    count::Int64  # the tensor's non-zero finite elements
+    flushed_e4m3::Cdouble  # fraction of them x * scale rounds to 0 in E4M3
+    saturated_e4m3::Cdouble  # fraction beyond 448 (saturated) in E4M3
+    flushed_e5m2::Cdouble  # the same in E5M2
+    saturated_e5m2::Cdouble  # beyond 57344 in E5M2
+    scale::Cfloat  # the slot's scale the fractions are for
+    dtype::ampx_dtype  # the slot's own format
+end
+
+"""
 One tensor of a file, as ampx_safetensors_entry_get describes it.
 """
 struct ampx_safetensors_entry
@@ -1037,6 +1194,45 @@ struct ampx_lr_schedule
     min_lr::Cdouble  # COSINE: the final rate (eta_min); default 0; >= 0, at most FLT_MAX
     step_size::Int64  # STEP: steps between decays; default 1; > 0
     gamma::Cdouble  # STEP: the factor; default 0.1; in (0, 1]
+end
+
+"""
+Options of ampx_fp8_recipe_create (Transformer Engine's defaults).
+"""
+struct ampx_fp8_recipe_options
+    struct_size::Csize_t  # sizeof(ampx_fp8_recipe_options)
+    scaling::ampx_fp8_scaling  # default AMPX_FP8_DELAYED
+    format::ampx_fp8_format  # default AMPX_FP8_HYBRID
+    amax_history_len::Int32  # default 1024; >= 1
+    amax_compute_algo::ampx_fp8_amax_algo  # default AMPX_FP8_AMAX_MAX
+    margin::Int32  # default 0; 0 .. 127 (delayed)
+    power_of_two_scales::Int32  # default 0; current scaling only
+end
+
+"""
+A slot as ampx_fp8_recipe_slot_get reads it.
+"""
+struct ampx_fp8_slot_info
+    struct_size::Csize_t  # set by the caller: sizeof(ampx_fp8_slot_info)
+    name::Ptr{Cchar}  # owned by the recipe, valid while it lives
+    role::ampx_fp8_role
+    dtype::ampx_dtype  # the slot's format, AMPX_F8E4M3 or AMPX_F8E5M2
+    scale::Cfloat
+    scale_inv::Cfloat
+    amax::Cfloat  # this step's, not yet in the history
+    history_len::Int32  # the recipe's amax_history_len
+end
+
+"""
+A policy's FP8 counts (ampx_autocast_fp8_stats).
+"""
+struct ampx_fp8_stats
+    struct_size::Csize_t  # set by the caller: sizeof(ampx_fp8_stats)
+    fp8_products::Int64  # linear/matmul calls run in FP8
+    fallbacks::Int64  # those run in the policy's dtype instead
+    # why the last fallback happened ("" for none); owned by the policy, valid until its
+    # next op or its release
+    last_fallback::Ptr{Cchar}
 end
 
 # ---------------------------------------------------------------------------
@@ -1285,6 +1481,21 @@ AMPX_DOCTOR_OVERVIEW_INIT() = ampx_doctor_overview(
     0)
 
 """
+    AMPX_FP8_TENSOR_REPORT_INIT()
+
+An `ampx_fp8_tensor_report` filled as the C macro `AMPX_FP8_TENSOR_REPORT_INIT` fills it.
+"""
+AMPX_FP8_TENSOR_REPORT_INIT() = ampx_fp8_tensor_report(
+    sizeof(ampx_fp8_tensor_report),
+    0,
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+    ampx_dtype(0))
+
+"""
     AMPX_SAFETENSORS_ENTRY_INIT()
 
 An `ampx_safetensors_entry` filled as the C macro `AMPX_SAFETENSORS_ENTRY_INIT` fills it.
@@ -1314,6 +1525,42 @@ AMPX_LR_SCHEDULE_INIT() = ampx_lr_schedule(
     0.0,
     1,
     0.1)
+
+"""
+    AMPX_FP8_RECIPE_OPTIONS_INIT()
+
+An `ampx_fp8_recipe_options` filled as the C macro `AMPX_FP8_RECIPE_OPTIONS_INIT` fills it.
+"""
+AMPX_FP8_RECIPE_OPTIONS_INIT() = ampx_fp8_recipe_options(
+    sizeof(ampx_fp8_recipe_options),
+    AMPX_FP8_DELAYED,
+    AMPX_FP8_HYBRID,
+    1024,
+    AMPX_FP8_AMAX_MAX,
+    0,
+    0)
+
+"""
+    AMPX_FP8_SLOT_INFO_INIT()
+
+An `ampx_fp8_slot_info` filled as the C macro `AMPX_FP8_SLOT_INFO_INIT` fills it.
+"""
+AMPX_FP8_SLOT_INFO_INIT() = ampx_fp8_slot_info(
+    sizeof(ampx_fp8_slot_info),
+    C_NULL,
+    ampx_fp8_role(0),
+    ampx_dtype(0),
+    0.0,
+    0.0,
+    0.0,
+    0)
+
+"""
+    AMPX_FP8_STATS_INIT()
+
+An `ampx_fp8_stats` filled as the C macro `AMPX_FP8_STATS_INIT` fills it.
+"""
+AMPX_FP8_STATS_INIT() = ampx_fp8_stats(sizeof(ampx_fp8_stats), 0, 0, C_NULL)
 
 # ---------------------------------------------------------------------------
 # Function-like macros
@@ -1440,8 +1687,8 @@ end
 """
     ampx_dtype_name(dtype) -> Ptr{Cchar}
 
-Static name of a dtype ("f32", "f16", "bf16", "i32", "i64"), or
-"invalid". Never NULL. Thread-safe.
+Static name of a dtype ("f32", "f16", "bf16", "i32", "i64", "f8e4m3",
+"f8e5m2"), or "invalid". Never NULL. Thread-safe.
 """
 function ampx_dtype_name(dtype)
     ccall((:ampx_dtype_name, libampx), Ptr{Cchar}, (ampx_dtype,), dtype)
@@ -1707,7 +1954,11 @@ end
 dst = src, converting the element type when they differ (floating types
 round to nearest even; float to integer truncates toward zero, NaN
 becomes 0 and out-of-range values saturate; integer to float rounds to
-nearest). Both tensors must belong to the same context and have the same
+nearest). Into AMPX_F8E4M3 / AMPX_F8E5M2, as torch's casts: values beyond
+the largest finite one saturate in E4M3 (+-inf and 500 become +-448) and
+overflow to +-inf in E5M2 (61440 and inf become inf); NaN stays NaN
+with its sign (0x7f / 0xff); ampx_tensor_copy_fp8 makes the other
+choice. FP8 to any type is exact (integers truncate). Both tensors must belong to the same context and have the same
 number of elements (shapes may differ: the copy is in row-major order).
 dst and src may be the same tensor.
 """
@@ -1883,7 +2134,10 @@ success ampx takes ownership of `src` and calls src->deleter when the
 tensor is destroyed; on failure `src` is left untouched and still owned
 by the caller. The DLPack tensor must be on the context's device, dense
 and row-major (strides NULL or compact), with byte_offset honoured, and of
-a supported type (float 32/16, bfloat 16, int 32/64, lanes 1); otherwise
+a supported type (float 32/16, bfloat 16, int 32/64, or DLPack 1.1's
+float8 codes kDLFloat8_e4m3fn = 10 and kDLFloat8_e5m2 = 12 with 8 bits,
+which ampx_tensor_to_dlpack writes for AMPX_F8E4M3 / AMPX_F8E5M2;
+lanes 1); otherwise
 AMPX_ERR_DEVICE, AMPX_ERR_NOT_SUPPORTED or AMPX_ERR_DTYPE.
 """
 function ampx_tensor_from_dlpack(ctx, src, out)
@@ -3754,6 +4008,48 @@ function ampx_checkpoint_file_load(path, params, count, optimizer, scaler)
           count, optimizer, scaler)
 end
 
+"""
+    ampx_checkpoint_file_save_fp8(path, params, count, optimizer, scaler, recipe) -> ampx_status
+
+ampx_checkpoint_file_save, plus the state of an FP8 recipe (section
+18; NULL for none) in a section of its own: its options and, per slot,
+name, role, scale, inverse scale, step amax and amax history. A file
+with this section is read by ampx_checkpoint_file_load too, which skips
+the section; libraries from before it refuse such a file as CORRUPT.
+Errors as ampx_checkpoint_file_save.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_checkpoint_file_save_fp8(path, params, count, optimizer, scaler, recipe)
+    ccall((:ampx_checkpoint_file_save_fp8, libampx), ampx_status,
+          (Cstring, Ptr{ampx_tensor}, Csize_t, ampx_optimizer, ampx_scaler, ampx_fp8_recipe),
+          path, params, count, optimizer, scaler, recipe)
+end
+
+"""
+    ampx_checkpoint_file_load_fp8(path, params, count, optimizer, scaler, recipe) -> ampx_status
+
+ampx_checkpoint_file_load, plus the FP8 recipe's state when `recipe` is
+not NULL: it must have been created with the saved options (scaling,
+format, history length, amax algorithm, margin, power-of-two scales).
+Each saved slot is matched by name: a live slot of that name and role
+gets the saved state; a saved name the recipe lacks is added as a slot
+that autocast takes over at the first use of the weight it belongs to
+(its slots' names, see "FP8 under autocast"), so training resumes with
+the saved scales and histories. Validated before anything changes, as
+the rest of the file.
+Errors: as ampx_checkpoint_file_load; INVALID_ARGUMENT also for a file
+without a recipe section, other recipe options, or a name whose role
+differs.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_checkpoint_file_load_fp8(path, params, count, optimizer, scaler, recipe)
+    ccall((:ampx_checkpoint_file_load_fp8, libampx), ampx_status,
+          (Cstring, Ptr{ampx_tensor}, Csize_t, ampx_optimizer, ampx_scaler, ampx_fp8_recipe),
+          path, params, count, optimizer, scaler, recipe)
+end
+
 # ---------------------------------------------------------------------------
 # 13. Tensor views and gradient hooks (EXPERIMENTAL)
 # ---------------------------------------------------------------------------
@@ -4117,6 +4413,33 @@ function ampx_data_parallel_reduce(dp)
 end
 
 """
+    ampx_data_parallel_set_fp8_recipe(dp, recipe) -> ampx_status
+
+FP8 (section 18): makes `dp` MAX-reduce the step amaxes of `recipe`
+over the ranks, so that every rank's FP8 scales and amax histories stay
+bitwise equal (as Transformer Engine reduces amaxes over its group).
+The amaxes ride in the all-reduce of found-inf that ampx_scaler_unscale
+makes (no extra collective in a loop with a scaler); where no unscale
+came between the step's last quantization and ampx_fp8_recipe_update,
+that update reduces them itself (one all-reduce, collective then). A
+NaN amax on any rank becomes every rank's. `recipe` is retained until
+another is attached, NULL detaches it, or dp is released. Not a
+collective itself, but every rank must attach a recipe with the same
+slots (autocast adds them in the same order on ranks that run the same
+program): the reduction's length is the slot count.
+Errors: INVALID_ARGUMENT (a recipe another wrapper reduces: detach it
+there first), DEVICE (the recipe belongs to another context),
+STALE_HANDLE. Nothing changes on error. The context's thread rules
+apply.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_data_parallel_set_fp8_recipe(dp, recipe)
+    ccall((:ampx_data_parallel_set_fp8_recipe, libampx), ampx_status,
+          (ampx_data_parallel, ampx_fp8_recipe), dp, recipe)
+end
+
+"""
     ampx_data_parallel_get_stats(dp, stats) -> ampx_status
 
 Fills *stats (whose struct_size the caller sets; fields beyond it are
@@ -4325,6 +4648,42 @@ EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
 """
 function ampx_doctor_release(doctor)
     ccall((:ampx_doctor_release, libampx), Cvoid, (ampx_doctor,), doctor)
+end
+
+"""
+    ampx_doctor_fp8_inspect(recipe, slot, tensor, report) -> ampx_status
+
+Fills *report (whose struct_size the caller sets) for `tensor` (F32,
+F16 or BF16, of the recipe's context) quantized with slot `slot`'s
+current scale: of its non-zero finite elements, the fractions that
+round to zero and that lie beyond the largest finite value, in E4M3 and
+in E5M2 (fractions 0 when it has none). Changes nothing; synchronizes.
+The slot's amax history comes from ampx_fp8_recipe_slot_get.
+Errors: INVALID_ARGUMENT (NULL, struct_size too small, slot out of
+range), DTYPE, DEVICE (another context), STALE_HANDLE, OUT_OF_MEMORY.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_doctor_fp8_inspect(recipe, slot, tensor, report)
+    ccall((:ampx_doctor_fp8_inspect, libampx), ampx_status,
+          (ampx_fp8_recipe, Int64, ampx_tensor, Ptr{ampx_fp8_tensor_report}), recipe, slot,
+          tensor, report)
+end
+
+"""
+    ampx_doctor_fp8_summary(recipe, text) -> ampx_status
+
+text receives a table of `recipe`'s slots, one line each: name,
+format, scale, step amax and the history's maximum and length filled
+so far. Owned by the recipe, valid until its next summary or its
+release. Synchronizes.
+Errors: INVALID_ARGUMENT (NULL), STALE_HANDLE, DEVICE.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_doctor_fp8_summary(recipe, text)
+    ccall((:ampx_doctor_fp8_summary, libampx), ampx_status,
+          (ampx_fp8_recipe, Ptr{Ptr{Cchar}}), recipe, text)
 end
 
 # ---------------------------------------------------------------------------
@@ -4595,6 +4954,226 @@ function ampx_lr_schedule_value(schedule, base_lr, step, lr)
     ccall((:ampx_lr_schedule_value, libampx), ampx_status,
           (Ptr{ampx_lr_schedule}, Cdouble, Int64, Ptr{Cdouble}), schedule, base_lr, step,
           lr)
+end
+
+# ---------------------------------------------------------------------------
+# 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)
+# ---------------------------------------------------------------------------
+
+"""
+    ampx_tensor_copy_fp8(dst, src, overflow) -> ampx_status
+
+dst = src converted into dst's FP8 type with the overflow rule
+`overflow` (ampx_tensor_copy uses each type's torch rule: E4M3
+saturates, E5M2 does not). Rounding to nearest even, subnormals kept,
+NaN to NaN with its sign. src is F32, F16 or BF16, dst F8E4M3 or
+F8E5M2; same context, same number of elements. Enqueued on the
+device; no synchronisation.
+Errors: INVALID_ARGUMENT (NULL, an unknown rule), DTYPE (types as
+above), SHAPE, DEVICE (other contexts), STALE_HANDLE. dst is unchanged
+on error. The context's thread rules apply.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_tensor_copy_fp8(dst, src, overflow)
+    ccall((:ampx_tensor_copy_fp8, libampx), ampx_status,
+          (ampx_tensor, ampx_tensor, ampx_fp8_overflow), dst, src, overflow)
+end
+
+"""
+    ampx_fp8_recipe_options_default() -> ampx_fp8_recipe_options
+
+Default options (as AMPX_FP8_RECIPE_OPTIONS_INIT). Thread-safe.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_fp8_recipe_options_default()
+    ccall((:ampx_fp8_recipe_options_default, libampx), ampx_fp8_recipe_options, ())
+end
+
+"""
+    ampx_fp8_recipe_create(ctx, options, out) -> ampx_status
+
+Creates a recipe on `ctx` with no slots (NULL options: the defaults).
+*out is owned by the caller (ampx_fp8_recipe_release); it holds a
+reference to the context.
+Errors: INVALID_ARGUMENT (NULL ctx or out; struct_size too small; an
+unknown enum value; amax_history_len < 1; margin outside 0 .. 127 --
+the option is named), NOT_SUPPORTED (a backend without FP8
+quantization), OUT_OF_MEMORY, STALE_HANDLE.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_fp8_recipe_create(ctx, options, out)
+    ccall((:ampx_fp8_recipe_create, libampx), ampx_status,
+          (ampx_context, Ptr{ampx_fp8_recipe_options}, Ptr{ampx_fp8_recipe}), ctx, options,
+          out)
+end
+
+"""
+    ampx_fp8_recipe_release(recipe) -> Cvoid
+
+Drops the caller's reference; the recipe goes with the last one
+(autocast policies using it hold one). NULL is a no-op. Any thread, as
+ampx_tensor_release.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_fp8_recipe_release(recipe)
+    ccall((:ampx_fp8_recipe_release, libampx), Cvoid, (ampx_fp8_recipe,), recipe)
+end
+
+"""
+    ampx_fp8_recipe_add_tensor(recipe, role, name, slot) -> ampx_status
+
+Adds a slot of `role` named `name` (copied; NULL or "" for none; a
+name is unique in the recipe) with scale 1, amax 0 and an empty
+history; *slot receives its index (slots are numbered 0, 1, ... in the
+order they are added; autocast adds its own too). Device memory comes
+64 slots at a time; nothing synchronizes.
+Errors: INVALID_ARGUMENT (NULL slot, an unknown role, a name in use),
+OUT_OF_MEMORY, STALE_HANDLE. The context's thread rules apply.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_fp8_recipe_add_tensor(recipe, role, name, slot)
+    ccall((:ampx_fp8_recipe_add_tensor, libampx), ampx_status,
+          (ampx_fp8_recipe, ampx_fp8_role, Cstring, Ptr{Int64}), recipe, role, name, slot)
+end
+
+"""
+    ampx_fp8_recipe_slot_count(recipe, count) -> ampx_status
+
+count receives the number of slots.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_fp8_recipe_slot_count(recipe, count)
+    ccall((:ampx_fp8_recipe_slot_count, libampx), ampx_status,
+          (ampx_fp8_recipe, Ptr{Int64}), recipe, count)
+end
+
+"""
+    ampx_fp8_quantize(recipe, slot, src, dst, dst_transposed) -> ampx_status
+
+Quantizes `src` (F32, F16 or BF16) with slot `slot`'s scale into `dst`
+(the slot's format: F8E4M3, or F8E5M2 for a BACKWARD slot under
+HYBRID; src's element count), saturating, and folds src's amax into the
+slot's step amax (a tensor quantized twice in a step counts once, at
+its largest). `dst_transposed` (may be NULL; dst may be NULL when it is
+not) receives the same values transposed, for the TN layout FP8 GEMMs
+need: src is read as a [rows, cols] matrix (cols its last extent, rows
+the product of the others) and dst_transposed, of the slot's format and
+src's element count, is written [cols, rows] -- cast and transpose in one
+pass. Current scaling computes the scale from src first. Enqueued; no
+synchronisation.
+Errors: INVALID_ARGUMENT (NULL recipe or src, both outputs NULL, slot
+out of range), DTYPE (src not F32/F16/BF16, an output not of the slot's
+format), SHAPE (element counts differ), DEVICE (another context),
+STALE_HANDLE. Nothing changes on error.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_fp8_quantize(recipe, slot, src, dst, dst_transposed)
+    ccall((:ampx_fp8_quantize, libampx), ampx_status,
+          (ampx_fp8_recipe, Int64, ampx_tensor, ampx_tensor, ampx_tensor), recipe, slot,
+          src, dst, dst_transposed)
+end
+
+"""
+    ampx_fp8_recipe_update(recipe) -> ampx_status
+
+Ends a step for every slot: its amax joins its history and (delayed
+scaling) its scale and inverse are recomputed (see above); amaxes start
+again from 0. Call it once per training step, after backward (e.g.
+beside ampx_scaler_update). Enqueued; no synchronisation. For a recipe
+attached to a data-parallel wrapper (ampx_data_parallel_set_fp8_recipe)
+whose amaxes no unscale has reduced since the step's last quantization,
+a collective: the amaxes are MAX-reduced over the ranks first.
+Errors: INVALID_ARGUMENT (NULL), STALE_HANDLE, DEVICE (also: that
+reduction's communicator failed or timed out), ORDER (that wrapper
+failed earlier); nothing changes on error.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_fp8_recipe_update(recipe)
+    ccall((:ampx_fp8_recipe_update, libampx), ampx_status, (ampx_fp8_recipe,), recipe)
+end
+
+"""
+    ampx_fp8_recipe_scale_tensor(recipe, slot, inverse, out) -> ampx_status
+
+out receives a new F32 tensor of shape [1] (owned by the caller) that
+is slot `slot`'s scale (inverse 0) or inverse scale (inverse != 0) in
+the recipe's device memory -- a view, not a copy: it follows every
+update, and keeps that memory alive. An engine with its own FP8 GEMM
+passes the inverse scales' ampx_tensor_data as the GEMM's A/B scale
+pointers (cuBLASLt: CUBLASLT_MATMUL_DESC_A_SCALE_POINTER).
+Errors: INVALID_ARGUMENT (NULL, slot out of range), OUT_OF_MEMORY,
+STALE_HANDLE.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_fp8_recipe_scale_tensor(recipe, slot, inverse, out)
+    ccall((:ampx_fp8_recipe_scale_tensor, libampx), ampx_status,
+          (ampx_fp8_recipe, Int64, Int32, Ptr{ampx_tensor}), recipe, slot, inverse, out)
+end
+
+"""
+    ampx_fp8_recipe_slot_get(recipe, slot, info, history, capacity) -> ampx_status
+
+Fills *info (whose struct_size the caller sets; fields beyond it are
+not written) with slot `slot`, and, when `history` is not NULL, writes
+the slot's amax history into history[0 .. capacity-1], oldest first
+(the last entry is the most recent update's; entries never filled are
+0); capacity must be the history length then. Synchronizes.
+Errors: INVALID_ARGUMENT (NULL recipe or info, struct_size too small,
+slot out of range, a capacity other than the history length),
+STALE_HANDLE, DEVICE.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_fp8_recipe_slot_get(recipe, slot, info, history, capacity)
+    ccall((:ampx_fp8_recipe_slot_get, libampx), ampx_status,
+          (ampx_fp8_recipe, Int64, Ptr{ampx_fp8_slot_info}, Ptr{Cfloat}, Int32), recipe,
+          slot, info, history, capacity)
+end
+
+"""
+    ampx_autocast_set_fp8(autocast, recipe, min_gemm_size) -> ampx_status
+
+Makes `autocast` an FP8 policy with `recipe` (borrowed; the policy
+holds a reference until it is released or given another), or a plain
+one again with recipe NULL. A product whose m * n * k is below
+`min_gemm_size` (>= 0; AMPX_FP8_DEFAULT_MIN_GEMM_SIZE is a start) stays
+in the policy's dtype. Applies to the ops run after the call, also
+while the policy is entered. On error the policy is unchanged.
+Errors: INVALID_ARGUMENT (a negative size), DEVICE (the recipe belongs
+to another context), STALE_HANDLE, and NOT_SUPPORTED when the context's
+device has no FP8 products (a CUDA device below compute capability 8.9;
+the message names the device and its capability) -- the program then
+keeps the plain bf16 policy. The context's thread rules apply.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_autocast_set_fp8(autocast, recipe, min_gemm_size)
+    ccall((:ampx_autocast_set_fp8, libampx), ampx_status,
+          (ampx_autocast, ampx_fp8_recipe, Int64), autocast, recipe, min_gemm_size)
+end
+
+"""
+    ampx_autocast_fp8_stats(autocast, stats) -> ampx_status
+
+Fills *stats (whose struct_size the caller sets; fields beyond it are
+not written) with the counts of `autocast` since its creation (zeros
+for a policy that never had a recipe). No device access.
+Errors: INVALID_ARGUMENT (NULL, struct_size too small), STALE_HANDLE.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_autocast_fp8_stats(autocast, stats)
+    ccall((:ampx_autocast_fp8_stats, libampx), ampx_status,
+          (ampx_autocast, Ptr{ampx_fp8_stats}), autocast, stats)
 end
 
 end # module

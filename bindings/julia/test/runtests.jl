@@ -92,6 +92,40 @@ function reference_run()
     lines
 end
 
+# FP8 formats as the OCP definition gives them, and rounding into them in
+# Float64 (the FP8 tests' reference).
+# (exponent bits, mantissa bits, bias, max, E4M3FN?)
+const FP8_FORMATS = Dict(Ampx.F8E4M3 => (4, 3, 7, 448.0, true), Ampx.F8E5M2 => (5, 2, 15, 57344.0, false))
+function fp8_decode(f, code)
+    ebits, mbits, bias, _, fn = f
+    sign = code & 0x80 != 0 ? -1.0 : 1.0
+    e, m = (code >> mbits) & ((1 << ebits) - 1), code & ((1 << mbits) - 1)
+    fn && e == 15 && m == 7 && return NaN
+    !fn && e == 31 && return m == 0 ? sign * Inf : NaN
+    e == 0 && return sign * m * 2.0^(1 - bias - mbits)
+    sign * (1 + m / 2^mbits) * 2.0^(e - bias)
+end
+# Nearest, ties to the even code; beyond max: +-max when saturating,
+# else NaN (E4M3) or +-inf (E5M2).
+function fp8_encode(f, x, saturate)
+    isnan(x) && return 0x7f
+    sign = signbit(x) ? 0x80 : 0x00
+    a, maxcode = abs(x), f[5] ? 0x7e : 0x7b
+    ulp = f[4] - fp8_decode(f, maxcode - 1)
+    best, bestd = 0x00, Inf
+    for code in 0x00:(maxcode + 0x01)
+        v = code > maxcode ? f[4] + ulp : fp8_decode(f, code)
+        d = abs(v - a)
+        if d < bestd || (d == bestd && iseven(code))
+            best, bestd = code, d
+        end
+    end
+    if best > maxcode || isinf(a)
+        return saturate ? sign | maxcode : f[5] ? sign | 0x7f : sign | 0x7c
+    end
+    sign | best
+end
+
 @testset "Ampx" begin
     @testset "reference run" begin
         got = reference_run()
@@ -806,6 +840,172 @@ end
         err = error_of(() -> Ampx.bce_with_logits(logits, targets;
                                                   pos_weight = Tensor(ctx, Int32[1, 2, 3], (3,))))
         @test err isa AmpxError && err.status == ERR_DTYPE
+        close(ctx)
+    end
+
+    # FP8 (section 18): casts against the formats' definitions written here,
+    # a delayed-scaling recipe against Transformer Engine's formula, a
+    # linear model trained under FP8 autocast, the doctor, checkpoints and
+    # bad input.
+    @testset "FP8 casts follow the formats' definitions" begin
+        values = Float32[0, -0.0, 1, 448, 464, 465, 480, 500, -500, 57344, 61439, 61440, 65536, Inf,
+                         -Inf, 2.0^-9, 2.0^-10, 3 * 2.0^-10, 2.0^-16, 2.0^-17, 3 * 2.0^-17, 1.0625,
+                         1.1875, 0.1, -0.3, 1e-6]
+        state = UInt32(12345)
+        for _ in 1:500
+            state = state * UInt32(1103515245) + UInt32(12345)
+            mantissa = Float64(UInt16((state >> 8) & 0xffff)) / 65536 + 0.5
+            push!(values, Float32((isodd(state) ? -1 : 1) * mantissa * 2.0^(Int(state >> 24) % 36 - 20)))
+        end
+        ctx = Context()
+        src = Tensor(ctx, values, (length(values),))
+        # cast follows torch (E4M3 saturates, E5M2 overflows to inf); copy_fp8! chooses.
+        for (dtype, overflow, saturate) in ((Ampx.F8E4M3, nothing, true), (Ampx.F8E5M2, nothing, false),
+                                            (Ampx.F8E4M3, Ampx.FP8_NO_SATURATE, false),
+                                            (Ampx.F8E5M2, Ampx.FP8_SATURATE, true))
+            dst = overflow === nothing ? Ampx.cast(src, dtype) :
+                  Ampx.copy_fp8!(Tensor(undef, ctx, dtype, (length(values),)), src; overflow = overflow)
+            @test Ampx.to_host(UInt8, dst) == [fp8_encode(FP8_FORMATS[dtype], Float64(v), saturate) for v in values]
+        end
+        named = Tensor(ctx, Float32[448, 500, 2.0^-9, 2.0^-10, 1.0625, 1.1875], (6,))
+        @test Ampx.to_host(UInt8, Ampx.cast(named, Ampx.F8E4M3)) == UInt8[0x7e, 0x7e, 0x01, 0x00, 0x38, 0x3a]
+        named = Tensor(ctx, Float32[57344, 61440, Inf], (3,))
+        @test Ampx.to_host(UInt8, Ampx.cast(named, Ampx.F8E5M2)) == UInt8[0x7b, 0x7c, 0x7c]
+        for (dtype, f) in FP8_FORMATS
+            back = Ampx.to_host(Float32, Ampx.cast(Tensor(ctx, collect(0x00:0xff), (256,); dtype = dtype), F32))
+            want = [fp8_decode(f, code) for code in 0x00:0xff]
+            @test all((isnan.(want) .& isnan.(back)) .| (Float64.(back) .== want))
+        end
+        close(ctx)
+    end
+
+    @testset "FP8 delayed scaling follows Transformer Engine" begin
+        ctx = Context()
+        recipe = Fp8Recipe(ctx; amax_history_len = 4, margin = 1)
+        fwd = Ampx.add_tensor!(recipe, Ampx.FP8_FORWARD; name = "x")
+        bwd = Ampx.add_tensor!(recipe, Ampx.FP8_BACKWARD; name = "dy")
+        @test Ampx.slot_count(recipe) == 2
+        @test Ampx.slot_info(recipe, bwd).dtype == Ampx.F8E5M2
+        # TE: fp8_max / amax / 2^margin in Float32, amax the history's max;
+        # the previous scale for a 0 or non-finite amax, floatmax for an
+        # infinite quotient.
+        function te_scale(fp8_max, history, previous)
+            amax = maximum(history)
+            (amax == 0 || !isfinite(amax)) && return previous
+            scale = Float32(fp8_max) / amax / 2.0f0
+            isinf(scale) ? floatmax(Float32) : scale
+        end
+        amaxes = Union{Nothing,Float32}[0, 3, 100, nothing, 0.5, Inf, 2, 1, 1, 1, 1, 1f-40, 0.25]
+        history, scales = zeros(Float32, 4), Dict(fwd => 1.0f0, bwd => 1.0f0)
+        fmax = Dict(fwd => 448, bwd => 57344)
+        for amax in amaxes
+            for slot in (fwd, bwd)
+                @test Ampx.to_host(Float32, Ampx.scale_tensor(recipe, slot)) == [scales[slot]]
+                amax === nothing && continue
+                q = Ampx.quantize(recipe, slot, Tensor(ctx, Float32[amax / 2, -amax, 0], (3,)))
+                f = FP8_FORMATS[slot == fwd ? Ampx.F8E4M3 : Ampx.F8E5M2]
+                @test Ampx.to_host(UInt8, q) ==
+                      [fp8_encode(f, Float64(v * scales[slot]), true) for v in Float32[amax / 2, -amax, 0]]
+            end
+            Ampx.update!(recipe)
+            history = vcat(history[2:end], amax === nothing ? 0.0f0 : amax)
+            for slot in (fwd, bwd)
+                scales[slot] = te_scale(fmax[slot], history, scales[slot])
+                info = Ampx.slot_info(recipe, slot)
+                @test info.history == history
+                @test info.scale == scales[slot]
+                @test info.scale_inv == 1.0f0 / scales[slot]
+            end
+        end
+        @test Ampx.slot_info(recipe, fwd).name == "x"
+        close(recipe)
+        close(ctx)
+    end
+
+    @testset "FP8 autocast trains, the doctor, checkpoints" begin
+        ctx = Context()
+        lcg = UInt32(1)
+        rnd(n, scale) = [begin
+                             lcg = lcg * UInt32(1664525) + UInt32(1013904223)
+                             Float32((Float64(lcg >> 8) / 2^24 * 2 - 1) * scale)
+                         end for _ in 1:n]
+        xs, tw = rnd(32 * 16, 1), rnd(16 * 16, 1)
+        ys = Float32[sum(xs[div(i, 16)*16+k+1] * tw[(i%16)*16+k+1] for k in 0:15) for i in 0:32*16-1]
+        x, y = Tensor(ctx, xs, (32, 16)), Tensor(ctx, ys, (32, 16))
+        w = Tensor(ctx, rnd(256, 0.1), (16, 16))
+        Ampx.set_requires_grad!(w)
+        Ampx.set_name!(w, "w")
+        opt = Ampx.sgd(ctx, [w], Ampx.sgd_options(lr = 0.5))
+        recipe = Fp8Recipe(ctx; amax_history_len = 16)
+        policy = Autocast(ctx, Ampx.autocast_options(dtype = BF16))
+        Ampx.set_fp8!(policy, recipe; min_gemm_size = 0)
+        losses = Float32[]
+        for _ in 1:12
+            Ampx.zero_grad!(opt)
+            loss = Ampx.with_autocast(() -> Ampx.mse_loss(Ampx.linear(x, w), y), policy)
+            Ampx.backward!(loss)
+            push!(losses, Ampx.to_host(Float32, loss)[1])
+            Ampx.step!(opt)
+            Ampx.update!(recipe)
+        end
+        @test all(losses[2:end] .< losses[1:end-1])
+        @test losses[end] < 0.6 * losses[1]
+        stats = Ampx.fp8_stats(policy)
+        @test (stats.fp8_products, stats.fallbacks) == (12, 0)
+        @test [Ampx.slot_info(recipe, i).name for i in 0:Ampx.slot_count(recipe)-1] ==
+              ["w:input", "w:weight", "w:grad_output"]
+        Ampx.set_fp8!(policy, recipe; min_gemm_size = Int64(1) << 40)
+        Ampx.with_autocast(() -> Ampx.linear(x, w), policy)
+        @test Ampx.fp8_stats(policy).fallbacks == 1
+        Ampx.set_fp8!(policy, nothing)
+
+        # The doctor at scale 1: 1e-4 flushes in E4M3 only, 1000 saturates E4M3 only.
+        plain = Fp8Recipe(ctx)
+        act = Ampx.add_tensor!(plain; name = "act")
+        report = Ampx.inspect(plain, act, Tensor(ctx, Float32[1e-4, 1000, 1, 0], (4,)))
+        @test report.count == 3
+        @test report.flushed_e4m3 ≈ 1 / 3 && report.saturated_e4m3 ≈ 1 / 3
+        @test (report.flushed_e5m2, report.saturated_e5m2, report.dtype) == (0.0, 0.0, Ampx.F8E4M3)
+        @test occursin("act", Ampx.summary(plain))
+
+        mktempdir() do folder
+            path = joinpath(folder, "fp8.ckpt")
+            Ampx.save_checkpoint(path, [w]; fp8_recipe = recipe)
+            restored = Fp8Recipe(ctx; amax_history_len = 16)
+            Ampx.load_checkpoint(path, [w]; fp8_recipe = restored)
+            @test Ampx.slot_info(restored, 1).scale == Ampx.slot_info(recipe, 1).scale
+            @test Ampx.slot_info(restored, 1).history == Ampx.slot_info(recipe, 1).history
+            err = error_of(() -> Ampx.load_checkpoint(path, [w]; fp8_recipe = plain))
+            @test err isa AmpxError && err.status == ERR_INVALID_ARGUMENT
+        end
+        close(ctx)
+    end
+
+    @testset "FP8 bad input" begin
+        ctx = Context()
+        err = error_of(() -> Fp8Recipe(ctx; amax_history_len = 0))
+        @test err isa AmpxError && err.status == ERR_INVALID_ARGUMENT && occursin("amax_history_len", err.message)
+        err = error_of(() -> Fp8Recipe(ctx; margin = -1))
+        @test err isa AmpxError && err.status == ERR_INVALID_ARGUMENT
+        recipe = Fp8Recipe(ctx)
+        slot = Ampx.add_tensor!(recipe; name = "a")
+        err = error_of(() -> Ampx.add_tensor!(recipe; name = "a"))
+        @test err isa AmpxError && err.status == ERR_INVALID_ARGUMENT
+        src = Tensor(ctx, Float32[1], (1,))
+        e5 = Tensor(undef, ctx, Ampx.F8E5M2, (1,))
+        err = error_of(() -> Ampx.quantize!(recipe, slot, src, e5))
+        @test err isa AmpxError && err.status == ERR_DTYPE
+        err = error_of(() -> Ampx.copy_fp8!(Tensor(undef, ctx, F32, (1,)), src))
+        @test err isa AmpxError && err.status == ERR_DTYPE
+        policy = Autocast(ctx)
+        err = error_of(() -> Ampx.set_fp8!(policy, recipe; min_gemm_size = -1))
+        @test err isa AmpxError && err.status == ERR_INVALID_ARGUMENT
+        close(recipe)
+        @test Ampx.isclosed(recipe)
+        err = error_of(() -> Ampx.update!(recipe))
+        @test err isa AmpxError && err.status == ERR_STALE_HANDLE
+        err = error_of(() -> Ampx.set_fp8!(policy, recipe))
+        @test err isa AmpxError && err.status == ERR_STALE_HANDLE
         close(ctx)
     end
 end

@@ -7,7 +7,9 @@ PyTorch through DLPack. Data-parallel training (``Communicator``,
 ``DataParallel``; EXPERIMENTAL) reduces gradients over MPI or NCCL ranks.
 The precision doctor (``Doctor``; EXPERIMENTAL) watches an optimizer's
 gradients and loss scale for fp16 underflow and overflow, and writes an
-HTML report. ``save_safetensors``, ``load_safetensors`` and
+HTML report. ``Fp8Recipe`` (EXPERIMENTAL) scales tensors into FP8 (E4M3,
+E5M2) as Transformer Engine does; ``Autocast.set_fp8`` runs linear and
+matmul in FP8 with it. ``save_safetensors``, ``load_safetensors`` and
 ``SafetensorsFile`` (EXPERIMENTAL) read and write the safetensors files of
 PyTorch and Hugging Face.
 
@@ -37,6 +39,8 @@ from .checkpoint_file import load_checkpoint_file, save_checkpoint_file
 from .context import Context, MemoryStats, default_context
 from .dist import Communicator, DataParallel, DataParallelStats, nccl_unique_id
 from .doctor import Doctor, DoctorFinding, DoctorOverview, DoctorParamStats, DoctorSample
+from .fp8 import (FP8_DEFAULT_MIN_GEMM_SIZE, Fp8Recipe, Fp8SlotInfo, Fp8Stats,
+                  Fp8TensorReport)
 from .errors import (ArgumentTypeError, CorruptError, DeviceError, DTypeError, Error, FileError,
                      InternalError, InvalidArgumentError, NoDeviceError, NotSupportedError,
                      OrderError, OutOfMemoryError, ShapeError, StaleHandleError, Status)
@@ -52,8 +56,10 @@ from .optim import (SGD, Adam, AdamW, LRSchedule, NonfiniteGrad, Optimizer, clip
 from .safetensors_file import (SafetensorsEntry, SafetensorsFile, load_safetensors,
                                load_safetensors_into, save_safetensors)
 from .tensor import Tensor, empty, from_dlpack, tensor, zeros
-from .types import (BF16, F16, F32, I32, I64, Activation, Device, DType, LRDecay, OpClass,
-                    Reduction, StateKind, bfloat16, float16, float32, int32, int64)
+from .types import (BF16, F16, F32, F8E4M3, F8E5M2, I32, I64, Activation, AmaxAlgo, Device,
+                    DType, Fp8Format, Fp8Overflow, Fp8Role, Fp8Scaling, LRDecay, OpClass,
+                    Reduction, StateKind, bfloat16, float8_e4m3fn, float8_e5m2, float16, float32,
+                    int32, int64)
 
 __version__ = "0.1.0"
 

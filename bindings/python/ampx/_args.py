@@ -21,6 +21,8 @@ _DTYPE_ALIASES = {
     "bf16": DType.BF16, "bfloat16": DType.BF16,
     "i32": DType.I32, "int32": DType.I32,
     "i64": DType.I64, "int64": DType.I64,
+    "f8e4m3": DType.F8E4M3, "float8_e4m3fn": DType.F8E4M3, "e4m3": DType.F8E4M3,
+    "f8e5m2": DType.F8E5M2, "float8_e5m2": DType.F8E5M2, "e5m2": DType.F8E5M2,
 }
 
 MAX_DIMS = _raw.AMPX_MAX_DIMS

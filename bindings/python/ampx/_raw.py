@@ -10,8 +10,8 @@ on a loaded library (ampx/_lib.py calls it). The other modules of the
 package are written by hand over this one."""
 from __future__ import annotations
 
-from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_int32, c_int64,
-                    c_size_t, c_uint32, c_uint64, c_void_p, sizeof)
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_float, c_int32,
+                    c_int64, c_size_t, c_uint32, c_uint64, c_void_p, sizeof)
 
 
 # ---- integer macros ------------------------------------------------------
@@ -40,6 +40,8 @@ AMPX_SAFETENSORS_CONVERT = 1
 #: Flag of ampx_safetensors_load_tensor: always copy, never a tensor on the mapping
 #: (e.g. to let the mapping go with the file handle).
 AMPX_SAFETENSORS_COPY = 2
+#: The default of ampx_autocast_set_fp8's min_gemm_size: 2^33.
+AMPX_FP8_DEFAULT_MIN_GEMM_SIZE = 8589934592
 
 # ---- enums (C ints) and their constants ----------------------------------
 
@@ -68,6 +70,8 @@ AMPX_F16 = 2
 AMPX_BF16 = 3
 AMPX_I32 = 4
 AMPX_I64 = 5
+AMPX_F8E4M3 = 6
+AMPX_F8E5M2 = 7
 AMPX_DTYPE_MIN_ENUM = -2147483648
 AMPX_DTYPE_MAX_ENUM = 2147483647
 
@@ -140,6 +144,42 @@ AMPX_LR_STEP = 3
 AMPX_LR_DECAY_MIN_ENUM = -2147483648
 AMPX_LR_DECAY_MAX_ENUM = 2147483647
 
+#: What a conversion into FP8 does with a magnitude beyond the format's largest finite
+#: value (E4M3 448, E5M2 57344), infinities included.
+ampx_fp8_overflow = c_int32
+AMPX_FP8_SATURATE = 1
+AMPX_FP8_NO_SATURATE = 2
+AMPX_FP8_OVERFLOW_MIN_ENUM = -2147483648
+AMPX_FP8_OVERFLOW_MAX_ENUM = 2147483647
+
+#: How a recipe scales.
+ampx_fp8_scaling = c_int32
+AMPX_FP8_DELAYED = 1
+AMPX_FP8_CURRENT = 2
+AMPX_FP8_SCALING_MIN_ENUM = -2147483648
+AMPX_FP8_SCALING_MAX_ENUM = 2147483647
+
+#: Which FP8 type each role gets.
+ampx_fp8_format = c_int32
+AMPX_FP8_HYBRID = 1
+AMPX_FP8_E4M3 = 2
+AMPX_FP8_FORMAT_MIN_ENUM = -2147483648
+AMPX_FP8_FORMAT_MAX_ENUM = 2147483647
+
+#: Which amax a delayed update scales by.
+ampx_fp8_amax_algo = c_int32
+AMPX_FP8_AMAX_MAX = 1
+AMPX_FP8_AMAX_MOST_RECENT = 2
+AMPX_FP8_AMAX_ALGO_MIN_ENUM = -2147483648
+AMPX_FP8_AMAX_ALGO_MAX_ENUM = 2147483647
+
+#: What a slot holds, which decides its format.
+ampx_fp8_role = c_int32
+AMPX_FP8_FORWARD = 1
+AMPX_FP8_BACKWARD = 2
+AMPX_FP8_ROLE_MIN_ENUM = -2147483648
+AMPX_FP8_ROLE_MAX_ENUM = 2147483647
+
 # ---- handles (pointers to opaque structs) --------------------------------
 
 ampx_context = c_void_p
@@ -147,6 +187,7 @@ ampx_tensor = c_void_p
 ampx_optimizer = c_void_p
 ampx_scaler = c_void_p
 ampx_autocast = c_void_p
+ampx_fp8_recipe = c_void_p
 ampx_comm = c_void_p
 ampx_data_parallel = c_void_p
 ampx_doctor = c_void_p
@@ -538,6 +579,25 @@ class ampx_doctor_finding(Structure):
     ]
 
 
+class ampx_fp8_tensor_report(Structure):
+    """What FP8 would do to a tensor at a slot's current scale
+    (ampx_doctor_fp8_inspect), in both formats, so a program sees why a layer
+    should stay in bf16: a large flushed fraction means the scale is too small for
+    the tensor's small values, a saturated one that it is too large (or the amax
+    history lags a growing tensor)."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("count", c_int64),
+        ("flushed_e4m3", c_double),
+        ("saturated_e4m3", c_double),
+        ("flushed_e5m2", c_double),
+        ("saturated_e5m2", c_double),
+        ("scale", c_float),
+        ("dtype", ampx_dtype),
+    ]
+
+
 class ampx_safetensors_entry(Structure):
     """One tensor of a file, as ampx_safetensors_entry_get describes it."""
 
@@ -566,6 +626,46 @@ class ampx_lr_schedule(Structure):
         ("min_lr", c_double),
         ("step_size", c_int64),
         ("gamma", c_double),
+    ]
+
+
+class ampx_fp8_recipe_options(Structure):
+    """Options of ampx_fp8_recipe_create (Transformer Engine's defaults)."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("scaling", ampx_fp8_scaling),
+        ("format", ampx_fp8_format),
+        ("amax_history_len", c_int32),
+        ("amax_compute_algo", ampx_fp8_amax_algo),
+        ("margin", c_int32),
+        ("power_of_two_scales", c_int32),
+    ]
+
+
+class ampx_fp8_slot_info(Structure):
+    """A slot as ampx_fp8_recipe_slot_get reads it."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("name", c_char_p),
+        ("role", ampx_fp8_role),
+        ("dtype", ampx_dtype),
+        ("scale", c_float),
+        ("scale_inv", c_float),
+        ("amax", c_float),
+        ("history_len", c_int32),
+    ]
+
+
+class ampx_fp8_stats(Structure):
+    """A policy's FP8 counts (ampx_autocast_fp8_stats)."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("fp8_products", c_int64),
+        ("fallbacks", c_int64),
+        ("last_fallback", c_char_p),
     ]
 
 
@@ -743,6 +843,12 @@ def AMPX_DOCTOR_OVERVIEW_INIT() -> ampx_doctor_overview:
     return ampx_doctor_overview(struct_size=sizeof(ampx_doctor_overview))
 
 
+def AMPX_FP8_TENSOR_REPORT_INIT() -> ampx_fp8_tensor_report:
+    """An ``ampx_fp8_tensor_report`` filled as ``AMPX_FP8_TENSOR_REPORT_INIT`` fills
+    it."""
+    return ampx_fp8_tensor_report(struct_size=sizeof(ampx_fp8_tensor_report))
+
+
 def AMPX_SAFETENSORS_ENTRY_INIT() -> ampx_safetensors_entry:
     """An ``ampx_safetensors_entry`` filled as ``AMPX_SAFETENSORS_ENTRY_INIT`` fills
     it."""
@@ -757,6 +863,28 @@ def AMPX_LR_SCHEDULE_INIT() -> ampx_lr_schedule:
         step_size=1,
         gamma=0.1,
     )
+
+
+def AMPX_FP8_RECIPE_OPTIONS_INIT() -> ampx_fp8_recipe_options:
+    """An ``ampx_fp8_recipe_options`` filled as ``AMPX_FP8_RECIPE_OPTIONS_INIT``
+    fills it."""
+    return ampx_fp8_recipe_options(
+        struct_size=sizeof(ampx_fp8_recipe_options),
+        scaling=AMPX_FP8_DELAYED,
+        format=AMPX_FP8_HYBRID,
+        amax_history_len=1024,
+        amax_compute_algo=AMPX_FP8_AMAX_MAX,
+    )
+
+
+def AMPX_FP8_SLOT_INFO_INIT() -> ampx_fp8_slot_info:
+    """An ``ampx_fp8_slot_info`` filled as ``AMPX_FP8_SLOT_INFO_INIT`` fills it."""
+    return ampx_fp8_slot_info(struct_size=sizeof(ampx_fp8_slot_info))
+
+
+def AMPX_FP8_STATS_INIT() -> ampx_fp8_stats:
+    """An ``ampx_fp8_stats`` filled as ``AMPX_FP8_STATS_INIT`` fills it."""
+    return ampx_fp8_stats(struct_size=sizeof(ampx_fp8_stats))
 
 
 # ---- function-like macros --------------------------------------------------
@@ -1204,6 +1332,22 @@ FUNCTIONS = {
         ampx_optimizer,
         ampx_scaler,
     )),
+    "ampx_checkpoint_file_save_fp8": (ampx_status, (
+        c_char_p,
+        POINTER(ampx_tensor),
+        c_size_t,
+        ampx_optimizer,
+        ampx_scaler,
+        ampx_fp8_recipe,
+    )),
+    "ampx_checkpoint_file_load_fp8": (ampx_status, (
+        c_char_p,
+        POINTER(ampx_tensor),
+        c_size_t,
+        ampx_optimizer,
+        ampx_scaler,
+        ampx_fp8_recipe,
+    )),
     # 13. Tensor views and gradient hooks (EXPERIMENTAL)
     "ampx_tensor_view": (ampx_status, (
         ampx_tensor,
@@ -1244,6 +1388,7 @@ FUNCTIONS = {
     )),
     "ampx_data_parallel_set_sync": (ampx_status, (ampx_data_parallel, c_int32)),
     "ampx_data_parallel_reduce": (ampx_status, (ampx_data_parallel,)),
+    "ampx_data_parallel_set_fp8_recipe": (ampx_status, (ampx_data_parallel, ampx_fp8_recipe)),
     "ampx_data_parallel_get_stats": (ampx_status, (
         ampx_data_parallel,
         POINTER(ampx_data_parallel_stats),
@@ -1280,6 +1425,13 @@ FUNCTIONS = {
     "ampx_doctor_summary": (ampx_status, (ampx_doctor, POINTER(c_char_p))),
     "ampx_doctor_write_report": (ampx_status, (ampx_doctor, c_char_p)),
     "ampx_doctor_release": (None, (ampx_doctor,)),
+    "ampx_doctor_fp8_inspect": (ampx_status, (
+        ampx_fp8_recipe,
+        c_int64,
+        ampx_tensor,
+        POINTER(ampx_fp8_tensor_report),
+    )),
+    "ampx_doctor_fp8_summary": (ampx_status, (ampx_fp8_recipe, POINTER(c_char_p))),
     # 16. safetensors files (EXPERIMENTAL)
     "ampx_safetensors_save": (ampx_status, (
         c_char_p,
@@ -1338,6 +1490,45 @@ FUNCTIONS = {
         c_int64,
         POINTER(c_double),
     )),
+    # 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)
+    "ampx_tensor_copy_fp8": (ampx_status, (ampx_tensor, ampx_tensor, ampx_fp8_overflow)),
+    "ampx_fp8_recipe_options_default": (ampx_fp8_recipe_options, ()),
+    "ampx_fp8_recipe_create": (ampx_status, (
+        ampx_context,
+        POINTER(ampx_fp8_recipe_options),
+        POINTER(ampx_fp8_recipe),
+    )),
+    "ampx_fp8_recipe_release": (None, (ampx_fp8_recipe,)),
+    "ampx_fp8_recipe_add_tensor": (ampx_status, (
+        ampx_fp8_recipe,
+        ampx_fp8_role,
+        c_char_p,
+        POINTER(c_int64),
+    )),
+    "ampx_fp8_recipe_slot_count": (ampx_status, (ampx_fp8_recipe, POINTER(c_int64))),
+    "ampx_fp8_quantize": (ampx_status, (
+        ampx_fp8_recipe,
+        c_int64,
+        ampx_tensor,
+        ampx_tensor,
+        ampx_tensor,
+    )),
+    "ampx_fp8_recipe_update": (ampx_status, (ampx_fp8_recipe,)),
+    "ampx_fp8_recipe_scale_tensor": (ampx_status, (
+        ampx_fp8_recipe,
+        c_int64,
+        c_int32,
+        POINTER(ampx_tensor),
+    )),
+    "ampx_fp8_recipe_slot_get": (ampx_status, (
+        ampx_fp8_recipe,
+        c_int64,
+        POINTER(ampx_fp8_slot_info),
+        POINTER(c_float),
+        c_int32,
+    )),
+    "ampx_autocast_set_fp8": (ampx_status, (ampx_autocast, ampx_fp8_recipe, c_int64)),
+    "ampx_autocast_fp8_stats": (ampx_status, (ampx_autocast, POINTER(ampx_fp8_stats))),
 }
 
 #: The functions whose result is an ``ampx_status``.
@@ -1474,6 +1665,8 @@ RETURNS_STATUS = frozenset({
     "ampx_global_avg_pool2d",
     "ampx_checkpoint_file_save",
     "ampx_checkpoint_file_load",
+    "ampx_checkpoint_file_save_fp8",
+    "ampx_checkpoint_file_load_fp8",
     "ampx_tensor_view",
     "ampx_set_grad_ready_hook",
     "ampx_grad_ready",
@@ -1486,6 +1679,7 @@ RETURNS_STATUS = frozenset({
     "ampx_data_parallel_create",
     "ampx_data_parallel_set_sync",
     "ampx_data_parallel_reduce",
+    "ampx_data_parallel_set_fp8_recipe",
     "ampx_data_parallel_get_stats",
     "ampx_doctor_create",
     "ampx_doctor_set_interval",
@@ -1495,6 +1689,8 @@ RETURNS_STATUS = frozenset({
     "ampx_doctor_get_finding",
     "ampx_doctor_summary",
     "ampx_doctor_write_report",
+    "ampx_doctor_fp8_inspect",
+    "ampx_doctor_fp8_summary",
     "ampx_safetensors_save",
     "ampx_safetensors_open",
     "ampx_safetensors_count",
@@ -1508,6 +1704,16 @@ RETURNS_STATUS = frozenset({
     "ampx_optimizer_get_lr_schedule",
     "ampx_optimizer_step_count",
     "ampx_lr_schedule_value",
+    "ampx_tensor_copy_fp8",
+    "ampx_fp8_recipe_create",
+    "ampx_fp8_recipe_add_tensor",
+    "ampx_fp8_recipe_slot_count",
+    "ampx_fp8_quantize",
+    "ampx_fp8_recipe_update",
+    "ampx_fp8_recipe_scale_tensor",
+    "ampx_fp8_recipe_slot_get",
+    "ampx_autocast_set_fp8",
+    "ampx_autocast_fp8_stats",
 })
 
 

@@ -6,7 +6,8 @@ from typing import NamedTuple
 
 from ._args import bool_arg, enum_arg, float_arg, int_arg, str_arg
 from ._lib import lib
-from ._raw import AMPX_SCALER_COUNTERS_INIT, ampx_scaler_state
+from ._raw import (AMPX_FP8_DEFAULT_MIN_GEMM_SIZE, AMPX_FP8_STATS_INIT,
+                   AMPX_SCALER_COUNTERS_INIT, ampx_scaler_state)
 from ._resource import Resource, read
 from .context import Context, context_arg
 from .errors import ArgumentTypeError, InvalidArgumentError, OrderError
@@ -79,6 +80,34 @@ class Autocast(Resource):
         hits, misses = ctypes.c_int64(), ctypes.c_int64()
         lib.ampx_autocast_cache_stats(self.handle, ctypes.byref(hits), ctypes.byref(misses))
         return hits.value, misses.value
+
+    def set_fp8(self, recipe, min_gemm_size: int = AMPX_FP8_DEFAULT_MIN_GEMM_SIZE) -> None:
+        """Makes this an FP8 policy with ``recipe`` (an :class:`ampx.Fp8Recipe`;
+        the policy keeps a reference), or a plain one again with None.
+
+        Linear and matmul with m * n * k >= ``min_gemm_size`` then run in
+        FP8 (E4M3 forward, the recipe's format for gradients); smaller ones
+        stay in the policy's dtype. Raises :class:`ampx.NotSupportedError`
+        on a device without FP8 products (the policy stays as it was).
+        """
+        from .fp8 import recipe_handle
+        lib.ampx_autocast_set_fp8(self.handle, recipe_handle(recipe),
+                                  int_arg(min_gemm_size, "min_gemm_size", bits=64))
+        self._fp8_recipe = recipe
+
+    @property
+    def fp8_recipe(self):
+        """The recipe given to :meth:`set_fp8` (None for a plain policy)."""
+        return getattr(self, "_fp8_recipe", None)
+
+    def fp8_stats(self):
+        """An :class:`ampx.Fp8Stats`: products run in FP8, fallbacks to the
+        policy's dtype and the last fallback's reason."""
+        from .fp8 import Fp8Stats
+        stats = AMPX_FP8_STATS_INIT()
+        lib.ampx_autocast_fp8_stats(self.handle, ctypes.byref(stats))
+        return Fp8Stats(stats.fp8_products, stats.fallbacks,
+                        "" if stats.last_fallback is None else stats.last_fallback.decode())
 
 
 class ScalerCounters(NamedTuple):

@@ -6,6 +6,7 @@ import os
 from ._lib import lib
 from .amp import Scaler
 from .errors import ArgumentTypeError
+from .fp8 import recipe_handle
 from .optim import Optimizer
 from .tensor import handle_array
 
@@ -25,19 +26,30 @@ def _arguments(path, tensors, optimizer, scaler):
 
 
 def save_checkpoint_file(path, tensors, optimizer: Optimizer | None = None,
-                         scaler: Scaler | None = None) -> None:
+                         scaler: Scaler | None = None, *, fp8_recipe=None) -> None:
     """Writes ``tensors`` (named), the optimizer's and the scaler's state to ``path``.
 
-    The file is replaced atomically. Only allowed between iterations.
+    With ``fp8_recipe`` (an :class:`ampx.Fp8Recipe`) the file also holds the
+    recipe's options and, per slot, its scales and amax history. The file
+    is replaced atomically. Only allowed between iterations.
     """
-    lib.ampx_checkpoint_file_save(*_arguments(path, tensors, optimizer, scaler))
+    arguments = _arguments(path, tensors, optimizer, scaler)
+    if fp8_recipe is None:
+        lib.ampx_checkpoint_file_save(*arguments)
+    else:
+        lib.ampx_checkpoint_file_save_fp8(*arguments, recipe_handle(fp8_recipe, "fp8_recipe"))
 
 
 def load_checkpoint_file(path, tensors, optimizer: Optimizer | None = None,
-                         scaler: Scaler | None = None) -> None:
+                         scaler: Scaler | None = None, *, fp8_recipe=None) -> None:
     """Restores a file written by :func:`save_checkpoint_file` into live objects.
 
     ``tensors`` must be the same list (names, dtypes, shapes); everything
-    is validated before anything changes.
+    is validated before anything changes. With ``fp8_recipe`` (created with
+    the saved options) the saved slots' state is restored, matched by name.
     """
-    lib.ampx_checkpoint_file_load(*_arguments(path, tensors, optimizer, scaler))
+    arguments = _arguments(path, tensors, optimizer, scaler)
+    if fp8_recipe is None:
+        lib.ampx_checkpoint_file_load(*arguments)
+    else:
+        lib.ampx_checkpoint_file_load_fp8(*arguments, recipe_handle(fp8_recipe, "fp8_recipe"))

@@ -273,6 +273,14 @@ class DataParallel(Resource):
             if not self.closed:
                 self.set_sync(previous)
 
+    def set_fp8_recipe(self, recipe) -> None:
+        """MAX-reduces ``recipe``'s step amaxes over the ranks before its
+        updates, so every rank's FP8 scales stay bitwise equal (None
+        detaches). Every rank attaches a recipe with the same slots."""
+        from .fp8 import recipe_handle
+        lib.ampx_data_parallel_set_fp8_recipe(self.handle, recipe_handle(recipe))
+        self._fp8_recipe = recipe
+
     def reduce(self) -> None:
         """Completes the reduction now (for engines with their own backward
         pass that report gradients with :func:`ampx.grad_ready`); nothing to

@@ -11,6 +11,10 @@ NumPy conventions:
   ``Tensor.numpy()`` of a BF16 tensor returns ``uint16``; ``ampx.tensor``
   and ``Tensor.from_numpy`` read a ``uint16`` array as BF16 bits when given
   ``dtype="bf16"``, and also accept ``ml_dtypes.bfloat16`` arrays.
+* FP8 (F8E4M3, F8E5M2) likewise travels as ``uint8`` bit patterns (or
+  ``ml_dtypes.float8_e4m3fn`` / ``float8_e5m2`` arrays); floating data given
+  with an FP8 dtype is rounded by ampx (torch's casts: E4M3 saturates, E5M2
+  overflows to inf; :meth:`Tensor.copy_fp8_` chooses).
 """
 from __future__ import annotations
 
@@ -30,7 +34,11 @@ from .types import Device, DType
 
 _NUMPY_OF = {DType.F32: np.dtype(np.float32), DType.F16: np.dtype(np.float16),
              DType.BF16: np.dtype(np.uint16), DType.I32: np.dtype(np.int32),
-             DType.I64: np.dtype(np.int64)}
+             DType.I64: np.dtype(np.int64), DType.F8E4M3: np.dtype(np.uint8),
+             DType.F8E5M2: np.dtype(np.uint8)}
+# ml_dtypes' names of the types NumPy lacks, read as bit patterns.
+_BITS_OF_NAME = {"bfloat16": DType.BF16, "float8_e4m3fn": DType.F8E4M3,
+                 "float8_e5m2": DType.F8E5M2}
 _DTYPE_OF = {np.dtype(np.float32): DType.F32, np.dtype(np.float16): DType.F16,
              np.dtype(np.int32): DType.I32, np.dtype(np.int64): DType.I64}
 _KDLCPU, _KDLCUDA = 1, 2
@@ -223,7 +231,8 @@ class Tensor(Resource):
     # ---- contents -------------------------------------------------------------------
 
     def numpy(self) -> np.ndarray:
-        """A NumPy copy of the contents (BF16 as ``uint16`` bit patterns). Synchronizes."""
+        """A NumPy copy of the contents (BF16 as ``uint16``, FP8 as ``uint8``
+        bit patterns). Synchronizes."""
         array = np.empty(self.shape, dtype=_NUMPY_OF[self.dtype])
         lib.ampx_tensor_to_host(self.handle, array.ctypes.data, array.nbytes)
         return array
@@ -236,10 +245,10 @@ class Tensor(Resource):
         return array if dtype is None else array.astype(dtype)
 
     def item(self) -> float | int:
-        """The value of a one-element tensor as a Python number (BF16 decoded)."""
+        """The value of a one-element tensor as a Python number (BF16, FP8 decoded)."""
         if self.numel() != 1:
             raise ShapeError(f"item() needs a tensor with one element, not shape {self.shape}")
-        if self.dtype == DType.BF16:
+        if self.dtype in _BITS_TYPES:
             return self.to(DType.F32).item()
         return self.numpy().reshape(()).item()
 
@@ -255,12 +264,23 @@ class Tensor(Resource):
         """
         if not isinstance(source, Tensor):
             array = _array_of(source)
-            if self.dtype != DType.BF16 or _holds_bf16_bits(array):
+            if self.dtype not in _BITS_TYPES or _holds_bits(array, self.dtype):
                 array = _host_array(array, self.dtype)
                 lib.ampx_tensor_copy_from_host(self.handle, array.ctypes.data, array.nbytes)
                 return self
             source = tensor(array, DType.F32, context=self._context)
         lib.ampx_tensor_copy(self.handle, source.handle)
+        return self
+
+    def copy_fp8_(self, source: "Tensor", overflow="saturate") -> "Tensor":
+        """Overwrites this FP8 tensor with ``source`` (F32, F16 or BF16, as
+        many elements) rounded to nearest even, values beyond the format's
+        max following ``overflow`` (:class:`ampx.Fp8Overflow`: ``"saturate"``
+        gives +-max, ``"no_saturate"`` NaN in E4M3 and +-inf in E5M2)
+        (``ampx_tensor_copy_fp8``). Returns self."""
+        from .types import Fp8Overflow
+        lib.ampx_tensor_copy_fp8(self.handle, handle_of(source, "source"),
+                                 enum_arg(Fp8Overflow, overflow, "overflow"))
         return self
 
     def fill_(self, value: float) -> "Tensor":
@@ -438,23 +458,24 @@ class Tensor(Resource):
 def _shared_dtype(array: np.ndarray, dtype) -> DType:
     """The ampx dtype of a NumPy array whose memory is used as it is."""
     wanted = None if dtype is None else enum_arg(DType, dtype, "dtype")
-    if array.dtype.name == "bfloat16" and array.dtype.itemsize == 2:
-        found = DType.BF16
-    elif array.dtype == np.uint16 and wanted == DType.BF16:
-        found = DType.BF16
+    if _bits_type(array) is not None:
+        found = _bits_type(array)
+    elif wanted in _BITS_TYPES and array.dtype == _NUMPY_OF[wanted]:
+        found = wanted
     elif array.dtype in _DTYPE_OF:
         found = _DTYPE_OF[array.dtype]
     else:
         raise DTypeError(f"numpy dtype {array.dtype} has no ampx dtype (float32, float16, "
-                         f"int32, int64, or uint16 bits with dtype='bf16')")
+                         f"int32, int64, uint16 bits with dtype='bf16', uint8 bits with "
+                         f"an FP8 dtype)")
     if wanted is not None and wanted != found:
         raise DTypeError(f"the array holds {array.dtype}, not {wanted} (ampx.tensor converts)")
     return found
 
 
 def _inferred_dtype(array: np.ndarray) -> DType:
-    if array.dtype.name == "bfloat16" and array.dtype.itemsize == 2:
-        return DType.BF16
+    if _bits_type(array) is not None:
+        return _bits_type(array)
     if array.dtype in _DTYPE_OF:
         return _DTYPE_OF[array.dtype]
     if array.dtype.kind == "f":
@@ -474,16 +495,26 @@ def _array_of(data) -> np.ndarray:
         raise ArgumentTypeError(f"cannot make an array of {type(data).__name__}: {exc}") from None
 
 
-def _holds_bf16_bits(array: np.ndarray) -> bool:
-    return array.dtype == np.uint16 or (array.dtype.name == "bfloat16"
-                                        and array.dtype.itemsize == 2)
+_BITS_TYPES = (DType.BF16, DType.F8E4M3, DType.F8E5M2)
+
+
+def _bits_type(array: np.ndarray) -> DType | None:
+    """The ampx type of an ml_dtypes array (bfloat16, float8_*), else None."""
+    found = _BITS_OF_NAME.get(array.dtype.name)
+    return found if found is not None and array.dtype.itemsize == found.itemsize else None
+
+
+def _holds_bits(array: np.ndarray, dtype: DType) -> bool:
+    """Whether ``array`` holds ``dtype``'s bit patterns (uint16 for BF16,
+    uint8 for FP8, or the ml_dtypes type itself)."""
+    return array.dtype == _NUMPY_OF[dtype] or _bits_type(array) == dtype
 
 
 def _host_array(array: np.ndarray, dtype: DType) -> np.ndarray:
     """``array`` as a C-contiguous array of ``dtype``'s NumPy type (BF16: from bits)."""
     # np.asarray(order="C") keeps 0-d arrays 0-d (np.ascontiguousarray would not).
-    if dtype == DType.BF16:
-        return np.asarray(array, order="C").view(np.uint16)
+    if dtype in _BITS_TYPES:
+        return np.asarray(array, order="C").view(_NUMPY_OF[dtype])
     if array.dtype.kind not in "biuf":
         raise DTypeError(f"numpy dtype {array.dtype} cannot be converted to {dtype}")
     return np.asarray(array, dtype=_NUMPY_OF[dtype], order="C")
@@ -504,13 +535,15 @@ def tensor(data, dtype=None, *, context: Context | None = None, requires_grad: b
     Without ``dtype``: float32/float16/int32/int64 arrays keep their type,
     other floating data becomes F32 and integer data I64. With
     ``dtype="bf16"``, floats are rounded to bf16 by ampx (to nearest even);
-    ``uint16`` or ``ml_dtypes.bfloat16`` data is taken as bf16 bits.
+    ``uint16`` or ``ml_dtypes.bfloat16`` data is taken as bf16 bits. With
+    an FP8 dtype (``"f8e4m3"``, ``"f8e5m2"``) floats are cast by ampx (as
+    ``Tensor.to``) and ``uint8`` data is taken as bit patterns.
     """
     context = context_arg(context, default_context)
     array = _array_of(data)
     dt = _inferred_dtype(array) if dtype is None else enum_arg(DType, dtype, "dtype")
-    if dt == DType.BF16 and not _holds_bf16_bits(array):
-        return _finish(tensor(array, DType.F32, context=context).to(DType.BF16),
+    if dt in _BITS_TYPES and not _holds_bits(array, dt):
+        return _finish(tensor(array, DType.F32, context=context).to(dt),
                        requires_grad, name)
     array = _host_array(array, dt)
     dims = shape_arg(array.shape)

@@ -208,6 +208,28 @@ def mismatched_parameters() -> None:
     comm.close()
 
 
+def fp8_amax_over_ranks() -> None:
+    """A recipe attached to the wrapper takes the MAX of the ranks' step
+    amaxes (rank r quantizes a tensor of amax 2 (r + 1)), so every rank's
+    scale is 448 / (2 SIZE) (delayed scaling, margin 0)."""
+    ctx = ampx.Context(num_threads=1)
+    comm = ampx.Communicator.from_mpi(ctx, WORLD)
+    p = ampx.zeros((4,), context=ctx, requires_grad=True)
+    with ampx.DataParallel(comm, ampx.SGD([p])) as dp, \
+            ampx.Fp8Recipe(ctx, amax_history_len=2) as recipe:
+        slot = recipe.add_tensor("forward", "x")
+        dp.set_fp8_recipe(recipe)
+        recipe.quantize(slot, ampx.tensor([0.5, -2.0 * (RANK + 1)], context=ctx))
+        recipe.update()  # no unscale came before: the update reduces itself
+        info = recipe.slot(slot)
+        expected = np.float32(448.0) / np.float32(2 * SIZE)
+        check(info.scale == expected, f"fp8: scale {info.scale} == 448 / (2 * {SIZE})")
+        check(info.history == [0.0, 2.0 * SIZE], f"fp8: history {info.history}")
+        check(same_on_every_rank(np.float32(info.scale).tobytes()), "fp8: equal scales")
+        dp.set_fp8_recipe(None)
+    comm.close()
+
+
 def main() -> int:
     if BATCH % SIZE:
         if RANK == 0:
@@ -222,6 +244,7 @@ def main() -> int:
     inf_on_one_rank()
     accumulation()
     mismatched_parameters()
+    fp8_amax_over_ranks()
     failed = WORLD.allreduce(len(failures), op=MPI.SUM)
     total = WORLD.allreduce(passed + len(failures), op=MPI.SUM)
     if RANK == 0:

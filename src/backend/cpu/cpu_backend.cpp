@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "backend/cpu/cpu_amp.h"
+#include "backend/cpu/cpu_fp8.h"
 #include "backend/cpu/cpu_grad_stats.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/dnnl_library.h"
@@ -433,7 +434,9 @@ class CpuBackend final : public Backend {
         grad_stats_(pool_),
         attention_(pool_),
         convolution_(pool_),
-        pooling_(pool_) {
+        pooling_(pool_),
+        fp8_(pool_),
+        fp8_gemm_(pool_) {
     provide(amp_);
     provide(nn_);
     provide(gemm_);
@@ -441,6 +444,8 @@ class CpuBackend final : public Backend {
     provide(attention_);
     provide(convolution_);
     provide(pooling_);
+    provide(fp8_);
+    provide(fp8_gemm_);
   }
   // The context's oneDNN plans go with it.
   ~CpuBackend() override { cpu::release_dnnl_plans(pool_); }
@@ -518,6 +523,8 @@ class CpuBackend final : public Backend {
   CpuAttention attention_;
   CpuConvolution convolution_;
   CpuPooling pooling_;
+  CpuFp8 fp8_;
+  CpuFp8Gemm fp8_gemm_;
 };
 
 }  // namespace

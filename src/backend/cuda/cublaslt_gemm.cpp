@@ -47,6 +47,8 @@ cudaDataType_t cuda_type(DType t) {
   switch (t) {
     case DType::F16: return CUDA_R_16F;
     case DType::BF16: return CUDA_R_16BF;
+    case DType::F8E4M3: return CUDA_R_8F_E4M3;
+    case DType::F8E5M2: return CUDA_R_8F_E5M2;
     default: return CUDA_R_32F;
   }
 }
@@ -135,10 +137,11 @@ struct CublasLtGemm::Plan {
 };
 
 bool CublasLtGemm::Problem::operator<(const Problem& o) const {
-  return std::tie(batch, m, n, k, a_stride, b_stride, c_stride, ab_type, c_type, trans_a, trans_b,
-                  bias, tf32, a_align, b_align, c_align) <
-         std::tie(o.batch, o.m, o.n, o.k, o.a_stride, o.b_stride, o.c_stride, o.ab_type, o.c_type,
-                  o.trans_a, o.trans_b, o.bias, o.tf32, o.a_align, o.b_align, o.c_align);
+  return std::tie(batch, m, n, k, a_stride, b_stride, c_stride, a_type, b_type, c_type, trans_a,
+                  trans_b, bias, tf32, d_amax, a_align, b_align, c_align) <
+         std::tie(o.batch, o.m, o.n, o.k, o.a_stride, o.b_stride, o.c_stride, o.a_type, o.b_type,
+                  o.c_type, o.trans_a, o.trans_b, o.bias, o.tf32, o.d_amax, o.a_align, o.b_align,
+                  o.c_align);
 }
 
 // The workspace is taken now rather than at the first product: that product
@@ -166,7 +169,7 @@ CublasLtGemm::~CublasLtGemm() {
   memory_->deallocate(workspace_, kWorkspaceBytes);
 }
 
-const CublasLtGemm::Plan& CublasLtGemm::plan_for(const Problem& p) {
+const CublasLtGemm::Plan& CublasLtGemm::plan_for(const Problem& p, const Fp8GemmArgs* fp8) {
   const auto cached = plans_.find(p);
   if (cached != plans_.end()) return *cached->second;
 
@@ -179,11 +182,12 @@ const CublasLtGemm::Plan& CublasLtGemm::plan_for(const Problem& p) {
   set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
   // As stored: B is k x n (n x k when transposed), A is m x k (k x m), C is
   // m x n, all row-major, so column-major each has its dimensions swapped.
-  plan->first = make_layout(p.ab_type, p.trans_b ? p.k : p.n, p.trans_b ? p.n : p.k, p.batch,
+  plan->first = make_layout(p.b_type, p.trans_b ? p.k : p.n, p.trans_b ? p.n : p.k, p.batch,
                             p.b_stride);
-  plan->second = make_layout(p.ab_type, p.trans_a ? p.m : p.k, p.trans_a ? p.k : p.m, p.batch,
+  plan->second = make_layout(p.a_type, p.trans_a ? p.m : p.k, p.trans_a ? p.k : p.m, p.batch,
                              p.a_stride);
   plan->out = make_layout(p.c_type, p.n, p.m, p.batch, p.c_stride);
+  if (fp8 != nullptr) set_fp8_pointers(*plan, *fp8);
 
   PreferenceOwner owner;
   check(cublasLtMatmulPreferenceCreate(&owner.preference), "cublasLtMatmulPreferenceCreate");
@@ -220,7 +224,8 @@ const CublasLtGemm::Plan& CublasLtGemm::plan_for(const Problem& p) {
   if (!found)
     fail(AMPX_ERR_NOT_SUPPORTED, "gemm: cuBLASLt has no algorithm for batch ", p.batch, " m ", p.m,
          " n ", p.n, " k ", p.k, p.trans_a ? " A^T" : "", p.trans_b ? " B^T" : "", " ",
-         dtype_name(p.ab_type), "->", dtype_name(p.c_type), " (alignments A ", p.a_align,
+         dtype_name(p.a_type), "x", dtype_name(p.b_type), "->", dtype_name(p.c_type),
+         " (alignments A ", p.a_align,
          ", B ", p.b_align, ", C ", p.c_align, " bytes)");
   plan->algo = result.algo;
 
@@ -251,7 +256,7 @@ void CublasLtGemm::multiply(const GemmArgs& g, int64_t first, int64_t count) {
   p.a_stride = batched ? g.a_batch_stride : 0;
   p.b_stride = batched ? g.b_batch_stride : 0;
   p.c_stride = c_stride;
-  p.ab_type = g.ab_type, p.c_type = g.c_type;
+  p.a_type = p.b_type = g.ab_type, p.c_type = g.c_type;
   p.trans_a = g.trans_a, p.trans_b = g.trans_b;
   p.bias = g.bias != nullptr;
   p.tf32 = tf32_ && g.ab_type == DType::F32;
@@ -260,7 +265,7 @@ void CublasLtGemm::multiply(const GemmArgs& g, int64_t first, int64_t count) {
   p.c_align = alignment(c, bytes_of(g.c_type, p.c_stride));
   const Plan& plan = plan_for(p);
   if (g.bias && !plan.fused_bias) {
-    multiply_then_add_bias(g, p, a, b, c);
+    product_then_bias(p, nullptr, g.alpha, g.beta, a, b, c, g.bias);
     return;
   }
   AlignedBias bias(*this, g, plan.fused_bias);
@@ -274,9 +279,10 @@ void CublasLtGemm::multiply(const GemmArgs& g, int64_t first, int64_t count) {
 // The bias epilogue where cuBLASLt has no algorithm with it: alpha * A B
 // goes to fp32 scratch, then a kernel adds beta * C and the bias in fp32
 // and rounds C once, as the fused epilogue does.
-void CublasLtGemm::multiply_then_add_bias(const GemmArgs& g, Problem p, const void* a,
-                                          const void* b, void* c) {
-  const size_t bytes = static_cast<size_t>(g.m * g.n) * sizeof(float);
+void CublasLtGemm::product_then_bias(Problem p, const Fp8GemmArgs* fp8, float alpha, float beta,
+                                     const void* a, const void* b, void* c, const void* bias) {
+  const DType c_type = p.c_type;
+  const size_t bytes = static_cast<size_t>(p.m * p.n) * sizeof(float);
   void* product = memory_->allocate(bytes);
   if (product == nullptr)
     fail(AMPX_ERR_OUT_OF_MEMORY, "gemm: no device memory for a ", bytes, "-byte fp32 product");
@@ -290,14 +296,15 @@ void CublasLtGemm::multiply_then_add_bias(const GemmArgs& g, Problem p, const vo
   p.c_type = DType::F32;
   p.bias = false;
   p.c_align = alignment(product, 0);
-  const Plan& plan = plan_for(p);
+  const Plan& plan = plan_for(p, fp8);
+  if (fp8 != nullptr) set_fp8_pointers(plan, *fp8);
   const float zero = 0.0f;
-  check(cublasLtMatmul(handle_, plan.desc, &g.alpha, b, plan.first, a, plan.second, &zero,
+  check(cublasLtMatmul(handle_, plan.desc, &alpha, b, plan.first, a, plan.second, &zero,
                        product, plan.out, product, plan.out, &plan.algo, workspace_,
                        kWorkspaceBytes, launch_.stream),
         "cublasLtMatmul");
-  check(launch_bias_epilogue(c, g.c_type, static_cast<const float*>(product), g.beta, g.bias,
-                             g.m, g.n, launch_),
+  check(launch_bias_epilogue(c, c_type, static_cast<const float*>(product), beta, bias, p.m, p.n,
+                             launch_),
         "bias kernel launch");
 }
 
@@ -321,6 +328,57 @@ CublasLtGemm::AlignedBias::AlignedBias(CublasLtGemm& gemm, const GemmArgs& g, bo
 
 CublasLtGemm::AlignedBias::~AlignedBias() {
   if (copy_ != nullptr) memory_.deallocate(copy_, bytes_);
+}
+
+void CublasLtGemm::set_fp8_pointers(const Plan& plan, const Fp8GemmArgs& g) {
+  // cuBLASLt's A is our B (see the top).
+  set(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(g.b_scale_inv));
+  set(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(g.a_scale_inv));
+  if (is_fp8(g.d_type)) {
+    set(plan.desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, static_cast<const void*>(g.d_scale));
+    set(plan.desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, static_cast<void*>(g.d_amax));
+  }
+}
+
+void CublasLtGemm::run_fp8(const Fp8GemmArgs& g) {
+  if (g.k == 0) {
+    // An empty sum: D is the bias (or zeros), an FP8 D's amax 0.
+    if (is_fp8(g.d_type)) {
+      check(cudaMemsetAsync(g.d, 0, static_cast<size_t>(g.m * g.n), launch_.stream),
+            "cudaMemsetAsync");
+      if (g.d_amax != nullptr)
+        check(cudaMemsetAsync(g.d_amax, 0, sizeof(float), launch_.stream), "cudaMemsetAsync");
+    } else if (g.bias != nullptr) {
+      check(launch_bias_epilogue(g.d, g.d_type, nullptr, 0.0f, g.bias, g.m, g.n, launch_),
+            "bias kernel launch");
+    } else {
+      check(launch_scale_matrices(g.d, g.d_type, 1, g.m * g.n, 0, 0.0f, launch_),
+            "scale kernel launch");
+    }
+    return;
+  }
+  Problem p{};
+  p.batch = 1;
+  p.m = g.m, p.n = g.n, p.k = g.k;
+  p.a_type = g.a_type, p.b_type = g.b_type, p.c_type = g.d_type;
+  p.trans_a = g.trans_a, p.trans_b = g.trans_b;
+  p.bias = g.bias != nullptr;
+  p.d_amax = g.d_amax != nullptr;
+  p.a_align = alignment(g.a, 0);
+  p.b_align = alignment(g.b, 0);
+  p.c_align = alignment(g.d, 0);
+  const Plan& plan = plan_for(p, &g);
+  if (g.bias != nullptr && !plan.fused_bias) {
+    product_then_bias(p, &g, g.alpha, 0.0f, g.a, g.b, g.d, g.bias);
+    return;
+  }
+  set_fp8_pointers(plan, g);
+  if (plan.fused_bias) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  const float zero = 0.0f;
+  check(cublasLtMatmul(handle_, plan.desc, &g.alpha, g.b, plan.first, g.a, plan.second, &zero, g.d,
+                       plan.out, g.d, plan.out, &plan.algo, workspace_, kWorkspaceBytes,
+                       launch_.stream),
+        "cublasLtMatmul");
 }
 
 void CublasLtGemm::run(const GemmArgs& g, bool tf32) {

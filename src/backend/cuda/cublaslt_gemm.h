@@ -25,6 +25,16 @@
 // scratch and a kernel adds beta * C and the bias and rounds C once, so
 // the result is the fused epilogue's either way.
 //
+// FP8 products (run_fp8, backend_fp8.h's Fp8GemmArgs) use the same
+// descriptors with FP8 A and B types, compute type 32F and fp32 scales:
+// the dequantization factors of A and B as cuBLASLt's A/B scale pointers
+// (its A is our B), an FP8 D's scale and amax as the D scale and
+// AMAX_D pointers -- device pointers set on the descriptor for each call.
+// C is D's layout with beta 0 (never read). cuBLASLt's FP8 kernels take
+// only its TN layout (our trans_b, not trans_a) with dimensions that are
+// multiples of 16; the caller (CudaFp8Gemm) checks that first. FAST_ACCUM
+// stays off: the fp32 sums are promoted as cuBLASLt's accurate mode does.
+//
 // Nothing synchronizes: descriptors and the algorithm are chosen on the
 // host (cuBLASLt's heuristic, whose answer is kept per problem), and the
 // multiply is enqueued on the backend's stream.
@@ -37,6 +47,7 @@
 #include <map>
 #include <memory>
 
+#include "core/backend_fp8.h"
 #include "core/backend_gemm.h"
 #include "fill_convert.cuh"
 
@@ -62,15 +73,20 @@ class CublasLtGemm {
   // fails.
   void run(const GemmArgs& args, bool tf32);
 
+  // Enqueues an FP8 product (valid arguments in the TN layout, m and n > 0).
+  // Throws as run().
+  void run_fp8(const Fp8GemmArgs& args);
+
  private:
   // Everything cuBLASLt's choice of algorithm depends on.
   struct Problem {
     int64_t batch, m, n, k;
     int64_t a_stride, b_stride, c_stride;  // 0 for a single product
-    DType ab_type, c_type;
+    DType a_type, b_type, c_type;
     bool trans_a, trans_b;
     bool bias;
     bool tf32;  // f32 A and B multiplied in TF32
+    bool d_amax;  // FP8: the AMAX_D pointer is set
     uint32_t a_align, b_align, c_align;  // bytes, powers of two up to 256
     bool operator<(const Problem& other) const;
   };
@@ -94,9 +110,17 @@ class CublasLtGemm {
 
   // Products [first, first + count) of the batch, in one cuBLASLt call.
   void multiply(const GemmArgs& args, int64_t first, int64_t count);
-  void multiply_then_add_bias(const GemmArgs& args, Problem problem, const void* a,
-                              const void* b, void* c);
-  const Plan& plan_for(const Problem& problem);
+  // alpha * A B into fp32 scratch, then bias added and D rounded once by a
+  // kernel: the bias epilogue of either kind of product where cuBLASLt has
+  // no algorithm with it. `fp8` (nullptr for 16/32-bit products) sets the
+  // FP8 scale pointers.
+  void product_then_bias(Problem problem, const Fp8GemmArgs* fp8, float alpha, float beta,
+                         const void* a, const void* b, void* c, const void* bias);
+  // The FP8 scale and amax pointers of `args` on `plan`'s descriptor.
+  void set_fp8_pointers(const Plan& plan, const Fp8GemmArgs& args);
+  // `fp8` (nullptr for 16/32-bit problems): the call's pointers, set on a
+  // new plan's descriptor before cuBLASLt's heuristic sees it.
+  const Plan& plan_for(const Problem& problem, const Fp8GemmArgs* fp8 = nullptr);
 
   std::unique_ptr<Allocator> memory_;
   LaunchConfig launch_;

@@ -18,12 +18,14 @@
 #include "core/backend_amp.h"
 #include "core/backend_attention.h"
 #include "core/backend_conv.h"
+#include "core/backend_fp8.h"
 #include "core/backend_gemm.h"
 #include "core/backend_grad_stats.h"
 #include "core/backend_nn.h"
 #include "core/error.h"
 #include "core/multi_tensor.h"
 #include "fill_convert.cuh"
+#include "fp8_launch.cuh"
 #include "grad_stats_ops.cuh"
 #include "multi_tensor_ops.cuh"
 #include "nn_launch.cuh"
@@ -50,6 +52,7 @@ void use_device(int32_t device) { check(cudaSetDevice(device), "cudaSetDevice");
 // either order.
 struct CudaDevice {
   int32_t index = 0;
+  int compute_capability = 0;  // major * 10 + minor
   cudaStream_t stream = nullptr;
   bool owns_stream = false;
   cudaMemPool_t pool = nullptr;
@@ -558,9 +561,83 @@ class CudaGemm final : public GemmPrimitives {
     gemm_->run(args, tf32());
   }
 
+ public:
+  // The cuBLASLt handle and workspace, shared with the FP8 products.
+  cuda::CublasLtGemm& cublaslt() { return *gemm_; }
+
  private:
   std::shared_ptr<const CudaDevice> device_;
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
+};
+
+// FP8 quantization and the recipes' updates (kernels/fp8_launch.cuh): any
+// device, since cuda_fp8.h converts in software where the hardware lacks
+// the instruction.
+class CudaFp8 final : public Fp8Primitives {
+ public:
+  explicit CudaFp8(std::shared_ptr<const CudaDevice> device) : device_(std::move(device)) {}
+
+ protected:
+  void run_quantize(const Fp8QuantizeArgs& args) override {
+    use_device(device_->index);
+    check(cuda::launch_fp8_quantize(args, device_->launch), "fp8 quantize kernel launch");
+  }
+  void run_finish_step(const Fp8Slots& slots, const Fp8ScaleRule& rule) override {
+    use_device(device_->index);
+    check(cuda::launch_fp8_finish_step(slots, rule, device_->launch), "fp8 update kernel launch");
+  }
+  void run_scale_from_amax(const Fp8Slots& slots, int64_t slot, const float* amax,
+                           const Fp8ScaleRule& rule) override {
+    use_device(device_->index);
+    check(cuda::launch_fp8_scale_from_amax(slots, slot, amax, rule, device_->launch),
+          "fp8 scale kernel launch");
+  }
+  void run_count_fp8_range(const void* x, DType x_type, int64_t count, const float* scale,
+                           DType y_type, int64_t* counts) override {
+    use_device(device_->index);
+    check(cuda::launch_fp8_count_range(x, x_type, count, scale, y_type, counts, device_->launch),
+          "fp8 range count kernel launch");
+  }
+
+ private:
+  std::shared_ptr<const CudaDevice> device_;
+};
+
+// FP8 products through cuBLASLt (CublasLtGemm::run_fp8), provided on
+// devices of compute capability 8.9 and later. cuBLASLt's FP8 kernels take
+// the TN layout (our B transposed, A not: x W^T as a linear layer stores
+// it), dimensions that are multiples of 16 and 16-byte aligned matrices;
+// supports() says which rule a product breaks, so the op can fall back.
+class CudaFp8Gemm final : public Fp8GemmPrimitives {
+ public:
+  CudaFp8Gemm(std::shared_ptr<const CudaDevice> device, CudaGemm& gemm)
+      : device_(std::move(device)), gemm_(gemm) {}
+
+ protected:
+  bool run_supports(const Fp8GemmArgs& g, std::string* why) const override {
+    const auto refuse = [&](std::string reason) {
+      if (why != nullptr) *why = std::move(reason);
+      return false;
+    };
+    if (g.trans_a || !g.trans_b)
+      return refuse(cat("cuBLASLt's FP8 products take A as stored and B transposed (TN); this one "
+                        "has A", g.trans_a ? "^T" : "", " and B", g.trans_b ? "^T" : ""));
+    if (g.m % 16 != 0 || g.n % 16 != 0 || g.k % 16 != 0)
+      return refuse(cat("m ", g.m, ", n ", g.n, ", k ", g.k,
+                        ": cuBLASLt's FP8 products need multiples of 16"));
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (!aligned(g.a) || !aligned(g.b) || !aligned(g.d) || !aligned(g.bias))
+      return refuse("cuBLASLt's FP8 products need 16-byte aligned matrices and bias");
+    return true;
+  }
+  void run_gemm(const Fp8GemmArgs& args) override {
+    use_device(device_->index);
+    gemm_.cublaslt().run_fp8(args);
+  }
+
+ private:
+  std::shared_ptr<const CudaDevice> device_;
+  CudaGemm& gemm_;
 };
 
 // The precision doctor's passes (kernels/grad_stats_ops.cuh); front doors
@@ -674,13 +751,23 @@ class CudaBackend final : public Backend {
         gemm_(device),
         grad_stats_(device),
         attention_(device),
-        pooling_(device) {
+        pooling_(device),
+        fp8_(device),
+        fp8_gemm_(device, gemm_) {
     provide(amp_);
     provide(nn_);
     provide(gemm_);
     provide(grad_stats_);
     provide(attention_);
     provide(pooling_);
+    provide(fp8_);
+    if (device->compute_capability >= 89)
+      provide(fp8_gemm_);
+    else
+      explain_missing(Capability::Fp8Gemm,
+                      cat("CUDA device ", device->index, " has compute capability ",
+                          device->compute_capability / 10, ".", device->compute_capability % 10,
+                          "; FP8 products need 8.9 (Ada) or later"));
     std::string why;
     if (const cuda::CudnnLibrary* cudnn = cuda::load_cudnn(&why)) {
       convolution_ = std::make_unique<cuda::CudnnConvolution>(
@@ -815,6 +902,8 @@ class CudaBackend final : public Backend {
   CudaGradStats grad_stats_;
   CudaAttention attention_;
   CudaPooling pooling_;
+  CudaFp8 fp8_;
+  CudaFp8Gemm fp8_gemm_;
   std::unique_ptr<cuda::CudnnConvolution> convolution_;  // when cuDNN loads
 };
 
@@ -893,6 +982,9 @@ std::unique_ptr<Backend> make_cuda_backend(int32_t device_index, void* cuda_stre
 
   auto device = std::make_shared<CudaDevice>();
   device->index = device_index;
+  device->compute_capability =
+      device_attribute(cudaDevAttrComputeCapabilityMajor, device_index) * 10 +
+      device_attribute(cudaDevAttrComputeCapabilityMinor, device_index);
   const int resident_threads =
       device_attribute(cudaDevAttrMultiProcessorCount, device_index) *
       device_attribute(cudaDevAttrMaxThreadsPerMultiProcessor, device_index);

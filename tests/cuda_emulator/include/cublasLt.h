@@ -59,6 +59,11 @@ typedef enum {
   CUBLASLT_MATMUL_DESC_TRANSB = 4,        // int32_t (cublasOperation_t)
   CUBLASLT_MATMUL_DESC_EPILOGUE = 7,      // uint32_t (cublasLtEpilogue_t)
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,  // const void*
+  CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17,  // const void* (device float)
+  CUBLASLT_MATMUL_DESC_B_SCALE_POINTER = 18,  // const void* (device float)
+  CUBLASLT_MATMUL_DESC_C_SCALE_POINTER = 19,  // const void* (device float)
+  CUBLASLT_MATMUL_DESC_D_SCALE_POINTER = 20,  // const void* (device float)
+  CUBLASLT_MATMUL_DESC_AMAX_D_POINTER = 21,   // void* (device float)
   CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,  // int32_t (cudaDataType_t)
 } cublasLtMatmulDescAttributes_t;
 

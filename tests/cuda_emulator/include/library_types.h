@@ -9,4 +9,6 @@ typedef enum cudaDataType_t {
   CUDA_R_64F = 1,
   CUDA_R_16F = 2,
   CUDA_R_16BF = 14,
+  CUDA_R_8F_E4M3 = 28,
+  CUDA_R_8F_E5M2 = 29,
 } cudaDataType;

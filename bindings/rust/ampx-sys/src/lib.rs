@@ -2,7 +2,7 @@
 // Change the header, then run tools/gen_bindings.py.
 //! Raw FFI declarations of ampx's C ABI, `include/ampx/ampx.h`, generated
 //! from the header by `tools/gen_bindings.py` (tools/bindgen/emit_rust.py):
-//! 201 functions, 27 structs, 10 enums, 9 handles, 7 callback types, 13 constants and 23 `*_INIT` values.
+//! 218 functions, 31 structs, 15 enums, 10 handles, 7 callback types, 14 constants and 27 `*_INIT` values.
 //!
 //! Structs are `#[repr(C)]` with the header's fields in order (their layouts
 //! are compared with the C compiler's by `tests/layout.rs`); enums are
@@ -166,6 +166,17 @@ pub const AMPX_F16: ampx_dtype = 2;
 pub const AMPX_BF16: ampx_dtype = 3;
 pub const AMPX_I32: ampx_dtype = 4;
 pub const AMPX_I64: ampx_dtype = 5;
+/// OCP FP8 E4M3 ("E4M3FN", torch.float8_e4m3fn): 4
+/// exponent bits (bias 7), 3 mantissa bits, max 448,
+/// smallest subnormal 2^-9, no infinities, NaN 0x7f /
+/// 0xff. Storage and FP8 products only (section 18):
+/// other ops refuse it with AMPX_ERR_DTYPE
+pub const AMPX_F8E4M3: ampx_dtype = 6;
+/// OCP FP8 E5M2 (torch.float8_e5m2): 5 exponent bits
+/// (bias 15), 2 mantissa bits, max 57344, smallest
+/// subnormal 2^-16, IEEE infinities and NaNs. As
+/// AMPX_F8E4M3, storage and FP8 products only
+pub const AMPX_F8E5M2: ampx_dtype = 7;
 /// not a type (see AMPX_STATUS_MIN_ENUM)
 pub const AMPX_DTYPE_MIN_ENUM: ampx_dtype = -2147483648;
 /// not a type (see AMPX_STATUS_MAX_ENUM)
@@ -176,8 +187,8 @@ extern "C" {
     /// Thread-safe.
     pub fn ampx_dtype_size(dtype: ampx_dtype) -> usize;
 
-    /// Static name of a dtype ("f32", "f16", "bf16", "i32", "i64"), or
-    /// "invalid". Never NULL. Thread-safe.
+    /// Static name of a dtype ("f32", "f16", "bf16", "i32", "i64", "f8e4m3",
+    /// "f8e5m2"), or "invalid". Never NULL. Thread-safe.
     pub fn ampx_dtype_name(dtype: ampx_dtype) -> *const c_char;
 }
 
@@ -512,7 +523,11 @@ extern "C" {
     /// dst = src, converting the element type when they differ (floating types
     /// round to nearest even; float to integer truncates toward zero, NaN
     /// becomes 0 and out-of-range values saturate; integer to float rounds to
-    /// nearest). Both tensors must belong to the same context and have the same
+    /// nearest). Into AMPX_F8E4M3 / AMPX_F8E5M2, as torch's casts: values beyond
+    /// the largest finite one saturate in E4M3 (+-inf and 500 become +-448) and
+    /// overflow to +-inf in E5M2 (61440 and inf become inf); NaN stays NaN
+    /// with its sign (0x7f / 0xff); ampx_tensor_copy_fp8 makes the other
+    /// choice. FP8 to any type is exact (integers truncate). Both tensors must belong to the same context and have the same
     /// number of elements (shapes may differ: the copy is in row-major order).
     /// dst and src may be the same tensor.
     #[must_use]
@@ -600,7 +615,10 @@ extern "C" {
     /// tensor is destroyed; on failure `src` is left untouched and still owned
     /// by the caller. The DLPack tensor must be on the context's device, dense
     /// and row-major (strides NULL or compact), with byte_offset honoured, and of
-    /// a supported type (float 32/16, bfloat 16, int 32/64, lanes 1); otherwise
+    /// a supported type (float 32/16, bfloat 16, int 32/64, or DLPack 1.1's
+    /// float8 codes kDLFloat8_e4m3fn = 10 and kDLFloat8_e5m2 = 12 with 8 bits,
+    /// which ampx_tensor_to_dlpack writes for AMPX_F8E4M3 / AMPX_F8E5M2;
+    /// lanes 1); otherwise
     /// AMPX_ERR_DEVICE, AMPX_ERR_NOT_SUPPORTED or AMPX_ERR_DTYPE.
     #[must_use]
     pub fn ampx_tensor_from_dlpack(ctx: ampx_context, src: *mut DLManagedTensor, out: *mut ampx_tensor) -> ampx_status;
@@ -1628,6 +1646,18 @@ pub const AMPX_OP_KEEP: ampx_op_class = 4;
 /// not a class (see AMPX_STATUS_MIN_ENUM)
 pub const AMPX_OP_CLASS_MIN_ENUM: ampx_op_class = -2147483648;
 pub const AMPX_OP_CLASS_MAX_ENUM: ampx_op_class = 2147483647;
+
+/// The opaque struct behind [`ampx_fp8_recipe`]; never made or read in Rust.
+#[repr(C)]
+pub struct ampx_fp8_recipe_s {
+    _private: [u8; 0],
+    _marker: PhantomData<(*mut u8, PhantomPinned)>,
+}
+
+/// An FP8 scaling recipe (section 18).
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 10. Autocast (EXPERIMENTAL)).
+pub type ampx_fp8_recipe = *mut ampx_fp8_recipe_s;
 
 /// Options of an autocast policy (ampx_autocast_create).
 ///
@@ -2723,6 +2753,34 @@ extern "C" {
     /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 12. Training checkpoint files (EXPERIMENTAL)).
     #[must_use]
     pub fn ampx_checkpoint_file_load(path: *const c_char, params: *const ampx_tensor, count: usize, optimizer: ampx_optimizer, scaler: ampx_scaler) -> ampx_status;
+
+    /// ampx_checkpoint_file_save, plus the state of an FP8 recipe (section
+    /// 18; NULL for none) in a section of its own: its options and, per slot,
+    /// name, role, scale, inverse scale, step amax and amax history. A file
+    /// with this section is read by ampx_checkpoint_file_load too, which skips
+    /// the section; libraries from before it refuse such a file as CORRUPT.
+    /// Errors as ampx_checkpoint_file_save.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 12. Training checkpoint files (EXPERIMENTAL)).
+    #[must_use]
+    pub fn ampx_checkpoint_file_save_fp8(path: *const c_char, params: *const ampx_tensor, count: usize, optimizer: ampx_optimizer, scaler: ampx_scaler, recipe: ampx_fp8_recipe) -> ampx_status;
+
+    /// ampx_checkpoint_file_load, plus the FP8 recipe's state when `recipe` is
+    /// not NULL: it must have been created with the saved options (scaling,
+    /// format, history length, amax algorithm, margin, power-of-two scales).
+    /// Each saved slot is matched by name: a live slot of that name and role
+    /// gets the saved state; a saved name the recipe lacks is added as a slot
+    /// that autocast takes over at the first use of the weight it belongs to
+    /// (its slots' names, see "FP8 under autocast"), so training resumes with
+    /// the saved scales and histories. Validated before anything changes, as
+    /// the rest of the file.
+    /// Errors: as ampx_checkpoint_file_load; INVALID_ARGUMENT also for a file
+    /// without a recipe section, other recipe options, or a name whose role
+    /// differs.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 12. Training checkpoint files (EXPERIMENTAL)).
+    #[must_use]
+    pub fn ampx_checkpoint_file_load_fp8(path: *const c_char, params: *const ampx_tensor, count: usize, optimizer: ampx_optimizer, scaler: ampx_scaler, recipe: ampx_fp8_recipe) -> ampx_status;
 }
 
 // ===========================================================================
@@ -3118,6 +3176,27 @@ extern "C" {
     /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 14. Data-parallel training: communicators, gradient all-reduce).
     #[must_use]
     pub fn ampx_data_parallel_reduce(dp: ampx_data_parallel) -> ampx_status;
+
+    /// FP8 (section 18): makes `dp` MAX-reduce the step amaxes of `recipe`
+    /// over the ranks, so that every rank's FP8 scales and amax histories stay
+    /// bitwise equal (as Transformer Engine reduces amaxes over its group).
+    /// The amaxes ride in the all-reduce of found-inf that ampx_scaler_unscale
+    /// makes (no extra collective in a loop with a scaler); where no unscale
+    /// came between the step's last quantization and ampx_fp8_recipe_update,
+    /// that update reduces them itself (one all-reduce, collective then). A
+    /// NaN amax on any rank becomes every rank's. `recipe` is retained until
+    /// another is attached, NULL detaches it, or dp is released. Not a
+    /// collective itself, but every rank must attach a recipe with the same
+    /// slots (autocast adds them in the same order on ranks that run the same
+    /// program): the reduction's length is the slot count.
+    /// Errors: INVALID_ARGUMENT (a recipe another wrapper reduces: detach it
+    /// there first), DEVICE (the recipe belongs to another context),
+    /// STALE_HANDLE. Nothing changes on error. The context's thread rules
+    /// apply.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 14. Data-parallel training: communicators, gradient all-reduce).
+    #[must_use]
+    pub fn ampx_data_parallel_set_fp8_recipe(dp: ampx_data_parallel, recipe: ampx_fp8_recipe) -> ampx_status;
 }
 
 /// What ampx_data_parallel_get_stats reports.
@@ -3672,6 +3751,78 @@ extern "C" {
     pub fn ampx_doctor_release(doctor: ampx_doctor);
 }
 
+/// What FP8 would do to a tensor at a slot's current scale
+/// (ampx_doctor_fp8_inspect), in both formats, so a program sees why a
+/// layer should stay in bf16: a large flushed fraction means the scale is
+/// too small for the tensor's small values, a saturated one that it is
+/// too large (or the amax history lags a growing tensor).
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 15. The precision doctor: gradient statistics, scale history, findings).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_fp8_tensor_report {
+    /// set by the caller: sizeof(ampx_fp8_tensor_report)
+    pub struct_size: usize,
+    /// the tensor's non-zero finite elements
+    pub count: i64,
+    /// fraction of them x * scale rounds to 0 in E4M3
+    pub flushed_e4m3: f64,
+    /// fraction beyond 448 (saturated) in E4M3
+    pub saturated_e4m3: f64,
+    /// the same in E5M2
+    pub flushed_e5m2: f64,
+    /// beyond 57344 in E5M2
+    pub saturated_e5m2: f64,
+    /// the slot's scale the fractions are for
+    pub scale: f32,
+    /// the slot's own format
+    pub dtype: ampx_dtype,
+}
+
+impl Default for ampx_fp8_tensor_report {
+    /// [`AMPX_FP8_TENSOR_REPORT_INIT`], the header's initializer.
+    fn default() -> Self { AMPX_FP8_TENSOR_REPORT_INIT }
+}
+
+/// `AMPX_FP8_TENSOR_REPORT_INIT`: the header's initializer of [`ampx_fp8_tensor_report`].
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 15. The precision doctor: gradient statistics, scale history, findings).
+pub const AMPX_FP8_TENSOR_REPORT_INIT: ampx_fp8_tensor_report = ampx_fp8_tensor_report {
+    struct_size: size_of::<ampx_fp8_tensor_report>(),
+    count: 0,
+    flushed_e4m3: 0.0,
+    saturated_e4m3: 0.0,
+    flushed_e5m2: 0.0,
+    saturated_e5m2: 0.0,
+    scale: 0.0,
+    dtype: 0,
+};
+
+extern "C" {
+    /// Fills *report (whose struct_size the caller sets) for `tensor` (F32,
+    /// F16 or BF16, of the recipe's context) quantized with slot `slot`'s
+    /// current scale: of its non-zero finite elements, the fractions that
+    /// round to zero and that lie beyond the largest finite value, in E4M3 and
+    /// in E5M2 (fractions 0 when it has none). Changes nothing; synchronizes.
+    /// The slot's amax history comes from ampx_fp8_recipe_slot_get.
+    /// Errors: INVALID_ARGUMENT (NULL, struct_size too small, slot out of
+    /// range), DTYPE, DEVICE (another context), STALE_HANDLE, OUT_OF_MEMORY.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 15. The precision doctor: gradient statistics, scale history, findings).
+    #[must_use]
+    pub fn ampx_doctor_fp8_inspect(recipe: ampx_fp8_recipe, slot: i64, tensor: ampx_tensor, report: *mut ampx_fp8_tensor_report) -> ampx_status;
+
+    /// text receives a table of `recipe`'s slots, one line each: name,
+    /// format, scale, step amax and the history's maximum and length filled
+    /// so far. Owned by the recipe, valid until its next summary or its
+    /// release. Synchronizes.
+    /// Errors: INVALID_ARGUMENT (NULL), STALE_HANDLE, DEVICE.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 15. The precision doctor: gradient statistics, scale history, findings).
+    #[must_use]
+    pub fn ampx_doctor_fp8_summary(recipe: ampx_fp8_recipe, text: *mut *const c_char) -> ampx_status;
+}
+
 // ===========================================================================
 // 16. safetensors files (EXPERIMENTAL)
 // ===========================================================================
@@ -3991,6 +4142,353 @@ extern "C" {
 }
 
 // ===========================================================================
+// 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)
+// ===========================================================================
+
+/// What a conversion into FP8 does with a magnitude beyond the format's
+/// largest finite value (E4M3 448, E5M2 57344), infinities included.
+/// Numbers pinned.
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+pub type ampx_fp8_overflow = c_int;
+/// +-max (Transformer Engine's casts,
+/// cuda_fp8.h's __NV_SATFINITE, torch's
+/// float8_e4m3fn cast)
+pub const AMPX_FP8_SATURATE: ampx_fp8_overflow = 1;
+/// NaN in E4M3, +-inf in E5M2 (__NV_NOSAT,
+/// torch's float8_e5m2 cast)
+pub const AMPX_FP8_NO_SATURATE: ampx_fp8_overflow = 2;
+/// not a rule (see AMPX_STATUS_MIN_ENUM)
+pub const AMPX_FP8_OVERFLOW_MIN_ENUM: ampx_fp8_overflow = -2147483648;
+/// not a rule (see AMPX_STATUS_MAX_ENUM)
+pub const AMPX_FP8_OVERFLOW_MAX_ENUM: ampx_fp8_overflow = 2147483647;
+
+extern "C" {
+    /// dst = src converted into dst's FP8 type with the overflow rule
+    /// `overflow` (ampx_tensor_copy uses each type's torch rule: E4M3
+    /// saturates, E5M2 does not). Rounding to nearest even, subnormals kept,
+    /// NaN to NaN with its sign. src is F32, F16 or BF16, dst F8E4M3 or
+    /// F8E5M2; same context, same number of elements. Enqueued on the
+    /// device; no synchronisation.
+    /// Errors: INVALID_ARGUMENT (NULL, an unknown rule), DTYPE (types as
+    /// above), SHAPE, DEVICE (other contexts), STALE_HANDLE. dst is unchanged
+    /// on error. The context's thread rules apply.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+    #[must_use]
+    pub fn ampx_tensor_copy_fp8(dst: ampx_tensor, src: ampx_tensor, overflow: ampx_fp8_overflow) -> ampx_status;
+}
+
+/// How a recipe scales. Numbers pinned.
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+pub type ampx_fp8_scaling = c_int;
+/// from the amax history of past steps (TE's DelayedScaling)
+pub const AMPX_FP8_DELAYED: ampx_fp8_scaling = 1;
+/// from the tensor's own amax (TE's Float8CurrentScaling)
+pub const AMPX_FP8_CURRENT: ampx_fp8_scaling = 2;
+/// not a value (see AMPX_STATUS_MIN_ENUM)
+pub const AMPX_FP8_SCALING_MIN_ENUM: ampx_fp8_scaling = -2147483648;
+/// not a value (see AMPX_STATUS_MAX_ENUM)
+pub const AMPX_FP8_SCALING_MAX_ENUM: ampx_fp8_scaling = 2147483647;
+
+/// Which FP8 type each role gets. Numbers pinned.
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+pub type ampx_fp8_format = c_int;
+/// E4M3 forward, E5M2 for gradients
+pub const AMPX_FP8_HYBRID: ampx_fp8_format = 1;
+/// E4M3 everywhere
+pub const AMPX_FP8_E4M3: ampx_fp8_format = 2;
+/// not a value (see AMPX_STATUS_MIN_ENUM)
+pub const AMPX_FP8_FORMAT_MIN_ENUM: ampx_fp8_format = -2147483648;
+/// not a value (see AMPX_STATUS_MAX_ENUM)
+pub const AMPX_FP8_FORMAT_MAX_ENUM: ampx_fp8_format = 2147483647;
+
+/// Which amax a delayed update scales by. Numbers pinned.
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+pub type ampx_fp8_amax_algo = c_int;
+/// the maximum over the history
+pub const AMPX_FP8_AMAX_MAX: ampx_fp8_amax_algo = 1;
+/// the step's own amax
+pub const AMPX_FP8_AMAX_MOST_RECENT: ampx_fp8_amax_algo = 2;
+/// not a value (see AMPX_STATUS_MIN_ENUM)
+pub const AMPX_FP8_AMAX_ALGO_MIN_ENUM: ampx_fp8_amax_algo = -2147483648;
+/// not a value (see AMPX_STATUS_MAX_ENUM)
+pub const AMPX_FP8_AMAX_ALGO_MAX_ENUM: ampx_fp8_amax_algo = 2147483647;
+
+/// What a slot holds, which decides its format. Numbers pinned.
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+pub type ampx_fp8_role = c_int;
+/// an activation or a weight
+pub const AMPX_FP8_FORWARD: ampx_fp8_role = 1;
+/// a gradient
+pub const AMPX_FP8_BACKWARD: ampx_fp8_role = 2;
+/// not a value (see AMPX_STATUS_MIN_ENUM)
+pub const AMPX_FP8_ROLE_MIN_ENUM: ampx_fp8_role = -2147483648;
+/// not a value (see AMPX_STATUS_MAX_ENUM)
+pub const AMPX_FP8_ROLE_MAX_ENUM: ampx_fp8_role = 2147483647;
+
+/// Options of ampx_fp8_recipe_create (Transformer Engine's defaults).
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_fp8_recipe_options {
+    /// sizeof(ampx_fp8_recipe_options)
+    pub struct_size: usize,
+    /// default AMPX_FP8_DELAYED
+    pub scaling: ampx_fp8_scaling,
+    /// default AMPX_FP8_HYBRID
+    pub format: ampx_fp8_format,
+    /// default 1024; >= 1
+    pub amax_history_len: i32,
+    /// default AMPX_FP8_AMAX_MAX
+    pub amax_compute_algo: ampx_fp8_amax_algo,
+    /// default 0; 0 .. 127 (delayed)
+    pub margin: i32,
+    /// default 0; current scaling only
+    pub power_of_two_scales: i32,
+}
+
+impl Default for ampx_fp8_recipe_options {
+    /// [`AMPX_FP8_RECIPE_OPTIONS_INIT`], the header's initializer.
+    fn default() -> Self { AMPX_FP8_RECIPE_OPTIONS_INIT }
+}
+
+/// `AMPX_FP8_RECIPE_OPTIONS_INIT`: the header's initializer of [`ampx_fp8_recipe_options`].
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+pub const AMPX_FP8_RECIPE_OPTIONS_INIT: ampx_fp8_recipe_options = ampx_fp8_recipe_options {
+    struct_size: size_of::<ampx_fp8_recipe_options>(),
+    scaling: AMPX_FP8_DELAYED,
+    format: AMPX_FP8_HYBRID,
+    amax_history_len: 1024,
+    amax_compute_algo: AMPX_FP8_AMAX_MAX,
+    margin: 0,
+    power_of_two_scales: 0,
+};
+
+extern "C" {
+    /// Default options (as AMPX_FP8_RECIPE_OPTIONS_INIT). Thread-safe.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+    pub fn ampx_fp8_recipe_options_default() -> ampx_fp8_recipe_options;
+
+    /// Creates a recipe on `ctx` with no slots (NULL options: the defaults).
+    /// *out is owned by the caller (ampx_fp8_recipe_release); it holds a
+    /// reference to the context.
+    /// Errors: INVALID_ARGUMENT (NULL ctx or out; struct_size too small; an
+    /// unknown enum value; amax_history_len < 1; margin outside 0 .. 127 --
+    /// the option is named), NOT_SUPPORTED (a backend without FP8
+    /// quantization), OUT_OF_MEMORY, STALE_HANDLE.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+    #[must_use]
+    pub fn ampx_fp8_recipe_create(ctx: ampx_context, options: *const ampx_fp8_recipe_options, out: *mut ampx_fp8_recipe) -> ampx_status;
+
+    /// Drops the caller's reference; the recipe goes with the last one
+    /// (autocast policies using it hold one). NULL is a no-op. Any thread, as
+    /// ampx_tensor_release.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+    pub fn ampx_fp8_recipe_release(recipe: ampx_fp8_recipe);
+
+    /// Adds a slot of `role` named `name` (copied; NULL or "" for none; a
+    /// name is unique in the recipe) with scale 1, amax 0 and an empty
+    /// history; *slot receives its index (slots are numbered 0, 1, ... in the
+    /// order they are added; autocast adds its own too). Device memory comes
+    /// 64 slots at a time; nothing synchronizes.
+    /// Errors: INVALID_ARGUMENT (NULL slot, an unknown role, a name in use),
+    /// OUT_OF_MEMORY, STALE_HANDLE. The context's thread rules apply.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+    #[must_use]
+    pub fn ampx_fp8_recipe_add_tensor(recipe: ampx_fp8_recipe, role: ampx_fp8_role, name: *const c_char, slot: *mut i64) -> ampx_status;
+
+    /// count receives the number of slots.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+    #[must_use]
+    pub fn ampx_fp8_recipe_slot_count(recipe: ampx_fp8_recipe, count: *mut i64) -> ampx_status;
+
+    /// Quantizes `src` (F32, F16 or BF16) with slot `slot`'s scale into `dst`
+    /// (the slot's format: F8E4M3, or F8E5M2 for a BACKWARD slot under
+    /// HYBRID; src's element count), saturating, and folds src's amax into the
+    /// slot's step amax (a tensor quantized twice in a step counts once, at
+    /// its largest). `dst_transposed` (may be NULL; dst may be NULL when it is
+    /// not) receives the same values transposed, for the TN layout FP8 GEMMs
+    /// need: src is read as a [rows, cols] matrix (cols its last extent, rows
+    /// the product of the others) and dst_transposed, of the slot's format and
+    /// src's element count, is written [cols, rows] -- cast and transpose in one
+    /// pass. Current scaling computes the scale from src first. Enqueued; no
+    /// synchronisation.
+    /// Errors: INVALID_ARGUMENT (NULL recipe or src, both outputs NULL, slot
+    /// out of range), DTYPE (src not F32/F16/BF16, an output not of the slot's
+    /// format), SHAPE (element counts differ), DEVICE (another context),
+    /// STALE_HANDLE. Nothing changes on error.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+    #[must_use]
+    pub fn ampx_fp8_quantize(recipe: ampx_fp8_recipe, slot: i64, src: ampx_tensor, dst: ampx_tensor, dst_transposed: ampx_tensor) -> ampx_status;
+
+    /// Ends a step for every slot: its amax joins its history and (delayed
+    /// scaling) its scale and inverse are recomputed (see above); amaxes start
+    /// again from 0. Call it once per training step, after backward (e.g.
+    /// beside ampx_scaler_update). Enqueued; no synchronisation. For a recipe
+    /// attached to a data-parallel wrapper (ampx_data_parallel_set_fp8_recipe)
+    /// whose amaxes no unscale has reduced since the step's last quantization,
+    /// a collective: the amaxes are MAX-reduced over the ranks first.
+    /// Errors: INVALID_ARGUMENT (NULL), STALE_HANDLE, DEVICE (also: that
+    /// reduction's communicator failed or timed out), ORDER (that wrapper
+    /// failed earlier); nothing changes on error.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+    #[must_use]
+    pub fn ampx_fp8_recipe_update(recipe: ampx_fp8_recipe) -> ampx_status;
+
+    /// out receives a new F32 tensor of shape [1] (owned by the caller) that
+    /// is slot `slot`'s scale (inverse 0) or inverse scale (inverse != 0) in
+    /// the recipe's device memory -- a view, not a copy: it follows every
+    /// update, and keeps that memory alive. An engine with its own FP8 GEMM
+    /// passes the inverse scales' ampx_tensor_data as the GEMM's A/B scale
+    /// pointers (cuBLASLt: CUBLASLT_MATMUL_DESC_A_SCALE_POINTER).
+    /// Errors: INVALID_ARGUMENT (NULL, slot out of range), OUT_OF_MEMORY,
+    /// STALE_HANDLE.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+    #[must_use]
+    pub fn ampx_fp8_recipe_scale_tensor(recipe: ampx_fp8_recipe, slot: i64, inverse: i32, out: *mut ampx_tensor) -> ampx_status;
+}
+
+/// A slot as ampx_fp8_recipe_slot_get reads it.
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_fp8_slot_info {
+    /// set by the caller: sizeof(ampx_fp8_slot_info)
+    pub struct_size: usize,
+    /// owned by the recipe, valid while it lives
+    pub name: *const c_char,
+    pub role: ampx_fp8_role,
+    /// the slot's format, AMPX_F8E4M3 or AMPX_F8E5M2
+    pub dtype: ampx_dtype,
+    pub scale: f32,
+    pub scale_inv: f32,
+    /// this step's, not yet in the history
+    pub amax: f32,
+    /// the recipe's amax_history_len
+    pub history_len: i32,
+}
+
+impl Default for ampx_fp8_slot_info {
+    /// [`AMPX_FP8_SLOT_INFO_INIT`], the header's initializer.
+    fn default() -> Self { AMPX_FP8_SLOT_INFO_INIT }
+}
+
+/// `AMPX_FP8_SLOT_INFO_INIT`: the header's initializer of [`ampx_fp8_slot_info`].
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+pub const AMPX_FP8_SLOT_INFO_INIT: ampx_fp8_slot_info = ampx_fp8_slot_info {
+    struct_size: size_of::<ampx_fp8_slot_info>(),
+    name: null(),
+    role: 0,
+    dtype: 0,
+    scale: 0.0,
+    scale_inv: 0.0,
+    amax: 0.0,
+    history_len: 0,
+};
+
+extern "C" {
+    /// Fills *info (whose struct_size the caller sets; fields beyond it are
+    /// not written) with slot `slot`, and, when `history` is not NULL, writes
+    /// the slot's amax history into history[0 .. capacity-1], oldest first
+    /// (the last entry is the most recent update's; entries never filled are
+    /// 0); capacity must be the history length then. Synchronizes.
+    /// Errors: INVALID_ARGUMENT (NULL recipe or info, struct_size too small,
+    /// slot out of range, a capacity other than the history length),
+    /// STALE_HANDLE, DEVICE.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+    #[must_use]
+    pub fn ampx_fp8_recipe_slot_get(recipe: ampx_fp8_recipe, slot: i64, info: *mut ampx_fp8_slot_info, history: *mut f32, capacity: i32) -> ampx_status;
+}
+
+/// The default of ampx_autocast_set_fp8's min_gemm_size: 2^33. FP8 loses
+/// to bf16 on small products (torchao measured 0.80x at 1024 x 2048 x 1024
+/// and 1.39x at 4096 x 8192 x 16384 on an H100); ampx's own crossover is
+/// bench/bench_fp8_gpu's to measure.
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+pub const AMPX_FP8_DEFAULT_MIN_GEMM_SIZE: i64 = 8589934592;
+
+extern "C" {
+    /// Makes `autocast` an FP8 policy with `recipe` (borrowed; the policy
+    /// holds a reference until it is released or given another), or a plain
+    /// one again with recipe NULL. A product whose m * n * k is below
+    /// `min_gemm_size` (>= 0; AMPX_FP8_DEFAULT_MIN_GEMM_SIZE is a start) stays
+    /// in the policy's dtype. Applies to the ops run after the call, also
+    /// while the policy is entered. On error the policy is unchanged.
+    /// Errors: INVALID_ARGUMENT (a negative size), DEVICE (the recipe belongs
+    /// to another context), STALE_HANDLE, and NOT_SUPPORTED when the context's
+    /// device has no FP8 products (a CUDA device below compute capability 8.9;
+    /// the message names the device and its capability) -- the program then
+    /// keeps the plain bf16 policy. The context's thread rules apply.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+    #[must_use]
+    pub fn ampx_autocast_set_fp8(autocast: ampx_autocast, recipe: ampx_fp8_recipe, min_gemm_size: i64) -> ampx_status;
+}
+
+/// A policy's FP8 counts (ampx_autocast_fp8_stats).
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_fp8_stats {
+    /// set by the caller: sizeof(ampx_fp8_stats)
+    pub struct_size: usize,
+    /// linear/matmul calls run in FP8
+    pub fp8_products: i64,
+    /// those run in the policy's dtype instead
+    pub fallbacks: i64,
+    /// why the last fallback happened ("" for
+    /// none); owned by the policy, valid until
+    /// its next op or its release
+    pub last_fallback: *const c_char,
+}
+
+impl Default for ampx_fp8_stats {
+    /// [`AMPX_FP8_STATS_INIT`], the header's initializer.
+    fn default() -> Self { AMPX_FP8_STATS_INIT }
+}
+
+/// `AMPX_FP8_STATS_INIT`: the header's initializer of [`ampx_fp8_stats`].
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+pub const AMPX_FP8_STATS_INIT: ampx_fp8_stats = ampx_fp8_stats {
+    struct_size: size_of::<ampx_fp8_stats>(),
+    fp8_products: 0,
+    fallbacks: 0,
+    last_fallback: null(),
+};
+
+extern "C" {
+    /// Fills *stats (whose struct_size the caller sets; fields beyond it are
+    /// not written) with the counts of `autocast` since its creation (zeros
+    /// for a policy that never had a recipe). No device access.
+    /// Errors: INVALID_ARGUMENT (NULL, struct_size too small), STALE_HANDLE.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)).
+    #[must_use]
+    pub fn ampx_autocast_fp8_stats(autocast: ampx_autocast, stats: *mut ampx_fp8_stats) -> ampx_status;
+}
+
+// ===========================================================================
 // Struct layouts, for tests/layout.rs
 // ===========================================================================
 
@@ -4237,6 +4735,16 @@ pub mod layout {
             ("offsetof ampx_doctor_finding.first_step", ampx_offset_of!(ampx_doctor_finding, first_step)),
             ("offsetof ampx_doctor_finding.last_step", ampx_offset_of!(ampx_doctor_finding, last_step)),
             ("offsetof ampx_doctor_finding.message", ampx_offset_of!(ampx_doctor_finding, message)),
+            ("sizeof ampx_fp8_tensor_report", size_of::<ampx_fp8_tensor_report>()),
+            ("alignof ampx_fp8_tensor_report", align_of::<ampx_fp8_tensor_report>()),
+            ("offsetof ampx_fp8_tensor_report.struct_size", ampx_offset_of!(ampx_fp8_tensor_report, struct_size)),
+            ("offsetof ampx_fp8_tensor_report.count", ampx_offset_of!(ampx_fp8_tensor_report, count)),
+            ("offsetof ampx_fp8_tensor_report.flushed_e4m3", ampx_offset_of!(ampx_fp8_tensor_report, flushed_e4m3)),
+            ("offsetof ampx_fp8_tensor_report.saturated_e4m3", ampx_offset_of!(ampx_fp8_tensor_report, saturated_e4m3)),
+            ("offsetof ampx_fp8_tensor_report.flushed_e5m2", ampx_offset_of!(ampx_fp8_tensor_report, flushed_e5m2)),
+            ("offsetof ampx_fp8_tensor_report.saturated_e5m2", ampx_offset_of!(ampx_fp8_tensor_report, saturated_e5m2)),
+            ("offsetof ampx_fp8_tensor_report.scale", ampx_offset_of!(ampx_fp8_tensor_report, scale)),
+            ("offsetof ampx_fp8_tensor_report.dtype", ampx_offset_of!(ampx_fp8_tensor_report, dtype)),
             ("sizeof ampx_safetensors_entry", size_of::<ampx_safetensors_entry>()),
             ("alignof ampx_safetensors_entry", align_of::<ampx_safetensors_entry>()),
             ("offsetof ampx_safetensors_entry.struct_size", ampx_offset_of!(ampx_safetensors_entry, struct_size)),
@@ -4258,6 +4766,31 @@ pub mod layout {
             ("offsetof ampx_lr_schedule.min_lr", ampx_offset_of!(ampx_lr_schedule, min_lr)),
             ("offsetof ampx_lr_schedule.step_size", ampx_offset_of!(ampx_lr_schedule, step_size)),
             ("offsetof ampx_lr_schedule.gamma", ampx_offset_of!(ampx_lr_schedule, gamma)),
+            ("sizeof ampx_fp8_recipe_options", size_of::<ampx_fp8_recipe_options>()),
+            ("alignof ampx_fp8_recipe_options", align_of::<ampx_fp8_recipe_options>()),
+            ("offsetof ampx_fp8_recipe_options.struct_size", ampx_offset_of!(ampx_fp8_recipe_options, struct_size)),
+            ("offsetof ampx_fp8_recipe_options.scaling", ampx_offset_of!(ampx_fp8_recipe_options, scaling)),
+            ("offsetof ampx_fp8_recipe_options.format", ampx_offset_of!(ampx_fp8_recipe_options, format)),
+            ("offsetof ampx_fp8_recipe_options.amax_history_len", ampx_offset_of!(ampx_fp8_recipe_options, amax_history_len)),
+            ("offsetof ampx_fp8_recipe_options.amax_compute_algo", ampx_offset_of!(ampx_fp8_recipe_options, amax_compute_algo)),
+            ("offsetof ampx_fp8_recipe_options.margin", ampx_offset_of!(ampx_fp8_recipe_options, margin)),
+            ("offsetof ampx_fp8_recipe_options.power_of_two_scales", ampx_offset_of!(ampx_fp8_recipe_options, power_of_two_scales)),
+            ("sizeof ampx_fp8_slot_info", size_of::<ampx_fp8_slot_info>()),
+            ("alignof ampx_fp8_slot_info", align_of::<ampx_fp8_slot_info>()),
+            ("offsetof ampx_fp8_slot_info.struct_size", ampx_offset_of!(ampx_fp8_slot_info, struct_size)),
+            ("offsetof ampx_fp8_slot_info.name", ampx_offset_of!(ampx_fp8_slot_info, name)),
+            ("offsetof ampx_fp8_slot_info.role", ampx_offset_of!(ampx_fp8_slot_info, role)),
+            ("offsetof ampx_fp8_slot_info.dtype", ampx_offset_of!(ampx_fp8_slot_info, dtype)),
+            ("offsetof ampx_fp8_slot_info.scale", ampx_offset_of!(ampx_fp8_slot_info, scale)),
+            ("offsetof ampx_fp8_slot_info.scale_inv", ampx_offset_of!(ampx_fp8_slot_info, scale_inv)),
+            ("offsetof ampx_fp8_slot_info.amax", ampx_offset_of!(ampx_fp8_slot_info, amax)),
+            ("offsetof ampx_fp8_slot_info.history_len", ampx_offset_of!(ampx_fp8_slot_info, history_len)),
+            ("sizeof ampx_fp8_stats", size_of::<ampx_fp8_stats>()),
+            ("alignof ampx_fp8_stats", align_of::<ampx_fp8_stats>()),
+            ("offsetof ampx_fp8_stats.struct_size", ampx_offset_of!(ampx_fp8_stats, struct_size)),
+            ("offsetof ampx_fp8_stats.fp8_products", ampx_offset_of!(ampx_fp8_stats, fp8_products)),
+            ("offsetof ampx_fp8_stats.fallbacks", ampx_offset_of!(ampx_fp8_stats, fallbacks)),
+            ("offsetof ampx_fp8_stats.last_fallback", ampx_offset_of!(ampx_fp8_stats, last_fallback)),
         ]
     }
 }

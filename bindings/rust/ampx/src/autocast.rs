@@ -7,6 +7,7 @@ use ampx_sys as sys;
 use crate::context::Context;
 use crate::dtype::DType;
 use crate::error::{check, Error, Result, Status};
+use crate::fp8::{Fp8Recipe, Fp8Stats};
 
 /// Precision classes of ops under autocast (`ampx_op_class`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -142,6 +143,24 @@ impl Autocast {
         // SAFETY: live handle, valid pointers.
         check(unsafe { sys::ampx_autocast_cache_stats(self.as_raw(), &mut hits, &mut misses) })?;
         Ok((hits, misses))
+    }
+
+    /// Makes this an FP8 policy with `recipe` (the policy keeps its own
+    /// reference), or a plain one again with `None` (`ampx_autocast_set_fp8`).
+    /// Products with m * n * k below `min_gemm_size`
+    /// ([`crate::FP8_DEFAULT_MIN_GEMM_SIZE`] is a start) stay in the
+    /// policy's dtype. `Status::NotSupported` on a device without FP8
+    /// products; the policy is unchanged on error.
+    pub fn set_fp8(&self, recipe: Option<&Fp8Recipe>, min_gemm_size: i64) -> Result<()> {
+        let recipe = recipe.map_or(ptr::null_mut(), Fp8Recipe::as_raw);
+        // SAFETY: live handles (or NULL).
+        check(unsafe { sys::ampx_autocast_set_fp8(self.as_raw(), recipe, min_gemm_size) })
+    }
+
+    /// Products run in FP8, fallbacks and the last fallback's reason
+    /// (`ampx_autocast_fp8_stats`).
+    pub fn fp8_stats(&self) -> Result<Fp8Stats> {
+        crate::fp8::stats_of(self.as_raw())
     }
 }
 

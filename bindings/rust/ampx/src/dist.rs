@@ -289,6 +289,16 @@ impl DataParallel {
             shard_elements: s.shard_elements,
         })
     }
+
+    /// Makes this wrapper MAX-reduce `recipe`'s step amaxes over the ranks
+    /// before its updates, so every rank's FP8 scales stay bitwise equal
+    /// (`ampx_data_parallel_set_fp8_recipe`; the wrapper keeps a reference);
+    /// `None` detaches. Every rank attaches a recipe with the same slots.
+    pub fn set_fp8_recipe(&self, recipe: Option<&crate::fp8::Fp8Recipe>) -> Result<()> {
+        let recipe = recipe.map_or(ptr::null_mut(), crate::fp8::Fp8Recipe::as_raw);
+        // SAFETY: live handles (or NULL).
+        check(unsafe { sys::ampx_data_parallel_set_fp8_recipe(self.as_raw(), recipe) })
+    }
 }
 
 owns_reference!(DataParallel, release: sys::ampx_data_parallel_release);

@@ -18,6 +18,11 @@ pub enum DType {
     I32,
     /// 64-bit signed integer.
     I64,
+    /// OCP FP8 E4M3 (E4M3FN, torch.float8_e4m3fn): max 448, no infinities.
+    /// Storage and FP8 products only.
+    F8E4M3,
+    /// OCP FP8 E5M2 (torch.float8_e5m2): max 57344, IEEE inf and NaN.
+    F8E5M2,
 }
 
 impl DType {
@@ -29,6 +34,8 @@ impl DType {
             DType::BF16 => sys::AMPX_BF16,
             DType::I32 => sys::AMPX_I32,
             DType::I64 => sys::AMPX_I64,
+            DType::F8E4M3 => sys::AMPX_F8E4M3,
+            DType::F8E5M2 => sys::AMPX_F8E5M2,
         }
     }
 
@@ -40,6 +47,8 @@ impl DType {
             sys::AMPX_BF16 => DType::BF16,
             sys::AMPX_I32 => DType::I32,
             sys::AMPX_I64 => DType::I64,
+            sys::AMPX_F8E4M3 => DType::F8E4M3,
+            sys::AMPX_F8E5M2 => DType::F8E5M2,
             _ => return None,
         })
     }
@@ -50,16 +59,21 @@ impl DType {
         unsafe { sys::ampx_dtype_size(self.to_raw()) }
     }
 
-    /// The library's name: "f32", "f16", "bf16", "i32" or "i64"
+    /// The library's name: "f32", "f16", "bf16", "i32", "i64", ...
     /// (`ampx_dtype_name`).
     pub fn name(self) -> &'static str {
         // SAFETY: returns a static string, never NULL.
         unsafe { static_str(sys::ampx_dtype_name(self.to_raw())) }
     }
 
-    /// True for F32, F16 and BF16.
+    /// True for F32, F16, BF16 and the FP8 types.
     pub fn is_floating(self) -> bool {
-        matches!(self, DType::F32 | DType::F16 | DType::BF16)
+        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2)
+    }
+
+    /// True for F8E4M3 and F8E5M2.
+    pub fn is_fp8(self) -> bool {
+        matches!(self, DType::F8E4M3 | DType::F8E5M2)
     }
 }
 
@@ -105,12 +119,22 @@ impl Bf16 {
     }
 }
 
+/// An FP8 E4M3 value, held as its bits (ampx converts: [`crate::Tensor::cast`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct F8E4M3(pub u8);
+
+/// An FP8 E5M2 value, held as its bits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct F8E5M2(pub u8);
+
 mod sealed {
     pub trait Sealed {}
 }
 
 /// Host types whose memory layout is exactly one element of a [`DType`]:
-/// `f32`, `i32`, `i64`, [`F16`] and [`Bf16`]. Sealed: the binding copies
+/// `f32`, `i32`, `i64`, [`F16`], [`Bf16`], [`F8E4M3`] and [`F8E5M2`]. Sealed: the binding copies
 /// raw bytes between tensors and slices of these types.
 pub trait Element: Copy + Default + sealed::Sealed + 'static {
     /// The element type this host type holds.
@@ -125,4 +149,5 @@ macro_rules! element {
         }
     )*};
 }
-element!(f32 => F32, F16 => F16, Bf16 => BF16, i32 => I32, i64 => I64);
+element!(f32 => F32, F16 => F16, Bf16 => BF16, i32 => I32, i64 => I64, F8E4M3 => F8E4M3,
+         F8E5M2 => F8E5M2);

@@ -80,6 +80,16 @@
 //! doctor.examine().unwrap(); // error[E0382]: use of moved value
 //! ```
 //!
+//! An [`Fp8Recipe`] likewise: a released recipe cannot be used.
+//!
+//! ```compile_fail
+//! # use ampx::{Context, Fp8Recipe};
+//! let ctx = Context::new().unwrap();
+//! let recipe = Fp8Recipe::new(&ctx, &Default::default()).unwrap();
+//! drop(recipe); // releases this reference (autocast policies keep theirs)
+//! recipe.update().unwrap(); // error[E0382]: use of moved value
+//! ```
+//!
 //! # Higher-order gradients
 //!
 //! [`grad`] is torch.autograd.grad: gradients of outputs with respect to
@@ -115,6 +125,9 @@
 //!   reports gradient histograms, fp16 underflow and overflow, the scale
 //!   history and findings, and writes an HTML report.
 //! - safetensors files: [`save_safetensors`], [`SafetensorsFile`].
+//! - FP8 training ([`fp8`]): [`Fp8Recipe`] (delayed or current scaling
+//!   after Transformer Engine), [`Autocast::set_fp8`] to run linear and
+//!   matmul in FP8, [`Tensor::copy_fp8_from`], [`save_checkpoint_fp8`].
 //!
 //! # Threads: why nothing here is `Send` or `Sync`
 //!
@@ -217,6 +230,7 @@ pub mod dist;
 pub mod doctor;
 mod dtype;
 mod error;
+pub mod fp8;
 mod hooks;
 mod ops;
 mod optim;
@@ -228,11 +242,15 @@ pub use ampx_sys as sys;
 
 pub use crate::autocast::{Autocast, AutocastGuard, AutocastOptions, OpClass};
 pub use crate::autograd::{grad, BackwardOptions, GradOptions};
-pub use crate::checkpoint_file::{load_checkpoint, save_checkpoint};
+pub use crate::checkpoint_file::{load_checkpoint, load_checkpoint_fp8, save_checkpoint, save_checkpoint_fp8};
+pub use crate::fp8::{
+    AmaxAlgo, Fp8Format, Fp8Overflow, Fp8Recipe, Fp8RecipeOptions, Fp8Role, Fp8Scaling, Fp8SlotInfo, Fp8Stats, Fp8TensorReport,
+    FP8_DEFAULT_MIN_GEMM_SIZE,
+};
 pub use crate::context::{Context, ContextOptions, GradModeGuard, MemoryStats, Scope};
 pub use crate::dist::{Communicator, DataParallel, DataParallelOptions, DataParallelStats};
 pub use crate::doctor::{Doctor, DoctorFinding, DoctorOptions, DoctorOverview, DoctorParamStats, DoctorSample};
-pub use crate::dtype::{Bf16, DType, Device, Element, F16};
+pub use crate::dtype::{Bf16, DType, Device, Element, F16, F8E4M3, F8E5M2};
 pub use crate::error::{Error, Result, Status};
 pub use crate::ops::{concat, Activation, AttentionOptions, Conv2dOptions, Pool2dOptions, Reduction};
 pub use crate::optim::{AdamOptions, LrDecay, LrSchedule, NonfiniteGrad, Optimizer, SgdOptions, StateKind};

@@ -362,6 +362,15 @@ impl Tensor {
         check(unsafe { sys::ampx_tensor_copy(self.as_raw(), src.as_raw()) })
     }
 
+    /// `self = src` rounded into this FP8 tensor's type with the overflow
+    /// rule `overflow` (`ampx_tensor_copy_fp8`; [`Tensor::copy_from`] uses
+    /// torch's: E4M3 saturates, E5M2 overflows to inf). src is F32, F16 or
+    /// BF16 with as many elements.
+    pub fn copy_fp8_from(&self, src: &Tensor, overflow: crate::fp8::Fp8Overflow) -> Result<()> {
+        // SAFETY: live tensors.
+        check(unsafe { sys::ampx_tensor_copy_fp8(self.as_raw(), src.as_raw(), overflow.to_raw()) })
+    }
+
     /// A new tensor of `dtype` holding the converted contents.
     pub fn cast(&self, dtype: DType) -> Result<Tensor> {
         // SAFETY: live tensor.

@@ -27,8 +27,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
 use ampx::{
-    Activation, Communicator, Context, ContextOptions, DType, DataParallel, DataParallelOptions, Optimizer, Reduction,
-    SgdOptions, Status, Tensor,
+    Activation, Communicator, Context, ContextOptions, DType, DataParallel, DataParallelOptions, Fp8Recipe,
+    Fp8RecipeOptions, Fp8Role, Optimizer, Reduction, SgdOptions, Status, Tensor,
 };
 
 include!(concat!(env!("OUT_DIR"), "/mpi_link.rs"));
@@ -330,6 +330,26 @@ fn mismatched_parameters(mpi: &Mpi, checks: &mut Checks) {
     checks.check(DataParallel::new(&comm, &opt, &DataParallelOptions::default()).is_ok(), "the communicator still works");
 }
 
+/// A recipe attached to the wrapper takes the MAX of the ranks' step
+/// amaxes (rank r quantizes a tensor of amax 2 (r + 1)): every rank's scale
+/// is then 448 / (2 size) (delayed scaling, margin 0), bitwise equal.
+fn fp8_amax_over_ranks(mpi: &Mpi, checks: &mut Checks) {
+    let t = Trainer::new(mpi, 1);
+    let recipe = Fp8Recipe::new(&t.ctx, &Fp8RecipeOptions { amax_history_len: 2, ..Default::default() }).unwrap();
+    let slot = recipe.add_tensor(Fp8Role::Forward, Some("x")).unwrap();
+    t.dp().set_fp8_recipe(Some(&recipe)).unwrap();
+    let x = Tensor::from_slice(&t.ctx, &[2], &[0.5f32, -2.0 * (mpi.rank + 1) as f32]).unwrap();
+    recipe.quantized(slot, &x).unwrap();
+    recipe.update().unwrap(); // no unscale came first: the update reduces itself
+    let info = recipe.slot(slot).unwrap();
+    let expected = 448f32 / (2 * mpi.size) as f32;
+    checks.check(info.scale == expected, format!("fp8: scale {} == 448 / (2 * {})", info.scale, mpi.size));
+    checks.check(info.history == [0.0, 2.0 * mpi.size as f32], format!("fp8: history {:?}", info.history));
+    let scales = mpi.allgather(&info.scale.to_le_bytes());
+    checks.check(scales.iter().all(|s| s[..4] == info.scale.to_le_bytes()), "fp8: equal scales on every rank");
+    t.dp().set_fp8_recipe(None).unwrap();
+}
+
 fn main() {
     // SAFETY: MPI's own initialisation with no arguments, once, on the main thread.
     unsafe { MPI_Init(ptr::null_mut(), ptr::null_mut()) };
@@ -355,6 +375,7 @@ fn main() {
         accumulation(&mpi, &mut checks);
         engine_reduction(&mpi, &mut checks);
         mismatched_parameters(&mpi, &mut checks);
+        fp8_amax_over_ranks(&mpi, &mut checks);
     }));
     if run.is_err() {
         // The other ranks would wait for this one in their next collective:
