@@ -193,6 +193,16 @@ DeviceTensor* run_product(const char* op, PrecisionPolicy& policy, DeviceTensor&
                                   work_limit));
     return nullptr;
   }
+  // Scaling state is kept per weight tensor for the recipe's life: a b made
+  // by a recorded op (an activation as matmul's b, a weight recomputed each
+  // step) is a new tensor every step and would add three slots each time.
+  if (b.tape_generation != 0) {
+    note_fallback(policy, op,
+                  cat("the weight operand ", b.describe(),
+                      " was computed by a recorded op; FP8 scaling state is kept per weight "
+                      "tensor, so only tensors no recorded op made are multiplied in FP8"));
+    return nullptr;
+  }
   const bool tn = !any_layout(g);
   TensorRef bias_cast;
   const void* bias_data = nullptr;

@@ -344,6 +344,22 @@ TEST_CASE("fp8 autocast: small or unsupported products fall back to bf16, with t
   REQUIRE(ampx_autocast_fp8_stats(fp8, &stats) == AMPX_OK);
   CHECK(stats.fallbacks == 2);
   CHECK(contains(stats.last_fallback, "2-D b"));
+  // A b computed by a recorded op (an activation, not a weight) stays in
+  // bf16 and adds no slots: its tensor would be new at every step.
+  Tensor leaf(matrix(ctx, 32, 16, values(32 * 16, rng, 1.0f), nullptr, true));
+  Tensor made, y_made;
+  REQUIRE(ampx_mul(leaf, leaf, made.out()) == AMPX_OK);
+  Policy fp8_any(ctx, recipe, 0);
+  {
+    Region region(fp8_any);
+    REQUIRE(ampx_matmul(x, made, y_made.out()) == AMPX_OK);
+  }
+  REQUIRE(ampx_autocast_fp8_stats(fp8_any, &stats) == AMPX_OK);
+  CHECK(stats.fp8_products == 0);
+  CHECK(stats.fallbacks == 1);
+  CHECK(contains(stats.last_fallback, "recorded op"));
+  REQUIRE(ampx_fp8_recipe_slot_count(recipe, &count) == AMPX_OK);
+  CHECK(count == 0);
   // An op class override keeps linear out of FP8 altogether.
   Policy fp8_all(ctx, recipe, 0);
   REQUIRE(ampx_autocast_set_op_class(fp8_all, "linear", AMPX_OP_FP32) == AMPX_OK);
