@@ -3432,9 +3432,10 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_fp8_recipe_slot_get(ampx_fp8_recipe rec
  * Fallback (documented, not an error): a product with m * n * k below
  * the policy's min_gemm_size, a shape the device's FP8 GEMM does not take (CUDA:
  * m, n and k multiples of 16, 16-byte aligned data), a batched matmul
- * (b not 2-D), or a weight operand made by a recorded op (matmul's b an
- * activation: slots are per weight tensor, and such a tensor is new every
- * step) runs in the policy's dtype as plain autocast would, and the
+ * (b not 2-D), or a weight operand that may be an activation -- made by a
+ * recorded op, or, with grad mode off, one that does not require gradients
+ * (slots are per weight tensor, and an activation is new every step; a
+ * frozen weight used with grad mode off therefore runs unquantized) -- runs in the policy's dtype as plain autocast would, and the
  * policy's FP8 statistics count it with the reason. */
 
 /** The default of ampx_autocast_set_fp8's min_gemm_size: 2^33. FP8 loses

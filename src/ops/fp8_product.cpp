@@ -203,6 +203,16 @@ DeviceTensor* run_product(const char* op, PrecisionPolicy& policy, DeviceTensor&
                       "tensor, so only tensors no recorded op made are multiplied in FP8"));
     return nullptr;
   }
+  // With grad mode off nothing is recorded, so an activation cannot be told
+  // from a weight by its tape generation; there the weights are the tensors
+  // that require gradients (the parameters, which keep requiring them).
+  if (!autograd_state(ctx).grad_enabled && !b.requires_grad) {
+    note_fallback(policy, op,
+                  cat("grad mode is off and the weight operand ", b.describe(),
+                      " requires no gradient: it may be an activation, new at every call, and "
+                      "FP8 scaling state is kept per weight tensor"));
+    return nullptr;
+  }
   const bool tn = !any_layout(g);
   TensorRef bias_cast;
   const void* bias_data = nullptr;

@@ -360,6 +360,32 @@ TEST_CASE("fp8 autocast: small or unsupported products fall back to bf16, with t
   CHECK(contains(stats.last_fallback, "recorded op"));
   REQUIRE(ampx_fp8_recipe_slot_count(recipe, &count) == AMPX_OK);
   CHECK(count == 0);
+  // With grad mode off an op's output is not recorded: one that requires no
+  // gradient stays in bf16 too, while a parameter still runs in FP8.
+  {
+    int32_t previous = 1, ignored = 0;
+    REQUIRE(ampx_set_grad_enabled(ctx, 0, &previous) == AMPX_OK);
+    Tensor unrecorded, y_unrecorded, y_param;
+    REQUIRE(ampx_mul(leaf, leaf, unrecorded.out()) == AMPX_OK);
+    {
+      Region region(fp8_any);
+      REQUIRE(ampx_matmul(x, unrecorded, y_unrecorded.out()) == AMPX_OK);
+    }
+    REQUIRE(ampx_autocast_fp8_stats(fp8_any, &stats) == AMPX_OK);
+    CHECK(stats.fp8_products == 0);
+    CHECK(stats.fallbacks == 2);
+    CHECK(contains(stats.last_fallback, "grad mode is off"));
+    REQUIRE(ampx_fp8_recipe_slot_count(recipe, &count) == AMPX_OK);
+    CHECK(count == 0);
+    {
+      Region region(fp8_any);
+      REQUIRE(ampx_matmul(x, leaf, y_param.out()) == AMPX_OK);
+    }
+    REQUIRE(ampx_autocast_fp8_stats(fp8_any, &stats) == AMPX_OK);
+    CHECK(stats.fp8_products == 1);
+    CHECK(stats.fallbacks == 2);
+    REQUIRE(ampx_set_grad_enabled(ctx, previous, &ignored) == AMPX_OK);
+  }
   // An op class override keeps linear out of FP8 altogether.
   Policy fp8_all(ctx, recipe, 0);
   REQUIRE(ampx_autocast_set_op_class(fp8_all, "linear", AMPX_OP_FP32) == AMPX_OK);
