@@ -116,7 +116,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       context, std::make_unique<InputTransport>(input, rank, world));
   DataParallel* dp = nullptr;
   try {
-    dp = DataParallel::create(*comm, optimizer, options);
+    dp = DataParallel::create(*comm, &optimizer, options, DataParallel::OwnFailure{});
   } catch (const StatusError& e) {
     // INTERNAL only as another rank's own failure, relayed.
     const bool relayed = std::strstr(e.what(), "could not join") != nullptr;
