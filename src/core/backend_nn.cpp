@@ -44,6 +44,8 @@ const char* unary_name(UnaryOp op) {
     case UnaryOp::Log: return "log";
     case UnaryOp::Sqrt: return "sqrt";
     case UnaryOp::Rsqrt: return "rsqrt";
+    case UnaryOp::GeluDerivative: return "gelu_derivative";
+    case UnaryOp::GeluTanhDerivative: return "gelu_tanh_derivative";
   }
   return "?";
 }
