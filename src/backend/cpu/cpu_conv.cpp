@@ -122,13 +122,16 @@ void im2col(ThreadPool& pool, const Chunk& ch, const float* images, float* col) 
       float* out = col + r * ch.columns() + n * ch.positions;
       std::fill(out, out + rows.begin * s.out_w, 0.0f);
       for (int64_t p = rows.begin; p < rows.end; ++p) {
-        const float* src = in + (p * s.stride_h + row_shift) * s.in_w + col_shift;
+        // Offsets, not a pointer shifted by col_shift: that pointer may lie
+        // before the image (undefined even unread).
+        const float* src = in + (p * s.stride_h + row_shift) * s.in_w;
         float* row = out + p * s.out_w;
         std::fill(row, row + cols.begin, 0.0f);
         if (s.stride_w == 1) {
-          std::copy(src + cols.begin, src + cols.end, row + cols.begin);
+          if (cols.begin < cols.end)
+            std::copy(src + (cols.begin + col_shift), src + (cols.end + col_shift), row + cols.begin);
         } else {
-          for (int64_t q = cols.begin; q < cols.end; ++q) row[q] = src[q * s.stride_w];
+          for (int64_t q = cols.begin; q < cols.end; ++q) row[q] = src[q * s.stride_w + col_shift];
         }
         std::fill(row + cols.end, row + s.out_w, 0.0f);
       }
@@ -155,9 +158,9 @@ void col2im(ThreadPool& pool, const Chunk& ch, const float* col, float* images) 
         const Inside cols = outputs_inside(s.out_w, s.stride_w, col_shift, s.in_w);
         const float* in = col + (c * taps + t) * ch.columns() + n * ch.positions;
         for (int64_t p = rows.begin; p < rows.end; ++p) {
-          float* dst = out + (p * s.stride_h + row_shift) * s.in_w + col_shift;
+          float* dst = out + (p * s.stride_h + row_shift) * s.in_w;  // as in im2col
           const float* src = in + p * s.out_w;
-          for (int64_t q = cols.begin; q < cols.end; ++q) dst[q * s.stride_w] += src[q];
+          for (int64_t q = cols.begin; q < cols.end; ++q) dst[q * s.stride_w + col_shift] += src[q];
         }
       }
     }
