@@ -31,7 +31,7 @@ start=$(date +%s)
 
 cmake --preset tsan >/dev/null
 cmake --build --preset tsan --parallel "$jobs"
-ctest --preset tsan --timeout 1800
+ctest --preset tsan --timeout 1800 --parallel "$jobs"
 tsan_done=$(date +%s)
 echo "tools/reliability.sh: tsan build and tests took $(( tsan_done - start )) s"
 
