@@ -20,6 +20,7 @@
 #include <cmath>
 #include <limits>
 
+#include "math/exp_erfc.h"
 #include "math/hd.h"
 
 namespace ampx::impl {
@@ -67,12 +68,12 @@ struct Relu {
 // with full relative precision, so gelu keeps it far into the left tail.
 struct Gelu {
   AMPX_HD static float forward(float x) {
-    return times_vanishing(x, 0.5f * erfcf(-x * kInvSqrt2));
+    return times_vanishing(x, 0.5f * erfc_f32(-x * kInvSqrt2));
   }
   // Phi(x) + x * phi(x).
   AMPX_HD static float derivative(float x) {
-    const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
-    return 0.5f * erfcf(-x * kInvSqrt2) + slope_term(x, pdf);
+    const float pdf = kInvSqrt2Pi * exp_f32(-0.5f * x * x);
+    return 0.5f * erfc_f32(-x * kInvSqrt2) + slope_term(x, pdf);
   }
   AMPX_HD static float backward(float x, float dy) { return dy * derivative(x); }
 };
@@ -106,7 +107,7 @@ struct GeluTanh {
 struct GeluDerivative {
   AMPX_HD static float forward(float x) { return Gelu::derivative(x); }
   AMPX_HD static float backward(float x, float dy) {
-    const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
+    const float pdf = kInvSqrt2Pi * exp_f32(-0.5f * x * x);
     return dy * slope_term(2.0f - x * x, pdf);
   }
 };

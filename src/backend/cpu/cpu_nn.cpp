@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/float_dispatch.h"
 #include "backend/cpu/float_tiles.h"
+#include "backend/cpu/isa_variants.h"
 #include "core/error.h"
 #include "math/activations.h"
 #include "math/convert.h"
@@ -80,9 +81,27 @@ RowStats row_stats(const Elem<D>* row, int64_t cols) {
   return {s.max, math::exp_sum_log(s)};
 }
 
+// The element loops over one tile, compiled for the CPU's vector width
+// (isa_variants.h): the activations' math calls no library function
+// (math/exp_erfc.h), so these vectorise whole.
+template <class Act>
+struct ForwardTile {
+  static void run(const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = Act::forward(x[i]);
+  }
+};
+
+template <class Act>
+struct BackwardTile {
+  static void run(const float* x, const float* dy, float* dx, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) dx[i] = Act::backward(x[i], dy[i]);
+  }
+};
+
 }  // namespace
 
 void unary(ThreadPool& pool, UnaryOp op, const void* x, void* y, DType type, int64_t count) {
+  const CpuIsa isa = detected_cpu_isa();
   visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
@@ -95,7 +114,7 @@ void unary(ThreadPool& pool, UnaryOp op, const void* x, void* y, DType type, int
         for_each_tile(begin, end, [&](int64_t first, int64_t n) {
           const float* a = read(in + first, n);
           float* o = write.start(out + first);
-          for (int64_t i = 0; i < n; ++i) o[i] = Act::forward(a[i]);
+          run_for_isa<ForwardTile<Act>>(isa, a, o, n);
           write.finish(out + first, n);
         });
       });
@@ -105,6 +124,7 @@ void unary(ThreadPool& pool, UnaryOp op, const void* x, void* y, DType type, int
 
 void unary_backward(ThreadPool& pool, UnaryOp op, const void* x, const void* dy, void* dx,
                     DType type, int64_t count) {
+  const CpuIsa isa = detected_cpu_isa();
   visit_floating(type, [&](auto tag) {
     constexpr int D = decltype(tag)::value;
     const auto* in = static_cast<const Elem<D>*>(x);
@@ -119,7 +139,7 @@ void unary_backward(ThreadPool& pool, UnaryOp op, const void* x, const void* dy,
           const float* a = read_x(in + first, n);
           const float* g = read_dy(grad_out + first, n);
           float* o = write.start(grad_in + first);
-          for (int64_t i = 0; i < n; ++i) o[i] = Act::backward(a[i], g[i]);
+          run_for_isa<BackwardTile<Act>>(isa, a, g, o, n);
           write.finish(grad_in + first, n);
         });
       });
