@@ -71,16 +71,20 @@ void record(DeviceContext& ctx, std::unique_ptr<Node> node,
   // (reserving size + 1 would reallocate the whole tape at every record).
   if (state.tape.size() == state.tape.capacity())
     state.tape.reserve(std::max<size_t>(64, 2 * state.tape.capacity()));
-  for (DeviceTensor* out : outputs) {
-    if (!out->tape_token) out->tape_token = std::make_shared<char>(0);
-    node->output_ids.push_back(out->id);
-    node->output_tokens.push_back(out->tape_token);
-    out->requires_grad = true;
-    out->tape_generation = state.generation;
-  }
+  for (DeviceTensor* out : outputs) add_output(ctx, *node, *out);
   for (size_t i = 0; i < node->inputs.size(); ++i)
     if (node->inputs[i] && node->reads_input(i)) node->saves(*node->inputs[i]);
   state.tape.push_back(std::move(node));
+}
+
+void add_output(DeviceContext& ctx, Node& node, DeviceTensor& out) {
+  node.output_ids.reserve(node.output_ids.size() + 1);  // nothing changes if these throw
+  node.output_tokens.reserve(node.output_tokens.size() + 1);
+  if (!out.tape_token) out.tape_token = std::make_shared<char>(0);
+  node.output_ids.push_back(out.id);
+  node.output_tokens.push_back(out.tape_token);
+  out.requires_grad = true;
+  out.tape_generation = autograd_state(ctx).generation;
 }
 
 namespace {

@@ -116,6 +116,12 @@ bool should_record(DeviceContext& ctx, const std::vector<DeviceTensor*>& inputs)
 void record(DeviceContext& ctx, std::unique_ptr<Node> node,
             const std::vector<DeviceTensor*>& outputs);
 
+// Makes `out` a further output of `node`, a record already on the tape:
+// for a backward formula that reads a tensor the record saved (not one of
+// its outputs) and must send that tensor's gradient back to the record.
+// Its gradient then reaches node.backward after the earlier outputs'.
+void add_output(DeviceContext& ctx, Node& node, DeviceTensor& out);
+
 // Whether `t` was made by an op on the current tape.
 bool on_tape(DeviceContext& ctx, const DeviceTensor& t);
 

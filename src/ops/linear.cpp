@@ -180,12 +180,22 @@ class LinearNode final : public Node {
     TensorRef dz;
     if (activation == Activation::None) {
       dz = retained(*grads[0]);
-    } else {
+    } else if (grads[0]) {
       dz = new_tensor(ctx, x.dtype, activation_input->shape);
       nn_of(ctx, name())
           .unary_backward(activation == Activation::Relu ? UnaryOp::Relu : UnaryOp::Gelu,
                           activation_input->data(), grads[0]->data(), dz->data(), x.dtype,
                           dz->numel());
+    }
+    for (size_t i = 1; i < grads.size(); ++i) {  // Z's own gradients (graph_z)
+      if (!grads[i]) continue;
+      if (!dz) {
+        dz = new_tensor(ctx, x.dtype, activation_input->shape);
+        ctx.backend().copy(dz->data(), grads[i]->data(), dz->nbytes());
+      } else {
+        nn_of(ctx, name()).add_into(dz->data(), dz->dtype, grads[i]->data(), grads[i]->dtype,
+                                    dz->numel());
+      }
     }
     TensorRef dx, dw, db;
     if (x.requires_grad) {  // dX = dZ W
@@ -211,10 +221,14 @@ class LinearNode final : public Node {
     return grad_list(std::move(dx), std::move(dw), std::move(db));
   }
   bool has_backward_graph() const override { return true; }
-  // dZ = dY act'(Z); dX = dZ W, dW = dZ^T X, db = the rows' sum of dZ.
-  // GELU's Z is recomputed by a recorded linear (the saved one is a
-  // constant); ReLU's derivative needs only the output's signs.
-  std::vector<TensorRef> backward_graph(DeviceContext&,
+  // dZ = dY act'(Z) (+ Z's own gradients); dX = dZ W, dW = dZ^T X, db = the
+  // rows' sum of dZ. ReLU's derivative needs only the output's signs.
+  // GELU's derivative reads Z as a tensor of the graph: the saved values,
+  // made a further output of this record (graph_z), so that the gradients
+  // the formulas send to Z come back here and join dZ before the one set
+  // of products, as torch's addmm record receives gelu_backward's -- not a
+  // recomputed linear, whose own backward would repeat those products.
+  std::vector<TensorRef> backward_graph(DeviceContext& ctx,
                                         const std::vector<DeviceTensor*>& grads) override {
     namespace f = formula;
     DeviceTensor& x = *inputs[0];
@@ -223,12 +237,13 @@ class LinearNode final : public Node {
     TensorRef dz;
     if (activation == Activation::None) {
       dz = retained(*grads[0]);
-    } else if (activation == Activation::Relu) {
+    } else if (grads[0] && activation == Activation::Relu) {
       dz = TensorRef(op_relu_grad(*activation_input, *grads[0]));
-    } else {
-      TensorRef z(op_linear(x, w, bias, Activation::None));
-      dz = f::mul(*grads[0], *f::unary(UnaryOp::GeluDerivative, *z));
+    } else if (grads[0]) {
+      dz = f::mul(*grads[0], *f::unary(UnaryOp::GeluDerivative, *graph_z(ctx)));
     }
+    for (size_t i = 1; i < grads.size(); ++i)
+      if (grads[i]) dz = dz ? f::add(*dz, *grads[i]) : retained(*grads[i]);
     const int64_t rows_out[2] = {rows, out}, rows_in[2] = {rows, in};
     TensorRef dz2 = f::reshape(*dz, make_shape(2, rows_out, dz->dtype));
     TensorRef dx, dw, db;
@@ -237,6 +252,17 @@ class LinearNode final : public Node {
       dw = f::matmul(*f::transpose(*dz2, 0, 1), *f::reshape(x, make_shape(2, rows_in, x.dtype)));
     if (bias && bias->requires_grad) db = f::sum_dims(*dz2, {0}, false);
     return grad_list(std::move(dx), std::move(dw), std::move(db));
+  }
+
+ private:
+  // A new tensor on the saved Z, an output of this record from now on. A
+  // new one each walk: the record holds no output of its own, or its tape
+  // token would keep the record alive for good.
+  TensorRef graph_z(DeviceContext& ctx) {
+    TensorRef z(DeviceTensor::alias(ctx, *activation_input, activation_input->dtype,
+                                    activation_input->shape));
+    add_output(ctx, *this, *z);
+    return z;
   }
 };
 

@@ -1063,33 +1063,44 @@ TEST_CASE("higher order: matmul with torch.matmul's shapes, to third order") {
   }
 }
 
-TEST_CASE("higher order: linear with and without its fused activations") {
+// GELU's derivative formula reads the saved pre-activation Z as a further
+// output of the linear's record, so the second walk sends Z's gradient back
+// to that record: with `square` false nothing else reaches the output (the
+// record gets Z's gradient alone), with it both; to third order, Z is made
+// an output a second time.
+TEST_CASE("higher order: linear with and without its fused activations, to third order") {
   Rng rng(60);
   for (const ampx_activation act :
        {AMPX_ACTIVATION_NONE, AMPX_ACTIVATION_RELU, AMPX_ACTIVATION_GELU}) {
     for (const bool bias : {true, false}) {
-      std::vector<In> inputs = {floating({2, 3, 4}, rng.values(24, -1, 1)),
-                                floating({3, 4}, rng.values(12, -1, 1))};
-      if (bias) inputs.push_back(floating({3}, rng.values(3, -0.5, 0.5)));
-      hocheck(
-          "linear act " + std::to_string(static_cast<int>(act)) + (bias ? " bias" : ""), inputs,
-          [&](const std::vector<ampx_tensor>& t, ampx_tensor* out) {
-            ampx_tensor y = nullptr;
-            return then_square(ampx_linear(t[0], t[1], bias ? t[2] : nullptr, act, &y), y, out);
-          },
-          [&](const Inputs& v) {
-            Vec out(18);
-            for (size_t r = 0; r < 6; ++r)
-              for (size_t o = 0; o < 3; ++o) {
-                double z = bias ? v[2][o] : 0.0;
-                for (size_t i = 0; i < 4; ++i) z += v[0][r * 4 + i] * v[1][o * 4 + i];
-                out[r * 3 + o] = act == AMPX_ACTIVATION_RELU   ? (z > 0 ? z : 0.0)
-                                 : act == AMPX_ACTIVATION_GELU ? gelu(z)
-                                                               : z;
-              }
-            return squared(out);
-          },
-          61);
+      for (const bool square : {true, false}) {
+        std::vector<In> inputs = {floating({2, 3, 4}, rng.values(24, -1, 1)),
+                                  floating({3, 4}, rng.values(12, -1, 1))};
+        if (bias) inputs.push_back(floating({3}, rng.values(3, -0.5, 0.5)));
+        hocheck(
+            "linear act " + std::to_string(static_cast<int>(act)) + (bias ? " bias" : "") +
+                (square ? " squared" : ""),
+            inputs,
+            [&](const std::vector<ampx_tensor>& t, ampx_tensor* out) {
+              const ampx_status st = ampx_linear(t[0], t[1], bias ? t[2] : nullptr, act, out);
+              if (!square) return st;
+              const ampx_tensor y = *out;
+              return then_square(st, y, out);
+            },
+            [&](const Inputs& v) {
+              Vec out(18);
+              for (size_t r = 0; r < 6; ++r)
+                for (size_t o = 0; o < 3; ++o) {
+                  double z = bias ? v[2][o] : 0.0;
+                  for (size_t i = 0; i < 4; ++i) z += v[0][r * 4 + i] * v[1][o * 4 + i];
+                  out[r * 3 + o] = act == AMPX_ACTIVATION_RELU   ? (z > 0 ? z : 0.0)
+                                   : act == AMPX_ACTIVATION_GELU ? gelu(z)
+                                                                 : z;
+                }
+              return square ? squared(out) : out;
+            },
+            61, third_order());
+      }
     }
   }
 }
