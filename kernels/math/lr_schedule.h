@@ -3,7 +3,7 @@
 // cosine or step decay, each the closed form of its torch.optim.lr_scheduler
 // counterpart (LinearLR, CosineAnnealingLR, StepLR; SequentialLR switches
 // from the warm-up to the decay at warmup_steps). Shared by the CPU backend,
-// the CUDA kernel (kernels/lr_schedule.cu) and ampx_lr_schedule_value, so all
+// the CUDA kernel (backend/cuda/kernels/lr_schedule.cu) and ampx_lr_schedule_value, so all
 // three compute the same doubles.
 //
 // With k the step count, W the warm-up steps, j = k - W and T decay_steps:

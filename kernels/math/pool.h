@@ -1,6 +1,6 @@
 // pool.h -- the windows of 2-D max and average pooling (core/backend_conv.h
 // states the semantics), shared by the CPU backend's loops and the CUDA
-// kernels (kernels/pool2d.cu) so that both pick the same maximum and divide
+// kernels (backend/cuda/kernels/pool2d.cu) so that both pick the same maximum and divide
 // by the same count.
 #pragma once
 

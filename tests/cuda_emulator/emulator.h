@@ -1,7 +1,7 @@
 // emulator.h -- what the parts of the CUDA emulator share (not seen by the
 // code under test, which sees only the shim headers in include/).
 //
-// The emulator runs ampx's CUDA backend on the CPU: the kernels of kernels/
+// The emulator runs ampx's CUDA backend on the CPU: the kernels of src/backend/cuda/kernels/
 // compiled as C++, every CUDA thread a fiber, the runtime API and cuBLASLt
 // reimplemented over host memory. Streams execute their work as it is
 // enqueued, except while captured into a graph, when the work is recorded

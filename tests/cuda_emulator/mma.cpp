@@ -2,7 +2,7 @@
 // m16n8k16.row.col.f32.{f16,bf16}, for kernels run by the emulator: every
 // lane of the warp deposits its fragments, then each computes its four
 // results of C += A B from the operands they spell out under the PTX ISA's
-// fragment layout (written out here again, independently of kernels/mma.cuh,
+// fragment layout (written out here again, independently of src/backend/cuda/kernels/mma.cuh,
 // so that a kernel that misplaces a fragment gets wrong numbers, as on a GPU).
 // Products of two 16-bit values are exact in fp32; each result's sixteen
 // products are summed in fp32 in k order and added to c, where the device

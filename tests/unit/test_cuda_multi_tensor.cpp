@@ -1,5 +1,5 @@
 // test_cuda_multi_tensor.cpp -- what only a GPU run can check of the CUDA
-// multi-tensor kernels (kernels/multi_tensor.cuh and the primitives built on
+// multi-tensor kernels (src/backend/cuda/kernels/multi_tensor.cuh and the primitives built on
 // it), beyond the device-agnostic cases of test_amp_primitives.cpp:
 //  - tensors at every element offset from 16-byte alignment, alone and in
 //    mixed lists, so each kernel takes its vector path with heads and tails

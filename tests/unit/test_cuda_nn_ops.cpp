@@ -1,5 +1,5 @@
 // test_cuda_nn_ops.cpp -- the indexing, copy, dropout and loss primitives of
-// the ops on the GPU (kernels/gather_scatter.cu, copy_strided.cu,
+// the ops on the GPU (src/backend/cuda/kernels/gather_scatter.cu, copy_strided.cu,
 // dropout.cu, bce_with_logits.cu, mse_loss.cu), checked against the CPU backend on the
 // same data. test_ops_more.cpp checks the ops built on them against
 // references of its own; this file adds what only a GPU run shows:

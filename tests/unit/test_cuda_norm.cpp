@@ -1,4 +1,4 @@
-// test_cuda_norm.cpp -- layer norm and batch norm on the GPU (kernels/
+// test_cuda_norm.cpp -- layer norm and batch norm on the GPU (src/backend/cuda/kernels/
 // layer_norm.cu, batch_norm.cu) against the CPU backend on the same data:
 // every floating type, warp and block rows, columns and slices layouts of
 // batch norm, single and split reductions, optional parameters and outputs,

@@ -1,4 +1,4 @@
-// test_cuda_ops.cpp -- the primitives of the ops on the GPU (kernels/
+// test_cuda_ops.cpp -- the primitives of the ops on the GPU (src/backend/cuda/kernels/
 // elementwise.cu, reduce.cu, softmax.cu, cross_entropy.cu, and GEMM through
 // cuBLASLt), checked against the CPU backend on the same data, and GEMM
 // against a double-precision reference. test_nn_primitives.cpp and

@@ -4,7 +4,7 @@
 // fixed), the rows before it are split among the threads. reduce_dims: each
 // output element is one task item, its reduced elements visited in
 // row-major order and summed in double, so the result depends on the
-// shape only -- the CUDA kernels (kernels/broadcast.cu) add in the same
+// shape only -- the CUDA kernels (backend/cuda/kernels/broadcast.cu) add in the same
 // order and agree bit for bit.
 #include <cmath>
 #include <limits>

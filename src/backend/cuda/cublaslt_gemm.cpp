@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "ops_launch.cuh"
+#include "backend/cuda/kernels/ops_launch.cuh"
 
 namespace ampx::impl {
 namespace cuda {

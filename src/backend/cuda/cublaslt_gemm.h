@@ -49,7 +49,7 @@
 
 #include "core/backend_fp8.h"
 #include "core/backend_gemm.h"
-#include "fill_convert.cuh"
+#include "backend/cuda/kernels/fill_convert.cuh"
 
 namespace ampx::impl {
 namespace cuda {

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "attention_launch.cuh"
+#include "backend/cuda/kernels/attention_launch.cuh"
 #include "backend/cuda/cublaslt_gemm.h"
 #include "backend/cuda/cudnn_conv.h"
 #include "core/backend_amp.h"
@@ -24,12 +24,12 @@
 #include "core/backend_nn.h"
 #include "core/error.h"
 #include "core/multi_tensor.h"
-#include "fill_convert.cuh"
-#include "fp8_launch.cuh"
-#include "grad_stats_ops.cuh"
-#include "multi_tensor_ops.cuh"
-#include "nn_launch.cuh"
-#include "ops_launch.cuh"
+#include "backend/cuda/kernels/fill_convert.cuh"
+#include "backend/cuda/kernels/fp8_launch.cuh"
+#include "backend/cuda/kernels/grad_stats_ops.cuh"
+#include "backend/cuda/kernels/multi_tensor_ops.cuh"
+#include "backend/cuda/kernels/nn_launch.cuh"
+#include "backend/cuda/kernels/ops_launch.cuh"
 
 namespace ampx::impl {
 namespace {

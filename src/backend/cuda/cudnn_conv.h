@@ -19,7 +19,7 @@
 
 #include "core/backend.h"
 #include "core/backend_conv.h"
-#include "fill_convert.cuh"
+#include "backend/cuda/kernels/fill_convert.cuh"
 
 namespace ampx::impl {
 namespace cuda {

@@ -1,5 +1,5 @@
 // cuda_fp8.h (CUDA emulator) -- the FP8 conversion ampx's kernels use
-// (kernels/fp8_cast.cuh), implemented by the emulator's fp8.cpp. Names,
+// (src/backend/cuda/kernels/fp8_cast.cuh), implemented by the emulator's fp8.cpp. Names,
 // types and numeric values are cuda_fp8.h's.
 #pragma once
 

@@ -27,7 +27,7 @@
 #define __grid_constant__
 #define __shared__ static thread_local
 
-// Kernels may ask for what only the emulator provides (kernels/mma.cuh).
+// Kernels may ask for what only the emulator provides (src/backend/cuda/kernels/mma.cuh).
 #define AMPX_CUDA_EMULATOR 1
 
 namespace ampx_emu {
@@ -36,7 +36,7 @@ void block_barrier();
 
 // The calling warp's mma.sync.aligned.m16n8k16.row.col.f32 on f16 (bf16
 // false) or bf16 fragments: c += A B, with the fragment layout of the PTX
-// ISA (kernels/mma.cuh). A collective: every lane of the warp calls it.
+// ISA (src/backend/cuda/kernels/mma.cuh). A collective: every lane of the warp calls it.
 void mma_16x8x16(bool bf16, float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
 
 enum class WarpOp { Sync, Index, Up, Down, Xor, Ballot, MatchAny };
