@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # reliability.sh -- the reliability checks CI runs (issue 8):
 #   1. the CPU test suite under ThreadSanitizer (the tsan preset, which runs
-#      it with AMPX_BLAS=none: OpenBLAS's threads are not instrumented);
+#      it with AMPX_BLAS=none and AMPX_DNNL_LIBRARY=none: OpenBLAS's and
+#      oneDNN's threads are not instrumented; and without the long
+#      single-threaded numerical cases, AMPX_UNIT_CPU_ARGS);
 #   2. a smoke run of every libFuzzer target in fuzz/ (ASan + UBSan +
 #      LeakSanitizer), AMPX_FUZZ_SECONDS each (default 25), starting from the
 #      seed corpus in fuzz/corpus/<target> where there is one, with the
