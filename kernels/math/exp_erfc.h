@@ -30,26 +30,15 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
+#include "math/bits.h"
 #include "math/hd.h"
 
 namespace ampx::impl {
 namespace math {
 
-#if !defined(__CUDA_ARCH__)
-namespace exp_erfc_detail {
-
 // 2^n for -126 <= n <= 127.
-inline float pow2i(int32_t n) {
-  const uint32_t bits = static_cast<uint32_t>(n + 127) << 23;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-}  // namespace exp_erfc_detail
-#endif
+AMPX_HD float pow2i(int32_t n) { return bits_float(static_cast<uint32_t>(n + 127) << 23); }
 
 AMPX_HD float exp_f32(float x) {
 #if defined(__CUDA_ARCH__)
@@ -71,7 +60,7 @@ AMPX_HD float exp_f32(float x) {
   const float er = poly * (r * r) + r + 1.0f;
   const int32_t k = static_cast<int32_t>(n);
   const int32_t half = k / 2;
-  const float scaled = er * exp_erfc_detail::pow2i(half) * exp_erfc_detail::pow2i(k - half);
+  const float scaled = er * pow2i(half) * pow2i(k - half);
   return x != x ? x : scaled;
 #endif
 }

@@ -96,11 +96,9 @@ TensorRef recorded_sum(DeviceContext& ctx, DeviceTensor& slot, DeviceTensor& gra
   return cast_to(ctx, *sum, slot.dtype);
 }
 
-// Adds `grad` into `slot`: takes it when the slot is empty, else sums (into
-// the slot's dtype). A node may hand the same tensor to several inputs (add
-// passes dy to both), so a shared slot is copied before it is summed into.
-// With create_graph the sum is a new, recorded tensor.
-void accumulate(DeviceContext& ctx, TensorRef& slot, DeviceTensor& grad, bool graph = false) {
+}  // namespace
+
+void accumulate_grad(DeviceContext& ctx, TensorRef& slot, DeviceTensor& grad, bool graph) {
   if (slot && graph) {
     slot = recorded_sum(ctx, *slot, grad);
     return;
@@ -119,6 +117,8 @@ void accumulate(DeviceContext& ctx, TensorRef& slot, DeviceTensor& grad, bool gr
       .require<NnPrimitives>("backward")
       .add_into(slot->data(), slot->dtype, grad.data(), grad.dtype, grad.numel());
 }
+
+namespace {
 
 void clear_tape(AutogradState& state) {
   state.tape.clear();
@@ -557,14 +557,14 @@ void run_backward(DeviceContext& ctx, std::unordered_map<uint64_t, TensorRef>& g
         if (walk.captured) {
           if (walk.leads && walk.leads->count(input.id) == 0) continue;
           if (on_tape(ctx, input)) {
-            accumulate(ctx, grads[input.id], *input_grads[i], walk.create_graph);
+            accumulate_grad(ctx, grads[input.id], *input_grads[i], walk.create_graph);
           } else {
             auto slot = walk.captured->find(input.id);
             if (slot != walk.captured->end())
-              accumulate(ctx, slot->second, *input_grads[i], walk.create_graph);
+              accumulate_grad(ctx, slot->second, *input_grads[i], walk.create_graph);
           }
         } else if (on_tape(ctx, input)) {
-          accumulate(ctx, grads[input.id], *input_grads[i], walk.create_graph);
+          accumulate_grad(ctx, grads[input.id], *input_grads[i], walk.create_graph);
         } else {
           accumulate_into_leaf(ctx, input, *input_grads[i], walk.create_graph);
         }
@@ -797,10 +797,10 @@ std::vector<TensorRef> grad(DeviceContext& ctx, const GradRequest& request) {
   for (size_t i = 0; i < seeds.size(); ++i) {
     DeviceTensor& out = *request.outputs[i];
     if (on_tape(ctx, out)) {
-      accumulate(ctx, grads[out.id], *seeds[i], request.create_graph);
+      accumulate_grad(ctx, grads[out.id], *seeds[i], request.create_graph);
     } else {  // a leaf, which is then also an input (or reaches nothing)
       auto slot = captured.find(out.id);
-      if (slot != captured.end()) accumulate(ctx, slot->second, *seeds[i], request.create_graph);
+      if (slot != captured.end()) accumulate_grad(ctx, slot->second, *seeds[i], request.create_graph);
     }
   }
   Walk walk;

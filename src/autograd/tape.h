@@ -122,6 +122,12 @@ void record(DeviceContext& ctx, std::unique_ptr<Node> node,
 // Its gradient then reaches node.backward after the earlier outputs'.
 void add_output(DeviceContext& ctx, Node& node, DeviceTensor& out);
 
+// Adds `grad` into `slot`: takes it when the slot is empty, else sums (into
+// the slot's dtype). A node may hand the same tensor to several inputs (add
+// passes dy to both), so a shared slot is copied before it is summed into.
+// With `graph` (create_graph) the sum is a new, recorded tensor.
+void accumulate_grad(DeviceContext& ctx, TensorRef& slot, DeviceTensor& grad, bool graph);
+
 // Whether `t` was made by an op on the current tape.
 bool on_tape(DeviceContext& ctx, const DeviceTensor& t);
 

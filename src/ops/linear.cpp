@@ -187,16 +187,8 @@ class LinearNode final : public Node {
                           activation_input->data(), grads[0]->data(), dz->data(), x.dtype,
                           dz->numel());
     }
-    for (size_t i = 1; i < grads.size(); ++i) {  // Z's own gradients (graph_z)
-      if (!grads[i]) continue;
-      if (!dz) {
-        dz = new_tensor(ctx, x.dtype, activation_input->shape);
-        ctx.backend().copy(dz->data(), grads[i]->data(), dz->nbytes());
-      } else {
-        nn_of(ctx, name()).add_into(dz->data(), dz->dtype, grads[i]->data(), grads[i]->dtype,
-                                    dz->numel());
-      }
-    }
+    for (size_t i = 1; i < grads.size(); ++i)  // Z's own gradients (graph_z)
+      if (grads[i]) accumulate_grad(ctx, dz, *grads[i], false);
     TensorRef dx, dw, db;
     if (x.requires_grad) {  // dX = dZ W
       dx = new_tensor(ctx, x.dtype, x.shape);
@@ -243,7 +235,7 @@ class LinearNode final : public Node {
       dz = f::mul(*grads[0], *f::unary(UnaryOp::GeluDerivative, *graph_z(ctx)));
     }
     for (size_t i = 1; i < grads.size(); ++i)
-      if (grads[i]) dz = dz ? f::add(*dz, *grads[i]) : retained(*grads[i]);
+      if (grads[i]) accumulate_grad(ctx, dz, *grads[i], true);
     const int64_t rows_out[2] = {rows, out}, rows_in[2] = {rows, in};
     TensorRef dz2 = f::reshape(*dz, make_shape(2, rows_out, dz->dtype));
     TensorRef dx, dw, db;
