@@ -47,11 +47,10 @@ namespace Ampx
     public sealed unsafe class Context : IDisposable
     {
         internal readonly ContextHandle Handle;
-        internal readonly DeferredReleases Deferred = new DeferredReleases();
+        // Shared by every Context object of the same C context (see DeferredReleases).
+        internal readonly DeferredReleases Deferred;
         // The C# scopes open on this context, innermost last (see Scope).
         internal readonly List<Scope> Scopes = new List<Scope>();
-        private readonly AllocatorRegistration allocator;
-
         /// <summary>A CPU context with the default options.</summary>
         public Context() : this((ContextOptions)null) { }
 
@@ -64,6 +63,7 @@ namespace Ampx
             o.num_threads = options.NumThreads;
             o.seed = options.Seed;
             o.cuda_stream = options.CudaStream;
+            AllocatorRegistration allocator = null;
             if (options.Allocator != null)
             {
                 allocator = AllocatorRegistration.Register(options.Allocator);
@@ -78,18 +78,24 @@ namespace Ampx
                 if (allocator != null) allocator.ContextReleased();
                 Err.Check(status);
             }
-            Handle = new ContextHandle(raw) { Deferred = Deferred, Allocator = allocator };
+            Handle = new ContextHandle(raw);
+            Deferred = Handle.Deferred;
+            Deferred.Allocator = allocator;
         }
 
         private Context(ContextHandle handle)
         {
             Handle = handle;
-            Handle.Deferred = Deferred;
+            Deferred = handle.Deferred;
+            Deferred.MarkSharedWithC();
         }
 
         /// <summary>
         /// A Context for a context handle made elsewhere (by engine C code): adds a
-        /// reference (ampx_context_retain), which Dispose drops again.
+        /// reference (ampx_context_retain), which Dispose drops again. It shares
+        /// the deferred releases of every other Context of the same C context;
+        /// dispose it: finalized, it is the C code's context that it would release
+        /// on the finalizer thread, which is leaked instead (see DeferredReleases).
         /// </summary>
         public static Context FromRawHandle(IntPtr rawContext)
         {
@@ -108,13 +114,24 @@ namespace Ampx
         }
 
         /// <summary>The raw ampx_context for Native calls (valid while this object is alive).</summary>
-        public IntPtr RawHandle { get { return Ptr; } }
+        public IntPtr RawHandle
+        {
+            get
+            {
+                Deferred.MarkSharedWithC();
+                return Ptr;
+            }
+        }
 
         public bool IsDisposed { get { return Handle.IsClosed; } }
 
         /// <summary>
         /// Drops this object's reference. Scopes still open are closed first (their
         /// borrowed tensors end). Tensors and other objects of the context stay usable.
+        /// The releases finalizers queued run now; once no other Context object of
+        /// the C context (FromRawHandle) remains, the queue closes: an object other
+        /// than a tensor or an FP8 recipe that is finalized later, not disposed, is
+        /// leaked with a one-time warning (see DeferredReleases).
         /// </summary>
         public void Dispose()
         {

@@ -35,7 +35,14 @@ namespace Ampx
         }
 
         /// <summary>The raw C handle (ampx_optimizer, ampx_scaler, ...) for Native calls.</summary>
-        public IntPtr RawHandle { get { return Ptr; } }
+        public IntPtr RawHandle
+        {
+            get
+            {
+                Context.Deferred.MarkSharedWithC();
+                return Ptr;
+            }
+        }
 
         public bool IsDisposed { get { return Handle.IsClosed; } }
 

@@ -76,6 +76,7 @@ namespace Ampx
     public sealed class Fp8RecipeHandle : AmpxHandle
     {
         internal Fp8RecipeHandle(IntPtr raw) : base(raw, true, p => Native.ampx_fp8_recipe_release(p)) { }
+        internal override bool AnyThread { get { return true; } }
     }
 
     /// <summary>

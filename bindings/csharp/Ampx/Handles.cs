@@ -24,9 +24,11 @@ namespace Ampx
     /// The base of every ampx handle: one C reference, released once by
     /// ReleaseHandle. Finalizers run on the runtime's finalizer thread, while
     /// another thread may be using the handle's context, and ampx.h allows only
-    /// ampx_tensor_release there; so a handle other than a tensor's that is
-    /// finalized (not disposed) is queued on its context (DeferredReleases)
-    /// and released by the next call on that context, on that call's thread.
+    /// ampx_tensor_release and ampx_fp8_recipe_release there (AnyThread); so
+    /// another handle that is finalized (not disposed) is queued on its C
+    /// context (DeferredReleases) and released by the next call on that
+    /// context, on that call's thread -- or, once every Context object of the
+    /// C context is disposed and the queue closed, leaked (DeferredReleases.Leak).
     /// </summary>
     public abstract class AmpxHandle : SafeHandle
     {
@@ -44,6 +46,9 @@ namespace Ampx
 
         public override bool IsInvalid { get { return handle == IntPtr.Zero; } }
 
+        /// <summary>Whether ampx.h allows the release on any thread at any moment.</summary>
+        internal virtual bool AnyThread { get { return false; } }
+
         protected override void Dispose(bool disposing)
         {
             if (!disposing) finalizing = true;
@@ -54,8 +59,8 @@ namespace Ampx
         {
             if (finalizing)
             {
-                if (Deferred == null || !Deferred.Defer(releaser, handle))
-                    releaser(handle);
+                if (AnyThread || Deferred == null) releaser(handle);
+                else Deferred.DeferOrLeak(releaser, handle, GetType().Name);
                 // A callback (a free hook) that threw on the finalizer thread has
                 // no caller to rethrow to.
                 Callbacks.DropKept();
@@ -77,22 +82,25 @@ namespace Ampx
         }
 
         internal bool IsFinalizing { get { return finalizing; } }
+
+        internal void Release(IntPtr raw) { releaser(raw); }
     }
 
-    /// <summary>An ampx_context reference (released with ampx_context_release).</summary>
+    /// <summary>
+    /// An ampx_context reference (released with ampx_context_release). Every
+    /// Context object holds one, and joins its C context's DeferredReleases.
+    /// </summary>
     public sealed class ContextHandle : AmpxHandle
     {
-        internal ContextHandle(IntPtr raw) : base(raw, true, p => Native.ampx_context_release(p)) { }
-        internal AllocatorRegistration Allocator;
+        internal ContextHandle(IntPtr raw) : base(raw, true, p => Native.ampx_context_release(p))
+        {
+            Deferred = DeferredReleases.Join(raw);
+        }
 
         protected override bool ReleaseHandle()
         {
-            // A finalized context is unreachable, and so is every object made
-            // from it (each holds its Context): nothing can use them any more,
-            // so what is queued and what comes later is released at once.
-            if (IsFinalizing && Deferred != null) Deferred.CloseAndDrain();
-            base.ReleaseHandle();
-            if (Allocator != null) Allocator.ContextReleased();
+            Deferred.Leave(this, handle, IsFinalizing);
+            Callbacks.DropKept();
             return true;
         }
     }
@@ -101,6 +109,7 @@ namespace Ampx
     public sealed class TensorHandle : AmpxHandle
     {
         internal TensorHandle(IntPtr raw, bool owns) : base(raw, owns, p => Native.ampx_tensor_release(p)) { }
+        internal override bool AnyThread { get { return true; } }
     }
 
     /// <summary>An ampx_optimizer reference (ampx_optimizer_release).</summary>
@@ -146,35 +155,174 @@ namespace Ampx
     }
 
     /// <summary>
-    /// Releases of one context's handles that a finalizer could not make
-    /// itself; the next call on the context runs them (Drain). Count is read
-    /// without the lock, so the common case -- nothing queued -- costs one
-    /// volatile read per call.
+    /// What the C# objects of one C context share: the releases a finalizer
+    /// could not make itself, which the next call on the context runs (Drain),
+    /// and the context's Allocator registration. There is one per C context,
+    /// found from the raw handle (Join), so the Context objects of
+    /// Context.FromRawHandle and Tensor.FromRawHandle share the queue of the
+    /// context they wrap, and a release queued through one is run by a call
+    /// through another. It closes when the last of those Context objects is
+    /// released (Leave); a finalizer that comes later can no longer queue, and
+    /// leaks what it cannot release on its own thread. Count is read without
+    /// the lock, so the common case -- nothing queued -- costs one volatile
+    /// read per call.
     /// </summary>
     internal sealed class DeferredReleases
     {
+        private static readonly object registryGate = new object();
+        private static readonly Dictionary<IntPtr, DeferredReleases> registry =
+            new Dictionary<IntPtr, DeferredReleases>();
+        private static int warned;
+        private static long leaked;
+
         private readonly object gate = new object();
+        private readonly IntPtr context;
         private List<KeyValuePair<Action<IntPtr>, IntPtr>> items =
             new List<KeyValuePair<Action<IntPtr>, IntPtr>>();
         private volatile int count;
+        private int wrappers;
         private bool closed;
+        // Closed by the finalizer with nothing left that may use the context:
+        // what is finalized later is released at once.
+        private bool orphaned;
         private long deferred, run;
+        private volatile bool sharedWithC;
+
+        private DeferredReleases(IntPtr context) { this.context = context; }
+
+        /// <summary>The context's Allocator, set by the Context that created it.</summary>
+        internal AllocatorRegistration Allocator;
 
         internal long DeferredCount { get { lock (gate) return deferred; } }
         internal long RunCount { get { lock (gate) return run; } }
         internal int Pending { get { return count; } }
+        internal bool IsClosed { get { lock (gate) return closed; } }
 
-        /// <summary>Queues a release; false when the context is gone (release at once).</summary>
-        internal bool Defer(Action<IntPtr> release, IntPtr handle)
+        /// <summary>Releases leaked by finalizers after their queue closed, in this process.</summary>
+        internal static long LeakedCount { get { return Interlocked.Read(ref leaked); } }
+
+        /// <summary>
+        /// The raw context may be used by code outside the binding (it came from
+        /// FromRawHandle, or a raw handle of it or of one of its objects was
+        /// handed out), so its last Context object, finalized, cannot conclude
+        /// that nothing uses it any more.
+        /// </summary>
+        internal void MarkSharedWithC() { sharedWithC = true; }
+
+        /// <summary>The queue of C context `raw`, for a new Context object holding a reference to it.</summary>
+        internal static DeferredReleases Join(IntPtr raw)
+        {
+            lock (registryGate)
+            {
+                DeferredReleases d;
+                if (!registry.TryGetValue(raw, out d))
+                {
+                    d = new DeferredReleases(raw);
+                    registry.Add(raw, d);
+                }
+                lock (d.gate) ++d.wrappers;
+                return d;
+            }
+        }
+
+        /// <summary>
+        /// A Context object's reference `raw` is released, disposed or
+        /// finalized. While other Context objects of the C context remain, a
+        /// finalized one's reference is queued like any other release. The last
+        /// one closes the queue (a new Context object for the same C context
+        /// gets a new one) and runs what is queued, then its own release -- on
+        /// the finalizer thread only when nothing outside the binding may use
+        /// the context (every C# object of it is unreachable by then, and is
+        /// released at once when finalized after it); otherwise both are leaked.
+        /// </summary>
+        internal void Leave(ContextHandle handle, IntPtr raw, bool finalizing)
+        {
+            List<KeyValuePair<Action<IntPtr>, IntPtr>> now;
+            lock (registryGate)
+            lock (gate)
+            {
+                if (--wrappers > 0)
+                {
+                    if (finalizing)
+                    {
+                        Add(handle.Release, raw);
+                        return;
+                    }
+                    now = null;
+                }
+                else
+                {
+                    closed = true;
+                    registry.Remove(context);
+                    now = items;
+                    items = new List<KeyValuePair<Action<IntPtr>, IntPtr>>();
+                    count = 0;
+                }
+            }
+            if (now == null)
+            {
+                handle.Release(raw);
+                return;
+            }
+            if (finalizing && sharedWithC)
+            {
+                Leak(now.Count + 1, "the last Context of a context shared with C code (FromRawHandle, RawHandle)");
+                return;
+            }
+            lock (gate)
+            {
+                run += now.Count;
+                orphaned = finalizing;
+            }
+            foreach (var item in now) item.Key(item.Value);
+            handle.Release(raw);
+            if (Allocator != null) Allocator.ContextReleased();
+        }
+
+        /// <summary>
+        /// Queues a finalized handle's release; once the queue is closed, makes it
+        /// at once if nothing may use the context any more, else leaks it.
+        /// </summary>
+        internal void DeferOrLeak(Action<IntPtr> release, IntPtr handle, string what)
         {
             lock (gate)
             {
-                if (closed) return false;
-                items.Add(new KeyValuePair<Action<IntPtr>, IntPtr>(release, handle));
-                ++deferred;
-                count = items.Count;
-                return true;
+                if (!closed)
+                {
+                    Add(release, handle);
+                    return;
+                }
+                if (!orphaned)
+                {
+                    Leak(1, what + " of a disposed Context");
+                    return;
+                }
             }
+            release(handle);
+        }
+
+        private void Add(Action<IntPtr> release, IntPtr handle)
+        {
+            items.Add(new KeyValuePair<Action<IntPtr>, IntPtr>(release, handle));
+            ++deferred;
+            count = items.Count;
+        }
+
+        /// <summary>
+        /// Releases that ampx.h does not allow on the finalizer thread while
+        /// another thread may use the context, with no later call on the context
+        /// to make them: left undone (the C context and its memory stay
+        /// allocated), with one warning per process on standard error.
+        /// </summary>
+        private static void Leak(int n, string what)
+        {
+            Interlocked.Add(ref leaked, n);
+            if (Interlocked.Exchange(ref warned, 1) == 0)
+                Console.Error.WriteLine(
+                    "ampx (C#): " + what + " was finalized, not disposed; the finalizer thread may not " +
+                    "release it while another thread may use the context, and no later call on the " +
+                    "context will, so it is leaked with its context's memory. Dispose such objects " +
+                    "(and FromRawHandle contexts). This warning is given once.");
         }
 
         /// <summary>Runs the queued releases; called at the start of every call on the context.</summary>
@@ -193,20 +341,6 @@ namespace Ampx
             }
             foreach (var item in now) item.Key(item.Value);
             Callbacks.RethrowKept();
-        }
-
-        internal void CloseAndDrain()
-        {
-            List<KeyValuePair<Action<IntPtr>, IntPtr>> now;
-            lock (gate)
-            {
-                closed = true;
-                now = items;
-                items = new List<KeyValuePair<Action<IntPtr>, IntPtr>>();
-                count = 0;
-                run += now.Count;
-            }
-            foreach (var item in now) item.Key(item.Value);
         }
     }
 

@@ -251,7 +251,7 @@ namespace Ampx
             {
                 result[i] = new NonfiniteGrad
                 {
-                    Index = parameters.FindIndex(p => !p.IsDisposed && p.RawHandle == entries[i].param),
+                    Index = parameters.FindIndex(p => !p.IsDisposed && p.Ptr == entries[i].param),
                     Name = Utf8.String(entries[i].name),
                     NanCount = entries[i].nan_count,
                     InfCount = entries[i].inf_count,

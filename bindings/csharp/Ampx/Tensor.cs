@@ -33,7 +33,14 @@ namespace Ampx
         }
 
         /// <summary>The raw ampx_tensor for Native calls (valid while this object is alive).</summary>
-        public IntPtr RawHandle { get { return Ptr; } }
+        public IntPtr RawHandle
+        {
+            get
+            {
+                Context.Deferred.MarkSharedWithC();
+                return Ptr;
+            }
+        }
 
         /// <summary>The SafeHandle holding this object's reference.</summary>
         public TensorHandle SafeHandle { get { return handle; } }

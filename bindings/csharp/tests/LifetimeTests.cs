@@ -3,7 +3,10 @@
 // (Dispose, twice, a scope, Keep, Share, the gradient getter); and the
 // garbage collector's finalizer thread may release abandoned objects while
 // another thread trains on their context: tensors directly, everything else
-// through the context's queue, drained by that thread's next call.
+// through the queue of their C context (one, whichever Context object made
+// them), drained by that thread's next call; after the context's last
+// Context object is disposed the queue is closed, and what cannot be released
+// on the finalizer thread is leaked.
 using System;
 using System.Collections.Generic;
 using System.Linq;
@@ -178,7 +181,10 @@ namespace AmpxTests
             const int steps = 120;
             List<string> expected;
             using (var quiet = new Context(new ContextOptions { NumThreads = 1 }))
+            {
                 expected = TrainAbandoning(quiet, steps);
+                CollectAll(); // queued for the Dispose to release, not leaked after it
+            }
 
             var allocator = new CountingAllocator();
             var ctx = new Context(new ContextOptions { NumThreads = 1, Allocator = allocator });
@@ -231,6 +237,156 @@ namespace AmpxTests
                               collections, ctx.Deferred.RunCount);
             ctx.Dispose();
             Assert.Equal("", string.Join("; ", allocator.Errors), "allocator mistakes");
+        }
+
+        /// <summary>Runs `make` on a thread of its own, which ends, so that no stack slot Mono scans conservatively keeps what it abandoned reachable.</summary>
+        private static void OnThread(Action make)
+        {
+            var thread = new Thread(() => make());
+            thread.Start();
+            thread.Join();
+        }
+
+        private static void CollectAll()
+        {
+            for (int i = 0; i < 2; ++i)
+            {
+                GC.Collect();
+                GC.WaitForPendingFinalizers();
+            }
+        }
+
+        /// <summary>An optimizer, a scaler and a tensor of `ctx`, reachable only through `keep`.</summary>
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        private static void MakeObjects(Context ctx, List<object> keep)
+        {
+            var w = Common.Param(ctx, new float[] { 1, 2 }, "w", 2);
+            keep.Add(Optimizer.Sgd(ctx, new[] { w }));
+            keep.Add(new Scaler(ctx));
+            keep.Add(Tensor.Zeros(ctx, DType.F32, 64));
+        }
+
+        [Test]
+        public static void DisposeDrainsAndClosesTheQueue()
+        {
+            CollectAll(); // what earlier tests abandoned
+            var allocator = new CountingAllocator();
+            var ctx = new Context(new ContextOptions { Allocator = allocator });
+            var queue = ctx.Deferred;
+            var before = new List<object>();
+            OnThread(() => MakeObjects(ctx, before));
+            before.Clear();
+            CollectAll();
+            Assert.Equal(2, queue.Pending, "an abandoned optimizer and scaler are queued, the tensors released");
+
+            var after = new List<object>();
+            OnThread(() => MakeObjects(ctx, after));
+            long leaked = DeferredReleases.LeakedCount, frees = allocator.Frees;
+            ctx.Dispose();
+            Assert.Equal(0, queue.Pending, "Dispose ran what was queued");
+            Assert.Equal(2L, queue.RunCount, "each queued release ran once");
+            Assert.True(queue.IsClosed, "the last Context of the C context closed its queue");
+
+            // Finalized after the Dispose: the tensor is released on the
+            // finalizer thread (ampx.h allows it), the optimizer and the scaler,
+            // whose release it does not allow there, are leaked -- not queued
+            // on a queue nothing would drain.
+            after.Clear();
+            CollectAll();
+            Assert.Equal(0, queue.Pending, "nothing queued after the close");
+            Assert.Equal(2L, queue.DeferredCount, "nothing queued after the close");
+            Assert.Equal(leaked + 2, DeferredReleases.LeakedCount, "the optimizer and the scaler are leaked");
+            Assert.True(allocator.Frees > frees, "the finalized tensor's memory was freed");
+            Assert.Equal("", string.Join("; ", allocator.Errors), "allocator mistakes");
+        }
+
+        [Test]
+        public static void AnAbandonedContextIsReleasedWhole()
+        {
+            CollectAll();
+            var allocator = new CountingAllocator();
+            long leaked = DeferredReleases.LeakedCount;
+            DeferredReleases queue = null;
+            OnThread(() => queue = AbandonContext(allocator));
+            CollectAll();
+            Assert.True(queue.IsClosed, "the finalized Context closed its queue");
+            // Nothing outside the binding saw the context, and every C# object of
+            // it is unreachable: the finalizer thread releases all of it.
+            Assert.Equal(leaked, DeferredReleases.LeakedCount, "nothing leaked");
+            Assert.True(allocator.Allocations > 0, "the allocator was used");
+            Assert.Equal(0, allocator.Live, "every block freed");
+            Assert.Equal("", string.Join("; ", allocator.Errors), "allocator mistakes");
+        }
+
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        private static DeferredReleases AbandonContext(Allocator allocator)
+        {
+            var ctx = new Context(new ContextOptions { Allocator = allocator });
+            MakeObjects(ctx, new List<object>());
+            return ctx.Deferred;
+        }
+
+        /// <summary>
+        /// A Context for `raw` with a Scaler, both abandoned, as engine glue code
+        /// would leave them; returns the queue that Context used.
+        /// </summary>
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        private static object AbandonRawWrapper(IntPtr raw)
+        {
+            var wrapper = Context.FromRawHandle(raw);
+            new Scaler(wrapper);
+            return wrapper.Deferred;
+        }
+
+        [Test]
+        public static void FromRawHandleContextsShareTheQueueOfTheirContext()
+        {
+            CollectAll();
+            using (var ctx = new Context())
+            {
+                using (var t = Tensor.Zeros(ctx, DType.F32, 2))
+                using (var adopted = Tensor.FromRawHandle(t.RawHandle))
+                {
+                    Assert.True(adopted.Context.Deferred == ctx.Deferred, "Tensor.FromRawHandle: the same queue");
+                    adopted.Context.Dispose();
+                }
+                Assert.True(!ctx.Deferred.IsClosed, "another Context's Dispose leaves the queue open");
+                var queued = ctx.Deferred.DeferredCount;
+                object used = null;
+                var raw = ctx.RawHandle;
+                OnThread(() => used = AbandonRawWrapper(raw));
+                Assert.True(used == ctx.Deferred, "Context.FromRawHandle: the same queue");
+                CollectAll();
+                // While this thread may still train on the context, the finalized
+                // wrapper's scaler and its context reference are queued, not
+                // released on the finalizer thread.
+                Assert.Equal(queued + 2, ctx.Deferred.DeferredCount, "the scaler and the reference queued");
+                Assert.Equal(2, ctx.Deferred.Pending, "not run by the finalizer");
+                var run = ctx.Deferred.RunCount;
+                ctx.Synchronize();
+                Assert.Equal(0, ctx.Deferred.Pending, "run by the next call on the context");
+                Assert.Equal(run + 2, ctx.Deferred.RunCount, "each once");
+            }
+        }
+
+        [Test]
+        public static void TheLastContextOfAContextCCodeHoldsLeaksWhatItCannotRelease()
+        {
+            CollectAll();
+            IntPtr raw;
+            using (var ctx = new Context())
+            {
+                raw = ctx.RawHandle;
+                Assert.Equal(Native.ampx_status.AMPX_OK, Native.ampx_context_retain(raw), "the C code's reference");
+            }
+            long leaked = DeferredReleases.LeakedCount;
+            OnThread(() => AbandonRawWrapper(raw));
+            CollectAll();
+            // The C code may be using the context on another thread: the
+            // finalizer releases neither the scaler nor the wrapper's reference.
+            Assert.Equal(leaked + 2, DeferredReleases.LeakedCount, "the scaler and the reference leaked");
+            Assert.Equal(Native.ampx_status.AMPX_OK, Native.ampx_context_synchronize(raw), "the C code's context works");
+            Native.ampx_context_release(raw);
         }
 
         [Test]
