@@ -13,7 +13,12 @@ Types are reduced to what a foreign-function interface must agree on
 fixed-size arrays, and the header's own named types (enums, handles,
 structs, callback typedefs). A construct the model does not know makes the
 generator fail with the declaration's name and line, so a header change
-that needs a new rule cannot slip through as a wrong binding.
+that needs a new rule cannot slip through as a wrong binding; so does one
+no binding can represent exactly: an enum or struct without a typedef, an
+enum that is not a signed 32-bit int, a function or callback without a
+prototype or with a variable argument list, `long` / `unsigned long`
+(whose width differs between Linux and Windows), a bit-field, a union
+(tools/test_gen_bindings.py shows each).
 """
 
 from __future__ import annotations
@@ -33,19 +38,21 @@ import clang.cindex as ci
 # ---------------------------------------------------------------------------
 
 # Primitive C types, by the spelling clang gives their canonical type, and
-# the kind every emitter maps.
+# the kind every emitter maps. `long` and `unsigned long` are not among them:
+# 64 bits on Linux and macOS (LP64), 32 on Windows (LLP64), so no one
+# binding type fits; the fixed-width typedefs below (which the header uses)
+# are kept before they reduce to them.
 PRIMITIVES = {
     "void": "void",
     "char": "char",
     "int": "i32",
     "unsigned int": "u32",
-    "long": "i64",            # LP64: int64_t is long
-    "unsigned long": "u64",   # LP64: uint64_t and size_t are unsigned long
     "long long": "i64",
     "unsigned long long": "u64",
     "float": "f32",
     "double": "f64",
 }
+PLATFORM_WIDTH = {"long", "unsigned long"}
 
 # Typedef names kept as they are (not reduced to their canonical type),
 # because a binding distinguishes them: size_t is pointer-sized everywhere.
@@ -338,6 +345,20 @@ def _compiler_include_dirs() -> list[str]:
     return []
 
 
+# Type definitions a binding sees only through a typedef naming them.
+UNBOUND_DECLS = {
+    ci.CursorKind.ENUM_DECL: "an enum",
+    ci.CursorKind.STRUCT_DECL: "a struct",
+    ci.CursorKind.UNION_DECL: "a union",
+}
+
+
+def _place(cursor: ci.Cursor) -> tuple:
+    """Where a declaration is (one key for a definition and its uses)."""
+    loc = cursor.location
+    return (loc.file.name if loc.file else "", loc.line, loc.column)
+
+
 def _in_header(cursor: ci.Cursor, path: Path) -> bool:
     f = cursor.location.file
     return f is not None and Path(f.name).resolve() == path.resolve()
@@ -352,6 +373,7 @@ class _Reader:
                            lambda m: re.sub(r"[^\n]", " ", m.group(0)),
                            path.read_text(), flags=re.S)
         self.header = Header(path=path)
+        self.name = path.name  # in messages
         self.stable_names: set[str] = set()
         self.callback_names: set[str] = set()
         self.handle_names: dict[str, str] = {}   # typedef -> struct
@@ -388,7 +410,8 @@ class _Reader:
             if pointee.kind in (ci.TypeKind.FUNCTIONPROTO, ci.TypeKind.FUNCTIONNOPROTO):
                 if not anon:
                     raise ModelError(f"{where}: an unnamed function pointer here")
-                cb = self.proto(t, anon, "", self.current_experimental, decl)
+                cb = self.proto(t, anon, "", self.current_experimental, decl,
+                                where=f"{where} ({anon})")
                 cb.inline = True
                 self.header.callbacks.append(cb)
                 return CType("callback", anon)
@@ -398,6 +421,9 @@ class _Reader:
             return CType("array", pointee=self.ctype(t.element_type, where),
                          length=t.element_count)
         if k == ci.TypeKind.RECORD:
+            if t.get_declaration().kind == ci.CursorKind.UNION_DECL:
+                raise ModelError(f"{where}: a union ('{t.spelling}'): the bindings read every "
+                                 "record as a struct, so a union cannot be bound")
             name = t.get_declaration().spelling
             if name in self.struct_names:
                 return CType("struct", name)
@@ -405,6 +431,9 @@ class _Reader:
         if k == ci.TypeKind.ENUM:
             return CType("enum", t.get_declaration().spelling)
         spelling = t.get_canonical().spelling.replace("const ", "")
+        if spelling in PLATFORM_WIDTH:
+            raise ModelError(f"{where}: '{t.spelling}' is 64 bits on Linux and 32 on Windows "
+                             "(LLP64); use int64_t/uint64_t, int32_t/uint32_t or size_t")
         if spelling in PRIMITIVES:
             return CType(PRIMITIVES[spelling])
         raise ModelError(f"{where}: C type '{t.spelling}' is not one the generator knows")
@@ -418,26 +447,36 @@ class _Reader:
         return out
 
     def proto(self, t: ci.Type, name: str, doc: str, experimental: bool,
-              decl: Optional[ci.Cursor] = None) -> Callback:
+              decl: Optional[ci.Cursor] = None, where: str = "") -> Callback:
         """A function prototype type (of a typedef, a parameter or a field).
-        `decl`, the declaring cursor, gives the parameters' names and their
-        types as spelled (size_t stays size_t); without it the canonical
-        types are used."""
-        canon = t.get_canonical()
-        if canon.kind == ci.TypeKind.POINTER:
-            canon = canon.get_pointee()
-        if canon.kind not in (ci.TypeKind.FUNCTIONPROTO, ci.TypeKind.FUNCTIONNOPROTO):
-            raise ModelError(f"{name}: not a function pointer")
+        `decl`, the declaring cursor, gives the parameters' names; `where`
+        the declaration, for messages."""
+        where = where or name
+        # The function type as spelled (size_t and int64_t kept), not the
+        # canonical one, which reduces them to unsigned long and long.
+        fn = t
+        while fn.kind in (ci.TypeKind.POINTER, ci.TypeKind.ELABORATED, ci.TypeKind.TYPEDEF):
+            fn = (fn.get_pointee() if fn.kind == ci.TypeKind.POINTER else
+                  fn.get_named_type() if fn.kind == ci.TypeKind.ELABORATED else
+                  fn.get_declaration().underlying_typedef_type)
+        if fn.kind == ci.TypeKind.FUNCTIONNOPROTO:
+            raise ModelError(f"{where}: a function pointer without a prototype ('{fn.spelling}'): "
+                             "its parameters are unknown; write them, or (void) for none")
+        if fn.kind != ci.TypeKind.FUNCTIONPROTO:
+            raise ModelError(f"{where}: not a function pointer")
+        if fn.is_function_variadic():
+            raise ModelError(f"{where}: a variadic function pointer ('{fn.spelling}'): no "
+                             "binding can be called back with a variable argument list")
         parm_decls = ([p for p in decl.get_children() if p.kind == ci.CursorKind.PARM_DECL]
                       if decl is not None else [])
-        arg_types = list(canon.argument_types())
+        arg_types = list(fn.argument_types())
         if len(parm_decls) == len(arg_types):
-            params = [Param(p.spelling or f"arg{i}", self.ctype(p.type, f"{name}({i})"))
+            params = [Param(p.spelling or f"arg{i}", self.ctype(p.type, f"{where}({i})"))
                       for i, p in enumerate(parm_decls)]
         else:
-            params = [Param(f"arg{i}", self.ctype(a, f"{name}({i})"))
+            params = [Param(f"arg{i}", self.ctype(a, f"{where}({i})"))
                       for i, a in enumerate(arg_types)]
-        return Callback(name, self.ctype(canon.get_result(), name), params, doc, experimental)
+        return Callback(name, self.ctype(fn.get_result(), where), params, doc, experimental)
 
     # -- declarations -------------------------------------------------------
 
@@ -469,22 +508,45 @@ class _Reader:
             elif canon.kind == ci.TypeKind.ENUM:
                 self.enum_names.add(c.spelling)
             elif canon.kind == ci.TypeKind.RECORD:
+                if canon.get_declaration().kind == ci.CursorKind.UNION_DECL:
+                    raise ModelError(f"{self.name}:{c.location.line} {c.spelling}: a union: the "
+                                     "bindings read every record as a struct, so a union "
+                                     "cannot be bound")
                 self.struct_names.add(c.spelling)
+        named = {_place(c.underlying_typedef_type.get_canonical().get_declaration())
+                 for c in cursors if c.kind == ci.CursorKind.TYPEDEF_DECL}
 
         h = self.header
         for c in cursors:
             exp = c.spelling not in self.stable_names
             self.current_experimental = exp
-            where = f"ampx.h:{c.location.line} {c.spelling}"
+            where = f"{self.name}:{c.location.line} {c.spelling}"
             if c.kind == ci.CursorKind.FUNCTION_DECL:
                 self.function(c, exp, where)
             elif c.kind == ci.CursorKind.TYPEDEF_DECL:
                 self.typedef(c, exp, where)
+            elif c.kind in UNBOUND_DECLS and c.is_definition() and _place(c) not in named:
+                # Only a typedef names a type for the bindings: without one,
+                # the declaration (and an enum's constants) would vanish.
+                what = UNBOUND_DECLS[c.kind]
+                if c.kind == ci.CursorKind.ENUM_DECL:
+                    names = [k.spelling for k in c.get_children()
+                             if k.kind == ci.CursorKind.ENUM_CONSTANT_DECL]
+                    what = ("an anonymous enum" if c.is_anonymous() else what) + \
+                        f" ({', '.join(names)})"
+                raise ModelError(f"{where}: {what} without a typedef, which the bindings would "
+                                 "drop; name it with a typedef")
+            elif c.kind == ci.CursorKind.VAR_DECL:
+                raise ModelError(f"{where}: a variable: the bindings bind functions, types and "
+                                 "macros only")
         self.macros(tu, cursors)
         self.section_titles()
         return h
 
     def function(self, c: ci.Cursor, exp: bool, where: str) -> None:
+        if c.type.kind == ci.TypeKind.FUNCTIONNOPROTO:
+            raise ModelError(f"{where}: a function without a prototype: its parameters are "
+                             "unknown; write them, or (void) for none")
         if c.type.is_function_variadic():
             raise ModelError(f"{where}: variadic functions cannot be bound (cgo)")
         text = _declaration_text(self.text, c.spelling)
@@ -509,10 +571,16 @@ class _Reader:
             h.handles.append(Handle(name, self.handle_names[name], doc, exp))
             return
         if name in self.callback_names:
-            h.callbacks.append(self.proto(c.underlying_typedef_type, name, doc, exp, c))
+            h.callbacks.append(self.proto(c.underlying_typedef_type, name, doc, exp, c, where))
             return
         decl = c.underlying_typedef_type.get_canonical().get_declaration()
         if name in self.enum_names:
+            # Every binding declares an enum as a signed 32-bit integer; the
+            # header pins each to it with a MIN_ENUM/MAX_ENUM pair.
+            if decl.enum_type.kind != ci.TypeKind.INT:
+                raise ModelError(f"{where}: the enum's underlying type is "
+                                 f"'{decl.enum_type.spelling}', where every binding reads a signed "
+                                 "32-bit int; pin it with constants -0x7fffffff - 1 and 0x7fffffff")
             consts = [EnumConstant(k.spelling, k.enum_value, _doc(k))
                       for k in decl.get_children()
                       if k.kind == ci.CursorKind.ENUM_CONSTANT_DECL]
@@ -522,9 +590,20 @@ class _Reader:
             t = c.underlying_typedef_type.get_canonical()
             fields = []
             for f in decl.get_children():
+                if f.kind == ci.CursorKind.UNION_DECL:
+                    raise ModelError(f"{where}: a union inside the struct ('{f.spelling}'): the "
+                                     "bindings read every record as a struct, so a union cannot "
+                                     "be bound")
+                if f.kind == ci.CursorKind.STRUCT_DECL:
+                    raise ModelError(f"{where}: a struct defined inside the struct "
+                                     f"('{f.spelling}'), which only a typedef of its own names "
+                                     "for the bindings")
                 if f.kind != ci.CursorKind.FIELD_DECL:
                     continue
                 fwhere = f"{where}.{f.spelling}"
+                if f.is_bitfield():
+                    raise ModelError(f"{fwhere}: a bit-field ({f.get_bitfield_width()} bits): "
+                                     "the bindings have no field narrower than a byte")
                 ctype = self.ctype(f.type, fwhere, anon=f"{name}_{f.spelling}_fn", decl=f)
                 off = t.get_offset(f.spelling)
                 if off < 0:
@@ -558,7 +637,7 @@ class _Reader:
                 body = tokens[close + 1:]
                 for t in body:
                     if not (t in params or re.fullmatch(r"\d+|[-+*()]", t)):
-                        raise ModelError(f"ampx.h:{m.location.line} {m.spelling}: token "
+                        raise ModelError(f"{self.name}:{m.location.line} {m.spelling}: token "
                                          f"'{t}' in a function-like macro is not "
                                          "integer arithmetic on its parameters")
                 functions.append(MacroFunction(m.spelling, params, body, doc, exp))
@@ -604,7 +683,7 @@ class _Reader:
         for name, doc, exp, line in objects:
             v = values.get(name)
             if not isinstance(v, tuple):
-                raise ModelError(f"ampx.h:{line} {name}: not an integer constant")
+                raise ModelError(f"{self.name}:{line} {name}: not an integer constant")
             self.header.constants.append(Constant(name, v[0], v[1], doc, exp))
         self.header.macro_functions.extend(functions)
         for name, exp in inits:
