@@ -79,6 +79,8 @@ class Owner {
 
 }  // namespace detail
 
+class Fp8Recipe;  // section 18, below
+
 class Context : public detail::Owner<ampx_context, ampx_context_release> {
  public:
   // A CPU context, or the device the options name.
@@ -389,6 +391,9 @@ class DataParallel : public detail::Owner<ampx_data_parallel, ampx_data_parallel
   }
   void set_sync(bool sync) { check(ampx_data_parallel_set_sync(get(), sync ? 1 : 0)); }
   void reduce() { check(ampx_data_parallel_reduce(get())); }
+  // MAX-reduces the recipe's step amaxes over the ranks before each update
+  // (every rank attaches one with the same slots); null detaches it.
+  inline void set_fp8_recipe(const Fp8Recipe* recipe);
   ampx_data_parallel_stats stats() const {
     ampx_data_parallel_stats s = AMPX_DATA_PARALLEL_STATS_INIT;
     check(ampx_data_parallel_get_stats(get(), &s));
@@ -499,6 +504,23 @@ class AutocastPolicy : public detail::Owner<ampx_autocast, ampx_autocast_release
     int64_t hits = 0, misses = 0;
     check(ampx_autocast_cache_stats(get(), &hits, &misses));
     return {hits, misses};
+  }
+  // Makes it an FP8 policy with `recipe` (which it then holds a reference
+  // to), for products of at least min_gemm_size = m * n * k (ampx.h section
+  // 18); clear_fp8 makes it a plain one again.
+  inline void set_fp8(const Fp8Recipe& recipe,
+                      int64_t min_gemm_size = AMPX_FP8_DEFAULT_MIN_GEMM_SIZE);
+  void clear_fp8() { check(ampx_autocast_set_fp8(get(), nullptr, 0)); }
+  // Products run in FP8 and those that fell back, with the last reason.
+  struct Fp8Stats {
+    int64_t fp8_products = 0;
+    int64_t fallbacks = 0;
+    std::string last_fallback;
+  };
+  Fp8Stats fp8_stats() const {
+    ampx_fp8_stats s = AMPX_FP8_STATS_INIT;
+    check(ampx_autocast_fp8_stats(get(), &s));
+    return {s.fp8_products, s.fallbacks, s.last_fallback ? s.last_fallback : ""};
   }
 
  private:
@@ -920,6 +942,117 @@ inline std::vector<Tensor> chunk(const Tensor& x, int32_t chunks, int32_t dim) {
     *written = status == AMPX_OK ? static_cast<size_t>(count) : 0;
     return status;
   });
+}
+
+// ---- FP8 (ampx.h section 18) ------------------------------------------------------
+
+// dst = src converted into dst's FP8 type (F8E4M3 or F8E5M2) with the
+// overflow rule; Tensor::cast uses each type's torch rule instead.
+inline void copy_fp8(Tensor& dst, const Tensor& src, ampx_fp8_overflow overflow) {
+  check(ampx_tensor_copy_fp8(dst.get(), src.get(), overflow));
+}
+
+// A scaling recipe (Transformer Engine's DelayedScaling or
+// Float8CurrentScaling): per slot, a scale, its inverse, the step's amax
+// and an amax history, in device memory.
+class Fp8Recipe : public detail::Owner<ampx_fp8_recipe, ampx_fp8_recipe_release> {
+ public:
+  explicit Fp8Recipe(const Context& ctx,
+                     ampx_fp8_recipe_options options = ampx_fp8_recipe_options_default()) {
+    ampx_fp8_recipe r = nullptr;
+    check(ampx_fp8_recipe_create(ctx.get(), &options, &r));
+    *this = Fp8Recipe(r);
+  }
+  // A new slot (scale 1, no history); returns its index. An empty name: none.
+  int64_t add_tensor(ampx_fp8_role role, const std::string& name = "") {
+    int64_t slot = 0;
+    check(ampx_fp8_recipe_add_tensor(get(), role, name.empty() ? nullptr : name.c_str(), &slot));
+    return slot;
+  }
+  int64_t slot_count() const {
+    int64_t count = 0;
+    check(ampx_fp8_recipe_slot_count(get(), &count));
+    return count;
+  }
+  // Quantizes src with the slot's scale into dst and/or dst_transposed (an
+  // empty Tensor: not written), folding src's amax into the slot's.
+  void quantize(int64_t slot, const Tensor& src, const Tensor& dst,
+                const Tensor& dst_transposed = Tensor()) {
+    check(ampx_fp8_quantize(get(), slot, src.get(), dst.get(), dst_transposed.get()));
+  }
+  // The same into a new tensor of the slot's format and src's shape.
+  Tensor quantize(int64_t slot, const Tensor& src) {
+    ampx_context ctx = nullptr;
+    check(ampx_tensor_context(src.get(), &ctx));
+    const std::vector<int64_t> shape = src.shape();
+    ampx_tensor t = nullptr;
+    check(ampx_tensor_empty(ctx, slot_info(slot).dtype, static_cast<int32_t>(shape.size()),
+                            shape.data(), &t));
+    Tensor dst(t);
+    quantize(slot, src, dst);
+    return dst;
+  }
+  // Ends the step for every slot (histories, and delayed scaling's scales).
+  void update() { check(ampx_fp8_recipe_update(get())); }
+  // A [1] F32 view of the slot's scale (or inverse scale) that follows
+  // every update.
+  Tensor scale_tensor(int64_t slot, bool inverse = false) const {
+    ampx_tensor t = nullptr;
+    check(ampx_fp8_recipe_scale_tensor(get(), slot, inverse ? 1 : 0, &t));
+    return Tensor(t);
+  }
+  // A slot read back (synchronizes); its amax history oldest first.
+  struct Slot {
+    std::string name;
+    ampx_fp8_role role = AMPX_FP8_FORWARD;
+    ampx_dtype dtype = AMPX_F8E4M3;
+    float scale = 1.0f;
+    float scale_inv = 1.0f;
+    float amax = 0.0f;  // this step's, not yet in the history
+    std::vector<float> history;
+  };
+  Slot slot(int64_t index) const {
+    ampx_fp8_slot_info info = slot_info(index);
+    Slot s;
+    s.name = info.name ? info.name : "";
+    s.role = info.role;
+    s.dtype = info.dtype;
+    s.scale = info.scale;
+    s.scale_inv = info.scale_inv;
+    s.amax = info.amax;
+    s.history.resize(static_cast<size_t>(info.history_len));
+    check(ampx_fp8_recipe_slot_get(get(), index, &info, s.history.data(), info.history_len));
+    return s;
+  }
+  // What quantizing `tensor` at the slot's scale would flush and saturate
+  // in either format (the precision doctor's FP8 check; synchronizes).
+  ampx_fp8_tensor_report inspect(int64_t slot, const Tensor& tensor) const {
+    ampx_fp8_tensor_report report = AMPX_FP8_TENSOR_REPORT_INIT;
+    check(ampx_doctor_fp8_inspect(get(), slot, tensor.get(), &report));
+    return report;
+  }
+  // A table of the slots, one line each (synchronizes).
+  std::string summary() const {
+    const char* text = nullptr;
+    check(ampx_doctor_fp8_summary(get(), &text));
+    return text;
+  }
+
+ private:
+  explicit Fp8Recipe(ampx_fp8_recipe r) : Owner(r) {}
+  ampx_fp8_slot_info slot_info(int64_t index) const {
+    ampx_fp8_slot_info info = AMPX_FP8_SLOT_INFO_INIT;
+    check(ampx_fp8_recipe_slot_get(get(), index, &info, nullptr, 0));
+    return info;
+  }
+};
+
+inline void AutocastPolicy::set_fp8(const Fp8Recipe& recipe, int64_t min_gemm_size) {
+  check(ampx_autocast_set_fp8(get(), recipe.get(), min_gemm_size));
+}
+
+inline void DataParallel::set_fp8_recipe(const Fp8Recipe* recipe) {
+  check(ampx_data_parallel_set_fp8_recipe(get(), recipe ? recipe->get() : nullptr));
 }
 
 }  // namespace ampx

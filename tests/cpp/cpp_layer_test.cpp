@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ampx/ampx.hpp"
+#include "unit/fp8_reference.h"  // the FP8 formats decoded and rounded in double
 
 namespace {
 
@@ -321,6 +322,252 @@ TEST_CASE("c++ layer: grad with create_graph, backward with retain_graph, unscal
   so.init_scale = 4.0;
   ampx::Scaler scaler(ctx, so);
   CHECK(scaler.unscale_tensor(w).to_vector() == std::vector<float>{0.25f, -0.5f, 0.75f});
+}
+
+TEST_CASE("c++ layer: higher-order gradients against closed forms in double") {
+  // f = sum(tanh(w) * x): df/dw = x (1 - t^2), d/dw sum(df/dw) = -2 x t (1 - t^2), t = tanh(w).
+  ampx::Context ctx = test_context();
+  const std::vector<float> wv{0.3f, -1.2f, 0.8f}, xv{1.5f, -0.5f, 2.0f};
+  ampx::Tensor w = ampx::Tensor::from_host(ctx, wv, {3});
+  w.set_requires_grad();
+  const ampx::Tensor x = ampx::Tensor::from_host(ctx, xv, {3});
+  const auto near = [](const std::vector<float>& got, const std::vector<double>& want) {
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      CHECK_MESSAGE(std::fabs(got[i] - want[i]) <= 4e-7 * (1.0 + std::fabs(want[i])), i, ": ",
+                    got[i], " where ", want[i]);
+  };
+  std::vector<double> first(3), second(3), penalty(3), seeded(3), unscaled(3);
+  const std::vector<double> seed{1.0, -2.0, 0.5};
+  for (size_t i = 0; i < 3; ++i) {
+    const double t = std::tanh(static_cast<double>(wv[i])), x_i = xv[i], s = 1.0 - t * t;
+    first[i] = x_i * s;
+    second[i] = -2.0 * x_i * t * s;
+    penalty[i] = -4.0 * x_i * x_i * t * s * s;  // d/dw sum((df/dw)^2)
+    seeded[i] = 2.0 * static_cast<double>(wv[i]) * seed[i];
+    unscaled[i] = 2.0 * static_cast<double>(wv[i]) / 64.0;  // d/dw sum((w / 8)^2)
+  }
+  ampx::Tensor f = ampx::sum(ampx::mul(ampx::tanh(w), x));
+  ampx::GradOptions create;
+  create.create_graph = true;
+  ampx::Tensor g = ampx::grad(f, w, create);
+  near(g.to_vector(), first);
+  near(ampx::grad(ampx::sum(g), w).to_vector(), second);
+
+  // grad_outputs: the vector-Jacobian product of y = w * w with a seed.
+  const ampx::Tensor v = ampx::Tensor::from_host(ctx, {1.0f, -2.0f, 0.5f}, {3});
+  ampx::Tensor y = ampx::mul(w, w);
+  near(ampx::grad({&y}, {&w}, {&v})[0].to_vector(), seeded);
+
+  // backward with create_graph: w.grad() is recorded, and differentiable.
+  ampx::Tensor f2 = ampx::sum(ampx::mul(ampx::tanh(w), x));
+  ampx::backward(f2, nullptr, false, true);
+  ampx::Tensor wg = w.grad();
+  REQUIRE(static_cast<bool>(wg));
+  CHECK(wg.requires_grad());
+  near(wg.to_vector(), first);
+  near(ampx::grad(ampx::sum(ampx::mul(wg, wg)), w).to_vector(), penalty);
+  w.set_grad(ampx::Tensor());
+
+  // Scaler::unscale_tensor is recorded: its gradient carries the 1 / scale.
+  ampx_scaler_options so = ampx_scaler_options_default();
+  so.init_scale = 8.0;
+  ampx::Scaler scaler(ctx, so);
+  ampx::Tensor u = scaler.unscale_tensor(w);
+  CHECK(u.requires_grad());
+  near(ampx::grad(ampx::sum(ampx::mul(u, u)), w).to_vector(), unscaled);
+}
+
+namespace {
+
+// The FP8 value of x in `format` (round to nearest even; saturating or not).
+double fp8_round(const fp8_test::Fp8Format& format, double x, bool saturate = true) {
+  return fp8_test::reference_value(format, fp8_test::reference_code(format, x, saturate));
+}
+
+void check_fp8(const std::vector<float>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    CHECK_MESSAGE(static_cast<double>(got[i]) == want[i], i, ": ", got[i], " where ", want[i]);
+}
+
+}  // namespace
+
+TEST_CASE("c++ layer: FP8 casts, a delayed-scaling recipe and the doctor's FP8 report") {
+  using fp8_test::kE4M3;
+  using fp8_test::kE5M2;
+  ampx::Context ctx = test_context();
+  const std::vector<float> v{0.3f, -1.7f, 500.0f, 1e-3f, 61440.0f};
+  const ampx::Tensor src = ampx::Tensor::from_host(ctx, v, {5});
+  ampx::Tensor e4 = ampx::Tensor::empty(ctx, AMPX_F8E4M3, {5});
+  ampx::Tensor e5 = ampx::Tensor::empty(ctx, AMPX_F8E5M2, {5});
+  ampx::copy_fp8(e4, src, AMPX_FP8_SATURATE);
+  ampx::copy_fp8(e5, src, AMPX_FP8_NO_SATURATE);
+  std::vector<double> want4, want5;
+  for (float x : v) {
+    want4.push_back(fp8_round(kE4M3, x, true));
+    want5.push_back(fp8_round(kE5M2, x, false));
+  }
+  check_fp8(e4.to_vector(), want4);  // 500 saturates to 448
+  check_fp8(e5.to_vector(), want5);  // 61440 overflows to inf
+  ampx::Tensor f32 = ampx::Tensor::empty(ctx, AMPX_F32, {5});
+  try {
+    ampx::copy_fp8(f32, src, AMPX_FP8_SATURATE);
+    FAIL("copy_fp8 into F32 did not throw");
+  } catch (const ampx::Error& e) {
+    CHECK(e.status() == AMPX_ERR_DTYPE);
+  }
+
+  ampx_fp8_recipe_options o = ampx_fp8_recipe_options_default();
+  o.amax_history_len = 4;
+  o.margin = 1;
+  ampx::Fp8Recipe recipe(ctx, o);
+  const int64_t sx = recipe.add_tensor(AMPX_FP8_FORWARD, "x");
+  const int64_t sg = recipe.add_tensor(AMPX_FP8_BACKWARD, "g");
+  CHECK(recipe.slot_count() == 2);
+  CHECK(recipe.slot(sg).dtype == AMPX_F8E5M2);  // HYBRID: gradients in E5M2
+  const std::vector<float> xv{0.5f, -3.0f, 2.0f, 0.1f, 1.25f, -0.7f};
+  const ampx::Tensor x = ampx::Tensor::from_host(ctx, xv, {2, 3});
+
+  // Scale 1 at first; the transposed copy is [3, 2].
+  ampx::Tensor xt = ampx::Tensor::empty(ctx, AMPX_F8E4M3, {3, 2});
+  recipe.quantize(sx, x, ampx::Tensor(), xt);
+  ampx::Tensor q = recipe.quantize(sx, x);
+  CHECK(q.shape() == std::vector<int64_t>{2, 3});
+  std::vector<double> want, want_t(6);
+  for (float value : xv) want.push_back(fp8_round(kE4M3, value));
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 3; ++c) want_t[static_cast<size_t>(c * 2 + r)] = want[static_cast<size_t>(r * 3 + c)];
+  check_fp8(q.to_vector(), want);
+  check_fp8(xt.to_vector(), want_t);
+  CHECK(recipe.slot(sx).amax == 3.0f);
+
+  // Delayed scaling: scale = 448 / amax / 2^margin (224 / 3 exactly in fp32).
+  recipe.update();
+  ampx::Fp8Recipe::Slot slot = recipe.slot(sx);
+  const float scale = static_cast<float>(224.0 / 3.0);
+  CHECK(slot.name == "x");
+  CHECK(slot.scale == scale);
+  CHECK(slot.scale_inv == 1.0f / scale);
+  CHECK(slot.amax == 0.0f);
+  CHECK(slot.history == std::vector<float>{0.0f, 0.0f, 0.0f, 3.0f});
+  const ampx::Tensor scale_view = recipe.scale_tensor(sx);
+  CHECK(scale_view.to_vector() == std::vector<float>{scale});
+  CHECK(recipe.scale_tensor(sx, true).to_vector() == std::vector<float>{1.0f / scale});
+  want.clear();
+  for (float value : xv) want.push_back(fp8_round(kE4M3, static_cast<double>(value * scale)));
+  check_fp8(recipe.quantize(sx, x).to_vector(), want);
+  recipe.update();
+  CHECK(recipe.slot(sx).history == std::vector<float>{0.0f, 0.0f, 3.0f, 3.0f});
+  CHECK(scale_view.to_vector() == std::vector<float>{scale});  // a view: follows the update
+
+  // The doctor: what slot g's scale (still 1: its amax was 0) would do.
+  const std::vector<float> dv{1e-6f, 1.0f, 1000.0f, 0.0f};
+  const ampx::Tensor d = ampx::Tensor::from_host(ctx, dv, {4});
+  const ampx_fp8_tensor_report report = recipe.inspect(sg, d);
+  CHECK(report.count == 3);
+  CHECK(report.scale == 1.0f);
+  CHECK(report.dtype == AMPX_F8E5M2);
+  double flushed4 = 0, saturated4 = 0, flushed5 = 0, saturated5 = 0;
+  for (float value : dv) {
+    if (value == 0.0f) continue;
+    flushed4 += fp8_round(kE4M3, value) == 0.0;
+    saturated4 += std::fabs(value) > kE4M3.max;
+    flushed5 += fp8_round(kE5M2, value) == 0.0;
+    saturated5 += std::fabs(value) > kE5M2.max;
+  }
+  CHECK(report.flushed_e4m3 == doctest::Approx(flushed4 / 3));
+  CHECK(report.saturated_e4m3 == doctest::Approx(saturated4 / 3));
+  CHECK(report.flushed_e5m2 == doctest::Approx(flushed5 / 3));
+  CHECK(report.saturated_e5m2 == doctest::Approx(saturated5 / 3));
+  const std::string summary = recipe.summary();
+  CHECK(contains(summary, "x"));
+  CHECK(contains(summary, "g"));
+}
+
+TEST_CASE("c++ layer: linear in FP8 under an AutocastPolicy, forward and backward") {
+  using fp8_test::kE4M3;
+  ampx::Context ctx = test_context();
+  const int64_t n = 16;  // m = n = k: a shape every device's FP8 GEMM takes
+  std::vector<float> xv(static_cast<size_t>(n * n)), wv(xv.size());
+  uint32_t state = 12345;
+  const auto next = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(state >> 8) / 16777216.0f * 2.0f - 1.0f;
+  };
+  for (float& value : xv) value = next();
+  for (float& value : wv) value = 0.5f * next();
+  const ampx::Tensor x = ampx::Tensor::from_host(ctx, xv, {n, n});
+  ampx::Tensor w = ampx::Tensor::from_host(ctx, wv, {n, n});
+  w.set_name("w");
+  w.set_requires_grad();
+
+  ampx::Fp8Recipe recipe(ctx);
+  ampx::AutocastPolicy policy(ctx, AMPX_BF16);
+  policy.set_fp8(recipe, 0);
+  ampx::Tensor y;
+  {
+    ampx::Autocast region(policy);
+    y = ampx::linear(x, w);
+  }
+  CHECK(y.dtype() == AMPX_BF16);
+  CHECK(policy.fp8_stats().fp8_products == 1);
+  CHECK(policy.fp8_stats().fallbacks == 0);
+  REQUIRE(recipe.slot_count() == 3);
+  CHECK(recipe.slot(0).name == "w:input");
+  CHECK(recipe.slot(1).name == "w:weight");
+  CHECK(recipe.slot(2).name == "w:grad_output");
+
+  // Scales are 1 in the first step: y = q(x) q(w)^T, summed in fp32 and
+  // rounded once to bf16 (half an ulp: 2^-8 relative).
+  const std::vector<float> got = y.to_vector();
+  std::vector<double> qx, qw;
+  for (float value : xv) qx.push_back(fp8_round(kE4M3, value));
+  for (float value : wv) qw.push_back(fp8_round(kE4M3, value));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0, magnitude = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const double term = qx[static_cast<size_t>(i * n + k)] * qw[static_cast<size_t>(j * n + k)];
+        sum += term;
+        magnitude += std::fabs(term);
+      }
+      const double bound = magnitude * n * std::ldexp(1.0, -24) + std::fabs(sum) * std::ldexp(1.0, -8);
+      CHECK_MESSAGE(std::fabs(got[static_cast<size_t>(i * n + j)] - sum) <= bound, i, ",", j);
+    }
+
+  // dy = 1 (exact in E5M2): dW[j][k] = sum_i q(x)[i][k], in the weight's F32.
+  ampx::backward(ampx::sum(y));
+  const std::vector<float> dw = w.grad().to_vector();
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t k = 0; k < n; ++k) {
+      double sum = 0, magnitude = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        sum += qx[static_cast<size_t>(i * n + k)];
+        magnitude += std::fabs(qx[static_cast<size_t>(i * n + k)]);
+      }
+      CHECK(std::fabs(dw[static_cast<size_t>(j * n + k)] - sum) <= magnitude * n * std::ldexp(1.0, -24));
+    }
+  CHECK(w.grad().dtype() == AMPX_F32);
+
+  // Below min_gemm_size: the policy's dtype, counted with the reason; a
+  // plain policy again after clear_fp8.
+  ampx::AutocastPolicy small(ctx, AMPX_BF16);
+  small.set_fp8(recipe, int64_t{1} << 40);
+  {
+    ampx::Autocast region(small);
+    (void)ampx::linear(x, w);
+  }
+  ampx::AutocastPolicy::Fp8Stats stats = small.fp8_stats();
+  CHECK(stats.fp8_products == 0);
+  CHECK(stats.fallbacks == 1);
+  CHECK_FALSE(stats.last_fallback.empty());
+  small.clear_fp8();
+  {
+    ampx::Autocast region(small);
+    CHECK(ampx::linear(x, w).dtype() == AMPX_BF16);
+  }
+  CHECK(small.fp8_stats().fallbacks == 1);  // not an FP8 policy any more
 }
 
 TEST_CASE("c++ layer: clipping after unscale, diagnostics, scaler and optimizer state") {
