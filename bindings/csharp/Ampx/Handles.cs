@@ -100,7 +100,8 @@ namespace Ampx
         protected override bool ReleaseHandle()
         {
             Deferred.Leave(this, handle, IsFinalizing);
-            Callbacks.DropKept();
+            // As AmpxHandle's: on the finalizer thread, no caller to rethrow to.
+            if (IsFinalizing) Callbacks.DropKept();
             return true;
         }
     }
