@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "ampx/ampx.hpp"
-#include "unit/fp8_reference.h"  // the FP8 formats decoded and rounded in double
+#include "../unit/fp8_reference.h"  // the FP8 formats decoded and rounded in double
 
 namespace {
 
