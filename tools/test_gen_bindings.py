@@ -4,7 +4,7 @@
 Each case is a scratch header holding one construct that no binding can
 represent exactly (an enum without a typedef, a callback without a prototype
 or with a variable argument list, an enum that is not a signed 32-bit int,
-`long` in the ABI, a bit-field, a union); reading it must fail with an error
+`long` in the ABI, a bit-field, a union, a variable); reading it must fail with an error
 naming the declaration. A control header of the constructs ampx.h does use
 must read, with clang's values and layout. Scratch files go to a temporary
 folder.
@@ -75,6 +75,8 @@ REFUSED = [
     ("union field",
      "typedef struct ampx_holder { union { float f; int32_t i; } u; } ampx_holder;",
      ["ampx_holder", "union inside the struct"]),
+    ("variable", "extern int32_t ampx_global;",
+     ["ampx_global", "a variable"]),
     ("struct defined in a struct",
      "typedef struct ampx_outer { struct ampx_inner { int32_t a; } in; } ampx_outer;",
      ["ampx_outer", "struct defined inside the struct"]),
