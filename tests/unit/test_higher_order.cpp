@@ -997,6 +997,53 @@ TEST_CASE("higher order: cross_entropy (plain, weighted, smoothed, ignored), mse
         },
         43, third_order());
   }
+  // weight and pos_weight: constants that scale the first-order formula's
+  // terms, so the create_graph formula must carry them too (it used to drop
+  // both). Shapes as the header lists them: [C] along the last dimension,
+  // [N, 1], the full shape; targets differentiated too (their gradient
+  // depends on pos_weight).
+  struct Weighted {
+    const char* name;
+    Dims weight, pos_weight;  // empty: none
+  };
+  const Weighted weighted_cases[] = {{"weight [3]", {3}, {}},
+                                     {"pos_weight [3]", {}, {3}},
+                                     {"weight [2, 1], pos_weight [3]", {2, 1}, {3}},
+                                     {"weight [2, 3], pos_weight [1]", {2, 3}, {1}}};
+  for (const Weighted& c : weighted_cases)
+    for (const ampx_reduction r : {AMPX_REDUCTION_MEAN, AMPX_REDUCTION_SUM, AMPX_REDUCTION_NONE}) {
+      const Dims d = {2, 3};
+      std::vector<In> inputs = {floating(d, rng.values(6, -2, 2)),
+                                floating(d, rng.values(6, 0, 1))};
+      const Vec w = rng.values(count_of(c.weight), 0.5, 2), p = rng.values(count_of(c.pos_weight), 0.5, 3);
+      const bool has_w = !c.weight.empty(), has_p = !c.pos_weight.empty();
+      if (has_w) inputs.push_back(floating(c.weight, w, false));
+      if (has_p) inputs.push_back(floating(c.pos_weight, p, false));
+      hocheck(
+          std::string("bce_with_logits ") + c.name + " reduction " + std::to_string(static_cast<int>(r)),
+          inputs,
+          [&](const std::vector<ampx_tensor>& t, ampx_tensor* out) {
+            ampx_bce_with_logits_options o = AMPX_BCE_WITH_LOGITS_OPTIONS_INIT;
+            o.reduction = r;
+            return ampx_bce_with_logits_ex(t[0], t[1], has_w ? t[2] : nullptr,
+                                           has_p ? t[has_w ? 3 : 2] : nullptr, &o, out);
+          },
+          [&](const Inputs& v) {
+            const Vec ones(6, 1.0);
+            const Vec wf = has_w ? broadcast_binary('*', ones, d, w, c.weight) : ones;
+            const Vec pf = has_p ? broadcast_binary('*', ones, d, p, c.pos_weight) : ones;
+            Vec e(6);
+            double s = 0.0;
+            for (size_t i = 0; i < 6; ++i) {
+              const double x = v[0][i], tt = v[1][i];
+              s += e[i] = -wf[i] * (pf[i] * tt * std::log(sigmoid(x)) +
+                                    (1 - tt) * std::log(sigmoid(-x)));
+            }
+            if (r == AMPX_REDUCTION_NONE) return e;
+            return Vec{r == AMPX_REDUCTION_MEAN ? s / 6 : s};
+          },
+          44, third_order());
+    }
 }
 
 // ---- products and normalisation ----------------------------------------------------
