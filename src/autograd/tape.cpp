@@ -87,6 +87,27 @@ void add_output(DeviceContext& ctx, Node& node, DeviceTensor& out) {
   out.tape_generation = autograd_state(ctx).generation;
 }
 
+TensorRef saved_as_output(DeviceContext& ctx, Node& node, const DeviceTensor& saved,
+                          SavedOutputSlot& slot) {
+  // The token expires exactly when the tensor's last reference goes
+  // (DeviceTensor::release), so a live token means a live tensor.
+  if (slot.index != SIZE_MAX && !node.output_tokens[slot.index].expired())
+    return retained(*slot.tensor);
+  TensorRef out(DeviceTensor::alias(ctx, saved, saved.dtype, saved.shape));
+  if (slot.index == SIZE_MAX) {
+    add_output(ctx, node, *out);
+    slot.index = node.output_ids.size() - 1;
+  } else {
+    out->tape_token = std::make_shared<char>(0);
+    node.output_ids[slot.index] = out->id;
+    node.output_tokens[slot.index] = out->tape_token;
+    out->requires_grad = true;
+    out->tape_generation = autograd_state(ctx).generation;
+  }
+  slot.tensor = out.get();
+  return out;
+}
+
 namespace {
 
 // slot + grad as a recorded op (create_graph), in the slot's dtype.

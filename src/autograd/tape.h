@@ -17,6 +17,7 @@
 // primitives) as before.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -121,6 +122,22 @@ void record(DeviceContext& ctx, std::unique_ptr<Node> node,
 // its outputs) and must send that tensor's gradient back to the record.
 // Its gradient then reaches node.backward after the earlier outputs'.
 void add_output(DeviceContext& ctx, Node& node, DeviceTensor& out);
+
+// A tensor on `saved`'s memory that is an output of `node` (a record on the
+// tape), for a differentiable formula that reads what the record saved (its
+// output, a pre-activation) and must send that tensor's gradient back to
+// the record, where it reaches node.backward as a further output's
+// gradient. The record must not hold it (its tape token would keep the
+// record alive for good), so `slot`, kept by the record, remembers it:
+// while it lives later walks get it back (a Hessian-vector product loop
+// over a retained graph adds no output), and once released the next one
+// takes its place. The record then has one output more, at slot.index.
+struct SavedOutputSlot {
+  size_t index = SIZE_MAX;          // in node.output_ids; SIZE_MAX: none made yet
+  DeviceTensor* tensor = nullptr;   // alive while node.output_tokens[index] is
+};
+TensorRef saved_as_output(DeviceContext& ctx, Node& node, const DeviceTensor& saved,
+                          SavedOutputSlot& slot);
 
 // Adds `grad` into `slot`: takes it when the slot is empty, else sums (into
 // the slot's dtype). A node may hand the same tensor to several inputs (add

@@ -1909,3 +1909,86 @@ TEST_CASE("higher order: attention with dropout -- the unfused formulas draw the
   }
   REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
 }
+
+// ---- what each formula reads, what ampx_grad and zero_grad hand back -----------
+
+TEST_CASE("higher order: softmax's create_graph formula reads the output it saved, not x") {
+  // The record declares that it reads only its saved output y, so x may be
+  // overwritten between forward and backward (as torch, whose softmax
+  // saves its result): every order of gradient must then be that at the
+  // forward's x. Writing y itself is refused.
+  const Vec x0 = {0.3, -1.2, 0.8, 2.0, -0.5, 0.1};
+  const Vec x1 = {5.0, 5.0, -5.0, 1.0, 1.0, 1.0};
+  const Vec r = {0.7, -0.4, 1.1, -0.9, 0.25, 0.6};
+  const Vec v = {0.5, 1.0, -0.75, 0.2, -1.3, 0.9};
+  for (const bool log : {false, true}) {
+    INFO((log ? "log_softmax" : "softmax"));
+    // d/dx sum(op(x) r), row by row, in double.
+    const auto gradient = [&](const Vec& x) {
+      const Vec y = ref_softmax(x, 3, false);
+      Vec g(6);
+      for (size_t row = 0; row < 2; ++row) {
+        double yr = 0.0, rs = 0.0;
+        for (size_t j = 0; j < 3; ++j) {
+          yr += y[row * 3 + j] * r[row * 3 + j];
+          rs += r[row * 3 + j];
+        }
+        for (size_t j = 0; j < 3; ++j) {
+          const size_t i = row * 3 + j;
+          g[i] = log ? r[i] - y[i] * rs : y[i] * (r[i] - yr);
+        }
+      }
+      return g;
+    };
+    Vec hv_ref(6);  // d/dx <g(x), v> at x0, central differences of the double gradient
+    for (size_t i = 0; i < 6; ++i) {
+      Vec up = x0, down = x0;
+      up[i] += 1e-5;
+      down[i] -= 1e-5;
+      hv_ref[i] = (weighted(gradient(up), v) - weighted(gradient(down), v)) / 2e-5;
+    }
+    const Vec g_ref = gradient(x0);
+    Ctx ctx;
+    Tensor x(make_tensor(ctx, floating({2, 3}, x0)));
+    Tensor rt(make_tensor(ctx, floating({2, 3}, r, false)));
+    Tensor vt(make_tensor(ctx, floating({2, 3}, v, false)));
+    REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+    ampx_tensor y = nullptr;
+    REQUIRE((log ? ampx_log_softmax(x, &y) : ampx_softmax(x, &y)) == AMPX_OK);
+    const ampx_tensor loss = dot(y, rt);
+    const std::vector<unsigned char> bytes = encode(AMPX_F32, x1);
+    REQUIRE(ampx_tensor_copy_from_host(x, bytes.data(), bytes.size()) == AMPX_OK);
+    for (const bool create_graph : {false, true}) {
+      INFO("create_graph " << create_graph);
+      ampx_grad_options o = AMPX_GRAD_OPTIONS_INIT;
+      o.create_graph = create_graph ? 1 : 0;
+      o.retain_graph = 1;
+      ampx_tensor g = nullptr;
+      REQUIRE_MESSAGE(ampx_grad(&loss, 1, nullptr, &x.handle, 1, &o, &g) == AMPX_OK,
+                      last_error());
+      const Vec gv = values_of(g);
+      for (size_t i = 0; i < 6; ++i) CHECK(close(gv[i], g_ref[i], 1e-5, 1e-6));
+      if (!create_graph) continue;
+      const ampx_tensor s = dot(g, vt);
+      ampx_grad_options keep = AMPX_GRAD_OPTIONS_INIT;
+      keep.retain_graph = 1;
+      ampx_tensor h = nullptr;
+      REQUIRE_MESSAGE(ampx_grad(&s, 1, nullptr, &x.handle, 1, &keep, &h) == AMPX_OK,
+                      last_error());
+      const Vec hv = values_of(h);
+      for (size_t i = 0; i < 6; ++i) CHECK(close(hv[i], hv_ref[i], 1e-4, 1e-5));
+    }
+    // y, which the record reads, written in place: refused both ways.
+    REQUIRE(ampx_tensor_fill(y, 0.25) == AMPX_OK);
+    for (const int32_t create_graph : {0, 1}) {
+      ampx_grad_options o = AMPX_GRAD_OPTIONS_INIT;
+      o.create_graph = create_graph;
+      o.retain_graph = 1;
+      ampx_tensor g = nullptr;
+      CHECK_FAILS_WITH(ampx_grad(&loss, 1, nullptr, &x.handle, 1, &o, &g), AMPX_ERR_ORDER,
+                       "written in place");
+      CHECK(g == nullptr);
+    }
+    REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+  }
+}
