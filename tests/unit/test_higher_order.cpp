@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/tape.h"
 #include "training_fixture.h"
 
 using ampx_fixture::decode;
@@ -1991,4 +1992,52 @@ TEST_CASE("higher order: softmax's create_graph formula reads the output it save
     }
     REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
   }
+}
+
+TEST_CASE("higher order: repeated create_graph walks over a retained graph add no outputs") {
+  // A Hessian-vector product loop over one retained forward: linear+GELU's
+  // and softmax's formulas make their saved tensor an output of the record;
+  // each walk must hand back the one an earlier walk made while it lives,
+  // and once it is released, put the next in its place.
+  using ampx::impl::autograd_state;
+  using ampx::impl::DeviceContext;
+  Ctx ctx;
+  Tensor x(make_tensor(ctx, floating({2, 3}, {0.5, -1.0, 0.25, 1.5, 0.75, -0.5})));
+  Tensor w(make_tensor(ctx, floating({3, 3}, {0.2, -0.4, 0.6, 0.1, 0.3, -0.2, 0.5, 0.05, -0.3})));
+  Tensor v(make_tensor(ctx, floating({2, 3}, {1.0, -0.5, 0.25, 0.75, -1.0, 0.5}, false)));
+  REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+  ampx_tensor z = nullptr, y = nullptr;
+  REQUIRE(ampx_linear(x, w, nullptr, AMPX_ACTIVATION_GELU, &z) == AMPX_OK);
+  REQUIRE(ampx_softmax(z, &y) == AMPX_OK);
+  const ampx_tensor loss = dot(y, v);
+  auto& tape = autograd_state(*reinterpret_cast<DeviceContext*>(ctx.handle)).tape;
+  const auto outputs_of = [&](const char* name) {
+    for (const auto& node : tape)
+      if (std::string(node->name()) == name) return node->output_ids.size();
+    return size_t(0);
+  };
+  Vec first;
+  for (int iteration = 0; iteration < 5; ++iteration) {
+    REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+    ampx_grad_options o = AMPX_GRAD_OPTIONS_INIT;
+    o.create_graph = 1;
+    ampx_tensor g = nullptr;
+    REQUIRE_MESSAGE(ampx_grad(&loss, 1, nullptr, &x.handle, 1, &o, &g) == AMPX_OK, last_error());
+    const ampx_tensor s = dot(g, v);
+    ampx_grad_options keep = AMPX_GRAD_OPTIONS_INIT;
+    keep.retain_graph = 1;
+    ampx_tensor h = nullptr;
+    REQUIRE_MESSAGE(ampx_grad(&s, 1, nullptr, &x.handle, 1, &keep, &h) == AMPX_OK, last_error());
+    if (iteration == 0) first = values_of(h);
+    CHECK(values_of(h) == first);
+    CHECK(outputs_of("linear") == 2);
+    CHECK(outputs_of("softmax") == 2);
+    // The second walk over the same gradient graph reuses the live ones.
+    ampx_tensor h2 = nullptr;
+    REQUIRE_MESSAGE(ampx_grad(&s, 1, nullptr, &x.handle, 1, &keep, &h2) == AMPX_OK, last_error());
+    CHECK(values_of(h2) == first);
+    CHECK(outputs_of("linear") == 2);
+    REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+  }
+  REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
 }
