@@ -831,16 +831,18 @@ std::vector<TensorRef> grad(DeviceContext& ctx, const GradRequest& request) {
   walk.leads = &leads;
   run_backward(ctx, grads, walk);
   if (!request.retain_graph) free_records(state, runs);
-  // Each result is the caller's own tensor: never a grad_outputs tensor
-  // passed through (add's gradient is its dy) nor one given for an earlier
-  // input, which writing one would change under the other.
-  std::unordered_set<const DeviceTensor*> handed;
-  for (DeviceTensor* given : request.grad_outputs) handed.insert(given);
+  // Each result is the caller's own tensor on memory of its own: never a
+  // grad_outputs tensor passed through (add's gradient is its dy) nor one
+  // given for an earlier input, nor a view of either (reshape's gradient is
+  // a view of its dy), which writing one would change under the other.
+  std::unordered_set<const Storage*> handed;
+  for (DeviceTensor* given : request.grad_outputs)
+    if (given) handed.insert(given->storage.get());
   std::vector<TensorRef> result;
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     DeviceTensor& in = *request.inputs[i];
     TensorRef& slot = captured[in.id];
-    if (slot && handed.count(slot.get()) != 0) {
+    if (slot && handed.count(slot->storage.get()) != 0) {
       if (request.create_graph) {
         slot = TensorRef(op_affine(*slot, 1.0f, 0.0f));
       } else {
@@ -850,7 +852,7 @@ std::vector<TensorRef> grad(DeviceContext& ctx, const GradRequest& request) {
       }
     }
     if (slot) {
-      handed.insert(slot.get());
+      handed.insert(slot->storage.get());
       result.push_back(retained(*slot));
     } else if (reached.count(in.id) != 0) {
       // Reached, but every record on the way gave it no gradient: zeros.

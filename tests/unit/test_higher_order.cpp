@@ -2041,3 +2041,38 @@ TEST_CASE("higher order: repeated create_graph walks over a retained graph add n
   }
   REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
 }
+
+TEST_CASE("ampx_grad: results never share memory with grad_outputs or with each other") {
+  // z = reshape(x1, [6]) + reshape(x2, [6]): add passes g to both, and
+  // reshape's gradient is a view of it, so each result must be copied.
+  Ctx ctx;
+  Tensor x1(make_tensor(ctx, floating({2, 3}, {1, 2, 3, 4, 5, 6})));
+  Tensor x2(make_tensor(ctx, floating({3, 2}, {6, 5, 4, 3, 2, 1})));
+  const Vec seed = {0.5, -1.0, 2.0, 0.25, -0.75, 1.5};
+  Tensor g(make_tensor(ctx, floating({6}, seed, false)));
+  for (const bool create_graph : {false, true}) {
+    INFO("create_graph " << create_graph);
+    REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+    const int64_t flat[1] = {6};
+    ampx_tensor r1 = nullptr, r2 = nullptr;
+    REQUIRE(ampx_reshape(x1, 1, flat, &r1) == AMPX_OK);
+    REQUIRE(ampx_reshape(x2, 1, flat, &r2) == AMPX_OK);
+    const ampx_tensor z = add(r1, r2);
+    ampx_grad_options o = AMPX_GRAD_OPTIONS_INIT;
+    o.create_graph = create_graph ? 1 : 0;
+    ampx_tensor grads[2] = {nullptr, nullptr};
+    const ampx_tensor inputs[2] = {x1, x2};
+    REQUIRE_MESSAGE(ampx_grad(&z, 1, &g.handle, inputs, 2, &o, grads) == AMPX_OK, last_error());
+    const ampx_tensor d1 = grads[0], d2 = grads[1];
+    CHECK(values_of(d1) == seed);
+    CHECK(values_of(d2) == seed);
+    // Filling one changes neither the other nor g.
+    REQUIRE(ampx_tensor_fill(d1, 9.0) == AMPX_OK);
+    CHECK(values_of(d2) == seed);
+    CHECK(values_of(g) == seed);
+    REQUIRE(ampx_tensor_fill(d2, 7.0) == AMPX_OK);
+    CHECK(values_of(g) == seed);
+    CHECK(values_of(d1) == Vec(6, 9.0));
+    REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+  }
+}
