@@ -741,7 +741,12 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_get_lr(ampx_optimizer optimiz
 AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_step(ampx_optimizer optimizer);
 
 /** Sets every attached gradient of the optimizer's parameters to zero (the
- *  gradients stay attached, so an engine's buffers keep their identity). */
+ *  gradients stay attached, so an engine's buffers keep their identity).
+ *  A gradient that a backward with create_graph made (a recorded tensor)
+ *  is instead replaced by a new zero tensor that records nothing, as torch
+ *  detaches it: the next backward with create_graph then starts a graph of
+ *  its own rather than adding to the old one (a handle to the old gradient
+ *  the program retained keeps its values). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_zero_grad(ampx_optimizer optimizer);
 
 /** Kinds of per-parameter optimizer state, for ampx_optimizer_state_tensor. */

@@ -2076,3 +2076,43 @@ TEST_CASE("ampx_grad: results never share memory with grad_outputs or with each 
     REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
   }
 }
+
+TEST_CASE("zero_grad detaches a gradient a create_graph backward recorded, as torch") {
+  // torch: backward(sum(x*x), create_graph); zero_grad; backward(sum(x^3),
+  // create_graph); grad(sum(x.grad), x) = 6x. Zeroed in place, the old
+  // gradient stayed recorded and the new one was old + 3x^2: 6x + 2.
+  Ctx ctx;
+  const Vec xs = {-1.0, 0.5, 2.0};
+  Tensor x(make_tensor(ctx, floating({3}, xs)));
+  ampx_sgd_options sgd = AMPX_SGD_OPTIONS_INIT;
+  ampx_optimizer opt = nullptr;
+  REQUIRE(ampx_optimizer_create_sgd(ctx, &x.handle, 1, &sgd, &opt) == AMPX_OK);
+  REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+  ampx_backward_options o = AMPX_BACKWARD_OPTIONS_INIT;
+  o.create_graph = 1;
+  REQUIRE_MESSAGE(ampx_backward_ex(dot(x, x), nullptr, &o) == AMPX_OK, last_error());
+  REQUIRE(requires_grad(grad_handle(x)));
+  REQUIRE(ampx_optimizer_zero_grad(opt) == AMPX_OK);
+  CHECK(values_of(grad_handle(x)) == Vec(3, 0.0));
+  CHECK(!requires_grad(grad_handle(x)));
+  ampx_tensor cube = nullptr;
+  REQUIRE(ampx_pow(x, 3.0, &cube) == AMPX_OK);
+  REQUIRE_MESSAGE(ampx_backward_ex(sum_of(cube), nullptr, &o) == AMPX_OK, last_error());
+  const ampx_tensor gx = grad_handle(x);
+  const ampx_tensor total = sum_of(gx);
+  ampx_tensor h = nullptr;
+  REQUIRE_MESSAGE(ampx_grad(&total, 1, nullptr, &x.handle, 1, nullptr, &h) == AMPX_OK,
+                  last_error());
+  const Vec gv = values_of(gx), hv = values_of(h);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(close(gv[i], 3 * xs[i] * xs[i], 1e-6, 0));
+    CHECK(close(hv[i], 6 * xs[i], 1e-6, 0));
+  }
+  // A gradient that records nothing keeps its identity (an engine's buffer).
+  REQUIRE(ampx_optimizer_zero_grad(opt) == AMPX_OK);
+  const ampx_tensor detached = grad_handle(x);
+  REQUIRE(ampx_optimizer_zero_grad(opt) == AMPX_OK);
+  CHECK(grad_handle(x) == detached);
+  REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+  ampx_optimizer_release(opt);
+}
