@@ -735,9 +735,13 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_set_lr(ampx_optimizer optimiz
 AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_get_lr(ampx_optimizer optimizer, int32_t group, double *lr);
 
 /** One optimizer step over every parameter that has a gradient, using the
- *  gradients as they are. Errors: AMPX_ERR_ORDER when the optimizer is used
- *  with an enabled loss scaler and its gradients are still scaled (use
- *  ampx_scaler_step instead); SHAPE/DTYPE/DEVICE for a bad gradient. */
+ *  gradients as they are. Errors: AMPX_ERR_ORDER while the optimizer is
+ *  attached to an enabled loss scaler, also after ampx_scaler_unscale (use
+ *  ampx_scaler_step, which skips the step on inf/NaN gradients: a plain
+ *  step would bypass that check), and, attached or not, while a gradient
+ *  carries the scale of a backward with an enabled scaler (ampx_backward)
+ *  that no unscale or zero_grad removed; SHAPE/DTYPE/DEVICE for a bad
+ *  gradient. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_step(ampx_optimizer optimizer);
 
 /** Sets every attached gradient of the optimizer's parameters to zero (the
@@ -910,8 +914,10 @@ AMPX_API void ampx_scaler_release(ampx_scaler scaler);
 
 /** Attaches `optimizer` to `scaler` before its first use, so that misuse in
  *  the very first iteration (clipping or stepping still-scaled gradients) is
- *  detected too. Attaching again to the same scaler is a no-op; to another
- *  scaler is AMPX_ERR_INVALID_ARGUMENT. */
+ *  detected also for gradients the program wrote itself (the engine path;
+ *  gradients ampx_backward scaled are refused without it). Attaching again
+ *  to the same scaler is a no-op; to another scaler is
+ *  AMPX_ERR_INVALID_ARGUMENT. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_attach(ampx_scaler scaler, ampx_optimizer optimizer);
 
 /** *out receives a new tensor holding loss * scale (F32, loss's shape),
@@ -935,21 +941,29 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_get_scale(ampx_scaler scaler, do
  *  gradients in place; F16/BF16 gradients into fp32 buffers that the
  *  optimizer's next step and clipping use. Records whether any unscaled
  *  value is inf/NaN (the gradients are unscaled even then).
- *  Errors: ORDER when already unscaled or stepped since the last update.
- *  Disabled scaler: does nothing. */
+ *  Errors: ORDER when already unscaled or stepped since the last update;
+ *  INVALID_ARGUMENT when the optimizer is attached to another scaler.
+ *  Disabled scaler: changes nothing (and attaches nothing), refused as
+ *  above for an optimizer attached to another scaler. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_unscale(ampx_scaler scaler, ampx_optimizer optimizer);
 
 /** Unscales first if that has not been done since the last update, then
  *  takes the optimizer step unless an inf/NaN was found -- decided on the
  *  device: a skipped step changes no parameter, master, moment or step
- *  count. Errors: ORDER when already stepped since the last update.
- *  Disabled scaler: exactly ampx_optimizer_step. */
+ *  count. Errors: ORDER when already stepped since the last update;
+ *  INVALID_ARGUMENT when the optimizer is attached to another scaler.
+ *  Disabled scaler: exactly ampx_optimizer_step, its errors included
+ *  (ORDER for gradients an enabled scaler's backward scaled), after the
+ *  same INVALID_ARGUMENT for an optimizer attached to another scaler. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_step(ampx_scaler scaler, ampx_optimizer optimizer);
 
 /** Ends the iteration: combines the found-inf flags of every optimizer
- *  stepped since the last update (logical OR), then backs off or grows the
- *  scale (see ampx_scaler_options), and returns every optimizer to READY.
- *  Errors: ORDER when no optimizer was stepped since the last update. */
+ *  unscaled since the last update (by ampx_scaler_unscale or
+ *  ampx_scaler_step; logical OR), then backs off or grows the scale (see
+ *  ampx_scaler_options), and returns every optimizer to READY.
+ *  Errors: ORDER when no optimizer was unscaled since the last update
+ *  (torch's "No inf checks were recorded"); an unscale without a step is
+ *  enough, as torch. Disabled scaler: does nothing. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_update(ampx_scaler scaler);
 
 /** As ampx_scaler_update, but sets the scale to `new_scale` (finite and at
@@ -1029,7 +1043,10 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_set_state(ampx_scaler scaler, co
  *  the total. With error_if_nonfinite, a non-finite total fails with
  *  AMPX_ERR_INVALID_ARGUMENT and clips nothing (this synchronizes).
  *  Refused with AMPX_ERR_ORDER while the gradients are still multiplied by
- *  a loss scale (call ampx_scaler_unscale first): clipping scaled gradients
+ *  a loss scale (call ampx_scaler_unscale first): those of an optimizer
+ *  attached to an enabled scaler before its unscale, and, attached or not,
+ *  gradients that a backward with an enabled scaler accumulated into and
+ *  no unscale or zero_grad has cleared since. Clipping scaled gradients
  *  silently clips far too hard. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_clip_grad_norm(ampx_optimizer optimizer, double max_norm,
                                          double norm_type, int32_t error_if_nonfinite,
@@ -1111,7 +1128,11 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_set_grad_enabled(ampx_context ctx, int3
  *  not NULL (so the leaves' gradients come out scaled, ready for
  *  ampx_scaler_unscale/step) and 1 otherwise. Gradients are accumulated
  *  into every leaf that requires one (created on first use, zero-filled,
- *  in the leaf's dtype). The tape is cleared afterwards, also when the
+ *  in the leaf's dtype). With an enabled scaler, the gradients it
+ *  accumulated into are marked as scaled until an unscale
+ *  (ampx_scaler_unscale/step) or ampx_optimizer_zero_grad of an optimizer
+ *  that holds them: ampx_optimizer_step and clipping refuse them meanwhile
+ *  (ORDER), whether or not the optimizer was attached to the scaler. The tape is cleared afterwards, also when the
  *  backward pass itself fails; a call refused for its arguments changes
  *  nothing. Records of a forward that is never backpropagated are dropped
  *  once the program releases their outputs (e.g. at ampx_scope_pop).

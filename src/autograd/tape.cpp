@@ -22,6 +22,14 @@ bool on_tape(DeviceContext& ctx, const DeviceTensor& t) {
   return t.tape_generation != 0 && t.tape_generation == autograd_state(ctx).generation;
 }
 
+bool carries_loss_scale(DeviceContext& ctx, const DeviceTensor& grad) {
+  return autograd_state(ctx).loss_scaled_grads.count(grad.id) != 0;
+}
+
+void forget_loss_scale(DeviceContext& ctx, const DeviceTensor& grad) {
+  autograd_state(ctx).loss_scaled_grads.erase(grad.id);
+}
+
 bool flows_grad(DeviceContext& ctx, const DeviceTensor& t) {
   return t.requires_grad && (t.tape_generation == 0 || on_tape(ctx, t));
 }
@@ -242,10 +250,15 @@ void accumulate_into_leaf(DeviceContext& ctx, DeviceTensor& leaf, DeviceTensor& 
       sum = TensorRef(op_affine(grad, 1.0f, 0.0f));
       if (sum->dtype != leaf.dtype) sum = cast_to(ctx, *sum, leaf.dtype);
     }
+    // The sum carries a scale when this pass's part or the old one does.
+    AutogradState& state = autograd_state(ctx);
+    state.loss_scaled_grads.reserve(state.loss_scaled_grads.size() + 1);
     DeviceTensor* old = leaf.grad;
+    const bool old_scaled = old && state.loss_scaled_grads.erase(old->id) != 0;
     leaf.grad = sum.take();
     if (old) old->release();
-    note_received(autograd_state(ctx), leaf);
+    if (state.scaling_pass || old_scaled) state.loss_scaled_grads.insert(leaf.grad->id);
+    note_received(state, leaf);
     return;
   }
   NnPrimitives& nn = ctx.backend().require<NnPrimitives>("backward");
@@ -254,8 +267,10 @@ void accumulate_into_leaf(DeviceContext& ctx, DeviceTensor& leaf, DeviceTensor& 
     ctx.backend().fill(zeros->data(), dtype_size(leaf.dtype), 0, zeros->numel());
     leaf.grad = zeros.take();
   }
+  AutogradState& state = autograd_state(ctx);
+  if (state.scaling_pass) state.loss_scaled_grads.insert(leaf.grad->id);
   nn.add_into(leaf.grad->data(), leaf.grad->dtype, grad.data(), grad.dtype, grad.numel());
-  note_received(autograd_state(ctx), leaf);
+  note_received(state, leaf);
 }
 
 namespace {
@@ -688,9 +703,12 @@ void backward_pass(DeviceTensor& loss, LossScaler* scaler, bool retain_graph, bo
     ~ClearOnExit() {
       if (clear) clear_tape(state);
       state.in_backward = false;
+      state.scaling_pass = false;
     }
   } clear_on_exit{state, clear_all};
   state.in_backward = true;
+  // The gradients this pass accumulates into carry the scale.
+  state.scaling_pass = scaler && scaler->enabled();
 
   std::unordered_map<uint64_t, TensorRef> grads;
   TensorRef seed = ones_like_scalar(ctx, loss);

@@ -105,6 +105,11 @@ struct AutogradState : ContextExtension {
   bool notifying = false;       // a listener runs
   int node_backward_depth = 0;  // Node::backward calls in progress
   GradReadyPlan* grad_ready_plan = nullptr;  // of the outermost walk, while it runs
+  // Gradients (by tensor id) that a backward seeded with an enabled
+  // scaler's scale accumulated into, until unscaled or zeroed: stepping or
+  // clipping them is refused whether or not the optimizer was attached.
+  std::unordered_set<uint64_t> loss_scaled_grads;
+  bool scaling_pass = false;  // such a backward runs
 };
 
 AutogradState& autograd_state(DeviceContext& ctx);
@@ -144,6 +149,12 @@ TensorRef saved_as_output(DeviceContext& ctx, Node& node, const DeviceTensor& sa
 // passes dy to both), so a shared slot is copied before it is summed into.
 // With `graph` (create_graph) the sum is a new, recorded tensor.
 void accumulate_grad(DeviceContext& ctx, TensorRef& slot, DeviceTensor& grad, bool graph);
+
+// Whether a backward with an enabled scaler accumulated into `grad` (a
+// leaf's gradient) since forget_loss_scale was last called for it.
+bool carries_loss_scale(DeviceContext& ctx, const DeviceTensor& grad);
+// `grad` no longer carries a loss scale (unscaled, or zeroed).
+void forget_loss_scale(DeviceContext& ctx, const DeviceTensor& grad);
 
 // Whether `t` was made by an op on the current tape.
 bool on_tape(DeviceContext& ctx, const DeviceTensor& t);

@@ -461,6 +461,7 @@ DeviceTensor& FusedOptimizer::state_tensor(const DeviceTensor& param, StateKind 
 }
 
 void FusedOptimizer::zero_grad() {
+  iteration_.forget_loss_scale();  // zeros carry no scale
   if (iteration_.zero_synced_gradients()) return;
   // A gradient a create_graph backward made is a recorded op's output:
   // zeroed in place it would stay one, and the next create_graph backward
