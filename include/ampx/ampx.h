@@ -3258,15 +3258,22 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_copy_fp8(ampx_tensor dst, ampx_t
  * since the last update) and a history of the amaxes of past steps, all in
  * device memory: quantizing and updating never wait for the device.
  *
- * Delayed scaling (the default): a tensor is quantized with the scale the
- * last ampx_fp8_recipe_update computed; each update then puts the step's
- * amax into the slot's history (the last amax_history_len ones) and sets
- *   amax  = the history's maximum (AMPX_FP8_AMAX_MAX; a NaN in the history
- *           makes it NaN, as torch.max) or this step's (MOST_RECENT);
- *   scale = (fp8_max / amax) / 2^margin, where fp8_max is 448 (E4M3) or
+ * Delayed scaling (the default), with the rules of Transformer Engine's
+ * default update (the fused CUDA kernel of common/recipe/delayed_scaling.cu
+ * run after the amax reduction, TE 1.x-2.x; not TE's older Python update):
+ * a tensor is quantized with the scale the last ampx_fp8_recipe_update
+ * computed; each update then, for a slot whose step amax is not 0, puts
+ * the step's amax into the slot's history (the last amax_history_len ones)
+ * and sets
+ *   amax  = the history's maximum taken as fmaxf does: a NaN entry is
+ *           skipped (AMPX_FP8_AMAX_MAX), or this step's (MOST_RECENT);
+ *   scale = (fp8_max * 2^-margin) / amax -- the scaled maximum formed
+ *           first, then one division --, where fp8_max is 448 (E4M3) or
  *           57344 (E5M2); the previous scale when amax is 0, inf or NaN;
  *           FLT_MAX where that quotient is infinite (a tiny amax);
- *   scale_inv = 1 / scale.
+ *   scale_inv = 1 / scale;
+ * a slot whose step amax is 0 (nothing non-zero was quantized into it)
+ * keeps its history as it was (not rolled) and its scale.
  * Scales start at 1. Current scaling: a tensor is quantized with
  * fp8_max / amax of its own values (1 when that amax is 0 or not finite,
  * FLT_MAX where infinite, optionally rounded down to a power of two),
