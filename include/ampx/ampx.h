@@ -1156,7 +1156,8 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_backward(ampx_tensor loss, ampx_scaler 
  * dtypes its op's forward ran in (a product autocast lowered to F16 has an
  * F16 backward, a softmax F32), so gradients follow the forward's precision
  * classes. Piecewise-linear ops (relu, max pooling, amax, masked_fill) have
- * torch's zero second derivatives. A record that has no such formula (a
+ * torch's zero second derivatives. FP8 products (section 18) have theirs
+ * in the policy's dtype, not FP8. A record that has no such formula (a
  * checkpointed segment) makes a backward with create_graph fail with
  * NOT_SUPPORTED naming it, before anything changes.
  *
@@ -3455,7 +3456,17 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_fp8_recipe_slot_get(ampx_fp8_recipe rec
  *    under HYBRID) and both products -- dgrad (dx = dy W) and wgrad (dW =
  *    dy^T x) -- run in FP8 with the forward's quantized operands and
  *    scales; gradients come back in the inputs' own dtypes (an F32 weight
- *    gets an F32 gradient), the bias's as the sum of dy.
+ *    gets an F32 gradient), the bias's as the sum of dy. Which gradients
+ *    are computed is decided at the forward: an input whose requires_grad
+ *    the program turns on between forward and backward gets none from the
+ *    product (as torch, whose graph has no edge to it);
+ *  - backward with create_graph (section 9): the same formulas as recorded
+ *    ops in the policy's dtype (bf16 or f16), not FP8 -- dx = dy W and
+ *    dW = dy^T x from the operands themselves (cast to that dtype), not
+ *    their quantized copies -- so they can be differentiated again with
+ *    respect to both; their values differ from the FP8 backward's by
+ *    FP8's rounding. The product then reads x and the weight at backward,
+ *    so writing either in place in between is ORDER, as for linear.
  * Slots: per weight tensor, three -- "<name>:input", "<name>:weight",
  * "<name>:grad_output" (name: the weight's name, or "#k" for the k-th
  * unnamed weight the recipe meets) -- added to the recipe at the weight's
