@@ -165,21 +165,22 @@ func TestFP8CastsAgainstTheDefinition(t *testing.T) {
 	}
 }
 
-// teScale is Transformer Engine's delayed update: fp8_max / amax / 2^margin
-// in float32, amax the history's max; the previous scale for a 0 or
-// non-finite amax; MaxFloat32 for an infinite quotient.
+// teScale is Transformer Engine's default delayed update (the fused CUDA
+// kernel of common/recipe/delayed_scaling.cu): amax the history's max as
+// fmaxf takes it (NaN skipped), (fp8_max * 2^-margin) / amax in float32;
+// the previous scale for a 0 or non-finite amax; MaxFloat32 for an
+// infinite quotient. (A step amax of 0 is not rolled in: see the caller.)
 func teScale(fp8Max float32, history []float32, previous float32, margin int) float32 {
 	var amax float32
 	for _, a := range history {
-		if a > amax || math.IsInf(float64(a), 1) {
+		if a > amax {
 			amax = a
 		}
 	}
-	if amax == 0 || math.IsInf(float64(amax), 0) || math.IsNaN(float64(amax)) {
+	if amax == 0 || math.IsInf(float64(amax), 0) {
 		return previous
 	}
-	q := fp8Max / amax
-	scale := q / float32(math.Ldexp(1, margin))
+	scale := fp8Max * float32(math.Ldexp(1, -margin)) / amax
 	if math.IsInf(float64(scale), 0) {
 		return math.MaxFloat32
 	}
@@ -229,9 +230,13 @@ func TestFP8DelayedScalingFollowsTE(t *testing.T) {
 		if math.IsNaN(float64(amax)) {
 			step = 0
 		}
-		history = append(history[1:], step)
+		if step != 0 { // a zero step amax leaves history and scale as they were
+			history = append(history[1:], step)
+		}
 		for _, s := range slots {
-			scales[s.slot] = teScale(s.max, history, scales[s.slot], 1)
+			if step != 0 {
+				scales[s.slot] = teScale(s.max, history, scales[s.slot], 1)
+			}
 			info := must(recipe.Slot(s.slot))(t)
 			if !reflect.DeepEqual(info.History, history) || info.Scale != scales[s.slot] || info.ScaleInv != 1/scales[s.slot] {
 				t.Fatalf("after amax %g: %+v, want history %v scale %g", amax, info, history, scales[s.slot])

@@ -735,13 +735,22 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_set_lr(ampx_optimizer optimiz
 AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_get_lr(ampx_optimizer optimizer, int32_t group, double *lr);
 
 /** One optimizer step over every parameter that has a gradient, using the
- *  gradients as they are. Errors: AMPX_ERR_ORDER when the optimizer is used
- *  with an enabled loss scaler and its gradients are still scaled (use
- *  ampx_scaler_step instead); SHAPE/DTYPE/DEVICE for a bad gradient. */
+ *  gradients as they are. Errors: AMPX_ERR_ORDER while the optimizer is
+ *  attached to an enabled loss scaler, also after ampx_scaler_unscale (use
+ *  ampx_scaler_step, which skips the step on inf/NaN gradients: a plain
+ *  step would bypass that check), and, attached or not, while a gradient
+ *  carries the scale of a backward with an enabled scaler (ampx_backward)
+ *  that no unscale or zero_grad removed; SHAPE/DTYPE/DEVICE for a bad
+ *  gradient. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_step(ampx_optimizer optimizer);
 
 /** Sets every attached gradient of the optimizer's parameters to zero (the
- *  gradients stay attached, so an engine's buffers keep their identity). */
+ *  gradients stay attached, so an engine's buffers keep their identity).
+ *  A gradient that a backward with create_graph made (a recorded tensor)
+ *  is instead replaced by a new zero tensor that records nothing, as torch
+ *  detaches it: the next backward with create_graph then starts a graph of
+ *  its own rather than adding to the old one (a handle to the old gradient
+ *  the program retained keeps its values). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_optimizer_zero_grad(ampx_optimizer optimizer);
 
 /** Kinds of per-parameter optimizer state, for ampx_optimizer_state_tensor. */
@@ -905,8 +914,10 @@ AMPX_API void ampx_scaler_release(ampx_scaler scaler);
 
 /** Attaches `optimizer` to `scaler` before its first use, so that misuse in
  *  the very first iteration (clipping or stepping still-scaled gradients) is
- *  detected too. Attaching again to the same scaler is a no-op; to another
- *  scaler is AMPX_ERR_INVALID_ARGUMENT. */
+ *  detected also for gradients the program wrote itself (the engine path;
+ *  gradients ampx_backward scaled are refused without it). Attaching again
+ *  to the same scaler is a no-op; to another scaler is
+ *  AMPX_ERR_INVALID_ARGUMENT. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_attach(ampx_scaler scaler, ampx_optimizer optimizer);
 
 /** *out receives a new tensor holding loss * scale (F32, loss's shape),
@@ -930,21 +941,29 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_get_scale(ampx_scaler scaler, do
  *  gradients in place; F16/BF16 gradients into fp32 buffers that the
  *  optimizer's next step and clipping use. Records whether any unscaled
  *  value is inf/NaN (the gradients are unscaled even then).
- *  Errors: ORDER when already unscaled or stepped since the last update.
- *  Disabled scaler: does nothing. */
+ *  Errors: ORDER when already unscaled or stepped since the last update;
+ *  INVALID_ARGUMENT when the optimizer is attached to another scaler.
+ *  Disabled scaler: changes nothing (and attaches nothing), refused as
+ *  above for an optimizer attached to another scaler. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_unscale(ampx_scaler scaler, ampx_optimizer optimizer);
 
 /** Unscales first if that has not been done since the last update, then
  *  takes the optimizer step unless an inf/NaN was found -- decided on the
  *  device: a skipped step changes no parameter, master, moment or step
- *  count. Errors: ORDER when already stepped since the last update.
- *  Disabled scaler: exactly ampx_optimizer_step. */
+ *  count. Errors: ORDER when already stepped since the last update;
+ *  INVALID_ARGUMENT when the optimizer is attached to another scaler.
+ *  Disabled scaler: exactly ampx_optimizer_step, its errors included
+ *  (ORDER for gradients an enabled scaler's backward scaled), after the
+ *  same INVALID_ARGUMENT for an optimizer attached to another scaler. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_step(ampx_scaler scaler, ampx_optimizer optimizer);
 
 /** Ends the iteration: combines the found-inf flags of every optimizer
- *  stepped since the last update (logical OR), then backs off or grows the
- *  scale (see ampx_scaler_options), and returns every optimizer to READY.
- *  Errors: ORDER when no optimizer was stepped since the last update. */
+ *  unscaled since the last update (by ampx_scaler_unscale or
+ *  ampx_scaler_step; logical OR), then backs off or grows the scale (see
+ *  ampx_scaler_options), and returns every optimizer to READY.
+ *  Errors: ORDER when no optimizer was unscaled since the last update
+ *  (torch's "No inf checks were recorded"); an unscale without a step is
+ *  enough, as torch. Disabled scaler: does nothing. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_update(ampx_scaler scaler);
 
 /** As ampx_scaler_update, but sets the scale to `new_scale` (finite and at
@@ -1024,7 +1043,10 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_scaler_set_state(ampx_scaler scaler, co
  *  the total. With error_if_nonfinite, a non-finite total fails with
  *  AMPX_ERR_INVALID_ARGUMENT and clips nothing (this synchronizes).
  *  Refused with AMPX_ERR_ORDER while the gradients are still multiplied by
- *  a loss scale (call ampx_scaler_unscale first): clipping scaled gradients
+ *  a loss scale (call ampx_scaler_unscale first): those of an optimizer
+ *  attached to an enabled scaler before its unscale, and, attached or not,
+ *  gradients that a backward with an enabled scaler accumulated into and
+ *  no unscale or zero_grad has cleared since. Clipping scaled gradients
  *  silently clips far too hard. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_clip_grad_norm(ampx_optimizer optimizer, double max_norm,
                                          double norm_type, int32_t error_if_nonfinite,
@@ -1106,7 +1128,11 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_set_grad_enabled(ampx_context ctx, int3
  *  not NULL (so the leaves' gradients come out scaled, ready for
  *  ampx_scaler_unscale/step) and 1 otherwise. Gradients are accumulated
  *  into every leaf that requires one (created on first use, zero-filled,
- *  in the leaf's dtype). The tape is cleared afterwards, also when the
+ *  in the leaf's dtype). With an enabled scaler, the gradients it
+ *  accumulated into are marked as scaled until an unscale
+ *  (ampx_scaler_unscale/step) or ampx_optimizer_zero_grad of an optimizer
+ *  that holds them: ampx_optimizer_step and clipping refuse them meanwhile
+ *  (ORDER), whether or not the optimizer was attached to the scaler. The tape is cleared afterwards, also when the
  *  backward pass itself fails; a call refused for its arguments changes
  *  nothing. Records of a forward that is never backpropagated are dropped
  *  once the program releases their outputs (e.g. at ampx_scope_pop).
@@ -1130,7 +1156,8 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_backward(ampx_tensor loss, ampx_scaler 
  * dtypes its op's forward ran in (a product autocast lowered to F16 has an
  * F16 backward, a softmax F32), so gradients follow the forward's precision
  * classes. Piecewise-linear ops (relu, max pooling, amax, masked_fill) have
- * torch's zero second derivatives. A record that has no such formula (a
+ * torch's zero second derivatives. FP8 products (section 18) have theirs
+ * in the policy's dtype, not FP8. A record that has no such formula (a
  * checkpointed segment) makes a backward with create_graph fail with
  * NOT_SUPPORTED naming it, before anything changes.
  *
@@ -3232,15 +3259,22 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_copy_fp8(ampx_tensor dst, ampx_t
  * since the last update) and a history of the amaxes of past steps, all in
  * device memory: quantizing and updating never wait for the device.
  *
- * Delayed scaling (the default): a tensor is quantized with the scale the
- * last ampx_fp8_recipe_update computed; each update then puts the step's
- * amax into the slot's history (the last amax_history_len ones) and sets
- *   amax  = the history's maximum (AMPX_FP8_AMAX_MAX; a NaN in the history
- *           makes it NaN, as torch.max) or this step's (MOST_RECENT);
- *   scale = (fp8_max / amax) / 2^margin, where fp8_max is 448 (E4M3) or
+ * Delayed scaling (the default), with the rules of Transformer Engine's
+ * default update (the fused CUDA kernel of common/recipe/delayed_scaling.cu
+ * run after the amax reduction, TE 1.x-2.x; not TE's older Python update):
+ * a tensor is quantized with the scale the last ampx_fp8_recipe_update
+ * computed; each update then, for a slot whose step amax is not 0, puts
+ * the step's amax into the slot's history (the last amax_history_len ones)
+ * and sets
+ *   amax  = the history's maximum taken as fmaxf does: a NaN entry is
+ *           skipped (AMPX_FP8_AMAX_MAX), or this step's (MOST_RECENT);
+ *   scale = (fp8_max * 2^-margin) / amax -- the scaled maximum formed
+ *           first, then one division --, where fp8_max is 448 (E4M3) or
  *           57344 (E5M2); the previous scale when amax is 0, inf or NaN;
  *           FLT_MAX where that quotient is infinite (a tiny amax);
- *   scale_inv = 1 / scale.
+ *   scale_inv = 1 / scale;
+ * a slot whose step amax is 0 (nothing non-zero was quantized into it)
+ * keeps its history as it was (not rolled) and its scale.
  * Scales start at 1. Current scaling: a tensor is quantized with
  * fp8_max / amax of its own values (1 when that amax is 0 or not finite,
  * FLT_MAX where infinite, optionally rounded down to a power of two),
@@ -3422,7 +3456,17 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_fp8_recipe_slot_get(ampx_fp8_recipe rec
  *    under HYBRID) and both products -- dgrad (dx = dy W) and wgrad (dW =
  *    dy^T x) -- run in FP8 with the forward's quantized operands and
  *    scales; gradients come back in the inputs' own dtypes (an F32 weight
- *    gets an F32 gradient), the bias's as the sum of dy.
+ *    gets an F32 gradient), the bias's as the sum of dy. Which gradients
+ *    are computed is decided at the forward: an input whose requires_grad
+ *    the program turns on between forward and backward gets none from the
+ *    product (as torch, whose graph has no edge to it);
+ *  - backward with create_graph (section 9): the same formulas as recorded
+ *    ops in the policy's dtype (bf16 or f16), not FP8 -- dx = dy W and
+ *    dW = dy^T x from the operands themselves (cast to that dtype), not
+ *    their quantized copies -- so they can be differentiated again with
+ *    respect to both; their values differ from the FP8 backward's by
+ *    FP8's rounding. The product then reads x and the weight at backward,
+ *    so writing either in place in between is ORDER, as for linear.
  * Slots: per weight tensor, three -- "<name>:input", "<name>:weight",
  * "<name>:grad_output" (name: the weight's name, or "#k" for the k-th
  * unnamed weight the recipe meets) -- added to the recipe at the weight's

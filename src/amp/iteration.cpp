@@ -1,6 +1,7 @@
 #include "amp/iteration.h"
 
 #include "amp/scaler.h"
+#include "autograd/tape.h"
 #include "optim/optimizer.h"
 
 namespace ampx::impl {
@@ -94,7 +95,10 @@ bool AmpIteration::zero_synced_gradients() {
 }
 
 void AmpIteration::unscale(LossScaler& scaler) {
-  if (!scaler.enabled()) return;
+  if (!scaler.enabled()) {
+    check_scaler_attachable(scaler);
+    return;
+  }
   DeviceContext& ctx = scaler.context();
   AmpPrimitives& amp = ctx.backend().require<AmpPrimitives>("unscale");
   check_scaler_attachable(scaler);
@@ -122,13 +126,15 @@ void AmpIteration::unscale(LossScaler& scaler) {
   if (sync_) sync_->agree_found_inf(found_inf);
   if (observer_) observer_->after_unscale(scale, found_inf);
   optimizer_.mark_unscaled(true);
+  forget_loss_scale();
   phase_ = Phase::Unscaled;
   scaler.enlist(*this);
 }
 
 void AmpIteration::scaler_step(LossScaler& scaler) {
   if (!scaler.enabled()) {
-    step(nullptr);
+    check_scaler_attachable(scaler);
+    plain_step();
     return;
   }
   check_scaler_attachable(scaler);
@@ -147,6 +153,11 @@ void AmpIteration::plain_step() {
          "this optimizer is used with a loss scaler, so its gradients are scaled; call "
          "ampx_scaler_step(scaler, optimizer), which unscales them and skips steps with "
          "inf/NaN gradients");
+  if (gradients_marked_scaled())
+    fail(AMPX_ERR_ORDER,
+         "a backward with an enabled loss scaler scaled this optimizer's gradients, and they were "
+         "not unscaled since; call ampx_scaler_step(scaler, optimizer), which unscales them and "
+         "skips steps with inf/NaN gradients, or ampx_scaler_unscale(scaler, optimizer) first");
   step(nullptr);
 }
 
@@ -201,11 +212,24 @@ bool AmpIteration::last_step_taken() {
 }
 
 void AmpIteration::require_unscaled() const {
-  if (scaling() && phase_ == Phase::Ready)
+  if ((scaling() && phase_ == Phase::Ready) || gradients_marked_scaled())
     fail(AMPX_ERR_ORDER,
          "this optimizer's gradients are still multiplied by the loss scale; call "
          "ampx_scaler_unscale(scaler, optimizer) first (clipping scaled gradients clips them far "
          "too hard, or not at all)");
+}
+
+bool AmpIteration::gradients_marked_scaled() const {
+  DeviceContext& ctx = optimizer_.context();
+  for (const FusedOptimizer::Param& p : optimizer_.params())
+    if (p.param->grad && carries_loss_scale(ctx, *p.param->grad)) return true;
+  return false;
+}
+
+void AmpIteration::forget_loss_scale() {
+  DeviceContext& ctx = optimizer_.context();
+  for (const FusedOptimizer::Param& p : optimizer_.params())
+    if (p.param->grad) impl::forget_loss_scale(ctx, *p.param->grad);
 }
 
 // ---- collectives -----------------------------------------------------------------

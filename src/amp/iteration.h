@@ -28,12 +28,16 @@
 //                   every one of them returns to READY.
 //
 // The order rules (each an AMPX_ERR_ORDER) are all in iteration.cpp: unscale
-// twice, unscale after step, step twice, clipping or ampx_optimizer_step on
-// gradients an enabled scaler's scale is still in, found-inf before an inf
-// check, update with no inf check, and the between-iterations-only calls
-// (param groups, loading state, checkpoints, wrapping for data-parallel).
-// A disabled scaler takes no part: its unscale and update do nothing and its
-// step is a plain step.
+// twice, unscale after step, step twice, clipping on gradients an enabled
+// scaler's scale is still in, ampx_optimizer_step while an enabled scaler
+// is attached or on such gradients, found-inf before an inf check, update
+// with no inf check, and the between-iterations-only calls (param groups,
+// loading state, checkpoints, wrapping for data-parallel). Gradients a
+// backward with an enabled scaler accumulated into are marked (autograd),
+// so stepping and clipping them is refused before any scaler is attached.
+// A disabled scaler takes no part: its unscale does nothing and its step
+// is a plain step, with the plain step's checks and the rule of one scaler
+// per optimizer; its update does nothing.
 //
 // Adding a phase (FP8 amax reduction and scale update, higher-order
 // gradients' final-backward hooks...) touches this type only: a method here
@@ -138,8 +142,11 @@ class AmpIteration {
   // skipped); synchronizes. ORDER before the first step.
   bool last_step_taken();
   // Clipping: AMPX_ERR_ORDER while an enabled scaler's scale is still in
-  // the gradients.
+  // the gradients: an attached scaler's before its unscale, or any that a
+  // backward put in (autograd marks those gradients), attached or not.
   void require_unscaled() const;
+  // The gradients no longer carry a scale a backward put in (ampx's zero_grad).
+  void forget_loss_scale();
 
   // ---- collectives ---------------------------------------------------------
 
@@ -178,6 +185,8 @@ class AmpIteration {
   // The optimizer's step with found_inf (device, or nullptr), between the
   // observer's and the sync's hooks.
   void step(const float* found_inf);
+  // Whether a parameter's gradient is marked as scaled by a backward.
+  bool gradients_marked_scaled() const;
 
   FusedOptimizer& optimizer_;
   Phase phase_ = Phase::Ready;

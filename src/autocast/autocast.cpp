@@ -39,6 +39,9 @@ const std::unordered_map<std::string, OpClass>& op_table() {
 
 class CastNode final : public Node {
  public:
+  // Expires with the record (a backward that frees or clears it), for the
+  // region's cache.
+  std::shared_ptr<const void> alive = std::make_shared<char>(0);
   const char* name() const override { return "cast"; }
   bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(DeviceContext& ctx,
@@ -196,7 +199,11 @@ PrecisionPolicy* fp8_policy(DeviceContext& ctx, const std::string& op) {
   return policy->op_class(op) == OpClass::LowerPrecision ? policy : nullptr;
 }
 
-TensorRef cast_to(DeviceContext& ctx, DeviceTensor& x, DType dtype) {
+namespace {
+
+// cast_to, telling *record (when not null) the token of the record made.
+TensorRef cast_recorded(DeviceContext& ctx, DeviceTensor& x, DType dtype,
+                        std::weak_ptr<const void>* record_token) {
   if (x.dtype == dtype) {
     x.retain();
     return TensorRef(&x);
@@ -206,17 +213,26 @@ TensorRef cast_to(DeviceContext& ctx, DeviceTensor& x, DType dtype) {
   if (should_record(ctx, {&x})) {
     auto node = std::make_unique<CastNode>();
     node->inputs.push_back(retained(x));
+    if (record_token) *record_token = node->alive;
     record(ctx, std::move(node), {out.get()});
   }
   return out;
 }
 
+}  // namespace
+
+TensorRef cast_to(DeviceContext& ctx, DeviceTensor& x, DType dtype) {
+  return cast_recorded(ctx, x, dtype, nullptr);
+}
+
 namespace {
 
 // A cast through the region's cache: F32 leaves that require grad (the
-// weights) are cast once per region. An entry made before the last
-// backward is stale -- its tape record is gone and the weights may have
-// been stepped -- and is replaced.
+// weights) are cast once per region. An entry is current while its record
+// lives and the leaf's memory is unchanged; a backward that cleared the
+// tape, or freed the record without clearing it (ampx_grad, a backward
+// with create_graph), or a write to the weights (a step), makes it stale,
+// and it is replaced.
 TensorRef cached_cast(DeviceContext& ctx, PrecisionPolicy& policy, DeviceTensor& x, DType dtype) {
   const bool cacheable = policy.caches() && x.dtype == DType::F32 && x.requires_grad &&
                          !on_tape(ctx, x) && is_floating(dtype);
@@ -224,14 +240,17 @@ TensorRef cached_cast(DeviceContext& ctx, PrecisionPolicy& policy, DeviceTensor&
   AutocastState& state = autocast_state(ctx);
   const uint64_t key = x.id * 8 + static_cast<uint64_t>(dtype);
   auto it = state.cache.find(key);
-  if (it != state.cache.end() && on_tape(ctx, *it->second)) {
+  if (it != state.cache.end() && on_tape(ctx, *it->second.cast) &&
+      !it->second.record.expired() && it->second.source_version == x.storage->version()) {
     ++policy.hits;
-    it->second->retain();
-    return TensorRef(it->second.get());
+    return retained(*it->second.cast);
   }
-  TensorRef cast = cast_to(ctx, x, dtype);
+  CachedCast entry;
+  entry.source_version = x.storage->version();
+  TensorRef cast = cast_recorded(ctx, x, dtype, &entry.record);
   ++policy.misses;
-  state.cache[key] = retained(*cast);
+  entry.cast = retained(*cast);
+  state.cache[key] = std::move(entry);
   return cast;
 }
 

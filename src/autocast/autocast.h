@@ -2,6 +2,7 @@
 // computes in, the stack of entered regions, and the cast cache.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -71,10 +72,20 @@ OpClass default_op_class(const std::string& op);
 // Whether `op` names an op (for argument checks).
 bool is_known_op(const std::string& op);
 
+// A cast the region's cache holds, with what tells whether it is still
+// current: its record (expired once a backward freed or cleared it) and
+// the version of the leaf's memory it was cast from.
+struct CachedCast {
+  TensorRef cast;
+  std::weak_ptr<const void> record;
+  uint64_t source_version = 0;
+};
+// Casts of F32 leaves that require grad, by (leaf id, dtype).
+using CastCache = std::unordered_map<uint64_t, CachedCast>;
+
 struct AutocastState : ContextExtension {
   std::vector<PrecisionPolicy*> stack;  // entered regions, innermost last (retained)
-  // Casts of F32 leaves that require grad, by (leaf id, dtype).
-  std::unordered_map<uint64_t, TensorRef> cache;
+  CastCache cache;
   ~AutocastState() override;
 };
 

@@ -97,7 +97,7 @@ class AutocastRegionsSwap {
  private:
   AutocastState& state_;
   std::vector<PrecisionPolicy*> outer_stack_;
-  std::unordered_map<uint64_t, TensorRef> outer_cache_;
+  CastCache outer_cache_;
 };
 
 class CheckpointNode final : public Node {

@@ -22,6 +22,14 @@ bool on_tape(DeviceContext& ctx, const DeviceTensor& t) {
   return t.tape_generation != 0 && t.tape_generation == autograd_state(ctx).generation;
 }
 
+bool carries_loss_scale(DeviceContext& ctx, const DeviceTensor& grad) {
+  return autograd_state(ctx).loss_scaled_grads.count(grad.id) != 0;
+}
+
+void forget_loss_scale(DeviceContext& ctx, const DeviceTensor& grad) {
+  autograd_state(ctx).loss_scaled_grads.erase(grad.id);
+}
+
 bool flows_grad(DeviceContext& ctx, const DeviceTensor& t) {
   return t.requires_grad && (t.tape_generation == 0 || on_tape(ctx, t));
 }
@@ -85,6 +93,27 @@ void add_output(DeviceContext& ctx, Node& node, DeviceTensor& out) {
   node.output_tokens.push_back(out.tape_token);
   out.requires_grad = true;
   out.tape_generation = autograd_state(ctx).generation;
+}
+
+TensorRef saved_as_output(DeviceContext& ctx, Node& node, const DeviceTensor& saved,
+                          SavedOutputSlot& slot) {
+  // The token expires exactly when the tensor's last reference goes
+  // (DeviceTensor::release), so a live token means a live tensor.
+  if (slot.index != SIZE_MAX && !node.output_tokens[slot.index].expired())
+    return retained(*slot.tensor);
+  TensorRef out(DeviceTensor::alias(ctx, saved, saved.dtype, saved.shape));
+  if (slot.index == SIZE_MAX) {
+    add_output(ctx, node, *out);
+    slot.index = node.output_ids.size() - 1;
+  } else {
+    out->tape_token = std::make_shared<char>(0);
+    node.output_ids[slot.index] = out->id;
+    node.output_tokens[slot.index] = out->tape_token;
+    out->requires_grad = true;
+    out->tape_generation = autograd_state(ctx).generation;
+  }
+  slot.tensor = out.get();
+  return out;
 }
 
 namespace {
@@ -221,10 +250,15 @@ void accumulate_into_leaf(DeviceContext& ctx, DeviceTensor& leaf, DeviceTensor& 
       sum = TensorRef(op_affine(grad, 1.0f, 0.0f));
       if (sum->dtype != leaf.dtype) sum = cast_to(ctx, *sum, leaf.dtype);
     }
+    // The sum carries a scale when this pass's part or the old one does.
+    AutogradState& state = autograd_state(ctx);
+    state.loss_scaled_grads.reserve(state.loss_scaled_grads.size() + 1);
     DeviceTensor* old = leaf.grad;
+    const bool old_scaled = old && state.loss_scaled_grads.erase(old->id) != 0;
     leaf.grad = sum.take();
     if (old) old->release();
-    note_received(autograd_state(ctx), leaf);
+    if (state.scaling_pass || old_scaled) state.loss_scaled_grads.insert(leaf.grad->id);
+    note_received(state, leaf);
     return;
   }
   NnPrimitives& nn = ctx.backend().require<NnPrimitives>("backward");
@@ -233,8 +267,10 @@ void accumulate_into_leaf(DeviceContext& ctx, DeviceTensor& leaf, DeviceTensor& 
     ctx.backend().fill(zeros->data(), dtype_size(leaf.dtype), 0, zeros->numel());
     leaf.grad = zeros.take();
   }
+  AutogradState& state = autograd_state(ctx);
+  if (state.scaling_pass) state.loss_scaled_grads.insert(leaf.grad->id);
   nn.add_into(leaf.grad->data(), leaf.grad->dtype, grad.data(), grad.dtype, grad.numel());
-  note_received(autograd_state(ctx), leaf);
+  note_received(state, leaf);
 }
 
 namespace {
@@ -667,9 +703,12 @@ void backward_pass(DeviceTensor& loss, LossScaler* scaler, bool retain_graph, bo
     ~ClearOnExit() {
       if (clear) clear_tape(state);
       state.in_backward = false;
+      state.scaling_pass = false;
     }
   } clear_on_exit{state, clear_all};
   state.in_backward = true;
+  // The gradients this pass accumulates into carry the scale.
+  state.scaling_pass = scaler && scaler->enabled();
 
   std::unordered_map<uint64_t, TensorRef> grads;
   TensorRef seed = ones_like_scalar(ctx, loss);
@@ -810,16 +849,18 @@ std::vector<TensorRef> grad(DeviceContext& ctx, const GradRequest& request) {
   walk.leads = &leads;
   run_backward(ctx, grads, walk);
   if (!request.retain_graph) free_records(state, runs);
-  // Each result is the caller's own tensor: never a grad_outputs tensor
-  // passed through (add's gradient is its dy) nor one given for an earlier
-  // input, which writing one would change under the other.
-  std::unordered_set<const DeviceTensor*> handed;
-  for (DeviceTensor* given : request.grad_outputs) handed.insert(given);
+  // Each result is the caller's own tensor on memory of its own: never a
+  // grad_outputs tensor passed through (add's gradient is its dy) nor one
+  // given for an earlier input, nor a view of either (reshape's gradient is
+  // a view of its dy), which writing one would change under the other.
+  std::unordered_set<const Storage*> handed;
+  for (DeviceTensor* given : request.grad_outputs)
+    if (given) handed.insert(given->storage.get());
   std::vector<TensorRef> result;
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     DeviceTensor& in = *request.inputs[i];
     TensorRef& slot = captured[in.id];
-    if (slot && handed.count(slot.get()) != 0) {
+    if (slot && handed.count(slot->storage.get()) != 0) {
       if (request.create_graph) {
         slot = TensorRef(op_affine(*slot, 1.0f, 0.0f));
       } else {
@@ -829,7 +870,7 @@ std::vector<TensorRef> grad(DeviceContext& ctx, const GradRequest& request) {
       }
     }
     if (slot) {
-      handed.insert(slot.get());
+      handed.insert(slot->storage.get());
       result.push_back(retained(*slot));
     } else if (reached.count(in.id) != 0) {
       // Reached, but every record on the way gave it no gradient: zeros.

@@ -17,6 +17,7 @@
 // primitives) as before.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -104,6 +105,11 @@ struct AutogradState : ContextExtension {
   bool notifying = false;       // a listener runs
   int node_backward_depth = 0;  // Node::backward calls in progress
   GradReadyPlan* grad_ready_plan = nullptr;  // of the outermost walk, while it runs
+  // Gradients (by tensor id) that a backward seeded with an enabled
+  // scaler's scale accumulated into, until unscaled or zeroed: stepping or
+  // clipping them is refused whether or not the optimizer was attached.
+  std::unordered_set<uint64_t> loss_scaled_grads;
+  bool scaling_pass = false;  // such a backward runs
 };
 
 AutogradState& autograd_state(DeviceContext& ctx);
@@ -122,11 +128,33 @@ void record(DeviceContext& ctx, std::unique_ptr<Node> node,
 // Its gradient then reaches node.backward after the earlier outputs'.
 void add_output(DeviceContext& ctx, Node& node, DeviceTensor& out);
 
+// A tensor on `saved`'s memory that is an output of `node` (a record on the
+// tape), for a differentiable formula that reads what the record saved (its
+// output, a pre-activation) and must send that tensor's gradient back to
+// the record, where it reaches node.backward as a further output's
+// gradient. The record must not hold it (its tape token would keep the
+// record alive for good), so `slot`, kept by the record, remembers it:
+// while it lives later walks get it back (a Hessian-vector product loop
+// over a retained graph adds no output), and once released the next one
+// takes its place. The record then has one output more, at slot.index.
+struct SavedOutputSlot {
+  size_t index = SIZE_MAX;          // in node.output_ids; SIZE_MAX: none made yet
+  DeviceTensor* tensor = nullptr;   // alive while node.output_tokens[index] is
+};
+TensorRef saved_as_output(DeviceContext& ctx, Node& node, const DeviceTensor& saved,
+                          SavedOutputSlot& slot);
+
 // Adds `grad` into `slot`: takes it when the slot is empty, else sums (into
 // the slot's dtype). A node may hand the same tensor to several inputs (add
 // passes dy to both), so a shared slot is copied before it is summed into.
 // With `graph` (create_graph) the sum is a new, recorded tensor.
 void accumulate_grad(DeviceContext& ctx, TensorRef& slot, DeviceTensor& grad, bool graph);
+
+// Whether a backward with an enabled scaler accumulated into `grad` (a
+// leaf's gradient) since forget_loss_scale was last called for it.
+bool carries_loss_scale(DeviceContext& ctx, const DeviceTensor& grad);
+// `grad` no longer carries a loss scale (unscaled, or zeroed).
+void forget_loss_scale(DeviceContext& ctx, const DeviceTensor& grad);
 
 // Whether `t` was made by an op on the current tape.
 bool on_tape(DeviceContext& ctx, const DeviceTensor& t);

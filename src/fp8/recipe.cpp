@@ -256,14 +256,14 @@ const std::string& Fp8Recipe::summary() {
   text += line;
   for (int64_t i = 0; i < slot_count(); ++i) {
     const Fp8SlotState st = read_slot(i);
-    float top = 0.0f;
-    for (float a : st.history) top = math::amax_combine(top, a);
+    uint32_t top = 0;  // as the update takes it (NaN skipped)
+    for (float a : st.history) top = std::max(top, math::history_amax_bits(a));
     const std::string& n = name(i);
     std::snprintf(line, sizeof line, "%-32s %-6s %13.6g %13.6g %13.6g %13.6g\n",
                   n.empty() ? cat("#", i).c_str() : n.c_str(),
                   format(i) == DType::F8E4M3 ? "e4m3" : "e5m2", static_cast<double>(st.scale),
                   static_cast<double>(st.amax), static_cast<double>(st.history.back()),
-                  static_cast<double>(top));
+                  static_cast<double>(math::bits_float(top)));
     text += line;
   }
   summary_ = std::move(text);

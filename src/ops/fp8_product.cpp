@@ -26,6 +26,7 @@
 #include "core/backend_fp8.h"
 #include "core/error.h"
 #include "fp8/recipe.h"
+#include "ops/formula.h"
 #include "ops/op_util.h"
 
 namespace ampx::impl {
@@ -92,6 +93,10 @@ class Fp8ProductNode final : public Node {
   const char* op = "";
   ProductShape s;
   bool tn = false;
+  // Which gradients the forward prepared for (the transposed copies TN
+  // needs were kept for those only): decided once, there, and never from
+  // requires_grad as it is at backward (the program may have changed it).
+  bool need_da = false, need_db = false;
   Fp8Recipe* recipe = nullptr;  // retained
   Fp8Recipe::GemmSlots slots{};
   TensorRef a_q, a_t, b_q, b_t, a_scale_inv, b_scale_inv;
@@ -102,16 +107,16 @@ class Fp8ProductNode final : public Node {
     if (recipe) recipe->release();
   }
   const char* name() const override { return op; }
-  // Backward reads the quantized copies, never the inputs.
-  bool reads_input(size_t) const override { return false; }
+  // The FP8 backward reads the quantized copies; the differentiable one
+  // (backward_graph) reads the operands themselves.
+  bool reads_input(size_t i) const override { return i < 2; }
 
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
     DeviceTensor& a = *inputs[0];
     DeviceTensor& b = *inputs[1];
     DeviceTensor* bias = inputs[2].get();
-    TensorRef dc = gradient_before_activation(ctx, *grads[0]);
-    const bool need_da = a.requires_grad, need_db = b.requires_grad;
+    TensorRef dc = gradient_before_activation(ctx, grads);
     Fp8GemmPrimitives& g = ctx.backend().require<Fp8GemmPrimitives>(op);
     const DType d_f = recipe->format(slots.grad_output);
     TensorRef dc_q, dc_t;
@@ -161,13 +166,69 @@ class Fp8ProductNode final : public Node {
     return grad_list(std::move(da), std::move(db), std::move(dbias));
   }
 
+  bool has_backward_graph() const override { return true; }
+  // The same gradients with recorded ops, in the policy's dtype (bf16 or
+  // f16) rather than FP8: the operands themselves (cast to that dtype), not
+  // their quantized copies, so that the gradients can be differentiated
+  // with respect to them. dZ = dY act'(Z) as linear's formula has it (Z, for
+  // GELU, a further output of this record), then
+  //   dA = dZ op(B)^T, dB = dZ^T A (B [n, k]) or A^T dZ (B [k, n]),
+  //   dbias = the rows' sum of dZ,
+  // each cast to its input's dtype.
+  std::vector<TensorRef> backward_graph(DeviceContext& ctx,
+                                        const std::vector<DeviceTensor*>& grads) override {
+    namespace f = formula;
+    DeviceTensor& a = *inputs[0];
+    DeviceTensor& b = *inputs[1];
+    DeviceTensor* bias = inputs[2].get();
+    TensorRef dz;
+    if (grads[0]) {
+      if (activation == Activation::Relu)
+        dz = TensorRef(op_relu_grad(*activation_input, *grads[0]));
+      else if (activation == Activation::Gelu)
+        dz = f::mul(*grads[0], *f::unary(UnaryOp::GeluDerivative,
+                                         *saved_as_output(ctx, *this, *activation_input, graph_z)));
+      else
+        dz = retained(*grads[0]);
+    }
+    for (size_t i = 1; i < grads.size(); ++i)
+      if (grads[i]) accumulate_grad(ctx, dz, *grads[i], true);
+    const DType type = dz->dtype;
+    const int64_t mn[2] = {s.m, s.n}, mk[2] = {s.m, s.k};
+    TensorRef dz2 = f::reshape(*dz, make_shape(2, mn, type));
+    TensorRef da, db, dbias;
+    if (need_da) {
+      TensorRef b2 = f::cast(b, type);
+      TensorRef op_b_t = s.b_transposed ? std::move(b2) : f::transpose(*b2, 0, 1);  // [n, k]
+      da = f::cast(*f::reshape(*f::matmul(*dz2, *op_b_t), a.shape), a.dtype);
+    }
+    if (need_db) {
+      TensorRef a2 = f::reshape(*f::cast(a, type), make_shape(2, mk, type));
+      db = s.b_transposed ? f::matmul(*f::transpose(*dz2, 0, 1), *a2)
+                          : f::matmul(*f::transpose(*a2, 0, 1), *dz2);
+      db = f::cast(*db, b.dtype);
+    }
+    if (bias && bias->requires_grad) dbias = f::cast(*f::sum_dims(*dz2, {0}, false), bias->dtype);
+    return grad_list(std::move(da), std::move(db), std::move(dbias));
+  }
+
  private:
-  TensorRef gradient_before_activation(DeviceContext& ctx, DeviceTensor& dy) {
-    if (activation == Activation::None) return retained(dy);
-    TensorRef dz = new_tensor(ctx, dy.dtype, activation_input->shape);
-    nn_of(ctx, op).unary_backward(activation == Activation::Relu ? UnaryOp::Relu : UnaryOp::Gelu,
-                                  activation_input->data(), dy.data(), dz->data(), dy.dtype,
-                                  dz->numel());
+  SavedOutputSlot graph_z;
+  // dY through the activation's derivative, plus the gradients the
+  // differentiable formula's Z received (further outputs).
+  TensorRef gradient_before_activation(DeviceContext& ctx, const std::vector<DeviceTensor*>& grads) {
+    TensorRef dz;
+    if (grads[0] && activation == Activation::None) {
+      dz = retained(*grads[0]);
+    } else if (grads[0]) {
+      DeviceTensor& dy = *grads[0];
+      dz = new_tensor(ctx, dy.dtype, activation_input->shape);
+      nn_of(ctx, op).unary_backward(activation == Activation::Relu ? UnaryOp::Relu : UnaryOp::Gelu,
+                                    activation_input->data(), dy.data(), dz->data(), dy.dtype,
+                                    dz->numel());
+    }
+    for (size_t i = 1; i < grads.size(); ++i)
+      if (grads[i]) accumulate_grad(ctx, dz, *grads[i], false);
     return dz;
   }
 };
@@ -235,6 +296,7 @@ DeviceTensor* run_product(const char* op, PrecisionPolicy& policy, DeviceTensor&
 
   auto node = std::make_unique<Fp8ProductNode>();
   node->op = op, node->s = s, node->tn = tn, node->slots = slots;
+  node->need_da = need_da, node->need_db = need_db;
   const DType a_f = r.format(slots.input), b_f = r.format(slots.weight);
   node->a_q = new_tensor(ctx, a_f, matrix(s.m, s.k));
   if (tn && need_db) node->a_t = new_tensor(ctx, a_f, matrix(s.k, s.m));

@@ -247,14 +247,10 @@ class LinearNode final : public Node {
   }
 
  private:
-  // A new tensor on the saved Z, an output of this record from now on. A
-  // new one each walk: the record holds no output of its own, or its tape
-  // token would keep the record alive for good.
+  SavedOutputSlot graph_z_slot;
+  // The saved Z as a tensor of the graph, an output of this record.
   TensorRef graph_z(DeviceContext& ctx) {
-    TensorRef z(DeviceTensor::alias(ctx, *activation_input, activation_input->dtype,
-                                    activation_input->shape));
-    add_output(ctx, *this, *z);
-    return z;
+    return saved_as_output(ctx, *this, *activation_input, graph_z_slot);
   }
 };
 

@@ -105,7 +105,11 @@ class BceWithLogitsNode final : public Node {
     return grad_list(std::move(d_logits), std::move(d_targets));
   }
   bool has_backward_graph() const override { return true; }
-  // (sigmoid(x) - t) dy and -x dy, times 1/n for a mean.
+  // The first-order formulas above with recorded ops: w ((1 + (p - 1) t)
+  // sigmoid(x) - p t) dy and w ((1 - p) log sigmoid(x) - x) dy (log
+  // sigmoid(-x) = log sigmoid(x) - x), each times 1/n for a mean. The
+  // weights are constants, cast to the logits' dtype as the formulas
+  // compute in it.
   std::vector<TensorRef> backward_graph(DeviceContext&,
                                         const std::vector<DeviceTensor*>& grads) override {
     namespace f = formula;
@@ -113,10 +117,31 @@ class BceWithLogitsNode final : public Node {
     DeviceTensor& targets = *inputs[1];
     TensorRef dy = f::cast(*grads[0], logits.dtype);
     if (!per_element && scale != 1.0f) dy = f::affine(*dy, scale, 0.0f);
+    TensorRef w, p;
+    if (weight.values) w = f::cast(*weight.values, logits.dtype);
+    if (pos_weight.values) p = f::cast(*pos_weight.values, logits.dtype);
     TensorRef d_logits, d_targets;
-    if (logits.requires_grad)
-      d_logits = f::mul(*f::sub(*f::unary(UnaryOp::Sigmoid, logits), targets), *dy);
-    if (targets.requires_grad) d_targets = f::mul(*f::neg(logits), *dy);
+    if (logits.requires_grad) {
+      TensorRef sig = f::unary(UnaryOp::Sigmoid, logits);
+      if (p) {
+        TensorRef pt = f::mul(targets, *p);
+        TensorRef log_weight = f::affine(*f::sub(*pt, targets), 1.0f, 1.0f);
+        d_logits = f::sub(*f::mul(*log_weight, *sig), *pt);
+      } else {
+        d_logits = f::sub(*sig, targets);
+      }
+      if (w) d_logits = f::mul(*d_logits, *w);
+      d_logits = f::mul(*d_logits, *dy);
+    }
+    if (targets.requires_grad) {
+      TensorRef d = f::neg(logits);
+      if (p) {
+        TensorRef log_sig = f::unary(UnaryOp::Log, *f::unary(UnaryOp::Sigmoid, logits));
+        d = f::add(*f::mul(*log_sig, *f::affine(*p, -1.0f, 1.0f)), *d);
+      }
+      if (w) d = f::mul(*d, *w);
+      d_targets = f::mul(*d, *dy);
+    }
     return grad_list(std::move(d_logits), std::move(d_targets));
   }
 };

@@ -36,33 +36,49 @@ class SumNode final : public Node {
 class SoftmaxNode final : public Node {
  public:
   bool log = false;
-  TensorRef output;  // y, which the backward formula uses
+  TensorRef output;  // y, which the backward formulas read
   const char* name() const override { return log ? "log_softmax" : "softmax"; }
   bool reads_input(size_t) const override { return false; }  // reads its output
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
     DeviceTensor& x = *inputs[0];
     const int64_t cols = x.shape.dims[x.shape.ndim - 1];
+    TensorRef dy = output_grad(ctx, grads, false);
     TensorRef dx = new_tensor(ctx, x.dtype, x.shape);
     if (x.numel() > 0)
       nn_of(ctx, name())
-          .softmax_backward(output->data(), grads[0]->data(), dx->data(), x.dtype, x.numel() / cols,
+          .softmax_backward(output->data(), dy->data(), dx->data(), x.dtype, x.numel() / cols,
                             cols, log);
     return grad_list(std::move(dx));
   }
   bool has_backward_graph() const override { return true; }
-  // The output is recomputed from x by a recorded softmax: the saved one is
-  // a constant, and the second derivative flows through y.
-  std::vector<TensorRef> backward_graph(DeviceContext&,
+  // The formulas read the saved y, as a tensor of the graph: made a further
+  // output of this record, so that the gradient they send to y comes back
+  // here (joining dy) and the second derivative flows through softmax's
+  // own Jacobian, as torch's softmax_backward(grad, output). Recomputing y
+  // from x instead would read x, which this record neither declares nor
+  // saves (x written in place since would go unnoticed).
+  std::vector<TensorRef> backward_graph(DeviceContext& ctx,
                                         const std::vector<DeviceTensor*>& grads) override {
     namespace f = formula;
-    DeviceTensor& dy = *grads[0];
-    TensorRef y(op_softmax(*inputs[0], log));
+    TensorRef dy = output_grad(ctx, grads, true);
+    TensorRef y = saved_as_output(ctx, *this, *output, graph_y_slot);
     if (log)  // dy - exp(y) sum(dy)
       return grad_list(
-          f::sub(dy, *f::mul(*f::unary(UnaryOp::Exp, *y), *f::sum_dims(dy, {-1}, true))));
+          f::sub(*dy, *f::mul(*f::unary(UnaryOp::Exp, *y), *f::sum_dims(*dy, {-1}, true))));
     // y (dy - sum(dy y))
-    return grad_list(f::mul(*y, *f::sub(dy, *f::sum_dims(*f::mul(dy, *y), {-1}, true))));
+    return grad_list(f::mul(*y, *f::sub(*dy, *f::sum_dims(*f::mul(*dy, *y), {-1}, true))));
+  }
+
+ private:
+  SavedOutputSlot graph_y_slot;
+  // The output's gradient: the program's output's plus, once a formula made
+  // y an output (graph_y_slot), the gradient sent to that one.
+  TensorRef output_grad(DeviceContext& ctx, const std::vector<DeviceTensor*>& grads, bool graph) {
+    TensorRef dy;
+    for (DeviceTensor* g : grads)
+      if (g) accumulate_grad(ctx, dy, *g, graph);
+    return dy;
   }
 };
 

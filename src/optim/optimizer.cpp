@@ -461,7 +461,27 @@ DeviceTensor& FusedOptimizer::state_tensor(const DeviceTensor& param, StateKind 
 }
 
 void FusedOptimizer::zero_grad() {
+  iteration_.forget_loss_scale();  // zeros carry no scale
   if (iteration_.zero_synced_gradients()) return;
+  // A gradient a create_graph backward made is a recorded op's output:
+  // zeroed in place it would stay one, and the next create_graph backward
+  // would record old + new, chaining every iteration's graph to the next
+  // (and differentiating through the old one). It is replaced by a new
+  // tensor that records nothing (zeroed below), as torch detaches it; the
+  // replacements are made first, so running out of memory changes nothing.
+  std::vector<TensorRef> detached(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const DeviceTensor* g = params_[i].param->grad;
+    if (g && g->tape_generation != 0)
+      detached[i] = TensorRef(DeviceTensor::empty(*ctx_, g->dtype, g->shape));
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!detached[i]) continue;
+    DeviceTensor& param = *params_[i].param;
+    DeviceTensor* old = param.grad;
+    param.grad = detached[i].take();
+    old->release();
+  }
   for (const Param& p : params_) {
     DeviceTensor* g = p.param->grad;
     if (g && g->numel() > 0) {

@@ -578,3 +578,76 @@ TEST_CASE("autocast: f32 parameters get f32 gradients that match the fp32 run") 
     }
   }
 }
+
+TEST_CASE("autocast: the cache re-casts after a backward that frees records without clearing") {
+  // ampx_grad and ampx_backward_ex(create_graph, retain_graph 0) free the
+  // records they ran but keep the tape: the cached cast's record is then
+  // freed, and handing the cast back made the next backward refuse the
+  // forward that was run again (ORDER, "record of 'cast' was freed"). And
+  // a write to the weight after a backward that retained the graph (a
+  // step) must not leave the old cast in use. Values chosen exact in bf16:
+  // d sum(x W) / dW[i][j] = sum_r x[r][i].
+  OPS_REQUIRE_CPU();
+  Ctx ctx;
+  Policy p(ctx, AMPX_BF16);
+  const Vec xv = {0.5, 1.0, -2.0, 0.25, 1.5, -0.5, 4.0, 2.0};
+  const Vec wv = {1, 2, -1, 0.5, 0.25, -2, 3, 1, 0.5, -0.75, 1.25, 2};
+  Tensor x(make(ctx, AMPX_F32, {2, 4}, xv));
+  Tensor w(make(ctx, AMPX_F32, {4, 3}, wv, true));
+  Vec dw(12);
+  for (size_t i = 0; i < 4; ++i)
+    for (size_t j = 0; j < 3; ++j) dw[i * 3 + j] = xv[i] + xv[4 + i];
+  const auto forward = [&]() {
+    ampx_tensor y = nullptr, s = nullptr;
+    REQUIRE_MESSAGE(ampx_matmul(x, w, &y) == AMPX_OK, last_error());
+    REQUIRE(ampx_sum(y, &s) == AMPX_OK);
+    return s;
+  };
+  REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+  enter(p);
+  SUBCASE("ampx_grad, twice in one region") {
+    for (int round = 0; round < 2; ++round) {
+      INFO("round " << round);
+      const ampx_tensor s = forward();
+      ampx_tensor g = nullptr;
+      REQUIRE_MESSAGE(ampx_grad(&s, 1, nullptr, &w.handle, 1, nullptr, &g) == AMPX_OK,
+                      last_error());
+      CHECK(values_of(g) == dw);
+    }
+    CHECK(stats_of(p) == CacheStats{0, 2});
+  }
+  SUBCASE("ampx_backward_ex with create_graph, twice in one region") {
+    ampx_backward_options o = AMPX_BACKWARD_OPTIONS_INIT;
+    o.create_graph = 1;
+    o.retain_graph = 0;
+    for (int round = 1; round <= 2; ++round) {
+      INFO("round " << round);
+      REQUIRE_MESSAGE(ampx_backward_ex(forward(), nullptr, &o) == AMPX_OK, last_error());
+      ampx_tensor g = nullptr;
+      REQUIRE(ampx_tensor_grad(w, &g) == AMPX_OK);
+      Vec want = dw;
+      for (double& v : want) v *= round;
+      CHECK(values_of(g) == want);
+    }
+  }
+  SUBCASE("a weight written after a backward that retained the graph is cast again") {
+    ampx_backward_options keep = AMPX_BACKWARD_OPTIONS_INIT;
+    keep.retain_graph = 1;
+    const ampx_tensor s = forward();
+    REQUIRE_MESSAGE(ampx_backward_ex(s, nullptr, &keep) == AMPX_OK, last_error());
+    Vec stepped = wv;
+    for (double& v : stepped) v += 0.5;
+    ampx_fixture::write(w, stepped);
+    double want = 0.0;  // the sum of x W's elements, each rounded to bf16
+    for (size_t r = 0; r < 2; ++r)
+      for (size_t j = 0; j < 3; ++j) {
+        double y = 0.0;
+        for (size_t i = 0; i < 4; ++i) y += xv[r * 4 + i] * stepped[i * 3 + j];
+        want += round_to(AMPX_BF16, y);
+      }
+    CHECK(std::fabs(values_of(forward())[0] - want) <= 1e-6 * std::fabs(want));
+    CHECK(stats_of(p) == CacheStats{0, 2});
+  }
+  leave(p);
+  REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+}

@@ -661,3 +661,147 @@ TEST_CASE("fp8 autocast: an MLP classifier trained in FP8 reaches bf16's accurac
   CHECK(stats.fp8_products == 3 * 121);
   CHECK(stats.fallbacks == 0);
 }
+
+TEST_CASE("fp8 autocast: which gradients a product computes is decided at the forward") {
+  // x requires no gradient at the forward, then does before backward: the
+  // product prepared no dgrad (on a TN-only device no transposed copy of
+  // the weight was kept for it), so x gets none, as torch's graph has no
+  // edge to it; W's gradient is the one of an unchanged run.
+  std::mt19937 rng(17);
+  const int64_t rows = 16, in = 32, out = 16;
+  const std::vector<float> xv = values(rows * in, rng, 2.0f), wv = values(out * in, rng, 0.5f);
+  std::vector<std::vector<float>> dw(2);
+  for (int change : {0, 1}) {
+    CAPTURE(change);
+    Ctx ctx;
+    Recipe recipe(ctx);
+    Policy policy(ctx, recipe);
+    Tensor x(matrix(ctx, rows, in, xv, "x", false)), w(matrix(ctx, out, in, wv, "w", true));
+    REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+    ampx_tensor y = nullptr, loss = nullptr;
+    {
+      Region region(policy);
+      REQUIRE_MESSAGE(ampx_linear(x, w, nullptr, AMPX_ACTIVATION_NONE, &y) == AMPX_OK, last_error());
+      REQUIRE(ampx_sum(y, &loss) == AMPX_OK);
+    }
+    if (change) REQUIRE(ampx_tensor_set_requires_grad(x, 1) == AMPX_OK);
+    REQUIRE_MESSAGE(ampx_backward(loss, nullptr) == AMPX_OK, last_error());
+    ampx_tensor gx = nullptr, gw = nullptr;
+    REQUIRE(ampx_tensor_grad(x, &gx) == AMPX_OK);
+    REQUIRE(ampx_tensor_grad(w, &gw) == AMPX_OK);
+    CHECK(gx == nullptr);
+    REQUIRE(gw != nullptr);
+    dw[static_cast<size_t>(change)] = download<float>(gw);
+    REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+  }
+  CHECK(dw[0] == dw[1]);
+}
+
+TEST_CASE("fp8 autocast: create_graph through FP8 products, with the formulas in bf16") {
+  // L = sum(act(x W^T + b) * c). The gradients a backward with create_graph
+  // returns are recorded, so S = sum(dL/dx * v) can be differentiated by W.
+  // Without an activation dS/dW = c^T v (c and v multiples of 1/8, exact
+  // in bf16, the sums exact in fp32, the result rounded to bf16); with GELU, against central
+  // differences of the double formula, within FP8's rounding of Z (the
+  // forward's, which the formula reads) and bf16's: 6% of the largest
+  // element, while a missing term is off by O(1).
+  std::mt19937 rng(23);
+  const int64_t rows = 16, in = 16, out = 16;
+  const std::vector<float> xv = values(rows * in, rng, 1.5f), wv = values(out * in, rng, 0.5f);
+  const std::vector<float> bv = values(out, rng, 0.5f);
+  std::vector<float> cv(rows * out), vv(rows * in);
+  for (float& c : cv) c = static_cast<float>(static_cast<int>(rng() % 17) - 8) / 8.0f;
+  for (float& v : vv) v = static_cast<float>(static_cast<int>(rng() % 17) - 8) / 8.0f;
+  const auto gelu = [](double z) { return 0.5 * z * std::erfc(-z / std::sqrt(2.0)); };
+  for (const ampx_activation act : {AMPX_ACTIVATION_NONE, AMPX_ACTIVATION_GELU}) {
+    CAPTURE(act);
+    const bool g = act == AMPX_ACTIVATION_GELU;
+    // S(W) = sum_il v_il dL/dx_il in double, dL/dx = (c act'(z)) W.
+    const auto s_of = [&](const std::vector<double>& w) {
+      double s = 0.0;
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < out; ++j) {
+          double z = bv[j];
+          for (int64_t l = 0; l < in; ++l) z += xv[i * in + l] * w[j * in + l];
+          const double h = 1e-5;
+          const double d = g ? (gelu(z + h) - gelu(z - h)) / (2 * h) : 1.0;
+          for (int64_t l = 0; l < in; ++l) s += vv[i * in + l] * cv[i * out + j] * d * w[j * in + l];
+        }
+      return s;
+    };
+    std::vector<double> w0(wv.begin(), wv.end()), want(w0.size());
+    for (size_t k = 0; k < w0.size(); ++k) {
+      if (!g) {
+        const int64_t j = static_cast<int64_t>(k) / in, l = static_cast<int64_t>(k) % in;
+        double sum = 0.0;
+        for (int64_t i = 0; i < rows; ++i) sum += cv[i * out + j] * vv[i * in + l];
+        want[k] = sum;
+        continue;
+      }
+      std::vector<double> up = w0, down = w0;
+      up[k] += 1e-3, down[k] -= 1e-3;
+      want[k] = (s_of(up) - s_of(down)) / 2e-3;
+    }
+    double top = 0.0;
+    for (double x : want) top = std::max(top, std::fabs(x));
+
+    Ctx ctx;
+    Recipe recipe(ctx);
+    Policy policy(ctx, recipe);
+    Tensor x(matrix(ctx, rows, in, xv, "x", true)), w(matrix(ctx, out, in, wv, "w", true));
+    Tensor c(matrix(ctx, rows, out, cv)), v(matrix(ctx, rows, in, vv));
+    const int64_t bshape[] = {out};
+    Tensor b;
+    REQUIRE(ampx_tensor_from_host(ctx, AMPX_F32, 1, bshape, bv.data(), bv.size() * 4, b.out()) == AMPX_OK);
+    REQUIRE(ampx_tensor_set_requires_grad(b, 1) == AMPX_OK);
+    REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+    ampx_tensor y = nullptr, prod = nullptr, loss = nullptr;
+    {
+      Region region(policy);
+      REQUIRE_MESSAGE(ampx_linear(x, w, b, act, &y) == AMPX_OK, last_error());
+      REQUIRE(ampx_mul(y, c, &prod) == AMPX_OK);
+      REQUIRE(ampx_sum(prod, &loss) == AMPX_OK);
+    }
+    ampx_fp8_stats stats = AMPX_FP8_STATS_INIT;
+    REQUIRE(ampx_autocast_fp8_stats(policy, &stats) == AMPX_OK);
+    REQUIRE(stats.fp8_products == 1);
+    // First order, both ways: the FP8 backward and the bf16 formulas agree
+    // within FP8's rounding (E5M2 dy, E4M3 operands: 2^-3 relative).
+    const ampx_tensor params[3] = {x, w, b};
+    ampx_tensor first[3] = {}, graph[3] = {};
+    ampx_grad_options keep = AMPX_GRAD_OPTIONS_INIT;
+    keep.retain_graph = 1;
+    REQUIRE_MESSAGE(ampx_grad(&loss, 1, nullptr, params, 3, &keep, first) == AMPX_OK, last_error());
+    ampx_grad_options o = AMPX_GRAD_OPTIONS_INIT;
+    o.create_graph = 1;
+    REQUIRE_MESSAGE(ampx_grad(&loss, 1, nullptr, params, 3, &o, graph) == AMPX_OK, last_error());
+    for (int k = 0; k < 3; ++k) {
+      CAPTURE(k);
+      ampx_dtype dt = static_cast<ampx_dtype>(0);
+      REQUIRE(ampx_tensor_dtype(graph[k], &dt) == AMPX_OK);
+      CHECK(dt == AMPX_F32);  // the inputs' dtype
+      int32_t recorded = 0;
+      REQUIRE(ampx_tensor_requires_grad(graph[k], &recorded) == AMPX_OK);
+      CHECK(recorded == (k < 2 || g ? 1 : 0));  // without GELU dbias is the constant sum of c
+      const std::vector<float> a = download<float>(first[k]), d = download<float>(graph[k]);
+      float m = 0.0f;
+      for (float e : a) m = std::max(m, std::fabs(e));
+      for (size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(a[i] - d[i]) <= 0.2f * m);
+    }
+    // Second order: S = sum(dL/dx * v), differentiated by W.
+    ampx_tensor sv = nullptr, s = nullptr, h = nullptr;
+    REQUIRE(ampx_mul(graph[0], v, &sv) == AMPX_OK);
+    REQUIRE(ampx_sum(sv, &s) == AMPX_OK);
+    REQUIRE_MESSAGE(ampx_grad(&s, 1, nullptr, &w.handle, 1, nullptr, &h) == AMPX_OK, last_error());
+    const std::vector<float> hv = download<float>(h);
+    REQUIRE(hv.size() == want.size());
+    size_t wrong = 0;
+    for (size_t k = 0; k < hv.size(); ++k) {
+      const double tol = g ? 0.06 * top : std::fabs(want[k]) * 0x1p-8;  // rounded to bf16 once
+      if (std::fabs(hv[k] - want[k]) > tol && ++wrong <= 3)
+        FAIL_CHECK("dS/dW[", k, "] = ", hv[k], ", reference ", want[k]);
+    }
+    CHECK(wrong == 0);
+    REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+  }
+}

@@ -2,11 +2,15 @@
 // ampx_fp8_quantize) on the test device.
 //
 // The scale and history sequences are checked against a reference written
-// here after Transformer Engine's PyTorch code for delayed scaling: an
-// amax_history of `len` rows whose row 0 takes the step's amax; at each
-// update amax = torch.max over the rows (NaN propagates) or row 0
-// (most_recent), the history rolled by -1 and row 0 zeroed, and
-//   sf = (fp8_max / amax) / 2^margin, kept as the old scale where amax is
+// here after Transformer Engine's default delayed-scaling update, the fused
+// CUDA kernel of common/recipe/delayed_scaling.cu that TE's PyTorch recipe
+// runs after the amax reduction (kernel_bulk of
+// amax_and_scale_update_after_reduction, TE 1.x-2.x): an amax_history of
+// `len` rows whose row 0 takes the step's amax; at each update, when that
+// amax is not 0, amax = fmaxf over the rows from 0 (NaN skipped) or row 0
+// (most_recent), the history rolled by -1 and row 0 zeroed; when it is 0,
+// nothing is rolled and amax is 0; then
+//   sf = (fp8_max * 2^-margin) / amax, kept as the old scale where amax is
 //   not > 0 or not finite, FLT_MAX where sf is infinite; scale_inv = 1 / sf.
 // Quantized bytes are checked against fp8_reference.h's encoding of
 // x * scale (the product rounded to float, as the kernels compute it).
@@ -46,8 +50,8 @@ uint32_t bits_of(float f) {
   return u;
 }
 
-// Transformer Engine's delayed scaling for one tensor, as its PyTorch code
-// does it (see the top).
+// Transformer Engine's delayed scaling for one tensor, as its fused
+// update does it (see the top).
 struct TeDelayedScaling {
   int len;
   bool most_recent;
@@ -55,37 +59,31 @@ struct TeDelayedScaling {
   float fp8_max;
   std::vector<float> history;
   float scale = 1.0f, scale_inv = 1.0f;
-  std::deque<float> seen;  // every step's amax, for the history readout
+  std::deque<float> seen;  // every rolled step's amax, for the history readout
 
   TeDelayedScaling(int l, bool recent, int m, float max)
       : len(l), most_recent(recent), margin(m), fp8_max(max),
         history(static_cast<size_t>(l), 0.0f) {}
 
-  // torch.max: NaN if any element is NaN.
-  static float torch_max(const std::vector<float>& v) {
-    float m = v[0];
-    for (float x : v) {
-      if (std::isnan(x) || std::isnan(m)) return kNaN;
-      m = x > m ? x : m;
-    }
-    return m;
-  }
-
   void step(float step_amax) {
     history[0] = step_amax;
-    seen.push_back(step_amax);
-    const float amax = most_recent ? history[0] : torch_max(history);
-    std::rotate(history.begin(), history.begin() + 1, history.end());  // torch.roll(-1)
-    history[0] = 0.0f;
-    float sf = (fp8_max / amax) / std::ldexp(1.0f, margin);
-    if (!(amax > 0.0f)) sf = scale;
-    if (!std::isfinite(amax)) sf = scale;
+    const float last = history[0];
+    float amax = 0.0f;
+    if (last != 0.0f) {
+      seen.push_back(last);
+      for (float a : history) amax = std::fmax(amax, a);  // fmaxf: NaN skipped
+      std::rotate(history.begin(), history.begin() + 1, history.end());
+      history[0] = 0.0f;
+    }
+    if (most_recent) amax = last;
+    const float scaled_max = fp8_max * std::ldexp(1.0f, -margin);
+    float sf = std::isfinite(amax) && amax > 0.0f ? scaled_max / amax : scale;
     if (std::isinf(sf)) sf = kFloatMax;
     scale = sf;
     scale_inv = 1.0f / sf;
   }
 
-  // The last `len` step amaxes, oldest first, zeros before the first.
+  // The last `len` rolled step amaxes, oldest first, zeros before the first.
   std::vector<float> readout() const {
     std::vector<float> out(static_cast<size_t>(len), 0.0f);
     const size_t n = std::min(seen.size(), out.size());
@@ -140,9 +138,9 @@ TEST_CASE("fp8 recipe: delayed scaling follows Transformer Engine's formulas ste
   // steps to wrap the 4-entry history several times.
   const std::vector<float> amaxes = {0.0f,  3.5f, 100.0f, 0.0f, kInf,  2.0f, kNaN, 1e-3f,
                                      5.0f,  5.0f, 5.0f,   5.0f, 1e-39f, 7.0f, 300.0f, 0.0f,
-                                     0.0f,  0.0f, 0.0f,   0.0f, 12.0f};
+                                     0.0f,  0.0f, 0.0f,   0.0f, 12.0f, 1e-37f, kNaN, 0.5f};
   for (ampx_fp8_amax_algo algo : {AMPX_FP8_AMAX_MAX, AMPX_FP8_AMAX_MOST_RECENT}) {
-    for (int margin : {0, 2}) {
+    for (int margin : {0, 2, 4, 127}) {
       CAPTURE(algo);
       CAPTURE(margin);
       ampx_fp8_recipe_options o = AMPX_FP8_RECIPE_OPTIONS_INIT;
@@ -186,6 +184,59 @@ TEST_CASE("fp8 recipe: delayed scaling follows Transformer Engine's formulas ste
         }
       }
     }
+  }
+}
+
+TEST_CASE("fp8 recipe: the three rules where TE's fused update differs from its Python one") {
+  // Each with the numbers the older rule gave. E4M3 (448), history 2 or 4.
+  Ctx ctx;
+  const auto run = [&](int32_t len, int32_t margin, const std::vector<float>& steps,
+                       std::vector<float>* history) {
+    ampx_fp8_recipe_options o = AMPX_FP8_RECIPE_OPTIONS_INIT;
+    o.amax_history_len = len;
+    o.margin = margin;
+    Recipe recipe(ctx, o);
+    const int64_t slot = add(recipe, AMPX_FP8_FORWARD, "x");
+    Tensor out(empty(ctx, AMPX_F8E4M3, 4));
+    for (float amax : steps) {
+      Tensor x(upload<float>(ctx, AMPX_F32, with_amax(amax)));
+      REQUIRE(ampx_fp8_quantize(recipe, slot, x, out, nullptr) == AMPX_OK);
+      REQUIRE(ampx_fp8_recipe_update(recipe) == AMPX_OK);
+    }
+    history->assign(static_cast<size_t>(len), -1.0f);
+    return info_of(recipe, slot, history).scale;
+  };
+  std::vector<float> history;
+  SUBCASE("fmaxf skips a NaN in the history: one overflowing step does not freeze the scale") {
+    // max(2, NaN, 8) = 8: 448 / 8; NaN propagating kept the old 224.
+    CHECK(run(4, 0, {2.0f, kNaN, 8.0f}, &history) == 56.0f);
+    CHECK(std::isnan(history[2]));
+  }
+  SUBCASE("the scaled maximum fp8_max * 2^-margin is formed before the division") {
+    // 28 / 1e-37 = 2.8e38; (448 / 1e-37) / 16 overflowed to FLT_MAX.
+    const float scale = run(4, 4, {1e-37f}, &history);
+    CHECK(bits_of(scale) == bits_of(28.0f / 1e-37f));
+    CHECK(scale < kFloatMax);
+  }
+  SUBCASE("a step amax of 0 leaves the history unrolled and the scale as it was") {
+    // History 2: [4, 2] gives 448 / 4; the zero step keeps it (rolling it
+    // in gave [2, 0]: 224); the next step 1 makes [2, 1]: 224 (else 448).
+    CHECK(run(2, 0, {4.0f, 2.0f, 0.0f}, &history) == 112.0f);
+    CHECK(history == std::vector<float>{4.0f, 2.0f});
+    CHECK(run(2, 0, {4.0f, 2.0f, 0.0f, 1.0f}, &history) == 224.0f);
+    CHECK(history == std::vector<float>{2.0f, 1.0f});
+    // Longer histories wrap the ring: a zero step in every position.
+    CHECK(run(4, 0, {1.0f, 0.0f, 2.0f, 0.0f, 3.0f, 0.0f, 0.0f, 4.0f, 5.0f, 0.0f}, &history) ==
+          448.0f / 5.0f);
+    CHECK(history == std::vector<float>{2.0f, 3.0f, 4.0f, 5.0f});
+    // A ring longer than a warp (the CUDA kernel rotates it in chunks).
+    std::vector<float> steps, rolled;
+    for (int i = 1; i <= 100; ++i) {
+      steps.push_back(i % 3 == 0 ? 0.0f : static_cast<float>(i));
+      if (i % 3 != 0) rolled.push_back(static_cast<float>(i));
+    }
+    CHECK(run(40, 0, steps, &history) == 448.0f / 100.0f);
+    CHECK(history == std::vector<float>(rolled.end() - 40, rolled.end()));
   }
 }
 

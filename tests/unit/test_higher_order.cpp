@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/tape.h"
 #include "training_fixture.h"
 
 using ampx_fixture::decode;
@@ -997,6 +998,53 @@ TEST_CASE("higher order: cross_entropy (plain, weighted, smoothed, ignored), mse
         },
         43, third_order());
   }
+  // weight and pos_weight: constants that scale the first-order formula's
+  // terms, so the create_graph formula must carry them too (it used to drop
+  // both). Shapes as the header lists them: [C] along the last dimension,
+  // [N, 1], the full shape; targets differentiated too (their gradient
+  // depends on pos_weight).
+  struct Weighted {
+    const char* name;
+    Dims weight, pos_weight;  // empty: none
+  };
+  const Weighted weighted_cases[] = {{"weight [3]", {3}, {}},
+                                     {"pos_weight [3]", {}, {3}},
+                                     {"weight [2, 1], pos_weight [3]", {2, 1}, {3}},
+                                     {"weight [2, 3], pos_weight [1]", {2, 3}, {1}}};
+  for (const Weighted& c : weighted_cases)
+    for (const ampx_reduction r : {AMPX_REDUCTION_MEAN, AMPX_REDUCTION_SUM, AMPX_REDUCTION_NONE}) {
+      const Dims d = {2, 3};
+      std::vector<In> inputs = {floating(d, rng.values(6, -2, 2)),
+                                floating(d, rng.values(6, 0, 1))};
+      const Vec w = rng.values(count_of(c.weight), 0.5, 2), p = rng.values(count_of(c.pos_weight), 0.5, 3);
+      const bool has_w = !c.weight.empty(), has_p = !c.pos_weight.empty();
+      if (has_w) inputs.push_back(floating(c.weight, w, false));
+      if (has_p) inputs.push_back(floating(c.pos_weight, p, false));
+      hocheck(
+          std::string("bce_with_logits ") + c.name + " reduction " + std::to_string(static_cast<int>(r)),
+          inputs,
+          [&](const std::vector<ampx_tensor>& t, ampx_tensor* out) {
+            ampx_bce_with_logits_options o = AMPX_BCE_WITH_LOGITS_OPTIONS_INIT;
+            o.reduction = r;
+            return ampx_bce_with_logits_ex(t[0], t[1], has_w ? t[2] : nullptr,
+                                           has_p ? t[has_w ? 3 : 2] : nullptr, &o, out);
+          },
+          [&](const Inputs& v) {
+            const Vec ones(6, 1.0);
+            const Vec wf = has_w ? broadcast_binary('*', ones, d, w, c.weight) : ones;
+            const Vec pf = has_p ? broadcast_binary('*', ones, d, p, c.pos_weight) : ones;
+            Vec e(6);
+            double s = 0.0;
+            for (size_t i = 0; i < 6; ++i) {
+              const double x = v[0][i], tt = v[1][i];
+              s += e[i] = -wf[i] * (pf[i] * tt * std::log(sigmoid(x)) +
+                                    (1 - tt) * std::log(sigmoid(-x)));
+            }
+            if (r == AMPX_REDUCTION_NONE) return e;
+            return Vec{r == AMPX_REDUCTION_MEAN ? s / 6 : s};
+          },
+          44, third_order());
+    }
 }
 
 // ---- products and normalisation ----------------------------------------------------
@@ -1861,4 +1909,210 @@ TEST_CASE("higher order: attention with dropout -- the unfused formulas draw the
                     ": fused ", a[i], ", unfused ", b[i]);
   }
   REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+}
+
+// ---- what each formula reads, what ampx_grad and zero_grad hand back -----------
+
+TEST_CASE("higher order: softmax's create_graph formula reads the output it saved, not x") {
+  // The record declares that it reads only its saved output y, so x may be
+  // overwritten between forward and backward (as torch, whose softmax
+  // saves its result): every order of gradient must then be that at the
+  // forward's x. Writing y itself is refused.
+  const Vec x0 = {0.3, -1.2, 0.8, 2.0, -0.5, 0.1};
+  const Vec x1 = {5.0, 5.0, -5.0, 1.0, 1.0, 1.0};
+  const Vec r = {0.7, -0.4, 1.1, -0.9, 0.25, 0.6};
+  const Vec v = {0.5, 1.0, -0.75, 0.2, -1.3, 0.9};
+  for (const bool log : {false, true}) {
+    INFO((log ? "log_softmax" : "softmax"));
+    // d/dx sum(op(x) r), row by row, in double.
+    const auto gradient = [&](const Vec& x) {
+      const Vec y = ref_softmax(x, 3, false);
+      Vec g(6);
+      for (size_t row = 0; row < 2; ++row) {
+        double yr = 0.0, rs = 0.0;
+        for (size_t j = 0; j < 3; ++j) {
+          yr += y[row * 3 + j] * r[row * 3 + j];
+          rs += r[row * 3 + j];
+        }
+        for (size_t j = 0; j < 3; ++j) {
+          const size_t i = row * 3 + j;
+          g[i] = log ? r[i] - y[i] * rs : y[i] * (r[i] - yr);
+        }
+      }
+      return g;
+    };
+    Vec hv_ref(6);  // d/dx <g(x), v> at x0, central differences of the double gradient
+    for (size_t i = 0; i < 6; ++i) {
+      Vec up = x0, down = x0;
+      up[i] += 1e-5;
+      down[i] -= 1e-5;
+      hv_ref[i] = (weighted(gradient(up), v) - weighted(gradient(down), v)) / 2e-5;
+    }
+    const Vec g_ref = gradient(x0);
+    Ctx ctx;
+    Tensor x(make_tensor(ctx, floating({2, 3}, x0)));
+    Tensor rt(make_tensor(ctx, floating({2, 3}, r, false)));
+    Tensor vt(make_tensor(ctx, floating({2, 3}, v, false)));
+    REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+    ampx_tensor y = nullptr;
+    REQUIRE((log ? ampx_log_softmax(x, &y) : ampx_softmax(x, &y)) == AMPX_OK);
+    const ampx_tensor loss = dot(y, rt);
+    const std::vector<unsigned char> bytes = encode(AMPX_F32, x1);
+    REQUIRE(ampx_tensor_copy_from_host(x, bytes.data(), bytes.size()) == AMPX_OK);
+    for (const bool create_graph : {false, true}) {
+      INFO("create_graph " << create_graph);
+      ampx_grad_options o = AMPX_GRAD_OPTIONS_INIT;
+      o.create_graph = create_graph ? 1 : 0;
+      o.retain_graph = 1;
+      ampx_tensor g = nullptr;
+      REQUIRE_MESSAGE(ampx_grad(&loss, 1, nullptr, &x.handle, 1, &o, &g) == AMPX_OK,
+                      last_error());
+      const Vec gv = values_of(g);
+      for (size_t i = 0; i < 6; ++i) CHECK(close(gv[i], g_ref[i], 1e-5, 1e-6));
+      if (!create_graph) continue;
+      const ampx_tensor s = dot(g, vt);
+      ampx_grad_options keep = AMPX_GRAD_OPTIONS_INIT;
+      keep.retain_graph = 1;
+      ampx_tensor h = nullptr;
+      REQUIRE_MESSAGE(ampx_grad(&s, 1, nullptr, &x.handle, 1, &keep, &h) == AMPX_OK,
+                      last_error());
+      const Vec hv = values_of(h);
+      for (size_t i = 0; i < 6; ++i) CHECK(close(hv[i], hv_ref[i], 1e-4, 1e-5));
+    }
+    // y, which the record reads, written in place: refused both ways.
+    REQUIRE(ampx_tensor_fill(y, 0.25) == AMPX_OK);
+    for (const int32_t create_graph : {0, 1}) {
+      ampx_grad_options o = AMPX_GRAD_OPTIONS_INIT;
+      o.create_graph = create_graph;
+      o.retain_graph = 1;
+      ampx_tensor g = nullptr;
+      CHECK_FAILS_WITH(ampx_grad(&loss, 1, nullptr, &x.handle, 1, &o, &g), AMPX_ERR_ORDER,
+                       "written in place");
+      CHECK(g == nullptr);
+    }
+    REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+  }
+}
+
+TEST_CASE("higher order: repeated create_graph walks over a retained graph add no outputs") {
+  // A Hessian-vector product loop over one retained forward: linear+GELU's
+  // and softmax's formulas make their saved tensor an output of the record;
+  // each walk must hand back the one an earlier walk made while it lives,
+  // and once it is released, put the next in its place.
+  using ampx::impl::autograd_state;
+  using ampx::impl::DeviceContext;
+  Ctx ctx;
+  Tensor x(make_tensor(ctx, floating({2, 3}, {0.5, -1.0, 0.25, 1.5, 0.75, -0.5})));
+  Tensor w(make_tensor(ctx, floating({3, 3}, {0.2, -0.4, 0.6, 0.1, 0.3, -0.2, 0.5, 0.05, -0.3})));
+  Tensor v(make_tensor(ctx, floating({2, 3}, {1.0, -0.5, 0.25, 0.75, -1.0, 0.5}, false)));
+  REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+  ampx_tensor z = nullptr, y = nullptr;
+  REQUIRE(ampx_linear(x, w, nullptr, AMPX_ACTIVATION_GELU, &z) == AMPX_OK);
+  REQUIRE(ampx_softmax(z, &y) == AMPX_OK);
+  const ampx_tensor loss = dot(y, v);
+  auto& tape = autograd_state(*reinterpret_cast<DeviceContext*>(ctx.handle)).tape;
+  const auto outputs_of = [&](const char* name) {
+    for (const auto& node : tape)
+      if (std::string(node->name()) == name) return node->output_ids.size();
+    return size_t(0);
+  };
+  Vec first;
+  for (int iteration = 0; iteration < 5; ++iteration) {
+    REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+    ampx_grad_options o = AMPX_GRAD_OPTIONS_INIT;
+    o.create_graph = 1;
+    ampx_tensor g = nullptr;
+    REQUIRE_MESSAGE(ampx_grad(&loss, 1, nullptr, &x.handle, 1, &o, &g) == AMPX_OK, last_error());
+    const ampx_tensor s = dot(g, v);
+    ampx_grad_options keep = AMPX_GRAD_OPTIONS_INIT;
+    keep.retain_graph = 1;
+    ampx_tensor h = nullptr;
+    REQUIRE_MESSAGE(ampx_grad(&s, 1, nullptr, &x.handle, 1, &keep, &h) == AMPX_OK, last_error());
+    if (iteration == 0) first = values_of(h);
+    CHECK(values_of(h) == first);
+    CHECK(outputs_of("linear") == 2);
+    CHECK(outputs_of("softmax") == 2);
+    // The second walk over the same gradient graph reuses the live ones.
+    ampx_tensor h2 = nullptr;
+    REQUIRE_MESSAGE(ampx_grad(&s, 1, nullptr, &x.handle, 1, &keep, &h2) == AMPX_OK, last_error());
+    CHECK(values_of(h2) == first);
+    CHECK(outputs_of("linear") == 2);
+    REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+  }
+  REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+}
+
+TEST_CASE("ampx_grad: results never share memory with grad_outputs or with each other") {
+  // z = reshape(x1, [6]) + reshape(x2, [6]): add passes g to both, and
+  // reshape's gradient is a view of it, so each result must be copied.
+  Ctx ctx;
+  Tensor x1(make_tensor(ctx, floating({2, 3}, {1, 2, 3, 4, 5, 6})));
+  Tensor x2(make_tensor(ctx, floating({3, 2}, {6, 5, 4, 3, 2, 1})));
+  const Vec seed = {0.5, -1.0, 2.0, 0.25, -0.75, 1.5};
+  Tensor g(make_tensor(ctx, floating({6}, seed, false)));
+  for (const bool create_graph : {false, true}) {
+    INFO("create_graph " << create_graph);
+    REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+    const int64_t flat[1] = {6};
+    ampx_tensor r1 = nullptr, r2 = nullptr;
+    REQUIRE(ampx_reshape(x1, 1, flat, &r1) == AMPX_OK);
+    REQUIRE(ampx_reshape(x2, 1, flat, &r2) == AMPX_OK);
+    const ampx_tensor z = add(r1, r2);
+    ampx_grad_options o = AMPX_GRAD_OPTIONS_INIT;
+    o.create_graph = create_graph ? 1 : 0;
+    ampx_tensor grads[2] = {nullptr, nullptr};
+    const ampx_tensor inputs[2] = {x1, x2};
+    REQUIRE_MESSAGE(ampx_grad(&z, 1, &g.handle, inputs, 2, &o, grads) == AMPX_OK, last_error());
+    const ampx_tensor d1 = grads[0], d2 = grads[1];
+    CHECK(values_of(d1) == seed);
+    CHECK(values_of(d2) == seed);
+    // Filling one changes neither the other nor g.
+    REQUIRE(ampx_tensor_fill(d1, 9.0) == AMPX_OK);
+    CHECK(values_of(d2) == seed);
+    CHECK(values_of(g) == seed);
+    REQUIRE(ampx_tensor_fill(d2, 7.0) == AMPX_OK);
+    CHECK(values_of(g) == seed);
+    CHECK(values_of(d1) == Vec(6, 9.0));
+    REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+  }
+}
+
+TEST_CASE("zero_grad detaches a gradient a create_graph backward recorded, as torch") {
+  // torch: backward(sum(x*x), create_graph); zero_grad; backward(sum(x^3),
+  // create_graph); grad(sum(x.grad), x) = 6x. Zeroed in place, the old
+  // gradient stayed recorded and the new one was old + 3x^2: 6x + 2.
+  Ctx ctx;
+  const Vec xs = {-1.0, 0.5, 2.0};
+  Tensor x(make_tensor(ctx, floating({3}, xs)));
+  ampx_sgd_options sgd = AMPX_SGD_OPTIONS_INIT;
+  ampx_optimizer opt = nullptr;
+  REQUIRE(ampx_optimizer_create_sgd(ctx, &x.handle, 1, &sgd, &opt) == AMPX_OK);
+  REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+  ampx_backward_options o = AMPX_BACKWARD_OPTIONS_INIT;
+  o.create_graph = 1;
+  REQUIRE_MESSAGE(ampx_backward_ex(dot(x, x), nullptr, &o) == AMPX_OK, last_error());
+  REQUIRE(requires_grad(grad_handle(x)));
+  REQUIRE(ampx_optimizer_zero_grad(opt) == AMPX_OK);
+  CHECK(values_of(grad_handle(x)) == Vec(3, 0.0));
+  CHECK(!requires_grad(grad_handle(x)));
+  ampx_tensor cube = nullptr;
+  REQUIRE(ampx_pow(x, 3.0, &cube) == AMPX_OK);
+  REQUIRE_MESSAGE(ampx_backward_ex(sum_of(cube), nullptr, &o) == AMPX_OK, last_error());
+  const ampx_tensor gx = grad_handle(x);
+  const ampx_tensor total = sum_of(gx);
+  ampx_tensor h = nullptr;
+  REQUIRE_MESSAGE(ampx_grad(&total, 1, nullptr, &x.handle, 1, nullptr, &h) == AMPX_OK,
+                  last_error());
+  const Vec gv = values_of(gx), hv = values_of(h);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(close(gv[i], 3 * xs[i] * xs[i], 1e-6, 0));
+    CHECK(close(hv[i], 6 * xs[i], 1e-6, 0));
+  }
+  // A gradient that records nothing keeps its identity (an engine's buffer).
+  REQUIRE(ampx_optimizer_zero_grad(opt) == AMPX_OK);
+  const ampx_tensor detached = grad_handle(x);
+  REQUIRE(ampx_optimizer_zero_grad(opt) == AMPX_OK);
+  CHECK(grad_handle(x) == detached);
+  REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+  ampx_optimizer_release(opt);
 }

@@ -1484,3 +1484,138 @@ TEST_CASE("scaler: find_nonfinite_grads names the poisoned parameters with their
   CHECK_FAILS_WITH(ampx_find_nonfinite_grads(nullptr, entries, 8, &found),
                    AMPX_ERR_INVALID_ARGUMENT, "optimizer");
 }
+
+// ---- 12. the iteration's rules with ampx's own backward -------------------------------------
+
+namespace {
+
+// p = [1, 2] (F32, requires grad) and SGD(lr 0.125) over it, not attached to
+// any scaler; loss = sum(p * p), so a backward seeded with scale s gives
+// the gradients 2 s p.
+struct Quadratic {
+  Ctx ctx;
+  Tensor p;
+  Optimizer opt;
+  Quadratic() : p(make(ctx, AMPX_F32, {2}, {1.0, 2.0}, true)) {
+    ampx_sgd_options o = AMPX_SGD_OPTIONS_INIT;
+    o.lr = 0.125;
+    REQUIRE(ampx_optimizer_create_sgd(ctx, &p.handle, 1, &o, &opt.handle) == AMPX_OK);
+  }
+  void backward(ampx_scaler scaler) {
+    REQUIRE(ampx_scope_push(ctx) == AMPX_OK);
+    ampx_tensor sq = nullptr, loss = nullptr;
+    REQUIRE(ampx_mul(p, p, &sq) == AMPX_OK);
+    REQUIRE(ampx_sum(sq, &loss) == AMPX_OK);
+    REQUIRE_MESSAGE(ampx_backward(loss, scaler) == AMPX_OK, last_error());
+    REQUIRE(ampx_scope_pop(ctx) == AMPX_OK);
+  }
+  std::vector<double> grad() const { return values_of(grad_of(p)); }
+  std::vector<double> value() const { return values_of(p); }
+};
+
+}  // namespace
+
+TEST_CASE("scaler: gradients a backward scaled are refused by step and clipping, attached or not") {
+  // The README's promise without ampx_scaler_attach: the backward knows it
+  // scaled these gradients. Parameters [1, 2], scale 65536: the refused
+  // step would have used the gradients [131072, 262144].
+  enum class Call { Step, ClipNorm, ClipValue };
+  for (const Call call : {Call::Step, Call::ClipNorm, Call::ClipValue}) {
+    CAPTURE(static_cast<int>(call));
+    Quadratic q;
+    Scaler scaler(q.ctx, scaler_options(65536, 2000));
+    q.backward(scaler);
+    CHECK(q.grad() == std::vector<double>{131072, 262144});
+    const auto run = [&] {
+      switch (call) {
+        case Call::Step: return ampx_optimizer_step(q.opt);
+        case Call::ClipNorm: return ampx_clip_grad_norm(q.opt, 1.0, 2.0, 0, nullptr);
+        case Call::ClipValue: return ampx_clip_grad_value(q.opt, 1.0);
+      }
+      return AMPX_OK;
+    };
+    CHECK_FAILS_WITH(run(), AMPX_ERR_ORDER, "ampx_scaler_unscale");
+    CHECK(q.grad() == std::vector<double>{131072, 262144});
+    CHECK(q.value() == std::vector<double>{1, 2});
+    // A disabled scaler's step is ampx_optimizer_step, with its checks.
+    ampx_scaler_options off = scaler_options(65536, 2000);
+    off.enabled = 0;
+    Scaler disabled(q.ctx, off);
+    CHECK_FAILS_WITH(ampx_scaler_step(disabled, q.opt), AMPX_ERR_ORDER, "ampx_scaler_unscale");
+    CHECK(q.value() == std::vector<double>{1, 2});
+    // Once unscaled, the same call runs; the scaler's step then steps with
+    // the unscaled gradients [2, 4].
+    REQUIRE(ampx_scaler_unscale(scaler, q.opt) == AMPX_OK);
+    CHECK(q.grad() == std::vector<double>{2, 4});
+    if (call != Call::Step) REQUIRE(run() == AMPX_OK);
+    REQUIRE(ampx_scaler_step(scaler, q.opt) == AMPX_OK);
+    REQUIRE(ampx_scaler_update(scaler) == AMPX_OK);
+    if (call == Call::Step) CHECK(q.value() == std::vector<double>{0.75, 1.5});
+  }
+}
+
+TEST_CASE("scaler: after zero_grad, or a backward without a scaler or with a disabled one, nothing is marked") {
+  {
+    Quadratic q;
+    Scaler scaler(q.ctx, scaler_options(65536, 2000));
+    q.backward(scaler);
+    REQUIRE(ampx_optimizer_zero_grad(q.opt) == AMPX_OK);
+    REQUIRE(ampx_optimizer_step(q.opt) == AMPX_OK);  // zeros carry no scale
+    q.backward(nullptr);
+    REQUIRE(ampx_optimizer_step(q.opt) == AMPX_OK);
+    CHECK(q.value() == std::vector<double>{0.75, 1.5});
+    ampx_scaler_options off = scaler_options(65536, 2000);
+    off.enabled = 0;
+    Scaler disabled(q.ctx, off);
+    REQUIRE(ampx_optimizer_zero_grad(q.opt) == AMPX_OK);
+    q.backward(disabled);
+    REQUIRE(ampx_optimizer_step(q.opt) == AMPX_OK);
+    REQUIRE(ampx_scaler_step(disabled, q.opt) == AMPX_OK);
+  }
+}
+
+TEST_CASE("scaler: a disabled scaler's unscale and step keep the one-scaler rule") {
+  // With an enabled S1 attached and a backward through it, the disabled
+  // S2's calls used to return OK: step stepped with gradients still
+  // multiplied by 65536, unscale did nothing.
+  Quadratic q;
+  Scaler s1(q.ctx, scaler_options(65536, 2000));
+  ampx_scaler_options off = scaler_options(65536, 2000);
+  off.enabled = 0;
+  Scaler s2(q.ctx, off);
+  REQUIRE(ampx_scaler_attach(s1, q.opt) == AMPX_OK);
+  q.backward(s1);
+  CHECK_FAILS_WITH(ampx_scaler_step(s2, q.opt), AMPX_ERR_INVALID_ARGUMENT, "another scaler");
+  CHECK_FAILS_WITH(ampx_scaler_unscale(s2, q.opt), AMPX_ERR_INVALID_ARGUMENT, "another scaler");
+  CHECK(q.grad() == std::vector<double>{131072, 262144});
+  CHECK(q.value() == std::vector<double>{1, 2});
+  REQUIRE(ampx_scaler_step(s1, q.opt) == AMPX_OK);
+  REQUIRE(ampx_scaler_update(s1) == AMPX_OK);
+  CHECK(q.value() == std::vector<double>{0.75, 1.5});
+}
+
+TEST_CASE("scaler: the header's rules for update and for ampx_optimizer_step") {
+  // update: refused when no optimizer was unscaled since the last update
+  // (torch's "No inf checks were recorded"); an unscale without a step is
+  // enough, as torch's unscale_ then update.
+  Quadratic q;
+  Scaler scaler(q.ctx, scaler_options(65536, 1));
+  CHECK_FAILS_WITH(ampx_scaler_update(scaler), AMPX_ERR_ORDER, "ampx_scaler_unscale");
+  q.backward(scaler);
+  REQUIRE(ampx_scaler_unscale(scaler, q.opt) == AMPX_OK);
+  REQUIRE(ampx_scaler_update(scaler) == AMPX_OK);
+  CHECK(scale_of(scaler) == 131072);  // a clean update at interval 1 grows
+  CHECK(q.value() == std::vector<double>{1, 2});
+  // ampx_optimizer_step: refused while the optimizer is attached to an
+  // enabled scaler, also after an unscale (its found-inf check would be
+  // bypassed): ampx_scaler_step steps it.
+  REQUIRE(ampx_optimizer_zero_grad(q.opt) == AMPX_OK);
+  q.backward(scaler);
+  CHECK_FAILS_WITH(ampx_optimizer_step(q.opt), AMPX_ERR_ORDER, "ampx_scaler_step");
+  REQUIRE(ampx_scaler_unscale(scaler, q.opt) == AMPX_OK);
+  CHECK_FAILS_WITH(ampx_optimizer_step(q.opt), AMPX_ERR_ORDER, "ampx_scaler_step");
+  CHECK(q.value() == std::vector<double>{1, 2});
+  REQUIRE(ampx_scaler_step(scaler, q.opt) == AMPX_OK);
+  REQUIRE(ampx_scaler_update(scaler) == AMPX_OK);
+  CHECK(q.value() == std::vector<double>{0.75, 1.5});
+}

@@ -2890,9 +2890,13 @@ namespace Ampx
 
         /// <summary>
         /// One optimizer step over every parameter that has a gradient, using the
-        /// gradients as they are. Errors: AMPX_ERR_ORDER when the optimizer is used
-        /// with an enabled loss scaler and its gradients are still scaled (use
-        /// ampx_scaler_step instead); SHAPE/DTYPE/DEVICE for a bad gradient.
+        /// gradients as they are. Errors: AMPX_ERR_ORDER while the optimizer is
+        /// attached to an enabled loss scaler, also after ampx_scaler_unscale (use
+        /// ampx_scaler_step, which skips the step on inf/NaN gradients: a plain
+        /// step would bypass that check), and, attached or not, while a gradient
+        /// carries the scale of a backward with an enabled scaler (ampx_backward)
+        /// that no unscale or zero_grad removed; SHAPE/DTYPE/DEVICE for a bad
+        /// gradient.
         /// </summary>
         /// <remarks>ampx.h section 6. Optimizers</remarks>
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
@@ -2901,6 +2905,11 @@ namespace Ampx
         /// <summary>
         /// Sets every attached gradient of the optimizer's parameters to zero (the
         /// gradients stay attached, so an engine's buffers keep their identity).
+        /// A gradient that a backward with create_graph made (a recorded tensor)
+        /// is instead replaced by a new zero tensor that records nothing, as torch
+        /// detaches it: the next backward with create_graph then starts a graph of
+        /// its own rather than adding to the old one (a handle to the old gradient
+        /// the program retained keeps its values).
         /// </summary>
         /// <remarks>ampx.h section 6. Optimizers</remarks>
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
@@ -2988,8 +2997,10 @@ namespace Ampx
         /// <summary>
         /// Attaches `optimizer` to `scaler` before its first use, so that misuse in
         /// the very first iteration (clipping or stepping still-scaled gradients) is
-        /// detected too. Attaching again to the same scaler is a no-op; to another
-        /// scaler is AMPX_ERR_INVALID_ARGUMENT.
+        /// detected also for gradients the program wrote itself (the engine path;
+        /// gradients ampx_backward scaled are refused without it). Attaching again
+        /// to the same scaler is a no-op; to another scaler is
+        /// AMPX_ERR_INVALID_ARGUMENT.
         /// </summary>
         /// <remarks>ampx.h section 7. Loss scaling</remarks>
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
@@ -3028,8 +3039,10 @@ namespace Ampx
         /// gradients in place; F16/BF16 gradients into fp32 buffers that the
         /// optimizer's next step and clipping use. Records whether any unscaled
         /// value is inf/NaN (the gradients are unscaled even then).
-        /// Errors: ORDER when already unscaled or stepped since the last update.
-        /// Disabled scaler: does nothing.
+        /// Errors: ORDER when already unscaled or stepped since the last update;
+        /// INVALID_ARGUMENT when the optimizer is attached to another scaler.
+        /// Disabled scaler: changes nothing (and attaches nothing), refused as
+        /// above for an optimizer attached to another scaler.
         /// </summary>
         /// <remarks>ampx.h section 7. Loss scaling</remarks>
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
@@ -3039,8 +3052,11 @@ namespace Ampx
         /// Unscales first if that has not been done since the last update, then
         /// takes the optimizer step unless an inf/NaN was found -- decided on the
         /// device: a skipped step changes no parameter, master, moment or step
-        /// count. Errors: ORDER when already stepped since the last update.
-        /// Disabled scaler: exactly ampx_optimizer_step.
+        /// count. Errors: ORDER when already stepped since the last update;
+        /// INVALID_ARGUMENT when the optimizer is attached to another scaler.
+        /// Disabled scaler: exactly ampx_optimizer_step, its errors included
+        /// (ORDER for gradients an enabled scaler's backward scaled), after the
+        /// same INVALID_ARGUMENT for an optimizer attached to another scaler.
         /// </summary>
         /// <remarks>ampx.h section 7. Loss scaling</remarks>
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
@@ -3048,9 +3064,12 @@ namespace Ampx
 
         /// <summary>
         /// Ends the iteration: combines the found-inf flags of every optimizer
-        /// stepped since the last update (logical OR), then backs off or grows the
-        /// scale (see ampx_scaler_options), and returns every optimizer to READY.
-        /// Errors: ORDER when no optimizer was stepped since the last update.
+        /// unscaled since the last update (by ampx_scaler_unscale or
+        /// ampx_scaler_step; logical OR), then backs off or grows the scale (see
+        /// ampx_scaler_options), and returns every optimizer to READY.
+        /// Errors: ORDER when no optimizer was unscaled since the last update
+        /// (torch's "No inf checks were recorded"); an unscale without a step is
+        /// enough, as torch. Disabled scaler: does nothing.
         /// </summary>
         /// <remarks>ampx.h section 7. Loss scaling</remarks>
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
@@ -3121,7 +3140,10 @@ namespace Ampx
         /// the total. With error_if_nonfinite, a non-finite total fails with
         /// AMPX_ERR_INVALID_ARGUMENT and clips nothing (this synchronizes).
         /// Refused with AMPX_ERR_ORDER while the gradients are still multiplied by
-        /// a loss scale (call ampx_scaler_unscale first): clipping scaled gradients
+        /// a loss scale (call ampx_scaler_unscale first): those of an optimizer
+        /// attached to an enabled scaler before its unscale, and, attached or not,
+        /// gradients that a backward with an enabled scaler accumulated into and
+        /// no unscale or zero_grad has cleared since. Clipping scaled gradients
         /// silently clips far too hard.
         /// </summary>
         /// <remarks>ampx.h section 8. Gradient clipping and diagnostics</remarks>
@@ -3180,7 +3202,11 @@ namespace Ampx
         /// not NULL (so the leaves' gradients come out scaled, ready for
         /// ampx_scaler_unscale/step) and 1 otherwise. Gradients are accumulated
         /// into every leaf that requires one (created on first use, zero-filled,
-        /// in the leaf's dtype). The tape is cleared afterwards, also when the
+        /// in the leaf's dtype). With an enabled scaler, the gradients it
+        /// accumulated into are marked as scaled until an unscale
+        /// (ampx_scaler_unscale/step) or ampx_optimizer_zero_grad of an optimizer
+        /// that holds them: ampx_optimizer_step and clipping refuse them meanwhile
+        /// (ORDER), whether or not the optimizer was attached to the scaler. The tape is cleared afterwards, also when the
         /// backward pass itself fails; a call refused for its arguments changes
         /// nothing. Records of a forward that is never backpropagated are dropped
         /// once the program releases their outputs (e.g. at ampx_scope_pop).

@@ -2265,9 +2265,13 @@ end
     ampx_optimizer_step(optimizer) -> ampx_status
 
 One optimizer step over every parameter that has a gradient, using the
-gradients as they are. Errors: AMPX_ERR_ORDER when the optimizer is used
-with an enabled loss scaler and its gradients are still scaled (use
-ampx_scaler_step instead); SHAPE/DTYPE/DEVICE for a bad gradient.
+gradients as they are. Errors: AMPX_ERR_ORDER while the optimizer is
+attached to an enabled loss scaler, also after ampx_scaler_unscale (use
+ampx_scaler_step, which skips the step on inf/NaN gradients: a plain
+step would bypass that check), and, attached or not, while a gradient
+carries the scale of a backward with an enabled scaler (ampx_backward)
+that no unscale or zero_grad removed; SHAPE/DTYPE/DEVICE for a bad
+gradient.
 """
 function ampx_optimizer_step(optimizer)
     ccall((:ampx_optimizer_step, libampx), ampx_status, (ampx_optimizer,), optimizer)
@@ -2278,6 +2282,11 @@ end
 
 Sets every attached gradient of the optimizer's parameters to zero (the
 gradients stay attached, so an engine's buffers keep their identity).
+A gradient that a backward with create_graph made (a recorded tensor)
+is instead replaced by a new zero tensor that records nothing, as torch
+detaches it: the next backward with create_graph then starts a graph of
+its own rather than adding to the old one (a handle to the old gradient
+the program retained keeps its values).
 """
 function ampx_optimizer_zero_grad(optimizer)
     ccall((:ampx_optimizer_zero_grad, libampx), ampx_status, (ampx_optimizer,), optimizer)
@@ -2394,8 +2403,10 @@ end
 
 Attaches `optimizer` to `scaler` before its first use, so that misuse in
 the very first iteration (clipping or stepping still-scaled gradients) is
-detected too. Attaching again to the same scaler is a no-op; to another
-scaler is AMPX_ERR_INVALID_ARGUMENT.
+detected also for gradients the program wrote itself (the engine path;
+gradients ampx_backward scaled are refused without it). Attaching again
+to the same scaler is a no-op; to another scaler is
+AMPX_ERR_INVALID_ARGUMENT.
 """
 function ampx_scaler_attach(scaler, optimizer)
     ccall((:ampx_scaler_attach, libampx), ampx_status, (ampx_scaler, ampx_optimizer),
@@ -2446,8 +2457,10 @@ Divides the gradients of `optimizer`'s parameters by the scale: F32
 gradients in place; F16/BF16 gradients into fp32 buffers that the
 optimizer's next step and clipping use. Records whether any unscaled
 value is inf/NaN (the gradients are unscaled even then).
-Errors: ORDER when already unscaled or stepped since the last update.
-Disabled scaler: does nothing.
+Errors: ORDER when already unscaled or stepped since the last update;
+INVALID_ARGUMENT when the optimizer is attached to another scaler.
+Disabled scaler: changes nothing (and attaches nothing), refused as
+above for an optimizer attached to another scaler.
 """
 function ampx_scaler_unscale(scaler, optimizer)
     ccall((:ampx_scaler_unscale, libampx), ampx_status, (ampx_scaler, ampx_optimizer),
@@ -2460,8 +2473,11 @@ end
 Unscales first if that has not been done since the last update, then
 takes the optimizer step unless an inf/NaN was found -- decided on the
 device: a skipped step changes no parameter, master, moment or step
-count. Errors: ORDER when already stepped since the last update.
-Disabled scaler: exactly ampx_optimizer_step.
+count. Errors: ORDER when already stepped since the last update;
+INVALID_ARGUMENT when the optimizer is attached to another scaler.
+Disabled scaler: exactly ampx_optimizer_step, its errors included
+(ORDER for gradients an enabled scaler's backward scaled), after the
+same INVALID_ARGUMENT for an optimizer attached to another scaler.
 """
 function ampx_scaler_step(scaler, optimizer)
     ccall((:ampx_scaler_step, libampx), ampx_status, (ampx_scaler, ampx_optimizer), scaler,
@@ -2472,9 +2488,12 @@ end
     ampx_scaler_update(scaler) -> ampx_status
 
 Ends the iteration: combines the found-inf flags of every optimizer
-stepped since the last update (logical OR), then backs off or grows the
-scale (see ampx_scaler_options), and returns every optimizer to READY.
-Errors: ORDER when no optimizer was stepped since the last update.
+unscaled since the last update (by ampx_scaler_unscale or
+ampx_scaler_step; logical OR), then backs off or grows the scale (see
+ampx_scaler_options), and returns every optimizer to READY.
+Errors: ORDER when no optimizer was unscaled since the last update
+(torch's "No inf checks were recorded"); an unscale without a step is
+enough, as torch. Disabled scaler: does nothing.
 """
 function ampx_scaler_update(scaler)
     ccall((:ampx_scaler_update, libampx), ampx_status, (ampx_scaler,), scaler)
@@ -2569,7 +2588,10 @@ by min(max_norm / (total + 1e-6), 1) -- computed on the device, no sync.
 the total. With error_if_nonfinite, a non-finite total fails with
 AMPX_ERR_INVALID_ARGUMENT and clips nothing (this synchronizes).
 Refused with AMPX_ERR_ORDER while the gradients are still multiplied by
-a loss scale (call ampx_scaler_unscale first): clipping scaled gradients
+a loss scale (call ampx_scaler_unscale first): those of an optimizer
+attached to an enabled scaler before its unscale, and, attached or not,
+gradients that a backward with an enabled scaler accumulated into and
+no unscale or zero_grad has cleared since. Clipping scaled gradients
 silently clips far too hard.
 """
 function ampx_clip_grad_norm(optimizer, max_norm, norm_type, error_if_nonfinite, total_norm)
@@ -2658,7 +2680,11 @@ recorded op. The seed gradient is the scaler's scale when `scaler` is
 not NULL (so the leaves' gradients come out scaled, ready for
 ampx_scaler_unscale/step) and 1 otherwise. Gradients are accumulated
 into every leaf that requires one (created on first use, zero-filled,
-in the leaf's dtype). The tape is cleared afterwards, also when the
+in the leaf's dtype). With an enabled scaler, the gradients it
+accumulated into are marked as scaled until an unscale
+(ampx_scaler_unscale/step) or ampx_optimizer_zero_grad of an optimizer
+that holds them: ampx_optimizer_step and clipping refuse them meanwhile
+(ORDER), whether or not the optimizer was attached to the scaler. The tape is cleared afterwards, also when the
 backward pass itself fails; a call refused for its arguments changes
 nothing. Records of a forward that is never backpropagated are dropped
 once the program releases their outputs (e.g. at ampx_scope_pop).

@@ -886,13 +886,14 @@ end
         bwd = Ampx.add_tensor!(recipe, Ampx.FP8_BACKWARD; name = "dy")
         @test Ampx.slot_count(recipe) == 2
         @test Ampx.slot_info(recipe, bwd).dtype == Ampx.F8E5M2
-        # TE: fp8_max / amax / 2^margin in Float32, amax the history's max;
+        # TE's default (fused) update: (fp8_max * 2^-margin) / amax in
+        # Float32, amax the history's max as fmaxf takes it (NaN skipped);
         # the previous scale for a 0 or non-finite amax, floatmax for an
-        # infinite quotient.
+        # infinite quotient; a zero step amax is not rolled in (below).
         function te_scale(fp8_max, history, previous)
-            amax = maximum(history)
+            amax = maximum(filter(!isnan, history); init = 0.0f0)
             (amax == 0 || !isfinite(amax)) && return previous
-            scale = Float32(fp8_max) / amax / 2.0f0
+            scale = Float32(fp8_max) * 0.5f0 / amax
             isinf(scale) ? floatmax(Float32) : scale
         end
         amaxes = Union{Nothing,Float32}[0, 3, 100, nothing, 0.5, Inf, 2, 1, 1, 1, 1, 1f-40, 0.25]
@@ -908,9 +909,10 @@ end
                       [fp8_encode(f, Float64(v * scales[slot]), true) for v in Float32[amax / 2, -amax, 0]]
             end
             Ampx.update!(recipe)
-            history = vcat(history[2:end], amax === nothing ? 0.0f0 : amax)
+            step = amax === nothing ? 0.0f0 : amax
+            step != 0 && (history = vcat(history[2:end], step))
             for slot in (fwd, bwd)
-                scales[slot] = te_scale(fmax[slot], history, scales[slot])
+                step != 0 && (scales[slot] = te_scale(fmax[slot], history, scales[slot]))
                 info = Ampx.slot_info(recipe, slot)
                 @test info.history == history
                 @test info.scale == scales[slot]

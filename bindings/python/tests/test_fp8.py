@@ -143,14 +143,19 @@ class Fp8CastTest(unittest.TestCase):
 
 
 def te_scale(fp8_max, history, previous, margin):
-    """Transformer Engine's delayed scaling update (amax = max of the
-    history): fp8_max / amax / 2^margin in fp32; the previous scale for a
-    zero or non-finite amax; FLT_MAX for an infinite quotient."""
-    amax = max(history)
-    if math.isnan(amax) or math.isinf(amax) or amax == 0.0:
+    """Transformer Engine's default delayed scaling update (the fused CUDA
+    kernel of common/recipe/delayed_scaling.cu): amax = the history's max
+    as fmaxf takes it (NaN skipped), scale = (fp8_max * 2^-margin) / amax
+    in fp32; the previous scale for a zero or non-finite amax; FLT_MAX for
+    an infinite quotient. (A step amax of 0 is not rolled in: see the
+    caller.)"""
+    amax = max([a for a in history if not math.isnan(a)], default=0.0)
+    if math.isinf(amax) or amax == 0.0:
         return previous
-    scale = np.float32(np.float32(fp8_max) / np.float32(amax)) / np.float32(2.0 ** margin)
-    return np.float32(np.finfo(np.float32).max) if np.isinf(scale) else np.float32(scale)
+    scaled_max = np.float32(fp8_max) * np.float32(2.0 ** -margin)
+    with np.errstate(over="ignore"):
+        scale = np.float32(scaled_max / np.float32(amax))
+    return np.float32(np.finfo(np.float32).max) if np.isinf(scale) else scale
 
 
 class Fp8RecipeTest(unittest.TestCase):
@@ -181,9 +186,12 @@ class Fp8RecipeTest(unittest.TestCase):
                                 for v in x]
                     self.assertEqual(q.numpy().tolist(), expected, (amax, slot))
             recipe.update()
-            history = history[1:] + [0.0 if amax is None else float(np.float32(amax))]
+            step = 0.0 if amax is None else float(np.float32(amax))
+            if step != 0.0:  # a zero step amax leaves history and scale as they were
+                history = history[1:] + [step]
             for slot, fmax in ((fwd, 448.0), (bwd, 57344.0)):
-                scales[slot] = te_scale(fmax, history, scales[slot], margin)
+                if step != 0.0:
+                    scales[slot] = te_scale(fmax, history, scales[slot], margin)
                 info = recipe.slot(slot)
                 self.assertEqual(info.history, history)
                 self.assertEqual(info.scale, scales[slot], (amax, slot, history))

@@ -368,6 +368,55 @@ class WeightedBceTest(unittest.TestCase):
                     cases += 1
         self.assertEqual(cases, 45)
 
+    def test_create_graph_matches_first_order_and_torch(self):
+        # Issue 51: the create_graph formula dropped weight and pos_weight.
+        # Every option, with and without create_graph: the gradients equal
+        # torch.autograd.grad's, and (create_graph) so do the second
+        # derivatives d/dx sum(dL/dx * v) and d/dt sum(dL/dt * v).
+        rng = np.random.default_rng(51)
+        v = _f32(rng, *self.x.shape)
+        cases = 0
+        for wname, w in self.weights.items():
+            for pname, p in self.pos_weights.items():
+                for reduction in ("mean", "sum", "none"):
+                    tx = torch.tensor(self.x, requires_grad=True)
+                    tt = torch.tensor(self.t, requires_grad=True)
+                    tout = F.binary_cross_entropy_with_logits(
+                        tx, tt, None if w is None else torch.tensor(w), reduction=reduction,
+                        pos_weight=None if p is None else torch.tensor(p)).sum()
+                    tgx, tgt = torch.autograd.grad(tout, (tx, tt), create_graph=True)
+                    tv = torch.tensor(v)
+                    thx = torch.autograd.grad((tgx * tv).sum(), (tx, tt), retain_graph=True,
+                                              allow_unused=True, materialize_grads=True)
+                    tht = torch.autograd.grad((tgt * tv).sum(), (tx, tt), allow_unused=True,
+                                              materialize_grads=True)
+                    for create_graph in (False, True):
+                        what = f"weight {wname}, pos_weight {pname}, {reduction}, " \
+                               f"create_graph {create_graph}"
+                        logits = ampx.tensor(self.x, context=self.ctx, requires_grad=True)
+                        targets = ampx.tensor(self.t, context=self.ctx, requires_grad=True)
+                        aw = None if w is None else ampx.tensor(w, context=self.ctx)
+                        ap = None if p is None else ampx.tensor(p, context=self.ctx)
+                        out = ampx.sum(ampx.bce_with_logits(logits, targets, reduction,
+                                                            weight=aw, pos_weight=ap))
+                        gx, gt = ampx.grad(out, [logits, targets], create_graph=create_graph)
+                        for have, want in ((gx, tgx), (gt, tgt)):
+                            np.testing.assert_allclose(have.numpy(), want.detach().numpy(),
+                                                       rtol=1e-5, atol=1e-6, err_msg=what)
+                        if not create_graph:
+                            continue
+                        av = ampx.tensor(v, context=self.ctx)
+                        hx = ampx.grad(ampx.sum(ampx.mul(gx, av)), [logits, targets],
+                                       retain_graph=True, allow_unused=True)
+                        ht = ampx.grad(ampx.sum(ampx.mul(gt, av)), [logits, targets],
+                                       allow_unused=True)
+                        for have, want in zip(hx + ht, thx + tht):
+                            got = np.zeros(self.x.shape) if have is None else have.numpy()
+                            np.testing.assert_allclose(got, want.numpy(), rtol=1e-4,
+                                                       atol=1e-5, err_msg=what)
+                    cases += 1
+        self.assertEqual(cases, 45)
+
     def test_weights_are_constants_of_any_floating_type(self):
         logits = ampx.tensor(self.x, context=self.ctx, requires_grad=True)
         targets = ampx.tensor(self.t, context=self.ctx)

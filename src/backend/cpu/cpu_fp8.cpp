@@ -91,12 +91,22 @@ void CpuFp8::run_finish_step(const Fp8Slots& s, const Fp8ScaleRule& rule) {
   const int32_t position = *s.position;
   for (int64_t i = 0; i < s.count; ++i) {
     float* history = s.history + i * s.history_len;
+    if (rule.delayed && s.amax[i] == 0.0f) {
+      // Not rolled (TE's rule): the ring turns under the shared position,
+      // so it is rotated by one to keep every entry in its place from the
+      // oldest on; the scale stays.
+      std::rotate(history, history + s.history_len - 1, history + s.history_len);
+      continue;
+    }
     history[position] = s.amax[i];
     if (rule.delayed) {
-      float a = s.amax[i];
-      if (!rule.most_recent)
-        for (int32_t j = 0; j < s.history_len; ++j) a = math::amax_combine(a, history[j]);
-      s.scale[i] = math::delayed_scale(a, s.scale[i], s.fp8_max[i], rule.margin);
+      uint32_t a = math::float_bits(s.amax[i]);
+      if (!rule.most_recent) {
+        a = math::history_amax_bits(s.amax[i]);
+        for (int32_t j = 0; j < s.history_len; ++j)
+          a = std::max(a, math::history_amax_bits(history[j]));
+      }
+      s.scale[i] = math::delayed_scale(math::bits_float(a), s.scale[i], s.fp8_max[i], rule.margin);
       s.scale_inv[i] = 1.0f / s.scale[i];
     }
     s.amax[i] = 0.0f;

@@ -119,15 +119,17 @@ fn casts_against_the_definition() {
     assert_eq!(Tensor::from_slice(&ctx, &[1], &[F8E4M3(0x7e)]).unwrap().dtype().unwrap(), DType::F8E4M3);
 }
 
-/// TE's delayed update: fp8_max / amax / 2^margin in f32 with amax the
-/// history's max; the previous scale for a 0 or non-finite amax; f32::MAX
-/// for an infinite quotient.
+/// TE's default delayed update (the fused CUDA kernel of
+/// common/recipe/delayed_scaling.cu): (fp8_max * 2^-margin) / amax in f32
+/// with amax the history's max as fmaxf takes it (NaN skipped); the
+/// previous scale for a 0 or non-finite amax; f32::MAX for an infinite
+/// quotient. (A step amax of 0 is not rolled in: see the caller.)
 fn te_scale(fp8_max: f32, history: &[f32], previous: f32, margin: i32) -> f32 {
     let amax = history.iter().cloned().fold(0f32, f32::max);
     if amax == 0.0 || !amax.is_finite() {
         return previous;
     }
-    let scale = fp8_max / amax / 2f32.powi(margin);
+    let scale = fp8_max * 2f32.powi(-margin) / amax;
     if scale.is_infinite() {
         f32::MAX
     } else {
@@ -165,10 +167,16 @@ fn delayed_scaling_follows_te() {
             }
         }
         recipe.update().unwrap();
-        history.remove(0);
-        history.push(amax.unwrap_or(0.0));
+        let step = amax.unwrap_or(0.0);
+        if step != 0.0 {
+            // A zero step amax leaves history and scale as they were.
+            history.remove(0);
+            history.push(step);
+        }
         for (k, (slot, fmax)) in [(fwd, 448f32), (bwd, 57344f32)].into_iter().enumerate() {
-            scales[k] = te_scale(fmax, &history, scales[k], margin);
+            if step != 0.0 {
+                scales[k] = te_scale(fmax, &history, scales[k], margin);
+            }
             let info = recipe.slot(slot).unwrap();
             assert_eq!(info.history, history);
             assert_eq!(info.scale, scales[k], "{amax:?} {history:?}");

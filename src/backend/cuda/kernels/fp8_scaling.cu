@@ -5,8 +5,10 @@
 // finish_step: a warp per slot reads its history (history_len floats; the
 // entry at *position replaced by the step's amax), reduces the max with
 // shuffles on the bits, and lane 0 writes the entry, the scale, its inverse
-// and a zero amax; a one-thread kernel then advances *position, after
-// every warp has read it. Memory traffic: each history read once.
+// and a zero amax; a slot whose step amax is 0 instead has its ring
+// rotated by the warp (not rolled); a one-thread kernel then advances
+// *position, after every warp has read it. Memory traffic: each history
+// read once (twice and written once for a slot not rolled).
 //
 // scale_from_amax: one thread.
 //
@@ -27,6 +29,22 @@ namespace {
 
 constexpr int kSlotsPerBlock = kBlockThreads / 32;
 
+// h[j] = h[j - 1] and h[0] = the old h[len - 1], by one warp: 32-entry
+// chunks from the top down, each read whole (__syncwarp) before it is
+// written, so no entry is overwritten before it is read (the last one is
+// read first of all).
+__device__ void rotate_right_by_one(float* h, int32_t len, int lane) {
+  const float last = h[len - 1];
+  __syncwarp();
+  for (int32_t top = len; top > 0; top -= 32) {
+    const int32_t j = top - 32 + lane;
+    const float v = j > 0 ? h[j - 1] : last;
+    __syncwarp();
+    if (j >= 0) h[j] = v;
+    __syncwarp();
+  }
+}
+
 __global__ void __launch_bounds__(kBlockThreads)
     finish_step_kernel(Fp8Slots s, Fp8ScaleRule rule) {
   const int lane = threadIdx.x % 32;
@@ -35,10 +53,18 @@ __global__ void __launch_bounds__(kBlockThreads)
        i < s.count; i += static_cast<int64_t>(gridDim.x) * kSlotsPerBlock) {
     float* history = s.history + i * s.history_len;
     const float step_amax = s.amax[i];
+    if (rule.delayed && step_amax == 0.0f) {
+      // Not rolled, the scale kept (math/fp8_scaling.h): the ring turns
+      // under the shared position, so it is rotated to stay in place.
+      rotate_right_by_one(history, s.history_len, lane);
+      continue;
+    }
     uint32_t a = math::float_bits(step_amax);
     if (rule.delayed && !rule.most_recent) {
+      const uint32_t step_bits = math::history_amax_bits(step_amax);
+      a = step_bits;
       for (int32_t j = lane; j < s.history_len; j += 32) {
-        const uint32_t entry = j == position ? a : math::float_bits(history[j]);
+        const uint32_t entry = j == position ? step_bits : math::history_amax_bits(history[j]);
         a = entry > a ? entry : a;
       }
       for (int offset = 16; offset > 0; offset /= 2) {
