@@ -455,3 +455,54 @@ func TestBCEWithLogitsExMatchesTorchsFormula(t *testing.T) {
 	_, err = BCEWithLogitsEx(logits, targets, must(other.Zeros(F32, 3))(t), nil, ReductionMean)
 	wantStatus(t, "a weight of another context", err, ErrDevice)
 }
+
+// Cast and Clone are recorded (issue 47): for loss = sum(x*x) + sum(y*y)
+// with y = x cast, torch gives these x.grad (2x + 2 round(x)) and, for
+// d sum(g*g)/dx, these second derivatives (torch.autograd.grad with
+// create_graph); every step is exact or one rounding of the format, so
+// fp32's rounding of the sums (2e-6) separates them from the 2x a dropped
+// cast gives.
+func TestGradientsThroughCastAndCloneMatchTorch(t *testing.T) {
+	cases := []struct {
+		name string
+		cast func(x *Tensor) (*Tensor, error)
+		grad []float64
+		hess []float64
+	}{
+		{"bf16", func(x *Tensor) (*Tensor, error) { return x.Cast(BF16) },
+			[]float64{1.201562523841858, -6.806250095367432, 9.0}, []float64{9.618749618530273, -54.474998474121094, 72.0}},
+		{"f16", func(x *Tensor) (*Tensor, error) { return x.Cast(F16) },
+			[]float64{1.200097680091858, -6.800390720367432, 9.0}, []float64{9.601171493530273, -54.404685974121094, 72.0}},
+		{"f32", func(x *Tensor) (*Tensor, error) { return x.Cast(F32) },
+			[]float64{1.2000000476837158, -6.800000190734863, 9.0}, []float64{9.600000381469727, -54.400001525878906, 72.0}},
+		{"clone", (*Tensor).Clone,
+			[]float64{1.2000000476837158, -6.800000190734863, 9.0}, []float64{9.600000381469727, -54.400001525878906, 72.0}},
+	}
+	xs := []float32{0.3, -1.7, 2.25}
+	for _, c := range cases {
+		ctx := must(NewContext(nil))(t)
+		loss := func(x, y *Tensor) *Tensor {
+			return must(Add(must(Sum(must(Mul(x, x))(t)))(t), must(Sum(must(Mul(y, y))(t)))(t)))(t)
+		}
+		x := leafOf(t, ctx, xs, 3)
+		y := must(c.cast(x))(t)
+		if !must(y.RequiresGrad())(t) {
+			t.Errorf("%s: the cast of a leaf that requires grad does not", c.name)
+		}
+		ok(t, loss(x, y).Backward(nil))
+		closeTo(t, c.name+" x.grad", must(ToSlice[float32](must(x.Grad())(t)))(t), c.grad, 2e-6)
+
+		x = leafOf(t, ctx, xs, 3)
+		y = must(c.cast(x))(t)
+		g := only(Grad([]*Tensor{loss(x, y)}, []*Tensor{x}, nil, &GradOptions{CreateGraph: true}))(t)
+		closeTo(t, c.name+" g", must(ToSlice[float32](g))(t), c.grad, 2e-6)
+		h := only(Grad([]*Tensor{must(Sum(must(Mul(g, g))(t)))(t)}, []*Tensor{x}, nil, nil))(t)
+		closeTo(t, c.name+" d sum(g*g)/dx", must(ToSlice[float32](h))(t), c.hess, 2e-6)
+
+		plain := must(FromSlice(ctx, xs, 3))(t)
+		if must(must(plain.Cast(BF16))(t).RequiresGrad())(t) {
+			t.Errorf("%s: the cast of a tensor that requires no grad is recorded", c.name)
+		}
+		ctx.Close()
+	}
+}

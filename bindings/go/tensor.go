@@ -132,12 +132,33 @@ func (t *Tensor) CopyFrom(src *Tensor) error {
 	return call(func() C.ampx_status { return C.ampx_tensor_copy(dst, s) }, t, src)
 }
 
-// Cast returns a new tensor holding t converted to dtype.
+// Cast returns a new tensor holding t converted to dtype (torch's
+// Tensor.to). When t requires grad it is the recorded ampx_cast, an op
+// output like any other: with grad mode on its gradient comes back to t,
+// cast to t's dtype. Otherwise the plain ampx_tensor_cast, owned by the caller.
 func (t *Tensor) Cast(dtype DType) (*Tensor, error) {
-	var out C.ampx_tensor
+	requires, err := t.RequiresGrad()
+	if err != nil {
+		return nil, err
+	}
 	h := t.handle()
-	err := call(func() C.ampx_status { return C.ampx_tensor_cast(h, C.ampx_dtype(dtype), &out) }, t)
+	if requires {
+		return unary(t, func(x C.ampx_tensor, out *C.ampx_tensor) C.ampx_status {
+			return C.ampx_cast(x, C.ampx_dtype(dtype), out)
+		})
+	}
+	var out C.ampx_tensor
+	err = call(func() C.ampx_status { return C.ampx_tensor_cast(h, C.ampx_dtype(dtype), &out) }, t)
 	return t.context().owned(out, err)
+}
+
+// Clone returns a copy of t in new memory with t's dtype, recorded as Cast.
+func (t *Tensor) Clone() (*Tensor, error) {
+	dtype, err := t.DType()
+	if err != nil {
+		return nil, err
+	}
+	return t.Cast(dtype)
 }
 
 // Fill sets every element to value (converted to the dtype).

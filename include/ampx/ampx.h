@@ -525,7 +525,12 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_copy_from_host(ampx_tensor tenso
 AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_copy(ampx_tensor dst, ampx_tensor src);
 
 /** Creates a new tensor of `dtype` holding `src` converted as by
- *  ampx_tensor_copy, with src's shape. The name is not copied. */
+ *  ampx_tensor_copy, with src's shape. The name is not copied. The result
+ *  is owned by the caller and is never recorded: it does not require grad
+ *  and no gradient flows back through it into `src` (a plain tensor
+ *  function, like copying the data out). For a cast that takes part in
+ *  autograd, as torch's Tensor.to(dtype) and Tensor.clone() do, use
+ *  ampx_cast (section 11). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_tensor_cast(ampx_tensor src, ampx_dtype dtype,
                                       ampx_tensor *out);
 
@@ -1477,6 +1482,20 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_sub(ampx_tensor a, ampx_tensor b, ampx_
 AMPX_NODISCARD AMPX_API ampx_status ampx_mul(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
 AMPX_NODISCARD AMPX_API ampx_status ampx_div(ampx_tensor a, ampx_tensor b, ampx_tensor *out);
 /** @} */
+
+/** out = x converted to `dtype` as by ampx_tensor_copy, a new tensor also
+ *  when `dtype` is x's own (torch's Tensor.to(dtype); with x's dtype,
+ *  Tensor.clone()). Unlike ampx_tensor_cast the output is an op output
+ *  (owned as described under ampx_scope_push) and, with grad mode on and x
+ *  requiring grad, a recorded op: its gradient is the output's gradient
+ *  cast back to x's dtype (an F32 x gets an F32 gradient through a BF16
+ *  copy), itself recorded under create_graph, so it differentiates again.
+ *  Casts between F32, F16 and BF16 are recorded; an integer or FP8 output
+ *  is not and does not require grad (as torch's x.to(torch.int32)).
+ *  Autocast does not change it. Use ampx_cast in forward code whose
+ *  gradients matter, ampx_tensor_cast to convert data outside autograd.
+ *  Errors: INVALID_ARGUMENT (dtype not an ampx_dtype), STALE_HANDLE. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_cast(ampx_tensor x, ampx_dtype dtype, ampx_tensor *out);
 
 /** out = a * scale + shift, element-wise, in a's type ("affine": keep). */
 AMPX_NODISCARD AMPX_API ampx_status ampx_affine(ampx_tensor a, double scale, double shift, ampx_tensor *out);

@@ -154,11 +154,12 @@ class Tensor : public detail::Owner<ampx_tensor, ampx_tensor_release> {
     return Tensor(t);
   }
 
-  Tensor cast(ampx_dtype dtype) const {
-    ampx_tensor t = nullptr;
-    check(ampx_tensor_cast(get(), dtype, &t));
-    return Tensor(t);
-  }
+  // The contents converted to `dtype` (torch's Tensor.to): recorded
+  // (ampx_cast) when this tensor requires grad, so with grad mode on the
+  // gradient comes back here in this tensor's dtype; otherwise the plain
+  // ampx_tensor_cast. clone() is the cast to this tensor's own dtype.
+  Tensor cast(ampx_dtype dtype) const;
+  Tensor clone() const { return cast(dtype()); }
   // The contents converted to float (on the host; synchronizes).
   std::vector<float> to_vector() const {
     Tensor f32 = cast(AMPX_F32);
@@ -610,6 +611,14 @@ Tensor run_op(ampx_tensor any_input, Call call) {
 }
 
 }  // namespace detail
+
+inline Tensor Tensor::cast(ampx_dtype dtype) const {
+  if (requires_grad())
+    return detail::run_op(get(), [&](ampx_tensor* out) { return ampx_cast(get(), dtype, out); });
+  ampx_tensor t = nullptr;
+  check(ampx_tensor_cast(get(), dtype, &t));
+  return Tensor(t);
+}
 
 #define AMPX_HPP_BINARY_OP(name)                                          \
   inline Tensor name(const Tensor& a, const Tensor& b) {                 \

@@ -71,6 +71,31 @@ int64_t verdict_of(ampx_status status, int32_t rank) {
          (kVerdictRankMask - (rank & kVerdictRankMask));
 }
 
+// A rank's FP8 slot count as an int32 MAX key: the count (or its
+// negation, for the smallest count) above the rank's complement, so that
+// the maximum over ranks names the largest count (smallest, negated) and
+// the lowest rank that has it. Counts from 2^18 and ranks from 2^12 on are
+// named modulo their field.
+constexpr int kSlotKeyRankBits = 12;
+constexpr int64_t kSlotKeyRankMask = (int64_t{1} << kSlotKeyRankBits) - 1;
+constexpr int64_t kMaxKeyedSlots = (int64_t{1} << 18) - 1;
+
+int32_t slot_key(int64_t count, int32_t rank) {
+  return static_cast<int32_t>(count * (kSlotKeyRankMask + 1) +
+                              (kSlotKeyRankMask - (rank & kSlotKeyRankMask)));
+}
+
+struct SlotKey {
+  int64_t count;
+  int64_t rank;
+};
+
+SlotKey slot_key_parts(int32_t key) {
+  const int64_t low = static_cast<int64_t>(key) & kSlotKeyRankMask;
+  return SlotKey{(static_cast<int64_t>(key) - low) / (kSlotKeyRankMask + 1),
+                 kSlotKeyRankMask - low};
+}
+
 uint32_t float_bits(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof bits);
@@ -406,7 +431,7 @@ DataParallel* DataParallel::create(Communicator& comm, FusedOptimizer* optimizer
     DeviceContext& ctx = comm.context();
     dp->inverse_world_ =
         TensorRef(make_filled_f32(ctx, vector_shape(1), 1.0f / static_cast<float>(world)));
-    dp->agreed_ = TensorRef(make_filled_f32(ctx, vector_shape(3), 0.0f));
+    dp->agreed_ = TensorRef(make_filled_f32(ctx, vector_shape(5), 0.0f));
     dp->gradients_written_ = ctx.backend().make_event();
     dp->reduced_event_ = ctx.backend().make_event();
     dp->listener_ =
@@ -684,27 +709,81 @@ void DataParallel::Sync::global_norm(float* norm, NormType type) {
   owner_.global_norm(norm, type, owner_.own_verdict(AMPX_OK));
 }
 
-float* DataParallel::agreed_buffer() {
-  const int64_t need = 3 + amax_count();
+float* DataParallel::agreed_buffer(int64_t length) {
+  const int64_t need = 5 + std::max(length, amax_count());
   if (agreed_->numel() < need)
     agreed_ = TensorRef(make_filled_f32(comm_->context(), vector_shape(need), 0.0f));
   return static_cast<float*>(agreed_->data());
 }
 
-void DataParallel::stage_amaxes(float* at) {
-  Backend& backend = comm_->context().backend();
-  for (const Fp8Recipe::AmaxSpan& span : fp8_->step_amaxes()) {
-    backend.copy(at, span.data, static_cast<size_t>(span.count) * sizeof(float));
-    at += span.count;
-  }
+int64_t DataParallel::amax_length() const {
+  // Where the host reads the reduced keys, the count agreed at the last
+  // reduction, so the reduction has one length on every rank also when the
+  // recipes differ; elsewhere (a GPU) nothing is read back and the length
+  // is this rank's own count.
+  return comm_->context().backend().synchronous() ? agreed_slots_ : amax_count();
 }
 
-void DataParallel::unstage_amaxes(const float* at) {
+void DataParallel::move_amaxes(float* amaxes, int64_t begin, int64_t end, bool into_recipe) {
   Backend& backend = comm_->context().backend();
-  for (const Fp8Recipe::AmaxSpan& span : fp8_->step_amaxes()) {
-    backend.copy(span.data, at, static_cast<size_t>(span.count) * sizeof(float));
-    at += span.count;
+  int64_t first = 0;  // of the span
+  if (fp8_)
+    for (const Fp8Recipe::AmaxSpan& span : fp8_->step_amaxes()) {
+      const int64_t from = std::max(begin, first), to = std::min(end, first + span.count);
+      if (from < to) {
+        float* slot = span.data + (from - first);
+        const size_t bytes = static_cast<size_t>(to - from) * sizeof(float);
+        if (into_recipe)
+          backend.copy(slot, amaxes + from, bytes);
+        else
+          backend.copy(amaxes + from, slot, bytes);
+      }
+      first += span.count;
+    }
+  const int64_t past = std::max(begin, first);
+  if (!into_recipe && past < end)
+    backend.fill(amaxes + past, sizeof(float), 0, end - past);
+}
+
+void DataParallel::stage_amaxes(float* keys, int64_t length) {
+  Backend& backend = comm_->context().backend();
+  const int64_t count = std::min(amax_count(), kMaxKeyedSlots);
+  const int32_t rank = comm_->rank();
+  backend.fill(keys, sizeof(int32_t), static_cast<uint32_t>(slot_key(count, rank)), 1);
+  backend.fill(keys + 1, sizeof(int32_t), static_cast<uint32_t>(slot_key(-count, rank)), 1);
+  move_amaxes(keys + 2, 0, length, false);
+}
+
+void DataParallel::finish_amaxes(float* keys, int64_t length, const char* op) {
+  Backend& backend = comm_->context().backend();
+  int64_t reduced = length;
+  if (backend.synchronous()) {
+    int32_t host[2];
+    backend.copy_to_host(host, keys, sizeof host);
+    const SlotKey most = slot_key_parts(host[0]);
+    SlotKey fewest = slot_key_parts(host[1]);
+    fewest.count = -fewest.count;
+    if (most.count != fewest.count)
+      fail(AMPX_ERR_INVALID_ARGUMENT, "the ranks' FP8 recipes have different slot counts at ", op,
+           ": rank ", most.rank, " has ", most.count, ", rank ", fewest.rank, " has ",
+           fewest.count, " (this rank, ", comm_->rank(), ", has ", amax_count(),
+           "); every rank must attach a recipe with the same slots, in the same order "
+           "(ampx_data_parallel_set_fp8_recipe), so every rank fails this call and no amax "
+           "was reduced");
+    // Slots added since the last agreement (the first step's forward makes
+    // them), on every rank alike: their amaxes in a reduction of their own.
+    if (most.count > length) {
+      float* amaxes = keys + 2;
+      move_amaxes(amaxes, length, most.count, false);
+      comm_->all_reduce({agreed_.get()}, amaxes + length, most.count - length, DType::I32,
+                        ReduceOp::Max, Stream::Compute, "all-reduce of the new FP8 amaxes");
+      reduced = most.count;
+    }
+    agreed_slots_ = most.count;
   }
+  if (!fp8_) return;
+  move_amaxes(keys + 2, 0, reduced, true);
+  fp8_->note_amaxes_reduced();
 }
 
 void DataParallel::set_fp8_recipe(Fp8Recipe* recipe) {
@@ -727,17 +806,17 @@ void DataParallel::set_fp8_recipe(Fp8Recipe* recipe) {
 }
 
 void DataParallel::reduce_amaxes() {
-  if (amax_count() == 0) return;
   // As found-inf's reduction below, without found-inf: the amaxes are
   // non-negative floats or NaN, whose bits as int32 order them as
   // backend_fp8.h does (NaN above inf), so an integer MAX needs no NaN rule
-  // from the library.
+  // from the library. Also with no slot: another rank may have some.
   check_usable();
-  float* agreed = agreed_buffer();
-  stage_amaxes(agreed + 3);
-  comm_->all_reduce({agreed_.get()}, agreed + 3, amax_count(), DType::I32, ReduceOp::Max,
+  const int64_t length = amax_length();
+  float* agreed = agreed_buffer(length);
+  stage_amaxes(agreed + 3, length);
+  comm_->all_reduce({agreed_.get()}, agreed + 3, 2 + length, DType::I32, ReduceOp::Max,
                     Stream::Compute, "all-reduce of the FP8 amaxes");
-  unstage_amaxes(agreed + 3);
+  finish_amaxes(agreed + 3, length, "ampx_fp8_recipe_update");
 }
 
 void DataParallel::agree_found_inf(float* found_inf, int64_t own, const char* op) {
@@ -752,22 +831,18 @@ void DataParallel::agree_found_inf(float* found_inf, int64_t own, const char* op
   // either way.
   check_usable();
   Backend& backend = comm_->context().backend();
-  float* agreed = agreed_buffer();
-  const int64_t amaxes = amax_count();
+  const int64_t length = amax_length();
+  float* agreed = agreed_buffer(length);
   if (found_inf)
     backend.copy(agreed, found_inf, sizeof(float));
   else
     backend.fill(agreed, sizeof(float), 0, 1);
   backend.fill(agreed + 1, sizeof(float), float_bits(static_cast<float>(own)), 1);
   backend.fill(agreed + 2, sizeof(float), float_bits(found_inf ? 0.0f : -1.0f), 1);
-  if (amaxes) stage_amaxes(agreed + 3);
+  stage_amaxes(agreed + 3, length);
   ++agreements_;
-  comm_->all_reduce({agreed_.get()}, agreed, 3 + amaxes, DType::I32, ReduceOp::Max,
+  comm_->all_reduce({agreed_.get()}, agreed, 5 + length, DType::I32, ReduceOp::Max,
                     Stream::Compute, "all-reduce of found-inf");
-  if (amaxes) {
-    unstage_amaxes(agreed + 3);
-    fp8_->note_amaxes_reduced();
-  }
   if (backend.synchronous()) {
     float host[3];
     backend.copy_to_host(host, agreed, sizeof host);
@@ -778,6 +853,7 @@ void DataParallel::agree_found_inf(float* found_inf, int64_t own, const char* op
   if (found_inf)
     backend.require<AmpPrimitives>("the found-inf reduction")
         .multi_tensor_norm({{agreed, DType::F32, 2}}, NormType::Inf, found_inf);
+  finish_amaxes(agreed + 3, length, op);
 }
 
 void DataParallel::Sync::agree_found_inf(float* found_inf) {

@@ -186,12 +186,24 @@ class DataParallel : public Object {
   // The FP8 recipe's amaxes, MAX-reduced alone (its update, no unscale
   // before it).
   void reduce_amaxes();
-  // The recipe's step amaxes into / back from `at` (device floats).
   int64_t amax_count() const { return fp8_ ? fp8_->slot_count() : 0; }
-  void stage_amaxes(float* at);
-  void unstage_amaxes(const float* at);
-  // agreed_ with room for 3 + the recipe's amaxes.
-  float* agreed_buffer();
+  // How many amaxes ride in the next reduction: the same number on every
+  // rank, whatever their slot counts (see stage_amaxes).
+  int64_t amax_length() const;
+  // At `keys`: this rank's slot count as two MAX keys (the largest count
+  // and the smallest, each with the lowest rank that has it), then the
+  // recipe's first `length` step amaxes (zeros past its slot count).
+  void stage_amaxes(float* keys, int64_t length);
+  // Step amaxes [begin, end) of the recipe (in slot order) to or from
+  // amaxes[begin, end) (device floats); staged past the slot count: zeros.
+  void move_amaxes(float* amaxes, int64_t begin, int64_t end, bool into_recipe);
+  // After the reduction of stage_amaxes' `length` amaxes: on a backend
+  // whose results the host reads, fails every rank when the slot counts
+  // differ (naming the ranks), and reduces the amaxes of slots added since
+  // the last agreement; then the amaxes back into the recipe.
+  void finish_amaxes(float* keys, int64_t length, const char* op);
+  // agreed_ with room for 5 + `length` amaxes.
+  float* agreed_buffer(int64_t length);
   void global_norm(float* norm, NormType type, int64_t own);
   int64_t shard_size(const Bucket& bucket) const { return bucket.grads->numel() / comm_->size(); }
   // AMPX_ERR_ORDER once a verdict failed the wrapper, and the
@@ -214,9 +226,14 @@ class DataParallel : public Object {
   std::vector<Bucket> buckets_;  // in launch order
   std::vector<Piece> pieces_;    // ZeRO-1
   TensorRef norms_;              // ZeRO-1: F32[3 world], every rank's gradient norm and verdict
-  TensorRef agreed_;             // F32[3 + n]: found-inf, the verdict, -(this rank failed),
-                                 // then the FP8 recipe's n step amaxes
+  TensorRef agreed_;             // F32[5 + n]: found-inf, the verdict, -(this rank failed),
+                                 // the two slot-count keys, then n step amaxes
   Fp8Recipe* fp8_ = nullptr;     // retained, or null
+  // The slot count every rank had at the last reduction of amaxes (0
+  // before the first): only reductions change it, so it is the same on
+  // every rank, and a reduction of that many amaxes is well-formed even
+  // where the ranks' recipes differ.
+  int64_t agreed_slots_ = 0;
   size_t next_launch_ = 0;
   bool sync_ = true;
   bool reduced_ = false;        // this iteration's reduction is complete

@@ -19,6 +19,8 @@ enum class DimsReduction { Sum, Mean, Amax };
 
 DeviceTensor* op_binary(BinaryOp op, DeviceTensor& a, DeviceTensor& b);
 DeviceTensor* op_affine(DeviceTensor& x, float scale, float shift);
+// cast.cpp: ampx_cast (a new tensor, recorded between floating types).
+DeviceTensor* op_cast(DeviceTensor& x, DType dtype);
 DeviceTensor* op_unary(UnaryOp op, DeviceTensor& x);
 DeviceTensor* op_sum(DeviceTensor& x, bool mean);
 DeviceTensor* op_softmax(DeviceTensor& x, bool log);

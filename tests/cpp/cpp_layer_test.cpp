@@ -570,6 +570,56 @@ TEST_CASE("c++ layer: linear in FP8 under an AutocastPolicy, forward and backwar
   CHECK(small.fp8_stats().fallbacks == 1);  // not an FP8 policy any more
 }
 
+TEST_CASE("c++ layer: cast and clone are recorded, as torch's to and clone") {
+  // loss = sum(x * x) + sum(y * y), y = x cast: torch's x.grad (2x +
+  // 2 round(x), to fp32's rounding of the sums: 2e-6) and d sum(g * g) / dx
+  // (torch.autograd.grad with create_graph); a dropped cast gives 2x.
+  const auto agree = [](const std::vector<float>& have, const std::vector<float>& want) {
+    REQUIRE(have.size() == want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      CHECK_MESSAGE(std::fabs(have[i] - want[i]) <= 2e-6f * std::fabs(want[i]), have[i], " vs ",
+                    want[i]);
+  };
+  struct Case {
+    ampx_dtype dtype;
+    bool clone;
+    std::vector<float> grad, second;
+  };
+  const Case cases[] = {
+      {AMPX_BF16, false, {1.20156252f, -6.80625010f, 9.0f}, {9.61874962f, -54.4749985f, 72.0f}},
+      {AMPX_F16, false, {1.20009768f, -6.80039072f, 9.0f}, {9.60117149f, -54.4046860f, 72.0f}},
+      {AMPX_F32, false, {1.20000005f, -6.80000019f, 9.0f}, {9.60000038f, -54.4000015f, 72.0f}},
+      {AMPX_F32, true, {1.20000005f, -6.80000019f, 9.0f}, {9.60000038f, -54.4000015f, 72.0f}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.dtype);
+    CAPTURE(c.clone);
+    ampx::Context ctx = test_context();
+    const auto leaf = [&] {
+      ampx::Tensor x = ampx::Tensor::from_host(ctx, {0.3f, -1.7f, 2.25f}, {3});
+      x.set_requires_grad();
+      return x;
+    };
+    const auto loss = [](const ampx::Tensor& x, const ampx::Tensor& y) {
+      return ampx::add(ampx::sum(ampx::mul(x, x)), ampx::sum(ampx::mul(y, y)));
+    };
+    ampx::Tensor x = leaf();
+    ampx::Tensor y = c.clone ? x.clone() : x.cast(c.dtype);
+    CHECK(y.dtype() == c.dtype);
+    CHECK(y.requires_grad());
+    ampx::backward(loss(x, y));
+    agree(x.grad().to_vector(), c.grad);
+    ampx::Tensor x2 = leaf();
+    ampx::GradOptions o;
+    o.create_graph = true;
+    ampx::Tensor g = ampx::grad(loss(x2, c.clone ? x2.clone() : x2.cast(c.dtype)), x2, o);
+    agree(g.to_vector(), c.grad);
+    agree(ampx::grad(ampx::sum(ampx::mul(g, g)), x2).to_vector(), c.second);
+    // No gradient to carry: the plain ampx_tensor_cast.
+    CHECK_FALSE(ampx::Tensor::from_host(ctx, {1.0f}, {1}).cast(c.dtype).requires_grad());
+  }
+}
+
 TEST_CASE("c++ layer: clipping after unscale, diagnostics, scaler and optimizer state") {
   ampx::Context ctx = test_context();
   ampx::Tensor w = ampx::Tensor::from_host(ctx, {1.0f, 1.0f}, {2});

@@ -516,6 +516,75 @@ TEST_CASE("FP8: amaxes are MAX-reduced with found-inf, so every rank's scales st
   ampx_fp8_recipe_release(recipe);
 }
 
+TEST_CASE("FP8: recipes with different slot counts fail every rank, naming the ranks") {
+  // The last rank's recipe has one slot more. Before the check, the ranks
+  // reduced amax buffers of different lengths (a malformed collective).
+  Trainer t(Mode::Fp16Scaler, 17, true);
+  ampx_fp8_recipe_options o = ampx_fp8_recipe_options_default();
+  o.amax_history_len = 2;
+  ampx_fp8_recipe recipe = nullptr;
+  OK(ampx_fp8_recipe_create(t.ctx, &o, &recipe));
+  int64_t act = -1, grad = -1, extra = -1;
+  OK(ampx_fp8_recipe_add_tensor(recipe, AMPX_FP8_FORWARD, "act", &act));
+  OK(ampx_fp8_recipe_add_tensor(recipe, AMPX_FP8_BACKWARD, "grad", &grad));
+  const bool last = g_rank == g_world - 1;
+  if (last) OK(ampx_fp8_recipe_add_tensor(recipe, AMPX_FP8_FORWARD, "extra", &extra));
+  OK(ampx_data_parallel_set_fp8_recipe(t.dp, recipe));
+  const float mine = static_cast<float>(g_rank + 1);
+  quantize_with_amax(t.ctx, recipe, act, AMPX_F8E4M3, mine);
+  const std::string want_most = "rank " + std::to_string(g_world - 1) + " has 3";
+  const std::string want_fewest = "rank 0 has 2";
+  const std::string want_mine = "this rank, " + std::to_string(g_rank) + ", has " +
+                                std::to_string(last ? 3 : 2);
+  auto check_refused = [&](ampx_status status, const char* where) {
+    CAPTURE(where);
+    const std::string message = ampx_last_error();
+    CHECK_MESSAGE(status == AMPX_ERR_INVALID_ARGUMENT, message);
+    CHECK_MESSAGE(message.find("different slot counts") != std::string::npos, message);
+    CHECK_MESSAGE(message.find(where) != std::string::npos, message);
+    if (g_world > 1) {
+      CHECK_MESSAGE(message.find(want_most) != std::string::npos, message);
+      CHECK_MESSAGE(message.find(want_fewest) != std::string::npos, message);
+    }
+    CHECK_MESSAGE(message.find(want_mine) != std::string::npos, message);
+    // No amax was reduced: each rank still has its own.
+    CHECK(read_slot(recipe, act, 2).amax == mine);
+  };
+  if (g_world > 1) {
+    // Where the update reduces the amaxes itself.
+    check_refused(ampx_fp8_recipe_update(recipe), "ampx_fp8_recipe_update");
+    // Where they ride in found-inf's all-reduce (the scaler's unscale).
+    OK(ampx_optimizer_zero_grad(t.opt));
+    t.backward(0, g_rank * (kBatch / g_world), kBatch / g_world);
+    check_refused(ampx_scaler_unscale(t.scaler, t.opt), "unscale");
+  }
+  // Every rank failed at the same point: with the recipe detached the
+  // wrapper goes on, and a recipe whose slots grow alike on every rank (two,
+  // then a third at the second step) has every slot's amax reduced.
+  OK(ampx_data_parallel_set_fp8_recipe(t.dp, nullptr));
+  ampx_fp8_recipe_release(recipe);
+  ampx_fp8_recipe same = nullptr;
+  OK(ampx_fp8_recipe_create(t.ctx, &o, &same));
+  OK(ampx_fp8_recipe_add_tensor(same, AMPX_FP8_FORWARD, "act", &act));
+  OK(ampx_fp8_recipe_add_tensor(same, AMPX_FP8_BACKWARD, "grad", &grad));
+  OK(ampx_data_parallel_set_fp8_recipe(t.dp, same));
+  for (int step = 1; step < 4; ++step) {
+    CAPTURE(step);
+    if (step == 2) OK(ampx_fp8_recipe_add_tensor(same, AMPX_FP8_FORWARD, "extra", &extra));
+    quantize_with_amax(t.ctx, same, act, AMPX_F8E4M3, mine * step);
+    quantize_with_amax(t.ctx, same, grad, AMPX_F8E5M2, 2.0f * mine * step);
+    if (step >= 2) quantize_with_amax(t.ctx, same, extra, AMPX_F8E4M3, 3.0f * mine * step);
+    if (step != 3) t.train_step(step);  // step 3: the update reduces them
+    OK(ampx_fp8_recipe_update(same));
+    const float top = static_cast<float>(g_world * step);
+    CHECK(read_slot(same, act, 2).history[1] == top);
+    CHECK(read_slot(same, grad, 2).history[1] == 2.0f * top);
+    if (step >= 2) CHECK(read_slot(same, extra, 2).history[1] == 3.0f * top);
+  }
+  OK(ampx_data_parallel_set_fp8_recipe(t.dp, nullptr));
+  ampx_fp8_recipe_release(same);
+}
+
 namespace {
 
 struct HookProbe {

@@ -270,12 +270,7 @@ void hocheck(const std::string& what, const std::vector<In>& inputs, const Op& o
   // First order, through the formulas.
   const std::vector<ampx_tensor> g = grads_of(loss, diff_handles, true);
   Inputs d1 = x;
-  for (size_t k : diff)
-    for (size_t i = 0; i < x[k].size(); ++i) {
-      const Inputs e = unit(k, i);
-      const double d = 1e-4 * std::max(1.0, std::fabs(x[k][i]));
-      d1[k][i] = (L(moved(x, {{d, &e}})) - L(moved(x, {{-d, &e}}))) / (2 * d);
-    }
+  for (size_t k : diff) d1[k] = ampx_fixture::central_gradient(x, k, L, 1e-4);
   compare("first order", diff, g, d1, o);
 
   // Second order.

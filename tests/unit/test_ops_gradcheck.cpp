@@ -218,16 +218,8 @@ void gradcheck(const std::string& what, const std::vector<Input>& inputs, const 
     }
     REQUIRE_MESSAGE(present, "no gradient was created");
     REQUIRE(grad.size() == values[k].size());
-    Vec fd(grad.size());
-    for (size_t i = 0; i < grad.size(); ++i) {
-      Inputs moved = values;
-      const double h = kFdStep * std::max(1.0, std::fabs(values[k][i]));
-      moved[k][i] = values[k][i] + h;
-      const double up = weighted_sum(ref(moved), r);
-      moved[k][i] = values[k][i] - h;
-      const double down = weighted_sum(ref(moved), r);
-      fd[i] = (up - down) / (2.0 * h);
-    }
+    const Vec fd = ampx_fixture::central_gradient(
+        values, k, [&](const Inputs& at) { return weighted_sum(ref(at), r); }, kFdStep);
     const double atol = kGradAtolOfMax * max_abs(fd) + 1e-9;
     for (size_t i = 0; i < grad.size(); ++i)
       CHECK_MESSAGE(close(grad[i], fd[i], kGradRtol, atol), "gradient element ", i, ": ampx ",

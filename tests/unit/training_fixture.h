@@ -1,10 +1,12 @@
 // training_fixture.h -- what the optimizer and scaler tests share: host-side
 // number formats, moving values in and out of tensors through the public API,
-// and double-precision references of SGD, Adam/AdamW and the loss scaler
-// written from DESIGN.md section 4 (never from the library's math headers, so
+// double-precision references of SGD, Adam/AdamW and the loss scaler
+// written from DESIGN.md section 4, and the central differences the
+// gradient checks compare with (never from the library's math headers, so
 // that a shared misreading cannot hide).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -484,5 +486,27 @@ struct Rng {
     return v;
   }
 };
+
+// ---- finite differences ---------------------------------------------------
+
+// dL/dx[k] by central differences in double, element by element: each
+// element moved by +-step * max(1, |x|) (relative, absolute below 1) with
+// every other element held, L evaluated on all the inputs.
+template <class Loss>
+std::vector<double> central_gradient(const std::vector<std::vector<double>>& x, size_t k,
+                                     const Loss& loss, double step) {
+  std::vector<std::vector<double>> moved = x;
+  std::vector<double> gradient(x[k].size());
+  for (size_t i = 0; i < gradient.size(); ++i) {
+    const double h = step * std::max(1.0, std::fabs(x[k][i]));
+    moved[k][i] = x[k][i] + h;
+    const double up = loss(static_cast<const std::vector<std::vector<double>>&>(moved));
+    moved[k][i] = x[k][i] - h;
+    const double down = loss(static_cast<const std::vector<std::vector<double>>&>(moved));
+    moved[k][i] = x[k][i];
+    gradient[i] = (up - down) / (2.0 * h);
+  }
+  return gradient;
+}
 
 }  // namespace ampx_fixture

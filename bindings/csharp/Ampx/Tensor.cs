@@ -492,12 +492,24 @@ namespace Ampx
             Err.Check(Native.ampx_tensor_copy_fp8(Ptr, source.Ptr, (Native.ampx_fp8_overflow)overflow), this, source);
         }
 
-        /// <summary>A new tensor of `dtype` holding this one converted.</summary>
+        /// <summary>
+        /// A new tensor of `dtype` holding this one converted (torch's Tensor.to).
+        /// When this tensor requires grad it is the recorded ampx_cast, an op
+        /// output like any other: with grad mode on the gradient comes back here,
+        /// cast to this tensor's dtype. Otherwise the plain ampx_tensor_cast.
+        /// </summary>
         public Tensor Cast(DType dtype)
         {
             IntPtr result;
+            if (RequiresGrad) return Output(Native.ampx_cast(Ptr, (Native.ampx_dtype)dtype, &result), result);
             Err.Check(Native.ampx_tensor_cast(Ptr, (Native.ampx_dtype)dtype, &result), this);
             return new Tensor(Context, new TensorHandle(result, true));
+        }
+
+        /// <summary>A copy in new memory with this tensor's dtype, recorded as Cast (torch's Tensor.clone).</summary>
+        public Tensor Clone()
+        {
+            return Cast(DType);
         }
 
         /// <summary>Sets every element to `value`.</summary>

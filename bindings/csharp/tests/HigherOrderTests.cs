@@ -352,5 +352,55 @@ namespace AmpxTests
                           "a weight of another context");
             }
         }
+
+        // Cast and Clone are recorded (issue 47): for loss = sum(x*x) +
+        // sum(y*y) with y = x cast, torch gives these x.grad (2x + 2 round(x))
+        // and, for d sum(g*g)/dx, these second derivatives
+        // (torch.autograd.grad with create_graph); each step is exact or one
+        // rounding of the format, so 2e-6 relative, while a dropped cast
+        // gives 2x.
+        [Test]
+        public static void GradientsThroughCastAndCloneMatchTorch()
+        {
+            var cases = new[]
+            {
+                Tuple.Create("bf16", (Func<Tensor, Tensor>)(t => t.Cast(DType.Bf16)),
+                             new[] { 1.201562523841858, -6.806250095367432, 9.0 },
+                             new[] { 9.618749618530273, -54.474998474121094, 72.0 }),
+                Tuple.Create("f16", (Func<Tensor, Tensor>)(t => t.Cast(DType.F16)),
+                             new[] { 1.200097680091858, -6.800390720367432, 9.0 },
+                             new[] { 9.601171493530273, -54.404685974121094, 72.0 }),
+                Tuple.Create("f32", (Func<Tensor, Tensor>)(t => t.Cast(DType.F32)),
+                             new[] { 1.2000000476837158, -6.800000190734863, 9.0 },
+                             new[] { 9.600000381469727, -54.400001525878906, 72.0 }),
+                Tuple.Create("clone", (Func<Tensor, Tensor>)(t => t.Clone()),
+                             new[] { 1.2000000476837158, -6.800000190734863, 9.0 },
+                             new[] { 9.600000381469727, -54.400001525878906, 72.0 }),
+            };
+            var xs = new[] { 0.3f, -1.7f, 2.25f };
+            foreach (var c in cases)
+            {
+                using (var ctx = new Context())
+                using (ctx.Scope())
+                {
+                    var x = Leaf(ctx, xs, 3);
+                    var y = c.Item2(x);
+                    Assert.True(y.RequiresGrad, c.Item1 + ": the cast requires grad");
+                    var loss = (x * x).Sum() + (y * y).Sum();
+                    loss.Backward();
+                    AllClose(c.Item3, x.Grad.ToFloatArray(), 2e-6, 0, c.Item1 + " x.Grad");
+
+                    x = Leaf(ctx, xs, 3);
+                    y = c.Item2(x);
+                    var g = Autograd.Grad((x * x).Sum() + (y * y).Sum(), x, createGraph: true);
+                    AllClose(c.Item3, g.ToFloatArray(), 2e-6, 0, c.Item1 + " g");
+                    var h = Autograd.Grad((g * g).Sum(), x);
+                    AllClose(c.Item4, h.ToFloatArray(), 2e-6, 0, c.Item1 + " d sum(g*g)/dx");
+
+                    var plain = Tensor.FromArray(ctx, xs, new long[] { 3 });
+                    Assert.True(!plain.Cast(DType.Bf16).RequiresGrad, c.Item1 + ": a plain cast is not recorded");
+                }
+            }
+        }
     }
 }

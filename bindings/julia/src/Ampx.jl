@@ -703,12 +703,21 @@ function copy_fp8!(dst::Tensor, src::Tensor; overflow::Fp8Overflow = FP8_SATURAT
     dst
 end
 
-"A new tensor holding `t` converted to `dtype`."
+"""
+A new tensor holding `t` converted to `dtype` (torch's `Tensor.to`). When `t`
+requires grad this is the recorded `ampx_cast`, an op output like any other:
+with grad mode on the gradient comes back to `t`, cast to its dtype.
+Otherwise the plain `ampx_tensor_cast`.
+"""
 function cast(t::Tensor, dtype::DType)
+    requires_grad(t) && return op(out -> LibAmpx.ampx_cast(t, dtype, out), t.ctx)
     out = Ref{LibAmpx.ampx_tensor}(C_NULL)
     check(LibAmpx.ampx_tensor_cast(t, dtype, out))
     owned(t.ctx, out[])
 end
+
+"A copy of `t` in new memory with its dtype, recorded as `cast` (torch's `Tensor.clone`)."
+Base.copy(t::Tensor) = cast(t, dtype(t))
 
 "Sets every element to `value`."
 Base.fill!(t::Tensor, value::Real) = (check(LibAmpx.ampx_tensor_fill(t, value)); t)

@@ -1970,7 +1970,12 @@ end
     ampx_tensor_cast(src, dtype, out) -> ampx_status
 
 Creates a new tensor of `dtype` holding `src` converted as by
-ampx_tensor_copy, with src's shape. The name is not copied.
+ampx_tensor_copy, with src's shape. The name is not copied. The result
+is owned by the caller and is never recorded: it does not require grad
+and no gradient flows back through it into `src` (a plain tensor
+function, like copying the data out). For a cast that takes part in
+autograd, as torch's Tensor.to(dtype) and Tensor.clone() do, use
+ampx_cast (section 11).
 """
 function ampx_tensor_cast(src, dtype, out)
     ccall((:ampx_tensor_cast, libampx), ampx_status,
@@ -3063,6 +3068,29 @@ EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
 function ampx_div(a, b, out)
     ccall((:ampx_div, libampx), ampx_status, (ampx_tensor, ampx_tensor, Ptr{ampx_tensor}),
           a, b, out)
+end
+
+"""
+    ampx_cast(x, dtype, out) -> ampx_status
+
+out = x converted to `dtype` as by ampx_tensor_copy, a new tensor also
+when `dtype` is x's own (torch's Tensor.to(dtype); with x's dtype,
+Tensor.clone()). Unlike ampx_tensor_cast the output is an op output
+(owned as described under ampx_scope_push) and, with grad mode on and x
+requiring grad, a recorded op: its gradient is the output's gradient
+cast back to x's dtype (an F32 x gets an F32 gradient through a BF16
+copy), itself recorded under create_graph, so it differentiates again.
+Casts between F32, F16 and BF16 are recorded; an integer or FP8 output
+is not and does not require grad (as torch's x.to(torch.int32)).
+Autocast does not change it. Use ampx_cast in forward code whose
+gradients matter, ampx_tensor_cast to convert data outside autograd.
+Errors: INVALID_ARGUMENT (dtype not an ampx_dtype), STALE_HANDLE.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_cast(x, dtype, out)
+    ccall((:ampx_cast, libampx), ampx_status, (ampx_tensor, ampx_dtype, Ptr{ampx_tensor}),
+          x, dtype, out)
 end
 
 """

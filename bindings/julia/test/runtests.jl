@@ -711,6 +711,37 @@ end
         close(ctx)
     end
 
+    @testset "cast and copy are recorded: torch's gradients, first and second order" begin
+        # loss = sum(x .* x) + sum(y .* y), y = x cast; torch's x.grad and
+        # d sum(g .* g)/dx (torch.autograd.grad with create_graph). Each step
+        # is exact or one rounding of the format; a dropped cast gives 2x.
+        ctx = Context()
+        xs = Float32[0.3, -1.7, 2.25]
+        for (name, f, want_g, want_h) in (
+                ("bf16", x -> Ampx.cast(x, BF16), [1.201562523841858, -6.806250095367432, 9.0],
+                 [9.618749618530273, -54.474998474121094, 72.0]),
+                ("f16", x -> Ampx.cast(x, F16), [1.200097680091858, -6.800390720367432, 9.0],
+                 [9.601171493530273, -54.404685974121094, 72.0]),
+                ("f32", x -> Ampx.cast(x, F32), [1.2000000476837158, -6.800000190734863, 9.0],
+                 [9.600000381469727, -54.400001525878906, 72.0]),
+                ("copy", copy, [1.2000000476837158, -6.800000190734863, 9.0],
+                 [9.600000381469727, -54.400001525878906, 72.0]))
+            loss(x, y) = Ampx.add(sum(Ampx.mul(x, x)), sum(Ampx.mul(y, y)))
+            x = param(ctx, xs, (3,))
+            y = f(x)
+            @test Ampx.requires_grad(y)
+            Ampx.backward!(loss(x, y))
+            @test agree(host(Ampx.grad(x)), want_g; rtol = 2e-6)
+            x = param(ctx, xs, (3,))
+            g = Ampx.grad(loss(x, f(x)), x; create_graph = true)[1]
+            @test agree(host(g), want_g; rtol = 2e-6)
+            h = Ampx.grad(sum(Ampx.mul(g, g)), x)[1]
+            @test agree(host(h), want_h; rtol = 2e-6)
+        end
+        @test !Ampx.requires_grad(Ampx.cast(Tensor(ctx, xs, (3,)), BF16))
+        close(ctx)
+    end
+
     @testset "grad: a Hessian-vector product of a small MLP against central differences" begin
         ctx = Context()
         N, I, H, O = 6, 3, 5, 2

@@ -289,12 +289,22 @@ class Tensor(Resource):
         return self
 
     def to(self, dtype) -> "Tensor":
-        """A new tensor holding this one converted to ``dtype`` (``ampx_tensor_cast``)."""
-        return Tensor(read(lib.ampx_tensor_cast, ctypes.c_void_p, self.handle,
-                           enum_arg(DType, dtype, "dtype")), self._context)
+        """A new tensor holding this one converted to ``dtype`` (``ampx_cast``).
+
+        As torch's ``Tensor.to``: with grad mode on and this tensor requiring
+        grad the cast is recorded, and its gradient comes back cast to this
+        tensor's dtype. A tensor that requires no grad is converted by
+        ``ampx_tensor_cast``, so the copy is never left to an open scope.
+        """
+        dtype = enum_arg(DType, dtype, "dtype")
+        if self.requires_grad:
+            return Tensor._from_op(read(lib.ampx_cast, ctypes.c_void_p, self.handle, dtype),
+                                   self._context)
+        return Tensor(read(lib.ampx_tensor_cast, ctypes.c_void_p, self.handle, dtype),
+                      self._context)
 
     def clone(self) -> "Tensor":
-        """A copy in new memory, with the same dtype."""
+        """A copy in new memory, with the same dtype, recorded as ``to``."""
         return self.to(self.dtype)
 
     def view(self, byte_offset: int, shape, dtype=None) -> "Tensor":

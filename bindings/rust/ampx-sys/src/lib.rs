@@ -2,7 +2,7 @@
 // Change the header, then run tools/gen_bindings.py.
 //! Raw FFI declarations of ampx's C ABI, `include/ampx/ampx.h`, generated
 //! from the header by `tools/gen_bindings.py` (tools/bindgen/emit_rust.py):
-//! 218 functions, 31 structs, 15 enums, 10 handles, 7 callback types, 14 constants and 27 `*_INIT` values.
+//! 219 functions, 31 structs, 15 enums, 10 handles, 7 callback types, 14 constants and 27 `*_INIT` values.
 //!
 //! Structs are `#[repr(C)]` with the header's fields in order (their layouts
 //! are compared with the C compiler's by `tests/layout.rs`); enums are
@@ -534,7 +534,12 @@ extern "C" {
     pub fn ampx_tensor_copy(dst: ampx_tensor, src: ampx_tensor) -> ampx_status;
 
     /// Creates a new tensor of `dtype` holding `src` converted as by
-    /// ampx_tensor_copy, with src's shape. The name is not copied.
+    /// ampx_tensor_copy, with src's shape. The name is not copied. The result
+    /// is owned by the caller and is never recorded: it does not require grad
+    /// and no gradient flows back through it into `src` (a plain tensor
+    /// function, like copying the data out). For a cast that takes part in
+    /// autograd, as torch's Tensor.to(dtype) and Tensor.clone() do, use
+    /// ampx_cast (section 11).
     #[must_use]
     pub fn ampx_tensor_cast(src: ampx_tensor, dtype: ampx_dtype, out: *mut ampx_tensor) -> ampx_status;
 
@@ -1835,6 +1840,23 @@ extern "C" {
     /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 11. Ops (EXPERIMENTAL)).
     #[must_use]
     pub fn ampx_div(a: ampx_tensor, b: ampx_tensor, out: *mut ampx_tensor) -> ampx_status;
+
+    /// out = x converted to `dtype` as by ampx_tensor_copy, a new tensor also
+    /// when `dtype` is x's own (torch's Tensor.to(dtype); with x's dtype,
+    /// Tensor.clone()). Unlike ampx_tensor_cast the output is an op output
+    /// (owned as described under ampx_scope_push) and, with grad mode on and x
+    /// requiring grad, a recorded op: its gradient is the output's gradient
+    /// cast back to x's dtype (an F32 x gets an F32 gradient through a BF16
+    /// copy), itself recorded under create_graph, so it differentiates again.
+    /// Casts between F32, F16 and BF16 are recorded; an integer or FP8 output
+    /// is not and does not require grad (as torch's x.to(torch.int32)).
+    /// Autocast does not change it. Use ampx_cast in forward code whose
+    /// gradients matter, ampx_tensor_cast to convert data outside autograd.
+    /// Errors: INVALID_ARGUMENT (dtype not an ampx_dtype), STALE_HANDLE.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 11. Ops (EXPERIMENTAL)).
+    #[must_use]
+    pub fn ampx_cast(x: ampx_tensor, dtype: ampx_dtype, out: *mut ampx_tensor) -> ampx_status;
 
     /// out = a * scale + shift, element-wise, in a's type ("affine": keep).
     ///

@@ -371,10 +371,24 @@ impl Tensor {
         check(unsafe { sys::ampx_tensor_copy_fp8(self.as_raw(), src.as_raw(), overflow.to_raw()) })
     }
 
-    /// A new tensor of `dtype` holding the converted contents.
+    /// A new tensor of `dtype` holding the converted contents (torch's
+    /// `Tensor.to`). When `self` requires grad this is the recorded
+    /// `ampx_cast`, an op output like any other: with grad mode on the
+    /// gradient comes back to `self`, cast to its dtype. Otherwise the plain
+    /// `ampx_tensor_cast`.
     pub fn cast(&self, dtype: DType) -> Result<Tensor> {
+        if self.requires_grad()? {
+            // SAFETY: live input.
+            return crate::ops::run_op(self, |out| unsafe { sys::ampx_cast(self.as_raw(), dtype.to_raw(), out) });
+        }
         // SAFETY: live tensor.
         Tensor::created(|out| unsafe { sys::ampx_tensor_cast(self.as_raw(), dtype.to_raw(), out) })
+    }
+
+    /// A copy in new memory with the same dtype, recorded as [`Tensor::cast`]
+    /// (torch's `Tensor.clone`; `Clone::clone` only adds a reference).
+    pub fn deep_clone(&self) -> Result<Tensor> {
+        self.cast(self.dtype()?)
     }
 
     /// Sets every element to `value` (converted to the tensor's type).

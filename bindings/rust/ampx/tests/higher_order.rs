@@ -384,3 +384,42 @@ fn bce_with_logits_ex_matches_torchs_formula() {
     let err = logits.bce_with_logits_ex(&targets, Some(&foreign), None, Reduction::Mean).unwrap_err();
     assert_eq!(err.status(), Status::Device);
 }
+
+/// `cast` and `deep_clone` are recorded (issue 47): for loss = sum(x * x) +
+/// sum(y * y) with y = x cast, torch gives these x.grad (2x + 2 round(x),
+/// exact in fp32 up to the last sum) and, for d sum(g * g) / dx, these
+/// second derivatives (torch.autograd.grad with create_graph).
+#[test]
+fn gradients_through_cast_and_clone_match_torch() {
+    let cases: [(&str, Option<DType>, [f64; 3], [f64; 3]); 4] = [
+        ("bf16", Some(DType::BF16), [1.201562523841858, -6.806250095367432, 9.0], [9.618749618530273, -54.474998474121094, 72.0]),
+        ("f16", Some(DType::F16), [1.200097680091858, -6.800390720367432, 9.0], [9.601171493530273, -54.404685974121094, 72.0]),
+        ("f32", Some(DType::F32), [1.2000000476837158, -6.800000190734863, 9.0], [9.600000381469727, -54.400001525878906, 72.0]),
+        ("clone", None, [1.2000000476837158, -6.800000190734863, 9.0], [9.600000381469727, -54.400001525878906, 72.0]),
+    ];
+    for (name, dtype, want_g, want_h) in cases {
+        let ctx = Context::new().unwrap();
+        let x = leaf(&ctx, &[3], &[0.3, -1.7, 2.25]);
+        let cast = |x: &Tensor| match dtype {
+            Some(d) => x.cast(d).unwrap(),
+            None => x.deep_clone().unwrap(),
+        };
+        let loss = |x: &Tensor, y: &Tensor| x.mul(x).unwrap().sum().unwrap().add(&y.mul(y).unwrap().sum().unwrap()).unwrap();
+        let y = cast(&x);
+        assert!(y.requires_grad().unwrap(), "{name}");
+        loss(&x, &y).backward(None).unwrap();
+        assert_close(&values(&x.grad().unwrap().unwrap()), &want_g, 2e-6, 0.0, name);
+
+        let x = leaf(&ctx, &[3], &[0.3, -1.7, 2.25]);
+        let y = cast(&x);
+        let create = GradOptions::default().create_graph(true);
+        let g = grad(&[&loss(&x, &y)], &[&x], None, &create).unwrap().remove(0).unwrap();
+        assert_close(&values(&g), &want_g, 2e-6, 0.0, name);
+        let h = grad(&[&g.mul(&g).unwrap().sum().unwrap()], &[&x], None, &no_options()).unwrap().remove(0).unwrap();
+        assert_close(&values(&h), &want_h, 2e-6, 0.0, name);
+    }
+    // A tensor that requires no grad is converted outside autograd.
+    let ctx = Context::new().unwrap();
+    let plain = Tensor::from_slice(&ctx, &[3], &[0.3f32, -1.7, 2.25]).unwrap();
+    assert!(!plain.cast(DType::BF16).unwrap().requires_grad().unwrap());
+}
