@@ -23,3 +23,9 @@ void rl_compute_gae(size_t n_steps, size_t n_envs, double gamma, double lambda,
     }
   }
 }
+
+void rl_bootstrap_truncated(size_t n_envs, double gamma, const uint8_t *truncated,
+                            const float *terminal_values, float *rewards) {
+  for (size_t e = 0; e < n_envs; ++e)
+    if (truncated[e]) rewards[e] = (float)(rewards[e] + gamma * terminal_values[e]);
+}

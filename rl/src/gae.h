@@ -19,4 +19,9 @@ void rl_compute_gae(size_t n_steps, size_t n_envs, double gamma, double lambda,
                     const uint8_t *last_dones, const float *last_values, float *advantages,
                     float *returns);
 
+/* SB3's bootstrap of time-limit truncations: rewards[e] += gamma *
+ * terminal_values[e] where truncated[e] (truncated and not terminated). */
+void rl_bootstrap_truncated(size_t n_envs, double gamma, const uint8_t *truncated,
+                            const float *terminal_values, float *rewards);
+
 #endif

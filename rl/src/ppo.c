@@ -770,9 +770,8 @@ ampx_status ampx_ppo_act(ampx_ppo a, const float *obs, size_t obs_count, float *
   int trained = 0;
   if (!st && a->pos == o->n_steps) {
     if (n_pending) {
-      const size_t last = (size_t)(o->n_steps - 1) * N;
-      for (size_t e = 0; e < N; ++e)
-        if (a->pending[e]) a->rewards[last + e] += (float)(o->gamma * fin_val[e]);
+      rl_bootstrap_truncated(N, o->gamma, a->pending, fin_val,
+                             a->rewards + (size_t)(o->n_steps - 1) * N);
       memset(a->pending, 0, N);
       n_pending = 0;
     }
@@ -794,9 +793,7 @@ ampx_status ampx_ppo_act(ampx_ppo a, const float *obs, size_t obs_count, float *
   }
   free(saved_mean);
   if (n_pending) { /* bootstrap of the previous step, now its values are known */
-    const size_t prev = (size_t)(a->pos - 1) * N;
-    for (size_t e = 0; e < N; ++e)
-      if (a->pending[e]) a->rewards[prev + e] += (float)(o->gamma * fin_val[e]);
+    rl_bootstrap_truncated(N, o->gamma, a->pending, fin_val, a->rewards + (size_t)(a->pos - 1) * N);
     memset(a->pending, 0, N);
   }
   float log_std[MAX_ACTIONS];
