@@ -87,15 +87,21 @@ typedef struct ampx_ppo_options {
   double gae_lambda;       /**< default 0.95; in [0, 1] */
   double learning_rate;    /**< Adam's lr (eps 1e-5); default 3e-4 */
   double clip_range;       /**< default 0.2; > 0 */
-  double clip_range_vf;    /**< value clipping range; 0 (default): none */
-  int32_t anneal;          /**< 1: lr and clip ranges fall linearly from
-                                their values to 0 over total_timesteps
-                                (SB3's linear schedules, progress measured
-                                at the start of each update); default 0 */
+  double clip_range_vf;    /**< value clipping range (SB3's: the new value
+                                kept within it of the rollout's); 0
+                                (default): none */
+  int32_t anneal_lr;       /**< 1: the learning rate falls linearly to 0
+                                over total_timesteps (RL Zoo's lin_ schedule:
+                                lr * (1 - timesteps / total_timesteps), the
+                                progress taken at the start of each update,
+                                as SB3); default 0 */
+  int32_t anneal_clip_range; /**< 1: clip_range falls so too (clip_range_vf
+                                  stays constant, as SB3 makes a number);
+                                  default 0 */
   int32_t normalize_advantage; /**< default 1 (per minibatch, std ddof 1
                                     plus 1e-8 as SB3) */
   int64_t total_timesteps; /**< env steps of the whole run (all envs),
-                                for the annealing; > 0 when anneal */
+                                for the annealing; > 0 when annealing */
   double ent_coef;         /**< default 0 */
   double vf_coef;          /**< default 0.5 */
   double max_grad_norm;    /**< global-norm clipping; default 0.5; 0: none */
@@ -127,7 +133,7 @@ typedef struct ampx_ppo_options {
 
 #define AMPX_PPO_OPTIONS_INIT                                                          \
   { sizeof(ampx_ppo_options), 0, AMPX_RL_DISCRETE, 0, 1, 2048, 64, 10, 0.99, 0.95,    \
-    3e-4, 0.2, 0.0, 0, 1, 0, 0.0, 0.5, 0.5, 2, {64, 64, 0, 0, 0, 0, 0, 0},          \
+    3e-4, 0.2, 0.0, 0, 0, 1, 0, 0.0, 0.5, 0.5, 2, {64, 64, 0, 0, 0, 0, 0, 0},          \
     AMPX_RL_TANH, 0, 0.0, NULL, NULL, 0, 0, 10.0, 10.0, AMPX_RL_FP32, 1, 0 }
 
 /** The default options (as AMPX_PPO_OPTIONS_INIT). Thread-safe. */

@@ -135,9 +135,12 @@ static ampx_status validate(const ampx_ppo_options *o) {
     BAD("%s: clip_range %g must be finite and > 0", fn, o->clip_range);
   if (!(o->clip_range_vf >= 0 && isfinite(o->clip_range_vf)))
     BAD("%s: clip_range_vf %g must be finite and >= 0 (0: none)", fn, o->clip_range_vf);
-  if (o->anneal != 0 && o->anneal != 1) BAD("%s: anneal %d is not 0 or 1", fn, o->anneal);
-  if (o->anneal && o->total_timesteps <= 0)
-    BAD("%s: anneal needs total_timesteps > 0 (got %lld)", fn, (long long)o->total_timesteps);
+  if ((o->anneal_lr != 0 && o->anneal_lr != 1) ||
+      (o->anneal_clip_range != 0 && o->anneal_clip_range != 1))
+    BAD("%s: anneal_lr %d and anneal_clip_range %d are 0 or 1", fn, o->anneal_lr,
+        o->anneal_clip_range);
+  if ((o->anneal_lr || o->anneal_clip_range) && o->total_timesteps <= 0)
+    BAD("%s: annealing needs total_timesteps > 0 (got %lld)", fn, (long long)o->total_timesteps);
   if (!(isfinite(o->ent_coef) && isfinite(o->vf_coef) && o->vf_coef >= 0))
     BAD("%s: ent_coef %g and vf_coef %g must be finite (vf_coef >= 0)", fn, o->ent_coef,
         o->vf_coef);
@@ -534,7 +537,6 @@ static void normalize_obs(ampx_ppo a, const float *in, float *out, size_t rows) 
 /* ------------------------------------------------------------------ train */
 
 static double progress_remaining(const ampx_ppo a) {
-  if (!a->o.anneal) return 1.0;
   const double p = 1.0 - (double)a->stats.timesteps / (double)a->o.total_timesteps;
   return p > 0 ? p : 0;
 }
@@ -686,13 +688,12 @@ static ampx_status train(ampx_ppo a, const float *last_values) {
   const size_t N = (size_t)o->num_envs;
   rl_compute_gae((size_t)o->n_steps, N, o->gamma, o->gae_lambda, a->rewards, a->values,
                  a->episode_starts, a->last_dones, last_values, a->adv, a->ret);
-  const double progress = progress_remaining(a);
-  const double lr = o->learning_rate * progress, clip = o->clip_range * progress;
-  const double clip_vf = o->clip_range_vf * progress;
+  const double progress = o->anneal_lr || o->anneal_clip_range ? progress_remaining(a) : 1.0;
+  const double lr = o->learning_rate * (o->anneal_lr ? progress : 1.0);
+  const double clip = o->clip_range * (o->anneal_clip_range ? progress : 1.0);
+  const double clip_vf = o->clip_range_vf;
   TRY(ampx_optimizer_set_lr(a->opt, 0, lr));
   double sums[6] = {0, 0, 0, 0, 0, 0};
-  /* a clip range annealed to 0 would make every ratio "outside"; SB3 then
-   * trains nothing through the surrogate either, so keep its rule */
   for (int32_t epoch = 0; epoch < o->n_epochs; ++epoch) {
     for (size_t i = 0; i < a->rows; ++i) a->perm[i] = (int32_t)i;
     for (size_t i = a->rows; i-- > 1;) { /* Fisher-Yates */

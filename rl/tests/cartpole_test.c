@@ -47,7 +47,8 @@ int main(int argc, char **argv) {
   o.ent_coef = 0.0;
   o.learning_rate = 1e-3;
   o.clip_range = 0.2;
-  o.anneal = 1;
+  o.anneal_lr = 1;
+  o.anneal_clip_range = 1;
   o.total_timesteps = TOTAL;
   o.seed = seed;
   o.num_threads = threads;

@@ -47,7 +47,8 @@ static ampx_ppo_options cartpole_options(int precision, int hidden) {
   o.n_steps = 16;
   o.batch_size = 32;
   o.n_epochs = 3;
-  o.anneal = 1;
+  o.anneal_lr = 1;
+  o.anneal_clip_range = 1;
   o.total_timesteps = 4000;
   o.layer_sizes[0] = o.layer_sizes[1] = hidden;
   o.precision = precision;
