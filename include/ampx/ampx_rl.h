@@ -36,6 +36,20 @@
 
 #include <ampx/ampx.h>
 
+/* AMPX_RL_API marks libampx_rl's own exports (AMPX_API is libampx's: on
+ * Windows the two DLLs import and export separately). */
+#if defined(_WIN32)
+#  if defined(AMPX_RL_BUILDING_LIBRARY)
+#    define AMPX_RL_API __declspec(dllexport)
+#  else
+#    define AMPX_RL_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__) || defined(__clang__)
+#  define AMPX_RL_API __attribute__((visibility("default")))
+#else
+#  define AMPX_RL_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -137,7 +151,7 @@ typedef struct ampx_ppo_options {
     AMPX_RL_TANH, 0, 0.0, NULL, NULL, 0, 0, 10.0, 10.0, AMPX_RL_FP32, 1, 0 }
 
 /** The default options (as AMPX_PPO_OPTIONS_INIT). Thread-safe. */
-AMPX_API ampx_ppo_options ampx_ppo_options_default(void);
+AMPX_RL_API ampx_ppo_options ampx_ppo_options_default(void);
 
 /** A PPO agent: its networks, Adam, the scaler (fp16), the rollout buffer,
  *  normalization statistics and random stream. */
@@ -150,13 +164,13 @@ typedef struct ampx_ppo_s *ampx_ppo;
  *  Errors: INVALID_ARGUMENT (NULL options/out, struct_size smaller than
  *  the first release's, a value out of range -- named in the message);
  *  OUT_OF_MEMORY; errors of ampx_context_create. Thread-safe. */
-AMPX_NODISCARD AMPX_API ampx_status ampx_ppo_create(const ampx_ppo_options *options,
+AMPX_NODISCARD AMPX_RL_API ampx_status ampx_ppo_create(const ampx_ppo_options *options,
                                                     ampx_ppo *out);
 
 /** Releases an agent and everything it owns. NULL is a no-op; a released
  *  handle passed to any other function is STALE_HANDLE (while its memory
  *  has not been reused). */
-AMPX_API void ampx_ppo_release(ampx_ppo agent);
+AMPX_RL_API void ampx_ppo_release(ampx_ppo agent);
 
 /** Acts for every env: obs holds num_envs * obs_dim floats (row per env),
  *  actions receives num_envs * action_dim floats (continuous, clipped to
@@ -168,7 +182,7 @@ AMPX_API void ampx_ppo_release(ampx_ppo agent);
  *  observation); ORDER (act twice without reward); STALE_HANDLE; errors of
  *  the ampx calls of an update (then the agent is unchanged only when the
  *  failure came before the first optimizer step). Buffers borrowed. */
-AMPX_NODISCARD AMPX_API ampx_status ampx_ppo_act(ampx_ppo agent, const float *obs, size_t obs_count,
+AMPX_NODISCARD AMPX_RL_API ampx_status ampx_ppo_act(ampx_ppo agent, const float *obs, size_t obs_count,
                                                  float *actions, size_t action_count);
 
 /** Records the outcome of the last act: rewards[num_envs], terminated and
@@ -180,7 +194,7 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_ppo_act(ampx_ppo agent, const float *ob
  *  Errors: INVALID_ARGUMENT (NULL rewards/flags, a non-finite reward or
  *  used final observation, a flag not 0/1, final_obs NULL where needed);
  *  SHAPE (counts); ORDER (no act before); STALE_HANDLE. */
-AMPX_NODISCARD AMPX_API ampx_status ampx_ppo_reward(ampx_ppo agent, const float *rewards,
+AMPX_NODISCARD AMPX_RL_API ampx_status ampx_ppo_reward(ampx_ppo agent, const float *rewards,
                                                     const int32_t *terminated,
                                                     const int32_t *truncated,
                                                     const float *final_obs, size_t num_envs);
@@ -190,7 +204,7 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_ppo_reward(ampx_ppo agent, const float 
  *  deterministic 1: argmax / the mean; 0: sampled from a stream of its
  *  own. Output layout as ampx_ppo_act (rows * action_dim or rows).
  *  Errors: INVALID_ARGUMENT, SHAPE, STALE_HANDLE as ampx_ppo_act. */
-AMPX_NODISCARD AMPX_API ampx_status ampx_ppo_predict(ampx_ppo agent, const float *obs, size_t rows,
+AMPX_NODISCARD AMPX_RL_API ampx_status ampx_ppo_predict(ampx_ppo agent, const float *obs, size_t rows,
                                                      int32_t deterministic, float *actions,
                                                      size_t action_count);
 
@@ -220,7 +234,7 @@ typedef struct ampx_ppo_stats {
 /** Fills *stats (its struct_size says how much; fields beyond it are not
  *  written). Errors: INVALID_ARGUMENT (NULL, struct_size too small);
  *  STALE_HANDLE. */
-AMPX_NODISCARD AMPX_API ampx_status ampx_ppo_get_stats(ampx_ppo agent, ampx_ppo_stats *stats);
+AMPX_NODISCARD AMPX_RL_API ampx_status ampx_ppo_get_stats(ampx_ppo agent, ampx_ppo_stats *stats);
 
 /** Saves everything needed to resume bit for bit -- parameters, Adam's
  *  state, the scaler, the rollout buffer so far, normalization statistics,
@@ -229,7 +243,7 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_ppo_get_stats(ampx_ppo agent, ampx_ppo_
  *  (not between act and reward: ORDER).
  *  Errors: INVALID_ARGUMENT (NULL path), ORDER, STALE_HANDLE, and those of
  *  ampx_checkpoint_file_save. */
-AMPX_NODISCARD AMPX_API ampx_status ampx_ppo_save(ampx_ppo agent, const char *path);
+AMPX_NODISCARD AMPX_RL_API ampx_status ampx_ppo_save(ampx_ppo agent, const char *path);
 
 /** Restores a file written by ampx_ppo_save into an agent created with the
  *  same network shapes and dimensions (other hyperparameters are the
@@ -238,7 +252,7 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_ppo_save(ampx_ppo agent, const char *pa
  *  Errors: INVALID_ARGUMENT, SHAPE, DTYPE (other network shapes or
  *  dimensions: the message names the tensor), CORRUPT, IO, ORDER,
  *  STALE_HANDLE (those of ampx_checkpoint_file_load). */
-AMPX_NODISCARD AMPX_API ampx_status ampx_ppo_load(ampx_ppo agent, const char *path);
+AMPX_NODISCARD AMPX_RL_API ampx_status ampx_ppo_load(ampx_ppo agent, const char *path);
 
 /* ------------------------------------------------------------------------ */
 /* Reference environments (Gymnasium's dynamics)                            */
@@ -252,22 +266,22 @@ typedef struct ampx_rl_env_s *ampx_rl_env;
  *  drawn from ampx_rl's own generator, not NumPy's, so it differs from
  *  Gymnasium's for the same seed). Errors: INVALID_ARGUMENT (NULL, unknown
  *  name); OUT_OF_MEMORY. Thread-safe. */
-AMPX_NODISCARD AMPX_API ampx_status ampx_rl_env_create(const char *name, uint64_t seed,
+AMPX_NODISCARD AMPX_RL_API ampx_status ampx_rl_env_create(const char *name, uint64_t seed,
                                                        ampx_rl_env *out);
 
 /** Releases an env. NULL is a no-op. */
-AMPX_API void ampx_rl_env_release(ampx_rl_env env);
+AMPX_RL_API void ampx_rl_env_release(ampx_rl_env env);
 
 /** Describes an env: observation length, ampx_rl_action_kind, action_dim
  *  (as ampx_ppo_options), bounds (continuous; may be NULL) with action_dim
  *  entries. Any out pointer may be NULL. Errors: STALE_HANDLE. */
-AMPX_NODISCARD AMPX_API ampx_status ampx_rl_env_info(ampx_rl_env env, int32_t *obs_dim,
+AMPX_NODISCARD AMPX_RL_API ampx_status ampx_rl_env_info(ampx_rl_env env, int32_t *obs_dim,
                                                      int32_t *action_kind, int32_t *action_dim,
                                                      float *action_low, float *action_high);
 
 /** Starts a new episode, writing its first observation (obs_dim floats).
  *  Errors: INVALID_ARGUMENT (NULL), SHAPE (obs_count), STALE_HANDLE. */
-AMPX_NODISCARD AMPX_API ampx_status ampx_rl_env_reset(ampx_rl_env env, float *obs, size_t obs_count);
+AMPX_NODISCARD AMPX_RL_API ampx_status ampx_rl_env_reset(ampx_rl_env env, float *obs, size_t obs_count);
 
 /** One step with `action` (discrete: one float holding the index;
  *  continuous: action_dim floats). Writes the next observation, the reward
@@ -276,7 +290,7 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_rl_env_reset(ampx_rl_env env, float *ob
  *  Errors: INVALID_ARGUMENT (NULL, an action out of range or non-finite),
  *  SHAPE, ORDER (a step after the episode ended, without reset),
  *  STALE_HANDLE. */
-AMPX_NODISCARD AMPX_API ampx_status ampx_rl_env_step(ampx_rl_env env, const float *action,
+AMPX_NODISCARD AMPX_RL_API ampx_status ampx_rl_env_step(ampx_rl_env env, const float *action,
                                                      size_t action_count, float *obs,
                                                      size_t obs_count, double *reward,
                                                      int32_t *terminated, int32_t *truncated);
@@ -286,9 +300,9 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_rl_env_step(ampx_rl_env env, const floa
  *  set_state also restarts the episode's step count (for checks against
  *  Gymnasium from the same states). Errors: INVALID_ARGUMENT, SHAPE,
  *  STALE_HANDLE. */
-AMPX_NODISCARD AMPX_API ampx_status ampx_rl_env_get_state(ampx_rl_env env, double *state,
+AMPX_NODISCARD AMPX_RL_API ampx_status ampx_rl_env_get_state(ampx_rl_env env, double *state,
                                                           size_t count);
-AMPX_NODISCARD AMPX_API ampx_status ampx_rl_env_set_state(ampx_rl_env env, const double *state,
+AMPX_NODISCARD AMPX_RL_API ampx_status ampx_rl_env_set_state(ampx_rl_env env, const double *state,
                                                           size_t count);
 
 #ifdef __cplusplus
