@@ -748,7 +748,7 @@ ampx_status ampx_ppo_act(ampx_ppo a, const float *obs, size_t obs_count, float *
   /* the update below is what SB3's VecNormalize does at each step: it
    * comes before the final observations of the step that ended are
    * normalized, so those wait here */
-  running_stats saved = a->obs_rms;
+  const double saved_count = a->obs_rms.count;
   double *saved_mean = NULL;
   if (o->normalize_obs) {
     saved_mean = malloc(sizeof(double) * 2 * D);
@@ -786,7 +786,7 @@ ampx_status ampx_ppo_act(ampx_ppo a, const float *obs, size_t obs_count, float *
     if (!trained && o->normalize_obs) { /* nothing changed yet: undo */
       memcpy(a->obs_rms.mean, saved_mean, D * sizeof(double));
       memcpy(a->obs_rms.var, saved_mean + D, D * sizeof(double));
-      a->obs_rms.count = saved.count;
+      a->obs_rms.count = saved_count;
     }
     free(saved_mean);
     free(norm);
