@@ -300,8 +300,8 @@ static void test_errors(const char *dir) {
   ampx_rl_env_release(env);
 }
 
-/* Pendulum: continuous actions stay in the bounds for the env; the
- * trained log std moves; predict's deterministic action is the clipped mean. */
+/* Pendulum with a shared one-layer ReLU trunk in bf16: continuous actions
+ * stay in the bounds for the env, and the trained log std moves. */
 static void test_continuous(void) {
   ampx_rl_env env;
   OK(ampx_rl_env_create("Pendulum-v1", 3, &env));
@@ -320,6 +320,9 @@ static void test_continuous(void) {
   o.action_high = &high;
   o.log_std_init = 1.0; /* std e: many samples beyond the bounds */
   o.activation = AMPX_RL_RELU;
+  o.shared_network = 1;
+  o.layer_sizes[0] = 32;
+  o.n_layers = 1;
   o.precision = AMPX_RL_BF16;
   ampx_ppo agent;
   OK(ampx_ppo_create(&o, &agent));
@@ -344,7 +347,7 @@ static void test_continuous(void) {
   EXPECT(isfinite(s.policy_loss) && isfinite(s.value_loss));
   /* entropy of a 1-D Gaussian: 0.5 + 0.5 log(2 pi) + log std; it moved from log std 1 */
   EXPECT(fabs(-s.entropy_loss - (1.4189385332046727 + 1.0)) > 1e-4);
-  printf("continuous (Pendulum, bf16, relu): %lld updates, %d of 640 actions at a bound, entropy %.4f\n",
+  printf("continuous (Pendulum, bf16, shared relu trunk): %lld updates, %d of 640 actions at a bound, entropy %.4f\n",
          (long long)s.updates, outside, -s.entropy_loss);
   ampx_ppo_release(agent);
   ampx_rl_env_release(env);
