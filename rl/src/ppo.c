@@ -8,6 +8,7 @@
  * sum(logits * dL/dlogits) + sum(values * dL/dvalues) (+ the log std's
  * term), whose parameter gradients are those of the PPO loss. */
 #include "gae.h"
+#include "running_stats.h"
 #include "rl_common.h"
 
 #include <math.h>
@@ -26,10 +27,6 @@
 #define OPTIONS_MIN_SIZE sizeof(ampx_ppo_options)
 #define STATS_MIN_SIZE sizeof(ampx_ppo_stats)
 
-typedef struct running_stats { /* SB3's RunningMeanStd, in double */
-  double *mean, *var;
-  double count;
-} running_stats;
 
 typedef struct mlp {
   int32_t n_layers;
@@ -501,25 +498,6 @@ static void clip_for_env(ampx_ppo a, const float *act, float *out) {
 
 /* ------------------------------------------------------ running statistics */
 
-static void rms_update(running_stats *rs, const float *x, size_t rows, size_t dim) {
-  const double batch = (double)rows;
-  for (size_t d = 0; d < dim; ++d) {
-    double m = 0, v = 0;
-    for (size_t r = 0; r < rows; ++r) m += x[r * dim + d];
-    m /= batch;
-    for (size_t r = 0; r < rows; ++r) {
-      const double t = x[r * dim + d] - m;
-      v += t * t;
-    }
-    v /= batch;
-    const double delta = m - rs->mean[d], tot = rs->count + batch;
-    const double m2 = rs->var[d] * rs->count + v * batch + delta * delta * rs->count * batch / tot;
-    rs->mean[d] += delta * batch / tot;
-    rs->var[d] = m2 / tot;
-  }
-  rs->count += batch;
-}
-
 static void normalize_obs(ampx_ppo a, const float *in, float *out, size_t rows) {
   const size_t D = (size_t)a->o.obs_dim;
   if (!a->o.normalize_obs) {
@@ -758,7 +736,7 @@ ampx_status ampx_ppo_act(ampx_ppo a, const float *obs, size_t obs_count, float *
     }
     memcpy(saved_mean, a->obs_rms.mean, D * sizeof(double));
     memcpy(saved_mean + D, a->obs_rms.var, D * sizeof(double));
-    rms_update(&a->obs_rms, obs, N, D);
+    rl_rms_update(&a->obs_rms, obs, N, D);
   }
   normalize_obs(a, obs, norm, N);
   ampx_status st = AMPX_OK;
@@ -854,7 +832,7 @@ ampx_status ampx_ppo_reward(ampx_ppo a, const float *rewards, const int32_t *ter
       a->disc_return[e] = a->disc_return[e] * o->gamma + rewards[e];
       disc[e] = (float)a->disc_return[e];
     }
-    rms_update(&a->ret_rms, disc, N, 1);
+    rl_rms_update(&a->ret_rms, disc, N, 1);
   }
   for (size_t e = 0; e < N; ++e) {
     const int done = terminated[e] || truncated[e];
