@@ -2,7 +2,7 @@
 """check_readme_table.py -- README.md's "What works today" names only what exists.
 
 Every `ampx_*` name in a row of that table must be declared by a public
-header (include/ampx/*.h): a function (AMPX_API), or a type (typedef,
+header (include/ampx/*.h): a function (AMPX_API, or AMPX_RL_API in ampx_rl.h), or a type (typedef,
 struct or enum). A row that names a function the headers do not declare
 -- renamed, removed, or never written -- fails, with its line.
 
@@ -27,7 +27,7 @@ def declared(headers: list[Path]) -> tuple[set[str], set[str]]:
     types: set[str] = set()
     for header in headers:
         text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", header.read_text(), flags=re.S)
-        functions.update(re.findall(r"\bAMPX_API\b[^;(]*?\b(ampx_\w+)\s*\(", text))
+        functions.update(re.findall(r"\bAMPX_(?:RL_)?API\b[^;(]*?\b(ampx_\w+)\s*\(", text))
         types.update(re.findall(r"}\s*(ampx_\w+)\s*;", text))                       # } name;
         types.update(re.findall(r"\btypedef\b[^;{(]*?\b(ampx_\w+)\s*;", text))       # handles
         types.update(re.findall(r"\btypedef\b[^;{]*?\(\s*\*\s*(ampx_\w+)\s*\)", text))  # callbacks
