@@ -34,7 +34,7 @@ for stage in "${stages[@]}"; do
       configure build-mingw cmake/toolchains/mingw-w64-x86_64.cmake
       cmake --build build-mingw --parallel "$jobs" --target ampx_cross_tests
       built=$(date +%s)
-      (cd build-mingw && ctest --output-on-failure --timeout 900)
+      (cd build-mingw && ctest --output-on-failure --timeout 900 --parallel "$jobs")
       ;;
     arm64)
       configure build-arm64 cmake/toolchains/aarch64-linux-gnu.cmake -DAMPX_BUILD_EXAMPLES=OFF

@@ -20,6 +20,8 @@ export WINEDLLOVERRIDES="mscoree,mshtml="
 case "$action" in
   start)
     mkdir -p "$prefix"
+    # A server an interrupted run left behind would refuse a second one.
+    "$server" -k 2>/dev/null || true
     setsid "$server" -p </dev/null >/dev/null 2>&1
     setsid "$wine" wineboot -i </dev/null >/dev/null 2>&1
     "$wine" reg add 'HKLM\Software\Microsoft\Windows NT\CurrentVersion\AeDebug' \
