@@ -51,6 +51,16 @@ set(CPACK_DEBIAN_PACKAGE_RELEASE ${AMPX_DEB_RELEASE})
 set(CPACK_DEBIAN_PACKAGE_MAINTAINER "${AMPX_DEB_MAINTAINER}")
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# The arm64 cross build (cmake/toolchains/aarch64-linux-gnu.cmake): dpkg
+# knows the build machine's architecture only, so the packages name theirs,
+# and the libraries libampx needs there (the C and C++ runtimes) are
+# declared, as dpkg-shlibdeps cannot read the target's.
+if(CMAKE_CROSSCOMPILING AND CMAKE_SYSTEM_NAME STREQUAL "Linux"
+   AND CMAKE_SYSTEM_PROCESSOR STREQUAL "aarch64")
+  set(CPACK_DEBIAN_PACKAGE_ARCHITECTURE arm64)
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS OFF)
+  set(CPACK_DEBIAN_RUNTIME_PACKAGE_DEPENDS "libc6 (>= 2.34), libstdc++6 (>= 12), libgcc-s1 (>= 3.0)")
+endif()
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 set(_ampx_deb_version "${PROJECT_VERSION}-${AMPX_DEB_RELEASE}")
 

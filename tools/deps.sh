@@ -6,8 +6,32 @@
 #                              Rust, Go, C#), clang for the fuzzers, Doxygen for
 #                              the reference and libclang for the bindings
 #                              generator's drift test: what CI needs
+#   tools/deps.sh --cross      also the cross compilers, Wine and qemu
+#                              (tools/ci-cross.sh)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+if [ "${1:-}" = "--cross" ]; then
+  # The cross builds of tools/ci-cross.sh: MinGW-w64 (posix threads) and Wine
+  # for Windows x86-64, the aarch64 cross compiler and qemu for Linux arm64.
+  # Their sysroots have no OpenBLAS, oneDNN, MPI or CUDA: those builds use
+  # ampx's own kernels and have no data-parallel transport.
+  "$0"
+  need=()
+  command -v x86_64-w64-mingw32-g++-posix >/dev/null || need+=(g++-mingw-w64-x86-64-posix)
+  [ -x /usr/lib/wine/wine64 ] || need+=(wine64)
+  command -v aarch64-linux-gnu-g++ >/dev/null || need+=(g++-aarch64-linux-gnu)
+  command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
+  if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "the cross builds need these Debian packages: ${need[*]}" >&2
+      exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
+  exit 0
+fi
 if [ "${1:-}" = "--bindings" ]; then
   "$0"
   for script in "$root"/bindings/*/deps.sh; do bash "$script"; done

@@ -62,7 +62,7 @@ static const char *const kLegend[kPrecisions] = {"fp32", "fp16 + dynamic loss sc
  * directory creation. */
 double demo_now(void) {
   struct timespec ts;
-#if defined(_WIN32)
+#if defined(_MSC_VER) /* MinGW-w64 has clock_gettime (winpthreads) */
   timespec_get(&ts, TIME_UTC);
 #else
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -2093,8 +2093,8 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_global_avg_pool2d(ampx_tensor x, ampx_t
  * loss at any instant leaves `path` holding either the old complete file or
  * the new complete one, never a mix. A writer killed before the rename may
  * leave its temporary file behind; such files are never read and may be
- * deleted once no save to that path is running. POSIX file systems only
- * (rename must be atomic).
+ * deleted once no save to that path is running. Windows: FlushFileBuffers and
+ * MoveFileExW(MOVEFILE_WRITE_THROUGH); POSIX: rename must be atomic.
  *
  * Both calls use the objects they are given as any other call does: the
  * contexts of the tensors, the optimizer and the scaler must not be in use

@@ -12,7 +12,11 @@
 //    same shifts, variable per lane); decoding FP8 is a lookup in a table
 //    of its 256 values, made by fp8.h.
 // Tails are done by masked loads/stores (AVX-512) or by the scalar functions
-// (AVX2), so no load ever reads past the end of an array.
+// (AVX2, NEON), so no load ever reads past the end of an array.
+// On AArch64 the NEON kernels use FCVT/FCVTN for f16 (IEEE conversions with
+// the same NaN rule as F16C's; they round by FPCR, whose default is
+// nearest-even without flushing, which C programs keep) and the same
+// integer arithmetic as the x86 kernels for bf16 and FP8.
 #include "core/convert_bulk.h"
 
 #include <cctype>
@@ -29,6 +33,13 @@
 #include <immintrin.h>
 #else
 #define AMPX_X86_DISPATCH 0
+#endif
+// NEON is part of every AArch64 CPU: no run-time detection.
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+#define AMPX_NEON 1
+#include <arm_neon.h>
+#else
+#define AMPX_NEON 0
 #endif
 
 namespace ampx::impl {
@@ -484,7 +495,166 @@ CpuIsa hardware_cpu_isa() {
   return avx512 ? CpuIsa::Avx512 : CpuIsa::Avx2;
 }
 
-#else  // not x86-64: the scalar code only
+#elif AMPX_NEON
+
+// ---- NEON (AArch64): 4 or 8 elements per step ------------------------------
+
+inline float load_f32(const unsigned char* p) {
+  float v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline uint16_t load_u16(const unsigned char* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store_f32(unsigned char* p, float v) { std::memcpy(p, &v, sizeof v); }
+inline void store_u16(unsigned char* p, uint16_t v) { std::memcpy(p, &v, sizeof v); }
+
+// Byte loads and stores: LD1/ST1 need no alignment, and byte pointers make
+// no claim of any.
+inline float32x4_t load4_f32(const unsigned char* p) { return vreinterpretq_f32_u8(vld1q_u8(p)); }
+inline void store4_f32(unsigned char* p, float32x4_t v) { vst1q_u8(p, vreinterpretq_u8_f32(v)); }
+inline uint16x4_t load4_u16(const unsigned char* p) { return vreinterpret_u16_u8(vld1_u8(p)); }
+inline void store4_u16(unsigned char* p, uint16x4_t v) { vst1_u8(p, vreinterpret_u8_u16(v)); }
+
+void f32_to_f16_neon(void* dst, const void* src, int64_t count) {
+  auto* out = static_cast<unsigned char*>(dst);
+  const auto* in = static_cast<const unsigned char*>(src);
+  int64_t i = 0;
+  for (; i + 4 <= count; i += 4)
+    store4_u16(out + 2 * i, vreinterpret_u16_f16(vcvt_f16_f32(load4_f32(in + 4 * i))));
+  for (; i < count; ++i) store_u16(out + 2 * i, math::float_to_half(load_f32(in + 4 * i)));
+}
+
+void f16_to_f32_neon(void* dst, const void* src, int64_t count) {
+  auto* out = static_cast<unsigned char*>(dst);
+  const auto* in = static_cast<const unsigned char*>(src);
+  int64_t i = 0;
+  for (; i + 4 <= count; i += 4)
+    store4_f32(out + 4 * i, vcvt_f32_f16(vreinterpret_f16_u16(load4_u16(in + 2 * i))));
+  for (; i < count; ++i) store_f32(out + 4 * i, math::half_to_float(load_u16(in + 2 * i)));
+}
+
+// convert.h's float_to_bf16 on 4 lanes (as bf16_round_avx2).
+inline uint16x4_t bf16_round_neon(uint32x4_t x) {
+  const uint32x4_t high = vshrq_n_u32(x, 16);
+  const uint32x4_t odd = vandq_u32(high, vdupq_n_u32(1));
+  const uint32x4_t rounded = vshrq_n_u32(vaddq_u32(vaddq_u32(x, vdupq_n_u32(0x7fff)), odd), 16);
+  const uint32x4_t is_nan =
+      vcgtq_u32(vandq_u32(x, vdupq_n_u32(0x7fffffff)), vdupq_n_u32(0x7f800000));
+  const uint32x4_t quiet = vorrq_u32(high, vdupq_n_u32(0x40));
+  return vmovn_u32(vbslq_u32(is_nan, quiet, rounded));
+}
+
+void f32_to_bf16_neon(void* dst, const void* src, int64_t count) {
+  auto* out = static_cast<unsigned char*>(dst);
+  const auto* in = static_cast<const unsigned char*>(src);
+  int64_t i = 0;
+  for (; i + 4 <= count; i += 4)
+    store4_u16(out + 2 * i, bf16_round_neon(vreinterpretq_u32_u8(vld1q_u8(in + 4 * i))));
+  for (; i < count; ++i) store_u16(out + 2 * i, math::float_to_bf16(load_f32(in + 4 * i)));
+}
+
+void bf16_to_f32_neon(void* dst, const void* src, int64_t count) {
+  auto* out = static_cast<unsigned char*>(dst);
+  const auto* in = static_cast<const unsigned char*>(src);
+  int64_t i = 0;
+  for (; i + 4 <= count; i += 4)
+    vst1q_u8(out + 4 * i, vreinterpretq_u8_u32(vshll_n_u16(load4_u16(in + 2 * i), 16)));
+  for (; i < count; ++i) store_f32(out + 4 * i, math::bf16_to_float(load_u16(in + 2 * i)));
+}
+
+// fp8.h's float_to_fp8 on 4 lanes (as fp8_round_avx2; NEON's shifts by a
+// vector shift left for positive counts and right for negative ones).
+template <class Format>
+inline uint32x4_t fp8_round_neon(float32x4_t value, uint32x4_t overflow_code) {
+  constexpr int M = Format::kMantissaBits;
+  const int32x4_t zero = vdupq_n_s32(0);
+  const uint32x4_t one = vdupq_n_u32(1);
+  const uint32x4_t x = vreinterpretq_u32_f32(value);
+  const uint32x4_t magnitude = vandq_u32(x, vdupq_n_u32(0x7fffffff));
+  const uint32x4_t sign = vandq_u32(vshrq_n_u32(x, 24), vdupq_n_u32(0x80));
+  const uint32x4_t significand =
+      vorrq_u32(vandq_u32(magnitude, vdupq_n_u32(0x7fffff)), vdupq_n_u32(0x800000));
+  const int32x4_t k = vsubq_s32(vreinterpretq_s32_u32(vshrq_n_u32(magnitude, 23)),
+                                vdupq_n_s32(127 - Format::kBias + 1));
+  const int32x4_t below = vmaxq_s32(vnegq_s32(k), zero);
+  const int32x4_t shift = vminq_s32(vaddq_s32(below, vdupq_n_s32(23 - M)), vdupq_n_s32(25));
+  const int32x4_t right = vnegq_s32(shift);
+  const uint32x4_t odd = vandq_u32(vshlq_u32(significand, right), one);
+  const uint32x4_t half_less_one = vsubq_u32(vshlq_u32(one, vsubq_s32(shift, vdupq_n_s32(1))), one);
+  const uint32x4_t rounded =
+      vshlq_u32(vaddq_u32(vaddq_u32(significand, half_less_one), odd), right);
+  uint32x4_t code =
+      vaddq_u32(vshlq_n_u32(vreinterpretq_u32_s32(vmaxq_s32(k, zero)), M), rounded);
+  code = vbslq_u32(vcgtq_u32(code, vdupq_n_u32(Format::kMaxCode)), overflow_code, code);
+  code = vbslq_u32(vcgtq_u32(magnitude, vdupq_n_u32(0x7f800000)), vdupq_n_u32(0x7f), code);
+  return vorrq_u32(code, sign);
+}
+
+template <int Src>
+inline float32x4_t load4_as_f32(const unsigned char* p) {
+  if constexpr (Src == AMPX_F32) {
+    return load4_f32(p);
+  } else if constexpr (Src == AMPX_F16) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(load4_u16(p)));
+  } else {
+    return vreinterpretq_f32_u32(vshll_n_u16(load4_u16(p), 16));
+  }
+}
+
+template <int Src, class Format>
+uint32_t quantize_neon(uint8_t* dst, const unsigned char* src, int64_t count, const float* scale,
+                       bool saturate) {
+  constexpr int64_t kSize = sizeof(math::storage_t<Src>);
+  const uint32x4_t overflow_code =
+      vdupq_n_u32(saturate ? Format::kMaxCode : Format::kOverflowCode);
+  const float32x4_t factor = vdupq_n_f32(scale != nullptr ? *scale : 1.0f);
+  const uint32x4_t magnitude_mask = vdupq_n_u32(0x7fffffff);
+  uint32x4_t amax = vdupq_n_u32(0);
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const float32x4_t lo = load4_as_f32<Src>(src + kSize * i);
+    const float32x4_t hi = load4_as_f32<Src>(src + kSize * (i + 4));
+    amax = vmaxq_u32(amax, vandq_u32(vreinterpretq_u32_f32(lo), magnitude_mask));
+    amax = vmaxq_u32(amax, vandq_u32(vreinterpretq_u32_f32(hi), magnitude_mask));
+    const uint32x4_t lo_code =
+        fp8_round_neon<Format>(scale != nullptr ? vmulq_f32(lo, factor) : lo, overflow_code);
+    const uint32x4_t hi_code =
+        fp8_round_neon<Format>(scale != nullptr ? vmulq_f32(hi, factor) : hi, overflow_code);
+    vst1_u8(dst + i, vmovn_u16(vcombine_u16(vmovn_u32(lo_code), vmovn_u32(hi_code))));
+  }
+  const uint32_t lanes = vmaxvq_u32(amax);
+  const uint32_t tail = quantize_scalar<Src, Format>(dst + i, src + kSize * i, count - i, scale,
+                                                     saturate);
+  return lanes > tail ? lanes : tail;
+}
+
+Kernel vector_kernel(CpuIsa isa, DType dst, DType src) {
+  if (isa != CpuIsa::Neon) return nullptr;
+  if (src == DType::F32 && dst == DType::F16) return f32_to_f16_neon;
+  if (src == DType::F16 && dst == DType::F32) return f16_to_f32_neon;
+  if (src == DType::F32 && dst == DType::BF16) return f32_to_bf16_neon;
+  if (src == DType::BF16 && dst == DType::F32) return bf16_to_f32_neon;
+  return nullptr;
+}
+
+template <class Format>
+QuantizeKernel vector_quantize_kernel(CpuIsa isa, DType src) {
+  if (isa != CpuIsa::Neon) return nullptr;
+  switch (src) {
+    case DType::F32: return quantize_neon<AMPX_F32, Format>;
+    case DType::F16: return quantize_neon<AMPX_F16, Format>;
+    case DType::BF16: return quantize_neon<AMPX_BF16, Format>;
+    default: return nullptr;
+  }
+}
+
+CpuIsa hardware_cpu_isa() { return CpuIsa::Neon; }
+
+#else  // neither x86-64 nor AArch64: the scalar code only
 
 Kernel vector_kernel(CpuIsa, DType, DType) { return nullptr; }
 template <class Format>
@@ -496,6 +666,12 @@ CpuIsa hardware_cpu_isa() { return CpuIsa::Scalar; }
 CpuIsa best_cpu_isa() {
   static const CpuIsa best = hardware_cpu_isa();
   return best;
+}
+
+// The code paths a CPU whose best is `best` runs: the scalar one, `best`,
+// and on x86-64 AVX2 below AVX-512.
+bool runs_within(CpuIsa isa, CpuIsa best) {
+  return isa == CpuIsa::Scalar || isa == best || (isa == CpuIsa::Avx2 && best == CpuIsa::Avx512);
 }
 
 bool equals_ignoring_case(const char* a, const char* b) {
@@ -513,25 +689,22 @@ void check_dtype(DType t, const char* which) {
 
 }  // namespace
 
-bool cpu_isa_supported(CpuIsa isa) {
-  return static_cast<int>(isa) <= static_cast<int>(best_cpu_isa()) &&
-         static_cast<int>(isa) >= static_cast<int>(CpuIsa::Scalar);
-}
+bool cpu_isa_supported(CpuIsa isa) { return runs_within(isa, best_cpu_isa()); }
 
 const char* cpu_isa_name(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::Scalar: return "scalar";
     case CpuIsa::Avx2: return "avx2";
     case CpuIsa::Avx512: return "avx512";
+    case CpuIsa::Neon: return "neon";
   }
   return "unknown";
 }
 
 CpuIsa resolve_cpu_isa(CpuIsa best, const char* request) {
   if (request == nullptr) return best;
-  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512}) {
-    if (equals_ignoring_case(request, cpu_isa_name(isa)))
-      return static_cast<int>(isa) < static_cast<int>(best) ? isa : best;
+  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Neon}) {
+    if (equals_ignoring_case(request, cpu_isa_name(isa))) return runs_within(isa, best) ? isa : best;
   }
   return best;
 }

@@ -16,18 +16,19 @@
 
 namespace ampx::impl {
 
-enum class CpuIsa { Scalar, Avx2, Avx512 };
+enum class CpuIsa { Scalar, Avx2, Avx512, Neon };
 
 // Avx2 needs AVX2 + F16C + FMA; Avx512 needs AVX512F + AVX512BW + AVX512VL
 // (and the operating system's support for the wider registers, which
-// __builtin_cpu_supports checks).
+// __builtin_cpu_supports checks). Neon is every AArch64 CPU's, and the
+// only one there besides Scalar.
 bool cpu_isa_supported(CpuIsa isa);
 
-// "scalar", "avx2", "avx512".
+// "scalar", "avx2", "avx512", "neon".
 const char* cpu_isa_name(CpuIsa isa);
 
 // The best instruction set the running CPU supports, lowered by the
-// environment variable AMPX_CPU_ISA=scalar|avx2|avx512 if it is set (it can
+// environment variable AMPX_CPU_ISA=scalar|avx2|avx512|neon if it is set (it can
 // never raise it above what the CPU supports; an unknown value is ignored).
 // Decided once, on the first call; thread-safe.
 CpuIsa detected_cpu_isa();

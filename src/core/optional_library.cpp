@@ -1,12 +1,11 @@
 #include "core/optional_library.h"
 
-#include <dlfcn.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <utility>
 
 #include "core/error.h"
+#include "platform/platform.h"
 
 namespace ampx::impl {
 
@@ -24,18 +23,19 @@ LibrarySearch::LibrarySearch(std::string library, const char* variable,
   }
 }
 
-void* LibrarySearch::open(int flags) {
+void* LibrarySearch::open() {
   tried_.clear();
   path_.clear();
   for (const std::string& candidate : paths_) {
-    // By its soname dlopen finds a copy the program has loaded already (a
-    // framework's), so that both use one library.
-    if (void* handle = dlopen(candidate.c_str(), flags ? flags : RTLD_NOW | RTLD_LOCAL)) {
+    // By its soname (its module name on Windows) the loader finds a copy
+    // the program has loaded already (a framework's), so that both use one
+    // library.
+    std::string why;
+    if (void* handle = platform::open_library(candidate, false, &why)) {
       path_ = candidate;
       return handle;
     }
-    const char* why = dlerror();
-    tried_ += cat("\n  ", candidate, ": ", why ? why : "not found");
+    tried_ += cat("\n  ", candidate, ": ", why);
   }
   return nullptr;
 }

@@ -28,10 +28,10 @@ class LibrarySearch {
   // What open() tries, in order (nothing when off).
   const std::vector<std::string>& paths() const { return paths_; }
 
-  // dlopen()s the paths in order with `flags` (default RTLD_NOW |
-  // RTLD_LOCAL) and returns the first handle, or nullptr (when off, or when
-  // none loads: error() says why). The handle is the caller's.
-  void* open(int flags = 0);
+  // Loads the paths in order (platform::open_library, symbols local) and
+  // returns the first handle, or nullptr (when off, or when none loads:
+  // error() says why). The handle is the caller's.
+  void* open();
   // The path that loaded.
   const std::string& path() const { return path_; }
   // Why open() returned nullptr: the library is off, or every path tried

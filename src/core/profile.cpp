@@ -1,14 +1,14 @@
 // profile.cpp -- see profile.h.
 #include "core/profile.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
+
+#include "platform/platform.h"
 
 namespace ampx::impl {
 namespace {
@@ -24,20 +24,16 @@ const std::string& destination() {
   return chosen;
 }
 
-// The clock AMPX_PROFILE_CLOCK chooses.
-clockid_t profile_clock() {
-  static const clockid_t chosen = [] {
+// AMPX_PROFILE_CLOCK=thread: the calling thread's CPU time, not wall time.
+bool thread_clock() {
+  static const bool chosen = [] {
     const char* value = std::getenv("AMPX_PROFILE_CLOCK");
-    return value && std::strcmp(value, "thread") == 0 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
+    return value && std::strcmp(value, "thread") == 0;
   }();
   return chosen;
 }
 
-int64_t now_ns() {
-  timespec t;
-  clock_gettime(profile_clock(), &t);
-  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
-}
+int64_t now_ns() { return thread_clock() ? platform::thread_cpu_ns() : platform::monotonic_ns(); }
 
 // The innermost open scope of this thread that records.
 thread_local ProfileScope* active_scope = nullptr;
@@ -47,7 +43,7 @@ thread_local ProfileScope* active_scope = nullptr;
 PrimitiveProfile* PrimitiveProfile::make_if_enabled(const std::string& device) {
   const std::string& to = destination();
   if (to.empty()) return nullptr;
-  profile_clock();  // read the environment now, not inside a timed call
+  thread_clock();  // read the environment now, not inside a timed call
   return new PrimitiveProfile(device, to);
 }
 
@@ -91,7 +87,7 @@ PrimitiveProfile::~PrimitiveProfile() {
   });
   std::fprintf(out, "ampx profile (%s backend): %lld primitive calls, %.3f ms (%s)\n",
                device_.c_str(), static_cast<long long>(calls), total * 1e3,
-               profile_clock() == CLOCK_MONOTONIC ? "wall time" : "the calling thread's CPU time");
+               thread_clock() ? "the calling thread's CPU time" : "wall time");
   std::fprintf(out, "ampx profile: %12s %10s  %s\n", "ms", "calls", "primitive");
   for (const auto& row : rows)
     std::fprintf(out, "ampx profile: %12.3f %10lld  %s\n", row.second.seconds * 1e3,

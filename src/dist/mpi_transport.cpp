@@ -3,8 +3,6 @@
 // first time a program makes a communicator from an MPI_Comm. Every
 // collective is nonblocking in the plugin; waits poll it against the
 // communicator's timeout.
-#include <dlfcn.h>
-
 #include <mutex>
 #include <string>
 #include <vector>
@@ -13,19 +11,18 @@
 #include "core/optional_library.h"
 #include "dist/communicator.h"
 #include "dist/mpi_plugin.h"
+#include "platform/platform.h"
 
 namespace ampx::impl {
 namespace {
 
 constexpr size_t kErrorBytes = 512;
 
-// The directory of the object holding this code (libampx.so, or a program
-// linking ampx statically), with a trailing '/'.
+// The directory of the object holding this code (libampx.so, ampx.dll, or
+// a program linking ampx statically), with a trailing separator.
 std::string own_directory() {
-  Dl_info info{};
-  if (!dladdr(reinterpret_cast<void*>(&own_directory), &info) || !info.dli_fname) return "";
-  const std::string path = info.dli_fname;
-  const size_t slash = path.rfind('/');
+  const std::string path = platform::file_of_code(reinterpret_cast<const void*>(&own_directory));
+  const size_t slash = path.find_last_of(platform::kPathSeparators);
   return slash == std::string::npos ? "" : path.substr(0, slash + 1);
 }
 
@@ -37,11 +34,12 @@ const ampx_mpi_plugin* load_plugin() {
   static const ampx_mpi_plugin* plugin = nullptr;
   std::lock_guard<std::mutex> lock(mutex);
   if (plugin) return plugin;
+  const std::string file = platform::library_file_names("ampx_mpi", "").front();
   std::vector<std::string> defaults;
   const std::string beside = own_directory();
-  if (!beside.empty()) defaults.push_back(beside + "libampx_mpi.so");
-  defaults.push_back("libampx_mpi.so");
-  LibrarySearch search("the MPI plugin libampx_mpi.so", "AMPX_MPI_PLUGIN", std::move(defaults));
+  if (!beside.empty()) defaults.push_back(beside + file);
+  defaults.push_back(file);
+  LibrarySearch search("the MPI plugin " + file, "AMPX_MPI_PLUGIN", std::move(defaults));
   // RTLD_GLOBAL is not needed: the program that made the MPI_Comm has
   // loaded libmpi already, and the plugin binds to that copy.
   void* handle = search.open();
@@ -50,10 +48,10 @@ const ampx_mpi_plugin* load_plugin() {
          "MPI support is not available (the plugin is built where MPI was found and needs that "
          "MPI's libmpi at run time): ",
          search.error());
-  auto entry = reinterpret_cast<ampx_mpi_plugin_entry>(dlsym(handle, "ampx_mpi_plugin_v1"));
+  auto entry = reinterpret_cast<ampx_mpi_plugin_entry>(platform::library_symbol(handle, "ampx_mpi_plugin_v1"));
   const ampx_mpi_plugin* table = entry ? entry() : nullptr;
   if (!table || table->abi != AMPX_MPI_PLUGIN_ABI) {
-    dlclose(handle);
+    platform::close_library(handle);
     fail(AMPX_ERR_NOT_SUPPORTED, "the MPI plugin libampx_mpi.so is from another ampx version (",
          table ? "plugin ABI " : "no entry point", table ? std::to_string(table->abi) : "",
          ", this library needs ABI ", AMPX_MPI_PLUGIN_ABI, ")");

@@ -3,7 +3,6 @@
 // libampx neither links NCCL nor needs it on machines without one. The few
 // declarations of NCCL's C API (2.x) that ampx calls are made here rather
 // than taken from nccl.h, which the build may not have.
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/optional_library.h"
+#include "platform/platform.h"
 #include "dist/communicator.h"
 
 namespace ampx::impl {
@@ -56,9 +56,9 @@ struct Nccl {
 
 template <class Fn>
 void resolve(void* handle, const std::string& path, const char* name, Fn& fn) {
-  fn = reinterpret_cast<Fn>(dlsym(handle, name));
+  fn = reinterpret_cast<Fn>(platform::library_symbol(handle, name));
   if (fn) return;
-  dlclose(handle);
+  platform::close_library(handle);
   fail(AMPX_ERR_NOT_SUPPORTED, "the NCCL library ", path, " has no ", name,
        " (ampx needs NCCL 2.4 or newer)");
 }

@@ -6,10 +6,9 @@
 #include <cstddef>
 #include <string>
 
-namespace ampx::impl::io {
+#include "platform/platform.h"
 
-// AMPX_ERR_IO with `what` and the system's words for `error` (an errno).
-[[noreturn]] void fail_io(int error, const std::string& what);
+namespace ampx::impl::io {
 
 // Where a target's temporary files go, and how they are named: the target's
 // name plus ".tmp-" and 16 random hex digits, in the target's directory
@@ -34,17 +33,15 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   void write(const unsigned char* data, size_t bytes);
-  // Flushes the data to disk, renames the temporary over the target and
-  // flushes the directory.
+  // Flushes the data to disk and replaces the target with the temporary,
+  // durably (platform::replace_file).
   void commit();
 
  private:
-  void sync_directory();
-
   std::string path_;
   TempNaming naming_;
   std::string temp_;
-  int fd_ = -1;
+  platform::File file_;
   bool committed_ = false;
 };
 

@@ -1,11 +1,6 @@
 #include "io/checkpoint_file.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cfloat>
 #include <cstring>
 #include <optional>
@@ -16,6 +11,7 @@
 #include "io/atomic_file.h"
 #include "io/crc32c.h"
 #include "optim/optimizer.h"
+#include "platform/platform.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "checkpoint files are little-endian, and tensor data is written as it lies in memory"
@@ -661,30 +657,16 @@ Contents parse(const std::vector<unsigned char>& file, uint32_t section_count,
   return contents;
 }
 
-class FileHandle {
- public:
-  explicit FileHandle(int fd) : fd_(fd) {}
-  ~FileHandle() { ::close(fd_); }
-  FileHandle(const FileHandle&) = delete;
-  FileHandle& operator=(const FileHandle&) = delete;
-  int fd() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-void read_exactly(int fd, unsigned char* dst, size_t bytes, uint64_t offset, uint64_t total,
-                  const std::string& path) {
+void read_exactly(platform::File& file, unsigned char* dst, size_t bytes, uint64_t offset,
+                  uint64_t total, const std::string& path) {
   while (bytes > 0) {
-    const ssize_t n = ::read(fd, dst, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail_io(errno, cat("cannot read '", path, "'"));
+    const size_t n = file.read(dst, bytes, path);
     if (n == 0)
       fail(AMPX_ERR_CORRUPT, "'", path, "' ended after ", offset, " of its ", total,
            " bytes while it was being read");
     dst += n;
-    bytes -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
+    bytes -= n;
+    offset += n;
   }
 }
 
@@ -693,24 +675,15 @@ void read_exactly(int fd, unsigned char* dst, size_t bytes, uint64_t offset, uin
 // its payload is read and its checksum compared. So a file that is not a
 // checkpoint, or whose sizes are wrong, is refused after a few bytes rather
 // than after reading all of it. A FIFO or device is refused without
-// blocking: the open does not wait (O_NONBLOCK) and the type is checked
-// before any read.
+// blocking on it (platform::File::open_for_reading).
 std::vector<unsigned char> read_file(const std::string& path, uint32_t* section_count) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) fail_io(errno, cat("cannot open '", path, "'"));
-  FileHandle file(fd);
-  struct stat info {};
-  if (::fstat(fd, &info) != 0) fail_io(errno, cat("cannot stat '", path, "'"));
-  if (!S_ISREG(info.st_mode)) fail(AMPX_ERR_IO, "'", path, "' is not a regular file");
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
-    fail_io(errno, cat("cannot read '", path, "' in blocking mode"));
-  const uint64_t size = static_cast<uint64_t>(info.st_size);
+  platform::File file = platform::File::open_for_reading(path);
+  const uint64_t size = file.size(path);
   if (size < kHeaderBytes + kChecksumBytes)
     fail(AMPX_ERR_CORRUPT, "'", path, "' is ", size,
          " bytes, too short to be an ampx checkpoint file");
   std::vector<unsigned char> bytes(kHeaderBytes);
-  read_exactly(fd, bytes.data(), kHeaderBytes, 0, size, path);
+  read_exactly(file, bytes.data(), kHeaderBytes, 0, size, path);
   *section_count = check_header(bytes.data(), size, path);
   bytes.reserve(static_cast<size_t>(size));
   const uint64_t end = size - kChecksumBytes;  // where the trailer starts
@@ -720,7 +693,7 @@ std::vector<unsigned char> read_file(const std::string& path, uint32_t* section_
       fail(AMPX_ERR_CORRUPT, "'", path, "' ends inside section ", s, " of ", *section_count,
            " (offset ", at, ")");
     bytes.resize(at + kSectionHeadBytes);
-    read_exactly(fd, bytes.data() + at, kSectionHeadBytes, at, size, path);
+    read_exactly(file, bytes.data() + at, kSectionHeadBytes, at, size, path);
     const SectionHead head = read_section_head(bytes.data() + at);
     if (head.tag != kParamsTag && head.tag != kOptimizerTag && head.tag != kScalerTag &&
         head.tag != kFp8Tag)
@@ -733,7 +706,7 @@ std::vector<unsigned char> read_file(const std::string& path, uint32_t* section_
            "' claims ", head.payload, " bytes, more than the file holds");
     const uint64_t section_bytes = kSectionHeadBytes + head.payload;
     bytes.resize(at + section_bytes + kChecksumBytes);
-    read_exactly(fd, bytes.data() + at + kSectionHeadBytes, head.payload + kChecksumBytes,
+    read_exactly(file, bytes.data() + at + kSectionHeadBytes, head.payload + kChecksumBytes,
                  at + kSectionHeadBytes, size, path);
     uint32_t crc;
     std::memcpy(&crc, bytes.data() + at + section_bytes, 4);
@@ -746,7 +719,7 @@ std::vector<unsigned char> read_file(const std::string& path, uint32_t* section_
     fail(AMPX_ERR_CORRUPT, "'", path, "' has ", end - at, " unexpected bytes after its ",
          *section_count, " sections");
   bytes.resize(size);
-  read_exactly(fd, bytes.data() + end, kChecksumBytes, end, size, path);
+  read_exactly(file, bytes.data() + end, kChecksumBytes, end, size, path);
   uint32_t crc;
   std::memcpy(&crc, bytes.data() + end, 4);
   if (crc != crc32c(bytes.data(), end))

@@ -3,18 +3,13 @@
 // header, and the loads from it.
 #include "io/safetensors_file.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <set>
 
 #include "core/checked_math.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "platform/platform.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian, and tensors are written and mapped as they lie in memory"
@@ -22,56 +17,13 @@
 
 namespace ampx::impl::io {
 
-class FileMapping {
+// A FIFO or device is refused without blocking (platform::MappedFile).
+class FileMapping : public platform::MappedFile {
  public:
-  // A FIFO or device is refused without blocking: the open does not wait
-  // (O_NONBLOCK) and the type is checked before the mapping.
   static std::shared_ptr<FileMapping> open(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) fail_io(errno, cat("cannot open '", path, "'"));
-    struct stat info {};
-    if (::fstat(fd, &info) != 0) {
-      const int error = errno;
-      ::close(fd);
-      fail_io(error, cat("cannot stat '", path, "'"));
-    }
-    if (!S_ISREG(info.st_mode)) {
-      ::close(fd);
-      fail(AMPX_ERR_IO, "'", path, "' is not a regular file");
-    }
-    const uint64_t size = static_cast<uint64_t>(info.st_size);
-    void* data = nullptr;
-    // An empty file cannot be mapped; the header check refuses it anyway.
-    if (size > 0) {
-      data = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-      if (data == MAP_FAILED) {
-        const int error = errno;
-        ::close(fd);
-        fail_io(error, cat("cannot map '", path, "' into memory"));
-      }
-    }
-    ::close(fd);  // the mapping keeps the file
-    try {
-      return std::shared_ptr<FileMapping>(new FileMapping(data, size));
-    } catch (...) {
-      if (data) ::munmap(data, static_cast<size_t>(size));
-      throw;
-    }
+    return std::make_shared<FileMapping>(path);
   }
-
-  ~FileMapping() {
-    if (data_) ::munmap(data_, static_cast<size_t>(size_));
-  }
-  FileMapping(const FileMapping&) = delete;
-  FileMapping& operator=(const FileMapping&) = delete;
-
-  unsigned char* data() const { return static_cast<unsigned char*>(data_); }
-  uint64_t size() const { return size_; }
-
- private:
-  FileMapping(void* data, uint64_t size) : data_(data), size_(size) {}
-  void* data_;
-  uint64_t size_;
+  explicit FileMapping(const std::string& path) : platform::MappedFile(path) {}
 };
 
 namespace {

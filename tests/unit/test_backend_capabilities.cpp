@@ -15,6 +15,7 @@
 #include "core/context.h"
 #include "core/convert_bulk.h"
 #include "core/error.h"
+#include "platform/platform.h"
 #include "support.h"
 #if defined(AMPX_WITH_CUDA)
 #include <cuda_runtime_api.h>
@@ -42,11 +43,11 @@ class CoreOnlyBackend final : public ampx::impl::Backend {
     struct HostMemory final : ampx::impl::Allocator {
       void* allocate(size_t bytes) override {
         held += bytes;
-        return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+        return ampx::impl::platform::aligned_alloc(64, (bytes + 63) / 64 * 64);
       }
       void deallocate(void* ptr, size_t bytes) override {
         held -= bytes;
-        std::free(ptr);
+        ampx::impl::platform::aligned_free(ptr);
       }
       uint64_t reserved_bytes() const override { return held; }
       uint64_t held = 0;

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "platform/platform.h"
 #include "support.h"
 
 using ampx_test::contains;
@@ -61,7 +62,7 @@ void* hook_alloc(void* user, size_t bytes, size_t alignment) {
   log->alignments.push_back(alignment);
   if (log->alloc_calls == log->fail_call) return nullptr;
   const size_t rounded = (bytes + 256 + 255) / 256 * 256;
-  void* base = std::aligned_alloc(256, rounded);
+  void* base = ampx::impl::platform::aligned_alloc(256, rounded);
   if (!base) return nullptr;
   void* given = log->misalign ? static_cast<char*>(base) + 1 : base;
   log->live[given] = bytes;
@@ -79,7 +80,7 @@ void hook_free(void* user, void* ptr, size_t bytes) {
     return;
   }
   log->live.erase(it);
-  std::free(log->raw[ptr]);
+  ampx::impl::platform::aligned_free(log->raw[ptr]);
   log->raw.erase(ptr);
 }
 

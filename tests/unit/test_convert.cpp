@@ -33,7 +33,12 @@ using ampx::impl::CpuIsa;
 using ampx::impl::DType;
 
 constexpr DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64};
+// Every code path of this architecture, in the order support implies.
+#if defined(__aarch64__)
+constexpr CpuIsa kAllIsas[] = {CpuIsa::Scalar, CpuIsa::Neon};
+#else
 constexpr CpuIsa kAllIsas[] = {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx512};
+#endif
 
 std::string hex(uint64_t v) {
   static const char digits[] = "0123456789abcdef";
@@ -750,6 +755,11 @@ TEST_CASE("convert: AMPX_CPU_ISA lowers the instruction set and never raises it"
   CHECK(ampx::impl::resolve_cpu_isa(CpuIsa::Avx2, "sse9") == CpuIsa::Avx2);
   CHECK(ampx::impl::resolve_cpu_isa(CpuIsa::Avx2, "") == CpuIsa::Avx2);
   CHECK(ampx::impl::resolve_cpu_isa(CpuIsa::Avx2, "avx2x") == CpuIsa::Avx2);
+  CHECK(ampx::impl::resolve_cpu_isa(CpuIsa::Neon, "scalar") == CpuIsa::Scalar);
+  CHECK(ampx::impl::resolve_cpu_isa(CpuIsa::Neon, "NEON") == CpuIsa::Neon);
+  CHECK(ampx::impl::resolve_cpu_isa(CpuIsa::Neon, "avx2") == CpuIsa::Neon);
+  CHECK(ampx::impl::resolve_cpu_isa(CpuIsa::Avx512, "neon") == CpuIsa::Avx512);
+  CHECK(std::string(ampx::impl::cpu_isa_name(CpuIsa::Neon)) == "neon");
 
   CHECK(ampx::impl::cpu_isa_supported(CpuIsa::Scalar));
   CHECK(std::string(ampx::impl::cpu_isa_name(CpuIsa::Avx512)) == "avx512");

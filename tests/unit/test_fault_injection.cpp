@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "platform/platform.h"
 #include "training_fixture.h"
 
 using namespace ampx_fixture;
@@ -59,7 +60,7 @@ struct FaultAllocator {
       return nullptr;
     }
     const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-    void* ptr = std::aligned_alloc(alignment, rounded);
+    void* ptr = ampx::impl::platform::aligned_alloc(alignment, rounded);
     if (ptr) self.live.emplace(ptr, bytes);
     return ptr;
   }
@@ -73,7 +74,7 @@ struct FaultAllocator {
       return;
     }
     self.live.erase(it);
-    std::free(ptr);
+    ampx::impl::platform::aligned_free(ptr);
   }
 
   int64_t request_count() {

@@ -293,7 +293,7 @@ TEST_CASE("fp8: the CPU's vector paths give the scalar bits, with and without a 
           std::vector<uint8_t> expected(inputs.size());
           const uint32_t expected_amax = ampx::impl::quantize_fp8_bulk_with(
               CpuIsa::Scalar, expected.data(), dst, src, src_type, n, &scale, saturate);
-          for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512}) {
+          for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Neon}) {
             if (!ampx::impl::cpu_isa_supported(isa)) continue;
             CAPTURE(ampx::impl::cpu_isa_name(isa));
             // Every length up to a few vectors, so each tail is exercised.

@@ -1,7 +1,6 @@
 // The optional libraries opened at run time: the one loader rule
 // (core/optional_library.h, ampx.h "Libraries") and the oneDNN plans a
 // context keeps (freed with it).
-#include <dlfcn.h>
 #include <stdlib.h>
 
 #include <cstdint>
@@ -10,6 +9,7 @@
 
 #include "backend/cpu/dnnl_library.h"
 #include "core/optional_library.h"
+#include "platform/platform.h"
 #include "support.h"
 
 using ampx::impl::LibrarySearch;
@@ -27,15 +27,15 @@ class ScopedEnv {
     had_ = before != nullptr;
     if (had_) before_ = before;
     if (value)
-      REQUIRE(setenv(name, value, 1) == 0);
+      ampx::impl::platform::set_environment(name, value);
     else
-      REQUIRE(unsetenv(name) == 0);
+      ampx::impl::platform::unset_environment(name);
   }
   ~ScopedEnv() {
     if (had_)
-      setenv(name_, before_.c_str(), 1);
+      ampx::impl::platform::set_environment(name_, before_.c_str());
     else
-      unsetenv(name_);
+      ampx::impl::platform::unset_environment(name_);
   }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
@@ -46,8 +46,12 @@ class ScopedEnv {
   std::string before_;
 };
 
-// A library every Linux process can load.
+// A library every process can load.
+#if defined(_WIN32)
+constexpr const char* kLoadable = "kernel32.dll";
+#else
 constexpr const char* kLoadable = "libm.so.6";
+#endif
 
 }  // namespace
 
@@ -72,7 +76,7 @@ TEST_CASE("optional libraries: unset, the defaults are tried in order; the error
   void* handle = found.open();
   REQUIRE(handle != nullptr);
   CHECK(found.path() == kLoadable);
-  dlclose(handle);
+  ampx::impl::platform::close_library(handle);
 
   // Empty is unset.
   const ScopedEnv empty(kVariable, "");
@@ -101,7 +105,7 @@ TEST_CASE("optional libraries: a path the variable names is the only one tried")
   void* handle = named.open();
   REQUIRE(handle != nullptr);
   CHECK(named.path() == kLoadable);
-  dlclose(handle);
+  ampx::impl::platform::close_library(handle);
 }
 
 TEST_CASE("optional libraries: none turns the library off; nothing is opened") {

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "platform/platform.h"
 #include "training_fixture.h"
 
 using namespace ampx_fixture;
@@ -130,7 +131,7 @@ struct CountingAllocator {
   std::thread::id owner = std::this_thread::get_id();
 
   static void* alloc(void* user, size_t bytes, size_t alignment) {
-    void* p = std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
+    void* p = ampx::impl::platform::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
     if (p) ++static_cast<CountingAllocator*>(user)->live;
     return p;
   }
@@ -138,7 +139,7 @@ struct CountingAllocator {
     auto& self = *static_cast<CountingAllocator*>(user);
     if (std::this_thread::get_id() != self.owner) ++self.freed_elsewhere;
     --self.live;
-    std::free(ptr);
+    ampx::impl::platform::aligned_free(ptr);
   }
 };
 
@@ -191,7 +192,7 @@ struct Deleted {
   std::atomic<int> count{0};
   static void deleter(void* user, void* data) {
     ++static_cast<Deleted*>(user)->count;
-    std::free(data);
+    ampx::impl::platform::aligned_free(data);
   }
 };
 
@@ -243,7 +244,7 @@ TEST_CASE("threads: tensors released by another thread while their context train
         queue.push(cast);
         if (s < kWrapped) {
           const int64_t n = 64;
-          void* data = std::aligned_alloc(64, n * sizeof(float));
+          void* data = ampx::impl::platform::aligned_alloc(64, n * sizeof(float));
           REQUIRE(ampx_tensor_wrap(ctx, AMPX_F32, 1, &n, data, n * sizeof(float), &Deleted::deleter,
                                    &deleted, &wrapped) == AMPX_OK);
           queue.push(wrapped);

@@ -1,12 +1,11 @@
 // cblas_loader.cpp -- loads the CBLAS for the CPU GEMM (see cblas_loader.h).
 #include "backend/cpu/cblas_loader.h"
 
-#include <dlfcn.h>
-
 #include <cstdlib>
 #include <string>
 
 #include "core/optional_library.h"
+#include "platform/platform.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -51,18 +50,18 @@ struct LoadSetting {
 // new one with the settings above.
 void* open_openblas(LibrarySearch& search) {
   for (const std::string& name : search.paths()) {
-    if (void* already = dlopen(name.c_str(), RTLD_NOW | RTLD_NOLOAD)) return already;
+    if (void* already = platform::loaded_library(name)) return already;
   }
   const LoadSetting settings[] = {{"OPENBLAS_CORETYPE", openblas_core_for_this_cpu()},
                                   {"OPENBLAS_THREAD_TIMEOUT", "4"}};
   bool set[2] = {false, false};
   for (size_t i = 0; i < 2; ++i) {
     set[i] = settings[i].value && !std::getenv(settings[i].name);
-    if (set[i]) setenv(settings[i].name, settings[i].value, 0);
+    if (set[i]) platform::set_environment(settings[i].name, settings[i].value);
   }
   void* handle = search.open();
   for (size_t i = 0; i < 2; ++i)
-    if (set[i]) unsetenv(settings[i].name);
+    if (set[i]) platform::unset_environment(settings[i].name);
   return handle;
 }
 
@@ -75,31 +74,29 @@ std::string& not_loaded() {
 // By the loader rule of optional libraries (core/optional_library.h).
 Cblas load() {
   Cblas blas;
-  LibrarySearch search("OpenBLAS", "AMPX_BLAS", {"libopenblas.so.0", "libopenblas.so"});
+  LibrarySearch search("OpenBLAS", "AMPX_BLAS", platform::library_file_names("openblas", "0"));
   void* handle = search.off() ? nullptr : search.chosen() ? search.open() : open_openblas(search);
   if (!handle) {
     not_loaded() = search.error();
     return blas;
   }
-  blas.sgemm = reinterpret_cast<decltype(blas.sgemm)>(dlsym(handle, "cblas_sgemm"));
+  blas.sgemm = reinterpret_cast<decltype(blas.sgemm)>(platform::library_symbol(handle, "cblas_sgemm"));
   if (!blas.sgemm) {
     not_loaded() = search.path() + " has no cblas_sgemm";
     return Cblas{};
   }
   blas.set_num_threads =
-      reinterpret_cast<decltype(blas.set_num_threads)>(dlsym(handle, "openblas_set_num_threads"));
+      reinterpret_cast<decltype(blas.set_num_threads)>(platform::library_symbol(handle, "openblas_set_num_threads"));
   blas.get_num_threads =
-      reinterpret_cast<decltype(blas.get_num_threads)>(dlsym(handle, "openblas_get_num_threads"));
+      reinterpret_cast<decltype(blas.get_num_threads)>(platform::library_symbol(handle, "openblas_get_num_threads"));
   if (!blas.set_num_threads || !blas.get_num_threads)
     blas.set_num_threads = nullptr, blas.get_num_threads = nullptr;
 
   static std::string description;
-  Dl_info info{};
-  description = dladdr(reinterpret_cast<void*>(blas.sgemm), &info) && info.dli_fname
-                    ? info.dli_fname
-                    : search.path();
+  description = platform::file_of_code(reinterpret_cast<const void*>(blas.sgemm));
+  if (description.empty()) description = search.path();
   using ConfigFn = const char* (*)();
-  if (auto config = reinterpret_cast<ConfigFn>(dlsym(handle, "openblas_get_config")))
+  if (auto config = reinterpret_cast<ConfigFn>(platform::library_symbol(handle, "openblas_get_config")))
     description += std::string(" (") + config() + ")";
   blas.description = description.c_str();
   return blas;

@@ -118,7 +118,8 @@ AdamDenseFn adam_dense_for_isa() {
   switch (detected_cpu_isa()) {
     case CpuIsa::Avx512: return adam_dense_avx512<Maximize, D>;
     case CpuIsa::Avx2: return adam_dense_avx2<Maximize, D>;
-    case CpuIsa::Scalar: break;
+    case CpuIsa::Scalar:
+    case CpuIsa::Neon: break;
   }
 #endif
   return adam_dense_baseline<Maximize, D>;

@@ -18,6 +18,7 @@
 #include "backend/cpu/thread_pool.h"
 #include "core/convert_bulk.h"
 #include "core/error.h"
+#include "platform/platform.h"
 
 namespace ampx::impl {
 namespace {
@@ -55,10 +56,10 @@ class CpuAllocator final : public Allocator {
         reserved_ -= rounded;
       }
     }
-    if (!ptr) ptr = std::aligned_alloc(kCpuAlignment, rounded);
+    if (!ptr) ptr = platform::aligned_alloc(kCpuAlignment, rounded);
     if (!ptr && !cache_.empty()) {
       release_cache();
-      ptr = std::aligned_alloc(kCpuAlignment, rounded);
+      ptr = platform::aligned_alloc(kCpuAlignment, rounded);
     }
     if (!ptr) return nullptr;
     reserved_ += bytes;
@@ -79,7 +80,7 @@ class CpuAllocator final : public Allocator {
       } catch (...) {  // no memory for the entry: the block goes back
       }
     }
-    std::free(ptr);
+    platform::aligned_free(ptr);
   }
   uint64_t reserved_bytes() const override { return reserved_; }
 
@@ -91,7 +92,7 @@ class CpuAllocator final : public Allocator {
   static constexpr size_t kCachedBlock = size_t{128} << 10;
 
   void release_cache() {
-    for (const auto& kept : cache_) std::free(kept.second);
+    for (const auto& kept : cache_) platform::aligned_free(kept.second);
     reserved_ -= cached_;
     cached_ = 0;
     cache_.clear();

@@ -2,8 +2,6 @@
 #include "backend/cpu/dnnl_library.h"
 
 #if __has_include(<oneapi/dnnl/dnnl.h>)
-#include <dlfcn.h>
-
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -12,6 +10,7 @@
 #include <unordered_map>
 
 #include "core/optional_library.h"
+#include "platform/platform.h"
 
 namespace ampx::impl {
 namespace cpu {
@@ -19,7 +18,7 @@ namespace {
 
 template <class Fn>
 bool resolve(void* handle, const char* name, Fn& fn) {
-  fn = reinterpret_cast<Fn>(dlsym(handle, name));
+  fn = reinterpret_cast<Fn>(platform::library_symbol(handle, name));
   return fn != nullptr;
 }
 
@@ -43,17 +42,17 @@ bool open_dnnl(Dnnl& lib) {
   // The CNN step of bench_vs_torch_cpu.py, two EPYC cores, bf16: 10.9-11.3
   // ms passive alone, 8.9-9.1 ms with 1000 polls (3000: 9.2-9.6, 30000:
   // 16-17, the default: 14.7-15.5).
-  const bool omp_loaded = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD) != nullptr;
+  const bool omp_loaded = platform::loaded_library("libgomp.so.1") != nullptr;
   const bool set_policy = !omp_loaded && std::getenv("OMP_WAIT_POLICY") == nullptr &&
                           std::getenv("GOMP_SPINCOUNT") == nullptr;
   if (set_policy) {
-    setenv("OMP_WAIT_POLICY", "passive", 0);
-    setenv("GOMP_SPINCOUNT", "1000", 0);
+    platform::set_environment("OMP_WAIT_POLICY", "passive");
+    platform::set_environment("GOMP_SPINCOUNT", "1000");
   }
   void* handle = search.open();
   if (set_policy) {
-    unsetenv("OMP_WAIT_POLICY");
-    unsetenv("GOMP_SPINCOUNT");
+    platform::unset_environment("OMP_WAIT_POLICY");
+    platform::unset_environment("GOMP_SPINCOUNT");
   }
   if (!handle) {
     lib.description = search.error();
@@ -95,7 +94,7 @@ bool open_dnnl(Dnnl& lib) {
       resolve(handle, "dnnl_primitive_execute", lib.execute);
   if (!complete) {
     lib.description = "oneDNN not used (" + path + " lacks the oneDNN 2.x C API)";
-    dlclose(handle);
+    platform::close_library(handle);
     return false;
   }
   resolve(handle, "omp_set_num_threads", lib.omp_set_num_threads);
