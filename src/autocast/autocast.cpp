@@ -4,6 +4,7 @@
 #include "core/backend_fp8.h"
 #include "core/error.h"
 #include "fp8/recipe.h"
+#include "onnx/emitter.h"
 
 namespace ampx::impl {
 namespace {
@@ -40,6 +41,8 @@ const std::unordered_map<std::string, OpClass>& op_table() {
 class CastNode final : public Node {
  public:
   const char* name() const override { return "cast"; }
+  // The exported graph computes in fp32: autocast's casts are dropped.
+  void onnx(onnx::Emitter& e) const override { e.output(0, e.input(0)); }
   bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
