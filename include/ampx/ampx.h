@@ -25,6 +25,7 @@
  *  16. safetensors files: save, load into tensors, load zero-copy (EXPERIMENTAL)
  *  17. Learning-rate schedules on the device (EXPERIMENTAL)
  *  18. FP8: casts, scaling recipes, FP8 products under autocast (EXPERIMENTAL)
+ *  19. ONNX export of a recorded forward pass (EXPERIMENTAL)
  *
  * Stability: sections 1-8 are stable: their functions keep their
  * signatures and meaning within an ABI major version. Sections marked

@@ -66,7 +66,9 @@ ampx_status ampx_onnx_export(const char* path, const ampx_tensor* inputs,
     spec.f16_weights = o.weight_type == AMPX_ONNX_WEIGHTS_F16;
     switch (o.external_data) {
       case 0:
-      case AMPX_ONNX_EXTERNAL_BEYOND_2GIB: spec.external_data = onnx::ExternalData::Beyond2GiB; break;
+      case AMPX_ONNX_EXTERNAL_BEYOND_2GIB:
+        spec.external_data = onnx::ExternalData::Beyond2GiB;
+        break;
       case AMPX_ONNX_EXTERNAL_NEVER: spec.external_data = onnx::ExternalData::Never; break;
       case AMPX_ONNX_EXTERNAL_ALWAYS: spec.external_data = onnx::ExternalData::Always; break;
       default:

@@ -25,14 +25,13 @@ namespace ampx::impl::onnx {
 enum class ElemType : int32_t { Float = 1, Int32 = 6, Int64 = 7, Bool = 9, Float16 = 10 };
 
 struct Attribute {
-  enum class Kind { Int, Float, Ints, Floats, String, Tensor } kind = Kind::Int;
+  enum class Kind { Int, Float, Ints, Floats, String } kind = Kind::Int;
   std::string name;
   int64_t i = 0;
   float f = 0.0f;
   std::vector<int64_t> ints;
   std::vector<float> floats;
   std::string s;
-  // Tensor: a FLOAT tensor of `floats` with dims `ints`.
 };
 
 Attribute attr(const char* name, int64_t value);
@@ -40,6 +39,13 @@ Attribute attr(const char* name, float value);
 Attribute attr(const char* name, std::vector<int64_t> values);
 Attribute attr_floats(const char* name, std::vector<float> values);
 Attribute attr_string(const char* name, std::string value);
+// Cast's `to`.
+inline Attribute cast_to(ElemType type) {
+  Attribute a;
+  a.name = "to";
+  a.i = static_cast<int64_t>(type);
+  return a;
+}
 
 struct GraphState;  // export.cpp
 

@@ -87,7 +87,7 @@ struct GraphState {
     init.name = fresh(name + "_f16");
     const std::string f16 = init.name;
     initializers.push_back(std::move(init));
-    nodes.push_back({"Cast", {f16}, {name}, {attr("to", int64_t{1})}});
+    nodes.push_back({"Cast", {f16}, {name}, {cast_to(ElemType::Float)}});
     return name;
   }
 
@@ -363,8 +363,6 @@ void write_attribute(ProtoWriter& w, const Attribute& a) {
       for (float v : a.floats) m.float_field(7, v);
       m.int_field(20, 6);
       break;
-    case Attribute::Kind::Tensor:
-      fail(AMPX_ERR_INTERNAL, "tensor attributes are not written");
   }
   w.message_field(5, m);
 }

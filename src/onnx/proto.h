@@ -20,7 +20,9 @@ class ProtoWriter {
   }
   // int32/int64 fields: negative values are sign-extended to 64 bits, as
   // protobuf encodes them (10 bytes).
-  void int_field(uint32_t field, int64_t value) { varint_field(field, static_cast<uint64_t>(value)); }
+  void int_field(uint32_t field, int64_t value) {
+    varint_field(field, static_cast<uint64_t>(value));
+  }
   void float_field(uint32_t field, float value) {
     tag(field, 5);
     uint32_t bits;
@@ -32,7 +34,9 @@ class ProtoWriter {
     varint(size);
     out_.append(static_cast<const char*>(data), size);
   }
-  void string_field(uint32_t field, const std::string& s) { bytes_field(field, s.data(), s.size()); }
+  void string_field(uint32_t field, const std::string& s) {
+    bytes_field(field, s.data(), s.size());
+  }
   void message_field(uint32_t field, const ProtoWriter& message) {
     bytes_field(field, message.out_.data(), message.out_.size());
   }

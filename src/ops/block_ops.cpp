@@ -22,7 +22,8 @@ class MaskedFillNode final : public Node {
   const char* name() const override { return "masked_fill"; }
   // x where the mask is zero, else the value.
   void onnx(onnx::Emitter& e) const override {
-    const std::string where = e.op("Cast", {e.constant(*mask)}, {onnx::attr("to", int64_t{9})});
+    const std::string where =
+        e.op("Cast", {e.constant(*mask)}, {onnx::cast_to(onnx::ElemType::Bool)});
     e.output(0, e.op("Where", {where, e.scalar(value), e.input(0)}));
   }
   float value = 0.0f;  // for the ONNX form

@@ -221,7 +221,8 @@ class Pool2dNode final : public Node {
     if (ceil) attrs.push_back(onnx::attr("ceil_mode", int64_t{1}));
     if (dilated)
       attrs.push_back(onnx::attr("dilations", std::vector<int64_t>{s.dilation_h, s.dilation_w}));
-    if (!max) attrs.push_back(onnx::attr("count_include_pad", int64_t{s.count_include_pad ? 1 : 0}));
+    if (!max)
+      attrs.push_back(onnx::attr("count_include_pad", int64_t{s.count_include_pad ? 1 : 0}));
     e.output(0, e.op(max ? "MaxPool" : "AveragePool", {e.input(0)}, attrs));
   }
   bool reads_input(size_t) const override { return shape.kind == PoolKind::Max; }

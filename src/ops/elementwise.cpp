@@ -80,7 +80,8 @@ class BinaryNode final : public Node {
       case BinaryOp::Div: return e.output(0, e.op("Div", {a, b}));
       case BinaryOp::Equal:
         e.require_opset(11, "Equal on floats");
-        return e.output(0, e.op("Cast", {e.op("Equal", {a, b})}, {onnx::attr("to", int64_t{1})}));
+        return e.output(
+            0, e.op("Cast", {e.op("Equal", {a, b})}, {onnx::cast_to(onnx::ElemType::Float)}));
     }
   }
   bool reads_input(size_t) const override { return op == BinaryOp::Mul || op == BinaryOp::Div; }

@@ -187,7 +187,9 @@ class LinearNode final : public Node {
       if (bias) args.push_back(e.input(2));
       z = e.op("Gemm", args, {onnx::attr("transB", int64_t{1})});
     } else {
-      z = e.op("MatMul", {x, e.op("Transpose", {w}, {onnx::attr("perm", std::vector<int64_t>{1, 0})})});
+      const std::string wt =
+          e.op("Transpose", {w}, {onnx::attr("perm", std::vector<int64_t>{1, 0})});
+      z = e.op("MatMul", {x, wt});
       if (bias) z = e.op("Add", {z, e.input(2)});
     }
     if (activation == Activation::Relu) z = e.op("Relu", {z});

@@ -48,7 +48,8 @@ class SoftmaxNode final : public Node {
   // Over the last axis, which before opset 13 (rows of the input flattened
   // at `axis`) means the same.
   void onnx(onnx::Emitter& e) const override {
-    e.output(0, e.op(log ? "LogSoftmax" : "Softmax", {e.input(0)}, {onnx::attr("axis", int64_t{-1})}));
+    e.output(0, e.op(log ? "LogSoftmax" : "Softmax", {e.input(0)},
+                     {onnx::attr("axis", int64_t{-1})}));
   }
   bool reads_input(size_t) const override { return false; }  // reads its output
   std::vector<TensorRef> backward(DeviceContext& ctx,
