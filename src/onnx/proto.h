@@ -32,7 +32,7 @@ class ProtoWriter {
   void bytes_field(uint32_t field, const void* data, size_t size) {
     tag(field, 2);
     varint(size);
-    out_.append(static_cast<const char*>(data), size);
+    if (size > 0) out_.append(static_cast<const char*>(data), size);
   }
   void string_field(uint32_t field, const std::string& s) {
     bytes_field(field, s.data(), s.size());
