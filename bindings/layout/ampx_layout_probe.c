@@ -281,5 +281,16 @@ int main(void) {
   printf("offsetof ampx_fp8_stats.fp8_products %zu\n", offsetof(ampx_fp8_stats, fp8_products));
   printf("offsetof ampx_fp8_stats.fallbacks %zu\n", offsetof(ampx_fp8_stats, fallbacks));
   printf("offsetof ampx_fp8_stats.last_fallback %zu\n", offsetof(ampx_fp8_stats, last_fallback));
+  printf("sizeof ampx_onnx_options %zu\n", sizeof(ampx_onnx_options));
+  printf("alignof ampx_onnx_options %zu\n", (size_t)_Alignof(ampx_onnx_options));
+  printf("offsetof ampx_onnx_options.struct_size %zu\n", offsetof(ampx_onnx_options, struct_size));
+  printf("offsetof ampx_onnx_options.opset %zu\n", offsetof(ampx_onnx_options, opset));
+  printf("offsetof ampx_onnx_options.ir_version %zu\n", offsetof(ampx_onnx_options, ir_version));
+  printf("offsetof ampx_onnx_options.batch_dim %zu\n", offsetof(ampx_onnx_options, batch_dim));
+  printf("offsetof ampx_onnx_options.weight_type %zu\n", offsetof(ampx_onnx_options, weight_type));
+  printf("offsetof ampx_onnx_options.external_data %zu\n", offsetof(ampx_onnx_options, external_data));
+  printf("offsetof ampx_onnx_options.constant_outputs %zu\n", offsetof(ampx_onnx_options, constant_outputs));
+  printf("offsetof ampx_onnx_options.constant_output_names %zu\n", offsetof(ampx_onnx_options, constant_output_names));
+  printf("offsetof ampx_onnx_options.constant_output_count %zu\n", offsetof(ampx_onnx_options, constant_output_count));
   return 0;
 }

@@ -25,6 +25,7 @@
  *  16. safetensors files: save, load into tensors, load zero-copy (EXPERIMENTAL)
  *  17. Learning-rate schedules on the device (EXPERIMENTAL)
  *  18. FP8: casts, scaling recipes, FP8 products under autocast (EXPERIMENTAL)
+ *  19. ONNX export of a recorded forward pass (EXPERIMENTAL)
  *
  * Stability: sections 1-8 are stable: their functions keep their
  * signatures and meaning within an ABI major version. Sections marked
@@ -3540,6 +3541,135 @@ typedef struct ampx_fp8_stats {
  *  Errors: INVALID_ARGUMENT (NULL, struct_size too small), STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_autocast_fp8_stats(ampx_autocast autocast,
                                                             ampx_fp8_stats *stats);
+
+/* ========================================================================== */
+/* 19. ONNX export (EXPERIMENTAL)                                             */
+/* ========================================================================== */
+
+/* A forward pass recorded on the tape, written as an ONNX model for the
+ * inference runtimes engines ship (ONNX Runtime, Unity's Inference Engine).
+ * Each op knows its ONNX form, as it knows its backward formula; the
+ * export walks the records from the named outputs back to the named
+ * inputs. Everything else the outputs depend on -- parameters, buffers
+ * such as batch norm's running statistics, constants -- becomes an
+ * initializer holding its current values.
+ *
+ * Recording: an op is recorded when grad mode is on and one of its inputs
+ * requires grad, so run the forward to export with grad mode on and each
+ * input marked with ampx_tensor_set_requires_grad (as an input of
+ * torch.onnx's tracer is a traced value). Export before backward (which
+ * frees the records) and before popping the scope that owns the outputs.
+ *
+ * Semantics: the graph computes at inference in fp32 -- its floating
+ * inputs, outputs and values are FLOAT whatever dtypes the forward ran in:
+ * autocast's casts are dropped, F16 and BF16 tensors are read as FLOAT
+ * (ONNX Runtime's CPU provider has no bf16 MatMul and Unity's importer
+ * refuses BFLOAT16 initializers), so ONNX Runtime's results match ampx's
+ * fp32 forward, not a forward run under autocast. Dropout is the identity;
+ * batch norm normalises with its running statistics (a forward in training
+ * mode exports as the same model in evaluation mode); a checkpointed
+ * segment exports its recomputed ops. An op without an ONNX form, or
+ * without one at the chosen opset, is AMPX_ERR_NOT_SUPPORTED naming the op
+ * and the opset.
+ *
+ * Coverage: add/sub/mul/div (broadcasting), affine, relu, gelu (both
+ * forms; Gelu from opset 20, decomposed below), silu, sigmoid, tanh,
+ * exp, log, sqrt, rsqrt, pow, softmax, log_softmax, sum/mean/amax (all
+ * elements or dimensions; axes an attribute below opset 13 for ReduceSum,
+ * 18 for the others, an input from there), matmul, linear (Gemm with transB
+ * for 2-D inputs, else MatMul and Add; its fused activations), reshape,
+ * transpose, permute, concat, split, chunk, embedding (Gather),
+ * masked_fill, dropout. */
+
+/** The element type of the exported floating initializers. Numbers pinned. */
+typedef enum ampx_onnx_weight_type {
+  AMPX_ONNX_WEIGHTS_F32 = 1, /**< FLOAT (F16 and BF16 parameters widened) */
+  AMPX_ONNX_WEIGHTS_F16 = 2, /**< FLOAT16, each followed by a Cast to FLOAT
+                                  (what Unity's importer and ONNX Runtime's
+                                  CPU provider both take); half the bytes */
+  AMPX_ONNX_WEIGHT_TYPE_MIN_ENUM = -0x7fffffff - 1, /**< not a type (see AMPX_STATUS_MIN_ENUM) */
+  AMPX_ONNX_WEIGHT_TYPE_MAX_ENUM = 0x7fffffff       /**< not a type (see AMPX_STATUS_MAX_ENUM) */
+} ampx_onnx_weight_type;
+
+/** Where the initializers' bytes go. Numbers pinned. */
+typedef enum ampx_onnx_external_data {
+  AMPX_ONNX_EXTERNAL_NEVER = 1,   /**< inside the model; a model beyond
+                                       protobuf's 2 GiB is NOT_SUPPORTED */
+  AMPX_ONNX_EXTERNAL_BEYOND_2GIB = 2, /**< inside the model, unless it would
+                                       pass 2 GiB: then in a file beside it
+                                       (ONNX's external-data form) */
+  AMPX_ONNX_EXTERNAL_ALWAYS = 3,  /**< always in the file beside the model */
+  AMPX_ONNX_EXTERNAL_DATA_MIN_ENUM = -0x7fffffff - 1, /**< not a choice (see AMPX_STATUS_MIN_ENUM) */
+  AMPX_ONNX_EXTERNAL_DATA_MAX_ENUM = 0x7fffffff       /**< not a choice (see AMPX_STATUS_MAX_ENUM) */
+} ampx_onnx_external_data;
+
+/** Options of ampx_onnx_export (fields only appended). */
+typedef struct ampx_onnx_options {
+  size_t struct_size;     /**< sizeof(ampx_onnx_options) */
+  int32_t opset;          /**< ai.onnx opset, 9 to 23; 0: 17 */
+  int32_t ir_version;     /**< the model's IR version; 0: 8, or the IR the
+                               opset came with if newer (9 for opsets 19-20,
+                               10 for 21-22, 11 for 23). ONNX Runtime 1.15,
+                               which godot_rl_agents pins, reads IR 8 and
+                               opsets up to 19 */
+  const char *batch_dim;  /**< NULL: every shape as exported; else the name
+                               of dim 0 of every input and output (a
+                               symbolic batch: "batch") -- the shapes the
+                               ops record then hold the batch extent as -1
+                               in dim 0 only, so the batch must stay in dim 0 */
+  int32_t weight_type;    /**< ampx_onnx_weight_type; 0: F32 */
+  int32_t external_data;  /**< ampx_onnx_external_data; 0: BEYOND_2GIB. The
+                               side file is `path` + ".data" (its name as
+                               written in the model: the part after the
+                               last '/'), written atomically before the
+                               model, 4096-byte aligned */
+  const ampx_tensor *constant_outputs;       /**< extra outputs holding these
+                                                  tensors' values (Constant
+                                                  nodes; ML-Agents'
+                                                  version_number and
+                                                  memory_size); borrowed */
+  const char *const *constant_output_names;  /**< their names */
+  size_t constant_output_count;              /**< how many (0: none) */
+} ampx_onnx_options;
+
+#define AMPX_ONNX_OPTIONS_INIT { sizeof(ampx_onnx_options), 0, 0, NULL, 0, 0, NULL, NULL, 0 }
+
+/** Default options (same as AMPX_ONNX_OPTIONS_INIT): opset 17, IR 8,
+ *  static shapes, F32 weights, external data beyond 2 GiB only, no
+ *  constant outputs. Thread-safe. */
+AMPX_API ampx_onnx_options ampx_onnx_options_default(void);
+
+/** Writes the recorded computation of outputs[0..output_count-1] from
+ *  inputs[0..input_count-1] (see above) to `path` as an ONNX model: graph
+ *  inputs named input_names[i], with inputs[i]'s shape and FLOAT (INT32
+ *  and INT64 for integer tensors, such as embedding indices); graph
+ *  outputs named output_names[i]; then the constant outputs. An output
+ *  that is itself one of the inputs passes it through (an Identity: the
+ *  godot_rl_agents layout's state_ins -> state_outs). Initializers take
+ *  the tensors' own names (ampx_tensor_set_name) where free, and hold their
+ *  values at the call. The file is replaced atomically as by
+ *  ampx_checkpoint_file_save (a temporary file in the same directory,
+ *  flushed, renamed over `path`): on any error no file is left. All
+ *  arguments are borrowed for the call; nothing is changed (the tape
+ *  included). Synchronizes with the device (initializers are read).
+ *  Errors: INVALID_ARGUMENT (NULL or empty path; NULL arrays with a
+ *  non-zero count, no outputs; a NULL, empty or repeated name among the
+ *  inputs, outputs and constant outputs; an input listed twice; an input
+ *  with a gradient attached, which is a parameter (the export makes those
+ *  initializers itself); an output that depends on no input -- a forward
+ *  not recorded, see above --; an option out of range), STALE_HANDLE (a
+ *  tensor released since), DEVICE (tensors of different contexts), ORDER (a
+ *  record the outputs need was freed by a backward pass), NOT_SUPPORTED (an
+ *  op without a form at the opset, named; an FP8 tensor; a model beyond
+ *  2 GiB with AMPX_ONNX_EXTERNAL_NEVER), IO (the file cannot be written;
+ *  no file is left), OUT_OF_MEMORY. Threads: the context's rules apply. */
+AMPX_NODISCARD AMPX_API ampx_status ampx_onnx_export(const char *path, const ampx_tensor *inputs,
+                                                     const char *const *input_names,
+                                                     size_t input_count,
+                                                     const ampx_tensor *outputs,
+                                                     const char *const *output_names,
+                                                     size_t output_count,
+                                                     const ampx_onnx_options *options);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1064,6 +1064,39 @@ inline void DataParallel::set_fp8_recipe(const Fp8Recipe* recipe) {
   check(ampx_data_parallel_set_fp8_recipe(get(), recipe ? recipe->get() : nullptr));
 }
 
+// ONNX export (ampx_onnx_export): the recorded forward from `inputs` to
+// `outputs`, each a tensor with its graph name; constant outputs and the
+// rest in `options` (its constant_outputs fields are set from `constants`).
+struct OnnxNamed {
+  const Tensor* tensor;
+  std::string name;
+};
+
+inline void onnx_export(const std::string& path, const std::vector<OnnxNamed>& inputs,
+                        const std::vector<OnnxNamed>& outputs,
+                        ampx_onnx_options options = ampx_onnx_options_default(),
+                        const std::vector<OnnxNamed>& constants = {}) {
+  auto lists = [](const std::vector<OnnxNamed>& named, std::vector<ampx_tensor>& handles,
+                  std::vector<const char*>& names) {
+    for (const OnnxNamed& n : named) {
+      handles.push_back(n.tensor->get());
+      names.push_back(n.name.c_str());
+    }
+  };
+  std::vector<ampx_tensor> in, out, constant;
+  std::vector<const char*> in_names, out_names, constant_names;
+  lists(inputs, in, in_names);
+  lists(outputs, out, out_names);
+  lists(constants, constant, constant_names);
+  if (!constants.empty()) {
+    options.constant_outputs = constant.data();
+    options.constant_output_names = constant_names.data();
+    options.constant_output_count = constant.size();
+  }
+  check(ampx_onnx_export(path.c_str(), in.data(), in_names.data(), in.size(), out.data(),
+                         out_names.data(), out.size(), &options));
+}
+
 }  // namespace ampx
 
 #endif  // AMPX_HPP

@@ -6,6 +6,7 @@
 #include "autocast/autocast.h"
 #include "autograd/tape.h"
 #include "core/error.h"
+#include "onnx/emitter.h"
 
 namespace ampx::impl {
 namespace {
@@ -114,6 +115,40 @@ class CheckpointNode final : public Node {
   }
 
   const char* name() const override { return "checkpoint"; }
+  // The segment's recomputed ops: it runs again on a nested tape with
+  // recording on (from copies of the inputs that require grad, as backward
+  // runs it), and the records that make its outputs are emitted in place.
+  void onnx(onnx::Emitter& e) const override {
+    if (inputs.empty()) e.unsupported("a segment without inputs");
+    DeviceContext& ctx = *inputs[0]->ctx;
+    on_nested_tape(ctx, true, [&] {
+      std::vector<TensorRef> copies;
+      std::vector<DeviceTensor*> segment_inputs;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        TensorRef copy(DeviceTensor::empty(ctx, inputs[i]->dtype, inputs[i]->shape));
+        ctx.backend().copy(copy->data(), inputs[i]->data(), inputs[i]->nbytes());
+        if (is_floating(copy->dtype)) copy->requires_grad = true;
+        e.bind(*copy, e.input(i));
+        segment_inputs.push_back(copy.get());
+        copies.push_back(std::move(copy));
+      }
+      const uint64_t resume_offset = ctx.random_offset();
+      ctx.set_random_offset(random_offset);
+      std::vector<TensorRef> outputs;
+      try {
+        const AutocastRegionsSwap regions(ctx, autocast_regions);
+        outputs = call_segment(ctx, segment.fn, segment.user_data, segment_inputs, output_count);
+      } catch (...) {
+        ctx.set_random_offset(resume_offset);
+        throw;
+      }
+      ctx.set_random_offset(resume_offset);
+      std::vector<const DeviceTensor*> results;
+      for (const TensorRef& out : outputs) results.push_back(out.get());
+      onnx::emit_recorded(e.graph(), autograd_state(ctx).tape, results);
+      for (size_t i = 0; i < outputs.size(); ++i) e.output(i, e.value_of(*outputs[i]));
+    });
+  }
   // The recompute accumulates into the parameters the segment reads
   // through user_data, which are not among this record's inputs.
   bool runs_nested_backward() const override { return true; }

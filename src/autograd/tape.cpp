@@ -88,9 +88,11 @@ void record(DeviceContext& ctx, std::unique_ptr<Node> node,
 void add_output(DeviceContext& ctx, Node& node, DeviceTensor& out) {
   node.output_ids.reserve(node.output_ids.size() + 1);  // nothing changes if these throw
   node.output_tokens.reserve(node.output_tokens.size() + 1);
+  node.output_shapes.reserve(node.output_shapes.size() + 1);
   if (!out.tape_token) out.tape_token = std::make_shared<char>(0);
   node.output_ids.push_back(out.id);
   node.output_tokens.push_back(out.tape_token);
+  node.output_shapes.push_back(out.shape);
   out.requires_grad = true;
   out.tape_generation = autograd_state(ctx).generation;
 }

@@ -31,6 +31,9 @@
 namespace ampx::impl {
 
 class LossScaler;
+namespace onnx {
+class Emitter;
+}
 
 class Node {
  public:
@@ -69,10 +72,16 @@ class Node {
   // the walk cannot tell in advance which leaves such a node reaches.
   virtual bool runs_nested_backward() const { return false; }
 
+  // This record's ONNX form (onnx/emitter.h), written beside the op as its
+  // backward formulas are: the nodes computing its outputs from its
+  // inputs at inference. The default is NOT_SUPPORTED naming the op.
+  virtual void onnx(onnx::Emitter& e) const;
+
   std::vector<TensorRef> inputs;
   std::vector<std::pair<const Storage*, uint64_t>> saved_versions;
   std::vector<uint64_t> output_ids;
   std::vector<std::weak_ptr<const void>> output_tokens;  // expired once released
+  std::vector<Shape> output_shapes;  // as recorded, for the ONNX forms
 };
 
 // Told that `leaf`'s gradient is final for the backward pass that runs (its

@@ -6,9 +6,11 @@
 // caller passed turned additive (an integer one) or expanded over leading
 // extents one stride cannot walk.
 #include <cmath>
+#include <limits>
 
 #include "core/backend_attention.h"
 #include "math/random.h"
+#include "onnx/emitter.h"
 #include "ops/formula.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
@@ -30,6 +32,51 @@ class AttentionNode final : public Node {
   TensorRef output;  // out, which the backward's dout . out term reads
   TensorRef lse;     // F32 [batch, heads, q_len]
   const char* name() const override { return kOp; }
+  // Decomposed (torch.onnx's form): softmax(scale q k^T + mask) v, the
+  // causal mask a constant [Tq, Tk] of 0 and -inf; key/value heads
+  // repeated for grouped queries; dropout is the identity.
+  void onnx(onnx::Emitter& e) const override {
+    const AttentionShape& s = shape;
+    std::string k = e.input(1), v = e.input(2);
+    const Shape& q_shape = e.input_tensor(0).shape;
+    const int32_t nd = q_shape.ndim;
+    if (s.kv_heads != s.heads) {
+      // [..., Hkv, T, D] -> [..., Hkv, r, T, D] -> [..., H, T, D]
+      const int64_t r = s.heads / s.kv_heads;
+      auto repeat = [&](const std::string& t, const Shape& shape) {
+        Shape expanded;
+        expanded.ndim = shape.ndim + 1;
+        for (int32_t d = 0, o = 0; d < shape.ndim; ++d) {
+          expanded.dims[o++] = shape.dims[d];
+          if (d == shape.ndim - 3) expanded.dims[o++] = r;
+        }
+        std::vector<int64_t> ones(expanded.dims, expanded.dims + expanded.ndim);
+        for (int32_t d = 0; d < expanded.ndim; ++d)
+          if (d != shape.ndim - 2) ones[d] = 1;
+        const std::string up = e.unsqueeze(t, {shape.ndim - 2});
+        Shape merged = shape;
+        merged.dims[shape.ndim - 3] = s.heads;
+        return e.reshape(e.op("Expand", {up, e.ints(ones)}), merged);
+      };
+      k = repeat(k, e.input_tensor(1).shape);
+      v = repeat(v, e.input_tensor(2).shape);
+    }
+    std::vector<int64_t> perm;
+    for (int32_t d = 0; d < nd; ++d) perm.push_back(d);
+    std::swap(perm[nd - 1], perm[nd - 2]);
+    const std::string kt = e.op("Transpose", {k}, {onnx::attr("perm", perm)});
+    std::string scores = e.op("Mul", {e.op("MatMul", {e.input(0), kt}), e.scalar(s.scale)});
+    if (mask) scores = e.op("Add", {scores, e.constant(*mask)});
+    if (s.causal) {
+      std::vector<float> causal(static_cast<size_t>(s.q_len * s.kv_len), 0.0f);
+      for (int64_t i = 0; i < s.q_len; ++i)
+        for (int64_t j = i + 1; j < s.kv_len; ++j)
+          causal[i * s.kv_len + j] = -std::numeric_limits<float>::infinity();
+      scores = e.op("Add", {scores, e.floats(causal, {s.q_len, s.kv_len})});
+    }
+    const std::string weights = e.op("Softmax", {scores}, {onnx::attr("axis", int64_t{-1})});
+    e.output(0, e.op("MatMul", {weights, v}));
+  }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
     DeviceTensor& q = *inputs[0];

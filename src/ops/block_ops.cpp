@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "math/convert.h"
+#include "onnx/emitter.h"
 #include "ops/broadcast.h"
 #include "ops/formula.h"
 #include "ops/op_util.h"
@@ -19,6 +20,13 @@ class MaskedFillNode final : public Node {
  public:
   TensorRef mask;  // a constant: no gradient
   const char* name() const override { return "masked_fill"; }
+  // x where the mask is zero, else the value.
+  void onnx(onnx::Emitter& e) const override {
+    const std::string where =
+        e.op("Cast", {e.constant(*mask)}, {onnx::cast_to(onnx::ElemType::Bool)});
+    e.output(0, e.op("Where", {where, e.scalar(value), e.input(0)}));
+  }
+  float value = 0.0f;  // for the ONNX form
   bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
@@ -41,6 +49,9 @@ class PowNode final : public Node {
  public:
   float exponent = 1.0f;
   const char* name() const override { return "pow"; }
+  void onnx(onnx::Emitter& e) const override {
+    e.output(0, e.op("Pow", {e.input(0), e.scalar(exponent)}));
+  }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
     DeviceTensor& x = *inputs[0];
@@ -111,6 +122,17 @@ class SplitNode final : public Node {
   int32_t dim = 0;
   std::vector<int64_t> sizes;
   const char* name() const override { return "split"; }
+  // Split's sizes: an attribute below opset 13, an input from it.
+  void onnx(onnx::Emitter& e) const override {
+    std::vector<onnx::Attribute> attrs{onnx::attr("axis", int64_t{dim})};
+    std::vector<std::string> args{e.input(0)};
+    if (e.opset() >= 13)
+      args.push_back(e.ints(sizes));
+    else
+      attrs.push_back(onnx::attr("split", sizes));
+    const std::vector<std::string> parts = e.op_n("Split", args, attrs, sizes.size());
+    for (size_t k = 0; k < parts.size(); ++k) e.output(k, parts[k]);
+  }
   bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
@@ -183,6 +205,7 @@ DeviceTensor* op_masked_fill(DeviceTensor& x_in, DeviceTensor& mask, double valu
   if (should_record(ctx, {&x})) {
     auto node = make_node<MaskedFillNode>({&in[0]});
     node->mask = retained(mask);
+    node->value = math::double_to_float(value);
     node->saves(mask);
     record(ctx, std::move(node), {out.get()});
   }

@@ -4,6 +4,7 @@
 // (core/backend_conv.h). An unbatched [C, H, W] input is a batch of one.
 #include "core/backend_conv.h"
 #include "core/checked_math.h"
+#include "onnx/emitter.h"
 #include "ops/formula.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
@@ -54,6 +55,19 @@ class Conv2dNode final : public Node {
   Conv2dShape shape;
   bool has_bias = false;
   const char* name() const override { return "conv2d"; }
+  // Conv; ONNX's pads run [top, left, bottom, right] (the begins of every
+  // spatial axis, then the ends).
+  void onnx(onnx::Emitter& e) const override {
+    std::vector<std::string> args{e.input(0), e.input(1)};
+    if (e.has_input(2)) args.push_back(e.input(2));
+    const Conv2dShape& s = shape;
+    e.output(0, e.op("Conv", args,
+                     {onnx::attr("kernel_shape", std::vector<int64_t>{s.kernel_h, s.kernel_w}),
+                      onnx::attr("strides", std::vector<int64_t>{s.stride_h, s.stride_w}),
+                      onnx::attr("pads", std::vector<int64_t>{s.pad_h, s.pad_w, s.pad_h, s.pad_w}),
+                      onnx::attr("dilations", std::vector<int64_t>{s.dilation_h, s.dilation_w}),
+                      onnx::attr("group", s.groups)}));
+  }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
     DeviceTensor& x = *inputs[0];
@@ -174,6 +188,42 @@ class Pool2dNode final : public Node {
   Pool2dShape shape;
   const char* name() const override {
     return shape.kind == PoolKind::Max ? "max_pool2d" : "avg_pool2d";
+  }
+  // MaxPool / AveragePool. ceil_mode is read back from the recorded output
+  // extents, and refused where ONNX's rounding up would give another
+  // extent than torch's (which drops a last window starting in the padding).
+  void onnx(onnx::Emitter& e) const override {
+    const Pool2dShape& s = shape;
+    const bool max = s.kind == PoolKind::Max;
+    bool ceil = false;
+    const int64_t in[2] = {s.in_h, s.in_w}, out[2] = {s.out_h, s.out_w};
+    const int64_t k[2] = {s.kernel_h, s.kernel_w}, st[2] = {s.stride_h, s.stride_w};
+    const int64_t pad[2] = {s.pad_h, s.pad_w}, dil[2] = {s.dilation_h, s.dilation_w};
+    for (int d = 0; d < 2; ++d) {
+      const int64_t room = in[d] + 2 * pad[d] - (dil[d] * (k[d] - 1) + 1);
+      if (out[d] != room / st[d] + 1) ceil = true;
+    }
+    for (int d = 0; d < 2 && ceil; ++d) {
+      const int64_t room = in[d] + 2 * pad[d] - (dil[d] * (k[d] - 1) + 1);
+      if (out[d] != (room + st[d] - 1) / st[d] + 1)
+        e.unsupported("ceil_mode here drops a last window that starts in the padding, which "
+                      "ONNX's ceil_mode keeps");
+    }
+    if (ceil) e.require_opset(10, "ceil_mode");
+    const bool dilated = s.dilation_h != 1 || s.dilation_w != 1;
+    if (!max && s.divisor != 0 && s.divisor != s.kernel_h * s.kernel_w)
+      e.unsupported("AveragePool has no divisor_override");
+    if (dilated) e.require_opset(max ? 10 : 19, "dilations");
+    std::vector<onnx::Attribute> attrs{
+        onnx::attr("kernel_shape", std::vector<int64_t>{s.kernel_h, s.kernel_w}),
+        onnx::attr("strides", std::vector<int64_t>{s.stride_h, s.stride_w}),
+        onnx::attr("pads", std::vector<int64_t>{s.pad_h, s.pad_w, s.pad_h, s.pad_w})};
+    if (ceil) attrs.push_back(onnx::attr("ceil_mode", int64_t{1}));
+    if (dilated)
+      attrs.push_back(onnx::attr("dilations", std::vector<int64_t>{s.dilation_h, s.dilation_w}));
+    if (!max)
+      attrs.push_back(onnx::attr("count_include_pad", int64_t{s.count_include_pad ? 1 : 0}));
+    e.output(0, e.op(max ? "MaxPool" : "AveragePool", {e.input(0)}, attrs));
   }
   bool reads_input(size_t) const override { return shape.kind == PoolKind::Max; }
   std::vector<TensorRef> backward(DeviceContext& ctx,

@@ -2,6 +2,7 @@
 // the (seed, offset) that keyed the forward's Philox stream and the
 // backward regenerates the very same mask from them, so no mask is stored.
 #include "math/random.h"
+#include "onnx/emitter.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -15,6 +16,8 @@ class DropoutNode final : public Node {
   uint32_t threshold = 0;
   float scale = 1.0f;
   const char* name() const override { return "dropout"; }
+  // At inference dropout is the identity.
+  void onnx(onnx::Emitter& e) const override { e.output(0, e.input(0)); }
   bool reads_input(size_t) const override { return false; }  // the mask is regenerated
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {

@@ -6,6 +6,7 @@
 #include "math/activations.h"
 #include "ops/broadcast.h"
 #include "ops/formula.h"
+#include "onnx/emitter.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
 
@@ -68,6 +69,21 @@ class BinaryNode final : public Node {
  public:
   BinaryOp op = BinaryOp::Add;
   const char* name() const override { return binary_name(op); }
+  // ONNX: the same op with numpy broadcasting; equal gives 1 or 0 as
+  // floats, as ampx's does.
+  void onnx(onnx::Emitter& e) const override {
+    const std::string a = e.input(0), b = e.input(1);
+    switch (op) {
+      case BinaryOp::Add: return e.output(0, e.op("Add", {a, b}));
+      case BinaryOp::Sub: return e.output(0, e.op("Sub", {a, b}));
+      case BinaryOp::Mul: return e.output(0, e.op("Mul", {a, b}));
+      case BinaryOp::Div: return e.output(0, e.op("Div", {a, b}));
+      case BinaryOp::Equal:
+        e.require_opset(11, "Equal on floats");
+        return e.output(
+            0, e.op("Cast", {e.op("Equal", {a, b})}, {onnx::cast_to(onnx::ElemType::Float)}));
+    }
+  }
   bool reads_input(size_t) const override { return op == BinaryOp::Mul || op == BinaryOp::Div; }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
@@ -148,6 +164,14 @@ class AffineNode final : public Node {
  public:
   float scale = 1.0f;
   const char* name() const override { return "affine"; }
+  float shift = 0.0f;  // for the ONNX form; the backward needs the scale only
+  void onnx(onnx::Emitter& e) const override {
+    std::string y = e.input(0);
+    if (scale != 1.0f) y = e.op("Mul", {y, e.scalar(scale)});
+    if (shift != 0.0f) y = e.op("Add", {y, e.scalar(shift)});
+    if (y == e.input(0)) y = e.op("Identity", {y});
+    e.output(0, y);
+  }
   bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
@@ -167,6 +191,22 @@ class UnaryNode final : public Node {
  public:
   UnaryOp op = UnaryOp::Relu;
   const char* name() const override { return unary_name(op); }
+  void onnx(onnx::Emitter& e) const override {
+    const std::string x = e.input(0);
+    switch (op) {
+      case UnaryOp::Relu: return e.output(0, e.op("Relu", {x}));
+      case UnaryOp::Gelu: return e.output(0, e.gelu(x));
+      case UnaryOp::GeluTanh: return e.output(0, e.gelu_tanh(x));
+      case UnaryOp::Silu: return e.output(0, e.op("Mul", {x, e.op("Sigmoid", {x})}));
+      case UnaryOp::Sigmoid: return e.output(0, e.op("Sigmoid", {x}));
+      case UnaryOp::Tanh: return e.output(0, e.op("Tanh", {x}));
+      case UnaryOp::Exp: return e.output(0, e.op("Exp", {x}));
+      case UnaryOp::Log: return e.output(0, e.op("Log", {x}));
+      case UnaryOp::Sqrt: return e.output(0, e.op("Sqrt", {x}));
+      case UnaryOp::Rsqrt: return e.output(0, e.op("Reciprocal", {e.op("Sqrt", {x})}));
+      default: e.unsupported("a backward formula's internal op");
+    }
+  }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
     DeviceTensor& x = *inputs[0];
@@ -296,6 +336,7 @@ DeviceTensor* op_affine(DeviceTensor& x_in, float scale, float shift) {
     nn_of(ctx, "affine").affine(x.data(), out->data(), x.dtype, x.numel(), scale, shift);
   if (should_record(ctx, {&x})) {
     auto node = make_node<AffineNode>({&in[0]});
+    node->shift = shift;
     node->scale = scale;
     record(ctx, std::move(node), {out.get()});
   }

@@ -1,6 +1,7 @@
 // linear.cpp -- matmul (torch.matmul's shapes: vectors, batches that
 // broadcast) and linear (x W^T + b, optional fused activation), through the
 // backend's GEMM.
+#include "onnx/emitter.h"
 #include "ops/broadcast.h"
 #include "ops/formula.h"
 #include "ops/fp8_product.h"
@@ -86,6 +87,10 @@ class MatmulNode final : public Node {
  public:
   MatmulShape s{};
   const char* name() const override { return "matmul"; }
+  // torch.matmul's shapes are numpy's matmul, which ONNX's MatMul follows.
+  void onnx(onnx::Emitter& e) const override {
+    e.output(0, e.op("MatMul", {e.input(0), e.input(1)}));
+  }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
     DeviceTensor& a = *inputs[0];
@@ -171,6 +176,26 @@ class LinearNode final : public Node {
   // no pre-activation copy is kept; for GELU, z = x W^T + b.
   TensorRef activation_input;
   const char* name() const override { return "linear"; }
+  // Gemm with transB for a 2-D x (with a bias below opset 11, which made
+  // Gemm's C optional), else MatMul by the transposed weight, then Add.
+  void onnx(onnx::Emitter& e) const override {
+    const std::string x = e.input(0), w = e.input(1);
+    const bool bias = e.has_input(2);
+    std::string z;
+    if (e.input_tensor(0).shape.ndim == 2 && (bias || e.opset() >= 11)) {
+      std::vector<std::string> args{x, w};
+      if (bias) args.push_back(e.input(2));
+      z = e.op("Gemm", args, {onnx::attr("transB", int64_t{1})});
+    } else {
+      const std::string wt =
+          e.op("Transpose", {w}, {onnx::attr("perm", std::vector<int64_t>{1, 0})});
+      z = e.op("MatMul", {x, wt});
+      if (bias) z = e.op("Add", {z, e.input(2)});
+    }
+    if (activation == Activation::Relu) z = e.op("Relu", {z});
+    if (activation == Activation::Gelu) z = e.gelu(z);
+    e.output(0, z);
+  }
   bool reads_input(size_t i) const override { return i < 2; }  // x and weight
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {

@@ -4,6 +4,7 @@
 // running statistics are F32, as torch's batch norm under autocast.
 #include <cmath>
 
+#include "onnx/emitter.h"
 #include "ops/formula.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
@@ -33,6 +34,25 @@ class LayerNormNode final : public Node {
   float eps = 0.0f;
   TensorRef mean, rstd;  // F32 [rows]
   const char* name() const override { return centered ? "layer_norm" : "rms_norm"; }
+  // Over the last axis: LayerNormalization from opset 17 (RMSNormalization
+  // from 23), the same arithmetic decomposed below.
+  void onnx(onnx::Emitter& e) const override {
+    const std::string x = e.input(0);
+    const bool fused = centered ? e.opset() >= 17 : e.opset() >= 23;
+    if (!fused) {
+      std::string w, b;
+      if (e.has_input(1)) w = e.input(1);
+      if (e.has_input(2)) b = e.input(2);
+      return e.output(0, e.normalize_last(x, w.empty() ? nullptr : &w, b.empty() ? nullptr : &b,
+                                          eps, centered));
+    }
+    std::vector<std::string> args{x, e.has_input(1) ? e.input(1)
+                                                    : e.floats(std::vector<float>(cols, 1.0f),
+                                                               {cols})};
+    if (e.has_input(2)) args.push_back(e.input(2));
+    e.output(0, e.op(centered ? "LayerNormalization" : "RMSNormalization", args,
+                     {onnx::attr("axis", int64_t{-1}), onnx::attr("epsilon", eps)}));
+  }
   bool reads_input(size_t i) const override { return i < 2; }  // x and weight
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
@@ -93,6 +113,32 @@ class BatchNormNode final : public Node {
   bool batch_stats = false;
   TensorRef mean, var;  // F32 [channels]: the statistics the forward normalised with
   const char* name() const override { return "batch_norm"; }
+  // BatchNormalization with the running statistics (inference), read at
+  // export; without them, the batch's own, as torch's evaluation does.
+  void onnx(onnx::Emitter& e) const override {
+    const std::string x = e.input(0);
+    const std::string w =
+        e.has_input(1) ? e.input(1) : e.floats(std::vector<float>(channels, 1.0f), {channels});
+    const std::string b =
+        e.has_input(2) ? e.input(2) : e.floats(std::vector<float>(channels, 0.0f), {channels});
+    if (running_mean) {
+      e.output(0, e.op("BatchNormalization",
+                       {x, w, b, e.constant(*running_mean), e.constant(*running_var)},
+                       {onnx::attr("epsilon", eps)}));
+      return;
+    }
+    const int32_t nd = e.input_tensor(0).shape.ndim;
+    std::vector<int64_t> axes{0}, channel_dims{channels};
+    for (int32_t k = 2; k < nd; ++k) axes.push_back(k), channel_dims.push_back(1);
+    const std::string mean = e.reduce("ReduceMean", x, axes, true);
+    const std::string d = e.op("Sub", {x, mean});
+    const std::string var = e.reduce("ReduceMean", e.op("Mul", {d, d}), axes, true);
+    const std::string y = e.op("Div", {d, e.op("Sqrt", {e.op("Add", {var, e.scalar(eps)})})});
+    const std::string shape = e.ints(channel_dims);
+    e.output(0, e.op("Add", {e.op("Mul", {y, e.op("Reshape", {w, shape})}),
+                             e.op("Reshape", {b, shape})}));
+  }
+  TensorRef running_mean, running_var;  // for the ONNX form; constants
   bool reads_input(size_t i) const override { return i < 2; }  // x and weight
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
@@ -301,6 +347,10 @@ DeviceTensor* op_batch_norm(DeviceTensor& x_in, DeviceTensor* weight, DeviceTens
     node->n = n, node->channels = channels, node->inner = inner;
     node->eps = eps;
     node->batch_stats = batch_stats;
+    if (running_mean) {
+      node->running_mean = retained(*running_mean);
+      node->running_var = retained(*running_var);
+    }
     node->mean = std::move(mean);
     node->var = std::move(var);
     record(ctx, std::move(node), {out.get()});

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "onnx/emitter.h"
 #include "ops/formula.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
@@ -15,6 +16,12 @@ class SumNode final : public Node {
  public:
   float scale = 1.0f;  // 1/n for a mean
   const char* name() const override { return "sum"; }
+  // The sum over every element, times 1/n for a mean, as computed here.
+  void onnx(onnx::Emitter& e) const override {
+    std::string y = e.reduce("ReduceSum", e.input(0), {}, false);
+    if (scale != 1.0f) y = e.op("Mul", {y, e.scalar(scale)});
+    e.output(0, y);
+  }
   bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
@@ -38,6 +45,12 @@ class SoftmaxNode final : public Node {
   bool log = false;
   TensorRef output;  // y, which the backward formulas read
   const char* name() const override { return log ? "log_softmax" : "softmax"; }
+  // Over the last axis, which before opset 13 (rows of the input flattened
+  // at `axis`) means the same.
+  void onnx(onnx::Emitter& e) const override {
+    e.output(0, e.op(log ? "LogSoftmax" : "Softmax", {e.input(0)},
+                     {onnx::attr("axis", int64_t{-1})}));
+  }
   bool reads_input(size_t) const override { return false; }  // reads its output
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "onnx/emitter.h"
 #include "ops/broadcast.h"
 #include "ops/formula.h"
 #include "ops/op_util.h"
@@ -52,6 +53,20 @@ class ReduceDimsNode final : public Node {
   float scale = 1.0f;  // 1 / count for a mean
   TensorRef output;    // amax: the maxima, to find the elements that reached them
   const char* name() const override { return reduction_name(kind); }
+  // ReduceSum, ReduceMean or ReduceMax over the reduced axes; keepdim is
+  // read from the recorded output's rank.
+  void onnx(onnx::Emitter& e) const override {
+    const Shape& x = e.input_tensor(0).shape;
+    std::vector<int64_t> axes;
+    for (int32_t k = 0; k < x.ndim; ++k)
+      if ((reduced >> k) & 1u) axes.push_back(k);
+    if (axes.size() == static_cast<size_t>(x.ndim)) axes.clear();  // every axis
+    const bool keepdims = e.output_shape(0).ndim == x.ndim && x.ndim > 0;
+    const char* type = kind == DimsReduction::Sum    ? "ReduceSum"
+                       : kind == DimsReduction::Mean ? "ReduceMean"
+                                                     : "ReduceMax";
+    e.output(0, e.reduce(type, e.input(0), axes, keepdims));
+  }
   bool reads_input(size_t) const override { return kind == DimsReduction::Amax; }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {

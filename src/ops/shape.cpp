@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/checked_math.h"
+#include "onnx/emitter.h"
 #include "ops/formula.h"
 #include "ops/op_util.h"
 #include "ops/ops.h"
@@ -58,6 +59,9 @@ void* byte_offset(void* p, int64_t elements, DType dtype) {
 class ReshapeNode final : public Node {
  public:
   const char* name() const override { return "reshape"; }
+  void onnx(onnx::Emitter& e) const override {
+    e.output(0, e.reshape(e.input(0), e.output_shape(0)));
+  }
   bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
@@ -80,6 +84,12 @@ class TransposeNode final : public Node {
  public:
   int32_t d0 = 0, d1 = 0;
   const char* name() const override { return "transpose"; }
+  void onnx(onnx::Emitter& e) const override {
+    std::vector<int64_t> perm;
+    for (int32_t k = 0; k < e.input_tensor(0).shape.ndim; ++k) perm.push_back(k);
+    std::swap(perm[d0], perm[d1]);
+    e.output(0, e.op("Transpose", {e.input(0)}, {onnx::attr("perm", perm)}));
+  }
   bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
@@ -116,6 +126,12 @@ class PermuteNode final : public Node {
  public:
   int32_t inverse[AMPX_MAX_DIMS] = {};  // the permutation that undoes the forward's
   const char* name() const override { return "permute"; }
+  void onnx(onnx::Emitter& e) const override {
+    const int32_t nd = e.input_tensor(0).shape.ndim;
+    std::vector<int64_t> perm(nd);
+    for (int32_t k = 0; k < nd; ++k) perm[inverse[k]] = k;
+    e.output(0, e.op("Transpose", {e.input(0)}, {onnx::attr("perm", perm)}));
+  }
   bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
@@ -136,6 +152,11 @@ class ConcatNode final : public Node {
   int64_t outer = 0, inner = 0, total = 0;  // total: the output's extent along dim
   int32_t dim = 0;
   const char* name() const override { return "concat"; }
+  void onnx(onnx::Emitter& e) const override {
+    std::vector<std::string> parts;
+    for (size_t i = 0; i < inputs.size(); ++i) parts.push_back(e.input(i));
+    e.output(0, e.op("Concat", parts, {onnx::attr("axis", int64_t{dim})}));
+  }
   bool reads_input(size_t) const override { return false; }
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {
@@ -174,6 +195,10 @@ class ConcatNode final : public Node {
 class EmbeddingNode final : public Node {
  public:
   const char* name() const override { return "embedding"; }
+  // Rows of the weight at the indices.
+  void onnx(onnx::Emitter& e) const override {
+    e.output(0, e.op("Gather", {e.input(0), e.input(1)}, {onnx::attr("axis", int64_t{0})}));
+  }
   bool reads_input(size_t i) const override { return i == 1; }  // the indices
   std::vector<TensorRef> backward(DeviceContext& ctx,
                                   const std::vector<DeviceTensor*>& grads) override {

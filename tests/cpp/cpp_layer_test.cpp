@@ -712,3 +712,33 @@ int main(int argc, char** argv) {
   doctest::Context context(argc, argv);
   return context.run();
 }
+
+TEST_CASE("c++ layer: onnx_export writes a model, refuses an output no input reaches") {
+  ampx::Context ctx = test_context();
+  ampx::Tensor w = ampx::Tensor::from_host(ctx, {0.5f, -1.0f, 0.25f, 2.0f, 0.0f, -0.5f}, {2, 3});
+  w.set_requires_grad();
+  ampx::Tensor x = ampx::Tensor::from_host(ctx, {1.0f, 2.0f, 3.0f}, {1, 3});
+  x.set_requires_grad();
+  const ampx::Tensor y = ampx::linear(x, w);
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string path = std::string(tmp ? tmp : "/tmp") + "/ampx-cpp-layer-" +
+                           std::to_string(static_cast<long>(std::rand())) + ".onnx";
+  ampx::onnx_export(path, {{&x, "x"}}, {{&y, "y"}});
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  REQUIRE(f != nullptr);
+  unsigned char head[2] = {0, 0};
+  CHECK(std::fread(head, 1, 2, f) == 2);
+  std::fclose(f);
+  CHECK(head[0] == 0x08);  // ModelProto field 1 (ir_version), a varint
+  CHECK(head[1] == 8);
+  std::remove(path.c_str());
+  const ampx::Tensor lone = ampx::Tensor::from_host(ctx, {1.0f}, {1});
+  try {
+    ampx::onnx_export(path, {{&x, "x"}}, {{&lone, "lone"}});
+    FAIL("an output depending on no input was exported");
+  } catch (const ampx::Error& e) {
+    CHECK(e.status() == AMPX_ERR_INVALID_ARGUMENT);
+    CHECK(contains(e.what(), "does not depend on any input"));
+  }
+  CHECK(std::fopen(path.c_str(), "rb") == nullptr);
+}

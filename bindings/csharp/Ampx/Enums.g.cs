@@ -366,4 +366,45 @@ namespace Ampx
         /// </summary>
         Backward = 2,
     }
+
+    /// <summary>
+    /// The element type of the exported floating initializers. Numbers pinned.
+    /// </summary>
+    /// <remarks>The C enum ampx_onnx_weight_type (Native.ampx_onnx_weight_type).</remarks>
+    public enum OnnxWeightType : int
+    {
+        /// <summary>
+        /// FLOAT (F16 and BF16 parameters widened)
+        /// </summary>
+        F32 = 1,
+        /// <summary>
+        /// FLOAT16, each followed by a Cast to FLOAT
+        /// (what Unity's importer and ONNX Runtime's
+        /// CPU provider both take); half the bytes
+        /// </summary>
+        F16 = 2,
+    }
+
+    /// <summary>
+    /// Where the initializers' bytes go. Numbers pinned.
+    /// </summary>
+    /// <remarks>The C enum ampx_onnx_external_data (Native.ampx_onnx_external_data).</remarks>
+    public enum OnnxExternalData : int
+    {
+        /// <summary>
+        /// inside the model; a model beyond
+        /// protobuf's 2 GiB is NOT_SUPPORTED
+        /// </summary>
+        Never = 1,
+        /// <summary>
+        /// inside the model, unless it would
+        /// pass 2 GiB: then in a file beside it
+        /// (ONNX's external-data form)
+        /// </summary>
+        Beyond2gib = 2,
+        /// <summary>
+        /// always in the file beside the model
+        /// </summary>
+        Always = 3,
+    }
 }

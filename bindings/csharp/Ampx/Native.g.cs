@@ -522,6 +522,61 @@ namespace Ampx
             AMPX_FP8_ROLE_MAX_ENUM = 2147483647,
         }
 
+        /// <summary>
+        /// The element type of the exported floating initializers. Numbers pinned.
+        /// </summary>
+        public enum ampx_onnx_weight_type : int
+        {
+            /// <summary>
+            /// FLOAT (F16 and BF16 parameters widened)
+            /// </summary>
+            AMPX_ONNX_WEIGHTS_F32 = 1,
+            /// <summary>
+            /// FLOAT16, each followed by a Cast to FLOAT
+            /// (what Unity's importer and ONNX Runtime's
+            /// CPU provider both take); half the bytes
+            /// </summary>
+            AMPX_ONNX_WEIGHTS_F16 = 2,
+            /// <summary>
+            /// not a type (see AMPX_STATUS_MIN_ENUM)
+            /// </summary>
+            AMPX_ONNX_WEIGHT_TYPE_MIN_ENUM = -2147483648,
+            /// <summary>
+            /// not a type (see AMPX_STATUS_MAX_ENUM)
+            /// </summary>
+            AMPX_ONNX_WEIGHT_TYPE_MAX_ENUM = 2147483647,
+        }
+
+        /// <summary>
+        /// Where the initializers' bytes go. Numbers pinned.
+        /// </summary>
+        public enum ampx_onnx_external_data : int
+        {
+            /// <summary>
+            /// inside the model; a model beyond
+            /// protobuf's 2 GiB is NOT_SUPPORTED
+            /// </summary>
+            AMPX_ONNX_EXTERNAL_NEVER = 1,
+            /// <summary>
+            /// inside the model, unless it would
+            /// pass 2 GiB: then in a file beside it
+            /// (ONNX's external-data form)
+            /// </summary>
+            AMPX_ONNX_EXTERNAL_BEYOND_2GIB = 2,
+            /// <summary>
+            /// always in the file beside the model
+            /// </summary>
+            AMPX_ONNX_EXTERNAL_ALWAYS = 3,
+            /// <summary>
+            /// not a choice (see AMPX_STATUS_MIN_ENUM)
+            /// </summary>
+            AMPX_ONNX_EXTERNAL_DATA_MIN_ENUM = -2147483648,
+            /// <summary>
+            /// not a choice (see AMPX_STATUS_MAX_ENUM)
+            /// </summary>
+            AMPX_ONNX_EXTERNAL_DATA_MAX_ENUM = 2147483647,
+        }
+
         // ---- callback types ----
         /// <summary>
         /// The function-pointer type of a C field or parameter, named as the generator names it.
@@ -2044,6 +2099,76 @@ namespace Ampx
             public IntPtr last_fallback;
         }
 
+        /// <summary>
+        /// Options of ampx_onnx_export (fields only appended).
+        /// </summary>
+        /// <remarks>56 bytes on x86-64 Linux, aligned to 8.</remarks>
+        [StructLayout(LayoutKind.Sequential)]
+        public unsafe struct ampx_onnx_options
+        {
+            /// <summary>
+            /// sizeof(ampx_onnx_options)
+            /// </summary>
+            /// <remarks>C type size_t</remarks>
+            public UIntPtr struct_size;
+            /// <summary>
+            /// ai.onnx opset, 9 to 23; 0: 17
+            /// </summary>
+            /// <remarks>C type int32_t</remarks>
+            public int opset;
+            /// <summary>
+            /// the model's IR version; 0: 8, or the IR the
+            /// opset came with if newer (9 for opsets 19-20,
+            /// 10 for 21-22, 11 for 23). ONNX Runtime 1.15,
+            /// which godot_rl_agents pins, reads IR 8 and
+            /// opsets up to 19
+            /// </summary>
+            /// <remarks>C type int32_t</remarks>
+            public int ir_version;
+            /// <summary>
+            /// NULL: every shape as exported; else the name
+            /// of dim 0 of every input and output (a
+            /// symbolic batch: "batch") -- the shapes the
+            /// ops record then hold the batch extent as -1
+            /// in dim 0 only, so the batch must stay in dim 0
+            /// </summary>
+            /// <remarks>C type const char *</remarks>
+            public IntPtr batch_dim;
+            /// <summary>
+            /// ampx_onnx_weight_type; 0: F32
+            /// </summary>
+            /// <remarks>C type int32_t</remarks>
+            public int weight_type;
+            /// <summary>
+            /// ampx_onnx_external_data; 0: BEYOND_2GIB. The
+            /// side file is `path` + ".data" (its name as
+            /// written in the model: the part after the
+            /// last '/'), written atomically before the
+            /// model, 4096-byte aligned
+            /// </summary>
+            /// <remarks>C type int32_t</remarks>
+            public int external_data;
+            /// <summary>
+            /// extra outputs holding these
+            /// tensors' values (Constant
+            /// nodes; ML-Agents'
+            /// version_number and
+            /// memory_size); borrowed
+            /// </summary>
+            /// <remarks>C type const ampx_tensor *</remarks>
+            public IntPtr constant_outputs;
+            /// <summary>
+            /// their names
+            /// </summary>
+            /// <remarks>C type const const char * *</remarks>
+            public IntPtr constant_output_names;
+            /// <summary>
+            /// how many (0: none)
+            /// </summary>
+            /// <remarks>C type size_t</remarks>
+            public UIntPtr constant_output_count;
+        }
+
         // ---- *_INIT macros ----
         /// <summary>
         /// The value of the AMPX_ALLOCATOR_INIT macro: ampx_allocator set up with its defaults.
@@ -2359,6 +2484,16 @@ namespace Ampx
         {
             var value = default(ampx_fp8_stats);
             value.struct_size = (UIntPtr)sizeof(ampx_fp8_stats);
+            return value;
+        }
+
+        /// <summary>
+        /// The value of the AMPX_ONNX_OPTIONS_INIT macro: ampx_onnx_options set up with its defaults.
+        /// </summary>
+        public static ampx_onnx_options AMPX_ONNX_OPTIONS_INIT()
+        {
+            var value = default(ampx_onnx_options);
+            value.struct_size = (UIntPtr)sizeof(ampx_onnx_options);
             return value;
         }
 
@@ -5171,5 +5306,44 @@ namespace Ampx
         /// <remarks>ampx.h section 18. FP8: casts, scaling recipes, FP8 products (EXPERIMENTAL)</remarks>
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         public static extern ampx_status ampx_autocast_fp8_stats(IntPtr autocast, ampx_fp8_stats* stats);
+
+        /// <summary>
+        /// Default options (same as AMPX_ONNX_OPTIONS_INIT): opset 17, IR 8,
+        /// static shapes, F32 weights, external data beyond 2 GiB only, no
+        /// constant outputs. Thread-safe.
+        /// </summary>
+        /// <remarks>ampx.h section 19. ONNX export (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_onnx_options ampx_onnx_options_default();
+
+        /// <summary>
+        /// Writes the recorded computation of outputs[0..output_count-1] from
+        /// inputs[0..input_count-1] (see above) to `path` as an ONNX model: graph
+        /// inputs named input_names[i], with inputs[i]'s shape and FLOAT (INT32
+        /// and INT64 for integer tensors, such as embedding indices); graph
+        /// outputs named output_names[i]; then the constant outputs. An output
+        /// that is itself one of the inputs passes it through (an Identity: the
+        /// godot_rl_agents layout's state_ins -&gt; state_outs). Initializers take
+        /// the tensors' own names (ampx_tensor_set_name) where free, and hold their
+        /// values at the call. The file is replaced atomically as by
+        /// ampx_checkpoint_file_save (a temporary file in the same directory,
+        /// flushed, renamed over `path`): on any error no file is left. All
+        /// arguments are borrowed for the call; nothing is changed (the tape
+        /// included). Synchronizes with the device (initializers are read).
+        /// Errors: INVALID_ARGUMENT (NULL or empty path; NULL arrays with a
+        /// non-zero count, no outputs; a NULL, empty or repeated name among the
+        /// inputs, outputs and constant outputs; an input listed twice; an input
+        /// with a gradient attached, which is a parameter (the export makes those
+        /// initializers itself); an output that depends on no input -- a forward
+        /// not recorded, see above --; an option out of range), STALE_HANDLE (a
+        /// tensor released since), DEVICE (tensors of different contexts), ORDER (a
+        /// record the outputs need was freed by a backward pass), NOT_SUPPORTED (an
+        /// op without a form at the opset, named; an FP8 tensor; a model beyond
+        /// 2 GiB with AMPX_ONNX_EXTERNAL_NEVER), IO (the file cannot be written;
+        /// no file is left), OUT_OF_MEMORY. Threads: the context's rules apply.
+        /// </summary>
+        /// <remarks>ampx.h section 19. ONNX export (EXPERIMENTAL)</remarks>
+        [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        public static extern ampx_status ampx_onnx_export(byte* path, IntPtr* inputs, byte** input_names, UIntPtr input_count, IntPtr* outputs, byte** output_names, UIntPtr output_count, ampx_onnx_options* options);
     }
 }

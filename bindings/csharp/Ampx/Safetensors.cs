@@ -29,7 +29,7 @@ namespace Ampx
             : base(new SafetensorsHandle(Create(context, open)), context, "SafetensorsFile") { }
 
         /// <summary>NUL-terminated UTF-8 copies of `texts` in native memory, and the array of their addresses.</summary>
-        private sealed class NativeStrings : IDisposable
+        internal sealed class NativeStrings : IDisposable
         {
             internal readonly IntPtr[] Pointers;
 

@@ -38,7 +38,7 @@ module Ampx
 
 export Context, Tensor, Optimizer, Scaler, Autocast, AmpxError, Status, DType, DeviceType,
        OpClass, Reduction, Activation, OptimizerState, LRDecay, Comm, DataParallel, Doctor,
-       SafetensorsFile, Fp8Recipe, Fp8Overflow, Fp8Scaling, Fp8Format, AmaxAlgo, Fp8Role
+       SafetensorsFile, export_onnx, Fp8Recipe, Fp8Overflow, Fp8Scaling, Fp8Format, AmaxAlgo, Fp8Role
 
 include("LibAmpx.jl")
 
@@ -1883,6 +1883,44 @@ function save_safetensors(path::AbstractString, tensors::Vector{Tensor};
     GC.@preserve tensors name_strings keys_sorted values_sorted check(
         LibAmpx.ampx_safetensors_save(path, hs, name_ptrs, length(hs), key_ptrs, value_ptrs,
                                       length(key_ptrs)))
+end
+
+"""
+    export_onnx(path, inputs, outputs; opset = 0, ir_version = 0, batch_dim = nothing,
+                f16_weights = false, external_data = 0, constants = Pair{String,Tensor}[])
+
+Writes the recorded computation of `outputs` from `inputs` (vectors of
+`name => tensor` pairs) to `path` as an ONNX model (`ampx_onnx_export`).
+Record the forward with grad mode on and each input requiring grad; export
+before backward. `constants` are extra outputs holding those tensors'
+values. The file is replaced atomically; on an error none is left.
+"""
+function export_onnx(path::AbstractString, inputs::Vector{<:Pair}, outputs::Vector{<:Pair};
+                     opset::Integer = 0, ir_version::Integer = 0,
+                     batch_dim::Union{Nothing,AbstractString} = nothing,
+                     f16_weights::Bool = false, external_data::Integer = 0,
+                     constants::Vector{<:Pair} = Pair{String,Tensor}[])
+    in_names = String[String(first(p)) for p in inputs]
+    out_names = String[String(first(p)) for p in outputs]
+    const_names = String[String(first(p)) for p in constants]
+    ins = Tensor[last(p) for p in inputs]
+    outs = Tensor[last(p) for p in outputs]
+    consts = Tensor[last(p) for p in constants]
+    in_h, out_h, const_h = handles(ins), handles(outs), handles(consts)
+    in_p, out_p, const_p = cstrings(in_names), cstrings(out_names), cstrings(const_names)
+    batch = batch_dim === nothing ? nothing : String(batch_dim)
+    batch !== nothing && occursin('\0', batch) && throw(ArgumentError("batch_dim contains a NUL"))
+    GC.@preserve ins outs consts in_names out_names const_names in_h out_h const_h in_p out_p const_p batch begin
+        defaults = LibAmpx.ampx_onnx_options_default()
+        options = Ref(LibAmpx.ampx_onnx_options(
+            defaults.struct_size, Int32(opset), Int32(ir_version),
+            batch === nothing ? Ptr{Cchar}(C_NULL) : pointer(batch),
+            Int32(f16_weights ? LibAmpx.AMPX_ONNX_WEIGHTS_F16 : LibAmpx.AMPX_ONNX_WEIGHTS_F32),
+            Int32(external_data), isempty(const_h) ? Ptr{LibAmpx.ampx_tensor}(C_NULL) : pointer(const_h),
+            isempty(const_p) ? Ptr{Ptr{Cchar}}(C_NULL) : pointer(const_p), length(const_h)))
+        check(LibAmpx.ampx_onnx_export(path, in_h, in_p, length(in_h), out_h, out_p, length(out_h),
+                                       options))
+    end
 end
 
 """

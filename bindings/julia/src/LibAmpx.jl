@@ -513,6 +513,57 @@ not a value (see AMPX_STATUS_MAX_ENUM)
 """
 const AMPX_FP8_ROLE_MAX_ENUM = ampx_fp8_role(2147483647)
 
+"""
+The element type of the exported floating initializers. Numbers pinned.
+"""
+const ampx_onnx_weight_type = Cint
+"""
+FLOAT (F16 and BF16 parameters widened)
+"""
+const AMPX_ONNX_WEIGHTS_F32 = ampx_onnx_weight_type(1)
+"""
+FLOAT16, each followed by a Cast to FLOAT
+(what Unity's importer and ONNX Runtime's
+CPU provider both take); half the bytes
+"""
+const AMPX_ONNX_WEIGHTS_F16 = ampx_onnx_weight_type(2)
+"""
+not a type (see AMPX_STATUS_MIN_ENUM)
+"""
+const AMPX_ONNX_WEIGHT_TYPE_MIN_ENUM = ampx_onnx_weight_type(-2147483648)
+"""
+not a type (see AMPX_STATUS_MAX_ENUM)
+"""
+const AMPX_ONNX_WEIGHT_TYPE_MAX_ENUM = ampx_onnx_weight_type(2147483647)
+
+"""
+Where the initializers' bytes go. Numbers pinned.
+"""
+const ampx_onnx_external_data = Cint
+"""
+inside the model; a model beyond
+protobuf's 2 GiB is NOT_SUPPORTED
+"""
+const AMPX_ONNX_EXTERNAL_NEVER = ampx_onnx_external_data(1)
+"""
+inside the model, unless it would
+pass 2 GiB: then in a file beside it
+(ONNX's external-data form)
+"""
+const AMPX_ONNX_EXTERNAL_BEYOND_2GIB = ampx_onnx_external_data(2)
+"""
+always in the file beside the model
+"""
+const AMPX_ONNX_EXTERNAL_ALWAYS = ampx_onnx_external_data(3)
+"""
+not a choice (see AMPX_STATUS_MIN_ENUM)
+"""
+const AMPX_ONNX_EXTERNAL_DATA_MIN_ENUM = ampx_onnx_external_data(-2147483648)
+"""
+not a choice (see AMPX_STATUS_MAX_ENUM)
+"""
+const AMPX_ONNX_EXTERNAL_DATA_MAX_ENUM = ampx_onnx_external_data(2147483647)
+
 # ---------------------------------------------------------------------------
 # Handles: pointers to opaque structs
 # ---------------------------------------------------------------------------
@@ -1235,6 +1286,32 @@ struct ampx_fp8_stats
     last_fallback::Ptr{Cchar}
 end
 
+"""
+Options of ampx_onnx_export (fields only appended).
+"""
+struct ampx_onnx_options
+    struct_size::Csize_t  # sizeof(ampx_onnx_options)
+    opset::Int32  # ai.onnx opset, 9 to 23; 0: 17
+    # the model's IR version; 0: 8, or the IR the opset came with if newer (9 for opsets
+    # 19-20, 10 for 21-22, 11 for 23). ONNX Runtime 1.15, which godot_rl_agents pins, reads
+    # IR 8 and opsets up to 19
+    ir_version::Int32
+    # NULL: every shape as exported; else the name of dim 0 of every input and output (a
+    # symbolic batch: "batch") -- the shapes the ops record then hold the batch extent as -1
+    # in dim 0 only, so the batch must stay in dim 0
+    batch_dim::Ptr{Cchar}
+    weight_type::Int32  # ampx_onnx_weight_type; 0: F32
+    # ampx_onnx_external_data; 0: BEYOND_2GIB. The side file is `path` + ".data" (its name
+    # as written in the model: the part after the last '/'), written atomically before the
+    # model, 4096-byte aligned
+    external_data::Int32
+    # extra outputs holding these tensors' values (Constant nodes; ML-Agents' version_number
+    # and memory_size); borrowed
+    constant_outputs::Ptr{ampx_tensor}
+    constant_output_names::Ptr{Ptr{Cchar}}  # their names
+    constant_output_count::Csize_t  # how many (0: none)
+end
+
 # ---------------------------------------------------------------------------
 # The *_INIT macros
 # ---------------------------------------------------------------------------
@@ -1561,6 +1638,22 @@ AMPX_FP8_SLOT_INFO_INIT() = ampx_fp8_slot_info(
 An `ampx_fp8_stats` filled as the C macro `AMPX_FP8_STATS_INIT` fills it.
 """
 AMPX_FP8_STATS_INIT() = ampx_fp8_stats(sizeof(ampx_fp8_stats), 0, 0, C_NULL)
+
+"""
+    AMPX_ONNX_OPTIONS_INIT()
+
+An `ampx_onnx_options` filled as the C macro `AMPX_ONNX_OPTIONS_INIT` fills it.
+"""
+AMPX_ONNX_OPTIONS_INIT() = ampx_onnx_options(
+    sizeof(ampx_onnx_options),
+    0,
+    0,
+    C_NULL,
+    0,
+    0,
+    C_NULL,
+    C_NULL,
+    0)
 
 # ---------------------------------------------------------------------------
 # Function-like macros
@@ -5228,6 +5321,60 @@ EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
 function ampx_autocast_fp8_stats(autocast, stats)
     ccall((:ampx_autocast_fp8_stats, libampx), ampx_status,
           (ampx_autocast, Ptr{ampx_fp8_stats}), autocast, stats)
+end
+
+# ---------------------------------------------------------------------------
+# 19. ONNX export (EXPERIMENTAL)
+# ---------------------------------------------------------------------------
+
+"""
+    ampx_onnx_options_default() -> ampx_onnx_options
+
+Default options (same as AMPX_ONNX_OPTIONS_INIT): opset 17, IR 8,
+static shapes, F32 weights, external data beyond 2 GiB only, no
+constant outputs. Thread-safe.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_onnx_options_default()
+    ccall((:ampx_onnx_options_default, libampx), ampx_onnx_options, ())
+end
+
+"""
+    ampx_onnx_export(path, inputs, input_names, input_count, outputs, output_names, output_count, options) -> ampx_status
+
+Writes the recorded computation of outputs[0..output_count-1] from
+inputs[0..input_count-1] (see above) to `path` as an ONNX model: graph
+inputs named input_names[i], with inputs[i]'s shape and FLOAT (INT32
+and INT64 for integer tensors, such as embedding indices); graph
+outputs named output_names[i]; then the constant outputs. An output
+that is itself one of the inputs passes it through (an Identity: the
+godot_rl_agents layout's state_ins -> state_outs). Initializers take
+the tensors' own names (ampx_tensor_set_name) where free, and hold their
+values at the call. The file is replaced atomically as by
+ampx_checkpoint_file_save (a temporary file in the same directory,
+flushed, renamed over `path`): on any error no file is left. All
+arguments are borrowed for the call; nothing is changed (the tape
+included). Synchronizes with the device (initializers are read).
+Errors: INVALID_ARGUMENT (NULL or empty path; NULL arrays with a
+non-zero count, no outputs; a NULL, empty or repeated name among the
+inputs, outputs and constant outputs; an input listed twice; an input
+with a gradient attached, which is a parameter (the export makes those
+initializers itself); an output that depends on no input -- a forward
+not recorded, see above --; an option out of range), STALE_HANDLE (a
+tensor released since), DEVICE (tensors of different contexts), ORDER (a
+record the outputs need was freed by a backward pass), NOT_SUPPORTED (an
+op without a form at the opset, named; an FP8 tensor; a model beyond
+2 GiB with AMPX_ONNX_EXTERNAL_NEVER), IO (the file cannot be written;
+no file is left), OUT_OF_MEMORY. Threads: the context's rules apply.
+
+EXPERIMENTAL (declared under AMPX_EXPERIMENTAL in C).
+"""
+function ampx_onnx_export(path, inputs, input_names, input_count, outputs, output_names, output_count, options)
+    ccall((:ampx_onnx_export, libampx), ampx_status,
+          (Cstring, Ptr{ampx_tensor}, Ptr{Ptr{Cchar}}, Csize_t, Ptr{ampx_tensor}, Ptr{Ptr{Cchar}}, Csize_t, Ptr{ampx_onnx_options}),
+          path, inputs, input_names, input_count, outputs, output_names, output_count,
+          options)
 end
 
 end # module

@@ -11,7 +11,8 @@ HTML report. ``Fp8Recipe`` (EXPERIMENTAL) scales tensors into FP8 (E4M3,
 E5M2) as Transformer Engine does; ``Autocast.set_fp8`` runs linear and
 matmul in FP8 with it. ``save_safetensors``, ``load_safetensors`` and
 ``SafetensorsFile`` (EXPERIMENTAL) read and write the safetensors files of
-PyTorch and Hugging Face.
+PyTorch and Hugging Face. ``ampx.onnx.export`` (EXPERIMENTAL) writes a
+recorded forward pass as an ONNX model.
 
 The library is loaded from ``$AMPX_LIBRARY`` (the full path of
 ``libampx.so``), else from the package itself (where ``pip install
@@ -44,6 +45,7 @@ from .fp8 import (FP8_DEFAULT_MIN_GEMM_SIZE, Fp8Recipe, Fp8SlotInfo, Fp8Stats,
 from .errors import (ArgumentTypeError, CorruptError, DeviceError, DTypeError, Error, FileError,
                      InternalError, InvalidArgumentError, NoDeviceError, NotSupportedError,
                      OrderError, OutOfMemoryError, ShapeError, StaleHandleError, Status)
+from . import onnx
 from .ops import (add, affine, amax, avg_pool2d, batch_norm, bce_with_logits, chunk, concat,
                   conv2d, cross_entropy, global_avg_pool2d, max_pool2d,
                   dropout, masked_fill, pow, rotary_embedding, split,

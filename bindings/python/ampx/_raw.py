@@ -180,6 +180,21 @@ AMPX_FP8_BACKWARD = 2
 AMPX_FP8_ROLE_MIN_ENUM = -2147483648
 AMPX_FP8_ROLE_MAX_ENUM = 2147483647
 
+#: The element type of the exported floating initializers.
+ampx_onnx_weight_type = c_int32
+AMPX_ONNX_WEIGHTS_F32 = 1
+AMPX_ONNX_WEIGHTS_F16 = 2
+AMPX_ONNX_WEIGHT_TYPE_MIN_ENUM = -2147483648
+AMPX_ONNX_WEIGHT_TYPE_MAX_ENUM = 2147483647
+
+#: Where the initializers' bytes go.
+ampx_onnx_external_data = c_int32
+AMPX_ONNX_EXTERNAL_NEVER = 1
+AMPX_ONNX_EXTERNAL_BEYOND_2GIB = 2
+AMPX_ONNX_EXTERNAL_ALWAYS = 3
+AMPX_ONNX_EXTERNAL_DATA_MIN_ENUM = -2147483648
+AMPX_ONNX_EXTERNAL_DATA_MAX_ENUM = 2147483647
+
 # ---- handles (pointers to opaque structs) --------------------------------
 
 ampx_context = c_void_p
@@ -669,6 +684,22 @@ class ampx_fp8_stats(Structure):
     ]
 
 
+class ampx_onnx_options(Structure):
+    """Options of ampx_onnx_export (fields only appended)."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("opset", c_int32),
+        ("ir_version", c_int32),
+        ("batch_dim", c_char_p),
+        ("weight_type", c_int32),
+        ("external_data", c_int32),
+        ("constant_outputs", POINTER(ampx_tensor)),
+        ("constant_output_names", POINTER(c_char_p)),
+        ("constant_output_count", c_size_t),
+    ]
+
+
 # ---- the *_INIT macros ------------------------------------------------------
 
 def AMPX_ALLOCATOR_INIT() -> ampx_allocator:
@@ -885,6 +916,11 @@ def AMPX_FP8_SLOT_INFO_INIT() -> ampx_fp8_slot_info:
 def AMPX_FP8_STATS_INIT() -> ampx_fp8_stats:
     """An ``ampx_fp8_stats`` filled as ``AMPX_FP8_STATS_INIT`` fills it."""
     return ampx_fp8_stats(struct_size=sizeof(ampx_fp8_stats))
+
+
+def AMPX_ONNX_OPTIONS_INIT() -> ampx_onnx_options:
+    """An ``ampx_onnx_options`` filled as ``AMPX_ONNX_OPTIONS_INIT`` fills it."""
+    return ampx_onnx_options(struct_size=sizeof(ampx_onnx_options))
 
 
 # ---- function-like macros --------------------------------------------------
@@ -1530,6 +1566,18 @@ FUNCTIONS = {
     )),
     "ampx_autocast_set_fp8": (ampx_status, (ampx_autocast, ampx_fp8_recipe, c_int64)),
     "ampx_autocast_fp8_stats": (ampx_status, (ampx_autocast, POINTER(ampx_fp8_stats))),
+    # 19. ONNX export (EXPERIMENTAL)
+    "ampx_onnx_options_default": (ampx_onnx_options, ()),
+    "ampx_onnx_export": (ampx_status, (
+        c_char_p,
+        POINTER(ampx_tensor),
+        POINTER(c_char_p),
+        c_size_t,
+        POINTER(ampx_tensor),
+        POINTER(c_char_p),
+        c_size_t,
+        POINTER(ampx_onnx_options),
+    )),
 }
 
 #: The functions whose result is an ``ampx_status``.
@@ -1716,6 +1764,7 @@ RETURNS_STATUS = frozenset({
     "ampx_fp8_recipe_slot_get",
     "ampx_autocast_set_fp8",
     "ampx_autocast_fp8_stats",
+    "ampx_onnx_export",
 })
 
 

@@ -2,7 +2,7 @@
 // Change the header, then run tools/gen_bindings.py.
 //! Raw FFI declarations of ampx's C ABI, `include/ampx/ampx.h`, generated
 //! from the header by `tools/gen_bindings.py` (tools/bindgen/emit_rust.py):
-//! 219 functions, 31 structs, 15 enums, 10 handles, 7 callback types, 14 constants and 27 `*_INIT` values.
+//! 221 functions, 32 structs, 17 enums, 10 handles, 7 callback types, 14 constants and 28 `*_INIT` values.
 //!
 //! Structs are `#[repr(C)]` with the header's fields in order (their layouts
 //! are compared with the C compiler's by `tests/layout.rs`); enums are
@@ -4537,6 +4537,143 @@ extern "C" {
 }
 
 // ===========================================================================
+// 19. ONNX export (EXPERIMENTAL)
+// ===========================================================================
+
+/// The element type of the exported floating initializers. Numbers pinned.
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 19. ONNX export (EXPERIMENTAL)).
+pub type ampx_onnx_weight_type = c_int;
+/// FLOAT (F16 and BF16 parameters widened)
+pub const AMPX_ONNX_WEIGHTS_F32: ampx_onnx_weight_type = 1;
+/// FLOAT16, each followed by a Cast to FLOAT
+/// (what Unity's importer and ONNX Runtime's
+/// CPU provider both take); half the bytes
+pub const AMPX_ONNX_WEIGHTS_F16: ampx_onnx_weight_type = 2;
+/// not a type (see AMPX_STATUS_MIN_ENUM)
+pub const AMPX_ONNX_WEIGHT_TYPE_MIN_ENUM: ampx_onnx_weight_type = -2147483648;
+/// not a type (see AMPX_STATUS_MAX_ENUM)
+pub const AMPX_ONNX_WEIGHT_TYPE_MAX_ENUM: ampx_onnx_weight_type = 2147483647;
+
+/// Where the initializers' bytes go. Numbers pinned.
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 19. ONNX export (EXPERIMENTAL)).
+pub type ampx_onnx_external_data = c_int;
+/// inside the model; a model beyond
+/// protobuf's 2 GiB is NOT_SUPPORTED
+pub const AMPX_ONNX_EXTERNAL_NEVER: ampx_onnx_external_data = 1;
+/// inside the model, unless it would
+/// pass 2 GiB: then in a file beside it
+/// (ONNX's external-data form)
+pub const AMPX_ONNX_EXTERNAL_BEYOND_2GIB: ampx_onnx_external_data = 2;
+/// always in the file beside the model
+pub const AMPX_ONNX_EXTERNAL_ALWAYS: ampx_onnx_external_data = 3;
+/// not a choice (see AMPX_STATUS_MIN_ENUM)
+pub const AMPX_ONNX_EXTERNAL_DATA_MIN_ENUM: ampx_onnx_external_data = -2147483648;
+/// not a choice (see AMPX_STATUS_MAX_ENUM)
+pub const AMPX_ONNX_EXTERNAL_DATA_MAX_ENUM: ampx_onnx_external_data = 2147483647;
+
+/// Options of ampx_onnx_export (fields only appended).
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 19. ONNX export (EXPERIMENTAL)).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ampx_onnx_options {
+    /// sizeof(ampx_onnx_options)
+    pub struct_size: usize,
+    /// ai.onnx opset, 9 to 23; 0: 17
+    pub opset: i32,
+    /// the model's IR version; 0: 8, or the IR the
+    /// opset came with if newer (9 for opsets 19-20,
+    /// 10 for 21-22, 11 for 23). ONNX Runtime 1.15,
+    /// which godot_rl_agents pins, reads IR 8 and
+    /// opsets up to 19
+    pub ir_version: i32,
+    /// NULL: every shape as exported; else the name
+    /// of dim 0 of every input and output (a
+    /// symbolic batch: "batch") -- the shapes the
+    /// ops record then hold the batch extent as -1
+    /// in dim 0 only, so the batch must stay in dim 0
+    pub batch_dim: *const c_char,
+    /// ampx_onnx_weight_type; 0: F32
+    pub weight_type: i32,
+    /// ampx_onnx_external_data; 0: BEYOND_2GIB. The
+    /// side file is `path` + ".data" (its name as
+    /// written in the model: the part after the
+    /// last '/'), written atomically before the
+    /// model, 4096-byte aligned
+    pub external_data: i32,
+    /// extra outputs holding these
+    /// tensors' values (Constant
+    /// nodes; ML-Agents'
+    /// version_number and
+    /// memory_size); borrowed
+    pub constant_outputs: *const ampx_tensor,
+    /// their names
+    pub constant_output_names: *const *const c_char,
+    /// how many (0: none)
+    pub constant_output_count: usize,
+}
+
+impl Default for ampx_onnx_options {
+    /// [`AMPX_ONNX_OPTIONS_INIT`], the header's initializer.
+    fn default() -> Self { AMPX_ONNX_OPTIONS_INIT }
+}
+
+/// `AMPX_ONNX_OPTIONS_INIT`: the header's initializer of [`ampx_onnx_options`].
+///
+/// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 19. ONNX export (EXPERIMENTAL)).
+pub const AMPX_ONNX_OPTIONS_INIT: ampx_onnx_options = ampx_onnx_options {
+    struct_size: size_of::<ampx_onnx_options>(),
+    opset: 0,
+    ir_version: 0,
+    batch_dim: null(),
+    weight_type: 0,
+    external_data: 0,
+    constant_outputs: null(),
+    constant_output_names: null(),
+    constant_output_count: 0,
+};
+
+extern "C" {
+    /// Default options (same as AMPX_ONNX_OPTIONS_INIT): opset 17, IR 8,
+    /// static shapes, F32 weights, external data beyond 2 GiB only, no
+    /// constant outputs. Thread-safe.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 19. ONNX export (EXPERIMENTAL)).
+    pub fn ampx_onnx_options_default() -> ampx_onnx_options;
+
+    /// Writes the recorded computation of outputs[0..output_count-1] from
+    /// inputs[0..input_count-1] (see above) to `path` as an ONNX model: graph
+    /// inputs named input_names[i], with inputs[i]'s shape and FLOAT (INT32
+    /// and INT64 for integer tensors, such as embedding indices); graph
+    /// outputs named output_names[i]; then the constant outputs. An output
+    /// that is itself one of the inputs passes it through (an Identity: the
+    /// godot_rl_agents layout's state_ins -> state_outs). Initializers take
+    /// the tensors' own names (ampx_tensor_set_name) where free, and hold their
+    /// values at the call. The file is replaced atomically as by
+    /// ampx_checkpoint_file_save (a temporary file in the same directory,
+    /// flushed, renamed over `path`): on any error no file is left. All
+    /// arguments are borrowed for the call; nothing is changed (the tape
+    /// included). Synchronizes with the device (initializers are read).
+    /// Errors: INVALID_ARGUMENT (NULL or empty path; NULL arrays with a
+    /// non-zero count, no outputs; a NULL, empty or repeated name among the
+    /// inputs, outputs and constant outputs; an input listed twice; an input
+    /// with a gradient attached, which is a parameter (the export makes those
+    /// initializers itself); an output that depends on no input -- a forward
+    /// not recorded, see above --; an option out of range), STALE_HANDLE (a
+    /// tensor released since), DEVICE (tensors of different contexts), ORDER (a
+    /// record the outputs need was freed by a backward pass), NOT_SUPPORTED (an
+    /// op without a form at the opset, named; an FP8 tensor; a model beyond
+    /// 2 GiB with AMPX_ONNX_EXTERNAL_NEVER), IO (the file cannot be written;
+    /// no file is left), OUT_OF_MEMORY. Threads: the context's rules apply.
+    ///
+    /// *Experimental tier* (declared by ampx.h under `AMPX_EXPERIMENTAL`; section 19. ONNX export (EXPERIMENTAL)).
+    #[must_use]
+    pub fn ampx_onnx_export(path: *const c_char, inputs: *const ampx_tensor, input_names: *const *const c_char, input_count: usize, outputs: *const ampx_tensor, output_names: *const *const c_char, output_count: usize, options: *const ampx_onnx_options) -> ampx_status;
+}
+
+// ===========================================================================
 // Struct layouts, for tests/layout.rs
 // ===========================================================================
 
@@ -4839,6 +4976,17 @@ pub mod layout {
             ("offsetof ampx_fp8_stats.fp8_products", ampx_offset_of!(ampx_fp8_stats, fp8_products)),
             ("offsetof ampx_fp8_stats.fallbacks", ampx_offset_of!(ampx_fp8_stats, fallbacks)),
             ("offsetof ampx_fp8_stats.last_fallback", ampx_offset_of!(ampx_fp8_stats, last_fallback)),
+            ("sizeof ampx_onnx_options", size_of::<ampx_onnx_options>()),
+            ("alignof ampx_onnx_options", align_of::<ampx_onnx_options>()),
+            ("offsetof ampx_onnx_options.struct_size", ampx_offset_of!(ampx_onnx_options, struct_size)),
+            ("offsetof ampx_onnx_options.opset", ampx_offset_of!(ampx_onnx_options, opset)),
+            ("offsetof ampx_onnx_options.ir_version", ampx_offset_of!(ampx_onnx_options, ir_version)),
+            ("offsetof ampx_onnx_options.batch_dim", ampx_offset_of!(ampx_onnx_options, batch_dim)),
+            ("offsetof ampx_onnx_options.weight_type", ampx_offset_of!(ampx_onnx_options, weight_type)),
+            ("offsetof ampx_onnx_options.external_data", ampx_offset_of!(ampx_onnx_options, external_data)),
+            ("offsetof ampx_onnx_options.constant_outputs", ampx_offset_of!(ampx_onnx_options, constant_outputs)),
+            ("offsetof ampx_onnx_options.constant_output_names", ampx_offset_of!(ampx_onnx_options, constant_output_names)),
+            ("offsetof ampx_onnx_options.constant_output_count", ampx_offset_of!(ampx_onnx_options, constant_output_count)),
         ]
     }
 }

@@ -232,6 +232,7 @@ mod dtype;
 mod error;
 pub mod fp8;
 mod hooks;
+mod onnx;
 mod ops;
 mod optim;
 mod safetensors;
@@ -252,6 +253,7 @@ pub use crate::dist::{Communicator, DataParallel, DataParallelOptions, DataParal
 pub use crate::doctor::{Doctor, DoctorFinding, DoctorOptions, DoctorOverview, DoctorParamStats, DoctorSample};
 pub use crate::dtype::{Bf16, DType, Device, Element, F16, F8E4M3, F8E5M2};
 pub use crate::error::{Error, Result, Status};
+pub use crate::onnx::{export_onnx, OnnxOptions};
 pub use crate::ops::{concat, Activation, AttentionOptions, Conv2dOptions, Pool2dOptions, Reduction};
 pub use crate::optim::{AdamOptions, LrDecay, LrSchedule, NonfiniteGrad, Optimizer, SgdOptions, StateKind};
 pub use crate::safetensors::{save_named_safetensors, save_safetensors, SafetensorsEntry, SafetensorsFile};
