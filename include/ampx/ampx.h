@@ -1495,7 +1495,8 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_div(ampx_tensor a, ampx_tensor b, ampx_
  *  is not and does not require grad (as torch's x.to(torch.int32)).
  *  Autocast does not change it. Use ampx_cast in forward code whose
  *  gradients matter, ampx_tensor_cast to convert data outside autograd.
- *  Errors: INVALID_ARGUMENT (dtype not an ampx_dtype), STALE_HANDLE. */
+ *  Errors: DTYPE (dtype not an ampx_dtype), INVALID_ARGUMENT (NULL x or
+ *  out), STALE_HANDLE. */
 AMPX_NODISCARD AMPX_API ampx_status ampx_cast(ampx_tensor x, ampx_dtype dtype, ampx_tensor *out);
 
 /** out = a * scale + shift, element-wise, in a's type ("affine": keep). */
@@ -2611,7 +2612,11 @@ AMPX_NODISCARD AMPX_API ampx_status ampx_data_parallel_reduce(ampx_data_parallel
  *  another is attached, NULL detaches it, or dp is released. Not a
  *  collective itself, but every rank must attach a recipe with the same
  *  slots (autocast adds them in the same order on ranks that run the same
- *  program): the reduction's length is the slot count.
+ *  program): each reduction carries every rank's slot count, and on a CPU
+ *  context a mismatch fails that reduction (ampx_scaler_unscale's or
+ *  ampx_fp8_recipe_update's) on every rank with INVALID_ARGUMENT, naming a
+ *  rank with the most slots and one with the fewest, no amax reduced (on
+ *  a GPU the counts are not read back: a mismatch is not detected).
  *  Errors: INVALID_ARGUMENT (a recipe another wrapper reduces: detach it
  *  there first), DEVICE (the recipe belongs to another context),
  *  STALE_HANDLE. Nothing changes on error. The context's thread rules

@@ -3662,7 +3662,8 @@ namespace Ampx
         /// is not and does not require grad (as torch's x.to(torch.int32)).
         /// Autocast does not change it. Use ampx_cast in forward code whose
         /// gradients matter, ampx_tensor_cast to convert data outside autograd.
-        /// Errors: INVALID_ARGUMENT (dtype not an ampx_dtype), STALE_HANDLE.
+        /// Errors: DTYPE (dtype not an ampx_dtype), INVALID_ARGUMENT (NULL x or
+        /// out), STALE_HANDLE.
         /// </summary>
         /// <remarks>ampx.h section 11. Ops (EXPERIMENTAL)</remarks>
         [DllImport(Library, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
@@ -4787,7 +4788,11 @@ namespace Ampx
         /// another is attached, NULL detaches it, or dp is released. Not a
         /// collective itself, but every rank must attach a recipe with the same
         /// slots (autocast adds them in the same order on ranks that run the same
-        /// program): the reduction's length is the slot count.
+        /// program): each reduction carries every rank's slot count, and on a CPU
+        /// context a mismatch fails that reduction (ampx_scaler_unscale's or
+        /// ampx_fp8_recipe_update's) on every rank with INVALID_ARGUMENT, naming a
+        /// rank with the most slots and one with the fewest, no amax reduced (on
+        /// a GPU the counts are not read back: a mismatch is not detected).
         /// Errors: INVALID_ARGUMENT (a recipe another wrapper reduces: detach it
         /// there first), DEVICE (the recipe belongs to another context),
         /// STALE_HANDLE. Nothing changes on error. The context's thread rules
