@@ -25,7 +25,9 @@ if ! python3 -c "import ensurepip, venv" 2>/dev/null; then
   fi
 fi
 need=()
-for module in numpy torch pytest mpi4py safetensors; do
+# onnx and onnxruntime check and run the ONNX export tests (ctest onnx_export);
+# gymnasium is the reference of the RL layer's environments (rl_envs_gymnasium).
+for module in numpy torch pytest mpi4py safetensors onnx onnxruntime gymnasium; do
   python3 -c "import $module" 2>/dev/null || need+=("$module")
 done
 if [[ " ${need[*]} " == *" mpi4py "* ]] && ! command -v mpicc >/dev/null; then

@@ -134,12 +134,17 @@ namespace AmpxTests
         }
 
         /// <summary>TE's delayed update: fp8_max / amax / 2^margin in float; the previous scale for a 0 or non-finite amax; float.MaxValue for an infinite quotient.</summary>
+        // Transformer Engine's default delayed update (the fused CUDA kernel of
+        // common/recipe/delayed_scaling.cu): amax the history's max as fmaxf
+        // takes it (NaN skipped), (fp8_max * 2^-margin) / amax in float; the
+        // previous scale for a 0 or infinite amax; float.MaxValue for an
+        // infinite quotient. (A step amax of 0 is not rolled in: see the caller.)
         private static float TeScale(float fp8Max, float[] history, float previous, int margin)
         {
-            float amax = history.Max();
-            if (amax == 0 || float.IsInfinity(amax) || float.IsNaN(amax)) return previous;
-            float q = fp8Max / amax;
-            float scale = q / (float)Math.Pow(2, margin);
+            float amax = history.Where(a => !float.IsNaN(a)).DefaultIfEmpty(0f).Max();
+            if (amax == 0 || float.IsInfinity(amax)) return previous;
+            float scaledMax = fp8Max * (float)Math.Pow(2, -margin);
+            float scale = scaledMax / amax;
             return float.IsInfinity(scale) ? float.MaxValue : scale;
         }
 
@@ -172,10 +177,13 @@ namespace AmpxTests
                         }
                     }
                     recipe.Update();
-                    history = history.Skip(1).Concat(new[] { amax ?? 0f }).ToArray();
+                    // A zero step amax (nothing non-zero quantized) leaves the
+                    // history and the scale as they were.
+                    float step = amax ?? 0f;
+                    if (step != 0) history = history.Skip(1).Concat(new[] { step }).ToArray();
                     for (int k = 0; k < 2; ++k)
                     {
-                        scales[k] = TeScale(slots[k].Item3, history, scales[k], 1);
+                        if (step != 0) scales[k] = TeScale(slots[k].Item3, history, scales[k], 1);
                         var info = recipe.Slot(slots[k].Item1);
                         Assert.True(info.History.SequenceEqual(history), "history after " + amax);
                         Assert.Equal(scales[k], info.Scale, "scale after amax " + amax);
