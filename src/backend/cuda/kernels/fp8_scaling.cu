@@ -53,6 +53,9 @@ __global__ void __launch_bounds__(kBlockThreads)
        i < s.count; i += static_cast<int64_t>(gridDim.x) * kSlotsPerBlock) {
     float* history = s.history + i * s.history_len;
     const float step_amax = s.amax[i];
+    // Every lane reads the step's amax before lane 0 zeroes it below: the
+    // branch on it must be the same for the whole warp.
+    __syncwarp();
     if (rule.delayed && step_amax == 0.0f) {
       // Not rolled, the scale kept (math/fp8_scaling.h): the ring turns
       // under the shared position, so it is rotated to stay in place.
