@@ -419,11 +419,14 @@ struct DelayedReference {
   float fp8_max;
   std::vector<float> history;  // oldest first
   float scale = 1.0f;
+  // Transformer Engine's default update (ampx.h, section 18): a zero step
+  // amax leaves history and scale; the history's max skips NaN, as fmaxf.
   void step(float amax) {
+    if (amax == 0.0f) return;
     history.erase(history.begin());
     history.push_back(amax);
     float top = 0.0f;
-    for (float a : history) top = std::isnan(a) || std::isnan(top) ? NAN : std::fmax(top, a);
+    for (float a : history) top = std::fmax(top, a);
     if (top > 0.0f && std::isfinite(top)) {
       const float sf = fp8_max / top;
       scale = std::isinf(sf) ? 3.40282347e38f : sf;
@@ -473,8 +476,8 @@ TEST_CASE("FP8: amaxes are MAX-reduced with found-inf, so every rank's scales st
   // 3 the last rank's activation holds a NaN. Steps 0-4 go through the
   // scaler's unscale (the amaxes ride in found-inf's all-reduce: reduced
   // before ampx_fp8_recipe_update is called); steps 5-6 update without an
-  // unscale in between (the update reduces them itself). The NaN holds the
-  // activation's scale while it is in the history (the reference's rule).
+  // unscale in between (the update reduces them itself). The NaN is skipped
+  // by the history's max (the reference's rule).
   for (int step = 0; step < 7; ++step) {
     CAPTURE(step);
     const float base = 0.75f * static_cast<float>(step + 1);
