@@ -13,6 +13,7 @@
 #include "core/convert_bulk.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "math/activations.h"
 #include "onnx/emitter.h"
 #include "onnx/proto.h"
 
@@ -244,9 +245,8 @@ std::string Emitter::gelu_tanh(const std::string& x) {
   if (opset() >= 20) return op("Gelu", {x}, {attr_string("approximate", "tanh")});
   // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
   const std::string cube = op("Mul", {op("Mul", {x, x}), x});
-  const std::string inner = op("Add", {x, op("Mul", {cube, scalar(0.044715f)})});
-  const std::string t =
-      op("Tanh", {op("Mul", {inner, scalar(static_cast<float>(std::sqrt(2.0 / M_PI)))})});
+  const std::string inner = op("Add", {x, op("Mul", {cube, scalar(math::kGeluTanhCubic)})});
+  const std::string t = op("Tanh", {op("Mul", {inner, scalar(math::kSqrt2OverPi)})});
   return op("Mul", {op("Mul", {x, scalar(0.5f)}), op("Add", {t, scalar(1.0f)})});
 }
 
