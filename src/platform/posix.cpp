@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <ctime>
+#include <memory>
 #include <system_error>
 
 #include "core/error.h"
@@ -132,10 +133,11 @@ void remove_file(const std::string& path) noexcept { ::unlink(path.c_str()); }
 std::vector<std::string> list_directory(const std::string& directory) noexcept {
   std::vector<std::string> names;
   try {
-    DIR* listing = ::opendir(directory.empty() ? "." : directory.c_str());
+    // Closed also when a name's allocation throws (out of memory).
+    std::unique_ptr<DIR, int (*)(DIR*)> listing(
+        ::opendir(directory.empty() ? "." : directory.c_str()), ::closedir);
     if (!listing) return names;
-    while (const dirent* entry = ::readdir(listing)) names.emplace_back(entry->d_name);
-    ::closedir(listing);
+    while (const dirent* entry = ::readdir(listing.get())) names.emplace_back(entry->d_name);
   } catch (...) {
   }
   return names;
