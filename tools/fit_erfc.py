@@ -1,18 +1,14 @@
 #!/usr/bin/env python3
 """fit_erfc.py -- the coefficients of kernels/math/exp_erfc.h's erfc.
 
-For a >= 0.5: erfc(a) = exp(-a^2) Q(t) / (1 + 2a), t = (a - 2) / (a + 2) in
+erfc(a) = exp(-a^2) Q(t) / (1 + 2a) for a >= 0, t = (a - 2) / (a + 2) in
 [-1, 1): Q(t) = erfcx(a) (1 + 2a) is interpolated at DEGREE + 1 Chebyshev
-nodes in 40-digit arithmetic (mpmath) and written in powers of t.
-For |x| < 0.5: erfc(x) = 1 - x P(x^2), P(s) = erf(sqrt(s)) / sqrt(s) on
-[0, 1/4], interpolated in the same way (degree ERF_DEGREE).
+nodes in 40-digit arithmetic (mpmath) and written in powers of t; the
+script prints the coefficients rounded to fp32, highest power first (the
+header's Horner order), and Q's largest relative error when evaluated in
+fp32 by Horner's rule over 4001 points of [-1, 1).
 
-The header evaluates both polynomials in double (Horner's rule) and rounds
-once to fp32, so the script prints the coefficients as doubles, highest
-power first (the header's Horner order), and each polynomial's largest
-relative error evaluated in double over 4001 points, in fp32 ulps.
-
-    python3 tools/fit_erfc.py [DEGREE [ERF_DEGREE]]   # default 12 and 5, the header's
+    python3 tools/fit_erfc.py [DEGREE]     # default 12, what the header uses
 """
 import sys
 
@@ -30,46 +26,31 @@ def q_of_t(t):
     return mp.erfc(a) * mp.exp(a * a) * (1 + 2 * a)
 
 
-def p_of_s(s):
-    if s == 0:
-        return 2 / mp.sqrt(mp.pi)
-    return mp.erf(mp.sqrt(s)) / mp.sqrt(s)
-
-
-def fit(f, degree, lo, hi):
-    """Coefficients, lowest power first, of the interpolant of f on [lo, hi]."""
+def fit(degree):
     n = degree + 1
-    nodes = [(lo + hi) / 2 + (hi - lo) / 2 * mp.cos(mp.pi * (j + mp.mpf(1) / 2) / n)
-             for j in range(n)]
-    powers = mp.matrix([[x ** i for i in range(n)] for x in nodes])
-    c = mp.lu_solve(powers, mp.matrix([f(x) for x in nodes]))
-    return [float(c[i]) for i in range(n)]
+    nodes = [mp.cos(mp.pi * (j + mp.mpf(1) / 2) / n) for j in range(n)]
+    powers = mp.matrix([[t ** i for i in range(n)] for t in nodes])
+    c = mp.lu_solve(powers, mp.matrix([q_of_t(t) for t in nodes]))
+    return [np.float32(float(c[i])) for i in range(n)]
 
 
-def horner(c, x):
+def horner(c, t):
     r = c[-1]
     for ci in reversed(c[:-1]):
-        r = r * x + ci
+        r = np.float32(np.float32(r * t) + ci)
     return r
-
-
-def report(name, f, c, xs):
-    for ci in reversed(c):
-        print("%.17e" % ci)
-    worst = max(abs(horner(c, x) / float(f(mp.mpf(x))) - 1) for x in xs)
-    print("largest relative error of %s in double: %.3g (%.3f fp32 ulp)\n"
-          % (name, worst, worst / 2.0 ** -24))
 
 
 def main():
     degree = int(sys.argv[1]) if len(sys.argv) > 1 else 12
-    erf_degree = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-    # t as the header computes it: rounded to fp32 (Q is smooth, so t's
-    # rounding moves Q by far less than an ulp).
-    ts = [float(np.float32(t)) for t in np.linspace(-1, 0.9999, 4001)]
-    report("Q", q_of_t, fit(q_of_t, degree, mp.mpf(-1), mp.mpf(1)), ts)
-    ss = [float(s) for s in np.linspace(0, 0.25, 4001)]
-    report("P", p_of_s, fit(p_of_s, erf_degree, mp.mpf(0), mp.mpf(1) / 4), ss)
+    c = fit(degree)
+    for ci in reversed(c):
+        print("%.9ef" % ci)
+    worst = 0.0
+    for t in np.linspace(-1, 0.9999, 4001):
+        t32 = np.float32(t)
+        worst = max(worst, abs(float(horner(c, t32)) / float(q_of_t(mp.mpf(float(t32)))) - 1))
+    print("largest relative error of Q in fp32: %.3g (%.2f ulp)" % (worst, worst / 2.0 ** -24))
 
 
 if __name__ == "__main__":

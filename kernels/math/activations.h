@@ -70,11 +70,10 @@ struct Gelu {
   AMPX_HD static float forward(float x) {
     return times_vanishing(x, 0.5f * erfc_f32(-x * kInvSqrt2));
   }
-  // Phi(x) + x * phi(x): erfc(z), z = -x / sqrt(2), computes exp(-z^2) =
-  // exp(-x^2 / 2), phi's exponential, on the way.
+  // Phi(x) + x * phi(x).
   AMPX_HD static float derivative(float x) {
-    const ErfcExp e = erfc_exp_f32(-x * kInvSqrt2);
-    return 0.5f * e.erfc + slope_term(x, kInvSqrt2Pi * e.exp_neg_square);
+    const float pdf = kInvSqrt2Pi * exp_f32(-0.5f * x * x);
+    return 0.5f * erfc_f32(-x * kInvSqrt2) + slope_term(x, pdf);
   }
   AMPX_HD static float backward(float x, float dy) { return dy * derivative(x); }
 };

@@ -11,25 +11,18 @@
 // factors 2^(n/2) 2^(n - n/2), each a normal float, so results between
 // FLT_MAX and the smallest subnormal are rounded once, correctly scaled.
 //
-// erfc(a), a = |x| >= 0.5: erfc(a) = exp(-a^2) erfcx(a), and erfcx(a) (1 +
-// 2a) is smooth and bounded on [0, inf) (1 at 0, 2 / sqrt(pi) at inf), so
-// it is a polynomial Q(t) of t = (a - 2) / (a + 2), which maps [0, inf)
-// onto [-1, 1) (the substitution of N. Juffa's erfcf). exp(-a^2) takes a^2
-// as h + l exactly (Dekker's product), exp(-h) (1 - l), so the tail keeps
-// its relative precision: erfc(9) = 4e-37 is within an ulp or two, not the
-// 2^-24 a^2 ~ 5e-6 relative error of exp of a rounded square. Below 0.5,
-// erfc(x) = 1 - x P(x^2) (P the series of erf(x) / x), where erfc is near
-// 1. The polynomials, the quotient and the products run in double and are
-// rounded to fp32 once, so what is left is exp_f32's ulp and that
-// rounding; Q and P come from tools/fit_erfc.py (interpolation at
-// Chebyshev nodes in 40-digit arithmetic; Q within 0.07 fp32 ulp of
-// erfcx(a) (1 + 2a), P within 1e-11, both evaluated in double).
-// erfc(-a) = 2 - erfc(a). Measured over every 97th fp32 bit pattern
-// against long double: exp within 0.98 ulp; erfc within 1.56 ulp (4.84
-// with the same polynomial evaluated in fp32 and no 1 - erf branch, its
-// worst near erfc = 1; tests/unit/test_exp_erfc.cpp). Double arithmetic
-// costs the CPU's vector loops half their width in erfc; the host path
-// is the only one that takes it (CUDA code keeps erfcf).
+// erfc(a), a = |x|: erfc(a) = exp(-a^2) erfcx(a), and erfcx(a) (1 + 2a) is
+// smooth and bounded on [0, inf) (1 at 0, 2 / sqrt(pi) at inf), so it is
+// a polynomial Q(t) of t = (a - 2) / (a + 2), which maps [0, inf) onto
+// [-1, 1) (the substitution of N. Juffa's erfcf). Q's coefficients come
+// from tools/fit_erfc.py (interpolation at Chebyshev nodes in 40-digit
+// arithmetic; within 1.8 ulp of erfcx (1 + 2a) when evaluated in fp32).
+// exp(-a^2) takes a^2 as h + l exactly (Dekker's product), exp(-h)
+// (1 - l), so the tail keeps its relative precision: erfc(9) = 4e-37 is
+// within a few ulps, not the 2^-24 a^2 ~ 5e-6 relative error of exp of a
+// rounded square. erfc(-a) = 2 - erfc(a). Measured over every 97th fp32 bit pattern
+// against long double: exp within 0.98 ulp, erfc within 4.9 ulp (near
+// erfc = 1, where its five roundings add up; tests/unit/test_exp_erfc.cpp).
 //
 // NaN gives NaN; exp(+inf) = inf, exp(-inf) = 0; erfc(+inf) = 0,
 // erfc(-inf) = 2. No branch depends on the data, only selects.
@@ -72,65 +65,36 @@ AMPX_HD float exp_f32(float x) {
 #endif
 }
 
-// erfc(x) and exp(-x^2), which erfc computes on the way: the GELU
-// derivative's phi(x) is the same exponential.
-struct ErfcExp {
-  float erfc;
-  float exp_neg_square;
-};
-
-AMPX_HD ErfcExp erfc_exp_f32(float x) {
+AMPX_HD float erfc_f32(float x) {
 #if defined(__CUDA_ARCH__)
-  return {erfcf(x), expf(-x * x)};
+  return erfcf(x);
 #else
   const float magnitude = fabsf(x);
-  // erfc(10.5) = 7e-50 rounds to 0 like everything beyond, and so does
-  // exp(-10.5^2); NaN maps to 10.5 (restored below).
+  // erfc(10.5) = 7e-50 rounds to 0 like everything beyond; NaN maps to
+  // 10.5 (restored below).
   const float a = magnitude < 10.5f ? magnitude : 10.5f;
   const float split = a * 4097.0f;  // 2^12 + 1
   const float a_hi = split - (split - a);
   const float a_lo = a - a_hi;
   const float h = a * a;
   const float l = ((a_hi * a_hi - h) + 2.0f * a_hi * a_lo) + a_lo * a_lo;  // a^2 = h + l
-  const double exp_neg_square = static_cast<double>(exp_f32(-h)) * (1.0 - static_cast<double>(l));
-  const double t = static_cast<double>((a - 2.0f) / (a + 2.0f));
-  double q = -2.01089311891670868e-05;
-  q = q * t + 6.31001854587882486e-05;
-  q = q * t + 2.21105452494922260e-04;
-  q = q * t + -3.57177892462553375e-04;
-  q = q * t + -1.46351167016894033e-03;
-  q = q * t + 1.21666549601411977e-03;
-  q = q * t + 8.72429453797639309e-03;
-  q = q * t + -8.01863569217722838e-03;
-  q = q * t + -5.42201860511009187e-02;
-  q = q * t + 1.64049395350700927e-01;
-  q = q * t + -1.66030391287453893e-01;
-  q = q * t + -9.27637598135393621e-02;
-  q = q * t + 1.27697838155252863e+00;
-  const double upper = exp_neg_square * (q / (1.0 + 2.0 * static_cast<double>(a)));
-  const double tail = x < 0.0f ? 2.0 - upper : upper;
-  // Below 0.5, 1 - erf(x): erfc is near 1 there, where the tail's
-  // exponential, quotient and polynomial errors are each a sizeable part
-  // of an ulp, and erf(x) < 0.53 adds at most half an ulp of erfc.
-  const double xd = static_cast<double>(a) * (x < 0.0f ? -1.0 : 1.0);
-  const double s = xd * xd;
-  double p = -7.69453427914230763e-04;
-  p = p * s + 5.20041372433549271e-03;
-  p = p * s + -2.68631430322493862e-02;
-  p = p * s + 1.12837740131795386e-01;
-  p = p * s + -3.76126385256506934e-01;
-  p = p * s + 1.12837916708240948e+00;
-  const double near_zero = 1.0 - xd * p;
-  const float value = static_cast<float>(magnitude < 0.5f ? near_zero : tail);
-  return {x != x ? x : value, x != x ? x : static_cast<float>(exp_neg_square)};
-#endif
-}
-
-AMPX_HD float erfc_f32(float x) {
-#if defined(__CUDA_ARCH__)
-  return erfcf(x);
-#else
-  return erfc_exp_f32(x).erfc;
+  const float t = (a - 2.0f) / (a + 2.0f);
+  float q = -2.010893149e-05f;
+  q = q * t + 6.310018216e-05f;
+  q = q * t + 2.211054525e-04f;
+  q = q * t + -3.571778943e-04f;
+  q = q * t + -1.463511726e-03f;
+  q = q * t + 1.216665492e-03f;
+  q = q * t + 8.724294603e-03f;
+  q = q * t + -8.018636145e-03f;
+  q = q * t + -5.422018468e-02f;
+  q = q * t + 1.640494019e-01f;
+  q = q * t + -1.660303921e-01f;
+  q = q * t + -9.276375920e-02f;
+  q = q * t + 1.276978374e+00f;
+  const float upper = (exp_f32(-h) * (1.0f - l)) * (q / (1.0f + 2.0f * a));
+  const float value = x < 0.0f ? 2.0f - upper : upper;
+  return x != x ? x : value;
 #endif
 }
 
