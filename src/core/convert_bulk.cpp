@@ -145,9 +145,7 @@ QuantizeKernel scalar_quantize_kernel(DType src) {
   }
 }
 
-#if AMPX_X86_DISPATCH
-
-// Scalar helpers for the AVX2 tails, with unaligned access.
+// Scalar access for the vector paths' tails, unaligned.
 inline float load_f32(const unsigned char* p) {
   float v;
   std::memcpy(&v, p, sizeof v);
@@ -160,6 +158,8 @@ inline uint16_t load_u16(const unsigned char* p) {
 }
 inline void store_f32(unsigned char* p, float v) { std::memcpy(p, &v, sizeof v); }
 inline void store_u16(unsigned char* p, uint16_t v) { std::memcpy(p, &v, sizeof v); }
+
+#if AMPX_X86_DISPATCH
 
 constexpr int kRoundNearestEven = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
@@ -498,19 +498,6 @@ CpuIsa hardware_cpu_isa() {
 #elif AMPX_NEON
 
 // ---- NEON (AArch64): 4 or 8 elements per step ------------------------------
-
-inline float load_f32(const unsigned char* p) {
-  float v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline uint16_t load_u16(const unsigned char* p) {
-  uint16_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store_f32(unsigned char* p, float v) { std::memcpy(p, &v, sizeof v); }
-inline void store_u16(unsigned char* p, uint16_t v) { std::memcpy(p, &v, sizeof v); }
 
 // Byte loads and stores: LD1/ST1 need no alignment, and byte pointers make
 // no claim of any.
